@@ -1,0 +1,63 @@
+//! NBD (Network Block Device) protocol support for lsvd.
+//!
+//! Two layers, kept apart so the protocol can be tested without sockets:
+//! - `proto`: sans-I/O parsing and encoding of the handshake and transmission phases
+//!   (fixed newstyle, structured replies, `base:allocation` meta context).
+//! - `server`: a tokio connection loop that drives `proto` and dispatches commands to a
+//!   [`BlockDevice`], many requests in flight, replies out of order.
+
+use std::future::Future;
+use std::io;
+
+/// One extent of a BLOCK_STATUS answer for `base:allocation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocationExtent {
+    pub length_bytes: u32,
+    /// NBD_STATE_HOLE (1) and/or NBD_STATE_ZERO (2).
+    pub flags: u32,
+}
+
+pub const STATE_HOLE: u32 = 1;
+pub const STATE_ZERO: u32 = 2;
+
+/// Block size constraints advertised with NBD_INFO_BLOCK_SIZE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSizes {
+    pub minimum_bytes: u32,
+    pub preferred_bytes: u32,
+    pub maximum_bytes: u32,
+}
+
+/// What the server needs from a disk. All offsets and lengths are in bytes and have
+/// already been checked by the server against `size_bytes()` and `block_sizes()`.
+///
+/// Errors are `io::Error`; the server maps `InvalidInput` to EINVAL, `StorageFull`
+/// to ENOSPC, `Unsupported` to ENOTSUP, everything else to EIO.
+pub trait BlockDevice: Send + Sync + 'static {
+    fn size_bytes(&self) -> u64;
+    fn block_sizes(&self) -> BlockSizes;
+    /// True if FLUSH on one connection makes writes completed on every connection
+    /// durable (then the server advertises NBD_FLAG_CAN_MULTI_CONN).
+    fn flush_is_global(&self) -> bool;
+    fn read(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<Vec<u8>>> + Send;
+    fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+    fn flush(&self) -> impl Future<Output = io::Result<()>> + Send;
+    fn trim(&self, offset: u64, length: u32, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+    /// `no_hole`: the client asked that the range stay allocated (NBD_CMD_FLAG_NO_HOLE).
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> impl Future<Output = io::Result<()>> + Send;
+    /// Allocation status of `[offset, offset+length)`; extents must cover a non-empty
+    /// prefix of the range, in order.
+    fn block_status(
+        &self,
+        offset: u64,
+        length: u32,
+    ) -> impl Future<Output = io::Result<Vec<AllocationExtent>>> + Send;
+    /// NBD_CMD_CACHE: a hint to prefetch; may do nothing.
+    fn cache(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<()>> + Send;
+}
