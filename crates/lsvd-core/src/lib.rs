@@ -1,1 +1,16 @@
-//! placeholder
+//! The sans-I/O core of lsvd.
+//!
+//! Everything here is deterministic and does no I/O: the extent maps, the persisted
+//! formats, batching and coalescing, the store state with its live-byte accounting,
+//! recovery planning and GC planning. The live engine (crate `lsvd`) and the
+//! trace-driven simulator (`lsvd sim`) both drive this code, so what the simulator
+//! predicts is what the engine does.
+
+pub mod batcher;
+pub mod extent_map;
+pub mod format;
+pub mod log_map;
+pub mod recovery;
+pub mod store_state;
+
+pub use format::{SECTOR_BYTES, VolumeId};

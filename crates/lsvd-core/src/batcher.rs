@@ -1,0 +1,166 @@
+//! Batching of writes into objects, with coalescing inside a batch.
+//!
+//! Writes arrive in log order. A batch collects them until its client bytes reach the
+//! batch size, keeping only the newest data for each LBA: overwrites inside a batch are
+//! coalesced (and never across batches, so each object is a whole prefix step). A
+//! batch's extents come out in LBA order; its zeroed ranges come out separately and
+//! apply before the extents on replay. The same code runs in the live engine (where
+//! `S` is a location in the write log) and in the simulator.
+
+use crate::extent_map::{ExtentMap, Location, Piece};
+use crate::format::SECTOR_BYTES;
+
+/// A closed batch, ready to become an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch<S> {
+    /// Newest data per LBA, in LBA order.
+    pub extents: Vec<Piece<S>>,
+    /// Ranges zeroed by TRIM or WRITE_ZEROES, merged, in LBA order.
+    pub trims: Vec<(u64, u64)>,
+    pub first_record_seq: u64,
+    pub last_record_seq: u64,
+    /// Client bytes written into the batch (before coalescing).
+    pub client_bytes: u64,
+    /// Bytes of data the object will hold (after coalescing).
+    pub data_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct Batcher<S: Location> {
+    extents: ExtentMap<S>,
+    trims: ExtentMap<()>,
+    client_bytes: u64,
+    first_record_seq: Option<u64>,
+    last_record_seq: u64,
+    batch_size_bytes: u64,
+}
+
+impl<S: Location> Batcher<S> {
+    pub fn new(batch_size_bytes: u64) -> Self {
+        Batcher {
+            extents: ExtentMap::new(),
+            trims: ExtentMap::new(),
+            client_bytes: 0,
+            first_record_seq: None,
+            last_record_seq: 0,
+            batch_size_bytes: batch_size_bytes.max(SECTOR_BYTES),
+        }
+    }
+
+    fn note_record(&mut self, record_seq: u64) {
+        debug_assert!(
+            record_seq >= self.last_record_seq,
+            "records arrive in order"
+        );
+        self.first_record_seq.get_or_insert(record_seq);
+        self.last_record_seq = record_seq;
+    }
+
+    /// Add data for `[lba, lba+sectors)` from record `record_seq`, found at `source`.
+    pub fn add_write(&mut self, record_seq: u64, lba: u64, sectors: u64, source: S) {
+        self.note_record(record_seq);
+        self.client_bytes += sectors * SECTOR_BYTES;
+        self.extents.insert(lba, sectors, source, |_| {});
+    }
+
+    /// Record that `[lba, lba+sectors)` reads as zeros from record `record_seq` on.
+    pub fn add_zero(&mut self, record_seq: u64, lba: u64, sectors: u64) {
+        self.note_record(record_seq);
+        self.extents.remove(lba, sectors, |_| {});
+        self.trims.insert(lba, sectors, (), |_| {});
+    }
+
+    /// Note a record with nothing to batch (keeps the record range contiguous).
+    pub fn add_empty_record(&mut self, record_seq: u64) {
+        self.note_record(record_seq);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first_record_seq.is_none()
+    }
+
+    /// True once the batch holds at least the batch size of client bytes.
+    pub fn is_full(&self) -> bool {
+        self.client_bytes >= self.batch_size_bytes
+    }
+
+    pub fn client_bytes(&self) -> u64 {
+        self.client_bytes
+    }
+
+    /// Close the batch and start a new one. `None` if nothing was added.
+    pub fn take(&mut self) -> Option<Batch<S>> {
+        let first_record_seq = self.first_record_seq.take()?;
+        let extents: Vec<Piece<S>> = self.extents.iter().collect();
+        let trims = self.trims.iter().map(|p| (p.lba, p.sectors)).collect();
+        let data_bytes = self.extents.mapped_sectors() * SECTOR_BYTES;
+        let batch = Batch {
+            extents,
+            trims,
+            first_record_seq,
+            last_record_seq: self.last_record_seq,
+            client_bytes: self.client_bytes,
+            data_bytes,
+        };
+        self.extents = ExtentMap::new();
+        self.trims = ExtentMap::new();
+        self.client_bytes = 0;
+        Some(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct At(u64);
+    impl Location for At {
+        fn advance(&self, s: u64) -> Self {
+            At(self.0 + s * 512)
+        }
+    }
+
+    #[test]
+    fn coalesces_overwrites_and_orders_by_lba() {
+        let mut b = Batcher::new(64 * 1024);
+        b.add_write(1, 100, 8, At(0));
+        b.add_write(2, 0, 8, At(4096));
+        b.add_write(3, 100, 8, At(8192));
+        assert!(!b.is_full());
+        let batch = b.take().expect("non-empty");
+        assert_eq!(
+            batch
+                .extents
+                .iter()
+                .map(|p| (p.lba, p.location.0))
+                .collect::<Vec<_>>(),
+            vec![(0, 4096), (100, 8192)]
+        );
+        assert_eq!(batch.client_bytes, 3 * 4096);
+        assert_eq!(batch.data_bytes, 2 * 4096);
+        assert_eq!((batch.first_record_seq, batch.last_record_seq), (1, 3));
+        assert!(b.take().is_none());
+    }
+
+    #[test]
+    fn trims_remove_earlier_data_but_not_later() {
+        let mut b = Batcher::new(1 << 20);
+        b.add_write(1, 0, 16, At(0));
+        b.add_zero(2, 4, 4);
+        b.add_write(3, 6, 1, At(100_000));
+        let batch = b.take().expect("non-empty");
+        assert_eq!(batch.trims, vec![(4, 4)]);
+        let got: Vec<_> = batch.extents.iter().map(|p| (p.lba, p.sectors)).collect();
+        assert_eq!(got, vec![(0, 4), (6, 1), (8, 8)]);
+    }
+
+    #[test]
+    fn full_at_batch_size() {
+        let mut b = Batcher::new(8192);
+        b.add_write(1, 0, 8, At(0));
+        assert!(!b.is_full());
+        b.add_write(2, 0, 8, At(0));
+        assert!(b.is_full());
+    }
+}

@@ -1,0 +1,196 @@
+//! Every byte layout lsvd persists, encoded and decoded in one place.
+//!
+//! Each structure starts with an 8-byte magic and a 16-bit version, and carries a
+//! CRC32C that is verified on every decode. Decoding never panics: any input yields
+//! either a value or a [`FormatError`] saying what was wrong. The prose specification
+//! of each layout is in `docs/format/`.
+
+pub mod cache_super;
+pub mod checkpoint;
+pub mod object;
+pub mod record;
+pub mod volume_meta;
+
+use std::fmt;
+
+/// Size of a sector: the unit of every LBA and extent length.
+pub const SECTOR_BYTES: u64 = 512;
+
+/// Why a persisted structure was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    Truncated {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
+    BadMagic {
+        what: &'static str,
+    },
+    UnsupportedVersion {
+        what: &'static str,
+        version: u16,
+    },
+    BadChecksum {
+        what: &'static str,
+        stored: u32,
+        computed: u32,
+    },
+    Invalid {
+        what: &'static str,
+        why: String,
+    },
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::Truncated { what, need, have } => {
+                write!(f, "{what}: truncated (need {need} bytes, have {have})")
+            }
+            FormatError::BadMagic { what } => write!(f, "{what}: bad magic"),
+            FormatError::UnsupportedVersion { what, version } => {
+                write!(f, "{what}: unsupported format version {version}")
+            }
+            FormatError::BadChecksum {
+                what,
+                stored,
+                computed,
+            } => {
+                write!(
+                    f,
+                    "{what}: checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                )
+            }
+            FormatError::Invalid { what, why } => write!(f, "{what}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+/// A 128-bit volume identity, random at creation. Records and objects carry it so
+/// that data from another volume is never mistaken for ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct VolumeId(pub [u8; 16]);
+
+impl fmt::Display for VolumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Little-endian writer over a growable buffer.
+pub(crate) struct Writer {
+    pub buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn with_capacity(n: usize) -> Self {
+        Writer {
+            buf: Vec::with_capacity(n),
+        }
+    }
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+    pub fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn zeros(&mut self, n: usize) {
+        self.buf.resize(self.buf.len() + n, 0);
+    }
+    pub fn put_u32_at(&mut self, at: usize, v: u32) {
+        self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Little-endian reader that reports truncation instead of panicking.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    what: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Reader { buf, pos: 0, what }
+    }
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(FormatError::Truncated {
+                what: self.what,
+                need: self.pos.saturating_add(n),
+                have: self.buf.len(),
+            })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    pub fn u16(&mut self) -> Result<u16, FormatError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub fn u32(&mut self) -> Result<u32, FormatError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub fn u64(&mut self) -> Result<u64, FormatError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
+/// Check magic and version at the start of `r`.
+pub(crate) fn expect_magic_version(
+    r: &mut Reader<'_>,
+    magic: &[u8; 8],
+    version: u16,
+    what: &'static str,
+) -> Result<(), FormatError> {
+    if &r.array::<8>()? != magic {
+        return Err(FormatError::BadMagic { what });
+    }
+    let v = r.u16()?;
+    if v != version {
+        return Err(FormatError::UnsupportedVersion { what, version: v });
+    }
+    Ok(())
+}
+
+/// CRC32C of `buf` computed as if the 4 bytes at `crc_at` were zero.
+pub(crate) fn crc_with_hole(buf: &[u8], crc_at: usize) -> u32 {
+    let c = crc32c::crc32c(&buf[..crc_at]);
+    let c = crc32c::crc32c_append(c, &[0u8; 4]);
+    crc32c::crc32c_append(c, &buf[crc_at + 4..])
+}
+
+pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> FormatError {
+    FormatError::Invalid {
+        what,
+        why: why.into(),
+    }
+}
+
+/// Round `n` up to a multiple of `align` (a power of two).
+pub const fn align_up(n: u64, align: u64) -> u64 {
+    (n + align - 1) & !(align - 1)
+}
