@@ -5,6 +5,8 @@
 //!   (fixed newstyle, structured replies, `base:allocation` meta context).
 //! - `server`: a tokio connection loop that drives `proto` and dispatches commands to a
 //!   [`BlockDevice`], many requests in flight, replies out of order.
+//! - `mem_device`: an in-memory [`BlockDevice`], the reference implementation of the trait,
+//!   used by the tests and the `memserve` example.
 
 use std::future::Future;
 use std::io;
@@ -40,9 +42,19 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// durable (then the server advertises NBD_FLAG_CAN_MULTI_CONN).
     fn flush_is_global(&self) -> bool;
     fn read(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<Vec<u8>>> + Send;
-    fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+    fn write(
+        &self,
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> impl Future<Output = io::Result<()>> + Send;
     fn flush(&self) -> impl Future<Output = io::Result<()>> + Send;
-    fn trim(&self, offset: u64, length: u32, fua: bool) -> impl Future<Output = io::Result<()>> + Send;
+    fn trim(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+    ) -> impl Future<Output = io::Result<()>> + Send;
     /// `no_hole`: the client asked that the range stay allocated (NBD_CMD_FLAG_NO_HOLE).
     fn write_zeroes(
         &self,
@@ -61,3 +73,9 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// NBD_CMD_CACHE: a hint to prefetch; may do nothing.
     fn cache(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<()>> + Send;
 }
+
+pub mod mem_device;
+pub mod proto;
+pub mod server;
+
+pub use server::{Export, Limits, Listener, Server};

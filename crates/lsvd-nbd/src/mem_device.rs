@@ -1,0 +1,269 @@
+//! An in-memory [`BlockDevice`]: the reference implementation of the trait.
+//!
+//! It exists so the server can be tested (unit tests, the `memserve` example, real NBD
+//! clients) without a real disk, and so implementers of the trait have a small, complete
+//! example of its contract: bounds checks, FUA/flush, trim, write-zeroes and
+//! `base:allocation` block status. It tracks allocation per 4 KiB granule.
+
+use std::io;
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::{AllocationExtent, BlockDevice, BlockSizes, STATE_HOLE, STATE_ZERO};
+
+/// Allocation is tracked in units of this many bytes.
+pub const GRANULE: usize = 4096;
+
+/// A RAM disk. All data is lost when it is dropped; `flush` only counts calls.
+pub struct MemDevice {
+    size: usize,
+    sizes: BlockSizes,
+    state: Mutex<State>,
+}
+
+struct State {
+    data: Vec<u8>,
+    /// One entry per granule; false means a hole that reads as zeroes.
+    allocated: Vec<bool>,
+    flushes: u64,
+}
+
+impl MemDevice {
+    /// A zero-filled, fully unallocated device of `size` bytes with 512-byte minimum,
+    /// 4 KiB preferred and 32 MiB maximum block sizes.
+    pub fn new(size: usize) -> Self {
+        Self::with_block_sizes(
+            size,
+            BlockSizes {
+                minimum_bytes: 512,
+                preferred_bytes: 4096,
+                maximum_bytes: 32 << 20,
+            },
+        )
+    }
+
+    pub fn with_block_sizes(size: usize, sizes: BlockSizes) -> Self {
+        MemDevice {
+            size,
+            sizes,
+            state: Mutex::new(State {
+                data: vec![0; size],
+                allocated: vec![false; size.div_ceil(GRANULE)],
+                flushes: 0,
+            }),
+        }
+    }
+
+    /// A copy of the whole contents.
+    pub fn contents(&self) -> Vec<u8> {
+        self.lock().data.clone()
+    }
+
+    /// How many flushes (explicit or via FUA) have happened.
+    pub fn flush_count(&self) -> u64 {
+        self.lock().flushes
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the byte vector invalid.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn range(&self, offset: u64, length: u32) -> io::Result<Range<usize>> {
+        let start = usize::try_from(offset).map_err(|_| invalid("offset too large"))?;
+        let end = start
+            .checked_add(length as usize)
+            .ok_or_else(|| invalid("range overflows"))?;
+        if end > self.size {
+            return Err(invalid("range past the end of the device"));
+        }
+        Ok(start..end)
+    }
+
+    /// Zeroes `r`; granules wholly inside it become holes unless `keep_allocated`.
+    fn zero(&self, r: Range<usize>, keep_allocated: bool) {
+        let mut st = self.lock();
+        st.data[r.clone()].fill(0);
+        if !keep_allocated {
+            let first_full = r.start.div_ceil(GRANULE);
+            let end_full = if r.end == self.size {
+                r.end.div_ceil(GRANULE)
+            } else {
+                r.end / GRANULE
+            };
+            for g in first_full..end_full {
+                st.allocated[g] = false;
+            }
+        }
+    }
+}
+
+fn invalid(msg: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl BlockDevice for MemDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size as u64
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        self.sizes
+    }
+
+    fn flush_is_global(&self) -> bool {
+        true
+    }
+
+    async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
+        let r = self.range(offset, length)?;
+        Ok(self.lock().data[r].to_vec())
+    }
+
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        let length = u32::try_from(data.len()).map_err(|_| invalid("write too large"))?;
+        let r = self.range(offset, length)?;
+        let mut st = self.lock();
+        st.data[r.clone()].copy_from_slice(&data);
+        if !r.is_empty() {
+            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
+                st.allocated[g] = true;
+            }
+        }
+        if fua {
+            st.flushes += 1;
+        }
+        Ok(())
+    }
+
+    async fn flush(&self) -> io::Result<()> {
+        self.lock().flushes += 1;
+        Ok(())
+    }
+
+    async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
+        let r = self.range(offset, length)?;
+        self.zero(r, false);
+        if fua {
+            self.lock().flushes += 1;
+        }
+        Ok(())
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> io::Result<()> {
+        let r = self.range(offset, length)?;
+        self.zero(r.clone(), no_hole);
+        let mut st = self.lock();
+        if no_hole && !r.is_empty() {
+            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
+                st.allocated[g] = true;
+            }
+        }
+        if fua {
+            st.flushes += 1;
+        }
+        Ok(())
+    }
+
+    async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
+        let r = self.range(offset, length)?;
+        let st = self.lock();
+        let mut extents: Vec<AllocationExtent> = Vec::new();
+        let mut pos = r.start;
+        while pos < r.end {
+            let g = pos / GRANULE;
+            let end = ((g + 1) * GRANULE).min(r.end);
+            let flags = if !st.allocated[g] {
+                STATE_HOLE | STATE_ZERO
+            } else if st.data[pos..end].iter().all(|&b| b == 0) {
+                STATE_ZERO
+            } else {
+                0
+            };
+            let len = (end - pos) as u32; // at most GRANULE
+            match extents.last_mut() {
+                Some(last) if last.flags == flags => last.length_bytes += len,
+                _ => extents.push(AllocationExtent {
+                    length_bytes: len,
+                    flags,
+                }),
+            }
+            pos = end;
+        }
+        Ok(extents)
+    }
+
+    async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
+        self.range(offset, length).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn write_read_trim_zero_status() {
+        block_on(async {
+            let d = MemDevice::new(4 * GRANULE);
+            assert_eq!(
+                d.block_status(0, 4 * GRANULE as u32).await.expect("status"),
+                vec![AllocationExtent {
+                    length_bytes: 16384,
+                    flags: STATE_HOLE | STATE_ZERO
+                }]
+            );
+            d.write(GRANULE as u64, vec![7; 512], false)
+                .await
+                .expect("write");
+            assert_eq!(
+                d.read(GRANULE as u64, 512).await.expect("read"),
+                vec![7; 512]
+            );
+            assert_eq!(
+                d.block_status(0, 16384).await.expect("status"),
+                vec![
+                    AllocationExtent {
+                        length_bytes: 4096,
+                        flags: 3
+                    },
+                    AllocationExtent {
+                        length_bytes: 4096,
+                        flags: 0
+                    },
+                    AllocationExtent {
+                        length_bytes: 8192,
+                        flags: 3
+                    },
+                ]
+            );
+            d.write_zeroes(GRANULE as u64, 4096, true, true)
+                .await
+                .expect("zero");
+            assert_eq!(
+                d.block_status(4096, 4096).await.expect("status")[0].flags,
+                STATE_ZERO
+            );
+            d.trim(0, 16384, false).await.expect("trim");
+            assert_eq!(d.block_status(0, 16384).await.expect("status").len(), 1);
+            assert_eq!(d.flush_count(), 1);
+            assert!(d.read(16384, 1).await.is_err());
+            assert!(d.read(u64::MAX, 1).await.is_err());
+        });
+    }
+}

@@ -1,0 +1,244 @@
+//! The tokio NBD server: accepts connections, runs the handshake, then serves requests
+//! against a [`BlockDevice`].
+//!
+//! Split into the handshake driver (`negotiate`), pure request validation (`request`),
+//! and the transmission-phase loop (`session`). This file holds the public surface:
+//! [`Server`], [`Export`], [`Limits`] and the [`Listener`] abstraction that lets the same
+//! server accept on TCP and Unix sockets at once.
+//!
+//! Nothing is logged: a connection that fails is closed and its error is returned from
+//! [`Server::handle_connection`] (and dropped by [`Server::serve`]).
+
+mod negotiate;
+mod request;
+mod session;
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::BlockDevice;
+
+/// One named disk offered to clients.
+pub struct Export<D> {
+    pub name: String,
+    /// Shown to humans by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`; may be empty.
+    pub description: String,
+    pub device: Arc<D>,
+}
+
+/// Resource bounds. Every queue and buffer in the server is bounded by one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once by one [`Server::serve`] call; further clients wait in
+    /// the listen backlog.
+    pub max_connections: usize,
+    /// Requests executing at once on one connection.
+    pub max_in_flight: usize,
+    /// READ/WRITE payload bytes held at once on one connection (requests wait for room).
+    /// Must be at least [`MAX_PAYLOAD_BYTES`], or the largest requests could never run.
+    pub max_in_flight_bytes: usize,
+    /// Replies queued for the writer of one connection.
+    pub reply_queue: usize,
+    /// Longest a client may take from connecting to entering transmission.
+    pub handshake_timeout: Duration,
+    /// After shutdown is requested, how long a connection may take to finish in-flight
+    /// requests and write their replies before it is dropped anyway.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            max_in_flight: 128,
+            max_in_flight_bytes: 2 * MAX_PAYLOAD_BYTES,
+            reply_queue: 256,
+            handshake_timeout: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Largest READ/WRITE payload accepted (and advertised as the maximum block size, if the
+/// device allows more). A WRITE announcing more than this closes the connection, since
+/// its payload cannot be skipped cheaply.
+pub const MAX_PAYLOAD_BYTES: usize = 32 << 20;
+
+/// Longest option data read during the handshake. Longer options up to
+/// [`MAX_OPTION_DISCARD_BYTES`] are skipped and answered with `NBD_REP_ERR_TOO_BIG`;
+/// anything longer closes the connection.
+pub const MAX_OPTION_BYTES: u32 = 64 << 10;
+pub const MAX_OPTION_DISCARD_BYTES: u32 = 1 << 20;
+
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// A source of client connections, so one [`Server`] can serve TCP and Unix sockets.
+pub trait Listener: Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+
+    async fn accept(&self) -> io::Result<TcpStream> {
+        let (stream, _) = TcpListener::accept(self).await?;
+        // The spec asks both ends to disable Nagle; replies are already batched.
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+impl Listener for UnixListener {
+    type Stream = UnixStream;
+
+    async fn accept(&self) -> io::Result<UnixStream> {
+        UnixListener::accept(self).await.map(|(stream, _)| stream)
+    }
+}
+
+/// An NBD server for a fixed set of exports. The first export is also the default one,
+/// served to clients that ask for the empty name.
+pub struct Server<D: BlockDevice> {
+    exports: Vec<Export<D>>,
+    limits: Limits,
+}
+
+impl<D: BlockDevice> Server<D> {
+    pub fn new(exports: Vec<Export<D>>) -> Self {
+        Self::with_limits(exports, Limits::default())
+    }
+
+    pub fn with_limits(exports: Vec<Export<D>>, limits: Limits) -> Self {
+        // Semaphores and channels panic on zero or absurd sizes; clamp instead.
+        let permits = |n: usize, min: usize| n.clamp(min, Semaphore::MAX_PERMITS);
+        let limits = Limits {
+            max_connections: permits(limits.max_connections, 1),
+            max_in_flight: permits(limits.max_in_flight, 1),
+            max_in_flight_bytes: permits(limits.max_in_flight_bytes, MAX_PAYLOAD_BYTES),
+            reply_queue: permits(limits.reply_queue, 1),
+            ..limits
+        };
+        Server { exports, limits }
+    }
+
+    pub fn exports(&self) -> &[Export<D>] {
+        &self.exports
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Accepts connections from `listener` until `shutdown` becomes true, then stops
+    /// accepting, lets every connection finish its in-flight requests (see
+    /// [`Limits::shutdown_grace`]) and returns once all have closed. May run several times
+    /// at once on one server, e.g. for a TCP and a Unix listener.
+    pub async fn serve<L: Listener>(
+        self: Arc<Self>,
+        listener: L,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        let slots = Arc::new(Semaphore::new(self.limits.max_connections));
+        let mut connections = JoinSet::new();
+        loop {
+            while connections.try_join_next().is_some() {}
+            let accepted = tokio::select! {
+                biased;
+                () = shutdown_requested(&mut shutdown) => break,
+                accepted = accept_with_slot(&listener, &slots) => accepted,
+            };
+            match accepted {
+                Ok((stream, slot)) => {
+                    let server = Arc::clone(&self);
+                    let shutdown = shutdown.clone();
+                    connections.spawn(async move {
+                        // Connection errors only mean this client is gone.
+                        let _ = server.handle_connection(stream, shutdown).await;
+                        drop(slot);
+                    });
+                }
+                // Per-connection failures (aborted handshakes) and resource exhaustion
+                // (EMFILE) are both transient for a listening socket.
+                Err(_) => tokio::time::sleep(ACCEPT_BACKOFF).await,
+            }
+        }
+        drop(listener);
+        while connections.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// [`Server::serve`] for a TCP listener.
+    pub async fn serve_tcp(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        self.serve(listener, shutdown).await
+    }
+
+    /// [`Server::serve`] for a Unix-domain listener.
+    pub async fn serve_unix(
+        self: Arc<Self>,
+        listener: UnixListener,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        self.serve(listener, shutdown).await
+    }
+
+    /// Serves one client on `stream`: handshake, then transmission until the client
+    /// disconnects, breaks the protocol, or `shutdown` becomes true (in-flight requests
+    /// are finished and answered first). Returns the error that ended the connection, if
+    /// any; a clean `NBD_CMD_DISC`, `NBD_OPT_ABORT`, EOF or shutdown is `Ok`.
+    pub async fn handle_connection<S>(
+        self: Arc<Self>,
+        mut stream: S,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let negotiated = tokio::time::timeout(
+            self.limits.handshake_timeout,
+            negotiate::negotiate(&self.exports, &mut stream, &mut shutdown),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "NBD handshake timed out"))??;
+        let Some(negotiated) = negotiated else {
+            return Ok(());
+        };
+        let device = match self.exports.get(negotiated.export) {
+            Some(export) => Arc::clone(&export.device),
+            None => return Err(io::Error::other("negotiated export vanished")),
+        };
+        session::run(device, negotiated.params, stream, shutdown, self.limits).await
+    }
+}
+
+async fn accept_with_slot<L: Listener>(
+    listener: &L,
+    slots: &Arc<Semaphore>,
+) -> io::Result<(L::Stream, tokio::sync::OwnedSemaphorePermit)> {
+    let slot = Arc::clone(slots)
+        .acquire_owned()
+        .await
+        .map_err(|_| io::Error::other("connection slots closed"))?;
+    let stream = listener.accept().await?;
+    Ok((stream, slot))
+}
+
+/// Resolves once `shutdown` is true. A dropped sender means shutdown can never be
+/// requested, so this then never resolves.
+pub(crate) async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,297 @@
+//! Drives the fixed-newstyle handshake on a stream: greeting, client flags, then option
+//! haggling until the client enters transmission (`NBD_OPT_GO` / `NBD_OPT_EXPORT_NAME`)
+//! or leaves.
+//!
+//! It owns the per-connection negotiation state (structured replies, selected metadata
+//! context) and turns it into the [`ExportParams`] the transmission phase runs with.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::request::{ExportParams, sanitize_block_sizes};
+use super::{Export, MAX_OPTION_BYTES, MAX_OPTION_DISCARD_BYTES, shutdown_requested};
+use crate::BlockDevice;
+use crate::proto::consts::*;
+use crate::proto::handshake::*;
+
+/// Context id reported by `NBD_OPT_SET_META_CONTEXT` for `base:allocation`.
+pub(crate) const ALLOCATION_CONTEXT_ID: u32 = 1;
+
+/// The result of a successful handshake.
+pub(crate) struct Negotiated {
+    pub export: usize,
+    pub params: ExportParams,
+}
+
+/// Per-connection handshake state.
+#[derive(Default)]
+struct State {
+    no_zeroes: bool,
+    structured: bool,
+    /// Export index for which `base:allocation` was selected by the last
+    /// `NBD_OPT_SET_META_CONTEXT`.
+    allocation_for: Option<usize>,
+}
+
+/// Transmission flags advertised for `device`.
+pub(crate) fn transmission_flags<D: BlockDevice>(device: &D) -> u16 {
+    let mut flags = FLAG_HAS_FLAGS
+        | FLAG_SEND_FLUSH
+        | FLAG_SEND_FUA
+        | FLAG_SEND_TRIM
+        | FLAG_SEND_WRITE_ZEROES
+        | FLAG_SEND_CACHE;
+    if device.flush_is_global() {
+        flags |= FLAG_CAN_MULTI_CONN;
+    }
+    flags
+}
+
+fn find_export<D>(exports: &[Export<D>], name: &str) -> Option<usize> {
+    if name.is_empty() && !exports.is_empty() {
+        return Some(0);
+    }
+    exports.iter().position(|e| e.name == name)
+}
+
+/// Runs the handshake. `Ok(None)` means the client (or shutdown) ended the session
+/// before transmission; errors are I/O failures or protocol violations that require
+/// hanging up.
+pub(crate) async fn negotiate<D, S>(
+    exports: &[Export<D>],
+    stream: &mut S,
+    shutdown: &mut watch::Receiver<bool>,
+) -> io::Result<Option<Negotiated>>
+where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(&encode_greeting()).await?;
+    stream.flush().await?;
+    let mut flags = [0u8; 4];
+    stream.read_exact(&mut flags).await?;
+    let flags = parse_client_flags(flags)?;
+    let mut state = State {
+        no_zeroes: flags.no_zeroes,
+        ..State::default()
+    };
+
+    loop {
+        let mut hdr = [0u8; OPTION_HEADER_LEN];
+        tokio::select! {
+            biased;
+            // A server going away need not wait for a client that is still haggling.
+            () = shutdown_requested(shutdown) => return Ok(None),
+            read = stream.read_exact(&mut hdr) => { read?; }
+        }
+        let hdr = parse_option_header(&hdr)?;
+        let mut out = Vec::new();
+        if hdr.length > MAX_OPTION_BYTES {
+            if hdr.option == OPT_EXPORT_NAME || hdr.length > MAX_OPTION_DISCARD_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "NBD option too long",
+                ));
+            }
+            let skipped = tokio::io::copy(
+                &mut (&mut *stream).take(u64::from(hdr.length)),
+                &mut tokio::io::sink(),
+            )
+            .await?;
+            if skipped != u64::from(hdr.length) {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            encode_option_error(
+                &mut out,
+                hdr.option,
+                REP_ERR_TOO_BIG,
+                "option data too long",
+            );
+            send(stream, &out).await?;
+            continue;
+        }
+        let mut data = vec![0u8; hdr.length as usize];
+        stream.read_exact(&mut data).await?;
+
+        let option = match parse_option(hdr.option, &data) {
+            Ok(option) => option,
+            Err(e) if hdr.option == OPT_EXPORT_NAME => return Err(e.into()),
+            Err(e) => {
+                if hdr.option == OPT_SET_META_CONTEXT {
+                    state.allocation_for = None;
+                }
+                encode_option_error(&mut out, hdr.option, REP_ERR_INVALID, &e.to_string());
+                send(stream, &out).await?;
+                continue;
+            }
+        };
+        let opt = hdr.option;
+        match option {
+            ClientOption::ExportName(name) => {
+                // This option cannot report errors: unknown export means hanging up.
+                let Some(index) = find_export(exports, &name) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "client asked for an unknown export",
+                    ));
+                };
+                let device = &exports[index].device;
+                encode_export_name_reply(
+                    &mut out,
+                    device.size_bytes(),
+                    transmission_flags(&**device),
+                    state.no_zeroes,
+                );
+                send(stream, &out).await?;
+                return Ok(Some(enter(exports, index, &state)));
+            }
+            ClientOption::Abort => {
+                encode_option_reply(&mut out, opt, REP_ACK, &[]);
+                // The client may already have hung up; that is fine.
+                let _ = send(stream, &out).await;
+                let _ = stream.shutdown().await;
+                return Ok(None);
+            }
+            ClientOption::List => {
+                for e in exports {
+                    encode_rep_server(&mut out, opt, &e.name, &e.description);
+                }
+                encode_option_reply(&mut out, opt, REP_ACK, &[]);
+            }
+            ClientOption::StartTls => {
+                encode_option_error(
+                    &mut out,
+                    opt,
+                    REP_ERR_POLICY,
+                    "TLS is not supported by this server",
+                );
+            }
+            ClientOption::Info(req) | ClientOption::Go(req) => {
+                match find_export(exports, &req.name) {
+                    None => encode_option_error(&mut out, opt, REP_ERR_UNKNOWN, "unknown export"),
+                    Some(index) => {
+                        info_replies(&mut out, opt, &exports[index], &req);
+                        encode_option_reply(&mut out, opt, REP_ACK, &[]);
+                        if opt == OPT_GO {
+                            send(stream, &out).await?;
+                            return Ok(Some(enter(exports, index, &state)));
+                        }
+                    }
+                }
+            }
+            ClientOption::StructuredReply => {
+                state.structured = true;
+                encode_option_reply(&mut out, opt, REP_ACK, &[]);
+            }
+            ClientOption::ListMetaContext(req) | ClientOption::SetMetaContext(req) => {
+                let set = opt == OPT_SET_META_CONTEXT;
+                if set {
+                    // Setting replaces the previous selection even when it fails.
+                    state.allocation_for = None;
+                }
+                if !state.structured {
+                    encode_option_error(
+                        &mut out,
+                        opt,
+                        REP_ERR_INVALID,
+                        "negotiate structured replies first",
+                    );
+                } else if let Some(index) = find_export(exports, &req.export_name) {
+                    if meta_context_matches(&req.queries, set) {
+                        let id = if set { ALLOCATION_CONTEXT_ID } else { 0 };
+                        encode_meta_context(&mut out, opt, id, META_CONTEXT_BASE_ALLOCATION);
+                        if set {
+                            state.allocation_for = Some(index);
+                        }
+                    }
+                    encode_option_reply(&mut out, opt, REP_ACK, &[]);
+                } else {
+                    encode_option_error(&mut out, opt, REP_ERR_UNKNOWN, "unknown export");
+                }
+            }
+            ClientOption::Unknown(_) => {
+                encode_option_error(&mut out, opt, REP_ERR_UNSUP, "option not supported");
+            }
+        }
+        send(stream, &out).await?;
+    }
+}
+
+/// Whether `base:allocation` is selected by `queries`. Listing with no queries lists
+/// everything, and `base:` is a wildcard for listing only; setting needs the full name.
+fn meta_context_matches(queries: &[String], set: bool) -> bool {
+    if !set && queries.is_empty() {
+        return true;
+    }
+    queries
+        .iter()
+        .any(|q| q == META_CONTEXT_BASE_ALLOCATION || (!set && q == "base:"))
+}
+
+fn info_replies<D: BlockDevice>(
+    out: &mut Vec<u8>,
+    opt: u32,
+    export: &Export<D>,
+    req: &InfoRequest,
+) {
+    let device = &*export.device;
+    encode_info(
+        out,
+        opt,
+        &Info::Export {
+            size: device.size_bytes(),
+            transmission_flags: transmission_flags(device),
+        },
+    );
+    if req.requests.contains(&INFO_NAME) {
+        encode_info(out, opt, &Info::Name(export.name.clone()));
+    }
+    if req.requests.contains(&INFO_DESCRIPTION) && !export.description.is_empty() {
+        encode_info(out, opt, &Info::Description(export.description.clone()));
+    }
+    // Sent even when not requested: clients ignore it, and it tells those that care.
+    encode_info(
+        out,
+        opt,
+        &Info::BlockSize(sanitize_block_sizes(device.block_sizes())),
+    );
+}
+
+fn enter<D: BlockDevice>(exports: &[Export<D>], index: usize, state: &State) -> Negotiated {
+    let device = &exports[index].device;
+    Negotiated {
+        export: index,
+        params: ExportParams {
+            size: device.size_bytes(),
+            sizes: sanitize_block_sizes(device.block_sizes()),
+            structured: state.structured,
+            allocation_context: state.structured && state.allocation_for == Some(index),
+        },
+    }
+}
+
+async fn send<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_context_queries() {
+        let q = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(meta_context_matches(&q(&[]), false));
+        assert!(!meta_context_matches(&q(&[]), true));
+        assert!(meta_context_matches(&q(&["base:"]), false));
+        assert!(!meta_context_matches(&q(&["base:"]), true));
+        assert!(meta_context_matches(
+            &q(&["x-foo:bar", "base:allocation"]),
+            true
+        ));
+        assert!(!meta_context_matches(&q(&["qemu:dirty-bitmap:a"]), false));
+    }
+}

@@ -1,0 +1,411 @@
+//! The transmission phase of one connection.
+//!
+//! A reader loop parses requests and spawns one task per command, so many requests are
+//! in flight and replies go out in completion order. A single writer task owns the write
+//! half and drains a bounded reply queue. Bounds: a semaphore caps requests in flight, a
+//! second one caps READ/WRITE payload bytes held (released only once a read's data has
+//! been handed to the socket), and the reply queue is bounded.
+//!
+//! The session ends on NBD_CMD_DISC, EOF or shutdown — then in-flight requests finish and
+//! their replies are written before the stream is closed — or on a protocol violation
+//! (bad magic, absurd WRITE length), which drops the connection at once.
+
+use std::io;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use super::negotiate::ALLOCATION_CONTEXT_ID;
+use super::request::{ExportParams, Op, validate};
+use super::{Limits, MAX_PAYLOAD_BYTES, shutdown_requested};
+use crate::proto::consts::*;
+use crate::proto::transmission::*;
+use crate::{AllocationExtent, BlockDevice, STATE_HOLE, STATE_ZERO};
+
+/// One reply, ready for the writer: `header` then `data` go out back to back.
+struct Reply {
+    header: Vec<u8>,
+    data: Vec<u8>,
+    /// Payload budget held until the data has been written.
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+/// Why the reader stopped.
+enum End {
+    /// Graceful: finish in-flight requests, write their replies, close.
+    Drain,
+    /// The writer is gone (client stopped reading or hung up).
+    WriterGone,
+    /// Protocol violation or read error: drop the connection now.
+    Abort(io::Error),
+}
+
+pub(crate) async fn run<D, S>(
+    device: Arc<D>,
+    params: ExportParams,
+    stream: S,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) -> io::Result<()>
+where
+    D: BlockDevice,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (tx, rx) = mpsc::channel(limits.reply_queue);
+    let mut writer = tokio::spawn(write_replies(rx, writer));
+    let conn = Conn {
+        device,
+        params,
+        tx,
+        ops: Arc::new(Semaphore::new(limits.max_in_flight)),
+        budget: Arc::new(Semaphore::new(limits.max_in_flight_bytes)),
+    };
+    let end = conn.read_requests(&mut reader, &mut shutdown).await;
+    // Tasks still running hold clones of the sender; the writer ends after the last one.
+    drop(conn);
+    match end {
+        End::Abort(e) => {
+            writer.abort();
+            Err(e)
+        }
+        End::Drain | End::WriterGone => {
+            let grace = limits.shutdown_grace;
+            tokio::select! {
+                joined = &mut writer => joined.unwrap_or_else(|e| Err(io::Error::other(e))),
+                () = async {
+                    shutdown_requested(&mut shutdown).await;
+                    tokio::time::sleep(grace).await;
+                } => {
+                    writer.abort();
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "in-flight requests outlived the shutdown grace"))
+                }
+            }
+        }
+    }
+}
+
+struct Conn<D> {
+    device: Arc<D>,
+    params: ExportParams,
+    tx: mpsc::Sender<Reply>,
+    ops: Arc<Semaphore>,
+    budget: Arc<Semaphore>,
+}
+
+impl<D: BlockDevice> Conn<D> {
+    async fn read_requests<R: AsyncRead + Unpin>(
+        &self,
+        reader: &mut R,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> End {
+        loop {
+            let mut buf = [0u8; REQUEST_HEADER_LEN];
+            tokio::select! {
+                biased;
+                () = shutdown_requested(shutdown) => return End::Drain,
+                () = self.tx.closed() => return End::WriterGone,
+                read = reader.read_exact(&mut buf) => match read {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return End::Drain,
+                    Err(e) => return End::Abort(e),
+                },
+            }
+            let hdr = match parse_request_header(&buf) {
+                Ok(hdr) => hdr,
+                Err(e) => return End::Abort(e.into()),
+            };
+            if hdr.command == Command::Disc {
+                return End::Drain;
+            }
+
+            // A WRITE's payload must be consumed even if the request is then refused.
+            let mut payload = Vec::new();
+            let mut budget = None;
+            if hdr.command == Command::Write {
+                if hdr.length as usize > MAX_PAYLOAD_BYTES {
+                    return End::Abort(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "NBD write payload too large",
+                    ));
+                }
+                let Some(permit) = self.take_budget(hdr.length, shutdown).await else {
+                    return End::Drain;
+                };
+                budget = Some(permit);
+                payload = vec![0u8; hdr.length as usize];
+                tokio::select! {
+                    biased;
+                    // Stuck mid-payload at shutdown: the request is lost, the stream unusable.
+                    () = shutdown_requested(shutdown) => return End::Drain,
+                    read = reader.read_exact(&mut payload) => if let Err(e) = read {
+                        return End::Abort(e);
+                    },
+                }
+            }
+
+            let op = match validate(&hdr, &self.params) {
+                Ok(op) => op,
+                Err(rejection) => {
+                    let reply = error_reply(
+                        hdr.cookie,
+                        self.params.structured,
+                        rejection.error,
+                        rejection.message,
+                    );
+                    if self.tx.send(reply).await.is_err() {
+                        return End::WriterGone;
+                    }
+                    continue;
+                }
+            };
+            if let Op::Read { length, .. } = op {
+                let Some(permit) = self.take_budget(length, shutdown).await else {
+                    return End::Drain;
+                };
+                budget = Some(permit);
+            }
+            let in_flight = tokio::select! {
+                biased;
+                () = shutdown_requested(shutdown) => return End::Drain,
+                permit = Arc::clone(&self.ops).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return End::WriterGone,
+                },
+            };
+            let device = Arc::clone(&self.device);
+            let tx = self.tx.clone();
+            let structured = self.params.structured;
+            let size = self.params.size;
+            tokio::spawn(async move {
+                let mut reply = execute(&*device, op, hdr.cookie, structured, size, payload).await;
+                reply._budget = budget;
+                // If the writer is gone the client is too; nothing to do with the reply.
+                let _ = tx.send(reply).await;
+                drop(in_flight);
+            });
+        }
+    }
+
+    /// Reserves `length` bytes of payload budget; `None` if shutdown came first.
+    async fn take_budget(
+        &self,
+        length: u32,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<OwnedSemaphorePermit> {
+        tokio::select! {
+            biased;
+            () = shutdown_requested(shutdown) => None,
+            permit = Arc::clone(&self.budget).acquire_many_owned(length) => permit.ok(),
+        }
+    }
+}
+
+/// Runs one validated request against the device and builds its reply.
+async fn execute<D: BlockDevice>(
+    device: &D,
+    op: Op,
+    cookie: u64,
+    structured: bool,
+    size: u64,
+    payload: Vec<u8>,
+) -> Reply {
+    let result = match op {
+        Op::Read { offset, length } => {
+            return match device.read(offset, length).await {
+                Ok(data) if data.len() == length as usize => {
+                    read_reply(cookie, structured, offset, data)
+                }
+                Ok(_) => error_reply(cookie, structured, EIO, "device returned a short read"),
+                Err(e) => error_reply(cookie, structured, error_code(&e), &e.to_string()),
+            };
+        }
+        Op::BlockStatus {
+            offset,
+            length,
+            req_one,
+        } => {
+            return match device.block_status(offset, length).await {
+                Ok(extents) => {
+                    match clamp_extents(extents, length, req_one, size.saturating_sub(offset)) {
+                        Some(extents) => {
+                            let mut header = Vec::with_capacity(24 + 8 * extents.len());
+                            encode_block_status_chunk(
+                                &mut header,
+                                cookie,
+                                ALLOCATION_CONTEXT_ID,
+                                &extents,
+                                true,
+                            );
+                            Reply {
+                                header,
+                                data: Vec::new(),
+                                _budget: None,
+                            }
+                        }
+                        None => error_reply(cookie, structured, EIO, "device returned no extents"),
+                    }
+                }
+                Err(e) => error_reply(cookie, structured, error_code(&e), &e.to_string()),
+            };
+        }
+        Op::Write { offset, fua } => {
+            if payload.is_empty() {
+                Ok(())
+            } else {
+                device.write(offset, payload, fua).await
+            }
+        }
+        Op::Flush => device.flush().await,
+        Op::Trim { length: 0, .. }
+        | Op::Cache { length: 0, .. }
+        | Op::WriteZeroes { length: 0, .. } => Ok(()),
+        Op::Trim {
+            offset,
+            length,
+            fua,
+        } => device.trim(offset, length, fua).await,
+        Op::Cache { offset, length } => device.cache(offset, length).await,
+        Op::WriteZeroes {
+            offset,
+            length,
+            fua,
+            no_hole,
+        } => device.write_zeroes(offset, length, fua, no_hole).await,
+    };
+    match result {
+        Ok(()) => {
+            let mut header = Vec::with_capacity(SIMPLE_REPLY_HEADER_LEN);
+            // A simple reply is allowed for payload-less success even with structured replies.
+            encode_simple_reply(&mut header, 0, cookie);
+            Reply {
+                header,
+                data: Vec::new(),
+                _budget: None,
+            }
+        }
+        Err(e) => error_reply(cookie, structured, error_code(&e), &e.to_string()),
+    }
+}
+
+fn read_reply(cookie: u64, structured: bool, offset: u64, data: Vec<u8>) -> Reply {
+    let mut header = Vec::with_capacity(CHUNK_HEADER_LEN + 8);
+    if !structured {
+        encode_simple_reply(&mut header, 0, cookie);
+    } else if data.is_empty() {
+        // OFFSET_DATA must carry at least one byte.
+        encode_none_chunk(&mut header, cookie);
+    } else if encode_offset_data_header(&mut header, cookie, offset, data.len(), true).is_err() {
+        return error_reply(cookie, structured, EOVERFLOW, "read too large");
+    }
+    Reply {
+        header,
+        data,
+        _budget: None,
+    }
+}
+
+fn error_reply(cookie: u64, structured: bool, error: u32, message: &str) -> Reply {
+    let mut header = Vec::new();
+    // Error value 0 would read as success; never send it for a failure.
+    let error = if error == 0 { EIO } else { error };
+    if structured {
+        encode_error_chunk(&mut header, cookie, error, message, true);
+    } else {
+        encode_simple_reply(&mut header, error, cookie);
+    }
+    Reply {
+        header,
+        data: Vec::new(),
+        _budget: None,
+    }
+}
+
+/// Makes a device's extent list valid for the wire: no empty extents, known flag bits
+/// only, no more extents than needed to cover `length`, nothing past `length` (nor past
+/// `to_end`, the distance to the export end), exactly one extent for REQ_ONE.
+fn clamp_extents(
+    extents: Vec<AllocationExtent>,
+    length: u32,
+    req_one: bool,
+    to_end: u64,
+) -> Option<Vec<AllocationExtent>> {
+    let limit = u64::from(length).min(to_end);
+    let max_count = if req_one { 1 } else { MAX_BLOCK_STATUS_EXTENTS };
+    let mut out = Vec::with_capacity(extents.len().min(max_count));
+    let mut covered = 0u64;
+    for e in extents {
+        if covered >= limit || out.len() >= max_count {
+            break;
+        }
+        if e.length_bytes == 0 {
+            continue;
+        }
+        let len = u64::from(e.length_bytes).min(limit - covered);
+        covered += len;
+        out.push(AllocationExtent {
+            length_bytes: len as u32,
+            flags: e.flags & (STATE_HOLE | STATE_ZERO),
+        });
+    }
+    if out.is_empty() { None } else { Some(out) }
+}
+
+/// The writer task: writes replies in queue order, flushing whenever the queue runs dry
+/// so that bursts of small replies share a syscall.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Reply>,
+    writer: W,
+) -> io::Result<()> {
+    let mut w = BufWriter::with_capacity(64 << 10, writer);
+    while let Some(reply) = rx.recv().await {
+        w.write_all(&reply.header).await?;
+        w.write_all(&reply.data).await?;
+        drop(reply);
+        if rx.is_empty() {
+            w.flush().await?;
+        }
+    }
+    w.flush().await?;
+    w.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(length_bytes: u32, flags: u32) -> AllocationExtent {
+        AllocationExtent {
+            length_bytes,
+            flags,
+        }
+    }
+
+    #[test]
+    fn extents_are_clamped() {
+        assert_eq!(clamp_extents(vec![], 10, false, 100), None);
+        assert_eq!(clamp_extents(vec![ext(0, 1)], 10, false, 100), None);
+        assert_eq!(
+            clamp_extents(
+                vec![ext(4, 1), ext(0, 0), ext(100, 0xff), ext(5, 2)],
+                10,
+                false,
+                100
+            ),
+            Some(vec![ext(4, 1), ext(6, 3)])
+        );
+        assert_eq!(
+            clamp_extents(vec![ext(4, 1), ext(4, 0)], 10, true, 100),
+            Some(vec![ext(4, 1)])
+        );
+        assert_eq!(
+            clamp_extents(vec![ext(40, 1)], 10, true, 100),
+            Some(vec![ext(10, 1)])
+        );
+        assert_eq!(
+            clamp_extents(vec![ext(40, 1)], 10, false, 3),
+            Some(vec![ext(3, 1)])
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! Shared helpers for the server tests: a minimal NBD client built on the crate's own
+//! `proto` encoders/parsers, and a test device wrapping `MemDevice` that can delay reads
+//! or fail on demand.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lsvd_nbd::mem_device::MemDevice;
+use lsvd_nbd::proto::consts::*;
+use lsvd_nbd::proto::handshake::*;
+use lsvd_nbd::proto::transmission::*;
+use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub const SIZE: usize = 1 << 20;
+
+/// `MemDevice` plus knobs: a slow read at one offset, and an error kind to fail with.
+pub struct TestDevice {
+    pub inner: MemDevice,
+    pub slow_read: Option<(u64, Duration)>,
+    pub fail_with: Mutex<Option<io::ErrorKind>>,
+    pub global_flush: bool,
+}
+
+impl TestDevice {
+    pub fn new(size: usize) -> Self {
+        TestDevice {
+            inner: MemDevice::new(size),
+            slow_read: None,
+            fail_with: Mutex::new(None),
+            global_flush: true,
+        }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        match *self.fail_with.lock().expect("lock") {
+            Some(kind) => Err(io::Error::new(kind, "injected failure")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl BlockDevice for TestDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_sizes(&self) -> BlockSizes {
+        self.inner.block_sizes()
+    }
+    fn flush_is_global(&self) -> bool {
+        self.global_flush
+    }
+    async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
+        if let Some((at, delay)) = self.slow_read
+            && at == offset
+        {
+            tokio::time::sleep(delay).await;
+        }
+        self.check()?;
+        self.inner.read(offset, length).await
+    }
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        self.check()?;
+        self.inner.write(offset, data, fua).await
+    }
+    async fn flush(&self) -> io::Result<()> {
+        self.check()?;
+        self.inner.flush().await
+    }
+    async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
+        self.check()?;
+        self.inner.trim(offset, length, fua).await
+    }
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> io::Result<()> {
+        self.check()?;
+        self.inner.write_zeroes(offset, length, fua, no_hole).await
+    }
+    async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
+        self.check()?;
+        self.inner.block_status(offset, length).await
+    }
+    async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
+        self.check()?;
+        self.inner.cache(offset, length).await
+    }
+}
+
+pub fn export(name: &str, device: TestDevice) -> Export<TestDevice> {
+    Export {
+        name: name.to_string(),
+        description: format!("{name} disk"),
+        device: Arc::new(device),
+    }
+}
+
+/// A server with exports "disk" (default) and "second", both `SIZE` bytes.
+pub fn two_export_server() -> Arc<Server<TestDevice>> {
+    Arc::new(Server::new(vec![
+        export("disk", TestDevice::new(SIZE)),
+        export("second", TestDevice::new(SIZE)),
+    ]))
+}
+
+/// A running connection: the client end, the server task and its shutdown switch.
+pub struct Conn {
+    pub client: Client<DuplexStream>,
+    pub server: JoinHandle<io::Result<()>>,
+    pub stop: watch::Sender<bool>,
+}
+
+pub fn connect<D: BlockDevice>(server: &Arc<Server<D>>) -> Conn {
+    let (stop, shutdown) = watch::channel(false);
+    let (client, server_end) = tokio::io::duplex(4 << 20);
+    let server = tokio::spawn(Arc::clone(server).handle_connection(server_end, shutdown));
+    Conn {
+        client: Client::new(client),
+        server,
+        stop,
+    }
+}
+
+/// Connects and negotiates structured replies, `base:allocation` and GO on export "".
+pub async fn connect_go<D: BlockDevice>(server: &Arc<Server<D>>, structured: bool) -> Conn {
+    let mut conn = connect(server);
+    conn.client.handshake().await;
+    if structured {
+        conn.client.structured_and_meta("").await;
+    }
+    conn.client.go("", &[]).await;
+    conn
+}
+
+/// One complete reply to a request.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reply {
+    pub cookie: u64,
+    pub error: u32,
+    pub data: Vec<u8>,
+    pub extents: Vec<AllocationExtent>,
+    pub message: String,
+    pub structured: bool,
+}
+
+pub struct Client<S> {
+    pub stream: S,
+    /// cookie -> READ length with simple replies (the only case needing context).
+    pending_reads: HashMap<u64, u32>,
+    partial: HashMap<u64, Reply>,
+    next_cookie: u64,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
+    pub fn new(stream: S) -> Self {
+        Client {
+            stream,
+            pending_reads: HashMap::new(),
+            partial: HashMap::new(),
+            next_cookie: 1,
+        }
+    }
+
+    pub async fn handshake(&mut self) {
+        self.handshake_with(ClientFlags {
+            fixed_newstyle: true,
+            no_zeroes: true,
+        })
+        .await;
+    }
+
+    pub async fn handshake_with(&mut self, flags: ClientFlags) {
+        let mut g = [0u8; GREETING_LEN];
+        self.stream.read_exact(&mut g).await.expect("greeting");
+        assert_eq!(parse_greeting(&g), Ok(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES));
+        self.stream
+            .write_all(&flags.encode())
+            .await
+            .expect("send flags");
+    }
+
+    pub async fn send_option(&mut self, option: u32, data: &[u8]) {
+        let mut out = Vec::new();
+        encode_option(&mut out, option, data);
+        self.stream.write_all(&out).await.expect("send option");
+    }
+
+    pub async fn read_option_reply(&mut self) -> io::Result<(OptionReplyHeader, Vec<u8>)> {
+        let mut h = [0u8; OPTION_REPLY_HEADER_LEN];
+        self.stream.read_exact(&mut h).await?;
+        let hdr = parse_option_reply_header(&h)?;
+        let mut data = vec![0u8; hdr.length as usize];
+        self.stream.read_exact(&mut data).await?;
+        Ok((hdr, data))
+    }
+
+    /// Sends an option and collects replies up to the final ACK or error.
+    pub async fn option(&mut self, option: u32, data: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        self.send_option(option, data).await;
+        let mut replies = Vec::new();
+        loop {
+            let (hdr, data) = self.read_option_reply().await.expect("option reply");
+            assert_eq!(hdr.option, option);
+            let last = hdr.reply_type == REP_ACK || hdr.reply_type & REP_FLAG_ERROR != 0;
+            replies.push((hdr.reply_type, data));
+            if last {
+                return replies;
+            }
+        }
+    }
+
+    pub async fn structured_and_meta(&mut self, export: &str) {
+        let r = self.option(OPT_STRUCTURED_REPLY, &[]).await;
+        assert_eq!(r, vec![(REP_ACK, vec![])]);
+        let mut data = Vec::new();
+        MetaContextRequest {
+            export_name: export.into(),
+            queries: vec!["base:allocation".into()],
+        }
+        .encode(&mut data);
+        let r = self.option(OPT_SET_META_CONTEXT, &data).await;
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            parse_meta_context(&r[0].1),
+            Ok((1, "base:allocation".to_string()))
+        );
+    }
+
+    /// `NBD_OPT_GO` (or INFO); returns the infos, panics unless it ends in ACK.
+    pub async fn go(&mut self, name: &str, requests: &[u16]) -> Vec<Info> {
+        self.info_or_go(OPT_GO, name, requests)
+            .await
+            .expect("GO accepted")
+    }
+
+    pub async fn info_or_go(
+        &mut self,
+        option: u32,
+        name: &str,
+        requests: &[u16],
+    ) -> Result<Vec<Info>, u32> {
+        let mut data = Vec::new();
+        InfoRequest {
+            name: name.into(),
+            requests: requests.to_vec(),
+        }
+        .encode(&mut data);
+        let replies = self.option(option, &data).await;
+        let mut infos = Vec::new();
+        for (ty, data) in replies {
+            match ty {
+                REP_INFO => infos.push(parse_info(&data).expect("valid info")),
+                REP_ACK => return Ok(infos),
+                err => return Err(err),
+            }
+        }
+        unreachable!("option() stops at ACK or error")
+    }
+
+    pub async fn send(
+        &mut self,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> u64 {
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        self.send_raw(
+            RequestHeader {
+                flags,
+                command,
+                cookie,
+                offset,
+                length,
+            },
+            payload,
+        )
+        .await;
+        cookie
+    }
+
+    pub async fn send_raw(&mut self, hdr: RequestHeader, payload: &[u8]) {
+        if hdr.command == Command::Read {
+            self.pending_reads.insert(hdr.cookie, hdr.length);
+        }
+        let mut out = hdr.encode().to_vec();
+        out.extend_from_slice(payload);
+        self.stream.write_all(&out).await.expect("send request");
+    }
+
+    /// Reads until some request's reply is complete and returns it.
+    pub async fn reply(&mut self) -> io::Result<Reply> {
+        loop {
+            let mut magic = [0u8; 4];
+            self.stream.read_exact(&mut magic).await?;
+            let magic_value = u32::from_be_bytes(magic);
+            if magic_value == SIMPLE_REPLY_MAGIC {
+                let mut h = [0u8; SIMPLE_REPLY_HEADER_LEN];
+                h[..4].copy_from_slice(&magic);
+                self.stream.read_exact(&mut h[4..]).await?;
+                let (error, cookie) = parse_simple_reply(&h)?;
+                let len = self.pending_reads.remove(&cookie).unwrap_or(0);
+                let mut data = Vec::new();
+                if error == 0 {
+                    data = vec![0u8; len as usize];
+                    self.stream.read_exact(&mut data).await?;
+                }
+                return Ok(Reply {
+                    cookie,
+                    error,
+                    data,
+                    ..Reply::default()
+                });
+            }
+            let mut h = [0u8; CHUNK_HEADER_LEN];
+            h[..4].copy_from_slice(&magic);
+            self.stream.read_exact(&mut h[4..]).await?;
+            let chunk = parse_chunk_header(&h)?;
+            let mut payload = vec![0u8; chunk.length as usize];
+            self.stream.read_exact(&mut payload).await?;
+            let entry = self.partial.entry(chunk.cookie).or_insert_with(|| Reply {
+                cookie: chunk.cookie,
+                structured: true,
+                ..Reply::default()
+            });
+            match chunk.reply_type {
+                REPLY_TYPE_NONE => assert!(payload.is_empty()),
+                REPLY_TYPE_OFFSET_DATA => entry.data.extend_from_slice(&payload[8..]),
+                REPLY_TYPE_BLOCK_STATUS => {
+                    let (id, extents) = parse_block_status(&payload)?;
+                    assert_eq!(id, 1);
+                    entry.extents = extents;
+                }
+                REPLY_TYPE_ERROR => {
+                    let (error, message) = parse_error_chunk(&payload)?;
+                    entry.error = error;
+                    entry.message = message;
+                }
+                other => panic!("unexpected chunk type {other}"),
+            }
+            if chunk.flags & REPLY_FLAG_DONE != 0 {
+                self.pending_reads.remove(&chunk.cookie);
+                return Ok(self.partial.remove(&chunk.cookie).expect("just inserted"));
+            }
+        }
+    }
+
+    /// Sends one request and waits for its reply (nothing else in flight).
+    pub async fn call(
+        &mut self,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> Reply {
+        let cookie = self.send(command, flags, offset, length, payload).await;
+        let reply = self.reply().await.expect("reply");
+        assert_eq!(reply.cookie, cookie);
+        reply
+    }
+
+    /// True once the server has closed its end (reads EOF).
+    pub async fn is_closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut byte)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+}

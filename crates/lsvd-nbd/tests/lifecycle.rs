@@ -1,0 +1,201 @@
+//! Connection lifecycle: disconnect, protocol violations, shutdown, real listeners.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use lsvd_nbd::proto::transmission::{Command, RequestHeader};
+use lsvd_nbd::{Limits, Server};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+fn slow_server(delay_ms: u64) -> Arc<Server<TestDevice>> {
+    let mut dev = TestDevice::new(SIZE);
+    dev.slow_read = Some((0, Duration::from_millis(delay_ms)));
+    Arc::new(Server::new(vec![export("d", dev)]))
+}
+
+#[tokio::test]
+async fn disc_finishes_in_flight_requests_then_closes() {
+    let server = slow_server(200);
+    let mut c = connect_go(&server, true).await;
+    let read = c.client.send(Command::Read, 0, 0, 4096, &[]).await;
+    c.client.send(Command::Disc, 0, 0, 0, &[]).await;
+    let r = c
+        .client
+        .reply()
+        .await
+        .expect("in-flight reply before close");
+    assert_eq!((r.cookie, r.error, r.data.len()), (read, 0, 4096));
+    assert!(c.client.is_closed().await);
+    assert!(c.server.await.expect("no panic").is_ok());
+}
+
+#[tokio::test]
+async fn bad_magic_closes_only_that_connection() {
+    let server = two_export_server();
+    let mut good = connect_go(&server, false).await;
+    let mut bad = connect_go(&server, false).await;
+    let mut header = RequestHeader {
+        flags: 0,
+        command: Command::Read,
+        cookie: 1,
+        offset: 0,
+        length: 512,
+    }
+    .encode();
+    header[0] ^= 0xff;
+    bad.client.stream.write_all(&header).await.expect("send");
+    assert!(bad.client.is_closed().await);
+    assert!(bad.server.await.expect("no panic").is_err());
+    let r = good.client.call(Command::Read, 0, 0, 512, &[]).await;
+    assert_eq!((r.error, r.data.len()), (0, 512));
+}
+
+#[tokio::test]
+async fn shutdown_answers_in_flight_requests_then_closes() {
+    let server = slow_server(300);
+    let mut c = connect_go(&server, false).await;
+    let read = c.client.send(Command::Read, 0, 0, 4096, &[]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.stop.send(true).expect("server listening");
+    let r = c.client.reply().await.expect("reply written before close");
+    assert_eq!((r.cookie, r.error), (read, 0));
+    assert!(c.client.is_closed().await);
+    assert!(c.server.await.expect("no panic").is_ok());
+}
+
+#[tokio::test]
+async fn shutdown_during_handshake_closes() {
+    let server = two_export_server();
+    let mut c = connect(&server);
+    c.client.handshake().await;
+    c.stop.send(true).expect("server listening");
+    assert!(c.client.is_closed().await);
+    assert!(c.server.await.expect("no panic").is_ok());
+}
+
+#[tokio::test]
+async fn shutdown_grace_bounds_a_client_that_stops_reading() {
+    let dev = TestDevice::new(SIZE);
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = Arc::new(Server::with_limits(vec![export("d", dev)], limits));
+    let (stop, shutdown) = watch::channel(false);
+    // A tiny pipe the client never reads: the writer blocks on the 1 MiB reply.
+    let (mut client_end, server_end) = tokio::io::duplex(1024);
+    let task = tokio::spawn(Arc::clone(&server).handle_connection(server_end, shutdown));
+    let mut client = Client::new(&mut client_end);
+    client.handshake().await;
+    client.go("", &[]).await;
+    client.send(Command::Read, 0, 0, 1 << 20, &[]).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.send(true).expect("server listening");
+    let joined = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("gave up after the grace period");
+    assert!(joined.expect("no panic").is_err());
+}
+
+#[tokio::test]
+async fn serve_tcp_and_unix_together_then_shut_down() {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lsvd-nbd-test-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sock = dir.join("nbd.sock");
+
+    let server = two_export_server();
+    let (stop, shutdown) = watch::channel(false);
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind tcp");
+    let addr = tcp.local_addr().expect("addr");
+    let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
+    let tcp_task = tokio::spawn(Arc::clone(&server).serve_tcp(tcp, shutdown.clone()));
+    let unix_task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
+
+    let mut a = Client::new(
+        tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connect tcp"),
+    );
+    a.handshake().await;
+    a.go("", &[]).await;
+    let mut b = Client::new(
+        tokio::net::UnixStream::connect(&sock)
+            .await
+            .expect("connect unix"),
+    );
+    b.handshake().await;
+    b.go("", &[]).await;
+    assert_eq!(a.call(Command::Write, 0, 0, 512, &[5; 512]).await.error, 0);
+    let r = b.call(Command::Read, 0, 0, 512, &[]).await;
+    assert_eq!(r.data, vec![5; 512]);
+
+    stop.send(true).expect("servers listening");
+    let wait = Duration::from_secs(5);
+    tokio::time::timeout(wait, tcp_task)
+        .await
+        .expect("tcp serve returned")
+        .expect("no panic")
+        .expect("ok");
+    tokio::time::timeout(wait, unix_task)
+        .await
+        .expect("unix serve returned")
+        .expect("no panic")
+        .expect("ok");
+    assert!(a.is_closed().await);
+    assert!(b.is_closed().await);
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn idle_handshake_times_out() {
+    let limits = Limits {
+        handshake_timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let server = Arc::new(Server::with_limits(
+        vec![export("d", TestDevice::new(SIZE))],
+        limits,
+    ));
+    let mut c = connect(&server);
+    c.client.handshake().await;
+    assert!(c.client.is_closed().await);
+    let err = c.server.await.expect("no panic").expect_err("timed out");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+}
+
+#[tokio::test]
+async fn absurd_limits_are_clamped() {
+    let limits = Limits {
+        max_connections: 0,
+        max_in_flight: usize::MAX,
+        max_in_flight_bytes: 0,
+        reply_queue: 0,
+        ..Limits::default()
+    };
+    let server = Arc::new(Server::with_limits(
+        vec![export("d", TestDevice::new(SIZE))],
+        limits,
+    ));
+    let mut c = connect_go(&server, true).await;
+    assert_eq!(
+        c.client
+            .call(Command::Read, 0, 0, 1 << 20, &[])
+            .await
+            .data
+            .len(),
+        1 << 20
+    );
+}
