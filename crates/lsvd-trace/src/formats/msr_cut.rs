@@ -1,0 +1,51 @@
+//! MSR Cambridge cuts as produced by the Heimdall/FlashNet pipeline (and
+//! read by its replayer), whitespace-separated:
+//!
+//! `time device offset size type`
+//!
+//! * time: milliseconds, decimal (`223.412`) → ns (sub-ns digits dropped).
+//! * Volume key: `device` (integer), named `dev{n}`.
+//! * offset and size: bytes.
+//! * type: `1` = read, `0` = write.
+//!
+//! Bad: not exactly 5 fields, a non-number, a type other than 0/1.
+
+use super::{Line, Record, binary_op};
+use crate::Op;
+use crate::numbers::{Why, decimal_field, split_ws_exact, u64_field};
+use crate::volumes::VolumeKey;
+
+/// Decimal digits of a millisecond that make nanoseconds.
+const MS_TO_NS_DIGITS: u32 = 6;
+
+pub(crate) fn parse(line: &[u8]) -> Result<Line<'_>, Why> {
+    let [time, device, offset, size, kind] = split_ws_exact::<5>(line)?;
+    Ok(Line::Record(Record {
+        time_ns: decimal_field(time, MS_TO_NS_DIGITS, "time (ms)")?,
+        volume: VolumeKey::Num(u64_field(device, "device")?),
+        op: binary_op(kind, Op::Read, Op::Write, "type")?,
+        offset: u64_field(offset, "offset")?,
+        length: u64_field(size, "size")?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_line() {
+        assert_eq!(
+            parse(b"223.412 0 3159347200 36864 0"),
+            Ok(Line::Record(Record {
+                time_ns: 223_412_000,
+                volume: VolumeKey::Num(0),
+                op: Op::Write,
+                offset: 3_159_347_200,
+                length: 36864,
+            }))
+        );
+        assert!(parse(b"1.0 0 0 4096 2").is_err());
+        assert!(parse(b"1.0 0 0 4096").is_err());
+    }
+}
