@@ -30,16 +30,7 @@ pub struct RecoveryPlan {
 /// The consecutive run of sequence numbers starting at `start`, from sorted `seqs`.
 fn run_from(seqs: &[u64], start: u64) -> Vec<u64> {
     let from = seqs.partition_point(|&s| s < start);
-    let mut out = Vec::new();
-    let mut expect = start;
-    for &s in &seqs[from..] {
-        if s != expect {
-            break;
-        }
-        out.push(s);
-        expect += 1;
-    }
-    out
+    seqs[from..].iter().zip(start..).take_while(|(s, expect)| **s == *expect).map(|(s, _)| *s).collect()
 }
 
 pub fn plan_recovery(listed: &[ListedObject]) -> RecoveryPlan {

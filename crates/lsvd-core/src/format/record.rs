@@ -15,7 +15,8 @@
 //!     40    4 extent count
 //!     44    4 data sectors (sum of data extents)
 //!     48    4 crc32c over header (this field zero) then data
-//!     52   12 reserved (0)
+//!     52    4 crc32c of the previous record in the log (0 for the first)
+//!     56    8 reserved (0)
 //!     64 16*n extents: lba u64, sectors u32, kind u32 (0 data, 1 zero)
 //! ```
 
@@ -57,6 +58,7 @@ pub struct RecordHeader {
     pub header_bytes: u32,
     pub data_sectors: u32,
     pub crc: u32,
+    pub prev_crc: u32,
 }
 
 impl RecordHeader {
@@ -84,7 +86,13 @@ pub fn record_bytes_for(extent_count: usize, data_bytes: u64) -> u64 {
 
 /// Encode a record: header, data, padding. `data` is the concatenation of the data
 /// extents' bytes in order. Returns the bytes to append to the log.
-pub fn encode_record(volume: VolumeId, seq: u64, extents: &[RecordExtent], data: &[u8]) -> Vec<u8> {
+pub fn encode_record(
+    volume: VolumeId,
+    seq: u64,
+    prev_crc: u32,
+    extents: &[RecordExtent],
+    data: &[u8],
+) -> Vec<u8> {
     let data_sectors: u64 = extents
         .iter()
         .filter(|e| e.kind == ExtentKind::Data)
@@ -107,7 +115,8 @@ pub fn encode_record(volume: VolumeId, seq: u64, extents: &[RecordExtent], data:
     w.u32(extents.len() as u32);
     w.u32(data_sectors as u32);
     w.u32(0); // crc, filled below
-    w.zeros(12);
+    w.u32(prev_crc);
+    w.zeros(8);
     for e in extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -137,7 +146,8 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     let extent_count = r.u32()?;
     let data_sectors = r.u32()?;
     let crc = r.u32()?;
-    r.take(12)?;
+    let prev_crc = r.u32()?;
+    r.take(8)?;
     if extent_count > MAX_RECORD_EXTENTS {
         return Err(invalid(
             WHAT,
@@ -178,6 +188,7 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
         header_bytes,
         data_sectors,
         crc,
+        prev_crc,
     })
 }
 
@@ -222,7 +233,7 @@ mod tests {
                 kind: ExtentKind::Zero,
             },
         ];
-        encode_record(VolumeId([7; 16]), 42, &extents, &[0xAB; 512])
+        encode_record(VolumeId([7; 16]), 42, 0x0102_0304, &extents, &[0xAB; 512])
     }
 
     #[test]
@@ -234,11 +245,12 @@ mod tests {
         assert_eq!(h.header_bytes, 4096);
         assert_eq!(h.data_sectors, 1);
         assert_eq!(h.extents.len(), 2);
+        assert_eq!(h.prev_crc, 0x0102_0304);
         verify_record(&h, &buf).expect("crc ok");
         assert_eq!(&buf[4096..4096 + 512], &[0xAB; 512][..]);
     }
 
-    const GOLDEN_CRC: u32 = 0xef64_8080;
+    const GOLDEN_CRC: u32 = 0x6491_9ac2;
 
     #[test]
     fn golden_header_bytes() {
@@ -252,7 +264,8 @@ mod tests {
             2, 0, 0, 0, // extents
             1, 0, 0, 0, // data sectors
             buf[48], buf[49], buf[50], buf[51], // crc (checked below)
-            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            4, 3, 2, 1, // previous record's crc
+            0, 0, 0, 0, 0, 0, 0, 0,
         ];
         assert_eq!(&buf[..64], &expected_prefix[..]);
         assert_eq!(

@@ -1,0 +1,67 @@
+//! The cache device: a local file (or block device) holding the write log.
+//!
+//! A narrow trait so tests can substitute a device that loses unsynced writes on a
+//! simulated power failure. Positional I/O only; `sync` is `fdatasync`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+pub trait CacheDevice: Send + Sync + 'static {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make every completed write durable.
+    fn sync(&self) -> io::Result<()>;
+    fn size_bytes(&self) -> u64;
+}
+
+pub struct FileCache {
+    file: File,
+    size_bytes: u64,
+}
+
+impl FileCache {
+    /// Open `path`, creating and preallocating it to `size_bytes` if it does not exist.
+    /// An existing file keeps its size.
+    pub fn open_or_create(path: &Path, size_bytes: u64) -> io::Result<(Self, bool)> {
+        let created = !path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if created {
+            // SAFETY: plain syscall on a valid, owned file descriptor.
+            let rc =
+                unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size_bytes as libc::off_t) };
+            if rc != 0 {
+                // Filesystems without fallocate still get a file of the right size.
+                file.set_len(size_bytes)?;
+            }
+            file.sync_all()?;
+            if let Some(dir) = path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+        }
+        let size_bytes = file.metadata()?.len();
+        Ok((FileCache { file, size_bytes }, created))
+    }
+}
+
+impl CacheDevice for FileCache {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+}

@@ -1,0 +1,91 @@
+//! `lsvd create`, `lsvd list`, `lsvd info`.
+
+use super::Common;
+use crate::engine;
+use crate::size::{format_size, parse_size};
+use crate::store::{DynStore, open_store};
+
+pub(super) fn store(common: &Common) -> Result<DynStore, String> {
+    open_store(&common.store_url())
+}
+
+pub async fn create(common: &Common, name: &str, size: &str) -> Result<(), String> {
+    let size_bytes = parse_size(size)?;
+    if size_bytes == 0 || size_bytes % 4096 != 0 {
+        return Err(format!("--size {size}: must be a positive multiple of 4K"));
+    }
+    let store = store(common)?;
+    let meta = engine::create_volume(&store, name, size_bytes)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "created volume {name}: {} (id {}) in {}",
+        format_size(size_bytes),
+        meta.volume,
+        store.describe()
+    );
+    Ok(())
+}
+
+pub async fn list(common: &Common) -> Result<(), String> {
+    let store = store(common)?;
+    let names = engine::list_volumes(&store)
+        .await
+        .map_err(|e| e.to_string())?;
+    if names.is_empty() {
+        eprintln!(
+            "no volumes in {} (create one with: lsvd create NAME --size 20G)",
+            store.describe()
+        );
+    }
+    for name in names {
+        match engine::read_meta(&store, &name).await {
+            Ok(meta) => println!("{name}\t{}", format_size(meta.size_bytes)),
+            Err(e) => println!("{name}\t(unreadable: {e})"),
+        }
+    }
+    Ok(())
+}
+
+pub async fn info(common: &Common, name: &str, json: bool) -> Result<(), String> {
+    let store = store(common)?;
+    let info = engine::inspect_volume(&store, name)
+        .await
+        .map_err(|e| e.to_string())?;
+    if json {
+        let text = serde_json::to_string_pretty(&info).map_err(|e| e.to_string())?;
+        println!("{text}");
+        return Ok(());
+    }
+    println!("volume:        {}", info.name);
+    println!("id:            {}", info.volume_id);
+    println!(
+        "size:          {} ({} bytes)",
+        format_size(info.size_bytes),
+        info.size_bytes
+    );
+    println!("live data:     {}", format_size(info.live_bytes));
+    println!("store data:    {}", format_size(info.store_bytes));
+    println!("utilization:   {:.1}%", info.utilization * 100.0);
+    println!("objects:       {}", info.objects);
+    println!("map extents:   {}", info.map_extents);
+    match info.checkpoint_seq {
+        Some(c) => println!(
+            "checkpoint:    {c:016x}{}",
+            if info.closed_cleanly {
+                " (closed cleanly)"
+            } else {
+                ""
+            }
+        ),
+        None => println!("checkpoint:    none"),
+    }
+    println!("next object:   {:016x}", info.next_object_seq);
+    if !info.stranded_objects.is_empty() {
+        println!(
+            "stranded:      {} objects past a gap (removed at next open)",
+            info.stranded_objects.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! Command-line interface: argument definitions and dispatch.
+
+mod admin;
+mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::{EngineConfig, RecoveryMode};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lsvd",
+    version,
+    about = "A log-structured virtual disk: NBD in front, a write log on local SSD, an object store behind.",
+    long_about = "lsvd serves virtual disks over NBD. Writes are appended to a write log on a local \
+disk (a FLUSH costs one fdatasync) and batched into immutable objects in an object store (a local \
+directory by default). A volume is defined by what is in the store; the local data directory is a \
+cache that can be rebuilt from the store.\n\nQuick start:\n  lsvd serve                      # creates disk0 (16 GiB) on first start\n  nbdinfo nbd://127.0.0.1:10809/disk0",
+    after_help = "Environment: LSVD_DATA sets --data, LSVD_STORE sets --store, LSVD_LOG=debug|info|warn|error sets the log level."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Directory for local state (write logs, lock). Disposable: the store defines the volume.
+    #[arg(long, global = true, env = "LSVD_DATA", default_value = "./lsvd-data")]
+    pub data: PathBuf,
+    /// Where volumes live: file:///path or a plain path. Default: file://<DATA>/store.
+    #[arg(long, global = true, env = "LSVD_STORE")]
+    pub store: Option<String>,
+}
+
+impl Common {
+    pub fn store_url(&self) -> String {
+        self.store
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.data.join("store").display()))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a volume in the store.
+    Create {
+        /// Volume name: 1-64 characters of A-Z a-z 0-9 . _ -
+        name: String,
+        /// Size, e.g. 20G, 512M (binary units). Must be a multiple of 4 KiB.
+        #[arg(long)]
+        size: String,
+    },
+    /// Serve volumes over NBD until interrupted (Ctrl-C drains and shuts down cleanly).
+    Serve(ServeArgs),
+    /// List the volumes in the store.
+    List,
+    /// Show a volume's size, space use and recovery state, read from the store.
+    Info {
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Volumes to serve, one NBD export each; the first is also the default export.
+    /// With none, serves `disk0`, creating it (16 GiB) if the store has no volumes.
+    pub names: Vec<String>,
+    /// TCP address to listen on. Default 127.0.0.1:10809 unless only --socket is given.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Unix socket path to listen on (a stale socket from a crashed server is replaced).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Client bytes per object before it is uploaded.
+    #[arg(long, default_value = "8M")]
+    pub batch_size: String,
+    /// Upload a partial batch after this many milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub batch_timeout_ms: u64,
+    /// Size of each volume's write-log file (made on first start).
+    #[arg(long, default_value = "1G")]
+    pub log_size: String,
+    /// Object uploads in flight per volume.
+    #[arg(long, default_value_t = 4)]
+    pub uploads: usize,
+    /// Write a checkpoint every this many objects.
+    #[arg(long, default_value_t = 64)]
+    pub checkpoint_every: u64,
+    /// `strict` refuses to start if acknowledged data is missing; `accept-prefix` starts
+    /// from the longest recoverable prefix and says what was dropped.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "accept-prefix"])]
+    pub recovery_mode: String,
+}
+
+impl EngineArgs {
+    pub fn to_config(&self) -> Result<EngineConfig, String> {
+        let batch_size_bytes = crate::size::parse_size(&self.batch_size)?;
+        if !(4096..=1 << 30).contains(&batch_size_bytes) {
+            return Err("--batch-size must be between 4K and 1G".into());
+        }
+        let log_size_bytes = crate::size::parse_size(&self.log_size)?;
+        if log_size_bytes < crate::engine::config::MIN_LOG_SIZE_BYTES {
+            return Err("--log-size must be at least 16M".into());
+        }
+        if self.uploads == 0 || self.uploads > 256 {
+            return Err("--uploads must be between 1 and 256".into());
+        }
+        Ok(EngineConfig {
+            batch_size_bytes,
+            batch_timeout_ms: self.batch_timeout_ms.max(1),
+            uploads_in_flight: self.uploads,
+            log_size_bytes,
+            checkpoint_every_objects: self.checkpoint_every.max(1),
+            recovery_mode: if self.recovery_mode == "accept-prefix" {
+                RecoveryMode::AcceptPrefix
+            } else {
+                RecoveryMode::Strict
+            },
+            ..EngineConfig::default()
+        })
+    }
+}
+
+pub fn run(cli: Cli) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start runtime: {e}"))?;
+    let common = cli.common;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Create { name, size } => admin::create(&common, &name, &size).await,
+            Command::Serve(args) => serve::serve(&common, args).await,
+            Command::List => admin::list(&common).await,
+            Command::Info { name, json } => admin::info(&common, &name, json).await,
+        }
+    })
+}

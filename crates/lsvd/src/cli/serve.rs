@@ -1,0 +1,219 @@
+//! `lsvd serve`: open volumes, serve them over NBD, shut down cleanly on a signal.
+
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use lsvd_nbd::server::{Export, Server};
+
+use super::{Common, ServeArgs};
+use crate::engine::{self, Volume};
+use crate::nbd_device::NbdVolume;
+use crate::size::format_size;
+
+const DEFAULT_VOLUME: &str = "disk0";
+const DEFAULT_SIZE_BYTES: u64 = 16 << 30;
+const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+
+/// Hold an exclusive lock on the data directory for the life of the process.
+fn lock_data_dir(dir: &Path) -> Result<File, String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+    let path = dir.join("lock");
+    let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a valid descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(format!(
+            "data directory {} is in use by another lsvd process",
+            dir.display()
+        ));
+    }
+    Ok(f)
+}
+
+/// Bind a Unix socket, replacing a stale socket file left by a crashed server.
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
+    if path.exists() {
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(format!(
+                    "socket {} is in use by a running server",
+                    path.display()
+                ));
+            }
+            Err(_) => std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?,
+        }
+    }
+    tokio::net::UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+}
+
+pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
+    let config = args.engine.to_config()?;
+    let _lock = lock_data_dir(&common.data)?;
+    let store = super::admin::store(common)?;
+    let mut names = args.names.clone();
+    if names.is_empty() {
+        names.push(DEFAULT_VOLUME.to_string());
+        match engine::read_meta(&store, DEFAULT_VOLUME).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                eprintln!(
+                    "lsvd: created volume {DEFAULT_VOLUME} ({}) in {}",
+                    format_size(DEFAULT_SIZE_BYTES),
+                    store.describe()
+                );
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for n in &names {
+        if !seen.insert(n) {
+            return Err(format!("volume {n} named twice"));
+        }
+    }
+
+    let mut volumes: Vec<Arc<Volume>> = Vec::new();
+    let mut exports = Vec::new();
+    for name in &names {
+        let opened = engine::open_volume(store.clone(), name, &common.data, config.clone()).await;
+        let (volume, report) = match opened {
+            Ok(v) => v,
+            Err(e) => {
+                for v in &volumes {
+                    let _ = v.shutdown().await;
+                }
+                return Err(e.to_string());
+            }
+        };
+        if report.log_records_replayed > 0
+            || report.objects_replayed > 0
+            || !report.stranded_deleted.is_empty()
+        {
+            eprintln!(
+                "lsvd: recovered {name}: {} objects replayed, {} write-log records ({}) replayed, {} stranded objects removed",
+                report.objects_replayed,
+                report.log_records_replayed,
+                format_size(report.log_bytes_replayed),
+                report.stranded_deleted.len()
+            );
+        }
+        let log_capacity = volume.status().log_capacity_bytes;
+        exports.push(Export {
+            name: name.clone(),
+            description: format!("lsvd volume {name}"),
+            device: Arc::new(NbdVolume::new(volume.clone(), log_capacity)),
+        });
+        volumes.push(volume);
+    }
+
+    let server = Arc::new(Server::new(exports));
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let listen = match (&args.listen, &args.socket) {
+        (Some(l), _) => Some(l.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(DEFAULT_LISTEN.to_string()),
+    };
+    let mut tasks = Vec::new();
+    if let Some(addr) = &listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        let s = server.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move { s.serve_tcp(listener, rx).await }));
+        eprintln!("lsvd: serving {} on nbd://{local}", names.join(", "));
+        eprintln!(
+            "  qemu:       qemu-system-x86_64 -drive file=nbd://{local}/{},format=raw,cache=none ...",
+            names[0]
+        );
+        eprintln!("  nbdinfo:    nbdinfo nbd://{local}/{}", names[0]);
+        eprintln!(
+            "  nbdfuse:    mkdir -p mnt && nbdfuse mnt/ nbd://{local}/{}   # then mnt/nbd is the disk",
+            names[0]
+        );
+        eprintln!(
+            "  nbd-client: nbd-client {} {} /dev/nbd0 -N {}",
+            local.ip(),
+            local.port(),
+            names[0]
+        );
+    }
+    if let Some(path) = &args.socket {
+        let listener = bind_unix(path)?;
+        let s = server.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(
+            async move { s.serve_unix(listener, rx).await },
+        ));
+        eprintln!(
+            "lsvd: serving {} on unix socket {}",
+            names.join(", "),
+            path.display()
+        );
+        eprintln!(
+            "  nbdinfo:    nbdinfo 'nbd+unix:///{}?socket={}'",
+            names[0],
+            path.display()
+        );
+        eprintln!(
+            "  qemu:       -drive file=nbd+unix:///{}?socket={},format=raw",
+            names[0],
+            path.display()
+        );
+    }
+    eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
+
+    wait_for_signal().await;
+    eprintln!("lsvd: shutting down: draining connections");
+    let _ = shutdown_tx.send(true);
+    for t in tasks {
+        match t.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("lsvd: listener ended with error: {e}"),
+            Err(e) => eprintln!("lsvd: listener task failed: {e}"),
+        }
+    }
+    let mut result = Ok(());
+    for v in &volumes {
+        eprintln!("lsvd: uploading and checkpointing {}", v.meta().name);
+        if let Err(e) = v.shutdown().await {
+            result = Err(format!(
+                "volume {} did not shut down cleanly: {e}",
+                v.meta().name
+            ));
+        }
+    }
+    if let Some(path) = &args.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    if result.is_ok() {
+        eprintln!("lsvd: stopped cleanly");
+    }
+    result
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let term_fut = async {
+        match term.as_mut() {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term_fut => {}
+    }
+}

@@ -1,0 +1,44 @@
+//! Tunables of a running volume, with their defaults.
+
+/// Engine settings. Defaults suit a VM disk on a local SSD.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Client bytes per object before it is closed. Default: 8 MiB.
+    pub batch_size_bytes: u64,
+    /// A non-empty batch is closed after this long even if not full. Default: 2000 ms.
+    pub batch_timeout_ms: u64,
+    /// Object uploads in flight at once. Default: 4. Minimum: 1.
+    pub uploads_in_flight: usize,
+    /// Size of the write-log file, made on first start. Default: 1 GiB. Minimum: 16 MiB.
+    pub log_size_bytes: u64,
+    /// Most client bytes grouped into one log record. Default: 4 MiB.
+    pub group_commit_max_bytes: u64,
+    /// Write a checkpoint after this many objects. Default: 64.
+    pub checkpoint_every_objects: u64,
+    /// Accept a shorter prefix than the cache promises (operator override).
+    pub recovery_mode: RecoveryMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryMode {
+    /// Refuse to start if anything acknowledged cannot be recovered.
+    Strict,
+    /// Start from the longest prefix that can be recovered, reporting what was lost.
+    AcceptPrefix,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            batch_size_bytes: 8 << 20,
+            batch_timeout_ms: 2000,
+            uploads_in_flight: 4,
+            log_size_bytes: 1 << 30,
+            group_commit_max_bytes: 4 << 20,
+            checkpoint_every_objects: 64,
+            recovery_mode: RecoveryMode::Strict,
+        }
+    }
+}
+
+pub const MIN_LOG_SIZE_BYTES: u64 = 16 << 20;

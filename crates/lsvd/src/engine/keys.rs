@@ -1,0 +1,78 @@
+//! Names of a volume's objects in the store.
+//!
+//! ```text
+//! <volume>/meta                     volume metadata (put-if-absent, written once)
+//! <volume>/obj/<seq:016x>.d         data object
+//! <volume>/obj/<seq:016x>.g         GC output object
+//! <volume>/obj/<seq:016x>.c         checkpoint object
+//! ```
+//! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
+
+use lsvd_core::format::object::ObjectKind;
+
+pub fn meta_key(volume: &str) -> String {
+    format!("{volume}/meta")
+}
+
+pub fn objects_prefix(volume: &str) -> String {
+    format!("{volume}/obj/")
+}
+
+pub fn object_key(volume: &str, seq: u64, kind: ObjectKind) -> String {
+    let suffix = match kind {
+        ObjectKind::Data => 'd',
+        ObjectKind::Gc => 'g',
+        ObjectKind::Checkpoint => 'c',
+    };
+    format!("{volume}/obj/{seq:016x}.{suffix}")
+}
+
+/// Parse the last path component of an object key.
+pub fn parse_object_name(key: &str) -> Option<(u64, ObjectKind)> {
+    let name = key.rsplit('/').next()?;
+    let (hex, suffix) = name.split_once('.')?;
+    if hex.len() != 16 {
+        return None;
+    }
+    let seq = u64::from_str_radix(hex, 16).ok()?;
+    let kind = match suffix {
+        "d" => ObjectKind::Data,
+        "g" => ObjectKind::Gc,
+        "c" => ObjectKind::Checkpoint,
+        _ => return None,
+    };
+    Some((seq, kind))
+}
+
+/// Volume names: 1 to 64 characters of `[A-Za-z0-9._-]`, not starting with a dot.
+pub fn validate_volume_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid volume name '{name}': use 1-64 characters from A-Z a-z 0-9 . _ - (not starting with '.')"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let k = object_key("disk0", 0x2a, ObjectKind::Checkpoint);
+        assert_eq!(k, "disk0/obj/000000000000002a.c");
+        assert_eq!(parse_object_name(&k), Some((0x2a, ObjectKind::Checkpoint)));
+        assert_eq!(parse_object_name("disk0/obj/2a.d"), None);
+        assert!(validate_volume_name("disk0").is_ok());
+        assert!(validate_volume_name("../x").is_err());
+        assert!(validate_volume_name("").is_err());
+    }
+}

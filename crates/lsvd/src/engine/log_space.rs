@@ -1,0 +1,165 @@
+//! Space accounting for the circular write log.
+//!
+//! Records are appended at the head and freed from the tail, in sequence order, once
+//! the object store holds their data. A record never straddles the end of the region:
+//! if it does not fit, the head wraps to the start (recovery knows to look there).
+
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRecordSpan {
+    pub seq: u64,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct LogSpace {
+    start: u64,
+    end: u64,
+    head: u64,
+    records: VecDeque<LogRecordSpan>,
+    used_bytes: u64,
+}
+
+impl LogSpace {
+    pub fn new(start: u64, end: u64, head: u64) -> Self {
+        assert!(start <= head && head < end, "head inside the log region");
+        LogSpace {
+            start,
+            end,
+            head,
+            records: VecDeque::new(),
+            used_bytes: 0,
+        }
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Largest record that can ever be placed.
+    pub fn max_record_bytes(&self) -> u64 {
+        self.capacity_bytes() / 2
+    }
+
+    /// Bytes held by records not yet freed (wasted wrap space not counted).
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Oldest live record, if any.
+    pub fn tail(&self) -> Option<LogRecordSpan> {
+        self.records.front().copied()
+    }
+
+    pub fn newest(&self) -> Option<LogRecordSpan> {
+        self.records.back().copied()
+    }
+
+    /// Where a record of `bytes` would go, if it fits now.
+    pub fn place(&self, bytes: u64) -> Option<u64> {
+        let Some(tail) = self.records.front() else {
+            return if self.head + bytes <= self.end {
+                Some(self.head)
+            } else if self.start + bytes <= self.end {
+                Some(self.start)
+            } else {
+                None
+            };
+        };
+        let tail = tail.offset;
+        if self.head > tail || (self.head == tail && self.records.is_empty()) {
+            // Free space is [head, end) and [start, tail).
+            if self.head + bytes <= self.end {
+                Some(self.head)
+            } else if self.start + bytes <= tail {
+                Some(self.start)
+            } else {
+                None
+            }
+        } else if self.head + bytes <= tail {
+            Some(self.head)
+        } else {
+            None
+        }
+    }
+
+    /// Record that `seq` was written at `offset` (from [`place`](Self::place)).
+    pub fn push(&mut self, seq: u64, offset: u64, bytes: u64) {
+        debug_assert!(self.records.back().is_none_or(|r| r.seq < seq));
+        self.records.push_back(LogRecordSpan { seq, offset, bytes });
+        self.used_bytes += bytes;
+        self.head = offset + bytes;
+        if self.head == self.end {
+            self.head = self.start;
+        }
+    }
+
+    /// Free every record with sequence number up to `seq`.
+    pub fn free_through(&mut self, seq: u64) {
+        while let Some(r) = self.records.front() {
+            if r.seq > seq {
+                break;
+            }
+            self.used_bytes -= r.bytes;
+            self.records.pop_front();
+        }
+    }
+
+    /// Is record `seq` still held (not freed)?
+    pub fn holds(&self, seq: u64) -> bool {
+        self.records.front().is_some_and(|r| r.seq <= seq)
+            && self.records.back().is_some_and(|r| r.seq >= seq)
+    }
+
+    /// The offset of the first record after `seq`, or the head if none: where the tail
+    /// will be once everything through `seq` is freed.
+    pub fn tail_after(&self, seq: u64) -> (u64, u64) {
+        match self.records.iter().find(|r| r.seq > seq) {
+            Some(r) => (r.offset, r.seq),
+            None => (
+                self.head,
+                self.records
+                    .back()
+                    .map_or(seq + 1, |r| r.seq + 1)
+                    .max(seq + 1),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_and_respects_tail() {
+        let mut s = LogSpace::new(100, 1100, 100);
+        let a = s.place(400).expect("fits");
+        s.push(1, a, 400);
+        let b = s.place(400).expect("fits");
+        s.push(2, b, 400);
+        assert_eq!((a, b), (100, 500));
+        assert_eq!(s.place(400), None, "only 200 left before end, tail at 100");
+        s.free_through(1);
+        let c = s.place(300).expect("wraps to start");
+        assert_eq!(c, 100);
+        s.push(3, c, 300);
+        assert_eq!(
+            s.place(200),
+            None,
+            "[400,500) is 100 bytes; end has 200 but tail blocks wrap"
+        );
+        assert_eq!(s.place(100), Some(400));
+        assert!(s.holds(2) && s.holds(3) && !s.holds(1));
+        assert_eq!(s.tail_after(2), (100, 3));
+        s.free_through(3);
+        assert_eq!(s.used_bytes(), 0);
+        assert_eq!(s.place(1000), Some(100));
+    }
+}

@@ -1,0 +1,360 @@
+//! The live engine: one open volume.
+//!
+//! ```text
+//!  NBD tasks ──write/trim/flush──▶ [bounded queue] ──▶ log writer thread
+//!                                                      │ group commit: one record,
+//!                                                      │ one pwrite, one fdatasync
+//!                                                      ▼
+//!                                      log overlay map + batcher (under `state`)
+//!                                                      │ closed batch
+//!                                                      ▼
+//!                                      uploader task: read batch data back from the
+//!                                      log, PUT object (retry forever), apply objects
+//!                                      in sequence order to the store map, free log
+//!  NBD tasks ──read──▶ overlay map ▶ log │ store map ▶ ranged GET (chunk-verified) │ zeros
+//! ```
+//! Policy (maps, batching, recovery rules) lives in `lsvd-core`; this module is the
+//! I/O around it.
+
+pub mod config;
+pub mod keys;
+pub mod log_space;
+mod open;
+mod read;
+mod uploader;
+mod writer;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use lsvd_core::batcher::{Batch, Batcher};
+use lsvd_core::extent_map::Location;
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::object::ObjectHeader;
+use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::log_map::LogMap;
+use lsvd_core::store_state::StoreState;
+
+use crate::cache_dev::CacheDevice;
+use crate::store::DynStore;
+pub use config::{EngineConfig, RecoveryMode};
+use log_space::LogSpace;
+pub use open::{
+    OpenReport, VolumeInfo, create_volume, inspect_volume, list_volumes, open_volume, read_meta,
+};
+
+/// Where a batched extent's data sits in the write log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPos {
+    pub record_seq: u64,
+    pub offset: u64,
+}
+
+impl Location for LogPos {
+    fn advance(&self, sectors: u64) -> Self {
+        LogPos {
+            record_seq: self.record_seq,
+            offset: self.offset + sectors * SECTOR_BYTES,
+        }
+    }
+}
+
+/// An object waiting to be uploaded, in sequence order.
+#[derive(Debug)]
+enum PendingObject {
+    Data { seq: u64, batch: Batch<LogPos> },
+    Checkpoint { seq: u64 },
+}
+
+impl PendingObject {
+    #[allow(dead_code)]
+    fn seq(&self) -> u64 {
+        match self {
+            PendingObject::Data { seq, .. } | PendingObject::Checkpoint { seq } => *seq,
+        }
+    }
+}
+
+/// Counters, readable without the state lock.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub client_write_bytes: AtomicU64,
+    pub client_read_bytes: AtomicU64,
+    pub log_records: AtomicU64,
+    pub log_syncs: AtomicU64,
+    pub store_put_bytes: AtomicU64,
+    pub store_puts: AtomicU64,
+    pub store_put_retries: AtomicU64,
+    pub store_gets: AtomicU64,
+    pub objects_written: AtomicU64,
+    pub checkpoints_written: AtomicU64,
+}
+
+pub(crate) struct State {
+    log_map: LogMap,
+    store: StoreState,
+    log: LogSpace,
+    batcher: Batcher<LogPos>,
+    batch_opened_at: Option<Instant>,
+    next_record_seq: u64,
+    /// CRC of the newest record in the log, carried by the next one (hash chain).
+    last_record_crc: u32,
+    next_object_seq: u64,
+    objects_since_checkpoint: u64,
+    upload_queue: VecDeque<PendingObject>,
+    uploads_in_flight: usize,
+    completed: BTreeMap<u64, ObjectHeader>,
+    /// The writer thread has stopped taking client I/O.
+    writer_done: bool,
+    /// Records through this sequence number may be freed once the cache superblock
+    /// says so.
+    freeable_through: u64,
+    cache_super_generation: u64,
+}
+
+pub(crate) struct Shared {
+    pub meta: VolumeMeta,
+    pub config: EngineConfig,
+    pub store: DynStore,
+    pub cache: Arc<dyn CacheDevice>,
+    pub stats: Stats,
+    state: Mutex<State>,
+    /// Signalled when log space is freed.
+    space_freed: Condvar,
+    /// Wakes the uploader.
+    upload_wake: tokio::sync::Notify,
+    /// Serializes cache superblock writes.
+    super_lock: Mutex<()>,
+    /// Object headers cached for read verification.
+    headers: read::HeaderCache,
+    /// Set after an unrecoverable local I/O error; all later writes fail.
+    failed: AtomicBool,
+    log_start: u64,
+    log_end: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is only mutated by code that does not panic mid-update; a poisoned
+        // lock means a bug already reported by the panic, so keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            crate::log::error(&format!(
+                "volume {} failed: {why}; refusing further writes",
+                self.meta.name
+            ));
+        }
+    }
+}
+
+/// A point-in-time summary for `lsvd info` and metrics.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeStatus {
+    pub name: String,
+    pub volume_id: String,
+    pub size_bytes: u64,
+    pub live_bytes: u64,
+    pub store_bytes: u64,
+    pub objects: u64,
+    pub checkpoints: u64,
+    pub next_object_seq: u64,
+    pub last_record_seq_in_store: u64,
+    pub log_used_bytes: u64,
+    pub log_capacity_bytes: u64,
+    pub map_extents: u64,
+    pub log_map_extents: u64,
+    pub uploads_pending: u64,
+    pub client_write_bytes: u64,
+    pub store_put_bytes: u64,
+    pub write_amplification: f64,
+}
+
+pub struct Volume {
+    shared: Arc<Shared>,
+    log_tx: tokio::sync::mpsc::Sender<writer::LogOp>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "volume is shutting down")
+}
+
+impl Volume {
+    pub fn meta(&self) -> &VolumeMeta {
+        &self.shared.meta
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.shared.meta.size_bytes
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let size = self.size_bytes();
+        if !offset.is_multiple_of(SECTOR_BYTES) || !len.is_multiple_of(SECTOR_BYTES) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request not aligned to 512 bytes",
+            ));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request beyond end of volume",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Err(io::Error::other("volume failed after a local I/O error"));
+        }
+        Ok(())
+    }
+
+    async fn submit(
+        &self,
+        op: writer::LogOp,
+        rx: tokio::sync::oneshot::Receiver<io::Result<()>>,
+    ) -> io::Result<()> {
+        self.log_tx.send(op).await.map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// Write `data` at byte `offset`. Returns once the record is in the log (and
+    /// durable, with `fua`).
+    pub async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        self.check_range(offset, data.len() as u64)?;
+        self.check_writable()?;
+        if data.is_empty() {
+            return if fua { self.flush().await } else { Ok(()) };
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(
+            writer::LogOp::Write {
+                lba: offset / SECTOR_BYTES,
+                data,
+                fua,
+                done: tx,
+            },
+            rx,
+        )
+        .await
+    }
+
+    /// Make the range read as zeros (TRIM and WRITE_ZEROES).
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
+        self.check_range(offset, len)?;
+        self.check_writable()?;
+        if len == 0 {
+            return if fua { self.flush().await } else { Ok(()) };
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let op = writer::LogOp::Zero {
+            lba: offset / SECTOR_BYTES,
+            sectors: len / SECTOR_BYTES,
+            fua,
+            done: tx,
+        };
+        self.submit(op, rx).await
+    }
+
+    /// Make every write acknowledged before this call durable on the cache device.
+    pub async fn flush(&self) -> io::Result<()> {
+        self.check_writable()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(writer::LogOp::Flush { done: tx }, rx).await
+    }
+
+    pub async fn read(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        self.check_range(offset, len)?;
+        read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await
+    }
+
+    /// Allocation of `[offset, offset+len)`: runs of (bytes, allocated).
+    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, bool)>> {
+        self.check_range(offset, len)?;
+        Ok(read::allocation(
+            &self.shared,
+            offset / SECTOR_BYTES,
+            len / SECTOR_BYTES,
+        ))
+    }
+
+    pub fn status(&self) -> VolumeStatus {
+        let st = self.shared.lock();
+        let stats = &self.shared.stats;
+        let client = stats.client_write_bytes.load(Ordering::Relaxed);
+        let put = stats.store_put_bytes.load(Ordering::Relaxed);
+        VolumeStatus {
+            name: self.shared.meta.name.clone(),
+            volume_id: self.shared.meta.volume.to_string(),
+            size_bytes: self.shared.meta.size_bytes,
+            live_bytes: st.store.live_bytes(),
+            store_bytes: st.store.stored_bytes(),
+            objects: st.store.objects().len() as u64,
+            checkpoints: st.store.checkpoints().len() as u64,
+            next_object_seq: st.store.next_object_seq(),
+            last_record_seq_in_store: st.store.last_record_seq(),
+            log_used_bytes: st.log.used_bytes(),
+            log_capacity_bytes: st.log.capacity_bytes(),
+            map_extents: st.store.map().extent_count() as u64,
+            log_map_extents: st.log_map.extent_count() as u64,
+            uploads_pending: (st.upload_queue.len() + st.uploads_in_flight + st.completed.len())
+                as u64,
+            client_write_bytes: client,
+            store_put_bytes: put,
+            write_amplification: if client == 0 {
+                0.0
+            } else {
+                put as f64 / client as f64
+            },
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    /// Drain writes, upload everything, write a clean checkpoint and mark the cache
+    /// clean. Safe to call more than once.
+    pub async fn shutdown(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self
+            .log_tx
+            .send(writer::LogOp::Shutdown { done: tx })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        let thread = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        self.shared.upload_wake.notify_one();
+        let uploader = self
+            .uploader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(u) = uploader {
+            let _ = u.await;
+        }
+        if self.shared.failed.load(Ordering::SeqCst) {
+            return Err(io::Error::other("volume failed; not marked clean"));
+        }
+        uploader::write_clean_checkpoint(&self.shared).await
+    }
+}

@@ -1,0 +1,221 @@
+//! The read path: overlay map, then store map, then zeros.
+//!
+//! The plan is made under the state lock; the I/O happens without it. Data read from
+//! the write log is validated afterwards: if its record was freed (and its space
+//! possibly reused) while we read, the read is planned again. Data read from objects
+//! is fetched in whole 4 KiB chunks and checked against the object's chunk checksums.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::object::{
+    HEADER_PROBE_BYTES, ObjectHeader, decode_object_header, peek_header_bytes,
+};
+use lsvd_core::log_map::LogLoc;
+
+use super::Shared;
+use super::keys::object_key;
+
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Zero,
+    Log {
+        record_seq: u64,
+        offset: u64,
+    },
+    Object {
+        seq: u64,
+        kind: lsvd_core::format::object::ObjectKind,
+        offset: u64,
+    },
+}
+
+struct Piece {
+    buf_offset: usize,
+    bytes: usize,
+    source: Source,
+}
+
+fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
+    let st = shared.lock();
+    let mut out = Vec::new();
+    st.log_map.for_each_in(lba, sectors, |p| {
+        let buf_offset = ((p.lba - lba) * SECTOR_BYTES) as usize;
+        match p.location {
+            Some(LogLoc::Data { record_seq, offset }) => out.push(Piece {
+                buf_offset,
+                bytes: (p.sectors * SECTOR_BYTES) as usize,
+                source: Source::Log { record_seq, offset },
+            }),
+            Some(LogLoc::Zero { .. }) => out.push(Piece {
+                buf_offset,
+                bytes: (p.sectors * SECTOR_BYTES) as usize,
+                source: Source::Zero,
+            }),
+            None => st.store.map().for_each_in(p.lba, p.sectors, |q| {
+                let buf_offset = ((q.lba - lba) * SECTOR_BYTES) as usize;
+                let bytes = (q.sectors * SECTOR_BYTES) as usize;
+                let source = match q.location {
+                    None => Source::Zero,
+                    Some(loc) => {
+                        let kind = st
+                            .store
+                            .objects()
+                            .get(&loc.object_seq)
+                            .map(|o| o.kind)
+                            .unwrap_or(lsvd_core::format::object::ObjectKind::Data);
+                        Source::Object {
+                            seq: loc.object_seq,
+                            kind,
+                            offset: loc.offset,
+                        }
+                    }
+                };
+                out.push(Piece {
+                    buf_offset,
+                    bytes,
+                    source,
+                });
+            }),
+        }
+    });
+    out
+}
+
+pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
+    for _attempt in 0..8 {
+        let pieces = plan(shared, lba, sectors);
+        let mut log_seqs = Vec::new();
+        for p in &pieces {
+            let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
+            match p.source {
+                Source::Zero => dst.fill(0),
+                Source::Log { record_seq, offset } => {
+                    shared.cache.read_at(dst, offset)?;
+                    log_seqs.push(record_seq);
+                }
+                Source::Object { seq, kind, offset } => {
+                    read_object(shared, seq, kind, offset, dst).await?;
+                }
+            }
+        }
+        let still_valid = {
+            let st = shared.lock();
+            log_seqs.iter().all(|&s| st.log.holds(s))
+        };
+        if still_valid {
+            shared
+                .stats
+                .client_read_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            return Ok(buf);
+        }
+    }
+    Err(io::Error::other("read kept racing with log reclamation"))
+}
+
+/// Object headers kept for verifying reads (their chunk checksums), per volume.
+pub(crate) type HeaderCache = Mutex<HashMap<u64, Arc<ObjectHeader>>>;
+
+const HEADER_CACHE_ENTRIES: usize = 4096;
+
+async fn object_header(shared: &Shared, key: &str, seq: u64) -> io::Result<Arc<ObjectHeader>> {
+    if let Some(h) = shared
+        .headers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&seq)
+    {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(fetch_header(shared, key).await?);
+    if h.seq != seq || h.volume != shared.meta.volume {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("object {key} is not the object its name says"),
+        ));
+    }
+    let mut cache = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= HEADER_CACHE_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(seq, h.clone());
+    Ok(h)
+}
+
+/// Read and decode an object's header with one ranged GET (two if it is large).
+pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<ObjectHeader> {
+    let to_io = |e: crate::store::StoreError| io::Error::other(format!("reading {key}: {e}"));
+    let bad = |e: lsvd_core::format::FormatError| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}"))
+    };
+    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
+    let mut buf = shared
+        .store
+        .get_range(key, 0..HEADER_PROBE_BYTES)
+        .await
+        .map_err(to_io)?;
+    let need = peek_header_bytes(&buf).map_err(bad)?;
+    if need > buf.len() as u64 {
+        shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
+        let rest = shared
+            .store
+            .get_range(key, buf.len() as u64..need)
+            .await
+            .map_err(to_io)?;
+        buf.extend_from_slice(&rest);
+    }
+    decode_object_header(&buf).map_err(bad)
+}
+
+async fn read_object(
+    shared: &Shared,
+    seq: u64,
+    kind: lsvd_core::format::object::ObjectKind,
+    offset: u64,
+    dst: &mut [u8],
+) -> io::Result<()> {
+    let key = object_key(&shared.meta.name, seq, kind);
+    let header = object_header(shared, &key, seq).await?;
+    let (start, end) = header.verifiable_range(offset, dst.len() as u64);
+    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
+    let bytes = shared
+        .store
+        .get_range(&key, start..end)
+        .await
+        .map_err(|e| io::Error::other(format!("reading {key}: {e}")))?;
+    if bytes.len() as u64 != end - start {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{key}: short read"),
+        ));
+    }
+    header
+        .verify_data(start, &bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
+    let from = (offset - start) as usize;
+    dst.copy_from_slice(&bytes[from..from + dst.len()]);
+    Ok(())
+}
+
+/// Runs of (bytes, allocated) covering the range.
+pub(crate) fn allocation(shared: &Shared, lba: u64, sectors: u64) -> Vec<(u64, bool)> {
+    let st = shared.lock();
+    let mut runs: Vec<(u64, bool)> = Vec::new();
+    let mut push = |bytes: u64, allocated: bool| match runs.last_mut() {
+        Some(last) if last.1 == allocated => last.0 += bytes,
+        _ => runs.push((bytes, allocated)),
+    };
+    st.log_map.for_each_in(lba, sectors, |p| match p.location {
+        Some(LogLoc::Data { .. }) => push(p.sectors * SECTOR_BYTES, true),
+        Some(LogLoc::Zero { .. }) => push(p.sectors * SECTOR_BYTES, false),
+        None => st.store.map().for_each_in(p.lba, p.sectors, |q| {
+            push(q.sectors * SECTOR_BYTES, q.location.is_some())
+        }),
+    });
+    runs
+}

@@ -1,0 +1,328 @@
+//! The uploader: turns closed batches into objects in the store.
+//!
+//! Uploads run concurrently (up to `uploads_in_flight`) and may complete in any order;
+//! they are applied to the store map strictly in sequence order. A failed PUT is
+//! retried with capped exponential backoff, forever: client writes keep landing in the
+//! write log meanwhile and only wait when it is full. After objects are applied, the
+//! cache superblock is advanced past their records and only then is that log space
+//! reused, so a crash never finds a superblock pointing at overwritten records.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
+use lsvd_core::format::checkpoint::encode_checkpoint;
+use lsvd_core::format::object::{
+    ObjectExtent, ObjectHeader, ObjectKind, ObjectSpec, decode_object_header, encode_object,
+};
+
+use super::keys::object_key;
+use super::{PendingObject, Shared, State, writer};
+use crate::store::{PutMode, StoreErrorKind};
+
+const TICK: Duration = Duration::from_millis(200);
+
+pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<writer::LogOp>) {
+    loop {
+        let done = {
+            let mut st = shared.lock();
+            while st.uploads_in_flight < shared.config.uploads_in_flight.max(1) {
+                let ready = match st.upload_queue.front() {
+                    None => false,
+                    // A checkpoint describes everything before it: start it only once
+                    // all earlier objects are applied.
+                    Some(PendingObject::Checkpoint { seq }) => {
+                        st.store.next_object_seq() == *seq && st.uploads_in_flight == 0
+                    }
+                    Some(PendingObject::Data { .. }) => true,
+                };
+                if !ready {
+                    break;
+                }
+                let Some(p) = st.upload_queue.pop_front() else {
+                    break;
+                };
+                st.uploads_in_flight += 1;
+                let task_shared = shared.clone();
+                match p {
+                    PendingObject::Data { seq, batch } => {
+                        tokio::spawn(async move { upload_data(task_shared, seq, batch).await });
+                    }
+                    PendingObject::Checkpoint { seq } => {
+                        let bytes = checkpoint_bytes(&shared, &st, seq, false);
+                        tokio::spawn(async move {
+                            upload_object(task_shared, seq, ObjectKind::Checkpoint, bytes).await
+                        });
+                    }
+                }
+            }
+            st.writer_done && st.upload_queue.is_empty() && st.uploads_in_flight == 0
+        };
+        if done {
+            return;
+        }
+        let _ = log_tx.try_send(writer::LogOp::Tick);
+        let _ = tokio::time::timeout(TICK, shared.upload_wake.notified()).await;
+    }
+}
+
+/// Encode checkpoint `seq` from the current store state (all objects below it applied).
+fn checkpoint_bytes(shared: &Shared, st: &State, seq: u64, clean: bool) -> Vec<u8> {
+    debug_assert_eq!(st.store.next_object_seq(), seq);
+    let payload = encode_checkpoint(&st.store.to_checkpoint(clean));
+    let spec = ObjectSpec {
+        kind: ObjectKind::Checkpoint,
+        volume: shared.meta.volume,
+        seq,
+        last_record_seq: st.store.last_record_seq(),
+        extents: &[],
+        trims: &[],
+    };
+    encode_object(&spec, &payload)
+}
+
+async fn upload_data(
+    shared: Arc<Shared>,
+    seq: u64,
+    batch: lsvd_core::batcher::Batch<super::LogPos>,
+) {
+    // Read the batch's data back from the log; its records stay allocated until this
+    // object is applied.
+    let cache = shared.cache.clone();
+    let extents = batch.extents.clone();
+    let data = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+        let total: u64 = extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
+        let mut data = vec![0u8; total as usize];
+        let mut at = 0usize;
+        for p in &extents {
+            let n = (p.sectors * SECTOR_BYTES) as usize;
+            cache.read_at(&mut data[at..at + n], p.location.offset)?;
+            at += n;
+        }
+        Ok(data)
+    })
+    .await;
+    let data = match data {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => {
+            shared.fail(&format!(
+                "reading batch {seq:016x} back from the write log failed: {e}"
+            ));
+            return;
+        }
+        Err(e) => {
+            shared.fail(&format!("batch reader task failed: {e}"));
+            return;
+        }
+    };
+    let extents: Vec<ObjectExtent> = batch
+        .extents
+        .iter()
+        .flat_map(|p| split_sectors(p.lba, p.sectors))
+        .map(|(lba, sectors)| ObjectExtent {
+            lba,
+            sectors,
+            source: None,
+        })
+        .collect();
+    let spec = ObjectSpec {
+        kind: ObjectKind::Data,
+        volume: shared.meta.volume,
+        seq,
+        last_record_seq: batch.last_record_seq,
+        extents: &extents,
+        trims: &batch.trims,
+    };
+    let bytes = encode_object(&spec, &data);
+    upload_object(shared, seq, ObjectKind::Data, bytes).await;
+}
+
+/// Extents in objects have 32-bit lengths; split longer runs.
+fn split_sectors(lba: u64, sectors: u64) -> Vec<(u64, u32)> {
+    let mut out = Vec::new();
+    let (mut at, mut left) = (lba, sectors);
+    while left > 0 {
+        let n = left.min(1 << 30);
+        out.push((at, n as u32));
+        at += n;
+        left -= n;
+    }
+    out
+}
+
+/// PUT with retries, then apply in order.
+async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: Vec<u8>) {
+    let header = match decode_object_header(&bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            shared.fail(&format!("encoded object {seq:016x} does not decode: {e}"));
+            return;
+        }
+    };
+    let key = object_key(&shared.meta.name, seq, kind);
+    let mut backoff = Duration::from_millis(50);
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
+        match shared
+            .store
+            .put(&key, bytes.clone(), PutMode::IfAbsent)
+            .await
+        {
+            Ok(()) => break,
+            // An earlier attempt landed but its answer was lost.
+            Err(e) if e.kind == StoreErrorKind::AlreadyExists && attempt > 1 => break,
+            Err(e) => {
+                shared
+                    .stats
+                    .store_put_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                if attempt == 1 || attempt.is_multiple_of(20) {
+                    crate::log::warn(&format!(
+                        "upload of {key} failed (attempt {attempt}), retrying: {e}"
+                    ));
+                }
+                let jitter =
+                    Duration::from_millis(u64::from(attempt.wrapping_mul(2654435761) % 50));
+                tokio::time::sleep(backoff + jitter).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    shared
+        .stats
+        .store_put_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    match kind {
+        ObjectKind::Checkpoint => shared
+            .stats
+            .checkpoints_written
+            .fetch_add(1, Ordering::Relaxed),
+        _ => shared.stats.objects_written.fetch_add(1, Ordering::Relaxed),
+    };
+    let free_through = {
+        let mut st = shared.lock();
+        st.uploads_in_flight -= 1;
+        st.completed.insert(seq, header);
+        apply_completed(&shared, &mut st)
+    };
+    if let Some(through) = free_through {
+        persist_tail(&shared, through, false);
+    }
+    if kind == ObjectKind::Checkpoint {
+        delete_old_checkpoints(&shared, seq).await;
+    }
+    shared.upload_wake.notify_one();
+}
+
+/// Apply completed objects in sequence order. Returns the newest record sequence
+/// number whose log space may now be freed, if it advanced.
+fn apply_completed(shared: &Shared, st: &mut State) -> Option<u64> {
+    let before = st.freeable_through;
+    while let Some(h) = st.completed.remove(&st.store.next_object_seq()) {
+        if let Err(e) = st.store.apply(&h) {
+            shared.fail(&format!("applying object {:016x}: {e}", h.seq));
+            return None;
+        }
+        release_overlay(st, &h);
+        st.freeable_through = st.freeable_through.max(h.last_record_seq);
+    }
+    (st.freeable_through > before).then_some(st.freeable_through)
+}
+
+fn release_overlay(st: &mut State, h: &ObjectHeader) {
+    for e in &h.extents {
+        st.log_map
+            .release(e.lba, e.sectors as u64, h.last_record_seq);
+    }
+    for &(lba, sectors) in &h.trims {
+        st.log_map.release(lba, sectors, h.last_record_seq);
+    }
+}
+
+/// Write the cache superblock with the tail after record `through`, then free the
+/// space. Called with no state lock held.
+pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
+    let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
+    let (sb, through) = {
+        let mut st = shared.lock();
+        let through = through.max(st.freeable_through);
+        let (tail_offset, tail_seq) = st.log.tail_after(through);
+        st.cache_super_generation += 1;
+        let sb = CacheSuper {
+            clean,
+            volume: shared.meta.volume,
+            generation: st.cache_super_generation,
+            file_bytes: shared.cache.size_bytes(),
+            log_start: shared.log_start,
+            log_end: shared.log_end,
+            tail_offset,
+            tail_seq,
+        };
+        (sb, through)
+    };
+    let slot = (sb.generation % 2) * lsvd_core::format::cache_super::CACHE_SUPER_BYTES as u64;
+    let r = shared
+        .cache
+        .write_at(&encode_cache_super(&sb), slot)
+        .and_then(|_| shared.cache.sync());
+    if let Err(e) = r {
+        shared.fail(&format!("cache superblock write failed: {e}"));
+        return;
+    }
+    let mut st = shared.lock();
+    st.log.free_through(through);
+    drop(st);
+    shared.space_freed.notify_all();
+}
+
+/// Keep the newest two checkpoints; delete older ones (best effort).
+async fn delete_old_checkpoints(shared: &Shared, newest: u64) {
+    let old: Vec<u64> = {
+        let st = shared.lock();
+        let all: Vec<u64> = st
+            .store
+            .checkpoints()
+            .iter()
+            .copied()
+            .filter(|&c| c < newest)
+            .collect();
+        let keep_from = all.len().saturating_sub(1);
+        all[..keep_from].to_vec()
+    };
+    for c in old {
+        let key = object_key(&shared.meta.name, c, ObjectKind::Checkpoint);
+        match shared.store.delete(&key).await {
+            Ok(()) => shared.lock().store.forget_object(c),
+            Err(e) => crate::log::warn(&format!("could not delete old checkpoint {key}: {e}")),
+        }
+    }
+}
+
+/// After the uploader has drained: write a clean checkpoint and mark the cache clean.
+pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<()> {
+    let (seq, bytes) = {
+        let mut st = shared.lock();
+        if !st.completed.is_empty() || !st.upload_queue.is_empty() || st.uploads_in_flight > 0 {
+            return Err(io::Error::other("uploads did not drain"));
+        }
+        let seq = st.next_object_seq;
+        st.next_object_seq += 1;
+        (seq, checkpoint_bytes(shared, &st, seq, true))
+    };
+    {
+        let mut st = shared.lock();
+        st.uploads_in_flight += 1;
+    }
+    upload_object(shared.clone(), seq, ObjectKind::Checkpoint, bytes).await;
+    let through = shared.lock().store.last_record_seq();
+    persist_tail(shared, through, true);
+    if shared.failed.load(Ordering::SeqCst) {
+        return Err(io::Error::other("volume failed during shutdown"));
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The log writer: the only thread that appends to the write log.
+//!
+//! It takes every queued operation at once (group commit), turns the writes and zeroed
+//! ranges into one record, appends it with one write, and if any operation asked for
+//! durability (FLUSH or FUA) issues one `fdatasync` for all of them. Only then are the
+//! maps updated and the callers answered. Because it is the only appender and handles
+//! operations in arrival order, a FLUSH covers every write acknowledged before it, on
+//! every connection.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record, record_bytes_for};
+use tokio::sync::oneshot;
+
+use super::{LogPos, PendingObject, Shared, State};
+
+pub(crate) enum LogOp {
+    Write {
+        lba: u64,
+        data: Vec<u8>,
+        fua: bool,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Zero {
+        lba: u64,
+        sectors: u64,
+        fua: bool,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Flush {
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    /// Periodic wake-up to close a batch that has waited long enough.
+    Tick,
+    Shutdown {
+        done: oneshot::Sender<io::Result<()>>,
+    },
+}
+
+/// Most operations taken into one group commit.
+const MAX_OPS_PER_RECORD: usize = 1024;
+
+pub(crate) fn run(shared: Arc<Shared>, mut rx: tokio::sync::mpsc::Receiver<LogOp>) {
+    let mut dirty = false;
+    while let Some(first) = rx.blocking_recv() {
+        let mut ops = vec![first];
+        let mut bytes = op_bytes(&ops[0]);
+        while ops.len() < MAX_OPS_PER_RECORD && bytes < shared.config.group_commit_max_bytes {
+            match rx.try_recv() {
+                Ok(op) => {
+                    bytes += op_bytes(&op);
+                    ops.push(op);
+                }
+                Err(_) => break,
+            }
+        }
+        let shutdown = process(&shared, ops, &mut dirty);
+        if shutdown {
+            break;
+        }
+    }
+    // Fail anything still queued.
+    rx.close();
+    while let Ok(op) = rx.try_recv() {
+        reply(
+            op,
+            Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "volume is shutting down",
+            )),
+        );
+    }
+}
+
+fn op_bytes(op: &LogOp) -> u64 {
+    match op {
+        LogOp::Write { data, .. } => data.len() as u64,
+        _ => 0,
+    }
+}
+
+fn reply(op: LogOp, r: io::Result<()>) {
+    let copy = |r: &io::Result<()>| match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    };
+    match op {
+        LogOp::Write { done, .. }
+        | LogOp::Zero { done, .. }
+        | LogOp::Flush { done }
+        | LogOp::Shutdown { done } => {
+            let _ = done.send(copy(&r));
+        }
+        LogOp::Tick => {}
+    }
+}
+
+/// Handle one group. Returns true when the writer should stop.
+fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
+    let mut extents = Vec::new();
+    let mut data = Vec::new();
+    let mut need_sync = false;
+    let mut shutdown = false;
+    for op in &ops {
+        match op {
+            LogOp::Write {
+                lba, data: d, fua, ..
+            } => {
+                extents.push(RecordExtent {
+                    lba: *lba,
+                    sectors: (d.len() as u64 / SECTOR_BYTES) as u32,
+                    kind: ExtentKind::Data,
+                });
+                data.extend_from_slice(d);
+                need_sync |= *fua;
+            }
+            LogOp::Zero {
+                lba, sectors, fua, ..
+            } => {
+                // Split so each extent's length fits its 32-bit field.
+                let mut at = *lba;
+                let mut left = *sectors;
+                while left > 0 {
+                    let n = left.min(u32::MAX as u64 & !7);
+                    extents.push(RecordExtent {
+                        lba: at,
+                        sectors: n as u32,
+                        kind: ExtentKind::Zero,
+                    });
+                    at += n;
+                    left -= n;
+                }
+                need_sync |= *fua;
+            }
+            LogOp::Flush { .. } => need_sync = true,
+            LogOp::Shutdown { .. } => {
+                need_sync = true;
+                shutdown = true;
+            }
+            LogOp::Tick => {}
+        }
+    }
+    let result = append(shared, &extents, &data, need_sync, dirty);
+    {
+        let mut st = shared.lock();
+        let due = st
+            .batch_opened_at
+            .is_some_and(|t| t.elapsed() >= Duration::from_millis(shared.config.batch_timeout_ms));
+        if shutdown || due {
+            close_batch(shared, &mut st);
+        }
+        if shutdown {
+            st.writer_done = true;
+        }
+    }
+    shared.upload_wake.notify_one();
+    for op in ops {
+        let r = match &result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        reply(op, r);
+    }
+    shutdown
+}
+
+fn append(
+    shared: &Shared,
+    extents: &[RecordExtent],
+    data: &[u8],
+    need_sync: bool,
+    dirty: &mut bool,
+) -> io::Result<()> {
+    if shared.failed.load(Ordering::SeqCst) {
+        return Err(io::Error::other("volume failed after a local I/O error"));
+    }
+    if !extents.is_empty() {
+        let total = record_bytes_for(extents.len(), data.len() as u64);
+        // Reserve space and a sequence number.
+        let (seq, offset, prev_crc) = {
+            let mut st = shared.lock();
+            if total > st.log.max_record_bytes() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "write larger than half the write log",
+                ));
+            }
+            let mut waited_since: Option<Instant> = None;
+            let offset = loop {
+                if let Some(off) = st.log.place(total) {
+                    break off;
+                }
+                let since = *waited_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(5) {
+                    crate::log::warn("write log full: writes are waiting for object uploads");
+                    waited_since = Some(Instant::now());
+                }
+                // Make sure a partial batch does not hold the log hostage.
+                close_batch(shared, &mut st);
+                shared.upload_wake.notify_one();
+                st = shared
+                    .space_freed
+                    .wait_timeout(st, Duration::from_millis(200))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            };
+            let seq = st.next_record_seq;
+            st.next_record_seq += 1;
+            st.log.push(seq, offset, total);
+            (seq, offset, st.last_record_crc)
+        };
+        let record = encode_record(shared.meta.volume, seq, prev_crc, extents, data);
+        shared.lock().last_record_crc =
+            u32::from_le_bytes([record[48], record[49], record[50], record[51]]);
+        if let Err(e) = shared.cache.write_at(&record, offset) {
+            shared.fail(&format!("write-log write failed: {e}"));
+            return Err(e);
+        }
+        *dirty = true;
+        shared.stats.log_records.fetch_add(1, Ordering::Relaxed);
+        shared
+            .stats
+            .client_write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        if need_sync {
+            sync(shared, dirty)?;
+        }
+        let mut st = shared.lock();
+        apply_record(shared, &mut st, seq, offset, extents);
+        return Ok(());
+    }
+    if need_sync && *dirty {
+        sync(shared, dirty)?;
+    }
+    Ok(())
+}
+
+fn sync(shared: &Shared, dirty: &mut bool) -> io::Result<()> {
+    if let Err(e) = shared.cache.sync() {
+        // After a failed fdatasync the page cache state is unknown: stop.
+        shared.fail(&format!("write-log fdatasync failed: {e}"));
+        return Err(e);
+    }
+    *dirty = false;
+    shared.stats.log_syncs.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Put a record's extents into the overlay map and the open batch. Also used by
+/// recovery to replay records.
+pub(crate) fn apply_record(
+    shared: &Shared,
+    st: &mut State,
+    seq: u64,
+    offset: u64,
+    extents: &[RecordExtent],
+) {
+    let header = lsvd_core::format::record::header_bytes_for(extents.len());
+    let mut data_at = offset + header;
+    if st.batch_opened_at.is_none() {
+        st.batch_opened_at = Some(Instant::now());
+    }
+    for e in extents {
+        let sectors = e.sectors as u64;
+        match e.kind {
+            ExtentKind::Data => {
+                st.log_map.write(e.lba, sectors, seq, data_at);
+                st.batcher.add_write(
+                    seq,
+                    e.lba,
+                    sectors,
+                    LogPos {
+                        record_seq: seq,
+                        offset: data_at,
+                    },
+                );
+                data_at += sectors * SECTOR_BYTES;
+            }
+            ExtentKind::Zero => {
+                st.log_map.zero(e.lba, sectors, seq);
+                st.batcher.add_zero(seq, e.lba, sectors);
+            }
+        }
+    }
+    if st.batcher.is_full() {
+        close_batch(shared, st);
+    }
+}
+
+/// Close the open batch (if any) and queue it for upload, with a checkpoint after it
+/// when one is due.
+pub(crate) fn close_batch(shared: &Shared, st: &mut State) {
+    let Some(batch) = st.batcher.take() else {
+        return;
+    };
+    st.batch_opened_at = None;
+    let seq = st.next_object_seq;
+    st.next_object_seq += 1;
+    st.upload_queue
+        .push_back(PendingObject::Data { seq, batch });
+    st.objects_since_checkpoint += 1;
+    if st.objects_since_checkpoint >= shared.config.checkpoint_every_objects {
+        let seq = st.next_object_seq;
+        st.next_object_seq += 1;
+        st.upload_queue.push_back(PendingObject::Checkpoint { seq });
+        st.objects_since_checkpoint = 0;
+    }
+}

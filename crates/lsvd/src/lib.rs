@@ -1,0 +1,15 @@
+//! lsvd: a log-structured virtual disk.
+//!
+//! The binary's pieces as a library, so integration tests and the simulator can use
+//! them: the engine (one open volume), object stores, the cache device, the NBD glue
+//! and the command line.
+
+pub mod cache_dev;
+pub mod cli;
+pub mod engine;
+pub mod log;
+pub mod nbd_device;
+pub mod size;
+pub mod store;
+#[cfg(test)]
+pub mod testutil;

@@ -1,0 +1,112 @@
+//! Serving a volume over NBD: the `BlockDevice` implementation.
+
+use std::io;
+use std::sync::Arc;
+
+use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, STATE_HOLE, STATE_ZERO};
+
+use crate::engine::Volume;
+
+/// Largest request we accept; clients learn it from NBD_INFO_BLOCK_SIZE.
+pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
+
+pub struct NbdVolume {
+    pub volume: Arc<Volume>,
+    max_request_bytes: u32,
+}
+
+impl NbdVolume {
+    pub fn new(volume: Arc<Volume>, log_capacity_bytes: u64) -> Self {
+        // A request must fit in one log record, which may use at most half the log.
+        let limit = (log_capacity_bytes / 4).min(MAX_REQUEST_BYTES as u64) as u32;
+        let max_request_bytes = if limit.is_power_of_two() {
+            limit
+        } else {
+            limit.next_power_of_two() / 2
+        };
+        NbdVolume {
+            volume,
+            max_request_bytes: max_request_bytes.max(1 << 20),
+        }
+    }
+}
+
+impl BlockDevice for NbdVolume {
+    fn size_bytes(&self) -> u64 {
+        self.volume.size_bytes()
+    }
+
+    fn block_sizes(&self) -> BlockSizes {
+        BlockSizes {
+            minimum_bytes: 512,
+            preferred_bytes: 4096,
+            maximum_bytes: self.max_request_bytes,
+        }
+    }
+
+    fn flush_is_global(&self) -> bool {
+        // One log writer serves every connection, so a FLUSH covers all of them.
+        true
+    }
+
+    async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
+        self.volume.read(offset, length as u64).await
+    }
+
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        self.volume.write(offset, data, fua).await
+    }
+
+    async fn flush(&self) -> io::Result<()> {
+        self.volume.flush().await
+    }
+
+    async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
+        self.volume.write_zeroes(offset, length as u64, fua).await
+    }
+
+    async fn write_zeroes(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> io::Result<()> {
+        if !no_hole {
+            return self.volume.write_zeroes(offset, length as u64, fua).await;
+        }
+        // The client wants the range allocated: write real zeros, in bounded pieces.
+        let chunk = self.max_request_bytes as u64;
+        let end = offset + length as u64;
+        let mut at = offset;
+        while at < end {
+            let n = chunk.min(end - at);
+            self.volume.write(at, vec![0u8; n as usize], false).await?;
+            at += n;
+        }
+        if fua {
+            self.volume.flush().await
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
+        let runs = self.volume.allocation(offset, length as u64)?;
+        Ok(runs
+            .into_iter()
+            .map(|(bytes, allocated)| AllocationExtent {
+                length_bytes: bytes as u32,
+                flags: if allocated {
+                    0
+                } else {
+                    STATE_HOLE | STATE_ZERO
+                },
+            })
+            .collect())
+    }
+
+    async fn cache(&self, _offset: u64, _length: u32) -> io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! A local directory as the object store: the embedded default.
+//!
+//! Each key is a file under the root. A put writes a temporary file, fsyncs it, and
+//! moves it into place (rename for overwrite, link for put-if-absent, which fails
+//! atomically if the name exists), then fsyncs the directory: an acknowledged put
+//! survives power loss. Listing walks the directory tree.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
+
+#[derive(Clone)]
+pub struct FsStore {
+    inner: Arc<FsInner>,
+}
+
+struct FsInner {
+    root: PathBuf,
+    tmp_counter: AtomicU64,
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => StoreErrorKind::NotFound,
+        std::io::ErrorKind::AlreadyExists => StoreErrorKind::AlreadyExists,
+        std::io::ErrorKind::Interrupted
+        | std::io::ErrorKind::WouldBlock
+        | std::io::ErrorKind::TimedOut => StoreErrorKind::Transient,
+        // A full disk may be freed by the operator: worth retrying.
+        std::io::ErrorKind::StorageFull => StoreErrorKind::Transient,
+        _ => StoreErrorKind::Permanent,
+    };
+    StoreError::new(kind, format!("{what} {}: {e}", path.display()))
+}
+
+fn valid_key(key: &str) -> StoreResult<()> {
+    let ok = !key.is_empty()
+        && !key.starts_with('/')
+        && key
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.starts_with(".tmp"));
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::new(
+            StoreErrorKind::Permanent,
+            format!("invalid object key '{key}'"),
+        ))
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+impl FsStore {
+    pub fn open(root: &Path) -> Result<Self, String> {
+        fs::create_dir_all(root)
+            .map_err(|e| format!("cannot create store directory {}: {e}", root.display()))?;
+        let meta = fs::metadata(root).map_err(|e| format!("store {}: {e}", root.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("store {} is not a directory", root.display()));
+        }
+        Ok(FsStore {
+            inner: Arc::new(FsInner {
+                root: root.to_path_buf(),
+                tmp_counter: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    fn put_sync(&self, key: &str, data: &[u8], mode: PutMode) -> StoreResult<()> {
+        valid_key(key)?;
+        let path = self.inner.root.join(key);
+        let dir = path.parent().unwrap_or(&self.inner.root).to_path_buf();
+        fs::create_dir_all(&dir).map_err(|e| io_err("create directory", &dir, e))?;
+        let n = self.inner.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp.{}.{n}", std::process::id()));
+        let result = (|| {
+            let mut f = fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+            f.write_all(data).map_err(|e| io_err("write", &tmp, e))?;
+            f.sync_all().map_err(|e| io_err("fsync", &tmp, e))?;
+            match mode {
+                PutMode::Overwrite => {
+                    fs::rename(&tmp, &path).map_err(|e| io_err("rename to", &path, e))?
+                }
+                PutMode::IfAbsent => {
+                    fs::hard_link(&tmp, &path).map_err(|e| io_err("link", &path, e))?
+                }
+            }
+            sync_dir(&dir).map_err(|e| io_err("fsync directory", &dir, e))
+        })();
+        let _ = fs::remove_file(&tmp);
+        result
+    }
+
+    fn get_range_sync(&self, key: &str, range: Option<Range<u64>>) -> StoreResult<Vec<u8>> {
+        valid_key(key)?;
+        let path = self.inner.root.join(key);
+        let mut f = fs::File::open(&path).map_err(|e| io_err("open", &path, e))?;
+        let mut buf = Vec::new();
+        match range {
+            None => {
+                f.read_to_end(&mut buf)
+                    .map_err(|e| io_err("read", &path, e))?;
+            }
+            Some(r) => {
+                f.seek(SeekFrom::Start(r.start))
+                    .map_err(|e| io_err("seek", &path, e))?;
+                f.take(r.end.saturating_sub(r.start))
+                    .read_to_end(&mut buf)
+                    .map_err(|e| io_err("read", &path, e))?;
+            }
+        }
+        Ok(buf)
+    }
+
+    fn list_sync(&self, prefix: &str) -> StoreResult<Vec<ListEntry>> {
+        let mut out = Vec::new();
+        // Only walk the directory that can hold matching keys.
+        let base = match prefix.rfind('/') {
+            Some(i) => &prefix[..i + 1],
+            None => "",
+        };
+        let start = self.inner.root.join(base);
+        if !start.exists() {
+            return Ok(out);
+        }
+        let mut stack = vec![(start, base.to_string())];
+        while let Some((dir, rel)) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err("list", &dir, e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| io_err("list", &dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(".tmp") {
+                    continue;
+                }
+                let key = format!("{rel}{name}");
+                let ft = entry
+                    .file_type()
+                    .map_err(|e| io_err("stat", &entry.path(), e))?;
+                if ft.is_dir() {
+                    if prefix.starts_with(&key) || key.starts_with(prefix) {
+                        stack.push((entry.path(), format!("{key}/")));
+                    }
+                } else if key.starts_with(prefix) {
+                    let size_bytes = entry
+                        .metadata()
+                        .map_err(|e| io_err("stat", &entry.path(), e))?
+                        .len();
+                    out.push(ListEntry { key, size_bytes });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn delete_sync(&self, key: &str) -> StoreResult<()> {
+        valid_key(key)?;
+        let path = self.inner.root.join(key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("delete", &path, e)),
+        }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        StoreError::new(StoreErrorKind::Transient, format!("store task failed: {e}"))
+    })?
+}
+
+impl ObjectStore for FsStore {
+    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.to_string();
+        let this = self.clone();
+        Box::pin(blocking(move || this.put_sync(&key, &data, mode)))
+    }
+    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        let this = self.clone();
+        Box::pin(blocking(move || this.get_range_sync(&key, None)))
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        // Small ranged reads of local files are cheaper inline than on the blocking pool.
+        let result = self.get_range_sync(key, Some(range));
+        Box::pin(async move { result })
+    }
+    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+        let prefix = prefix.to_string();
+        let this = self.clone();
+        Box::pin(blocking(move || this.list_sync(&prefix)))
+    }
+    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.to_string();
+        let this = self.clone();
+        Box::pin(blocking(move || this.delete_sync(&key)))
+    }
+    fn describe(&self) -> String {
+        format!("file://{}", self.inner.root.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[tokio::test]
+    async fn put_get_list_delete() {
+        let dir = TempDir::new("fsstore");
+        let s = FsStore::open(dir.path()).expect("open");
+        s.put("v/obj/0001.d", b"hello".to_vec(), PutMode::IfAbsent)
+            .await
+            .expect("put");
+        let again = s
+            .put("v/obj/0001.d", b"other".to_vec(), PutMode::IfAbsent)
+            .await;
+        assert_eq!(
+            again.expect_err("exists").kind,
+            StoreErrorKind::AlreadyExists
+        );
+        assert_eq!(s.get("v/obj/0001.d").await.expect("get"), b"hello");
+        assert_eq!(
+            s.get_range("v/obj/0001.d", 1..3).await.expect("range"),
+            b"el"
+        );
+        s.put("v/meta", b"m".to_vec(), PutMode::Overwrite)
+            .await
+            .expect("put");
+        s.put("w/meta", b"m".to_vec(), PutMode::Overwrite)
+            .await
+            .expect("put");
+        let keys: Vec<String> = s
+            .list("v/")
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(keys, vec!["v/meta", "v/obj/0001.d"]);
+        let keys: Vec<String> = s
+            .list("v/obj/")
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(keys, vec!["v/obj/0001.d"]);
+        s.delete("v/obj/0001.d").await.expect("delete");
+        s.delete("v/obj/0001.d")
+            .await
+            .expect("delete missing is ok");
+        assert!(
+            s.get("v/obj/0001.d")
+                .await
+                .expect_err("gone")
+                .is_not_found()
+        );
+        assert!(
+            s.put("../escape", vec![], PutMode::Overwrite)
+                .await
+                .is_err()
+        );
+    }
+}

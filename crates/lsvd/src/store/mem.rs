@@ -1,0 +1,90 @@
+//! An in-memory object store for unit tests and the simulator equivalence test.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
+
+#[derive(Clone, Default)]
+pub struct MemStore {
+    objects: Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>,
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Vec<u8>>>> {
+        // A panic while holding this lock can only come from a test assertion.
+        self.objects.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keys and sizes, for assertions.
+    pub fn snapshot(&self) -> Vec<(String, u64)> {
+        self.lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.len() as u64))
+            .collect()
+    }
+}
+
+fn not_found(key: &str) -> StoreError {
+    StoreError::new(StoreErrorKind::NotFound, format!("object {key} not found"))
+}
+
+impl ObjectStore for MemStore {
+    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        let mut map = self.lock();
+        let r = if mode == PutMode::IfAbsent && map.contains_key(key) {
+            Err(StoreError::new(
+                StoreErrorKind::AlreadyExists,
+                format!("object {key} exists"),
+            ))
+        } else {
+            map.insert(key.to_string(), Arc::new(data));
+            Ok(())
+        };
+        Box::pin(async move { r })
+    }
+    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let r = self
+            .lock()
+            .get(key)
+            .map(|v| v.as_ref().clone())
+            .ok_or_else(|| not_found(key));
+        Box::pin(async move { r })
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let r = self
+            .lock()
+            .get(key)
+            .map(|v| {
+                let end = (range.end as usize).min(v.len());
+                let start = (range.start as usize).min(end);
+                v[start..end].to_vec()
+            })
+            .ok_or_else(|| not_found(key));
+        Box::pin(async move { r })
+    }
+    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+        let r = self
+            .lock()
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| ListEntry {
+                key: k.clone(),
+                size_bytes: v.len() as u64,
+            })
+            .collect();
+        Box::pin(async move { Ok(r) })
+    }
+    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+        self.lock().remove(key);
+        Box::pin(async { Ok(()) })
+    }
+    fn describe(&self) -> String {
+        "mem://".to_string()
+    }
+}
