@@ -30,7 +30,12 @@ pub struct RecoveryPlan {
 /// The consecutive run of sequence numbers starting at `start`, from sorted `seqs`.
 fn run_from(seqs: &[u64], start: u64) -> Vec<u64> {
     let from = seqs.partition_point(|&s| s < start);
-    seqs[from..].iter().zip(start..).take_while(|(s, expect)| **s == *expect).map(|(s, _)| *s).collect()
+    seqs[from..]
+        .iter()
+        .zip(start..)
+        .take_while(|(s, expect)| **s == *expect)
+        .map(|(s, _)| *s)
+        .collect()
 }
 
 pub fn plan_recovery(listed: &[ListedObject]) -> RecoveryPlan {

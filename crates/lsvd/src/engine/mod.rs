@@ -43,7 +43,8 @@ use crate::store::DynStore;
 pub use config::{EngineConfig, RecoveryMode};
 use log_space::LogSpace;
 pub use open::{
-    OpenReport, VolumeInfo, create_volume, inspect_volume, list_volumes, open_volume, read_meta,
+    OpenReport, VolumeInfo, create_volume, inspect_volume, list_volumes, open_volume,
+    open_volume_on, read_meta,
 };
 
 /// Where a batched extent's data sits in the write log.
@@ -321,6 +322,32 @@ impl Volume {
 
     pub fn stats(&self) -> &Stats {
         &self.shared.stats
+    }
+
+    /// Simulate a process crash: stop uploading and refuse all further I/O at once,
+    /// without draining anything. For in-process crash tests; the volume must then be
+    /// dropped and reopened from its store and cache device.
+    pub fn crash(&self) {
+        self.shared.fail("simulated crash");
+        if let Some(u) = self
+            .uploader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            u.abort();
+        }
+    }
+
+    /// The store map as (lba, sectors, object seq, byte offset), for tests and the
+    /// simulator equivalence check.
+    pub fn store_map_snapshot(&self) -> Vec<(u64, u64, u64, u64)> {
+        let st = self.shared.lock();
+        st.store
+            .map()
+            .iter()
+            .map(|p| (p.lba, p.sectors, p.location.object_seq, p.location.offset))
+            .collect()
     }
 
     /// Drain writes, upload everything, write a clean checkpoint and mark the cache

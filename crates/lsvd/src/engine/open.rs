@@ -338,6 +338,32 @@ pub async fn open_volume(
     data_dir: &Path,
     config: EngineConfig,
 ) -> io::Result<(Arc<Volume>, OpenReport)> {
+    validate_volume_name(name).map_err(err)?;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
+    let log_path = data_dir.join(format!("{name}.wlog"));
+    let log_size =
+        config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
+    // Check the volume exists before making a log file for it.
+    read_meta(&store, name).await?;
+    let (file, created) = FileCache::open_or_create(&log_path, log_size)
+        .map_err(|e| err(format!("cannot open write log {}: {e}", log_path.display())))?;
+    let cache_name = log_path.display().to_string();
+    let (volume, mut report) =
+        open_volume_on(store, name, Arc::new(file), &cache_name, config).await?;
+    report.cache_created = created;
+    Ok((volume, report))
+}
+
+/// Open volume `name` with its write log on `cache` (tests inject fault-injecting
+/// devices here). `cache_name` is used in messages.
+pub async fn open_volume_on(
+    store: DynStore,
+    name: &str,
+    cache: Arc<dyn CacheDevice>,
+    cache_name: &str,
+    config: EngineConfig,
+) -> io::Result<(Arc<Volume>, OpenReport)> {
     let meta = read_meta(&store, name).await?;
     let rec = recover_store(&store, &meta).await?;
     let mut report = OpenReport {
@@ -360,21 +386,12 @@ pub async fn open_volume(
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
 
-    std::fs::create_dir_all(data_dir)
-        .map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
-    let log_path = data_dir.join(format!("{name}.wlog"));
-    let log_size =
-        config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
-    let (file, created) = FileCache::open_or_create(&log_path, log_size)
-        .map_err(|e| err(format!("cannot open write log {}: {e}", log_path.display())))?;
-    report.cache_created = created;
-    let cache: Arc<dyn CacheDevice> = Arc::new(file);
     let log_start = 2 * CACHE_SUPER_BYTES as u64;
     let log_end = cache.size_bytes() / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
     if log_end < log_start + MIN_LOG_SIZE_BYTES / 2 {
         return Err(err(format!(
             "write log {} is too small ({} bytes)",
-            log_path.display(),
+            cache_name,
             cache.size_bytes()
         )));
     }
@@ -387,9 +404,7 @@ pub async fn open_volume(
             if sb.volume != meta.volume {
                 return Err(err(format!(
                     "write log {} belongs to another volume (id {}, expected {}); move it away to start from the store",
-                    log_path.display(),
-                    sb.volume,
-                    meta.volume
+                    cache_name, sb.volume, meta.volume
                 )));
             }
             Some(sb)
@@ -398,7 +413,7 @@ pub async fn open_volume(
         Err(e) => {
             return Err(err(format!(
                 "write log {} is not readable ({e}); move it away to start from the store",
-                log_path.display()
+                cache_name
             )));
         }
     };

@@ -166,6 +166,10 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
     let mut backoff = Duration::from_millis(50);
     let mut attempt = 0u32;
     loop {
+        // After a local failure (or a simulated crash) nothing more may change state.
+        if shared.failed.load(Ordering::SeqCst) {
+            return;
+        }
         attempt += 1;
         shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
         match shared
@@ -204,6 +208,9 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
             .fetch_add(1, Ordering::Relaxed),
         _ => shared.stats.objects_written.fetch_add(1, Ordering::Relaxed),
     };
+    if shared.failed.load(Ordering::SeqCst) {
+        return;
+    }
     let free_through = {
         let mut st = shared.lock();
         st.uploads_in_flight -= 1;
