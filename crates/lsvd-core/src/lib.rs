@@ -9,6 +9,7 @@
 pub mod batcher;
 pub mod extent_map;
 pub mod format;
+pub mod gc;
 pub mod log_map;
 pub mod recovery;
 pub mod store_state;

@@ -21,6 +21,12 @@ pub struct ObjLoc {
     pub offset: u64,
 }
 
+impl ObjLoc {
+    pub fn advance_sectors(&self, sectors: u64) -> Self {
+        self.advance(sectors)
+    }
+}
+
 impl Location for ObjLoc {
     fn advance(&self, sectors: u64) -> Self {
         ObjLoc {

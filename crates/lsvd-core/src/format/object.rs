@@ -182,13 +182,55 @@ pub struct ObjectSpec<'a> {
     pub trims: &'a [(u64, u64)],
 }
 
+/// Size of the header for these counts.
+pub fn header_bytes_for(
+    kind: ObjectKind,
+    extent_count: usize,
+    trim_count: usize,
+    data_bytes: u64,
+) -> u64 {
+    let extent_bytes = if kind == ObjectKind::Gc { 32 } else { 16 };
+    (FIXED_BYTES + extent_bytes * extent_count + 16 * trim_count) as u64
+        + 4 * data_bytes.div_ceil(CHUNK_BYTES)
+}
+
+/// The header an object with these extents would have, without its data or chunk
+/// checksums (which are zero): for the simulator, which tracks sizes and maps only.
+pub fn header_without_data(
+    kind: ObjectKind,
+    seq: u64,
+    last_record_seq: u64,
+    extents: Vec<ObjectExtent>,
+    trims: Vec<(u64, u64)>,
+) -> ObjectHeader {
+    let data_bytes: u64 = extents
+        .iter()
+        .map(|e| e.sectors as u64 * SECTOR_BYTES)
+        .sum();
+    let header_bytes = header_bytes_for(kind, extents.len(), trims.len(), data_bytes) as u32;
+    ObjectHeader {
+        kind,
+        volume: VolumeId::default(),
+        seq,
+        last_record_seq,
+        extents,
+        trims,
+        header_bytes,
+        data_bytes,
+        chunk_crcs: vec![0; data_bytes.div_ceil(CHUNK_BYTES) as usize],
+    }
+}
+
 /// Encode the header for `spec` whose data section is `data`.
 pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     let with_source = spec.kind == ObjectKind::Gc;
-    let extent_bytes = if with_source { 32 } else { 16 };
     let chunk_count = (data.len() as u64).div_ceil(CHUNK_BYTES) as usize;
-    let header_bytes =
-        FIXED_BYTES + extent_bytes * spec.extents.len() + 16 * spec.trims.len() + 4 * chunk_count;
+    let header_bytes = header_bytes_for(
+        spec.kind,
+        spec.extents.len(),
+        spec.trims.len(),
+        data.len() as u64,
+    ) as usize;
     let mut w = Writer::with_capacity(header_bytes);
     w.bytes(OBJECT_MAGIC);
     w.u16(OBJECT_VERSION);
