@@ -9,6 +9,7 @@ pub mod cli;
 pub mod engine;
 pub mod log;
 pub mod nbd_device;
+pub mod sim;
 pub mod size;
 pub mod store;
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay block traces or synthetic workloads through the batching, map and GC
+    /// code of the engine with a simulated store; report write amplification and more.
+    Sim(crate::sim::SimArgs),
 }
 
 #[derive(Args, Debug)]
@@ -136,6 +139,10 @@ impl EngineArgs {
 }
 
 pub fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Sim(args) = cli.command {
+        // Pure computation: no runtime needed.
+        return crate::sim::run(args);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -148,6 +155,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json } => admin::info(&common, &name, json).await,
+            Command::Sim(_) => Ok(()),
         }
     })
 }
