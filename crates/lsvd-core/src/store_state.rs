@@ -194,6 +194,14 @@ impl StoreState {
         Ok(())
     }
 
+    /// Record that an older checkpoint object exists (found by listing), so that it is
+    /// known and can be deleted once newer checkpoints exist.
+    pub fn note_checkpoint(&mut self, seq: u64) {
+        if seq < self.next_object_seq {
+            self.checkpoints.insert(seq);
+        }
+    }
+
     /// Forget an object that holds no live data (after GC deleted it).
     pub fn forget_object(&mut self, seq: u64) {
         if self.objects.get(&seq).is_some_and(|o| o.live_bytes == 0) {

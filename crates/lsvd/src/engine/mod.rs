@@ -19,7 +19,7 @@
 pub mod config;
 pub mod keys;
 pub mod log_space;
-mod open;
+pub(crate) mod open;
 mod read;
 mod uploader;
 mod writer;

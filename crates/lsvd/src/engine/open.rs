@@ -212,6 +212,9 @@ pub(crate) async fn recover_store(
             state.volume_size_bytes, meta.size_bytes
         )));
     }
+    for &c in plan.checkpoint_candidates.iter().skip(1) {
+        state.note_checkpoint(c);
+    }
     let mut replayed = 0;
     for seq in replay {
         let kind = kinds[&seq];
@@ -237,7 +240,7 @@ pub(crate) async fn recover_store(
     })
 }
 
-async fn read_header(
+pub(crate) async fn read_header(
     store: &DynStore,
     key: &str,
 ) -> io::Result<lsvd_core::format::object::ObjectHeader> {

@@ -1,0 +1,238 @@
+//! `lsvd check NAME`: verify every checksum and map invariant of a volume.
+//!
+//! Reads every object the volume consists of in full and verifies its header and
+//! chunk checksums, rebuilds the map from the newest checkpoint and the objects after
+//! it, checks that every mapped extent lies inside an existing object and that live
+//! byte counts agree, and follows the write log's record chain if one is present.
+//! Reports every problem found; exits non-zero if there was any.
+
+use std::collections::BTreeSet;
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
+use lsvd_core::format::object::{ObjectKind, decode_object_header};
+
+use super::Common;
+use crate::cache_dev::{CacheDevice, FileCache};
+use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
+use crate::engine::open::{recover_store, scan_log};
+use crate::engine::read_meta;
+use crate::size::format_size;
+
+pub async fn check(common: &Common, name: &str) -> Result<(), String> {
+    let store = super::admin::store(common)?;
+    let meta = read_meta(&store, name).await.map_err(|e| e.to_string())?;
+    let mut problems: Vec<String> = Vec::new();
+    println!(
+        "checking volume {name} ({}) in {}",
+        format_size(meta.size_bytes),
+        store.describe()
+    );
+
+    // 1. Every object in the store: header, chunk checksums, identity.
+    let listing = store
+        .list(&objects_prefix(name))
+        .await
+        .map_err(|e| format!("cannot list objects: {e}"))?;
+    let mut verified = BTreeSet::new();
+    let mut bytes_read = 0u64;
+    for entry in &listing {
+        let Some((seq, kind)) = parse_object_name(&entry.key) else {
+            problems.push(format!("{}: unexpected object name", entry.key));
+            continue;
+        };
+        let bytes = match store.get(&entry.key).await {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{}: cannot read: {e}", entry.key));
+                continue;
+            }
+        };
+        bytes_read += bytes.len() as u64;
+        let h = match decode_object_header(&bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                problems.push(format!("{}: {e}", entry.key));
+                continue;
+            }
+        };
+        if h.seq != seq || h.kind != kind || h.volume != meta.volume {
+            problems.push(format!(
+                "{}: header says seq {:016x} kind {:?} volume {}",
+                entry.key, h.seq, h.kind, h.volume
+            ));
+        }
+        if h.total_bytes() != bytes.len() as u64 {
+            problems.push(format!(
+                "{}: length {} but header says {}",
+                entry.key,
+                bytes.len(),
+                h.total_bytes()
+            ));
+            continue;
+        }
+        if let Err(e) = h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..]) {
+            problems.push(format!("{}: {e}", entry.key));
+            continue;
+        }
+        verified.insert(seq);
+    }
+    println!(
+        "  objects: {} listed, {} verified, {} read",
+        listing.len(),
+        verified.len(),
+        format_size(bytes_read)
+    );
+
+    // 2. The map: rebuilt exactly as recovery would, then checked against the objects.
+    match recover_store(&store, &meta).await {
+        Err(e) => problems.push(format!("recovery would fail: {e}")),
+        Ok(rec) => {
+            let st = &rec.state;
+            if !rec.stranded.is_empty() {
+                problems.push(format!(
+                    "{} stranded objects past a gap (the next open removes them): {:?}",
+                    rec.stranded.len(),
+                    rec.stranded
+                        .iter()
+                        .map(|(s, _)| format!("{s:016x}"))
+                        .collect::<Vec<_>>()
+                ));
+            }
+            let mut live_from_map = std::collections::BTreeMap::<u64, u64>::new();
+            for p in st.map().iter() {
+                let seq = p.location.object_seq;
+                *live_from_map.entry(seq).or_default() += p.sectors * SECTOR_BYTES;
+                match st.objects().get(&seq) {
+                    None => {
+                        problems.push(format!("lba {} maps to unknown object {seq:016x}", p.lba))
+                    }
+                    Some(o) => {
+                        let end = p.location.offset + p.sectors * SECTOR_BYTES;
+                        if p.location.offset < o.header_bytes as u64 || end > o.total_bytes {
+                            problems.push(format!("lba {} maps outside object {seq:016x}", p.lba));
+                        }
+                        if !verified.contains(&seq) {
+                            problems.push(format!(
+                                "lba {} maps to object {seq:016x}, which is missing or corrupt",
+                                p.lba
+                            ));
+                        }
+                    }
+                }
+            }
+            for (&seq, o) in st.objects() {
+                let mapped = live_from_map.get(&seq).copied().unwrap_or(0);
+                if mapped != o.live_bytes {
+                    problems.push(format!(
+                        "object {seq:016x}: live bytes {} but map says {mapped}",
+                        o.live_bytes
+                    ));
+                }
+            }
+            println!(
+                "  map: {} extents, {} live in {} objects ({} stored); checkpoint {}",
+                st.map().extent_count(),
+                format_size(st.live_bytes()),
+                st.objects().len(),
+                format_size(st.stored_bytes()),
+                rec.checkpoint_seq
+                    .map_or("none".to_string(), |c| format!("{c:016x}"))
+            );
+            // Keys of objects in the table must exist.
+            for &seq in st.objects().keys() {
+                if !verified.contains(&seq) {
+                    let key = object_key(name, seq, st.objects()[&seq].kind);
+                    problems.push(format!("{key}: in the object table but missing or corrupt"));
+                }
+            }
+            check_log(common, name, &meta, st.last_record_seq(), &mut problems);
+        }
+    }
+
+    if problems.is_empty() {
+        println!("ok: no problems found");
+        Ok(())
+    } else {
+        for p in &problems {
+            println!("problem: {p}");
+        }
+        Err(format!(
+            "{} problems found in volume {name}",
+            problems.len()
+        ))
+    }
+}
+
+fn check_log(
+    common: &Common,
+    name: &str,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    last_in_store: u64,
+    problems: &mut Vec<String>,
+) {
+    let path = common.data.join(format!("{name}.wlog"));
+    if !path.exists() {
+        println!(
+            "  write log: none at {} (the store alone defines the volume)",
+            path.display()
+        );
+        return;
+    }
+    let file = match FileCache::open_or_create(&path, 0) {
+        Ok((f, _)) => f,
+        Err(e) => {
+            problems.push(format!("{}: cannot open: {e}", path.display()));
+            return;
+        }
+    };
+    let mut a = vec![0u8; CACHE_SUPER_BYTES];
+    let mut b = vec![0u8; CACHE_SUPER_BYTES];
+    if file.read_at(&mut a, 0).is_err() || file.read_at(&mut b, CACHE_SUPER_BYTES as u64).is_err() {
+        problems.push(format!("{}: too short for a superblock", path.display()));
+        return;
+    }
+    let sb = match newest_cache_super(&a, &b) {
+        Ok(sb) => sb,
+        Err(e) => {
+            problems.push(format!("{}: {e}", path.display()));
+            return;
+        }
+    };
+    if sb.volume != meta.volume {
+        problems.push(format!(
+            "{}: belongs to volume {}, not {}",
+            path.display(),
+            sb.volume,
+            meta.volume
+        ));
+        return;
+    }
+    let chain = scan_log(&file, &sb);
+    let pending: Vec<_> = chain
+        .iter()
+        .filter(|r| r.header.seq > last_in_store)
+        .collect();
+    println!(
+        "  write log: {} records on the chain from seq {}, {} not yet in the store{}",
+        chain.len(),
+        sb.tail_seq,
+        pending.len(),
+        if sb.clean { "; closed cleanly" } else { "" }
+    );
+    if let Some(first) = pending.first()
+        && first.header.seq != last_in_store + 1
+    {
+        problems.push(format!(
+            "write log resumes at record {} but the store ends at {last_in_store}",
+            first.header.seq
+        ));
+    }
+    if sb.tail_seq > last_in_store + 1 {
+        problems.push(format!(
+            "write log released records up to {} that the store does not hold",
+            sb.tail_seq - 1
+        ));
+    }
+    let _ = ObjectKind::Data;
+}

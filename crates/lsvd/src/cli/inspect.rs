@@ -1,0 +1,177 @@
+//! `lsvd inspect`: dump a volume's persisted structures in readable form.
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, decode_cache_super};
+use lsvd_core::format::checkpoint::decode_checkpoint;
+use lsvd_core::format::object::{ObjectKind, decode_object_header};
+use lsvd_core::format::record::ExtentKind;
+
+use super::{Common, InspectWhat};
+use crate::cache_dev::{CacheDevice, FileCache};
+use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
+use crate::engine::open::scan_log;
+
+pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
+    match what {
+        InspectWhat::Objects { name } => {
+            let store = super::admin::store(common)?;
+            let listing = store
+                .list(&objects_prefix(&name))
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("{:<18} {:<10} {:>12}", "seq", "kind", "bytes");
+            for e in listing {
+                match parse_object_name(&e.key) {
+                    Some((seq, kind)) => println!(
+                        "{seq:016x}   {:<10} {:>12}",
+                        format!("{kind:?}"),
+                        e.size_bytes
+                    ),
+                    None => println!("{:<18} {:<10} {:>12}", e.key, "?", e.size_bytes),
+                }
+            }
+            Ok(())
+        }
+        InspectWhat::Object { name, seq } => {
+            let store = super::admin::store(common)?;
+            let seq = parse_seq(&seq)?;
+            let listing = store
+                .list(&objects_prefix(&name))
+                .await
+                .map_err(|e| e.to_string())?;
+            let kind = listing
+                .iter()
+                .filter_map(|e| parse_object_name(&e.key))
+                .find(|(s, _)| *s == seq)
+                .map(|(_, k)| k)
+                .ok_or_else(|| format!("no object {seq:016x} in volume {name}"))?;
+            let key = object_key(&name, seq, kind);
+            let bytes = store.get(&key).await.map_err(|e| e.to_string())?;
+            let h = decode_object_header(&bytes).map_err(|e| format!("{key}: {e}"))?;
+            println!("object {key}");
+            println!(
+                "  kind {:?}, seq {:016x}, volume {}",
+                h.kind, h.seq, h.volume
+            );
+            println!("  last write-log record {}", h.last_record_seq);
+            println!(
+                "  header {} bytes, data {} bytes, {} chunks",
+                h.header_bytes,
+                h.data_bytes,
+                h.chunk_crcs.len()
+            );
+            let data_ok = h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..]);
+            println!(
+                "  data checksums: {}",
+                if data_ok.is_ok() {
+                    "ok".to_string()
+                } else {
+                    format!("{data_ok:?}")
+                }
+            );
+            for &(lba, sectors) in &h.trims {
+                println!("  trim   lba {lba:>12} +{sectors}");
+            }
+            for (e, off) in h.extent_offsets() {
+                match e.source {
+                    Some(src) => println!(
+                        "  extent lba {:>12} +{:<8} at {off:>10}  from {:016x}@{}",
+                        e.lba, e.sectors, src.object_seq, src.object_offset
+                    ),
+                    None => println!("  extent lba {:>12} +{:<8} at {off:>10}", e.lba, e.sectors),
+                }
+            }
+            if h.kind == ObjectKind::Checkpoint {
+                let ck = decode_checkpoint(&bytes[h.header_bytes as usize..])
+                    .map_err(|e| e.to_string())?;
+                println!(
+                    "  checkpoint: clean={} size={} next_object={:016x} last_record={} objects={} extents={}",
+                    ck.clean,
+                    ck.volume_size_bytes,
+                    ck.next_object_seq,
+                    ck.last_record_seq,
+                    ck.objects.len(),
+                    ck.extents.len()
+                );
+                for o in &ck.objects {
+                    println!(
+                        "    object {:016x} kind {} total {} live {}",
+                        o.seq, o.kind, o.total_bytes, o.live_bytes
+                    );
+                }
+                for e in ck.extents.iter().take(1000) {
+                    println!(
+                        "    lba {:>12} +{:<8} -> {:016x}@{}",
+                        e.lba, e.sectors, e.object_seq, e.object_offset
+                    );
+                }
+                if ck.extents.len() > 1000 {
+                    println!("    ... {} more extents", ck.extents.len() - 1000);
+                }
+            }
+            Ok(())
+        }
+        InspectWhat::Log { name } => {
+            let path = common.data.join(format!("{name}.wlog"));
+            let (file, _) = FileCache::open_or_create(&path, 0)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            for slot in 0..2u64 {
+                let mut b = vec![0u8; CACHE_SUPER_BYTES];
+                file.read_at(&mut b, slot * CACHE_SUPER_BYTES as u64)
+                    .map_err(|e| e.to_string())?;
+                match decode_cache_super(&b) {
+                    Ok(sb) => println!(
+                        "superblock {slot}: generation {} clean={} volume {} log [{}, {}) tail offset {} seq {}",
+                        sb.generation,
+                        sb.clean,
+                        sb.volume,
+                        sb.log_start,
+                        sb.log_end,
+                        sb.tail_offset,
+                        sb.tail_seq
+                    ),
+                    Err(e) => println!("superblock {slot}: invalid ({e})"),
+                }
+            }
+            let mut a = vec![0u8; CACHE_SUPER_BYTES];
+            let mut b = vec![0u8; CACHE_SUPER_BYTES];
+            file.read_at(&mut a, 0).map_err(|e| e.to_string())?;
+            file.read_at(&mut b, CACHE_SUPER_BYTES as u64)
+                .map_err(|e| e.to_string())?;
+            let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
+                .map_err(|e| e.to_string())?;
+            let chain = scan_log(&file, &sb);
+            println!("{} records on the chain", chain.len());
+            for r in &chain {
+                println!(
+                    "record seq {} at {} ({} bytes, crc {:08x}, prev {:08x})",
+                    r.header.seq,
+                    r.offset,
+                    r.header.total_bytes(),
+                    r.header.crc,
+                    r.header.prev_crc
+                );
+                for e in &r.header.extents {
+                    let kind = if e.kind == ExtentKind::Data {
+                        "data"
+                    } else {
+                        "zero"
+                    };
+                    println!(
+                        "  {kind} lba {:>12} +{} ({} bytes)",
+                        e.lba,
+                        e.sectors,
+                        e.sectors as u64 * SECTOR_BYTES
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn parse_seq(s: &str) -> Result<u64, String> {
+    let t = s.trim_start_matches("0x");
+    u64::from_str_radix(t, 16)
+        .map_err(|_| format!("invalid object sequence number '{s}' (hexadecimal, as listed)"))
+}
