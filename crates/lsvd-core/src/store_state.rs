@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::extent_map::{ExtentMap, Location, Piece};
 use crate::format::SECTOR_BYTES;
-use crate::format::checkpoint::{Checkpoint, CheckpointExtent, CheckpointObject};
+use crate::format::checkpoint::{Checkpoint, CheckpointExtent, CheckpointObject, Counters};
 use crate::format::object::{ObjectHeader, ObjectKind};
 
 /// A byte position inside an object.
@@ -220,17 +220,30 @@ impl StoreState {
         self.objects.values().map(|o| o.total_bytes).sum()
     }
 
+    /// Objects holding no live data: garbage, deletable once a checkpoint that omits
+    /// them is durable.
+    pub fn dead_objects(&self) -> Vec<u64> {
+        self.objects
+            .iter()
+            .filter(|(_, o)| o.live_bytes == 0)
+            .map(|(&s, _)| s)
+            .collect()
+    }
+
     /// The checkpoint describing this state; it will carry sequence number
-    /// `next_object_seq()`.
-    pub fn to_checkpoint(&self, clean: bool) -> Checkpoint {
+    /// `next_object_seq()`. Objects without live data are left out (see
+    /// [`dead_objects`](Self::dead_objects)): nothing the checkpoint describes needs them.
+    pub fn to_checkpoint(&self, clean: bool, counters: Counters) -> Checkpoint {
         Checkpoint {
             clean,
+            counters,
             volume_size_bytes: self.volume_size_bytes,
             next_object_seq: self.next_object_seq,
             last_record_seq: self.last_record_seq,
             objects: self
                 .objects
                 .iter()
+                .filter(|(_, o)| o.live_bytes > 0)
                 .map(|(&seq, o)| CheckpointObject {
                     seq,
                     kind: match o.kind {
@@ -419,7 +432,7 @@ mod tests {
         .expect("apply");
         s.apply(&object(ObjectKind::Data, 2, &[ext(8, 16)], &[]))
             .expect("apply");
-        let c = s.to_checkpoint(false);
+        let c = s.to_checkpoint(false, Counters::default());
         let r = StoreState::from_checkpoint(3, &c).expect("valid");
         assert_eq!(
             r.map().iter().collect::<Vec<_>>(),

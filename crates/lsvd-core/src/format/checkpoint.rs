@@ -17,7 +17,9 @@
 //!     32    8 last write-log record sequence number covered
 //!     40    8 object count
 //!     48    8 extent count
-//!     56 32*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
+//!     56   32 lifetime counters: client bytes written, store bytes written,
+//!               GC passes, GC bytes moved (u64 each)
+//!     88 32*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
 //!                      total_bytes u64, live_bytes u64
 //!      . 32*m extents: lba u64, sectors u64, object seq u64, byte offset u64
 //! ```
@@ -27,6 +29,7 @@ use super::{FormatError, Reader, Writer, crc_with_hole, expect_magic_version, in
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"LSVDCKP\0";
 pub const CHECKPOINT_VERSION: u16 = 1;
 const CRC_AT: usize = 12;
+const HEADER_BYTES: usize = 88;
 pub const FLAG_CLEAN: u16 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +50,19 @@ pub struct CheckpointExtent {
     pub object_offset: u64,
 }
 
+/// Lifetime counters of a volume, carried from checkpoint to checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub client_write_bytes: u64,
+    pub store_write_bytes: u64,
+    pub gc_passes: u64,
+    pub gc_moved_bytes: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub clean: bool,
+    pub counters: Counters,
     pub volume_size_bytes: u64,
     pub next_object_seq: u64,
     pub last_record_seq: u64,
@@ -58,7 +71,7 @@ pub struct Checkpoint {
 }
 
 pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
-    let mut w = Writer::with_capacity(56 + 32 * (c.objects.len() + c.extents.len()));
+    let mut w = Writer::with_capacity(HEADER_BYTES + 32 * (c.objects.len() + c.extents.len()));
     w.bytes(CHECKPOINT_MAGIC);
     w.u16(CHECKPOINT_VERSION);
     w.u16(if c.clean { FLAG_CLEAN } else { 0 });
@@ -68,6 +81,10 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
     w.u64(c.last_record_seq);
     w.u64(c.objects.len() as u64);
     w.u64(c.extents.len() as u64);
+    w.u64(c.counters.client_write_bytes);
+    w.u64(c.counters.store_write_bytes);
+    w.u64(c.counters.gc_passes);
+    w.u64(c.counters.gc_moved_bytes);
     for o in &c.objects {
         w.u64(o.seq);
         w.u16(o.kind);
@@ -101,7 +118,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     let expected_len = object_count
         .checked_add(extent_count)
         .and_then(|n| n.checked_mul(32))
-        .and_then(|n| n.checked_add(56))
+        .and_then(|n| n.checked_add(HEADER_BYTES as u64))
         .ok_or_else(|| invalid(WHAT, "counts overflow"))?;
     if expected_len != buf.len() as u64 {
         return Err(invalid(
@@ -120,6 +137,12 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
             computed,
         });
     }
+    let counters = Counters {
+        client_write_bytes: r.u64()?,
+        store_write_bytes: r.u64()?,
+        gc_passes: r.u64()?,
+        gc_moved_bytes: r.u64()?,
+    };
     let mut objects = Vec::with_capacity(object_count as usize);
     for _ in 0..object_count {
         let seq = r.u64()?;
@@ -147,6 +170,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     }
     Ok(Checkpoint {
         clean: flags & FLAG_CLEAN != 0,
+        counters,
         volume_size_bytes,
         next_object_seq,
         last_record_seq,
@@ -162,6 +186,12 @@ mod tests {
     fn sample() -> Checkpoint {
         Checkpoint {
             clean: true,
+            counters: Counters {
+                client_write_bytes: 1,
+                store_write_bytes: 2,
+                gc_passes: 3,
+                gc_moved_bytes: 4,
+            },
             volume_size_bytes: 1 << 30,
             next_object_seq: 12,
             last_record_seq: 99,
@@ -184,7 +214,7 @@ mod tests {
     #[test]
     fn round_trip_and_golden_prefix() {
         let buf = encode_checkpoint(&sample());
-        assert_eq!(buf.len(), 56 + 64);
+        assert_eq!(buf.len(), 88 + 64);
         assert_eq!(&buf[..12], b"LSVDCKP\0\x01\x00\x01\x00");
         assert_eq!(decode_checkpoint(&buf).expect("decodes"), sample());
     }

@@ -124,6 +124,16 @@ pub struct EngineArgs {
     /// from the longest recoverable prefix and says what was dropped.
     #[arg(long, default_value = "strict", value_parser = ["strict", "accept-prefix"])]
     pub recovery_mode: String,
+    /// Start garbage collection when live/stored bytes falls below this (0 disables GC).
+    #[arg(long, default_value_t = 0.70)]
+    pub gc_start: f64,
+    /// Stop garbage collection when live/stored bytes rises above this.
+    #[arg(long, default_value_t = 0.75)]
+    pub gc_stop: f64,
+    /// Victim selection: `greedy` (least live first) or `cost-benefit` (LFS: live
+    /// fraction and age).
+    #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
+    pub gc_policy: String,
 }
 
 impl EngineArgs {
@@ -139,7 +149,16 @@ impl EngineArgs {
         if self.uploads == 0 || self.uploads > 256 {
             return Err("--uploads must be between 1 and 256".into());
         }
+        let gc = lsvd_core::gc::GcConfig {
+            start_utilization: self.gc_start,
+            stop_utilization: self.gc_stop,
+            policy: self.gc_policy.parse()?,
+            pass_bytes: (4 * batch_size_bytes).max(32 << 20),
+        };
+        gc.validate()
+            .map_err(|e| format!("--gc-start/--gc-stop: {e}"))?;
         Ok(EngineConfig {
+            gc,
             batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             uploads_in_flight: self.uploads,

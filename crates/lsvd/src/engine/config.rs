@@ -17,6 +17,9 @@ pub struct EngineConfig {
     pub checkpoint_every_objects: u64,
     /// Accept a shorter prefix than the cache promises (operator override).
     pub recovery_mode: RecoveryMode,
+    /// Garbage collection thresholds and policy (default: start below 70% live,
+    /// stop above 75%, greedy, 32 MiB per pass).
+    pub gc: lsvd_core::gc::GcConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +40,7 @@ impl Default for EngineConfig {
             group_commit_max_bytes: 4 << 20,
             checkpoint_every_objects: 64,
             recovery_mode: RecoveryMode::Strict,
+            gc: lsvd_core::gc::GcConfig::default(),
         }
     }
 }

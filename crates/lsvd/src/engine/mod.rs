@@ -17,14 +17,17 @@
 //! I/O around it.
 
 pub mod config;
+mod gc;
 pub mod keys;
 pub mod log_space;
 pub(crate) mod open;
 mod read;
+#[cfg(test)]
+mod tests;
 mod uploader;
 mod writer;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -33,6 +36,7 @@ use std::time::Instant;
 use lsvd_core::batcher::{Batch, Batcher};
 use lsvd_core::extent_map::Location;
 use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::checkpoint::Counters;
 use lsvd_core::format::object::ObjectHeader;
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::log_map::LogMap;
@@ -66,15 +70,27 @@ impl Location for LogPos {
 /// An object waiting to be uploaded, in sequence order.
 #[derive(Debug)]
 enum PendingObject {
-    Data { seq: u64, batch: Batch<LogPos> },
-    Checkpoint { seq: u64 },
+    Data {
+        seq: u64,
+        batch: Batch<LogPos>,
+    },
+    /// Relocated data from a GC pass, already encoded.
+    Gc {
+        seq: u64,
+        bytes: Vec<u8>,
+    },
+    Checkpoint {
+        seq: u64,
+    },
 }
 
 impl PendingObject {
     #[allow(dead_code)]
     fn seq(&self) -> u64 {
         match self {
-            PendingObject::Data { seq, .. } | PendingObject::Checkpoint { seq } => *seq,
+            PendingObject::Data { seq, .. }
+            | PendingObject::Gc { seq, .. }
+            | PendingObject::Checkpoint { seq } => *seq,
         }
     }
 }
@@ -92,6 +108,9 @@ pub struct Stats {
     pub store_gets: AtomicU64,
     pub objects_written: AtomicU64,
     pub checkpoints_written: AtomicU64,
+    pub gc_passes: AtomicU64,
+    pub gc_moved_bytes: AtomicU64,
+    pub objects_deleted: AtomicU64,
 }
 
 pub(crate) struct State {
@@ -114,6 +133,27 @@ pub(crate) struct State {
     /// says so.
     freeable_through: u64,
     cache_super_generation: u64,
+    /// Lifetime counters as of the checkpoint the volume was opened from.
+    base_counters: Counters,
+    /// Objects a GC pass is moving data out of; cleared once the checkpoint after
+    /// the pass is durable and they are deleted.
+    gc_busy: BTreeSet<u64>,
+    /// The checkpoint that ends the current GC pass.
+    gc_pass_checkpoint: Option<u64>,
+}
+
+impl State {
+    /// Lifetime counters now: those loaded at open plus this session's.
+    fn counters(&self, stats: &Stats) -> Counters {
+        let b = self.base_counters;
+        Counters {
+            client_write_bytes: b.client_write_bytes
+                + stats.client_write_bytes.load(Ordering::Relaxed),
+            store_write_bytes: b.store_write_bytes + stats.store_put_bytes.load(Ordering::Relaxed),
+            gc_passes: b.gc_passes + stats.gc_passes.load(Ordering::Relaxed),
+            gc_moved_bytes: b.gc_moved_bytes + stats.gc_moved_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -127,6 +167,8 @@ pub(crate) struct Shared {
     space_freed: Condvar,
     /// Wakes the uploader.
     upload_wake: tokio::sync::Notify,
+    /// Wakes the garbage collector.
+    gc_wake: tokio::sync::Notify,
     /// Serializes cache superblock writes.
     super_lock: Mutex<()>,
     /// Object headers cached for read verification.
@@ -174,6 +216,11 @@ pub struct VolumeStatus {
     pub client_write_bytes: u64,
     pub store_put_bytes: u64,
     pub write_amplification: f64,
+    pub lifetime_client_write_bytes: u64,
+    pub lifetime_store_write_bytes: u64,
+    pub gc_passes: u64,
+    pub gc_moved_bytes: u64,
+    pub utilization: f64,
 }
 
 pub struct Volume {
@@ -181,6 +228,7 @@ pub struct Volume {
     log_tx: tokio::sync::mpsc::Sender<writer::LogOp>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 fn closed() -> io::Error {
@@ -294,6 +342,7 @@ impl Volume {
         let stats = &self.shared.stats;
         let client = stats.client_write_bytes.load(Ordering::Relaxed);
         let put = stats.store_put_bytes.load(Ordering::Relaxed);
+        let counters = st.counters(stats);
         VolumeStatus {
             name: self.shared.meta.name.clone(),
             volume_id: self.shared.meta.volume.to_string(),
@@ -317,6 +366,11 @@ impl Volume {
             } else {
                 put as f64 / client as f64
             },
+            lifetime_client_write_bytes: counters.client_write_bytes,
+            lifetime_store_write_bytes: counters.store_write_bytes,
+            gc_passes: counters.gc_passes,
+            gc_moved_bytes: counters.gc_moved_bytes,
+            utilization: lsvd_core::gc::utilization(&st.store),
         }
     }
 
@@ -336,6 +390,9 @@ impl Volume {
             .take()
         {
             u.abort();
+        }
+        if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            g.abort();
         }
     }
 
@@ -369,6 +426,11 @@ impl Volume {
             .take();
         if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        let gc = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(g) = gc {
+            self.shared.gc_wake.notify_one();
+            let _ = g.await;
         }
         self.shared.upload_wake.notify_one();
         let uploader = self

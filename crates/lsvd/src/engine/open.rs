@@ -143,6 +143,10 @@ pub async fn read_meta(store: &DynStore, name: &str) -> io::Result<VolumeMeta> {
 /// The store's view of a volume, rebuilt without changing anything.
 pub(crate) struct StoreRecovery {
     pub state: StoreState,
+    pub counters: lsvd_core::format::checkpoint::Counters,
+    /// Data and GC objects below the base checkpoint that it does not list: garbage
+    /// whose deletion was interrupted.
+    pub orphans: Vec<(u64, ObjectKind)>,
     pub stranded: Vec<(u64, ObjectKind)>,
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
@@ -175,7 +179,7 @@ pub(crate) async fn recover_store(
         })
         .collect();
     let plan = plan_recovery(&listed);
-    let (mut state, replay, checkpoint_seq, checkpoint_clean) =
+    let (mut state, replay, checkpoint_seq, checkpoint_clean, counters) =
         match plan.checkpoint_candidates.first() {
             Some(&c) => {
                 let key = object_key(name, c, ObjectKind::Checkpoint);
@@ -197,13 +201,20 @@ pub(crate) async fn recover_store(
                     .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
                 let state = StoreState::from_checkpoint(c, &ck)
                     .map_err(|e| err(format!("checkpoint {key}: {e}")))?;
-                (state, plan.replay_after[0].clone(), Some(c), ck.clean)
+                (
+                    state,
+                    plan.replay_after[0].clone(),
+                    Some(c),
+                    ck.clean,
+                    ck.counters,
+                )
             }
             None => (
                 StoreState::new(meta.size_bytes),
                 plan.replay_after.last().cloned().unwrap_or_default(),
                 None,
                 false,
+                Default::default(),
             ),
         };
     if state.volume_size_bytes != meta.size_bytes {
@@ -215,6 +226,16 @@ pub(crate) async fn recover_store(
     for &c in plan.checkpoint_candidates.iter().skip(1) {
         state.note_checkpoint(c);
     }
+    let orphans: Vec<(u64, ObjectKind)> = match checkpoint_seq {
+        Some(c) => kinds
+            .iter()
+            .filter(|&(&seq, &kind)| {
+                seq < c && kind != ObjectKind::Checkpoint && !state.objects().contains_key(&seq)
+            })
+            .map(|(&seq, &kind)| (seq, kind))
+            .collect(),
+        None => Vec::new(),
+    };
     let mut replayed = 0;
     for seq in replay {
         let kind = kinds[&seq];
@@ -233,6 +254,8 @@ pub(crate) async fn recover_store(
     let stranded = plan.stranded.iter().map(|s| (*s, kinds[s])).collect();
     Ok(StoreRecovery {
         state,
+        counters,
+        orphans,
         stranded,
         checkpoint_seq,
         checkpoint_clean: checkpoint_clean && replayed == 0,
@@ -386,6 +409,16 @@ pub async fn open_volume_on(
         ));
         report.stranded_deleted.push(seq);
     }
+    for &(seq, kind) in &rec.orphans {
+        let key = object_key(name, seq, kind);
+        match store.delete(&key).await {
+            Ok(()) => crate::log::info(&format!(
+                "deleted garbage object {key} (not in the checkpoint)"
+            )),
+            Err(e) => crate::log::warn(&format!("could not delete garbage object {key}: {e}")),
+        }
+    }
+    let base_counters = rec.counters;
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
 
@@ -492,9 +525,13 @@ pub async fn open_volume_on(
             writer_done: false,
             freeable_through: last_in_store,
             cache_super_generation: generation,
+            base_counters,
+            gc_busy: Default::default(),
+            gc_pass_checkpoint: None,
         }),
         space_freed: Condvar::new(),
         upload_wake: tokio::sync::Notify::new(),
+        gc_wake: tokio::sync::Notify::new(),
         super_lock: Mutex::new(()),
         headers: Mutex::new(Default::default()),
         failed: AtomicBool::new(false),
@@ -548,12 +585,14 @@ pub async fn open_volume_on(
         .spawn(move || writer::run(writer_shared, log_rx))
         .map_err(|e| err(format!("cannot start log writer: {e}")))?;
     let uploader_task = tokio::spawn(uploader::run(shared.clone(), log_tx.clone()));
+    let gc_task = tokio::spawn(super::gc::run(shared.clone()));
     shared.upload_wake.notify_one();
     let volume = Volume {
         shared,
         log_tx,
         writer_thread: Mutex::new(Some(writer_thread)),
         uploader: Mutex::new(Some(uploader_task)),
+        gc: Mutex::new(Some(gc_task)),
     };
     Ok((Arc::new(volume), report))
 }

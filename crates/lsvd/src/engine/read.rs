@@ -172,7 +172,7 @@ pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<Objec
     decode_object_header(&buf).map_err(bad)
 }
 
-async fn read_object(
+pub(crate) async fn read_object(
     shared: &Shared,
     seq: u64,
     kind: lsvd_core::format::object::ObjectKind,

@@ -37,7 +37,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                     Some(PendingObject::Checkpoint { seq }) => {
                         st.store.next_object_seq() == *seq && st.uploads_in_flight == 0
                     }
-                    Some(PendingObject::Data { .. }) => true,
+                    Some(PendingObject::Data { .. } | PendingObject::Gc { .. }) => true,
                 };
                 if !ready {
                     break;
@@ -51,10 +51,16 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                     PendingObject::Data { seq, batch } => {
                         tokio::spawn(async move { upload_data(task_shared, seq, batch).await });
                     }
+                    PendingObject::Gc { seq, bytes } => {
+                        tokio::spawn(async move {
+                            upload_object(task_shared, seq, ObjectKind::Gc, bytes).await
+                        });
+                    }
                     PendingObject::Checkpoint { seq } => {
                         let bytes = checkpoint_bytes(&shared, &st, seq, false);
+                        let dead = dead_objects(&st);
                         tokio::spawn(async move {
-                            upload_object(task_shared, seq, ObjectKind::Checkpoint, bytes).await
+                            upload_checkpoint(task_shared, seq, bytes, dead).await
                         });
                     }
                 }
@@ -72,7 +78,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
 /// Encode checkpoint `seq` from the current store state (all objects below it applied).
 fn checkpoint_bytes(shared: &Shared, st: &State, seq: u64, clean: bool) -> Vec<u8> {
     debug_assert_eq!(st.store.next_object_seq(), seq);
-    let payload = encode_checkpoint(&st.store.to_checkpoint(clean));
+    let payload = encode_checkpoint(&st.store.to_checkpoint(clean, st.counters(&shared.stats)));
     let spec = ObjectSpec {
         kind: ObjectKind::Checkpoint,
         volume: shared.meta.volume,
@@ -153,6 +159,52 @@ fn split_sectors(lba: u64, sectors: u64) -> Vec<(u64, u32)> {
     out
 }
 
+/// Objects without live data, which the checkpoint being encoded leaves out.
+fn dead_objects(st: &State) -> Vec<(u64, ObjectKind)> {
+    st.store
+        .dead_objects()
+        .into_iter()
+        .map(|seq| (seq, st.store.objects()[&seq].kind))
+        .collect()
+}
+
+/// Upload checkpoint `seq`; once it is durable and applied, delete the objects it
+/// left out (they hold no live data) and end the GC pass it closes, if any.
+async fn upload_checkpoint(
+    shared: Arc<Shared>,
+    seq: u64,
+    bytes: Vec<u8>,
+    dead: Vec<(u64, ObjectKind)>,
+) {
+    upload_object(shared.clone(), seq, ObjectKind::Checkpoint, bytes).await;
+    if shared.failed.load(Ordering::SeqCst) {
+        return;
+    }
+    for (victim, kind) in dead {
+        let key = object_key(&shared.meta.name, victim, kind);
+        match shared.store.delete(&key).await {
+            Ok(()) => {
+                shared.lock().store.forget_object(victim);
+                shared
+                    .headers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&victim);
+                shared.stats.objects_deleted.fetch_add(1, Ordering::Relaxed);
+            }
+            // Left in the store; the next open removes objects no checkpoint lists.
+            Err(e) => crate::log::warn(&format!("could not delete {key}: {e}")),
+        }
+    }
+    let mut st = shared.lock();
+    if st.gc_pass_checkpoint.is_some_and(|c| c <= seq) {
+        st.gc_pass_checkpoint = None;
+        st.gc_busy.clear();
+    }
+    drop(st);
+    shared.gc_wake.notify_one();
+}
+
 /// PUT with retries, then apply in order.
 async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: Vec<u8>) {
     let header = match decode_object_header(&bytes) {
@@ -224,6 +276,7 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
         delete_old_checkpoints(&shared, seq).await;
     }
     shared.upload_wake.notify_one();
+    shared.gc_wake.notify_one();
 }
 
 /// Apply completed objects in sequence order. Returns the newest record sequence
@@ -312,20 +365,21 @@ async fn delete_old_checkpoints(shared: &Shared, newest: u64) {
 
 /// After the uploader has drained: write a clean checkpoint and mark the cache clean.
 pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<()> {
-    let (seq, bytes) = {
+    let (seq, bytes, dead) = {
         let mut st = shared.lock();
         if !st.completed.is_empty() || !st.upload_queue.is_empty() || st.uploads_in_flight > 0 {
             return Err(io::Error::other("uploads did not drain"));
         }
         let seq = st.next_object_seq;
         st.next_object_seq += 1;
-        (seq, checkpoint_bytes(shared, &st, seq, true))
-    };
-    {
-        let mut st = shared.lock();
         st.uploads_in_flight += 1;
-    }
-    upload_object(shared.clone(), seq, ObjectKind::Checkpoint, bytes).await;
+        (
+            seq,
+            checkpoint_bytes(shared, &st, seq, true),
+            dead_objects(&st),
+        )
+    };
+    upload_checkpoint(shared.clone(), seq, bytes, dead).await;
     let through = shared.lock().store.last_record_seq();
     persist_tail(shared, through, true);
     if shared.failed.load(Ordering::SeqCst) {

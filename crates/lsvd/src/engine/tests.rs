@@ -1,0 +1,187 @@
+//! In-process tests of the engine on the in-memory store: data integrity through
+//! uploads, restarts and garbage collection.
+
+use std::sync::Arc;
+
+use super::{EngineConfig, Volume, create_volume, open_volume};
+use crate::store::DynStore;
+use crate::store::mem::MemStore;
+use crate::testutil::TempDir;
+
+const BLOCK: u64 = 4096;
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 50,
+        log_size_bytes: 16 << 20,
+        checkpoint_every_objects: 8,
+        gc: lsvd_core::gc::GcConfig {
+            pass_bytes: 1 << 20,
+            ..Default::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+/// A 4 KiB block whose content names (block, version).
+fn block_data(block: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK as usize];
+    for (i, chunk) in v.chunks_mut(16).enumerate() {
+        chunk[..8].copy_from_slice(&block.to_le_bytes());
+        chunk[8..16].copy_from_slice(&(version ^ i as u64).to_le_bytes());
+    }
+    v
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+async fn verify(volume: &Volume, model: &[u64]) {
+    for (b, &version) in model.iter().enumerate() {
+        let got = volume.read(b as u64 * BLOCK, BLOCK).await.expect("read");
+        let want = if version == 0 {
+            vec![0u8; BLOCK as usize]
+        } else {
+            block_data(b as u64, version)
+        };
+        assert!(got == want, "block {b}: expected version {version}");
+    }
+}
+
+async fn wait_for_uploads(volume: &Volume) {
+    for _ in 0..500 {
+        if volume.status().uploads_pending == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("uploads did not finish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwrites_with_gc_keep_data_and_bound_the_store() {
+    let dir = TempDir::new("engine-gc");
+    let mem = MemStore::new();
+    let store: DynStore = Arc::new(mem.clone());
+    let blocks = 2048u64; // 8 MiB volume
+    create_volume(&store, "v", blocks * BLOCK)
+        .await
+        .expect("create");
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    let mut model = vec![0u64; blocks as usize];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut version = 0;
+    for _ in 0..5 * blocks {
+        let b = rng.next() % blocks;
+        version += 1;
+        volume
+            .write(b * BLOCK, block_data(b, version), false)
+            .await
+            .expect("write");
+        model[b as usize] = version;
+    }
+    volume.flush().await.expect("flush");
+    wait_for_uploads(&volume).await;
+    // Let GC catch up: it runs in passes after uploads.
+    for _ in 0..300 {
+        let s = volume.status();
+        if s.utilization >= 0.70 && s.uploads_pending == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let status = volume.status();
+    assert!(status.gc_passes > 0, "GC ran: {status:?}");
+    verify(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+    let stored: u64 = mem
+        .snapshot()
+        .iter()
+        .filter(|(k, _)| k.ends_with(".d") || k.ends_with(".g"))
+        .map(|(_, n)| n)
+        .sum();
+    let live = blocks * BLOCK;
+    let bound = (live as f64 / 0.70) as u64 + 2 * (256 << 10) + (64 << 10);
+    assert!(
+        stored <= bound,
+        "store holds {stored} bytes, bound {bound} (live {live})"
+    );
+    // Reopen from the store alone and verify again.
+    let dir2 = TempDir::new("engine-gc-reopen");
+    let (volume, report) = open_volume(store.clone(), "v", dir2.path(), config())
+        .await
+        .expect("reopen");
+    assert!(report.checkpoint_clean);
+    verify(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trim_frees_store_space_after_gc() {
+    let dir = TempDir::new("engine-trim");
+    let mem = MemStore::new();
+    let store: DynStore = Arc::new(mem.clone());
+    let blocks = 2048u64;
+    create_volume(&store, "v", blocks * BLOCK)
+        .await
+        .expect("create");
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    let mut model = vec![0u64; blocks as usize];
+    for b in 0..blocks {
+        volume
+            .write(b * BLOCK, block_data(b, b + 1), false)
+            .await
+            .expect("write");
+        model[b as usize] = b + 1;
+    }
+    volume.flush().await.expect("flush");
+    wait_for_uploads(&volume).await;
+    // Trim 90%.
+    let keep = blocks / 10;
+    volume
+        .write_zeroes(keep * BLOCK, (blocks - keep) * BLOCK, false)
+        .await
+        .expect("trim");
+    for m in model.iter_mut().skip(keep as usize) {
+        *m = 0;
+    }
+    volume.flush().await.expect("flush");
+    for _ in 0..500 {
+        let s = volume.status();
+        if s.uploads_pending == 0 && s.store_bytes < 2 * keep * BLOCK + (512 << 10) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let s = volume.status();
+    assert_eq!(s.live_bytes, keep * BLOCK);
+    assert!(
+        s.store_bytes < 2 * keep * BLOCK + (512 << 10),
+        "store shrank after trim: {s:?}"
+    );
+    let alloc = volume.allocation(0, blocks * BLOCK).expect("allocation");
+    assert_eq!(
+        alloc,
+        vec![(keep * BLOCK, true), ((blocks - keep) * BLOCK, false)]
+    );
+    verify(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+    let dir2 = TempDir::new("engine-trim-reopen");
+    let (volume, _) = open_volume(store, "v", dir2.path(), config())
+        .await
+        .expect("reopen");
+    verify(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+}
