@@ -106,7 +106,8 @@ impl BlockDevice for NbdVolume {
             .collect())
     }
 
-    async fn cache(&self, _offset: u64, _length: u32) -> io::Result<()> {
-        Ok(())
+    async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
+        // Reading pulls the range's object chunks into the read cache.
+        self.volume.read(offset, length as u64).await.map(|_| ())
     }
 }

@@ -124,6 +124,9 @@ pub struct EngineArgs {
     /// from the longest recoverable prefix and says what was dropped.
     #[arg(long, default_value = "strict", value_parser = ["strict", "accept-prefix"])]
     pub recovery_mode: String,
+    /// Size of each volume's read-cache file on local disk (0 disables it).
+    #[arg(long, default_value = "1G")]
+    pub read_cache_size: String,
     /// Start garbage collection when live/stored bytes falls below this (0 disables GC).
     #[arg(long, default_value_t = 0.70)]
     pub gc_start: f64,
@@ -157,8 +160,10 @@ impl EngineArgs {
         };
         gc.validate()
             .map_err(|e| format!("--gc-start/--gc-stop: {e}"))?;
+        let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         Ok(EngineConfig {
             gc,
+            read_cache_bytes,
             batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             uploads_in_flight: self.uploads,

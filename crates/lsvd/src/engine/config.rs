@@ -20,6 +20,8 @@ pub struct EngineConfig {
     /// Garbage collection thresholds and policy (default: start below 70% live,
     /// stop above 75%, greedy, 32 MiB per pass).
     pub gc: lsvd_core::gc::GcConfig,
+    /// Size of the read-cache file (0 disables it). Default: 1 GiB.
+    pub read_cache_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +43,7 @@ impl Default for EngineConfig {
             checkpoint_every_objects: 64,
             recovery_mode: RecoveryMode::Strict,
             gc: lsvd_core::gc::GcConfig::default(),
+            read_cache_bytes: 1 << 30,
         }
     }
 }

@@ -109,6 +109,7 @@ async fn run_pass(
                 kind,
                 r.source.offset,
                 &mut data[start..],
+                false,
             )
             .await?;
         }

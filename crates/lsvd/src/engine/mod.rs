@@ -22,6 +22,7 @@ pub mod keys;
 pub mod log_space;
 pub(crate) mod open;
 mod read;
+mod read_cache;
 #[cfg(test)]
 mod tests;
 mod uploader;
@@ -171,6 +172,8 @@ pub(crate) struct Shared {
     gc_wake: tokio::sync::Notify,
     /// Serializes cache superblock writes.
     super_lock: Mutex<()>,
+    /// Recently read object chunks on local disk (None: disabled).
+    read_cache: Option<read_cache::ReadCache>,
     /// Object headers cached for read verification.
     headers: read::HeaderCache,
     /// Set after an unrecoverable local I/O error; all later writes fail.
@@ -221,6 +224,9 @@ pub struct VolumeStatus {
     pub gc_passes: u64,
     pub gc_moved_bytes: u64,
     pub utilization: f64,
+    pub read_cache_hits: u64,
+    pub read_cache_misses: u64,
+    pub read_cache_entries: u64,
 }
 
 pub struct Volume {
@@ -371,6 +377,21 @@ impl Volume {
             gc_passes: counters.gc_passes,
             gc_moved_bytes: counters.gc_moved_bytes,
             utilization: lsvd_core::gc::utilization(&st.store),
+            read_cache_hits: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.hits.load(Ordering::Relaxed)),
+            read_cache_misses: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.misses.load(Ordering::Relaxed)),
+            read_cache_entries: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.entries() as u64),
         }
     }
 
@@ -444,6 +465,12 @@ impl Volume {
         if self.shared.failed.load(Ordering::SeqCst) {
             return Err(io::Error::other("volume failed; not marked clean"));
         }
-        uploader::write_clean_checkpoint(&self.shared).await
+        uploader::write_clean_checkpoint(&self.shared).await?;
+        if let Some(rc) = &self.shared.read_cache
+            && let Err(e) = rc.save(self.shared.meta.volume)
+        {
+            crate::log::warn(&format!("could not save the read-cache index: {e}"));
+        }
+        Ok(())
     }
 }

@@ -33,6 +33,7 @@ use lsvd_core::store_state::StoreState;
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::{meta_key, object_key, objects_prefix, parse_object_name, validate_volume_name};
 use super::log_space::LogSpace;
+use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::{Shared, State, Stats, Volume, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::store::{DynStore, PutMode, StoreErrorKind};
@@ -375,8 +376,20 @@ pub async fn open_volume(
     let (file, created) = FileCache::open_or_create(&log_path, log_size)
         .map_err(|e| err(format!("cannot open write log {}: {e}", log_path.display())))?;
     let cache_name = log_path.display().to_string();
+    let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
+        let path = data_dir.join(format!("{name}.rcache"));
+        let size = config.read_cache_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
+        let (file, _) = FileCache::open_or_create(&path, size)
+            .map_err(|e| err(format!("cannot open read cache {}: {e}", path.display())))?;
+        Some((
+            Arc::new(file) as Arc<dyn CacheDevice>,
+            data_dir.join(format!("{name}.rcache.map")),
+        ))
+    } else {
+        None
+    };
     let (volume, mut report) =
-        open_volume_on(store, name, Arc::new(file), &cache_name, config).await?;
+        open_inner(store, name, Arc::new(file), &cache_name, read_cache, config).await?;
     report.cache_created = created;
     Ok((volume, report))
 }
@@ -388,6 +401,17 @@ pub async fn open_volume_on(
     name: &str,
     cache: Arc<dyn CacheDevice>,
     cache_name: &str,
+    config: EngineConfig,
+) -> io::Result<(Arc<Volume>, OpenReport)> {
+    open_inner(store, name, cache, cache_name, None, config).await
+}
+
+async fn open_inner(
+    store: DynStore,
+    name: &str,
+    cache: Arc<dyn CacheDevice>,
+    cache_name: &str,
+    read_cache: Option<(Arc<dyn CacheDevice>, std::path::PathBuf)>,
     config: EngineConfig,
 ) -> io::Result<(Arc<Volume>, OpenReport)> {
     let meta = read_meta(&store, name).await?;
@@ -534,6 +558,7 @@ pub async fn open_volume_on(
         gc_wake: tokio::sync::Notify::new(),
         super_lock: Mutex::new(()),
         headers: Mutex::new(Default::default()),
+        read_cache: read_cache.map(|(dev, map)| ReadCache::open(dev, &map, meta.volume)),
         failed: AtomicBool::new(false),
         log_start,
         log_end,

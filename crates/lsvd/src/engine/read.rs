@@ -18,6 +18,7 @@ use lsvd_core::log_map::LogLoc;
 
 use super::Shared;
 use super::keys::object_key;
+use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 
 #[derive(Debug, Clone, Copy)]
 enum Source {
@@ -99,7 +100,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
                     log_seqs.push(record_seq);
                 }
                 Source::Object { seq, kind, offset } => {
-                    read_object(shared, seq, kind, offset, dst).await?;
+                    read_object(shared, seq, kind, offset, dst, true).await?;
                 }
             }
         }
@@ -172,20 +173,43 @@ pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<Objec
     decode_object_header(&buf).map_err(bad)
 }
 
+/// Read `dst.len()` bytes at byte `offset` of object `seq`, verified. Goes through the
+/// read cache when there is one; `populate` says whether misses are cached (client
+/// reads: yes; GC reads of cold data: no).
 pub(crate) async fn read_object(
     shared: &Shared,
     seq: u64,
     kind: lsvd_core::format::object::ObjectKind,
     offset: u64,
     dst: &mut [u8],
+    populate: bool,
 ) -> io::Result<()> {
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq).await?;
-    let (start, end) = header.verifiable_range(offset, dst.len() as u64);
+    match &shared.read_cache {
+        Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, populate).await,
+        None => {
+            let (start, end) = header.verifiable_range(offset, dst.len() as u64);
+            let bytes = fetch_verified(shared, &key, &header, start, end).await?;
+            let from = (offset - start) as usize;
+            dst.copy_from_slice(&bytes[from..from + dst.len()]);
+            Ok(())
+        }
+    }
+}
+
+/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
+async fn fetch_verified(
+    shared: &Shared,
+    key: &str,
+    header: &ObjectHeader,
+    start: u64,
+    end: u64,
+) -> io::Result<Vec<u8>> {
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let bytes = shared
         .store
-        .get_range(&key, start..end)
+        .get_range(key, start..end)
         .await
         .map_err(|e| io::Error::other(format!("reading {key}: {e}")))?;
     if bytes.len() as u64 != end - start {
@@ -197,8 +221,67 @@ pub(crate) async fn read_object(
     header
         .verify_data(start, &bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
-    let from = (offset - start) as usize;
-    dst.copy_from_slice(&bytes[from..from + dst.len()]);
+    Ok(bytes)
+}
+
+async fn read_via_cache(
+    shared: &Shared,
+    rc: &ReadCache,
+    key: &str,
+    header: &ObjectHeader,
+    offset: u64,
+    dst: &mut [u8],
+    populate: bool,
+) -> io::Result<()> {
+    let data_start = header.header_bytes as u64;
+    let rel_start = offset - data_start;
+    let rel_end = rel_start + dst.len() as u64;
+    let chunk_range = |c: u64| -> (u64, u64) {
+        let s = c * READ_CACHE_CHUNK_BYTES;
+        (s, (s + READ_CACHE_CHUNK_BYTES).min(header.data_bytes))
+    };
+    // Copy the overlap of chunk-relative bytes `[s, e)` (given as `bytes`) into dst.
+    let mut copy = |s: u64, bytes: &[u8]| {
+        let e = s + bytes.len() as u64;
+        let from = rel_start.max(s);
+        let to = rel_end.min(e);
+        if from < to {
+            dst[(from - rel_start) as usize..(to - rel_start) as usize]
+                .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
+        }
+    };
+    let first = rel_start / READ_CACHE_CHUNK_BYTES;
+    let last = (rel_end - 1) / READ_CACHE_CHUNK_BYTES;
+    let mut c = first;
+    while c <= last {
+        let (s, _) = chunk_range(c);
+        let hit = rc.get(header.seq, c, |b| {
+            header.verify_data(data_start + s, b).is_ok()
+        });
+        if let Some(bytes) = hit {
+            rc.hits.fetch_add(1, Ordering::Relaxed);
+            copy(s, &bytes);
+            c += 1;
+            continue;
+        }
+        // Fetch the run of missing chunks with one ranged GET.
+        let mut run_end = c;
+        while run_end < last && !rc.contains(header.seq, run_end + 1) {
+            run_end += 1;
+        }
+        let (s, _) = chunk_range(c);
+        let (_, e) = chunk_range(run_end);
+        let bytes = fetch_verified(shared, key, header, data_start + s, data_start + e).await?;
+        rc.misses.fetch_add(run_end - c + 1, Ordering::Relaxed);
+        copy(s, &bytes);
+        if populate {
+            for k in c..=run_end {
+                let (ks, ke) = chunk_range(k);
+                rc.insert(header.seq, k, &bytes[(ks - s) as usize..(ke - s) as usize]);
+            }
+        }
+        c = run_end + 1;
+    }
     Ok(())
 }
 

@@ -185,3 +185,92 @@ async fn trim_frees_store_space_after_gc() {
     verify(&volume, &model).await;
     volume.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
+    let dir = TempDir::new("engine-rcache");
+    let store: DynStore = Arc::new(MemStore::new());
+    let blocks = 1024u64; // 4 MiB volume, 1 MiB read cache (16 chunks of 64 KiB)
+    create_volume(&store, "v", blocks * BLOCK)
+        .await
+        .expect("create");
+    let cfg = EngineConfig {
+        read_cache_bytes: 1 << 20,
+        gc: lsvd_core::gc::GcConfig {
+            start_utilization: 0.0,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
+        .await
+        .expect("open");
+    for b in 0..blocks {
+        volume
+            .write(b * BLOCK, block_data(b, 1), false)
+            .await
+            .expect("write");
+    }
+    volume.shutdown().await.expect("shutdown");
+    // Reopen: the log is empty, so reads go to objects.
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
+        .await
+        .expect("open");
+    let s0 = volume.status();
+    assert_eq!(volume.read(0, BLOCK).await.expect("read"), block_data(0, 1));
+    let s1 = volume.status();
+    assert_eq!(s1.read_cache_misses - s0.read_cache_misses, 1);
+    // The rest of the 64 KiB chunk was prefetched: block 1 is a hit.
+    assert_eq!(
+        volume.read(BLOCK, BLOCK).await.expect("read"),
+        block_data(1, 1)
+    );
+    let s2 = volume.status();
+    assert_eq!(s2.read_cache_hits - s1.read_cache_hits, 1);
+    // Write after read: the new data wins over the cached chunk, before and after upload.
+    volume
+        .write(BLOCK, block_data(1, 2), false)
+        .await
+        .expect("write");
+    assert_eq!(
+        volume.read(BLOCK, BLOCK).await.expect("read"),
+        block_data(1, 2)
+    );
+    volume.flush().await.expect("flush");
+    wait_for_uploads(&volume).await;
+    assert_eq!(
+        volume.read(0, 2 * BLOCK).await.expect("read")[BLOCK as usize..],
+        block_data(1, 2)[..]
+    );
+    // Read the whole volume: 64 chunks through a 16-chunk cache forces eviction.
+    for b in 0..blocks {
+        let want = block_data(b, if b == 1 { 2 } else { 1 });
+        assert_eq!(
+            volume.read(b * BLOCK, BLOCK).await.expect("read"),
+            want,
+            "block {b}"
+        );
+    }
+    let s3 = volume.status();
+    assert_eq!(s3.read_cache_entries, 16, "cache is full, not larger");
+    volume.shutdown().await.expect("shutdown");
+    // Warm restart: the last chunks read are still cached.
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg)
+        .await
+        .expect("open");
+    assert_eq!(volume.status().read_cache_entries, 16);
+    let h0 = volume.status().read_cache_hits;
+    assert_eq!(
+        volume
+            .read((blocks - 1) * BLOCK, BLOCK)
+            .await
+            .expect("read"),
+        block_data(blocks - 1, 1)
+    );
+    assert_eq!(
+        volume.status().read_cache_hits,
+        h0 + 1,
+        "warm hit after restart"
+    );
+    volume.shutdown().await.expect("shutdown");
+}

@@ -185,6 +185,9 @@ async fn upload_checkpoint(
         match shared.store.delete(&key).await {
             Ok(()) => {
                 shared.lock().store.forget_object(victim);
+                if let Some(rc) = &shared.read_cache {
+                    rc.forget_object(victim);
+                }
                 shared
                     .headers
                     .lock()
