@@ -8,6 +8,7 @@ pub mod cache_dev;
 pub mod cli;
 pub mod engine;
 pub mod log;
+pub mod metrics;
 pub mod nbd_device;
 pub mod sim;
 pub mod size;

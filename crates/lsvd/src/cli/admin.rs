@@ -81,6 +81,17 @@ pub async fn info(common: &Common, name: &str, json: bool) -> Result<(), String>
         None => println!("checkpoint:    none"),
     }
     println!("next object:   {:016x}", info.next_object_seq);
+    println!(
+        "written:       {} by clients, {} to the store (write amplification {:.2}; as of the checkpoint)",
+        format_size(info.client_write_bytes),
+        format_size(info.store_write_bytes),
+        info.write_amplification
+    );
+    println!(
+        "gc:            {} passes, {} moved",
+        info.gc_passes,
+        format_size(info.gc_moved_bytes)
+    );
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

@@ -99,6 +99,9 @@ pub struct ServeArgs {
     /// Unix socket path to listen on (a stale socket from a crashed server is replaced).
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
+    #[arg(long)]
+    pub metrics: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

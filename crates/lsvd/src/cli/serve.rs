@@ -170,6 +170,18 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
             path.display()
         );
     }
+    if let Some(addr) = &args.metrics {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            volumes.clone(),
+            shutdown_rx.clone(),
+        ));
+        eprintln!("lsvd: metrics on http://{local}/metrics");
+    }
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
 
     wait_for_signal().await;

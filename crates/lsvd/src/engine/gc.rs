@@ -24,6 +24,9 @@ use lsvd_core::gc::{
 
 use super::{PendingObject, Shared, read};
 
+/// Live extents of one victim closer than this are fetched with one GET.
+const RUN_GAP_BYTES: u64 = 256 << 10;
+
 /// Client batches waiting for upload above which GC waits.
 const MAX_CLIENT_BACKLOG: usize = 2;
 
@@ -90,28 +93,56 @@ async fn run_pass(
     relocations: &[Relocation],
     kinds: &BTreeMap<u64, ObjectKind>,
 ) -> std::io::Result<u64> {
+    // Fetch each victim's live data in runs (extents less than a gap apart share one
+    // ranged GET), then lay it out in the relocations' LBA order.
+    let mut data_of: Vec<Vec<u8>> = vec![Vec::new(); relocations.len()];
+    let mut by_victim: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, r) in relocations.iter().enumerate() {
+        by_victim.entry(r.source.object_seq).or_default().push(i);
+    }
+    for (victim, mut idxs) in by_victim {
+        let kind = kinds.get(&victim).copied().unwrap_or(ObjectKind::Data);
+        idxs.sort_by_key(|&i| relocations[i].source.offset);
+        let mut run_start = 0;
+        while run_start < idxs.len() {
+            let first = &relocations[idxs[run_start]];
+            let from = first.source.offset;
+            let mut to = from + first.sectors * SECTOR_BYTES;
+            let mut run_end = run_start + 1;
+            while run_end < idxs.len() {
+                let r = &relocations[idxs[run_end]];
+                if r.source.offset > to + RUN_GAP_BYTES {
+                    break;
+                }
+                to = to.max(r.source.offset + r.sectors * SECTOR_BYTES);
+                run_end += 1;
+            }
+            let mut buf = vec![0u8; (to - from) as usize];
+            read::read_object_direct(shared, victim, kind, from, &mut buf).await?;
+            for &i in &idxs[run_start..run_end] {
+                let r = &relocations[i];
+                let at = (r.source.offset - from) as usize;
+                data_of[i] = buf[at..at + (r.sectors * SECTOR_BYTES) as usize].to_vec();
+            }
+            run_start = run_end;
+        }
+    }
+    // Group in LBA order; a relocation split across groups is sliced accordingly.
     let groups = group_relocations(relocations, shared.config.batch_size_bytes);
     let mut encoded = Vec::with_capacity(groups.len());
     let mut moved = 0u64;
+    let mut next = 0usize; // index into relocations
+    let mut consumed = 0usize; // bytes of relocations[next] already placed
     for group in &groups {
         let mut data = Vec::new();
         for r in group {
-            let kind = kinds
-                .get(&r.source.object_seq)
-                .copied()
-                .unwrap_or(ObjectKind::Data);
             let len = (r.sectors * SECTOR_BYTES) as usize;
-            let start = data.len();
-            data.resize(start + len, 0);
-            read::read_object(
-                shared,
-                r.source.object_seq,
-                kind,
-                r.source.offset,
-                &mut data[start..],
-                false,
-            )
-            .await?;
+            while data_of[next].len() == consumed {
+                next += 1;
+                consumed = 0;
+            }
+            data.extend_from_slice(&data_of[next][consumed..consumed + len]);
+            consumed += len;
         }
         moved += data.len() as u64;
         encoded.push((gc_object_extents(group), data));

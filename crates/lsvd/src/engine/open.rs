@@ -639,6 +639,11 @@ pub struct VolumeInfo {
     pub last_record_seq: u64,
     pub map_extents: u64,
     pub stranded_objects: Vec<u64>,
+    pub client_write_bytes: u64,
+    pub store_write_bytes: u64,
+    pub write_amplification: f64,
+    pub gc_passes: u64,
+    pub gc_moved_bytes: u64,
 }
 
 pub async fn inspect_volume(store: &DynStore, name: &str) -> io::Result<VolumeInfo> {
@@ -665,6 +670,15 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> io::Result<VolumeIn
         last_record_seq: s.last_record_seq(),
         map_extents: s.map().extent_count() as u64,
         stranded_objects: rec.stranded.iter().map(|(s, _)| *s).collect(),
+        client_write_bytes: rec.counters.client_write_bytes,
+        store_write_bytes: rec.counters.store_write_bytes,
+        write_amplification: if rec.counters.client_write_bytes == 0 {
+            0.0
+        } else {
+            rec.counters.store_write_bytes as f64 / rec.counters.client_write_bytes as f64
+        },
+        gc_passes: rec.counters.gc_passes,
+        gc_moved_bytes: rec.counters.gc_moved_bytes,
     })
 }
 

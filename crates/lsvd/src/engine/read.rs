@@ -100,7 +100,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
                     log_seqs.push(record_seq);
                 }
                 Source::Object { seq, kind, offset } => {
-                    read_object(shared, seq, kind, offset, dst, true).await?;
+                    read_object(shared, seq, kind, offset, dst).await?;
                 }
             }
         }
@@ -173,21 +173,19 @@ pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<Objec
     decode_object_header(&buf).map_err(bad)
 }
 
-/// Read `dst.len()` bytes at byte `offset` of object `seq`, verified. Goes through the
-/// read cache when there is one; `populate` says whether misses are cached (client
-/// reads: yes; GC reads of cold data: no).
+/// Read `dst.len()` bytes at byte `offset` of object `seq`, verified, through the read
+/// cache when there is one.
 pub(crate) async fn read_object(
     shared: &Shared,
     seq: u64,
     kind: lsvd_core::format::object::ObjectKind,
     offset: u64,
     dst: &mut [u8],
-    populate: bool,
 ) -> io::Result<()> {
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq).await?;
     match &shared.read_cache {
-        Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, populate).await,
+        Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst).await,
         None => {
             let (start, end) = header.verifiable_range(offset, dst.len() as u64);
             let bytes = fetch_verified(shared, &key, &header, start, end).await?;
@@ -196,6 +194,23 @@ pub(crate) async fn read_object(
             Ok(())
         }
     }
+}
+
+/// Read from an object bypassing the read cache (GC's bulk reads of cold data).
+pub(crate) async fn read_object_direct(
+    shared: &Shared,
+    seq: u64,
+    kind: lsvd_core::format::object::ObjectKind,
+    offset: u64,
+    dst: &mut [u8],
+) -> io::Result<()> {
+    let key = object_key(&shared.meta.name, seq, kind);
+    let header = object_header(shared, &key, seq).await?;
+    let (start, end) = header.verifiable_range(offset, dst.len() as u64);
+    let bytes = fetch_verified(shared, &key, &header, start, end).await?;
+    let from = (offset - start) as usize;
+    dst.copy_from_slice(&bytes[from..from + dst.len()]);
+    Ok(())
 }
 
 /// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
@@ -231,7 +246,6 @@ async fn read_via_cache(
     header: &ObjectHeader,
     offset: u64,
     dst: &mut [u8],
-    populate: bool,
 ) -> io::Result<()> {
     let data_start = header.header_bytes as u64;
     let rel_start = offset - data_start;
@@ -274,11 +288,9 @@ async fn read_via_cache(
         let bytes = fetch_verified(shared, key, header, data_start + s, data_start + e).await?;
         rc.misses.fetch_add(run_end - c + 1, Ordering::Relaxed);
         copy(s, &bytes);
-        if populate {
-            for k in c..=run_end {
-                let (ks, ke) = chunk_range(k);
-                rc.insert(header.seq, k, &bytes[(ks - s) as usize..(ke - s) as usize]);
-            }
+        for k in c..=run_end {
+            let (ks, ke) = chunk_range(k);
+            rc.insert(header.seq, k, &bytes[(ks - s) as usize..(ke - s) as usize]);
         }
         c = run_end + 1;
     }
