@@ -74,6 +74,7 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn cache(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<()>> + Send;
 }
 
+pub mod client;
 pub mod mem_device;
 pub mod proto;
 pub mod server;

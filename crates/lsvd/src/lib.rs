@@ -10,6 +10,7 @@ pub mod engine;
 pub mod log;
 pub mod metrics;
 pub mod nbd_device;
+pub mod replay;
 pub mod sim;
 pub mod size;
 pub mod store;

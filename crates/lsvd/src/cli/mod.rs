@@ -73,6 +73,8 @@ pub enum Command {
     /// Dump write-log records, object headers and checkpoints in readable form.
     #[command(subcommand)]
     Inspect(InspectWhat),
+    /// Replay a block trace through a running NBD export (e.g. a served volume).
+    Replay(crate::replay::ReplayArgs),
     /// Replay block traces or synthetic workloads through the batching, map and GC
     /// code of the engine with a simulated store; report write amplification and more.
     Sim(crate::sim::SimArgs),
@@ -201,6 +203,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             Command::Info { name, json } => admin::info(&common, &name, json).await,
             Command::Check { name } => check::check(&common, &name).await,
             Command::Inspect(what) => inspect::inspect(&common, what).await,
+            Command::Replay(args) => crate::replay::run(args).await,
             Command::Sim(_) => Ok(()),
         }
     })
