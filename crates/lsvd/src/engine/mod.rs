@@ -112,6 +112,8 @@ pub struct Stats {
     pub gc_passes: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
+    /// Iterations of the uploader loop (an idle volume must not spin).
+    pub uploader_wakeups: AtomicU64,
 }
 
 pub(crate) struct State {

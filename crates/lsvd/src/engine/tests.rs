@@ -274,3 +274,35 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
     );
     volume.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_volume_does_not_spin() {
+    // Regression: the uploader's periodic tick woke the writer, which woke the
+    // uploader, which ticked again: a busy loop burning a core while idle.
+    let dir = TempDir::new("engine-idle");
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", 1 << 20).await.expect("create");
+    let (volume, _) = open_volume(store, "v", dir.path(), config())
+        .await
+        .expect("open");
+    volume
+        .write(0, vec![1u8; 4096], false)
+        .await
+        .expect("write");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let before = volume
+        .stats()
+        .uploader_wakeups
+        .load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let after = volume
+        .stats()
+        .uploader_wakeups
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        after - before <= 20,
+        "uploader woke {} times in an idle second",
+        after - before
+    );
+    volume.shutdown().await.expect("shutdown");
+}

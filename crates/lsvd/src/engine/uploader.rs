@@ -27,7 +27,11 @@ const TICK: Duration = Duration::from_millis(200);
 
 pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<writer::LogOp>) {
     loop {
-        let done = {
+        shared
+            .stats
+            .uploader_wakeups
+            .fetch_add(1, Ordering::Relaxed);
+        let (done, batch_open) = {
             let mut st = shared.lock();
             while st.uploads_in_flight < shared.config.uploads_in_flight.max(1) {
                 let ready = match st.upload_queue.front() {
@@ -65,12 +69,18 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                     }
                 }
             }
-            st.writer_done && st.upload_queue.is_empty() && st.uploads_in_flight == 0
+            (
+                st.writer_done && st.upload_queue.is_empty() && st.uploads_in_flight == 0,
+                st.batch_opened_at.is_some(),
+            )
         };
         if done {
             return;
         }
-        let _ = log_tx.try_send(writer::LogOp::Tick);
+        // Let the writer close a batch that has waited long enough.
+        if batch_open {
+            let _ = log_tx.try_send(writer::LogOp::Tick);
+        }
         let _ = tokio::time::timeout(TICK, shared.upload_wake.notified()).await;
     }
 }

@@ -145,8 +145,9 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
         }
     }
     let result = append(shared, &extents, &data, need_sync, dirty);
-    {
+    let wake_uploader = {
         let mut st = shared.lock();
+        let queued_before = st.upload_queue.len();
         let due = st
             .batch_opened_at
             .is_some_and(|t| t.elapsed() >= Duration::from_millis(shared.config.batch_timeout_ms));
@@ -156,8 +157,13 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
         if shutdown {
             st.writer_done = true;
         }
+        shutdown || st.upload_queue.len() != queued_before
+    };
+    // Only when there is news: a Tick that wakes the uploader, which sends a Tick,
+    // would spin.
+    if wake_uploader {
+        shared.upload_wake.notify_one();
     }
-    shared.upload_wake.notify_one();
     for op in ops {
         let r = match &result {
             Ok(()) => Ok(()),
