@@ -55,6 +55,28 @@ impl<L: Location> ExtentMap<L> {
         }
     }
 
+    /// Build from extents in ascending, non-overlapping order (a checkpoint), in
+    /// linear time. Fails on the first extent that is empty, out of order or overlaps.
+    pub fn from_sorted(pieces: impl IntoIterator<Item = Piece<L>>) -> Result<Self, Piece<L>> {
+        let mut entries = BTreeMap::new();
+        let mut mapped_sectors = 0u64;
+        let mut end = 0u64;
+        let mut sorted = Vec::new();
+        for p in pieces {
+            if p.sectors == 0 || p.lba < end {
+                return Err(p);
+            }
+            end = p.lba.checked_add(p.sectors).ok_or(p)?;
+            mapped_sectors += p.sectors;
+            sorted.push((p.lba, (p.sectors, p.location)));
+        }
+        entries.extend(sorted);
+        Ok(ExtentMap {
+            entries,
+            mapped_sectors,
+        })
+    }
+
     /// Number of extents held.
     pub fn extent_count(&self) -> usize {
         self.entries.len()
@@ -306,6 +328,30 @@ mod tests {
             vec![(0, 10, 1000), (10, 5, 5000), (15, 85, 1015)]
         );
         assert_eq!(m.mapped_sectors(), 100);
+    }
+
+    #[test]
+    fn from_sorted_accepts_sorted_and_rejects_overlap() {
+        let p = |lba, sectors, loc| Piece {
+            lba,
+            sectors,
+            location: Loc(loc),
+        };
+        let m = ExtentMap::from_sorted([p(0, 8, 100), p(8, 8, 500), p(100, 1, 7)]).expect("valid");
+        assert_eq!(pieces(&m), vec![(0, 8, 100), (8, 8, 500), (100, 1, 7)]);
+        assert_eq!(m.mapped_sectors(), 17);
+        assert!(
+            ExtentMap::from_sorted([p(0, 8, 1), p(7, 8, 2)]).is_err(),
+            "overlap"
+        );
+        assert!(
+            ExtentMap::from_sorted([p(10, 8, 1), p(0, 8, 2)]).is_err(),
+            "out of order"
+        );
+        assert!(
+            ExtentMap::from_sorted([p(0, 0, 1)]).is_err(),
+            "empty extent"
+        );
     }
 
     #[test]

@@ -309,16 +309,21 @@ impl StoreState {
                 return Err(format!("checkpoint maps lba {} beyond the volume", e.lba));
             }
             o.live_bytes += e.sectors * SECTOR_BYTES;
-            s.map.insert(
-                e.lba,
-                e.sectors,
-                ObjLoc {
-                    object_seq: e.object_seq,
-                    offset: e.object_offset,
-                },
-                |_| {},
-            );
         }
+        s.map = ExtentMap::from_sorted(c.extents.iter().map(|e| Piece {
+            lba: e.lba,
+            sectors: e.sectors,
+            location: ObjLoc {
+                object_seq: e.object_seq,
+                offset: e.object_offset,
+            },
+        }))
+        .map_err(|p| {
+            format!(
+                "checkpoint extents out of order or overlapping at lba {}",
+                p.lba
+            )
+        })?;
         for o in &c.objects {
             let live = s.objects.get(&o.seq).map(|x| x.live_bytes).unwrap_or(0);
             if live != o.live_bytes {
