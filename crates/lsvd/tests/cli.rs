@@ -1,0 +1,424 @@
+//! The `lsvd` command line: help, argument errors, volume management, and how `serve`
+//! behaves around its data dir, its socket and a first start.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+
+/// Asserts a failed command printed exactly one `lsvd: error: ...` line (no panic, no
+/// backtrace, no usage dump) and exited 1; returns the message.
+fn assert_one_line_error(out: &Output, what: &str) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{}", show(what, out));
+    assert!(
+        err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
+        "expected one 'lsvd: error:' line\n{}",
+        show(what, out)
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{}",
+        show(what, out)
+    );
+    err.trim_end().to_string()
+}
+
+#[test]
+fn help_of_every_subcommand_lists_its_options() {
+    let dir = TempDir::new("cli_help");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--help"],
+            &["create", "serve", "list", "info", "--data", "--store"],
+        ),
+        (&["create", "--help"], &["--size", "<NAME>"]),
+        (
+            &["serve", "--help"],
+            &[
+                "--listen",
+                "--socket",
+                "--log-size",
+                "--batch-size",
+                "--batch-timeout-ms",
+                "--uploads",
+                "--checkpoint-every",
+                "--recovery-mode",
+                "disk0",
+            ],
+        ),
+        (&["list", "--help"], &["--data"]),
+        (&["info", "--help"], &["--json", "<NAME>"]),
+        (&["help", "serve"], &["--socket"]),
+    ];
+    for (args, needles) in cases {
+        let out = lsvd.run(args);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
+        for n in *needles {
+            assert!(
+                text.contains(n),
+                "`lsvd {args:?}` should mention {n}:\n{text}"
+            );
+        }
+    }
+    let out = lsvd.run(&["--version"]);
+    assert!(out.status.success() && stdout(&out).starts_with("lsvd "));
+    // No subcommand: usage on stderr, non-zero exit, no panic.
+    let out = lsvd.run(&[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("Usage"), "{}", show("lsvd", &out));
+    assert!(!stderr(&out).contains("panicked"));
+    // Help must not have created anything.
+    assert!(!dir.join("data").exists(), "--help created the data dir");
+}
+
+#[test]
+fn create_rejects_bad_sizes_and_names_with_one_line() {
+    let dir = TempDir::new("cli_bad_sizes");
+    let lsvd = Lsvd::new(dir.join("data"));
+    for size in ["abc", "0", "100", "10Q", "4095", "1.5G", "", "99999999999T"] {
+        let out = lsvd.run(&["create", "vol", "--size", size]);
+        let msg = assert_one_line_error(&out, &format!("create --size {size:?}"));
+        assert!(stdout(&out).is_empty(), "{}", show("create", &out));
+        if !size.is_empty() {
+            assert!(msg.contains(size), "message should quote {size:?}: {msg}");
+        }
+    }
+    let long = "n".repeat(65);
+    for name in ["bad/name", ".hidden", "sp ace", long.as_str()] {
+        let out = lsvd.run(&["create", name, "--size", "1M"]);
+        assert_one_line_error(&out, &format!("create {name:?}"));
+    }
+    // Nothing was created.
+    let out = lsvd.run_ok(&["list"]);
+    assert_eq!(
+        stdout(&out),
+        "",
+        "no volumes expected: {}",
+        show("list", &out)
+    );
+    // Valid edge cases are accepted.
+    lsvd.create("four-k", "4K");
+    lsvd.create("bytes", "8192");
+    lsvd.create("big.one_1", "2T");
+    assert_eq!(lsvd.info_json("four-k")["size_bytes"], 4096);
+    assert_eq!(lsvd.info_json("bytes")["size_bytes"], 8192);
+    assert_eq!(lsvd.info_json("big.one_1")["size_bytes"], 2u64 << 40);
+}
+
+#[test]
+fn create_twice_says_already_exists_and_keeps_the_first() {
+    let dir = TempDir::new("cli_create_twice");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let out = lsvd.run_ok(&["create", "vol", "--size", "64M"]);
+    assert!(stdout(&out).contains("vol"), "{}", show("create", &out));
+    let id = lsvd.info_json("vol")["volume_id"].clone();
+    let out = lsvd.run(&["create", "vol", "--size", "128M"]);
+    let msg = assert_one_line_error(&out, "create twice");
+    assert!(
+        msg.contains("already exists") && msg.contains("vol"),
+        "{msg}"
+    );
+    let info = lsvd.info_json("vol");
+    assert_eq!(info["size_bytes"], 64 * MIB, "{info}");
+    assert_eq!(info["volume_id"], id, "{info}");
+}
+
+#[test]
+fn missing_volumes_are_named_in_the_error() {
+    let dir = TempDir::new("cli_missing");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("present", "16M");
+    let socket = dir.join("nbd.sock");
+    for args in [
+        vec!["nosuch"],
+        vec!["present", "nosuch"],
+        vec!["present", "present"],
+    ] {
+        let out = run_timeout(&mut lsvd.serve_cmd(&socket, &args), SHORT);
+        let msg = assert_one_line_error(&out, &format!("{args:?}"));
+        let culprit = args[args.len() - 1];
+        assert!(msg.contains(culprit), "{msg}");
+        assert!(!socket.exists(), "a failed serve must not leave a socket");
+    }
+    let out = lsvd.run(&["info", "nosuch"]);
+    let msg = assert_one_line_error(&out, "info nosuch");
+    assert!(msg.contains("nosuch"), "{msg}");
+    let out = lsvd.run(&["info", "nosuch", "--json"]);
+    assert_one_line_error(&out, "info nosuch --json");
+    assert!(stdout(&out).is_empty());
+}
+
+#[test]
+fn bad_serve_options_are_refused() {
+    let dir = TempDir::new("cli_bad_serve");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    for (extra, needle) in [
+        (vec!["--log-size", "1M"], "--log-size"),
+        (
+            vec!["--log-size", "64M", "--batch-size", "1"],
+            "--batch-size",
+        ),
+        (vec!["--log-size", "64M", "--uploads", "0"], "--uploads"),
+        (vec!["--log-size", "lots"], "lots"),
+    ] {
+        let mut cmd = lsvd.cmd(["serve", "vol"]);
+        cmd.arg("--socket").arg(&socket).args(&extra);
+        let out = run_timeout(&mut cmd, SHORT);
+        let msg = assert_one_line_error(&out, &format!("serve {extra:?}"));
+        assert!(msg.contains(needle), "{msg}");
+    }
+    // A TCP address already taken by someone else.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = run_timeout(
+        &mut lsvd.serve_cmd(&socket, &["vol", "--listen", &addr]),
+        SHORT,
+    );
+    let msg = assert_one_line_error(&out, "serve --listen <taken>");
+    assert!(msg.contains(&addr), "{msg}");
+    drop(taken);
+    // Clap-level errors: usage exit code 2, no panic.
+    let mut cmd = lsvd.cmd(["serve", "vol", "--recovery-mode", "yolo"]);
+    cmd.arg("--socket").arg(&socket);
+    let out = run_timeout(&mut cmd, SHORT);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        show("serve bad mode", &out)
+    );
+    assert!(!stderr(&out).contains("panicked"));
+}
+
+#[test]
+fn second_server_on_the_same_data_dir_or_socket_is_refused() {
+    require_tools(&["nbdinfo"]);
+    let dir = TempDir::new("cli_in_use");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("a.sock");
+    let mut first = lsvd.serve(&socket, &["vol"]);
+
+    // Same data dir, different socket.
+    let other_socket = dir.join("b.sock");
+    let out = run_timeout(&mut lsvd.serve_cmd(&other_socket, &["vol"]), SHORT);
+    let msg = assert_one_line_error(&out, "second serve, same data dir");
+    assert!(msg.contains("in use"), "{msg}");
+    assert!(!other_socket.exists());
+
+    // Different data dir, same socket.
+    let other = Lsvd::new(dir.join("data2"));
+    other.create("vol", "16M");
+    let out = run_timeout(&mut other.serve_cmd(&socket, &["vol"]), SHORT);
+    let msg = assert_one_line_error(&out, "second serve, same socket");
+    assert!(msg.contains("in use"), "{msg}");
+
+    // The first server never noticed.
+    assert!(first.is_running());
+    let out = run_ok(tool("nbdinfo").arg("--size").arg(first.uri("vol")), SHORT);
+    assert_eq!(stdout(&out).trim(), (16 * MIB).to_string());
+    first.stop_clean();
+}
+
+#[test]
+fn stale_socket_file_is_replaced() {
+    require_tools(&["nbdinfo"]);
+    let dir = TempDir::new("cli_stale_sock");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    // A socket file left behind by a dead process: bound, never unlinked.
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
+    assert!(socket.exists());
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    let out = run_ok(tool("nbdinfo").arg("--size").arg(server.uri("vol")), SHORT);
+    assert_eq!(stdout(&out).trim(), (16 * MIB).to_string());
+    server.stop_clean();
+    assert!(!socket.exists(), "socket removed on clean stop");
+}
+
+#[test]
+fn serve_without_names_creates_a_16g_disk0_and_says_how_to_connect() {
+    require_tools(&["nbdinfo", "qemu-io"]);
+    let dir = TempDir::new("cli_default");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let socket = dir.join("nbd.sock");
+    let port = free_tcp_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut server = lsvd.serve(&socket, &["--listen", &listen]);
+    let log = server.log();
+    assert!(log.contains("created volume disk0"), "{log}");
+    assert!(log.contains(&format!("nbd://{listen}")), "{log}");
+    assert!(log.contains("nbd+unix:///disk0"), "{log}");
+    assert!(log.contains("qemu"), "{log}");
+
+    // Reachable over TCP and over the socket; 16 GiB.
+    let tcp = format!("nbd://{listen}/disk0");
+    for uri in [tcp.as_str(), &server.uri("disk0")] {
+        let out = run_ok(tool("nbdinfo").arg("--size").arg(uri), SHORT);
+        assert_eq!(stdout(&out).trim(), (16 * GIB).to_string(), "{uri}");
+    }
+    // The default export is disk0.
+    let out = run_ok(
+        tool("nbdinfo").arg("--size").arg(format!("nbd://{listen}")),
+        SHORT,
+    );
+    assert_eq!(stdout(&out).trim(), (16 * GIB).to_string());
+    // Write over TCP, near the end of the disk too.
+    run_ok(
+        tool("qemu-io").args([
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x5c 0 64k",
+            "-c",
+            "write -P 0x5d 16383M 1M",
+            &tcp,
+        ]),
+        SHORT,
+    );
+    server.stop_clean();
+
+    let info = lsvd.info_json("disk0");
+    assert_eq!(info["size_bytes"].as_u64(), Some(17_179_869_184), "{info}");
+    assert_eq!(info["closed_cleanly"], true, "{info}");
+    let id = info["volume_id"].clone();
+    let out = lsvd.run_ok(&["list"]);
+    assert!(
+        stdout(&out).starts_with("disk0\t"),
+        "{}",
+        show("list", &out)
+    );
+
+    // A second start without names serves the same disk0 and does not recreate it.
+    let mut server = lsvd.serve(&socket, &[]);
+    assert!(!server.log().contains("created volume"), "{}", server.log());
+    let out = run_timeout(
+        tool("qemu-io").args([
+            "-f",
+            "raw",
+            "-c",
+            "read -P 0x5c 0 64k",
+            "-c",
+            "read -P 0x5d 16383M 1M",
+            "-c",
+            "read -P 0 1M 1M",
+            &server.uri("disk0"),
+        ]),
+        SHORT,
+    );
+    assert!(
+        out.status.success() && !stdout(&out).contains("failed"),
+        "{}",
+        show("qemu-io verify", &out)
+    );
+    server.stop_clean();
+    assert_eq!(lsvd.info_json("disk0")["volume_id"], id);
+}
+
+#[test]
+fn list_and_info_show_created_volumes() {
+    let dir = TempDir::new("cli_list");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let out = lsvd.run_ok(&["list"]);
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("lsvd create"),
+        "empty list should say how to create: {}",
+        show("list", &out)
+    );
+    lsvd.create("alpha", "64M");
+    lsvd.create("beta", "1G");
+    lsvd.create("gamma", "20G");
+    let out = lsvd.run_ok(&["list"]);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", show("list", &out));
+    for (name, size) in [
+        ("alpha", "64.0 MiB"),
+        ("beta", "1.0 GiB"),
+        ("gamma", "20.0 GiB"),
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.split_whitespace().next() == Some(name) && l.contains(size)),
+            "list should show {name} with {size}:\n{text}"
+        );
+    }
+
+    let out = lsvd.run_ok(&["info", "beta"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("beta") && text.contains("1073741824"),
+        "{text}"
+    );
+    let info = lsvd.info_json("gamma");
+    for key in [
+        "name",
+        "volume_id",
+        "size_bytes",
+        "live_bytes",
+        "store_bytes",
+        "utilization",
+        "objects",
+        "checkpoint_seq",
+        "closed_cleanly",
+        "next_object_seq",
+        "last_record_seq",
+        "map_extents",
+        "stranded_objects",
+    ] {
+        assert!(info.get(key).is_some(), "info --json lacks {key}: {info}");
+    }
+    assert_eq!(info["name"], "gamma");
+    assert_eq!(info["size_bytes"].as_u64(), Some(20 * GIB));
+    assert_eq!(info["objects"], 0);
+    assert_eq!(info["live_bytes"], 0);
+
+    // --store elsewhere: volumes live there, not under the data dir.
+    let store = dir.subdir("elsewhere");
+    let other = Lsvd::with_store(dir.join("data2"), &store);
+    other.create("delta", "16M");
+    let out = other.run_ok(&["list"]);
+    assert!(stdout(&out).starts_with("delta"), "{}", show("list", &out));
+    assert_eq!(stdout(&out).lines().count(), 1, "{}", show("list", &out));
+    let out = lsvd.run_ok(&["list"]);
+    assert!(!stdout(&out).contains("delta"));
+}
+
+/// CPU time (user + system) a process has used so far, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks as f64 / hz.max(1) as f64
+}
+
+#[test]
+// Regression: an idle server used to busy-loop (uploader Tick <-> writer notify).
+fn idle_server_does_not_burn_cpu() {
+    let dir = TempDir::new("cli_idle_cpu");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let mut server = lsvd.serve(&dir.join("nbd.sock"), &["vol"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let before = cpu_seconds(server.pid());
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let used = cpu_seconds(server.pid()) - before;
+    server.stop_clean();
+    assert!(
+        used < 0.3,
+        "an idle server with no clients used {used:.2} s of CPU in 3 s"
+    );
+}

@@ -1,0 +1,658 @@
+//! Shared harness for the end-to-end tests: temp dirs, running `lsvd` and real NBD
+//! clients with timeouts, a server guard that never leaks a process, deterministic
+//! data, and file comparison.
+//!
+//! Every test gets its own temp dir (data dir, store, Unix socket), so the tests in one
+//! binary can run concurrently. Servers listen on a Unix socket in that dir only; no
+//! fixed TCP ports.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const LSVD: &str = env!("CARGO_BIN_EXE_lsvd");
+
+/// Write-log size for every test server (the 1 GiB default is fallocated).
+pub const LOG_SIZE: &str = "64M";
+/// Read-cache size for every test server (the 1 GiB default is fallocated too).
+pub const READ_CACHE_SIZE: &str = "64M";
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+/// Timeout for short commands (create, info, nbdinfo...).
+pub const SHORT: Duration = Duration::from_secs(60);
+/// Timeout for data-moving commands (nbdcopy, fio, mkfs...).
+pub const LONG: Duration = Duration::from_secs(300);
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn unique(tag: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let clean: String = tag
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(24)
+        .collect();
+    format!("lsvd-it-{}-{n}-{clean}", std::process::id())
+}
+
+/// A directory under the system temp dir, removed (recursively) on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(test: &str) -> TempDir {
+        let path = std::env::temp_dir().join(unique(test));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// Creates and returns a subdirectory.
+    pub fn subdir(&self, name: &str) -> PathBuf {
+        let p = self.path.join(name);
+        std::fs::create_dir_all(&p).expect("create subdir");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("LSVD_IT_KEEP").is_some() {
+            eprintln!("keeping {}", self.path.display());
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Running commands
+// ---------------------------------------------------------------------------------
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn clip(bytes: &[u8]) -> String {
+    const MAX: usize = 6000;
+    let text = String::from_utf8_lossy(bytes);
+    if text.len() <= MAX {
+        return text.into_owned();
+    }
+    let mut cut = text.len() - MAX;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("...[{cut} bytes clipped]...{}", &text[cut..])
+}
+
+/// Human-readable summary of a finished command, for assertion messages.
+pub fn show(cmd: &str, out: &Output) -> String {
+    format!(
+        "command: {cmd}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        clip(&out.stdout),
+        clip(&out.stderr)
+    )
+}
+
+/// Runs `cmd` (stdin closed, output captured) and kills it if it outlives `timeout`.
+pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let what = describe(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run `{what}`: {e} (is the tool installed? run scripts/install-test-deps.sh)"
+            )
+        });
+    let mut so = child.stdout.take().expect("stdout pipe");
+    let mut se = child.stderr.take().expect("stderr pipe");
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait().expect("try_wait") {
+            Some(st) => break st,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                timed_out = true;
+                break child.wait().expect("wait after kill");
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    let out = Output {
+        status,
+        stdout: t_out.join().expect("stdout reader"),
+        stderr: t_err.join().expect("stderr reader"),
+    };
+    if timed_out {
+        panic!("timed out after {timeout:?}\n{}", show(&what, &out));
+    }
+    out
+}
+
+/// Runs `cmd` and panics with its output unless it exits 0.
+pub fn run_ok(cmd: &mut Command, timeout: Duration) -> Output {
+    let what = describe(cmd);
+    let out = run_timeout(cmd, timeout);
+    assert!(
+        out.status.success(),
+        "command failed\n{}",
+        show(&what, &out)
+    );
+    out
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A command for a Debian tool, with `/usr/bin` first in PATH (a pyenv `python3`
+/// earlier in PATH would hide `python3-libnbd` from `nbdsh`).
+pub fn tool(program: &str) -> Command {
+    let mut c = Command::new(program);
+    let path = std::env::var("PATH").unwrap_or_default();
+    c.env("PATH", format!("/usr/bin:/usr/sbin:/bin:/sbin:{path}"));
+    c
+}
+
+/// Panics unless every named command is on PATH (with `/usr/bin` first).
+pub fn require_tools(names: &[&str]) {
+    let path = format!(
+        "/usr/bin:/usr/sbin:/bin:/sbin:{}",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| {
+            !std::env::split_paths(&path).any(|d| {
+                let p = d.join(n);
+                p.is_file()
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing test tools {missing:?}: run scripts/install-test-deps.sh (needs libnbd-bin, python3-libnbd, qemu-utils, fio, nbdkit, fuse3, e2fsprogs)"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// The lsvd CLI and server
+// ---------------------------------------------------------------------------------
+
+/// The global options of one `lsvd` installation: a data dir and, optionally, a store
+/// URL outside it.
+#[derive(Clone, Debug)]
+pub struct Lsvd {
+    pub data: PathBuf,
+    pub store: Option<String>,
+}
+
+impl Lsvd {
+    pub fn new(data: impl Into<PathBuf>) -> Lsvd {
+        Lsvd {
+            data: data.into(),
+            store: None,
+        }
+    }
+
+    pub fn with_store(data: impl Into<PathBuf>, store_dir: &Path) -> Lsvd {
+        Lsvd {
+            data: data.into(),
+            store: Some(format!("file://{}", store_dir.display())),
+        }
+    }
+
+    /// `lsvd --data DATA [--store URL] ARGS...`, hermetic against LSVD_* in the
+    /// environment.
+    pub fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = Command::new(LSVD);
+        c.env_remove("LSVD_DATA")
+            .env_remove("LSVD_STORE")
+            .env_remove("LSVD_LOG")
+            .arg("--data")
+            .arg(&self.data);
+        if let Some(s) = &self.store {
+            c.arg("--store").arg(s);
+        }
+        c.args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        run_timeout(&mut self.cmd(args), SHORT)
+    }
+
+    pub fn run_ok(&self, args: &[&str]) -> Output {
+        run_ok(&mut self.cmd(args), SHORT)
+    }
+
+    pub fn create(&self, name: &str, size: &str) {
+        self.run_ok(&["create", name, "--size", size]);
+    }
+
+    pub fn info_json(&self, name: &str) -> serde_json::Value {
+        let out = self.run_ok(&["info", name, "--json"]);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("info --json is not JSON: {e}\n{}", stdout(&out)))
+    }
+
+    /// `lsvd serve ARGS --socket SOCKET --log-size 64M --read-cache-size 64M`.
+    pub fn serve_cmd(&self, socket: &Path, args: &[&str]) -> Command {
+        let mut cmd = self.cmd(["serve"]);
+        cmd.args(args).arg("--socket").arg(socket).args([
+            "--log-size",
+            LOG_SIZE,
+            "--read-cache-size",
+            READ_CACHE_SIZE,
+        ]);
+        cmd
+    }
+
+    /// Starts [`Lsvd::serve_cmd`] with output to a log file and waits for the socket.
+    pub fn serve(&self, socket: &Path, args: &[&str]) -> Server {
+        assert!(
+            socket.as_os_str().len() < 100,
+            "socket path {} is too long for a Unix socket (set TMPDIR to a shorter dir)",
+            socket.display()
+        );
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let log_path = PathBuf::from(format!("{}.server-{n}.log", socket.display()));
+        let log = File::create(&log_path).expect("create server log");
+        let mut cmd = self.serve_cmd(socket, args);
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log);
+        let what = describe(&cmd);
+        let child = cmd.spawn().expect("spawn lsvd serve");
+        let mut server = Server {
+            child: Some(child),
+            socket: socket.to_path_buf(),
+            log_path,
+            what,
+        };
+        server.wait_ready(Duration::from_secs(90));
+        server
+    }
+}
+
+/// A running `lsvd serve`. Killed (SIGKILL) on drop if still running.
+pub struct Server {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub log_path: PathBuf,
+    what: String,
+}
+
+impl Server {
+    fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            // A stale socket file may exist before the server replaces it: ready means
+            // the file is there and accepts connections.
+            if self.socket.exists() && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+            {
+                return;
+            }
+            let child = self.child.as_mut().expect("child");
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                self.child = None;
+                panic!(
+                    "`{}` exited ({st}) before serving\n--- server log ---\n{}",
+                    self.what,
+                    self.log()
+                );
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "`{}`: socket {} did not appear within {timeout:?}\n--- server log ---\n{}",
+                    self.what,
+                    self.socket.display(),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `nbd+unix:///NAME?socket=PATH`
+    pub fn uri(&self, name: &str) -> String {
+        format!("nbd+unix:///{name}?socket={}", self.socket.display())
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("server running").id() as i32
+    }
+
+    /// Everything the server printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => c.try_wait().expect("try_wait").is_none(),
+            None => false,
+        }
+    }
+
+    fn signal_and_wait(&mut self, sig: i32, timeout: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("server running");
+        // SAFETY: kill(2) on the pid of a child we own and have not reaped yet.
+        let rc = unsafe { libc::kill(child.id() as i32, sig) };
+        assert_eq!(rc, 0, "kill({sig}) failed");
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "server did not exit within {timeout:?} after signal {sig}\n--- server log ---\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (status, self.log())
+    }
+
+    /// SIGINT, wait for exit; returns the exit status and the full server log.
+    pub fn interrupt(&mut self) -> (ExitStatus, String) {
+        self.signal_and_wait(libc::SIGINT, Duration::from_secs(180))
+    }
+
+    /// SIGINT and assert a clean stop: exit 0, "stopped cleanly", no panic.
+    pub fn stop_clean(&mut self) -> String {
+        self.stop_clean_with(libc::SIGINT)
+    }
+
+    /// Sends `sig` (SIGINT or SIGTERM) and asserts a clean stop.
+    pub fn stop_clean_with(&mut self, sig: i32) -> String {
+        let (status, log) = self.signal_and_wait(sig, Duration::from_secs(180));
+        assert!(
+            status.success(),
+            "server exit status {status} after signal {sig}\n--- server log ---\n{log}"
+        );
+        assert!(
+            log.contains("lsvd: stopped cleanly"),
+            "no 'stopped cleanly' after signal {sig}\n--- server log ---\n{log}"
+        );
+        assert!(!log.contains("panicked"), "server panicked\n{log}");
+        log
+    }
+
+    /// SIGKILL (a process crash); returns the log.
+    pub fn kill9(&mut self) -> String {
+        let (status, log) = self.signal_and_wait(libc::SIGKILL, Duration::from_secs(30));
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "status {status}");
+        log
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Real clients
+// ---------------------------------------------------------------------------------
+
+/// Python helpers available to every `nbdsh` script (`URI` is the export under test).
+pub const NBDSH_PRELUDE: &str = r#"
+import errno, os, sys
+import nbd
+URI = os.environ["URI"]
+
+def connect(uri=None, alloc=False, strict=True):
+    h = nbd.NBD()
+    if alloc:
+        h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
+    h.connect_uri(uri or URI)
+    if not strict:
+        h.set_strict_mode(0)
+    return h
+
+def pattern(seed, n):
+    # deterministic, position-dependent bytes: no two 8-byte words alike within a buffer
+    import struct
+    x = (seed * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray(n + 8)
+    for i in range(0, n, 8):
+        x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 7
+        x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
+        struct.pack_into("<Q", out, i, x)
+    return bytes(out[:n])
+
+def expect_err(what, fn, err):
+    try:
+        fn()
+    except nbd.Error as e:
+        assert e.errnum == err, "%s: errno %s (%s), expected %s" % (
+            what, errno.errorcode.get(e.errnum), e.string, errno.errorcode.get(err))
+        print("%s -> %s" % (what, errno.errorcode.get(e.errnum)))
+        return
+    raise AssertionError("%s: succeeded, expected %s" % (what, errno.errorcode.get(err)))
+
+def block_status(h, off, n):
+    # [(offset, length, flags)] for base:allocation over [off, off+n), merged
+    out = []
+    pos = off
+    while pos < off + n:
+        got = []
+        def cb(ctx, o, entries, err):
+            if ctx == nbd.CONTEXT_BASE_ALLOCATION:
+                got.extend(zip(entries[0::2], entries[1::2]))
+            return 0
+        h.block_status(off + n - pos, pos, cb)
+        assert got, "empty block status reply"
+        for (length, flags) in got:
+            length = min(length, off + n - pos)
+            if length == 0:
+                break
+            if out and out[-1][2] == flags and out[-1][0] + out[-1][1] == pos:
+                out[-1] = (out[-1][0], out[-1][1] + length, flags)
+            else:
+                out.append((pos, length, flags))
+            pos += length
+    return out
+
+def flags_at(extents, off):
+    for (o, l, f) in extents:
+        if o <= off < o + l:
+            return f
+    raise AssertionError("offset %d not covered by %r" % (off, extents))
+
+HOLE = nbd.STATE_HOLE
+ZERO = nbd.STATE_ZERO
+"#;
+
+/// Runs a Python script under `nbdsh` with `URI` set and [`NBDSH_PRELUDE`] loaded;
+/// panics (with the traceback) unless it exits 0. Returns stdout.
+pub fn nbdsh(uri: &str, script: &str) -> String {
+    let full = format!("{NBDSH_PRELUDE}\n{script}\n");
+    let out = run_ok(
+        tool("nbdsh").arg("-n").arg("-c").arg(full).env("URI", uri),
+        LONG,
+    );
+    stdout(&out)
+}
+
+/// Like [`nbdsh`], but against a fresh `nbdkit memory SIZE` (the reference server).
+pub fn nbdsh_on_nbdkit_memory(size: u64, script: &str) -> String {
+    let full = format!("{NBDSH_PRELUDE}\n{script}\n");
+    let out = run_ok(
+        tool("nbdkit")
+            .args(["-U", "-", "memory"])
+            .arg(size.to_string())
+            .arg("--run")
+            .arg(r#"URI="$uri" nbdsh -n -c "$NBDSH_SCRIPT""#)
+            .env("NBDSH_SCRIPT", full),
+        LONG,
+    );
+    stdout(&out)
+}
+
+/// `nbdinfo --json ARGS...` parsed.
+pub fn nbdinfo_json(args: &[&str]) -> serde_json::Value {
+    let out = run_ok(tool("nbdinfo").arg("--json").args(args), SHORT);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("nbdinfo --json output is not JSON: {e}\n{}", stdout(&out)))
+}
+
+// ---------------------------------------------------------------------------------
+// Data
+// ---------------------------------------------------------------------------------
+
+/// Deterministic pseudo-random bytes (xorshift64*), different for each seed.
+pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_random(seed, &mut v);
+    v
+}
+
+pub fn fill_random(seed: u64, buf: &mut [u8]) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut chunks = buf.chunks_exact_mut(8);
+    for c in &mut chunks {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        c.copy_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    let last = x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+    rest.copy_from_slice(&last[..rest.len()]);
+}
+
+/// Writes a `size`-byte image of random data, 1 MiB at a time, with a zero MiB every
+/// `zero_every` MiB (0 = none) so clients that detect zeros send zero/trim requests.
+pub fn write_random_image(path: &Path, seed: u64, size: u64, zero_every: u64) {
+    let mut f = std::io::BufWriter::new(File::create(path).expect("create image"));
+    let mut buf = vec![0u8; MIB as usize];
+    for i in 0..size.div_ceil(MIB) {
+        let n = (size - i * MIB).min(MIB) as usize;
+        if zero_every != 0 && i % zero_every == zero_every - 1 {
+            buf[..n].fill(0);
+        } else {
+            fill_random(seed ^ (i + 1).wrapping_mul(0x1000_0001), &mut buf[..n]);
+        }
+        f.write_all(&buf[..n]).expect("write image");
+    }
+    f.flush().expect("flush image");
+}
+
+/// Panics (naming the first differing offset) unless the files have equal contents.
+pub fn assert_files_equal(a: &Path, b: &Path) {
+    let la = std::fs::metadata(a).expect("stat a").len();
+    let lb = std::fs::metadata(b).expect("stat b").len();
+    assert_eq!(la, lb, "{} and {} differ in size", a.display(), b.display());
+    let mut fa = std::io::BufReader::new(File::open(a).expect("open a"));
+    let mut fb = std::io::BufReader::new(File::open(b).expect("open b"));
+    let mut ba = vec![0u8; MIB as usize];
+    let mut bb = vec![0u8; MIB as usize];
+    let mut off = 0u64;
+    while off < la {
+        let n = (la - off).min(MIB) as usize;
+        fa.read_exact(&mut ba[..n]).expect("read a");
+        fb.read_exact(&mut bb[..n]).expect("read b");
+        if ba[..n] != bb[..n] {
+            let i = (0..n).find(|&i| ba[i] != bb[i]).unwrap_or(0);
+            panic!(
+                "{} and {} differ at byte {} (first differing 4K block {})",
+                a.display(),
+                b.display(),
+                off + i as u64,
+                (off + i as u64) / 4096
+            );
+        }
+        off += n as u64;
+    }
+}
+
+/// `nbdcopy --connections 4 SRC DST` (either may be a file or an NBD URI).
+pub fn nbdcopy(src: &str, dst: &str) {
+    run_ok(
+        tool("nbdcopy").args(["--connections", "4", "--requests", "16", src, dst]),
+        LONG,
+    );
+}
+
+/// Binds 127.0.0.1:0 to find a free TCP port (racy, but only briefly).
+pub fn free_tcp_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

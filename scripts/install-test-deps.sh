@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs the real clients and tools the lsvd integration tests drive (Debian 12).
+#
+# Idempotent: if every needed command is already there it installs nothing. Otherwise it
+# runs `apt-get update` once and `apt-get install -y` for the missing packages, and says
+# what it installed. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+# System tools live in /usr/sbin; /usr/bin first so a pyenv python3 cannot hide the
+# Debian one that has the libnbd module.
+export PATH="/usr/bin:/usr/sbin:/bin:/sbin:${PATH}"
+
+# command -> Debian package that provides it
+declare -A PACKAGE_OF=(
+    [nbdinfo]=libnbd-bin
+    [nbdcopy]=libnbd-bin
+    [nbdfuse]=libnbd-bin
+    [nbdsh]=python3-libnbd
+    [qemu-io]=qemu-utils
+    [qemu-img]=qemu-utils
+    [qemu-nbd]=qemu-utils
+    [fio]=fio
+    [nbdkit]=nbdkit
+    [fusermount3]=fuse3
+    [mkfs.ext4]=e2fsprogs
+    [e2fsck]=e2fsprogs
+    [losetup]=mount
+    [mount]=mount
+    [umount]=mount
+    [sha256sum]=coreutils
+    [sync]=coreutils
+)
+
+declare -A missing=()
+for cmd in "${!PACKAGE_OF[@]}"; do
+    if ! command -v "$cmd" >/dev/null 2>&1; then
+        missing[${PACKAGE_OF[$cmd]}]=1
+    fi
+done
+# nbdsh is a wrapper around the Python module; check the module itself too.
+if ! /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1; then
+    missing[python3-libnbd]=1
+fi
+# The memory plugin is what the tests compare against.
+if command -v nbdkit >/dev/null 2>&1 && ! nbdkit memory --dump-plugin >/dev/null 2>&1; then
+    missing[nbdkit]=1
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-test-deps: all test tools present, nothing to install"
+    exit 0
+fi
+
+packages=$(printf '%s\n' "${!missing[@]}" | sort | paste -sd ' ')
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+else
+    echo "install-test-deps: need root to install: ${packages}" >&2
+    exit 1
+fi
+
+echo "install-test-deps: installing ${packages}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends ${packages}
+
+# Verify, so a missing tool fails here and not halfway through the tests.
+still=()
+for cmd in "${!PACKAGE_OF[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || still+=("$cmd")
+done
+/usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || still+=("python3 module nbd")
+if [ "${#still[@]}" -ne 0 ]; then
+    echo "install-test-deps: still missing after install: ${still[*]}" >&2
+    exit 1
+fi
+echo "install-test-deps: installed ${packages}"
