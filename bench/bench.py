@@ -11,7 +11,7 @@ JOBS = [
     ("randwrite-4k-qd32", ["--rw=randwrite", "--bs=4k", "--iodepth=32"]),
     ("randread-4k-qd32", ["--rw=randread", "--bs=4k", "--iodepth=32"]),
     ("seqwrite-1m-qd8", ["--rw=write", "--bs=1m", "--iodepth=8"]),
-    ("syncwrite-4k-qd1", ["--rw=randwrite", "--bs=4k", "--iodepth=1", "--fdatasync=1"]),
+    ("syncwrite-4k-qd1", ["--rw=randwrite", "--bs=4k", "--iodepth=1", "--fsync=1"]),
     ("mixed-70r30w-4k-qd32", ["--rw=randrw", "--rwmixread=70", "--bs=4k", "--iodepth=32"]),
 ]
 
