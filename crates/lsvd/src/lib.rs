@@ -6,6 +6,7 @@
 
 pub mod cache_dev;
 pub mod cli;
+pub mod config_file;
 pub mod engine;
 pub mod log;
 pub mod metrics;

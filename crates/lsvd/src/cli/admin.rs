@@ -3,10 +3,21 @@
 use super::Common;
 use crate::engine;
 use crate::size::{format_size, parse_size};
-use crate::store::{DynStore, open_store};
+use crate::store::DynStore;
 
 pub(super) fn store(common: &Common) -> Result<DynStore, String> {
-    open_store(&common.store_url())
+    common.open_store()
+}
+
+/// `lsvd selftest`: run the store self-test and say how it went.
+pub async fn selftest(common: &Common) -> Result<(), String> {
+    let store = store(common)?;
+    let report =
+        crate::store::selftest::run_with(&*store, common.file.selftest_race_writers().max(2))
+            .await
+            .map_err(|e| e.to_string())?;
+    println!("{report}");
+    Ok(())
 }
 
 pub async fn create(common: &Common, name: &str, size: &str) -> Result<(), String> {

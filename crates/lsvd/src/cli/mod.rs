@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config_file::LsvdConfig;
 use crate::engine::{EngineConfig, RecoveryMode};
+use crate::store::DynStore;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,30 +22,67 @@ use crate::engine::{EngineConfig, RecoveryMode};
 disk (a FLUSH costs one fdatasync) and batched into immutable objects in an object store (a local \
 directory by default). A volume is defined by what is in the store; the local data directory is a \
 cache that can be rebuilt from the store.\n\nQuick start:\n  lsvd serve                      # creates disk0 (16 GiB) on first start\n  nbdinfo nbd://127.0.0.1:10809/disk0",
-    after_help = "Environment: LSVD_DATA sets --data, LSVD_STORE sets --store, LSVD_LOG=debug|info|warn|error sets the log level."
+    after_help = "Environment: LSVD_CONFIG sets --config, LSVD_DATA sets --data, LSVD_STORE sets --store, \
+LSVD_LOG=debug|info|warn|error sets the log level. For s3:// stores: AWS_ENDPOINT_URL, AWS_REGION, \
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file)."
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub common: Common,
+    pub common: CommonArgs,
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Global options as given on the command line (or by their environment variables).
 #[derive(Args, Debug, Clone)]
-pub struct Common {
-    /// Directory for local state (write logs, lock). Disposable: the store defines the volume.
-    #[arg(long, global = true, env = "LSVD_DATA", default_value = "./lsvd-data")]
-    pub data: PathBuf,
-    /// Where volumes live: file:///path or a plain path. Default: file://<DATA>/store.
+pub struct CommonArgs {
+    /// Config file (TOML): store, data directory, S3, retry and self-test settings.
+    /// `lsvd config-example` prints one with every key.
+    #[arg(long, global = true, env = "LSVD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory for local state (write logs, lock). Disposable: the store defines the
+    /// volume. Default: `data` from the config file, else ./lsvd-data.
+    #[arg(long, global = true, env = "LSVD_DATA")]
+    pub data: Option<PathBuf>,
+    /// Where volumes live: s3://BUCKET/PREFIX, file:///path or a plain path. Default:
+    /// `store` from the config file, else file://<DATA>/store.
     #[arg(long, global = true, env = "LSVD_STORE")]
     pub store: Option<String>,
 }
 
+impl CommonArgs {
+    /// Load the config file, if any, and settle the data directory and store URL
+    /// (flags and their variables win over the file).
+    pub fn resolve(self) -> Result<Common, String> {
+        let file = match &self.config {
+            Some(path) => LsvdConfig::load(path)?,
+            None => LsvdConfig::default(),
+        };
+        for w in &file.warnings {
+            crate::log::warn(w);
+        }
+        let data = file.data_dir(self.data.as_deref());
+        let store = file.store_url(self.store.as_deref(), &data);
+        Ok(Common { data, store, file })
+    }
+}
+
+/// Global options with the config file applied.
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub data: PathBuf,
+    pub store: String,
+    pub file: LsvdConfig,
+}
+
 impl Common {
     pub fn store_url(&self) -> String {
-        self.store
-            .clone()
-            .unwrap_or_else(|| format!("file://{}", self.data.join("store").display()))
+        self.store.clone()
+    }
+
+    /// Open the store (S3 settings and retry policy from the config file).
+    pub fn open_store(&self) -> Result<DynStore, String> {
+        self.file.open_store(&self.store)
     }
 }
 
@@ -75,6 +114,12 @@ pub enum Command {
     Inspect(InspectWhat),
     /// Replay a block trace through a running NBD export (e.g. a served volume).
     Replay(crate::replay::ReplayArgs),
+    /// Check that the store keeps the promises lsvd relies on: put-if-absent (also
+    /// under concurrent writers), ranged reads, listing, delete. `serve` runs this at
+    /// every start.
+    Selftest,
+    /// Print an example config file (for --config) with every key.
+    ConfigExample,
     /// Replay block traces or synthetic workloads through the batching, map and GC
     /// code of the engine with a simulated store; report write amplification and more.
     Sim(crate::sim::SimArgs),
@@ -189,12 +234,16 @@ pub fn run(cli: Cli) -> Result<(), String> {
         // Pure computation: no runtime needed.
         return crate::sim::run(args);
     }
+    if let Command::ConfigExample = cli.command {
+        print!("{}", crate::config_file::EXAMPLE);
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start runtime: {e}"))?;
-    let common = cli.common;
+    let common = cli.common.resolve()?;
     runtime.block_on(async move {
         match cli.command {
             Command::Create { name, size } => admin::create(&common, &name, &size).await,
@@ -204,6 +253,8 @@ pub fn run(cli: Cli) -> Result<(), String> {
             Command::Check { name } => check::check(&common, &name).await,
             Command::Inspect(what) => inspect::inspect(&common, what).await,
             Command::Replay(args) => crate::replay::run(args).await,
+            Command::Selftest => admin::selftest(&common).await,
+            Command::ConfigExample => Ok(()),
             Command::Sim(_) => Ok(()),
         }
     })

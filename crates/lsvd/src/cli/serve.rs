@@ -55,6 +55,14 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
     let config = args.engine.to_config()?;
     let _lock = lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
+    if common.file.selftest_on_start() {
+        // Refuse to serve from a store that would break the design's assumptions
+        // (above all: put-if-absent must be atomic).
+        let report = crate::store::selftest::run_with(&*store, common.file.selftest_race_writers())
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::log::debug(&report.to_string());
+    }
     let mut names = args.names.clone();
     if names.is_empty() {
         names.push(DEFAULT_VOLUME.to_string());

@@ -9,6 +9,9 @@
 pub mod faulty;
 pub mod fs;
 pub mod mem;
+pub mod retry;
+pub mod s3;
+pub mod selftest;
 
 use std::fmt;
 use std::future::Future;
@@ -84,7 +87,14 @@ pub trait ObjectStore: Send + Sync + 'static {
 
 pub type DynStore = Arc<dyn ObjectStore>;
 
-/// Open a store from a URL: `file:///path`, a plain path, or `mem://` (tests).
+/// Open a store from a URL: `file:///path`, a plain path, `s3://BUCKET/PREFIX`, or
+/// `mem://` (tests).
+///
+/// `s3://` takes its endpoint, region and credentials from the `AWS_*` environment
+/// variables (see [`s3`]; `lsvd.toml` can set them instead through
+/// `config_file::LsvdConfig::open_store`) and is wrapped in [`retry::RetryStore`] with
+/// the default [`retry::RetryPolicy`]. Opening does no I/O: run [`selftest::run`] to
+/// check the store before serving from it.
 pub fn open_store(url: &str) -> Result<DynStore, String> {
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(Arc::new(fs::FsStore::open(std::path::Path::new(path))?));
@@ -92,9 +102,24 @@ pub fn open_store(url: &str) -> Result<DynStore, String> {
     if url.starts_with("mem://") {
         return Ok(Arc::new(mem::MemStore::new()));
     }
+    if url.starts_with("s3://") {
+        return s3::open_with_retry(
+            url,
+            &s3::S3Settings::default(),
+            &retry::RetryPolicy::default(),
+        );
+    }
     if let Some((scheme, _)) = url.split_once("://") {
+        let hint = match scheme {
+            "gs" | "az" | "abfs" | "abfss" | "azure" => {
+                " (Google Cloud Storage and Azure would work through object_store's `gcp`/`azure` \
+                 features, which this build leaves out)"
+            }
+            _ => "",
+        };
         return Err(format!(
-            "store URL scheme '{scheme}://' is not supported by this build (supported: file://PATH)"
+            "store URL scheme '{scheme}://' is not supported by this build{hint} \
+             (supported: file://PATH, a plain path, s3://BUCKET/PREFIX)"
         ));
     }
     Ok(Arc::new(fs::FsStore::open(std::path::Path::new(url))?))

@@ -1,0 +1,596 @@
+//! `lsvd.toml`: where the store and the data directory are, and how to reach S3.
+//!
+//! Loaded only when asked for, with `--config PATH` (or `LSVD_CONFIG=PATH`). Every key
+//! is optional; unknown keys are an error (a typo must not silently fall back to a
+//! default). Precedence, highest first:
+//!
+//! 1. command-line flags (`--store`, `--data`) and their variables (`LSVD_STORE`,
+//!    `LSVD_DATA`);
+//! 2. this file;
+//! 3. for S3 settings, the `AWS_*` environment variables (a key set in `[s3]` wins over
+//!    its variable; leave it out to use the environment);
+//! 4. built-in defaults.
+//!
+//! Relative paths (`data`, and `store` when it is a path or `file://` URL) are taken
+//! relative to the directory holding the file.
+//!
+//! # Keys
+//!
+//! ```toml
+//! # Where volumes live: s3://BUCKET/PREFIX, file:///path, or a path.
+//! # Default: file://<data>/store
+//! store = "s3://lsvd-volumes/prod"
+//! # Local state: write logs and the lock. Disposable. Default: ./lsvd-data
+//! data = "/var/lib/lsvd"
+//!
+//! [s3]
+//! # Service URL. Default: AWS_ENDPOINT_URL, else AWS S3 itself.
+//! endpoint = "http://127.0.0.1:7070"
+//! # Default: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1.
+//! region = "us-east-1"
+//! # Credentials. Prefer AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and
+//! # AWS_SESSION_TOKEN) in the environment; if you put them here, make the file
+//! # readable only by its owner (lsvd warns otherwise). Give both or neither.
+//! access_key_id = "..."
+//! secret_access_key = "..."
+//! session_token = "..."
+//! # true: https://BUCKET.host/KEY requests. Default: path style (host/BUCKET/KEY),
+//! # which MinIO, versitygw and Ceph RGW expect and AWS accepts.
+//! virtual_hosted_style = false
+//! # Allow http:// endpoints. Default: yes when the endpoint is http://.
+//! allow_http = true
+//! connect_timeout_secs = 5      # TCP/TLS connect
+//! request_timeout_secs = 30     # ranged GET, HEAD, LIST, DELETE
+//! bulk_timeout_secs = 300       # PUT and whole-object GET
+//! max_retries = 3               # per request, inside the S3 client (5xx, 429, resets)
+//! retry_timeout_secs = 30       # the S3 client stops retrying a request after this
+//! multipart_threshold = "64M"   # overwrites above this use multipart upload
+//! multipart_part_size = "16M"   # at least 5M
+//!
+//! [retry]
+//! # Whole-operation retries on top of the S3 client (store/retry.rs), for get,
+//! # ranged get, list and delete. Uploads are retried forever by the engine itself.
+//! attempts = 4                  # tries per operation, including the first
+//! put_attempts = 1              # tries per overwrite PUT (put-if-absent: always 1)
+//! initial_backoff_ms = 200      # doubled per failure, with jitter
+//! max_backoff_ms = 5000
+//! attempt_timeout_secs = 120    # deadline for one try
+//!
+//! [selftest]
+//! # Check the store at `lsvd serve` startup (put-if-absent honoured, ranged reads,
+//! # listing, delete) and refuse to start if it fails. Default: true.
+//! on_start = true
+//! # Concurrent put-if-absent writers in the race check (0 skips it). Default: 8.
+//! race_writers = 8
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::store::retry::RetryPolicy;
+use crate::store::s3::{S3Settings, Secret};
+use crate::store::{DynStore, open_store};
+
+/// The default data directory (matches the CLI's `--data` default).
+pub const DEFAULT_DATA_DIR: &str = "./lsvd-data";
+
+/// A complete example, with every key (the module documentation explains each).
+pub const EXAMPLE: &str = r#"# lsvd.toml: load with `lsvd --config lsvd.toml ...`
+store = "s3://lsvd-volumes/prod"
+data = "/var/lib/lsvd"
+
+[s3]
+endpoint = "http://127.0.0.1:7070"
+region = "us-east-1"
+# Prefer AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in the environment.
+# access_key_id = "..."
+# secret_access_key = "..."
+# session_token = "..."
+virtual_hosted_style = false
+# allow_http = true
+connect_timeout_secs = 5
+request_timeout_secs = 30
+bulk_timeout_secs = 300
+max_retries = 3
+retry_timeout_secs = 30
+multipart_threshold = "64M"
+multipart_part_size = "16M"
+
+[retry]
+attempts = 4
+put_attempts = 1
+initial_backoff_ms = 200
+max_backoff_ms = 5000
+attempt_timeout_secs = 120
+
+[selftest]
+on_start = true
+race_writers = 8
+"#;
+
+/// A string that is never printed, even when deserialization fails on it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretString(pub Secret);
+
+impl fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn not_string<E: serde::de::Error>() -> E {
+            // Never echo the value: it may be a mistyped secret.
+            E::custom("expected a quoted string")
+        }
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = SecretString;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a quoted string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(SecretString(Secret::new(v)))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Err(not_string())
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Err(not_string())
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Err(not_string())
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Err(not_string())
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<Self::Value, A::Error> {
+                Err(not_string())
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                _: A,
+            ) -> Result<Self::Value, A::Error> {
+                Err(not_string())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LsvdConfig {
+    /// Store URL: `s3://BUCKET/PREFIX`, `file:///path` or a path.
+    pub store: Option<String>,
+    /// Data directory (write logs, lock).
+    pub data: Option<PathBuf>,
+    #[serde(default)]
+    pub s3: S3Section,
+    #[serde(default)]
+    pub retry: RetrySection,
+    #[serde(default)]
+    pub selftest: SelfTestSection,
+    /// Things the operator should hear about (e.g. a secret in a world-readable file).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Section {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<SecretString>,
+    pub secret_access_key: Option<SecretString>,
+    pub session_token: Option<SecretString>,
+    pub virtual_hosted_style: Option<bool>,
+    pub allow_http: Option<bool>,
+    pub connect_timeout_secs: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    pub bulk_timeout_secs: Option<u64>,
+    pub max_retries: Option<usize>,
+    pub retry_timeout_secs: Option<u64>,
+    /// A size like `64M`.
+    pub multipart_threshold: Option<String>,
+    /// A size like `16M`.
+    pub multipart_part_size: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    pub attempts: Option<u32>,
+    pub put_attempts: Option<u32>,
+    pub initial_backoff_ms: Option<u64>,
+    pub max_backoff_ms: Option<u64>,
+    pub attempt_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfTestSection {
+    pub on_start: Option<bool>,
+    pub race_writers: Option<usize>,
+}
+
+fn positive_secs(name: &str, v: Option<u64>, default: Duration) -> Result<Duration, String> {
+    match v {
+        None => Ok(default),
+        Some(0) => Err(format!("lsvd.toml: {name} must be at least 1")),
+        Some(s) => Ok(Duration::from_secs(s)),
+    }
+}
+
+/// Line and column (1-based) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, col)
+}
+
+/// A relative path is taken relative to `base`.
+fn rebase(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() || base.as_os_str().is_empty() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+impl LsvdConfig {
+    /// Read and parse `path`.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        let mut cfg =
+            Self::parse(&text, base).map_err(|e| format!("config file {}: {e}", path.display()))?;
+        if cfg.s3.secret_access_key.is_some() || cfg.s3.session_token.is_some() {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(meta) = std::fs::metadata(path)
+                && meta.permissions().mode() & 0o077 != 0
+            {
+                cfg.warnings.push(format!(
+                    "config file {} holds an S3 secret but is readable by other users; \
+                     run: chmod 600 {} (or use AWS_SECRET_ACCESS_KEY instead)",
+                    path.display(),
+                    path.display()
+                ));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Parse the text of a config file; relative paths are taken relative to `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Self, String> {
+        let mut cfg: LsvdConfig = toml::from_str(text).map_err(|e| {
+            // The message only, not toml's snippet of the line: it may hold a secret.
+            match e.span() {
+                Some(span) => {
+                    let (line, col) = line_col(text, span.start);
+                    format!("line {line}, column {col}: {}", e.message())
+                }
+                None => e.message().to_string(),
+            }
+        })?;
+        if let Some(d) = &cfg.data {
+            cfg.data = Some(rebase(base, d));
+        }
+        if let Some(s) = &cfg.store {
+            if s.is_empty() {
+                return Err("store must not be empty".into());
+            }
+            if let Some(p) = s.strip_prefix("file://") {
+                cfg.store = Some(format!("file://{}", rebase(base, Path::new(p)).display()));
+            } else if !s.contains("://") {
+                cfg.store = Some(rebase(base, Path::new(s)).display().to_string());
+            }
+        }
+        // Validate now, so a bad value is reported at startup with the file's name.
+        cfg.s3_settings()?;
+        cfg.retry_policy()?;
+        Ok(cfg)
+    }
+
+    /// The `[s3]` section over the built-in defaults (unset keys: environment).
+    pub fn s3_settings(&self) -> Result<S3Settings, String> {
+        let s = &self.s3;
+        let d = S3Settings::default();
+        let size = |name: &str, v: &Option<String>, default: u64| -> Result<u64, String> {
+            match v {
+                None => Ok(default),
+                Some(t) => crate::size::parse_size(t).map_err(|e| format!("[s3] {name}: {e}")),
+            }
+        };
+        let part = size(
+            "multipart_part_size",
+            &s.multipart_part_size,
+            d.multipart_part_bytes,
+        )?;
+        if part < 5 << 20 {
+            return Err("[s3] multipart_part_size must be at least 5M".into());
+        }
+        if s.access_key_id.is_some() != s.secret_access_key.is_some() {
+            return Err(
+                "[s3] give both access_key_id and secret_access_key, or neither \
+                 (to use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+                    .into(),
+            );
+        }
+        if let Some(ep) = &s.endpoint {
+            let lower = ep.to_ascii_lowercase();
+            if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+                // Not echoed: a URL may carry user:password@.
+                return Err("[s3] endpoint must start with http:// or https://".into());
+            }
+        }
+        Ok(S3Settings {
+            endpoint: s.endpoint.clone(),
+            region: s.region.clone(),
+            access_key_id: s.access_key_id.as_ref().map(|x| x.0.clone()),
+            secret_access_key: s.secret_access_key.as_ref().map(|x| x.0.clone()),
+            session_token: s.session_token.as_ref().map(|x| x.0.clone()),
+            virtual_hosted_style: s.virtual_hosted_style,
+            allow_http: s.allow_http,
+            connect_timeout: positive_secs(
+                "[s3] connect_timeout_secs",
+                s.connect_timeout_secs,
+                d.connect_timeout,
+            )?,
+            request_timeout: positive_secs(
+                "[s3] request_timeout_secs",
+                s.request_timeout_secs,
+                d.request_timeout,
+            )?,
+            bulk_timeout: positive_secs(
+                "[s3] bulk_timeout_secs",
+                s.bulk_timeout_secs,
+                d.bulk_timeout,
+            )?,
+            max_retries: s.max_retries.unwrap_or(d.max_retries),
+            retry_timeout: s
+                .retry_timeout_secs
+                .map_or(d.retry_timeout, Duration::from_secs),
+            multipart_threshold_bytes: size(
+                "multipart_threshold",
+                &s.multipart_threshold,
+                d.multipart_threshold_bytes,
+            )?,
+            multipart_part_bytes: part,
+        })
+    }
+
+    /// The `[retry]` section over the built-in defaults.
+    pub fn retry_policy(&self) -> Result<RetryPolicy, String> {
+        let r = &self.retry;
+        let d = RetryPolicy::default();
+        let policy = RetryPolicy {
+            attempts: r.attempts.unwrap_or(d.attempts),
+            put_attempts: r.put_attempts.unwrap_or(d.put_attempts),
+            initial_backoff: r
+                .initial_backoff_ms
+                .map_or(d.initial_backoff, Duration::from_millis),
+            max_backoff: r
+                .max_backoff_ms
+                .map_or(d.max_backoff, Duration::from_millis),
+            attempt_timeout: positive_secs(
+                "[retry] attempt_timeout_secs",
+                r.attempt_timeout_secs,
+                d.attempt_timeout,
+            )?,
+        };
+        if policy.attempts == 0 || policy.put_attempts == 0 {
+            return Err("[retry] attempts and put_attempts must be at least 1".into());
+        }
+        if policy.attempts > 100 || policy.put_attempts > 100 {
+            return Err("[retry] attempts and put_attempts must be at most 100".into());
+        }
+        Ok(policy)
+    }
+
+    /// Run the store self-test at `lsvd serve` startup? Default: yes.
+    pub fn selftest_on_start(&self) -> bool {
+        self.selftest.on_start.unwrap_or(true)
+    }
+
+    /// Concurrent writers in the self-test's race check. Default 8.
+    pub fn selftest_race_writers(&self) -> usize {
+        self.selftest
+            .race_writers
+            .unwrap_or(crate::store::selftest::DEFAULT_RACE_WRITERS)
+            .min(64)
+    }
+
+    /// The data directory: `flag` (from `--data`/`LSVD_DATA`), else this file's
+    /// `data`, else [`DEFAULT_DATA_DIR`].
+    pub fn data_dir(&self, flag: Option<&Path>) -> PathBuf {
+        flag.map(Path::to_path_buf)
+            .or_else(|| self.data.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
+    /// The store URL: `flag` (from `--store`/`LSVD_STORE`), else this file's `store`,
+    /// else `file://<data_dir>/store`.
+    pub fn store_url(&self, flag: Option<&str>, data_dir: &Path) -> String {
+        flag.map(str::to_string)
+            .or_else(|| self.store.clone())
+            .unwrap_or_else(|| format!("file://{}", data_dir.join("store").display()))
+    }
+
+    /// Open the store at `url` with this file's S3 and retry settings (other schemes:
+    /// as [`open_store`]).
+    pub fn open_store(&self, url: &str) -> Result<DynStore, String> {
+        if url.starts_with("s3://") {
+            crate::store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)
+        } else {
+            open_store(url)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_parses_and_round_trips_defaults() {
+        let cfg = LsvdConfig::parse(EXAMPLE, Path::new("/etc/lsvd")).expect("example parses");
+        assert_eq!(cfg.store.as_deref(), Some("s3://lsvd-volumes/prod"));
+        assert_eq!(cfg.data.as_deref(), Some(Path::new("/var/lib/lsvd")));
+        let s3 = cfg.s3_settings().expect("s3");
+        let d = S3Settings::default();
+        assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:7070"));
+        assert_eq!(s3.connect_timeout, d.connect_timeout);
+        assert_eq!(s3.request_timeout, d.request_timeout);
+        assert_eq!(s3.bulk_timeout, d.bulk_timeout);
+        assert_eq!(s3.multipart_threshold_bytes, d.multipart_threshold_bytes);
+        assert_eq!(s3.multipart_part_bytes, d.multipart_part_bytes);
+        assert_eq!(cfg.retry_policy().expect("retry"), RetryPolicy::default());
+        assert!(cfg.selftest_on_start());
+        assert_eq!(cfg.selftest_race_writers(), 8);
+    }
+
+    #[test]
+    fn empty_file_means_defaults() {
+        let cfg = LsvdConfig::parse("", Path::new("")).expect("empty");
+        assert!(cfg.store.is_none() && cfg.data.is_none());
+        assert_eq!(cfg.data_dir(None), PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(
+            cfg.store_url(None, Path::new("/d")),
+            "file:///d/store".to_string()
+        );
+        assert_eq!(cfg.retry_policy().expect("retry"), RetryPolicy::default());
+        assert!(cfg.selftest_on_start());
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let cfg = LsvdConfig::parse("store = \"s3://b/p\"\ndata = \"/x\"\n", Path::new("/"))
+            .expect("parse");
+        assert_eq!(cfg.data_dir(None), PathBuf::from("/x"));
+        assert_eq!(cfg.data_dir(Some(Path::new("/y"))), PathBuf::from("/y"));
+        assert_eq!(cfg.store_url(None, Path::new("/x")), "s3://b/p");
+        assert_eq!(cfg.store_url(Some("/other"), Path::new("/x")), "/other");
+    }
+
+    #[test]
+    fn relative_paths_follow_the_file() {
+        let cfg = LsvdConfig::parse(
+            "store = \"volumes\"\ndata = \"state\"\n",
+            Path::new("/etc/lsvd"),
+        )
+        .expect("parse");
+        assert_eq!(cfg.data.as_deref(), Some(Path::new("/etc/lsvd/state")));
+        assert_eq!(cfg.store.as_deref(), Some("/etc/lsvd/volumes"));
+        let cfg = LsvdConfig::parse("store = \"file://v\"\n", Path::new("/etc/lsvd")).expect("p");
+        assert_eq!(cfg.store.as_deref(), Some("file:///etc/lsvd/v"));
+        let cfg = LsvdConfig::parse("store = \"file:///abs\"\n", Path::new("/etc")).expect("p");
+        assert_eq!(cfg.store.as_deref(), Some("file:///abs"));
+    }
+
+    #[test]
+    fn rejects_typos_and_bad_values() {
+        for (text, needle) in [
+            ("stor = \"x\"", "unknown field"),
+            ("[s3]\nendpont = \"http://x\"", "unknown field"),
+            ("[s3]\nendpoint = \"127.0.0.1:9000\"", "http://"),
+            ("[s3]\nmultipart_part_size = \"1M\"", "at least 5M"),
+            (
+                "[s3]\nmultipart_threshold = \"lots\"",
+                "multipart_threshold",
+            ),
+            ("[s3]\nconnect_timeout_secs = 0", "at least 1"),
+            ("[s3]\naccess_key_id = \"AKIA\"", "both"),
+            ("[retry]\nattempts = 0", "at least 1"),
+            ("[selftest]\non_start = \"yes\"", "line 2"),
+            ("store = \"\"", "empty"),
+        ] {
+            let e = LsvdConfig::parse(text, Path::new("")).expect_err(text);
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn secrets_never_echoed() {
+        let cfg = LsvdConfig::parse(
+            "[s3]\naccess_key_id = \"AKIAFILEKEY\"\nsecret_access_key = \"file-secret-xyz\"\n",
+            Path::new(""),
+        )
+        .expect("parse");
+        let s3 = cfg.s3_settings().expect("s3");
+        assert_eq!(
+            s3.secret_access_key.as_ref().map(Secret::expose),
+            Some("file-secret-xyz")
+        );
+        let dbg = format!("{cfg:?} {s3:?}");
+        assert!(!dbg.contains("file-secret-xyz"), "{dbg}");
+        assert!(!dbg.contains("AKIAFILEKEY"), "{dbg}");
+        // A mistyped (unquoted) secret is not echoed in the parse error.
+        for text in [
+            "[s3]\nsecret_access_key = 123456789\n",
+            "[s3]\nsecret_access_key = abc123def\n",
+            "[s3]\nsecret_access_key = [\"abc123def\"]\n",
+        ] {
+            let e = LsvdConfig::parse(text, Path::new("")).expect_err(text);
+            assert!(!e.contains("123456789") && !e.contains("abc123def"), "{e}");
+            assert!(e.contains("line 2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn load_warns_about_readable_secrets() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = crate::testutil::TempDir::new("config-file");
+        let path = dir.path().join("lsvd.toml");
+        std::fs::write(
+            &path,
+            "data = \"d\"\n[s3]\naccess_key_id = \"AKIAX\"\nsecret_access_key = \"sekrit-value\"\n",
+        )
+        .expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let cfg = LsvdConfig::load(&path).expect("load");
+        assert_eq!(cfg.data.as_deref(), Some(dir.path().join("d").as_path()));
+        assert_eq!(cfg.warnings.len(), 1, "{:?}", cfg.warnings);
+        assert!(cfg.warnings[0].contains("chmod 600"));
+        assert!(!cfg.warnings[0].contains("sekrit-value"));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert!(LsvdConfig::load(&path).expect("load").warnings.is_empty());
+        let missing = LsvdConfig::load(&dir.path().join("nope.toml")).expect_err("missing");
+        assert!(missing.contains("nope.toml"), "{missing}");
+    }
+
+    #[test]
+    fn opens_stores_by_scheme() {
+        let dir = crate::testutil::TempDir::new("config-open");
+        let cfg = LsvdConfig::default();
+        let url = format!("file://{}", dir.path().display());
+        assert!(
+            cfg.open_store(&url)
+                .expect("fs")
+                .describe()
+                .starts_with("file://")
+        );
+        let cfg = LsvdConfig::parse(
+            "[s3]\nendpoint = \"http://127.0.0.1:1\"\naccess_key_id = \"AKIAOPEN\"\n\
+             secret_access_key = \"open-secret\"\n",
+            Path::new(""),
+        )
+        .expect("parse");
+        let s = cfg.open_store("s3://bkt/pre").expect("s3 (no I/O)");
+        assert_eq!(s.describe(), "s3://bkt/pre (endpoint http://127.0.0.1:1)");
+        assert!(cfg.open_store("gs://bkt").is_err());
+    }
+}

@@ -1,0 +1,572 @@
+//! The S3 store against a real S3 server.
+//!
+//! Run with a throwaway versitygw on loopback:
+//!
+//! ```text
+//! scripts/with-versitygw.sh cargo test -p lsvd --test s3_store
+//! ```
+//!
+//! The tests need `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+//! `LSVD_TEST_S3_BUCKET` (`with-versitygw.sh` sets them). Without them each test prints
+//! a loud SKIPPED message and passes, unless `LSVD_TEST_S3=require`, which makes a
+//! missing server a failure (for CI). Every test works under its own random prefix,
+//! so tests run in parallel and a bucket can be reused.
+//!
+//! The test that the self-test rejects a store ignoring put-if-absent needs no server
+//! and always runs.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lsvd::engine::{EngineConfig, create_volume, open_volume};
+use lsvd::store::mem::MemStore;
+use lsvd::store::retry::RetryPolicy;
+use lsvd::store::s3::{S3Settings, S3Store, Secret};
+use lsvd::store::{
+    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreErrorKind, StoreResult, open_store,
+    selftest,
+};
+
+const REQUIRED_ENV: [&str; 4] = [
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "LSVD_TEST_S3_BUCKET",
+];
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The test bucket, or `None` (after a loud message) when no server is configured.
+fn s3_bucket(test: &str) -> Option<String> {
+    let missing: Vec<&str> = REQUIRED_ENV
+        .iter()
+        .copied()
+        .filter(|v| env(v).is_none())
+        .collect();
+    if missing.is_empty() {
+        return env("LSVD_TEST_S3_BUCKET");
+    }
+    let msg = format!(
+        "SKIPPED {test}: needs an S3 server ({} unset). Run: \
+         scripts/with-versitygw.sh cargo test -p lsvd --test s3_store",
+        missing.join(", ")
+    );
+    if env("LSVD_TEST_S3").as_deref() == Some("require") {
+        panic!("{msg} (LSVD_TEST_S3=require)");
+    }
+    // Straight to stderr: libtest captures `eprintln!` of passing tests.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n{0}\n{msg}\n{0}", "=".repeat(78));
+    None
+}
+
+/// A fresh `s3://BUCKET/PREFIX` URL for one test.
+fn unique_url(bucket: &str, test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "s3://{bucket}/t-{test}-{}-{nanos:x}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn keys(entries: &[ListEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.key.as_str()).collect()
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "lsvd-s3test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_range_list_delete_round_trip() {
+    let Some(bucket) = s3_bucket("put_get_range_list_delete_round_trip") else {
+        return;
+    };
+    let url = unique_url(&bucket, "roundtrip");
+    let s = open_store(&url).expect("open");
+    assert!(s.describe().starts_with(&url), "{}", s.describe());
+
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
+        .await
+        .expect("put");
+    assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
+
+    // Ranged reads: inside, clamped at the end, past the end, empty.
+    let cases: [(Range<u64>, &[u8]); 5] = [
+        (0..1, &data[0..1]),
+        (100..4196, &data[100..4196]),
+        (9_990..20_000, &data[9_990..]),
+        (10_000..10_100, &[]),
+        (50..50, &[]),
+    ];
+    for (r, want) in cases {
+        assert_eq!(
+            s.get_range("v/obj/0001.d", r.clone()).await.expect("range"),
+            want,
+            "range {r:?}"
+        );
+    }
+    for r in [0..10, 20_000..20_010, 5..5] {
+        let e = s.get_range("v/missing", r).await.expect_err("missing");
+        assert!(e.is_not_found(), "{e}");
+    }
+    assert!(
+        s.get("v/missing")
+            .await
+            .expect_err("missing")
+            .is_not_found()
+    );
+
+    // Overwrite replaces; put-if-absent refuses.
+    s.put("v/meta", b"one".to_vec(), PutMode::Overwrite)
+        .await
+        .expect("put");
+    s.put("v/meta", b"two".to_vec(), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+    let e = s
+        .put("v/meta", b"three".to_vec(), PutMode::IfAbsent)
+        .await
+        .expect_err("exists");
+    assert_eq!(e.kind, StoreErrorKind::AlreadyExists, "{e}");
+    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+    s.put("w/meta", Vec::new(), PutMode::IfAbsent)
+        .await
+        .expect("empty object");
+    assert_eq!(s.get("w/meta").await.expect("get"), b"");
+    s.put("v/obj/0002.c", vec![7; 3], PutMode::IfAbsent)
+        .await
+        .expect("put");
+
+    // Listing: all, by directory, by raw prefix, unused prefix; sorted, with sizes.
+    let all = s.list("").await.expect("list");
+    assert_eq!(
+        keys(&all),
+        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
+    );
+    assert_eq!(all[1].size_bytes, 10_000);
+    assert_eq!(all[3].size_bytes, 0);
+    assert_eq!(
+        keys(&s.list("v/").await.expect("list")),
+        ["v/meta", "v/obj/0001.d", "v/obj/0002.c"]
+    );
+    assert_eq!(
+        keys(&s.list("v/obj/0001").await.expect("list")),
+        ["v/obj/0001.d"]
+    );
+    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
+    assert!(s.list("x/").await.expect("list").is_empty());
+
+    // Delete, twice.
+    s.delete("v/obj/0001.d").await.expect("delete");
+    s.delete("v/obj/0001.d")
+        .await
+        .expect("delete missing is ok");
+    assert!(
+        s.get("v/obj/0001.d")
+            .await
+            .expect_err("gone")
+            .is_not_found()
+    );
+    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
+        s.delete(k).await.expect("delete");
+    }
+    assert!(s.list("").await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_follows_pagination() {
+    let Some(bucket) = s3_bucket("list_follows_pagination") else {
+        return;
+    };
+    let s = open_store(&unique_url(&bucket, "pages")).expect("open");
+    // More than one ListObjectsV2 page (1000 keys).
+    const N: usize = 1_205;
+    let mut tasks = tokio::task::JoinSet::new();
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    for i in 0..N {
+        let s = s.clone();
+        let sem = sem.clone();
+        tasks.spawn(async move {
+            let _permit = sem.acquire().await.expect("semaphore");
+            s.put(
+                &format!("vol/obj/{i:016x}.d"),
+                vec![1; i % 7],
+                PutMode::IfAbsent,
+            )
+            .await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("put");
+    }
+    s.put("vol/meta", vec![0], PutMode::IfAbsent)
+        .await
+        .expect("put");
+    let listed = s.list("vol/obj/").await.expect("list");
+    assert_eq!(listed.len(), N);
+    for (i, e) in listed.iter().enumerate() {
+        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
+        assert_eq!(e.size_bytes, (i % 7) as u64);
+    }
+    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    // Clean up (bounded concurrency).
+    let mut tasks = tokio::task::JoinSet::new();
+    for e in listed {
+        let s = s.clone();
+        let sem = sem.clone();
+        tasks.spawn(async move {
+            let _permit = sem.acquire().await.expect("semaphore");
+            s.delete(&e.key).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("task").expect("delete");
+    }
+    s.delete("vol/meta").await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_if_absent_race_has_exactly_one_winner() {
+    let Some(bucket) = s3_bucket("put_if_absent_race_has_exactly_one_winner") else {
+        return;
+    };
+    let s = open_store(&unique_url(&bucket, "race")).expect("open");
+    for round in 0..5 {
+        let key = format!("race/{round}");
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..16u32 {
+            let s = s.clone();
+            let key = key.clone();
+            tasks.spawn(async move {
+                let data = format!("writer {i} of round {round}").into_bytes();
+                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
+                (data, r)
+            });
+        }
+        let mut winners = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            let (data, r) = r.expect("task");
+            match r {
+                Ok(()) => winners.push(data),
+                Err(e) => assert_eq!(e.kind, StoreErrorKind::AlreadyExists, "{e}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
+        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
+        s.delete(&key).await.expect("delete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selftest_passes_on_the_server() {
+    let Some(bucket) = s3_bucket("selftest_passes_on_the_server") else {
+        return;
+    };
+    let url = unique_url(&bucket, "selftest");
+    // Through open_store (retrying decorator) and on the bare store.
+    let s = open_store(&url).expect("open");
+    let report = selftest::run(&*s).await.expect("self-test passes");
+    eprintln!("{report}");
+    assert_eq!(report.checks.len(), 8);
+    let bare = S3Store::open(&url, &S3Settings::default()).expect("open");
+    selftest::run_with(&bare, 16)
+        .await
+        .expect("self-test with 16 racers passes");
+    assert!(s.list("").await.expect("list").is_empty(), "probes removed");
+}
+
+/// A store that ignores put-if-absent, as Garage and s3s-fs do under races.
+struct IgnoresIfAbsent(MemStore);
+
+impl ObjectStore for IgnoresIfAbsent {
+    fn put(&self, key: &str, data: Vec<u8>, _mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        self.0.put(key, data, PutMode::Overwrite)
+    }
+    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        self.0.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        self.0.get_range(key, range)
+    }
+    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+        self.0.list(prefix)
+    }
+    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+        self.0.delete(key)
+    }
+    fn describe(&self) -> String {
+        "s3://no-conditional-writes (test double)".into()
+    }
+}
+
+#[tokio::test]
+async fn selftest_fails_when_put_if_absent_is_ignored() {
+    // Needs no server: always runs.
+    let store = IgnoresIfAbsent(MemStore::new());
+    let e = selftest::run(&store).await.expect_err("must refuse");
+    let msg = e.to_string();
+    assert!(msg.contains("s3://no-conditional-writes"), "{msg}");
+    assert!(msg.contains("put-if-absent"), "{msg}");
+    assert!(msg.contains("Refusing to start"), "{msg}");
+    assert!(store.0.snapshot().is_empty(), "probe cleaned up: {msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_appear_in_errors() {
+    let Some(bucket) = s3_bucket("credentials_never_appear_in_errors") else {
+        return;
+    };
+    let url = unique_url(&bucket, "creds");
+    let real_key = env("AWS_ACCESS_KEY_ID").expect("checked");
+    let real_secret = env("AWS_SECRET_ACCESS_KEY").expect("checked");
+    let wrong_secret = "WRONG-secret-canary-7f3a9c1e2b".to_string();
+    let wrong_key = "AKIACANARYKEY12345".to_string();
+    let fast = RetryPolicy {
+        attempts: 2,
+        initial_backoff: std::time::Duration::from_millis(10),
+        ..RetryPolicy::default()
+    };
+
+    let cases = [
+        // Right key id, wrong secret: SignatureDoesNotMatch (the server may echo the
+        // key id and the string to sign).
+        (
+            "wrong secret",
+            S3Settings {
+                access_key_id: Some(Secret::new(&real_key)),
+                secret_access_key: Some(Secret::new(&wrong_secret)),
+                ..S3Settings::default()
+            },
+        ),
+        // Unknown key id.
+        (
+            "unknown key",
+            S3Settings {
+                access_key_id: Some(Secret::new(&wrong_key)),
+                secret_access_key: Some(Secret::new(&wrong_secret)),
+                ..S3Settings::default()
+            },
+        ),
+        // Nothing listening: a connection error.
+        (
+            "connection refused",
+            S3Settings {
+                endpoint: Some("http://127.0.0.1:1".into()),
+                access_key_id: Some(Secret::new(&wrong_key)),
+                secret_access_key: Some(Secret::new(&wrong_secret)),
+                max_retries: 0,
+                ..S3Settings::default()
+            },
+        ),
+    ];
+    for (what, settings) in cases {
+        let store: DynStore =
+            lsvd::store::s3::open_with_retry(&url, &settings, &fast).expect("open (no I/O)");
+        let mut messages = vec![store.describe()];
+        let e = store.get("some/key").await.expect_err(what);
+        let want = if what == "connection refused" {
+            StoreErrorKind::Transient
+        } else {
+            StoreErrorKind::Permanent
+        };
+        assert_eq!(e.kind, want, "{what}: {e}");
+        messages.push(e.to_string());
+        messages.push(format!("{e:?}"));
+        let e = store
+            .put("some/key", b"x".to_vec(), PutMode::IfAbsent)
+            .await
+            .expect_err(what);
+        messages.push(e.to_string());
+        let e = store.list("").await.expect_err(what);
+        messages.push(e.to_string());
+        let e = selftest::run(&*store).await.expect_err(what);
+        messages.push(e.to_string());
+        for m in &messages {
+            for secret in [&real_secret, &wrong_secret, &real_key, &wrong_key] {
+                assert!(
+                    !m.contains(secret.as_str()),
+                    "{what}: a credential leaked into: {m}"
+                );
+            }
+        }
+        eprintln!("{what}: {}", messages[1]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_bucket_is_not_a_missing_object() {
+    let Some(bucket) = s3_bucket("missing_bucket_is_not_a_missing_object") else {
+        return;
+    };
+    // A typo in the bucket name must not look like "no volume here" (which would make
+    // `lsvd serve` try to create one).
+    let url = unique_url(&format!("{bucket}-absent"), "nobucket");
+    let s = open_store(&url).expect("open");
+    let e = s.get("disk0/meta").await.expect_err("no bucket");
+    assert_eq!(e.kind, StoreErrorKind::Permanent, "{e}");
+    assert!(e.message.contains("NoSuchBucket"), "{e}");
+    let e = s.list("").await.expect_err("no bucket");
+    assert_eq!(e.kind, StoreErrorKind::Permanent, "{e}");
+    let e = selftest::run(&*s).await.expect_err("self-test refuses");
+    eprintln!("{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_overwrite_uses_multipart() {
+    let Some(bucket) = s3_bucket("large_overwrite_uses_multipart") else {
+        return;
+    };
+    let url = unique_url(&bucket, "multipart");
+    let settings = S3Settings {
+        multipart_threshold_bytes: 6 << 20,
+        multipart_part_bytes: 5 << 20,
+        ..S3Settings::default()
+    };
+    let s =
+        lsvd::store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
+    let data: Vec<u8> = (0..(12u32 << 20) + 12_345)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    s.put("big", data.clone(), PutMode::Overwrite)
+        .await
+        .expect("multipart put");
+    assert_eq!(s.get("big").await.expect("get"), data);
+    let mid = (5u64 << 20) - 10..(5u64 << 20) + 10;
+    assert_eq!(
+        s.get_range("big", mid.clone()).await.expect("range"),
+        &data[mid.start as usize..mid.end as usize]
+    );
+    assert_eq!(
+        s.list("big").await.expect("list")[0].size_bytes,
+        data.len() as u64
+    );
+    // Put-if-absent of a large object is a single PUT (and still conditional).
+    s.put("big2", data.clone(), PutMode::IfAbsent)
+        .await
+        .expect("single put");
+    let e = s
+        .put("big2", vec![1], PutMode::IfAbsent)
+        .await
+        .expect_err("exists");
+    assert_eq!(e.kind, StoreErrorKind::AlreadyExists);
+    s.delete("big").await.expect("delete");
+    s.delete("big2").await.expect("delete");
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_round_trips_through_s3_alone() {
+    let Some(bucket) = s3_bucket("volume_round_trips_through_s3_alone") else {
+        return;
+    };
+    let url = unique_url(&bucket, "volume");
+    let store = open_store(&url).expect("open");
+    selftest::run(&*store).await.expect("self-test");
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 50,
+        log_size_bytes: 16 << 20,
+        checkpoint_every_objects: 4,
+        ..EngineConfig::default()
+    };
+    create_volume(&store, "disk0", 64 << 20)
+        .await
+        .expect("create");
+    let again = create_volume(&store, "disk0", 64 << 20).await;
+    assert!(again.is_err(), "second create must fail (put-if-absent)");
+
+    // Writes across several objects, some overwritten.
+    let writes: Vec<(u64, Vec<u8>)> = (0..40u64)
+        .map(|i| {
+            let offset = (i * 7 % 50) * 128 * 1024;
+            (offset, pattern(i + 1, 64 * 1024))
+        })
+        .collect();
+    let mut expect = vec![0u8; 8 << 20];
+    let first_dir = TempDir::new("vol-a");
+    {
+        let (vol, _report) = open_volume(store.clone(), "disk0", first_dir.path(), config.clone())
+            .await
+            .expect("open volume");
+        for (offset, data) in &writes {
+            vol.write(*offset, data.clone(), false)
+                .await
+                .expect("write");
+            expect[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+        }
+        vol.flush().await.expect("flush");
+        assert_eq!(
+            vol.read(0, expect.len() as u64).await.expect("read"),
+            expect,
+            "read back before shutdown"
+        );
+        vol.shutdown()
+            .await
+            .expect("shutdown uploads and checkpoints");
+    }
+    let objects = store.list("disk0/obj/").await.expect("list");
+    assert!(
+        objects.len() >= 2,
+        "several objects in the bucket: {objects:?}"
+    );
+
+    // A fresh data directory: everything must come from the bucket.
+    let second_dir = TempDir::new("vol-b");
+    let store2 = open_store(&url).expect("reopen store");
+    let (vol, report) = open_volume(store2, "disk0", second_dir.path(), config)
+        .await
+        .expect("reopen volume");
+    assert!(report.cache_created, "{report:?}");
+    assert_eq!(report.log_records_replayed, 0, "{report:?}");
+    let got = vol.read(0, expect.len() as u64).await.expect("read");
+    assert!(got == expect, "data read from S3 alone differs");
+    assert_eq!(
+        vol.read(60 << 20, 4096).await.expect("read unwritten"),
+        vec![0u8; 4096]
+    );
+    vol.shutdown().await.expect("shutdown");
+}

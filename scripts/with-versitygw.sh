@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Run a command against a throwaway S3 server (versitygw) on loopback.
+#
+#   scripts/with-versitygw.sh cargo test -p lsvd --test s3_store
+#
+# Installs versitygw if needed (scripts/install-versitygw.sh), starts it on a free
+# 127.0.0.1 port with a temporary root directory and random credentials, creates a
+# bucket, exports
+#
+#   AWS_ENDPOINT_URL  AWS_ACCESS_KEY_ID  AWS_SECRET_ACCESS_KEY  AWS_REGION
+#   AWS_DEFAULT_REGION  LSVD_TEST_S3_BUCKET
+#
+# runs the command, then stops the server and removes its directory (kept, with the
+# server log, when LSVD_KEEP_VERSITYGW=1). Exits with the command's status.
+set -euo pipefail
+
+if [[ $# -eq 0 ]]; then
+    echo "usage: $0 COMMAND [ARGS...]" >&2
+    exit 2
+fi
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+gw="$("$repo/scripts/install-versitygw.sh")"
+
+hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+root="$(mktemp -d "${TMPDIR:-/tmp}/lsvd-versitygw.XXXXXX")"
+mkdir -p "$root/data"
+log="$root/versitygw.log"
+pid=""
+
+cleanup() {
+    local rc=$?
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    if [[ "${LSVD_KEEP_VERSITYGW:-}" == 1 ]]; then
+        echo "with-versitygw: kept $root (server log: $log)" >&2
+    else
+        rm -rf "$root"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+access="lsvd$(hex 8)"
+secret="$(hex 20)"
+bucket="lsvd-test-$(hex 4)"
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+started=""
+for _ in $(seq 10); do
+    port=$((20000 + RANDOM % 40000))
+    port_free "$port" || continue
+    ROOT_ACCESS_KEY="$access" ROOT_SECRET_KEY="$secret" \
+        "$gw" --port "127.0.0.1:$port" posix "$root/data" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            break # exited: port taken after all, or a startup error
+        fi
+        if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/"; then
+            started=1
+            break
+        fi
+        sleep 0.1
+    done
+    [[ -n "$started" ]] && break
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+done
+if [[ -z "$started" ]]; then
+    echo "with-versitygw: versitygw did not start; its log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+fi
+
+endpoint="http://127.0.0.1:$port"
+# CreateBucket, signed by curl (SigV4; versitygw wants the payload hash header).
+empty_sha256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+if ! curl -sS --fail --max-time 10 -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" \
+    --user "$access:$secret" -H "x-amz-content-sha256: $empty_sha256" \
+    "$endpoint/$bucket" >/dev/null; then
+    echo "with-versitygw: cannot create bucket $bucket; server log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+fi
+
+echo "with-versitygw: $gw on $endpoint, bucket $bucket" >&2
+
+unset AWS_SESSION_TOKEN AWS_PROFILE AWS_ENDPOINT AWS_ENDPOINT_URL_S3 AWS_VIRTUAL_HOSTED_STYLE_REQUEST
+export AWS_ENDPOINT_URL="$endpoint"
+export AWS_ACCESS_KEY_ID="$access"
+export AWS_SECRET_ACCESS_KEY="$secret"
+export AWS_REGION="us-east-1"
+export AWS_DEFAULT_REGION="us-east-1"
+export LSVD_TEST_S3_BUCKET="$bucket"
+
+set +e
+"$@"
+rc=$?
+set -e
+if [[ $rc -ne 0 && -s "$log" ]]; then
+    echo "with-versitygw: command failed ($rc); last lines of the server log:" >&2
+    tail -n 20 "$log" >&2 || true
+fi
+exit "$rc"
