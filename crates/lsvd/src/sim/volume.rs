@@ -1,0 +1,692 @@
+//! One simulated volume: the engine's batching, object numbering, store map and GC,
+//! driven by requests instead of I/O.
+//!
+//! The model, step by step (each step names the core function the engine uses too):
+//!
+//! 1. Every write or trim is one write-log record with the next record sequence
+//!    number, as when the engine receives requests one at a time. Its extents go into
+//!    [`Batcher::add_write`] / [`Batcher::add_zero`]; the batcher's location is
+//!    (record, sector in record), like the engine's log position, so pieces of
+//!    different records never merge inside a batch, exactly as in the engine.
+//! 2. After a whole record is added, a batch with at least the batch size of client
+//!    bytes is closed ([`Batcher::is_full`], [`Batcher::take`]). A batch also closes
+//!    when the simulated clock (the trace's timestamps) passes its opening time plus
+//!    the batch timeout, checked when the next request arrives (the engine checks on a
+//!    200 ms tick; the object contents are the same either way).
+//! 3. A closed batch becomes data object `N` (the next sequence number), its header
+//!    built by [`header_without_data`] from the batch's extents (split at 2^30
+//!    sectors like the uploader does) and trims, and applied with
+//!    [`StoreState::apply`]. After every `checkpoint_every_objects` data objects a
+//!    checkpoint object takes the next number; its size is that of
+//!    `encode_checkpoint(state.to_checkpoint(..))` (the layout is measured once from
+//!    the real encoder; the map is not encoded). As in the engine, a checkpoint leaves
+//!    out objects without live data, which are then deleted
+//!    ([`StoreState::dead_objects`], [`StoreState::forget_object`]), and only the
+//!    newest two checkpoints are kept.
+//! 4. After each data object (and its checkpoint), while [`gc::should_collect`] (with
+//!    the engine's hysteresis): [`gc::select_victims`], [`gc::live_extents`],
+//!    [`gc::group_relocations`] at the batch size, one GC object per group from
+//!    [`gc::gc_object_header`], each with the next sequence number and applied
+//!    (conditionally on the source) with [`StoreState::apply`]; then, as in the engine,
+//!    a checkpoint closes the pass (and restarts the periodic checkpoint count), which
+//!    deletes the victims. The engine runs GC in the background, paced by uploads, so
+//!    its passes interleave with data objects at timing-dependent points and victims
+//!    are deleted only once that checkpoint is durable; the simulator runs each pass
+//!    at once, right after the data object that triggered it.
+//! 5. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
+//!    its checkpoint and GC, if due) and a clean checkpoint is written.
+//!
+//! Reads change nothing; they are counted. Requests are rounded outward to whole
+//! 512-byte sectors. With a fixed volume size, a request that does not fit entirely is
+//! counted as out of range and skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use lsvd_core::batcher::{Batch, Batcher};
+use lsvd_core::extent_map::Location;
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::checkpoint::{
+    Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
+};
+use lsvd_core::format::object::{
+    ObjectExtent, ObjectHeader, ObjectKind, header_bytes_for, header_without_data,
+};
+use lsvd_core::gc::{self, GcConfig};
+use lsvd_core::store_state::StoreState;
+use lsvd_trace::{Op, Request};
+use serde::Serialize;
+
+/// Estimated bytes of memory per extent of the store map: a `BTreeMap<u64, (u64,
+/// ObjLoc)>` entry is 32 bytes of key and value; B-tree leaves hold 11 entries and
+/// are typically 2/3 full, and carry a parent pointer and counts, which gives about
+/// 48 bytes per extent.
+pub const MAP_BYTES_PER_EXTENT: u64 = 48;
+
+/// Where a batched extent came from: a record and a sector inside its data, the
+/// simulator's stand-in for the engine's write-log position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPos {
+    pub record_seq: u64,
+    pub sector: u64,
+}
+
+impl Location for RecordPos {
+    fn advance(&self, sectors: u64) -> Self {
+        RecordPos {
+            record_seq: self.record_seq,
+            sector: self.sector + sectors,
+        }
+    }
+}
+
+/// Settings of one simulated volume.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimConfig {
+    /// Client bytes per batch (the engine's `batch_size_bytes`).
+    pub batch_size_bytes: u64,
+    /// Close a non-empty batch this long after it opened, in trace time. `None`: never.
+    pub batch_timeout_ns: Option<u64>,
+    /// A checkpoint after this many data objects (the engine's
+    /// `checkpoint_every_objects`).
+    pub checkpoint_every_objects: u64,
+    pub gc: GcConfig,
+    /// Fixed volume size; requests beyond it are skipped. `None`: the largest request
+    /// end rounded up to 1 GiB, and nothing is out of range.
+    pub volume_size_bytes: Option<u64>,
+    /// Keep a time series of at most this many points (0: none).
+    pub series_points: usize,
+}
+
+impl Default for SimConfig {
+    /// The engine's defaults (8 MiB batches, 2 s timeout, a checkpoint every 64
+    /// objects) and the core's GC defaults.
+    fn default() -> Self {
+        SimConfig {
+            batch_size_bytes: 8 << 20,
+            batch_timeout_ns: Some(2_000_000_000),
+            checkpoint_every_objects: 64,
+            gc: GcConfig::default(),
+            volume_size_bytes: None,
+            series_points: 0,
+        }
+    }
+}
+
+/// Running totals. All byte counts are exact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub requests: u64,
+    pub write_requests: u64,
+    pub read_requests: u64,
+    pub trim_requests: u64,
+    /// Requests skipped because they do not fit in the fixed volume size.
+    pub out_of_range_requests: u64,
+    /// Requests whose offset or length is not a multiple of 512 (rounded outward).
+    pub misaligned_requests: u64,
+    /// Client bytes written, after rounding to sectors.
+    pub client_write_bytes: u64,
+    pub read_bytes: u64,
+    pub trim_bytes: u64,
+    /// Client bytes removed by coalescing inside batches (overwritten or trimmed
+    /// before the batch closed).
+    pub coalesced_bytes: u64,
+    pub data_objects: u64,
+    pub data_object_bytes: u64,
+    pub gc_objects: u64,
+    pub gc_object_bytes: u64,
+    pub checkpoint_objects: u64,
+    pub checkpoint_bytes: u64,
+    pub gc_passes: u64,
+    /// Live data bytes copied by GC.
+    pub gc_bytes_moved: u64,
+    pub gc_victims: u64,
+    /// Objects deleted because they held no live data (GC victims and objects whose
+    /// data was all overwritten or trimmed), at the checkpoint that left them out.
+    pub deleted_objects: u64,
+    /// Batches closed by the timeout rather than by size or shutdown.
+    pub timeout_batches: u64,
+    pub peak_store_bytes: u64,
+    /// Largest request end seen (bytes), for the default volume size.
+    pub max_end_bytes: u64,
+}
+
+impl Counters {
+    /// Bytes written to the store: data, GC and checkpoint objects, headers included.
+    pub fn store_write_bytes(&self) -> u64 {
+        self.data_object_bytes + self.gc_object_bytes + self.checkpoint_bytes
+    }
+}
+
+/// One point of the time series, taken after each data object (and its GC).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    pub client_write_bytes: u64,
+    pub store_write_bytes: u64,
+    /// Objects in the store now (retained checkpoints included).
+    pub store_bytes: u64,
+    pub live_bytes: u64,
+    /// Live over stored bytes of data and GC objects (what GC looks at).
+    pub utilization: f64,
+    /// Cumulative write amplification so far.
+    pub write_amplification: f64,
+}
+
+/// A bounded time series: when full, every other point is dropped and the sampling
+/// stride doubles.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    max_points: usize,
+    stride: u64,
+    seen: u64,
+    pub points: Vec<SeriesPoint>,
+}
+
+impl Series {
+    fn new(max_points: usize) -> Self {
+        Series {
+            max_points,
+            stride: 1,
+            seen: 0,
+            points: Vec::new(),
+        }
+    }
+
+    fn offer(&mut self, p: impl FnOnce() -> SeriesPoint) {
+        if self.max_points == 0 {
+            return;
+        }
+        self.seen += 1;
+        if !(self.seen - 1).is_multiple_of(self.stride) {
+            return;
+        }
+        self.points.push(p());
+        if self.points.len() >= self.max_points.max(2) {
+            let kept: Vec<SeriesPoint> = self.points.iter().step_by(2).copied().collect();
+            self.points = kept;
+            self.stride *= 2;
+        }
+    }
+
+    /// Add the final state unconditionally (replacing a point for the same bytes).
+    fn push_final(&mut self, p: SeriesPoint) {
+        if self.max_points == 0 {
+            return;
+        }
+        if self
+            .points
+            .last()
+            .is_some_and(|l| l.client_write_bytes == p.client_write_bytes)
+        {
+            self.points.pop();
+        }
+        self.points.push(p);
+    }
+}
+
+/// The end-of-run summary of one volume (LSVD Table 5 and more).
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeReport {
+    pub volume_size_bytes: u64,
+    #[serde(flatten)]
+    pub counters: Counters,
+    pub store_write_bytes: u64,
+    /// Store bytes written / client bytes written.
+    pub write_amplification: f64,
+    /// Coalesced bytes / client bytes written.
+    pub merge_ratio: f64,
+    pub map_extents: u64,
+    pub map_memory_bytes: u64,
+    pub live_bytes: u64,
+    /// Data, GC and retained checkpoint objects in the store at the end.
+    pub final_store_bytes: u64,
+    pub final_objects: u64,
+    /// Live over stored bytes of data and GC objects.
+    pub final_utilization: f64,
+}
+
+/// The simulator state of one volume under one configuration.
+#[derive(Debug)]
+pub struct VolumeSim {
+    cfg: SimConfig,
+    state: StoreState,
+    batcher: Batcher<RecordPos>,
+    next_record_seq: u64,
+    batch_opened_ns: Option<u64>,
+    objects_since_checkpoint: u64,
+    gc_active: bool,
+    /// Checkpoints still in the store: seq -> total bytes.
+    retained_checkpoints: BTreeMap<u64, u64>,
+    /// Bytes of data and GC objects in the store (mirrors `StoreState::stored_bytes`).
+    object_bytes: u64,
+    counters: Counters,
+    series: Series,
+    finished: bool,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// Object extents for a batch, split like the uploader splits them.
+fn batch_extents(batch: &Batch<RecordPos>) -> Vec<ObjectExtent> {
+    let mut out = Vec::with_capacity(batch.extents.len());
+    for p in &batch.extents {
+        let (mut lba, mut left) = (p.lba, p.sectors);
+        while left > 0 {
+            let n = left.min(1 << 30);
+            out.push(ObjectExtent {
+                lba,
+                sectors: n as u32,
+                source: None,
+            });
+            lba += n;
+            left -= n;
+        }
+    }
+    out
+}
+
+/// Sizes of the checkpoint payload layout: (fixed bytes, bytes per object, bytes per
+/// extent), measured once from the real encoder so the simulator follows the format.
+fn checkpoint_layout() -> (u64, u64, u64) {
+    static LAYOUT: OnceLock<(u64, u64, u64)> = OnceLock::new();
+    *LAYOUT.get_or_init(|| {
+        let empty = Checkpoint {
+            clean: true,
+            counters: Default::default(),
+            volume_size_bytes: 0,
+            next_object_seq: 0,
+            last_record_seq: 0,
+            objects: Vec::new(),
+            extents: Vec::new(),
+        };
+        let fixed = encode_checkpoint(&empty).len() as u64;
+        let one_object = Checkpoint {
+            objects: vec![CheckpointObject {
+                seq: 1,
+                kind: 1,
+                header_bytes: 0,
+                total_bytes: 0,
+                live_bytes: 0,
+            }],
+            ..empty.clone()
+        };
+        let one_extent = Checkpoint {
+            extents: vec![CheckpointExtent {
+                lba: 0,
+                sectors: 1,
+                object_seq: 1,
+                object_offset: 0,
+            }],
+            ..empty.clone()
+        };
+        (
+            fixed,
+            encode_checkpoint(&one_object).len() as u64 - fixed,
+            encode_checkpoint(&one_extent).len() as u64 - fixed,
+        )
+    })
+}
+
+/// Header and payload bytes of the checkpoint object the engine would write for
+/// `state` now: it lists the objects with live data and every map extent.
+pub fn checkpoint_object_size(state: &StoreState) -> (u64, u64) {
+    let (fixed, per_object, per_extent) = checkpoint_layout();
+    let live_objects = state
+        .objects()
+        .values()
+        .filter(|o| o.live_bytes > 0)
+        .count() as u64;
+    let payload =
+        fixed + per_object * live_objects + per_extent * state.map().extent_count() as u64;
+    (
+        header_bytes_for(ObjectKind::Checkpoint, 0, 0, payload),
+        payload,
+    )
+}
+
+impl VolumeSim {
+    pub fn new(cfg: SimConfig) -> Self {
+        let size = cfg
+            .volume_size_bytes
+            .unwrap_or(u64::MAX / SECTOR_BYTES * SECTOR_BYTES);
+        VolumeSim {
+            cfg,
+            state: StoreState::new(size),
+            batcher: Batcher::new(cfg.batch_size_bytes),
+            next_record_seq: 1,
+            batch_opened_ns: None,
+            objects_since_checkpoint: 0,
+            gc_active: false,
+            retained_checkpoints: BTreeMap::new(),
+            object_bytes: 0,
+            counters: Counters::default(),
+            series: Series::new(cfg.series_points),
+            finished: false,
+        }
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+    pub fn state(&self) -> &StoreState {
+        &self.state
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn series(&self) -> &[SeriesPoint] {
+        &self.series.points
+    }
+    /// Checkpoints still in the store: (seq, bytes).
+    pub fn retained_checkpoints(&self) -> Vec<(u64, u64)> {
+        self.retained_checkpoints
+            .iter()
+            .map(|(&s, &b)| (s, b))
+            .collect()
+    }
+
+    /// Bytes the store holds now: data, GC and retained checkpoint objects.
+    pub fn store_bytes(&self) -> u64 {
+        self.object_bytes + self.retained_checkpoints.values().sum::<u64>()
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.state.map().mapped_sectors() * SECTOR_BYTES
+    }
+
+    /// Replay one request (its `volume` is ignored).
+    pub fn request(&mut self, r: &Request) {
+        self.counters.requests += 1;
+        self.tick(r.time_ns);
+        let start = r.offset_bytes / SECTOR_BYTES;
+        let Some(end_bytes) = r.offset_bytes.checked_add(r.length_bytes) else {
+            self.counters.out_of_range_requests += 1;
+            return;
+        };
+        let end = end_bytes.div_ceil(SECTOR_BYTES);
+        if !r.offset_bytes.is_multiple_of(SECTOR_BYTES)
+            || !r.length_bytes.is_multiple_of(SECTOR_BYTES)
+        {
+            self.counters.misaligned_requests += 1;
+        }
+        if let Some(size) = self.cfg.volume_size_bytes
+            && end * SECTOR_BYTES > size
+        {
+            self.counters.out_of_range_requests += 1;
+            return;
+        }
+        let sectors = end - start;
+        if sectors == 0 {
+            return;
+        }
+        self.counters.max_end_bytes = self.counters.max_end_bytes.max(end * SECTOR_BYTES);
+        match r.op {
+            Op::Read => {
+                self.counters.read_requests += 1;
+                self.counters.read_bytes += sectors * SECTOR_BYTES;
+            }
+            Op::Write => self.write(r.time_ns, start, sectors),
+            Op::Trim => self.trim(r.time_ns, start, sectors),
+        }
+    }
+
+    /// Advance the simulated clock: close a batch whose timeout has passed.
+    fn tick(&mut self, now_ns: u64) {
+        if let (Some(timeout), Some(opened)) = (self.cfg.batch_timeout_ns, self.batch_opened_ns)
+            && now_ns.saturating_sub(opened) >= timeout
+        {
+            self.counters.timeout_batches += 1;
+            self.close_batch();
+        }
+    }
+
+    fn next_record(&mut self, now_ns: u64) -> u64 {
+        let seq = self.next_record_seq;
+        self.next_record_seq += 1;
+        self.batch_opened_ns.get_or_insert(now_ns);
+        seq
+    }
+
+    /// One write record of `sectors` at `lba`.
+    pub fn write(&mut self, now_ns: u64, lba: u64, sectors: u64) {
+        self.counters.write_requests += 1;
+        self.counters.client_write_bytes += sectors * SECTOR_BYTES;
+        let seq = self.next_record(now_ns);
+        self.batcher.add_write(
+            seq,
+            lba,
+            sectors,
+            RecordPos {
+                record_seq: seq,
+                sector: 0,
+            },
+        );
+        if self.batcher.is_full() {
+            self.close_batch();
+        }
+    }
+
+    /// One record zeroing `sectors` at `lba` (TRIM or WRITE_ZEROES).
+    pub fn trim(&mut self, now_ns: u64, lba: u64, sectors: u64) {
+        self.counters.trim_requests += 1;
+        self.counters.trim_bytes += sectors * SECTOR_BYTES;
+        let seq = self.next_record(now_ns);
+        self.batcher.add_zero(seq, lba, sectors);
+        if self.batcher.is_full() {
+            self.close_batch();
+        }
+    }
+
+    fn apply(&mut self, h: &ObjectHeader) {
+        if let Err(e) = self.state.apply(h) {
+            // Sequence numbers come from the state itself and request ranges are
+            // checked against the volume size, so this is a simulator bug.
+            panic!("simulator applied an invalid object: {e}");
+        }
+    }
+
+    fn note_peak(&mut self) {
+        let now = self.store_bytes();
+        if now > self.counters.peak_store_bytes {
+            self.counters.peak_store_bytes = now;
+        }
+    }
+
+    /// Close the open batch into a data object (then checkpoint and GC, if due).
+    pub fn close_batch(&mut self) {
+        let Some(batch) = self.batcher.take() else {
+            return;
+        };
+        self.batch_opened_ns = None;
+        self.counters.coalesced_bytes += batch.client_bytes - batch.data_bytes;
+        let seq = self.state.next_object_seq();
+        let extents = batch_extents(&batch);
+        let h = header_without_data(
+            ObjectKind::Data,
+            seq,
+            batch.last_record_seq,
+            extents,
+            batch.trims,
+        );
+        self.apply(&h);
+        let bytes = h.total_bytes();
+        self.counters.data_objects += 1;
+        self.counters.data_object_bytes += bytes;
+        self.object_bytes += bytes;
+        self.note_peak();
+        self.objects_since_checkpoint += 1;
+        if self.objects_since_checkpoint >= self.cfg.checkpoint_every_objects.max(1) {
+            self.objects_since_checkpoint = 0;
+            self.write_checkpoint();
+        }
+        self.collect();
+        let point = self.point();
+        self.series.offer(|| point);
+    }
+
+    fn point(&self) -> SeriesPoint {
+        let c = &self.counters;
+        SeriesPoint {
+            client_write_bytes: c.client_write_bytes,
+            store_write_bytes: c.store_write_bytes(),
+            store_bytes: self.store_bytes(),
+            live_bytes: self.live_bytes(),
+            utilization: if self.object_bytes == 0 {
+                1.0
+            } else {
+                ratio(self.live_bytes(), self.object_bytes)
+            },
+            write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
+        }
+    }
+
+    /// Write a checkpoint object describing the state now, keeping the newest two.
+    fn write_checkpoint(&mut self) {
+        let seq = self.state.next_object_seq();
+        let (header_bytes, payload) = checkpoint_object_size(&self.state);
+        let total = header_bytes + payload;
+        let h = ObjectHeader {
+            kind: ObjectKind::Checkpoint,
+            volume: Default::default(),
+            seq,
+            last_record_seq: self.state.last_record_seq(),
+            extents: Vec::new(),
+            trims: Vec::new(),
+            header_bytes: header_bytes as u32,
+            data_bytes: payload,
+            chunk_crcs: Vec::new(),
+        };
+        // The objects this checkpoint leaves out, deleted once it is durable.
+        let dead = self.state.dead_objects();
+        self.apply(&h);
+        self.counters.checkpoint_objects += 1;
+        self.counters.checkpoint_bytes += total;
+        self.retained_checkpoints.insert(seq, total);
+        self.note_peak();
+        for d in dead {
+            let bytes = self.state.objects().get(&d).map_or(0, |o| o.total_bytes);
+            self.state.forget_object(d);
+            self.object_bytes -= bytes;
+            self.counters.deleted_objects += 1;
+        }
+        // Like the engine: delete every older checkpoint but the newest one.
+        let older: Vec<u64> = self
+            .retained_checkpoints
+            .range(..seq)
+            .map(|(&s, _)| s)
+            .collect();
+        for &old in older.iter().rev().skip(1) {
+            self.retained_checkpoints.remove(&old);
+            self.state.forget_object(old);
+        }
+    }
+
+    /// Run GC passes while the core says so.
+    fn collect(&mut self) {
+        let cfg = self.cfg.gc;
+        // Each pass deletes at least one object and, with no client writes in
+        // between, creates no new garbage; this bound only guards against a bug.
+        let mut guard = self.state.objects().len() + 2;
+        while self.may_collect(&cfg)
+            && gc::should_collect(&self.state, &cfg, self.gc_active)
+            && guard > 0
+        {
+            guard -= 1;
+            self.gc_active = true;
+            let victims =
+                gc::select_victims(&self.state, &cfg, self.state.next_object_seq(), |_| false);
+            if victims.is_empty() {
+                break;
+            }
+            let set: BTreeSet<u64> = victims.iter().copied().collect();
+            let relocations = gc::live_extents(&self.state, &set);
+            for group in gc::group_relocations(&relocations, self.cfg.batch_size_bytes) {
+                let seq = self.state.next_object_seq();
+                let h = gc::gc_object_header(seq, self.state.last_record_seq(), &group);
+                self.apply(&h);
+                let bytes = h.total_bytes();
+                self.counters.gc_objects += 1;
+                self.counters.gc_object_bytes += bytes;
+                self.counters.gc_bytes_moved += h.data_bytes;
+                self.object_bytes += bytes;
+                self.note_peak();
+            }
+            self.counters.gc_victims += victims.len() as u64;
+            // As in the engine, a checkpoint closes the pass; it leaves the victims
+            // out (they hold no live data now) and they are deleted.
+            self.objects_since_checkpoint = 0;
+            self.write_checkpoint();
+            self.counters.gc_passes += 1;
+        }
+        // The burst is over (the engine's GC task also drops back to inactive when
+        // there is nothing to do).
+        self.gc_active = false;
+        debug_assert_eq!(self.object_bytes, self.state.stored_bytes());
+    }
+
+    /// A constant-time pre-check of [`gc::should_collect`]: false only when it would
+    /// return false. `gc::utilization` sums over all objects, which after every data
+    /// object of a run with thousands of small objects dominated the replay; the
+    /// simulator keeps the same two sums as running totals (checked against the state
+    /// in debug builds) and asks the core only when collection may be due.
+    fn may_collect(&self, cfg: &GcConfig) -> bool {
+        if !cfg.enabled() {
+            return false;
+        }
+        debug_assert_eq!(self.live_bytes(), self.state.live_bytes());
+        debug_assert_eq!(self.object_bytes, self.state.stored_bytes());
+        let u = if self.object_bytes == 0 {
+            1.0
+        } else {
+            self.live_bytes() as f64 / self.object_bytes as f64
+        };
+        let threshold = if self.gc_active {
+            cfg.stop_utilization
+        } else {
+            cfg.start_utilization
+        };
+        u < threshold
+    }
+
+    /// Shut down like the engine: close the open batch, then write a clean checkpoint.
+    /// Idempotent.
+    pub fn finish(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        self.close_batch();
+        self.write_checkpoint();
+        let end = self.point();
+        self.series.push_final(end);
+        if self.cfg.volume_size_bytes.is_none() {
+            self.state.volume_size_bytes =
+                self.counters.max_end_bytes.div_ceil(1 << 30).max(1) << 30;
+        }
+    }
+
+    /// The summary (call [`finish`](Self::finish) first for the engine's end state).
+    pub fn report(&self) -> VolumeReport {
+        let c = self.counters;
+        let extents = self.state.map().extent_count() as u64;
+        VolumeReport {
+            volume_size_bytes: self.state.volume_size_bytes,
+            counters: c,
+            store_write_bytes: c.store_write_bytes(),
+            write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
+            merge_ratio: ratio(c.coalesced_bytes, c.client_write_bytes),
+            map_extents: extents,
+            map_memory_bytes: extents * MAP_BYTES_PER_EXTENT,
+            live_bytes: self.live_bytes(),
+            final_store_bytes: self.store_bytes(),
+            final_objects: (self.state.objects().len() + self.retained_checkpoints.len()) as u64,
+            final_utilization: if self.object_bytes == 0 {
+                1.0
+            } else {
+                ratio(self.live_bytes(), self.object_bytes)
+            },
+        }
+    }
+}
