@@ -3,6 +3,8 @@
 //! A narrow trait so tests can substitute a device that loses unsynced writes on a
 //! simulated power failure. Positional I/O only; `sync` is `fdatasync`.
 
+pub mod faulty;
+
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;

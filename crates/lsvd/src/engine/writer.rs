@@ -200,6 +200,10 @@ fn append(
                 if let Some(off) = st.log.place(total) {
                     break off;
                 }
+                // A failed volume uploads nothing more, so no space will be freed.
+                if shared.failed.load(Ordering::SeqCst) {
+                    return Err(io::Error::other("volume failed after a local I/O error"));
+                }
                 let since = *waited_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(5) {
                     crate::log::warn("write log full: writes are waiting for object uploads");

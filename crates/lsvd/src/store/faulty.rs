@@ -3,10 +3,18 @@
 //! Wraps any store and, driven by a seeded generator, makes PUTs fail before landing,
 //! land but report failure, or complete after a delay (so uploads finish out of
 //! order). Reads and lists pass through.
+//!
+//! Two switches model whole-store events:
+//! - an *outage* ([`FaultyStore::set_outage`]): every PUT fails until it ends;
+//! - a *kill* ([`FaultyStore::kill`]): the process using the store died. Every later
+//!   operation fails, including PUTs already issued but still delayed: they never
+//!   land. Tests wrap the shared inner store in a new `FaultyStore` for each process
+//!   incarnation, so a crashed engine's leftover tasks cannot change the store the
+//!   next incarnation recovers from.
 
 use std::ops::Range;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{
@@ -23,12 +31,38 @@ pub struct FaultPlan {
     pub max_put_delay_ms: u64,
 }
 
+/// What the decorator did, for test reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    pub puts: u64,
+    /// PUTs that landed in the inner store (including those reported as failed).
+    pub landed: u64,
+    /// PUTs failed without landing (injected, outage or killed).
+    pub failed: u64,
+    /// PUTs that landed but were reported as failed.
+    pub lost_replies: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    puts: AtomicU64,
+    landed: AtomicU64,
+    failed: AtomicU64,
+    lost_replies: AtomicU64,
+}
+
 pub struct FaultyStore {
     inner: DynStore,
     plan: FaultPlan,
     rng: Mutex<u64>,
     /// While set, every PUT fails (a store outage).
     pub outage: AtomicBool,
+    killed: AtomicBool,
+    /// Kill the store when this many more PUTs or DELETEs have been issued.
+    kill_after: Mutex<Option<u64>>,
+    /// Delay before every GET (slow reads that race with other work).
+    get_delay_ms: AtomicU64,
+    counters: Counters,
 }
 
 impl FaultyStore {
@@ -38,6 +72,59 @@ impl FaultyStore {
             plan,
             rng: Mutex::new(seed | 1),
             outage: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            kill_after: Mutex::new(None),
+            get_delay_ms: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Start or end an outage: while on, every PUT fails without landing.
+    pub fn set_outage(&self, on: bool) {
+        self.outage.store(on, Ordering::SeqCst);
+    }
+
+    /// The process died: from now on every operation fails, and PUTs still waiting
+    /// out their delay never land.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+    }
+
+    /// Delay every later GET (and ranged GET) by `ms` before it reaches the store.
+    pub fn set_get_delay_ms(&self, ms: u64) {
+        self.get_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Kill the store when the `n`-th PUT or DELETE from now is issued (that one fails
+    /// too): a crash at a chosen point of recovery or upload.
+    pub fn kill_after_mutations(&self, n: u64) {
+        *self.kill_after.lock().unwrap_or_else(|p| p.into_inner()) = Some(n);
+    }
+
+    /// Count a PUT or DELETE against an armed kill.
+    fn mutation(&self) {
+        let mut g = self.kill_after.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = g.as_mut() {
+            if *n <= 1 {
+                *g = None;
+                self.kill();
+            } else {
+                *n -= 1;
+            }
+        }
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    pub fn stats(&self) -> FaultStats {
+        let c = &self.counters;
+        FaultStats {
+            puts: c.puts.load(Ordering::Relaxed),
+            landed: c.landed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            lost_replies: c.lost_replies.load(Ordering::Relaxed),
         }
     }
 
@@ -48,26 +135,50 @@ impl FaultyStore {
         *s ^= *s << 17;
         (*s >> 11) as f64 / (1u64 << 53) as f64
     }
+
+    async fn get_delay(&self) {
+        let ms = self.get_delay_ms.load(Ordering::SeqCst);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+
+    fn killed_err(what: &str, key: &str) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Transient,
+            format!("{what} {key}: store client is gone (simulated crash)"),
+        )
+    }
 }
 
 impl ObjectStore for FaultyStore {
     fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();
         let delay = (self.next_f64() * self.plan.max_put_delay_ms as f64) as u64;
-        let fail = self.outage.load(Ordering::SeqCst) || self.next_f64() < self.plan.fail_put;
+        let fail = self.next_f64() < self.plan.fail_put;
         let land_then_fail = self.next_f64() < self.plan.land_then_fail;
+        self.counters.puts.fetch_add(1, Ordering::Relaxed);
+        self.mutation();
         Box::pin(async move {
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
-            if fail {
+            if self.is_killed() {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                return Err(Self::killed_err("putting", &key));
+            }
+            // The outage is judged when the request reaches the store, after the delay.
+            if fail || self.outage.load(Ordering::SeqCst) {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::new(
                     StoreErrorKind::Transient,
                     format!("injected failure putting {key}"),
                 ));
             }
             self.inner.put(&key, data, mode).await?;
+            self.counters.landed.fetch_add(1, Ordering::Relaxed);
             if land_then_fail {
+                self.counters.lost_replies.fetch_add(1, Ordering::Relaxed);
                 return Err(StoreError::new(
                     StoreErrorKind::Transient,
                     format!("injected lost reply putting {key}"),
@@ -77,18 +188,84 @@ impl ObjectStore for FaultyStore {
         })
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get(key)
+        let key = key.to_string();
+        Box::pin(async move {
+            self.get_delay().await;
+            if self.is_killed() {
+                return Err(Self::killed_err("getting", &key));
+            }
+            self.inner.get(&key).await
+        })
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
+        let key = key.to_string();
+        Box::pin(async move {
+            self.get_delay().await;
+            if self.is_killed() {
+                return Err(Self::killed_err("getting", &key));
+            }
+            self.inner.get_range(&key, range).await
+        })
     }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+        if self.is_killed() {
+            let e = Self::killed_err("listing", prefix);
+            return Box::pin(async move { Err(e) });
+        }
         self.inner.list(prefix)
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+        self.mutation();
+        if self.is_killed() {
+            let e = Self::killed_err("deleting", key);
+            return Box::pin(async move { Err(e) });
+        }
         self.inner.delete(key)
     }
     fn describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::mem::MemStore;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn kill_stops_delayed_puts_and_outage_fails_puts() {
+        rt().block_on(async {
+            let mem = MemStore::new();
+            let plan = FaultPlan {
+                max_put_delay_ms: 20,
+                ..Default::default()
+            };
+            let f = Arc::new(FaultyStore::new(Arc::new(mem.clone()), plan, 7));
+            f.set_outage(true);
+            assert!(f.put("a", vec![1], PutMode::IfAbsent).await.is_err());
+            f.set_outage(false);
+            f.put("a", vec![1], PutMode::IfAbsent).await.expect("put");
+            let g = f.clone();
+            let pending =
+                tokio::spawn(async move { g.put("b", vec![2], PutMode::IfAbsent).await.is_err() });
+            f.kill();
+            assert!(
+                pending.await.expect("join"),
+                "a put in flight at the kill fails"
+            );
+            assert!(f.get("a").await.is_err());
+            assert_eq!(mem.snapshot().len(), 1, "only the first put landed");
+            let s = f.stats();
+            assert_eq!((s.puts, s.landed), (3, 1));
+        });
     }
 }

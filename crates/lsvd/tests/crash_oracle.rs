@@ -1,0 +1,355 @@
+//! The crash oracle: drive a workload, crash the disk in many ways at random moments,
+//! recover, read every block back and check the recovered disk against the client-side
+//! history and the guarantees of the design brief.
+//!
+//! # The workload
+//!
+//! 4 to 32 concurrent tasks issue writes (1 to 64 blocks of 4 KiB, some with FUA),
+//! TRIMs, WRITE_ZEROES, FLUSHes and verifying reads, mostly in a hot region so blocks are
+//! overwritten many times. No two operations touching the same block are ever in flight
+//! together, so the operations on one block are totally ordered. Every block a write
+//! carries is stamped with (block number, write id, a 64-bit check), so a block read
+//! back is exactly one of: zeros, one identified write, or garbage (`oracle::stamp`;
+//! the check is deliberately not a CRC32C trailer, see
+//! `engine_weakness_record_crc_blind_to_self_checksummed_blocks`).
+//!
+//! The history records, on one logical clock, each operation's issue time (just
+//! before it is sent) and completion time (just after the answer), and the same for
+//! FLUSHes. `ack(X) < issue(W)` means X was acknowledged before W was sent.
+//!
+//! # The checks (`oracle::checker`)
+//!
+//! After recovery every block is read. Per block, what it shows is a position in that
+//! block's list of operations: the contents at the start of the round (the base, read
+//! back after the previous recovery), a write (the one whose id it carries), or, for
+//! zeros, the base if it was zero or any TRIM / WRITE_ZEROES of that block.
+//!
+//! 1. *Identity*: no block shows garbage (a torn or corrupt block, a bad checksum, a
+//!    stamp of another block), nor a write that never targeted that block.
+//! 2. *Durability floor* `F`: every operation acknowledged before `F` must be present or
+//!    superseded (the block shows it or a later operation on that block; for zeros,
+//!    some zeroing operation at or after it, or the zero base at no requirement).
+//!    - cache intact (rule `CacheIntact`): `F` is the issue time of the latest
+//!      completed FLUSH or FUA write, and every completed FUA write itself is
+//!      required: "every write acknowledged before a completed FLUSH is present";
+//!    - cache lost (`CacheLost`): `F` is the latest *store point*: a moment at which the
+//!      workload was paused after a FLUSH and the store was seen to hold every record
+//!      written so far (in process: `status()` shows an empty write log and no pending
+//!      upload; for `lsvd serve`: the write log's superblock tail has no record behind
+//!      it). Everything acknowledged before it must survive the loss of the cache;
+//!    - prefix only (`PrefixOnly`, after objects were deliberately deleted): `F = 0`.
+//! 3. *Prefix*: if any block shows operation W (write or zeroing), every operation
+//!    acknowledged before W was issued must be present or superseded. This is applied
+//!    to a fixpoint with the floor: the cut `T` is the maximum of `F` and the issue
+//!    times of every shown operation (for a zero block, the earliest zeroing operation
+//!    that satisfies the requirement), and every block must be at or after its newest
+//!    operation acknowledged before `T`. A state failing this is not a prefix of any
+//!    order consistent with what the client saw ("never a mix").
+//! 4. *Liveness*: no operation fails before the crash (during store outages writes
+//!    must stall, not fail), no operation hangs for 60 s, and reads during the workload
+//!    return the latest acknowledged contents.
+//! 5. Per kind, extra checks: strict mode must refuse to start exactly when records
+//!    the write log had already released are missing from the store (then accept-prefix
+//!    must give a prefix); a crash during recovery followed by another recovery must
+//!    find the same disk the first recovery served, when it was read; at the end of an
+//!    episode a clean shutdown and reopen must give back exactly the same disk.
+//!
+//! The recovered state becomes the base of the next round (the volume lives on
+//! through several crashes: log wrap-around, many checkpoints, stranded objects).
+//! Rounds judged by the cache-lost rule first wait until the store holds the base.
+//!
+//! # Crash kinds (one test each)
+//!
+//! - `process_sigkill` (i): `lsvd serve` over NBD (1-3 connections, requests
+//!   pipelined), SIGKILL at a random acknowledgement, restart; cache intact.
+//! - `power_loss` (ii): in process on a `FaultyCache`; power fails at a random
+//!   acknowledgement or at a random device I/O: unsynced writes are lost except a random
+//!   subset, the last (sometimes every) unsynced write torn at 512-byte granularity.
+//! - `store_faults` (iii): failed PUTs, PUTs that land but report failure, delays
+//!   (out-of-order completion), short outages and sometimes a long one that fills the
+//!   write log; process crash or power loss; sometimes the newest objects are then
+//!   deleted (uploads that never landed). Judged with the cache intact and, on a copy of
+//!   the store, with the cache lost too.
+//! - `cache_lost` and `process_cache_deleted` (iv): the cache device is replaced by an
+//!   empty one / the write-log file is deleted before restart.
+//! - `recovery_crash` (v): after a crash, the first recovery is itself crashed (at a
+//!   chosen device I/O, store mutation, or moment while replayed records upload); the
+//!   second recovery is judged by the same rule.
+//!
+//! # Seeds and replay
+//!
+//! Every choice comes from a seed. A failure prints the crash kind, the episode seed,
+//! the crash point and the command replaying it, e.g.
+//! `LSVD_ORACLE_SEED=0x1234 LSVD_ORACLE_POINTS=3 cargo test -p lsvd --test crash_oracle power_loss -- --nocapture`
+//! (timing is real, so a replay follows the same choices but not always the same
+//! interleaving; rerun a few times). `LSVD_ORACLE_POINTS=N` sets the crash points per
+//! test; `LSVD_SOAK=1` runs 25 times the default with clock-derived seeds.
+//! `LSVD_ORACLE_TOLERATE_READ_ERRORS=1` retries failed reads instead of reporting them,
+//! to look past the known read/GC-deletion race (`engine_bug_read_racing_gc_deletion_fails`).
+//!
+//! Defaults: 260 crash points (power_loss 100, recovery_crash 50, process_sigkill 40,
+//! cache_lost 30, process_cache_deleted 20, store_faults 20, each store_faults point
+//! judged twice), about 3 minutes for the whole file in a debug build on 2 cores.
+//!
+//! A failure message also carries forensics for the first blocks named: every record in
+//! the crash image (live or stale) and every store object that maps the block, whose
+//! stamp sits there, and the device writes that touched it.
+
+mod oracle;
+
+use oracle::inproc::{self, Kind};
+use oracle::proc_kinds::{self, ProcKind};
+use oracle::{Plan, run_plan};
+
+/// Crash points per episode (one volume lives through them).
+const ROUNDS: u32 = 5;
+
+#[test]
+fn power_loss() {
+    let plan = Plan::new("power_loss", 0x5eed_0002, 100, ROUNDS);
+    run_plan(plan, "power loss, cache intact", |seed, rounds, stats| {
+        inproc::episode(Kind::PowerLoss, seed, rounds, stats)
+    });
+}
+
+#[test]
+fn store_faults() {
+    let plan = Plan::new("store_faults", 0x5eed_0003, 20, ROUNDS);
+    run_plan(
+        plan,
+        "store faults + crash, cache intact and cache lost",
+        |seed, rounds, stats| inproc::episode(Kind::StoreFaults, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn cache_lost() {
+    let plan = Plan::new("cache_lost", 0x5eed_0004, 30, ROUNDS);
+    run_plan(
+        plan,
+        "cache device lost (in process)",
+        |seed, rounds, stats| inproc::episode(Kind::CacheLost, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn recovery_crash() {
+    let plan = Plan::new("recovery_crash", 0x5eed_0005, 50, ROUNDS);
+    run_plan(
+        plan,
+        "crash during recovery, then recovery again",
+        |seed, rounds, stats| inproc::episode(Kind::RecoveryCrash, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn process_sigkill() {
+    let plan = Plan::new("process_sigkill", 0x5eed_0001, 40, ROUNDS);
+    run_plan(
+        plan,
+        "SIGKILL of lsvd serve, cache intact",
+        |seed, rounds, stats| proc_kinds::episode(ProcKind::Kill, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn process_cache_deleted() {
+    let plan = Plan::new("process_cache_deleted", 0x5eed_0006, 20, ROUNDS);
+    run_plan(
+        plan,
+        "SIGKILL of lsvd serve, write log deleted",
+        |seed, rounds, stats| proc_kinds::episode(ProcKind::CacheDeleted, seed, rounds, stats),
+    );
+}
+
+/// Regression (found by `store_faults`, episode seed 0xbfddb26790c691a5, crash point
+/// 3: "WRITE did not complete within 60s (crashed: true)"): a volume that fails (a
+/// crash, a local I/O error) while writes wait for log space must fail those writes,
+/// not leave them waiting forever for uploads that have stopped.
+#[test]
+fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lsvd::cache_dev::CacheDevice;
+    use lsvd::cache_dev::faulty::FaultyCache;
+    use lsvd::engine::{self, EngineConfig};
+    use lsvd::store::DynStore;
+    use lsvd::store::faulty::{FaultPlan, FaultyStore};
+    use lsvd::store::mem::MemStore;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let base: DynStore = Arc::new(MemStore::new());
+        engine::create_volume(&base, "v", 64 << 20)
+            .await
+            .expect("create");
+        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
+        store.set_outage(true);
+        let cache = FaultyCache::new(16 << 20);
+        let config = EngineConfig {
+            batch_size_bytes: 256 << 10,
+            batch_timeout_ms: 20,
+            log_size_bytes: 16 << 20,
+            checkpoint_every_objects: 3,
+            ..EngineConfig::default()
+        };
+        let s: DynStore = store.clone();
+        let c: Arc<dyn CacheDevice> = cache.clone();
+        let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
+            .await
+            .expect("open");
+        // Fill the log while the store is down: writes stall once it is full.
+        let mut tasks = Vec::new();
+        for i in 0..64u64 {
+            let v = vol.clone();
+            tasks.push(tokio::spawn(async move {
+                v.write(i * (512 << 10), vec![7u8; 512 << 10], false).await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let done = tasks.iter().filter(|t| t.is_finished()).count();
+        assert!(done < tasks.len(), "writes should be stalled on a full log");
+        vol.crash();
+        for t in tasks {
+            let r = tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("a write waiting for log space hangs after the volume failed")
+                .expect("join");
+            let _ = r; // Ok (landed before the crash) or an error: either, but answered.
+        }
+    });
+}
+
+/// Engine bug found by `power_loss` (episode seed 0x10241913fbd99eb3, crash point 4:
+/// "reading the recovered disk failed: reading v/obj/0000000000000042.d: object ... not
+/// found"), reproduced here without a crash: a client read planned against an object
+/// fails if GC relocates that object's live data and deletes it before the read's GET
+/// reaches the store. The read path retries only races with log reclamation
+/// (`engine/read.rs`), not with object deletion. Ignored until the engine is fixed.
+#[test]
+#[ignore = "engine bug (read.rs/uploader.rs): a read racing GC's deletion of its object fails"]
+fn engine_bug_read_racing_gc_deletion_fails() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lsvd::cache_dev::CacheDevice;
+    use lsvd::cache_dev::faulty::FaultyCache;
+    use lsvd::engine::{self, EngineConfig};
+    use lsvd::store::DynStore;
+    use lsvd::store::faulty::{FaultPlan, FaultyStore};
+    use lsvd::store::mem::MemStore;
+    use lsvd_core::gc::GcConfig;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let base: DynStore = Arc::new(MemStore::new());
+        engine::create_volume(&base, "v", 16 << 20)
+            .await
+            .expect("create");
+        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
+        let config = EngineConfig {
+            batch_size_bytes: 64 << 10,
+            batch_timeout_ms: 20,
+            log_size_bytes: 16 << 20,
+            checkpoint_every_objects: 3,
+            gc: GcConfig {
+                start_utilization: 0.9,
+                stop_utilization: 0.95,
+                ..GcConfig::default()
+            },
+            ..EngineConfig::default()
+        };
+        let s: DynStore = store.clone();
+        let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
+        let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
+            .await
+            .expect("open");
+        let drained = |v: Arc<engine::Volume>| async move {
+            for _ in 0..500 {
+                let st = v.status();
+                if st.log_used_bytes == 0 && st.uploads_pending == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("uploads did not drain");
+        };
+        // Object A: 16 blocks. Then overwrite 15 of them: A is 1/16 live, a GC victim.
+        vol.write(0, vec![1u8; 64 << 10], true)
+            .await
+            .expect("write");
+        drained(vol.clone()).await;
+        store.set_get_delay_ms(1500);
+        let reader = {
+            let v = vol.clone();
+            tokio::spawn(async move { v.read(0, 4096).await })
+        };
+        // The read's GET is now waiting out its delay; everything else is fast.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.set_get_delay_ms(0);
+        vol.write(4096, vec![2u8; 60 << 10], true)
+            .await
+            .expect("write");
+        let got = reader.await.expect("join");
+        assert!(
+            got.is_ok(),
+            "a read of live data failed because GC deleted its object: {:?}",
+            got.err()
+        );
+        assert_eq!(got.expect("checked"), vec![1u8; 4096]);
+        vol.shutdown().await.expect("shutdown");
+    });
+}
+
+/// Design weakness found by `power_loss` (episode seeds 0x2712a6d3bab2eefb point 4,
+/// 0xd64e351085505cb5 point 5, with the oracle's first stamp format): a power loss tore
+/// the newest write-log record so its last 4 KiB block kept older data, and recovery
+/// replayed it because the record's CRC32C still matched. The old data was a different
+/// write's block; both blocks ended in their own little-endian CRC32C, and every such
+/// block has the same CRC32C (the CRC residue), so CRC32C over header and data (which
+/// is affine) cannot tell them apart. Client data with CRC32C trailers is common
+/// (storage formats checksum 4 KiB blocks this way), so "a torn or corrupt record ends
+/// the log" fails for such data. A non-linear record checksum (or a per-block check
+/// mixing in the record's sequence number) would catch it. Ignored: the record format
+/// is in lsvd-core.
+#[test]
+#[ignore = "design weakness (lsvd-core record format): CRC32C cannot see swapped self-checksummed blocks"]
+fn engine_weakness_record_crc_blind_to_self_checksummed_blocks() {
+    use lsvd_core::VolumeId;
+    use lsvd_core::format::record::{
+        ExtentKind, RecordExtent, decode_record_header, encode_record, verify_record,
+    };
+
+    // A 4 KiB block ending in the CRC32C of the rest, little endian.
+    let block = |fill: u8| {
+        let mut b = vec![fill; 4096];
+        let c = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&c.to_le_bytes());
+        b
+    };
+    let extents = [RecordExtent {
+        lba: 0,
+        sectors: 8,
+        kind: ExtentKind::Data,
+    }];
+    let written = encode_record(VolumeId([1; 16]), 7, 0, &extents, &block(0xAA));
+    // Power fails mid-write: the header lands, the data sectors keep older contents.
+    let mut torn = written.clone();
+    let old = block(0x55);
+    let n = torn.len();
+    torn[n - 4096..].copy_from_slice(&old);
+    let h = decode_record_header(&torn).expect("header landed");
+    assert!(
+        verify_record(&h, &torn).is_err(),
+        "a torn record whose lost block held another self-checksummed block verifies"
+    );
+}

@@ -1,0 +1,1123 @@
+//! In-process crash kinds: the engine runs in this process on a [`FaultyCache`] and a
+//! [`FaultyStore`]; a crash fails both at once (and stops the volume), then a new
+//! incarnation opens what the crash left behind.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lsvd::cache_dev::CacheDevice;
+use lsvd::cache_dev::faulty::FaultyCache;
+use lsvd::engine::keys::{objects_prefix, parse_object_name};
+use lsvd::engine::{self, EngineConfig, OpenReport, RecoveryMode, Volume};
+use lsvd::store::faulty::{FaultPlan, FaultyStore};
+use lsvd::store::fs::FsStore;
+use lsvd::store::mem::MemStore;
+use lsvd::store::{DynStore, ObjectStore, PutMode};
+use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
+use lsvd_core::format::object::{ObjectKind, decode_object_header};
+use lsvd_core::gc::{GcConfig, GcPolicy};
+
+use super::checker::{self, Rule};
+use super::history::{Content, History, Record};
+use super::rng::Rng;
+use super::stamp::{BLOCK, Seen};
+use super::workload::{self, Control, Hooks, RunOutcome, Spec, Target};
+use super::{Failure, Stats, TempDir};
+
+pub const NAME: &str = "v";
+pub const LOG_BYTES: u64 = 16 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// (ii) power loss: unsynced cache writes dropped, some landed, the last torn.
+    PowerLoss,
+    /// (iii) store faults (failed PUTs, lost replies, reordering, outages, lost newest
+    /// objects) with a crash; judged with the cache intact and with it lost.
+    StoreFaults,
+    /// (iv) the cache device is lost entirely.
+    CacheLost,
+    /// (v) a crash during recovery, then recovery again.
+    RecoveryCrash,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CrashMode {
+    /// The process died: completed writes survive in the page cache.
+    Process,
+    /// The machine lost power (seed of the failure).
+    Power(u64),
+}
+
+/// One process incarnation: a volume with its own store client and cache handle.
+struct Inc {
+    vol: Arc<Volume>,
+    store: Arc<FaultyStore>,
+    cache: Arc<FaultyCache>,
+}
+
+async fn open(
+    base: &DynStore,
+    plan: FaultPlan,
+    seed: u64,
+    cache: Arc<FaultyCache>,
+    config: &EngineConfig,
+) -> io::Result<(Inc, OpenReport)> {
+    let store = Arc::new(FaultyStore::new(base.clone(), plan, seed));
+    let (vol, report) = open_with(store.clone(), cache.clone(), config).await?;
+    Ok((Inc { vol, store, cache }, report))
+}
+
+async fn open_with(
+    store: Arc<FaultyStore>,
+    cache: Arc<FaultyCache>,
+    config: &EngineConfig,
+) -> io::Result<(Arc<Volume>, OpenReport)> {
+    cache.set_write_hook(super::forensics::record_checker());
+    let s: DynStore = store;
+    let c: Arc<dyn CacheDevice> = cache;
+    engine::open_volume_on(s, NAME, c, "faulty-cache", config.clone()).await
+}
+
+/// Crash an incarnation: the store client dies, the device fails (or already failed),
+/// the volume stops. Returns what the device holds afterwards.
+fn crash(inc: &Inc, mode: CrashMode) -> Vec<u8> {
+    inc.store.kill();
+    let (image, report) = match inc.cache.take_failure() {
+        Some((img, rep)) => (img, Some(rep)),
+        None => match mode {
+            CrashMode::Process => (inc.cache.process_crash(), None),
+            CrashMode::Power(seed) => {
+                let (img, rep) = inc.cache.power_fail(seed);
+                (img, Some(rep))
+            }
+        },
+    };
+    inc.vol.crash();
+    // Self-check: a record with a valid CRC but wrong data cannot come from the engine
+    // (every record write is checked as it is written); if one shows up here, say
+    // which unsynced writes the failure applied over it.
+    for (off, len, what) in super::forensics::image_anomalies(&image) {
+        let pending = inc.cache.pending_writes();
+        let originals: Vec<String> = pending
+            .iter()
+            .filter(|(o, d)| *o < off + len && off < o + d.len() as u64)
+            .map(|(o, d)| {
+                let from = off.max(*o);
+                let to = (off + len).min(o + d.len() as u64);
+                let differing: Vec<u64> = (from..to)
+                    .step_by(512)
+                    .filter(|&x| {
+                        let a = &image[x as usize..(x + 512) as usize];
+                        let b = &d[(x - o) as usize..(x - o + 512) as usize];
+                        a != b
+                    })
+                    .map(|x| (x - off) / 512)
+                    .collect();
+                let hdr = lsvd_core::format::record::decode_record_header(d).ok();
+                let v_written = hdr.as_ref().map(|h| lsvd_core::format::record::verify_record(h, d).is_ok());
+                let v_image = hdr.as_ref().map(|h| {
+                    lsvd_core::format::record::verify_record(h, &image[*o as usize..]).is_ok()
+                });
+                let last = |b: &[u8]| {
+                    let n = b.len();
+                    let mut blk = [0u8; 8];
+                    let mut id = [0u8; 8];
+                    blk.copy_from_slice(&b[n - 4096 + 8..n - 4096 + 16]);
+                    id.copy_from_slice(&b[n - 4096 + 16..n - 4096 + 24]);
+                    (u64::from_le_bytes(blk), u64::from_le_bytes(id), crc32c::crc32c(&b[n - 4096..]))
+                };
+                let img = &image[*o as usize..*o as usize + d.len()];
+                format!(
+                    "pending write at {o} ({} bytes): last block written {:?} / in image {:?}; whole crc written {:#x} image {:#x}; sectors of the record that differ in the image: {differing:?}; header {:?}; verifies as written {v_written:?}, in the image {v_image:?}",
+                    d.len(),
+                    last(d),
+                    last(img),
+                    crc32c::crc32c(d),
+                    crc32c::crc32c(img),
+                    hdr.as_ref().map(|h| (h.header_bytes, h.data_sectors, h.crc, h.extents.len()))
+                )
+            })
+            .collect();
+        let touching: Vec<String> = report
+            .as_ref()
+            .map(|r| {
+                r.fates
+                    .iter()
+                    .filter(|(o, n, _)| *o < off + len && off < o + n)
+                    .map(|(o, n, f)| format!("[{o}, {}) fate {f}", o + n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        super::forensics::WRITE_ANOMALIES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!(
+                "IMAGE at crash: {what}; unsynced writes over it: {touching:?}; {originals:?}; device history: {}",
+                super::forensics::writes_touching(off, len)
+            ));
+    }
+    image
+}
+
+async fn wait_drained(vol: &Volume, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        let s = vol.status();
+        if s.log_used_bytes == 0 && s.uploads_pending == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A copy of every object, in memory.
+async fn copy_store(src: &DynStore) -> io::Result<DynStore> {
+    let dst = MemStore::new();
+    for e in src.list("").await.map_err(io::Error::other)? {
+        let data = src.get(&e.key).await.map_err(io::Error::other)?;
+        dst.put(&e.key, data, PutMode::Overwrite)
+            .await
+            .map_err(io::Error::other)?;
+    }
+    Ok(Arc::new(dst))
+}
+
+/// The volume's objects as (seq, key), ascending.
+async fn objects(store: &DynStore) -> io::Result<Vec<(u64, String)>> {
+    let mut out: Vec<(u64, String)> = store
+        .list(&objects_prefix(NAME))
+        .await
+        .map_err(io::Error::other)?
+        .into_iter()
+        .filter_map(|e| parse_object_name(&e.key).map(|(seq, _)| (seq, e.key)))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+fn random_config(rng: &mut Rng) -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: *rng.pick(&[64 << 10, 256 << 10, 1 << 20]),
+        batch_timeout_ms: *rng.pick(&[20, 100, 300]),
+        uploads_in_flight: *rng.pick(&[1, 2, 4, 8]),
+        log_size_bytes: LOG_BYTES,
+        group_commit_max_bytes: *rng.pick(&[64 << 10, 1 << 20, 4 << 20]),
+        checkpoint_every_objects: 3,
+        recovery_mode: RecoveryMode::Strict,
+        gc: random_gc(rng),
+        ..EngineConfig::default()
+    }
+}
+
+/// Garbage collection: often on and eager (small volumes, many overwrites), so GC
+/// relocation races client writes and crashes land mid-pass.
+pub fn random_gc(rng: &mut Rng) -> GcConfig {
+    let start = *rng.pick(&[0.0, 0.5, 0.7, 0.85]);
+    GcConfig {
+        start_utilization: start,
+        stop_utilization: if start == 0.0 { 0.75 } else { start + 0.08 },
+        policy: if rng.chance(0.5) {
+            GcPolicy::Greedy
+        } else {
+            GcPolicy::CostBenefit
+        },
+        pass_bytes: *rng.pick(&[256 << 10, 1 << 20, 4 << 20]),
+    }
+}
+
+fn fault_plan(kind: Kind, rng: &mut Rng) -> FaultPlan {
+    match kind {
+        Kind::StoreFaults => FaultPlan {
+            fail_put: *rng.pick(&[0.05, 0.1, 0.2]),
+            land_then_fail: *rng.pick(&[0.0, 0.05, 0.1]),
+            max_put_delay_ms: *rng.pick(&[5, 20, 50]),
+        },
+        // Out-of-order completion everywhere; a few failures.
+        _ => FaultPlan {
+            fail_put: *rng.pick(&[0.0, 0.05]),
+            land_then_fail: *rng.pick(&[0.0, 0.05]),
+            max_put_delay_ms: *rng.pick(&[0, 10, 40]),
+        },
+    }
+}
+
+/// The outage injector of [`Kind::StoreFaults`]: short outages at random, and
+/// optionally one long one first that lasts until the write log is nearly full or
+/// writes stall.
+async fn outages(
+    store: Arc<FaultyStore>,
+    vol: Arc<Volume>,
+    ctl: Arc<Control>,
+    mut rng: Rng,
+    long: bool,
+    stats: Arc<Stats>,
+) {
+    let stopped = || {
+        ctl.stop.load(Ordering::SeqCst) || ctl.crashed.load(Ordering::SeqCst) || store.is_killed()
+    };
+    if long {
+        tokio::time::sleep(Duration::from_millis(rng.below(100))).await;
+        store.set_outage(true);
+        stats.add("long_outages", 1);
+        let t0 = Instant::now();
+        let mut last = ctl.acked.load(Ordering::SeqCst);
+        let mut last_change = Instant::now();
+        while !stopped() && t0.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let s = vol.status();
+            if s.log_used_bytes * 10 >= s.log_capacity_bytes * 7 {
+                stats.add("outage_log_70pct_full", 1);
+                break;
+            }
+            let a = ctl.acked.load(Ordering::SeqCst);
+            if a != last {
+                last = a;
+                last_change = Instant::now();
+            } else if last_change.elapsed() > Duration::from_millis(800)
+                && ctl.inflight.load(Ordering::SeqCst) > 0
+            {
+                stats.add("outage_writes_stalled", 1);
+                break;
+            }
+        }
+        if !stopped() {
+            tokio::time::sleep(Duration::from_millis(rng.range(100, 600))).await;
+        }
+        store.set_outage(false);
+    }
+    while !stopped() {
+        tokio::time::sleep(Duration::from_millis(rng.range(100, 1000))).await;
+        if stopped() {
+            break;
+        }
+        store.set_outage(true);
+        stats.add("short_outages", 1);
+        tokio::time::sleep(Duration::from_millis(rng.range(20, 300))).await;
+        store.set_outage(false);
+    }
+    store.set_outage(false);
+}
+
+/// Run a workload on `inc` and crash it. Returns the history, the device image and
+/// what the run did.
+struct Crashed {
+    rec: Record,
+    image: Vec<u8>,
+    out: RunOutcome,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    inc: &Inc,
+    rng: &mut Rng,
+    nblocks: u64,
+    contents: &[Content],
+    ids: &Arc<AtomicU64>,
+    barriers: u32,
+    mode: CrashMode,
+    arm_after_ios: Option<u64>,
+    outage: Option<bool>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Crashed {
+    let hist = Arc::new(History::new(contents.to_vec()));
+    let mut spec = Spec::random(rng, nblocks);
+    spec.store_barriers = barriers;
+    notes.push(format!("workload {spec:?}"));
+    if let Some(ahead) = arm_after_ios {
+        let at = inc.cache.ios() + ahead;
+        inc.cache.arm_power_fail(at, rng.next_u64());
+        notes.push(format!("power fails at device I/O #{at}"));
+    }
+    let slot: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
+    let crash_fn: Arc<dyn Fn() + Send + Sync> = {
+        let (vol, store, cache, slot) = (
+            inc.vol.clone(),
+            inc.store.clone(),
+            inc.cache.clone(),
+            slot.clone(),
+        );
+        Arc::new(move || {
+            let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if g.is_none() {
+                let inc = Inc {
+                    vol: vol.clone(),
+                    store: store.clone(),
+                    cache: cache.clone(),
+                };
+                *g = Some(crash(&inc, mode));
+            }
+        })
+    };
+    let hooks = Hooks {
+        crash: {
+            let f = crash_fn.clone();
+            Box::new(move || f())
+        },
+        env_crashed: {
+            let (cache, store) = (inc.cache.clone(), inc.store.clone());
+            Box::new(move || cache.is_failed() || store.is_killed())
+        },
+        diag: {
+            let (vol, store) = (inc.vol.clone(), inc.store.clone());
+            Box::new(move || format!("{:?}; store {:?}", vol.status(), store.stats()))
+        },
+    };
+    let ctl = Arc::new(Control::default());
+    let chaos = outage.map(|long| {
+        tokio::spawn(outages(
+            inc.store.clone(),
+            inc.vol.clone(),
+            ctl.clone(),
+            rng.fork(),
+            long,
+            stats.clone(),
+        ))
+    });
+    let out = workload::run(
+        Target::Vol(inc.vol.clone()),
+        spec,
+        hist.clone(),
+        ids.clone(),
+        hooks,
+        ctl.clone(),
+    )
+    .await;
+    if !out.crashed {
+        if !inc.cache.is_failed() {
+            // Crash a little later, with uploads under way.
+            let wait = rng.below(300);
+            notes.push(format!("crash {wait} ms after the workload ended"));
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        crash_fn();
+    }
+    inc.cache.disarm();
+    ctl.stop.store(true, Ordering::SeqCst);
+    if let Some(c) = chaos {
+        let _ = c.await;
+    }
+    stats.add("ops_issued", out.issued);
+    stats.add("ops_acked", out.acked);
+    stats.add("store_points", out.barriers_ok);
+    stats.add("store_barriers_timed_out", out.barriers_failed);
+    let image = slot
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .expect("crash hook ran");
+    notes.push(format!(
+        "run: {} issued, {} acked, crashed by {}",
+        out.issued,
+        out.acked,
+        if out.crashed {
+            "ack-count trigger"
+        } else {
+            "harness after the workload"
+        }
+    ));
+    Crashed {
+        rec: hist.snapshot(),
+        image,
+        out,
+    }
+}
+
+async fn read_state(vol: &Arc<Volume>, nblocks: u64) -> io::Result<Vec<Seen>> {
+    Target::Vol(vol.clone()).read_all(nblocks).await
+}
+
+/// Judge `seen` and turn violations into an error.
+fn judge(
+    rec: &Record,
+    seen: &[Seen],
+    rule: Rule,
+    out: &RunOutcome,
+    stats: &Stats,
+    label: &str,
+) -> Result<(), String> {
+    let r = checker::check(rec, seen, rule);
+    stats.add(&format!("checks_{rule:?}"), 1);
+    stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
+    stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
+    let mut v = r.violations;
+    for h in &out.hangs {
+        v.push(format!("hang: {h}"));
+    }
+    if v.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{label}: rule {rule:?} violated ({} ops, {} flushes, {} store points in the round):\n  - {}",
+            rec.ops.len(),
+            rec.flushes.len(),
+            rec.store_points.len(),
+            v.join("\n  - ")
+        ))
+    }
+}
+
+/// The highest remaining object's `last_record_seq`, as recovery will compute it.
+async fn store_last_record(store: &DynStore) -> io::Result<u64> {
+    let objs = objects(store).await?;
+    let Some((_, key)) = objs.last() else {
+        return Ok(0);
+    };
+    let bytes = store.get(key).await.map_err(io::Error::other)?;
+    let h = decode_object_header(&bytes).map_err(|e| io::Error::other(e.to_string()))?;
+    Ok(h.last_record_seq)
+}
+
+/// One episode: a volume lives through `rounds` crashes of `kind`.
+pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(), Failure> {
+    let mut rng = Rng::new(seed);
+    let mut tmp = TempDir::new("inproc");
+    let nblocks: u64 = *rng.pick(&[2048, 4096, 8192]);
+    let use_fs = kind == Kind::StoreFaults && rng.chance(0.3);
+    let base: DynStore = if use_fs {
+        Arc::new(FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e))?)
+    } else {
+        Arc::new(MemStore::new())
+    };
+    let fail0 = |e: io::Error| Failure::new(0, format!("setup: {e}"));
+    engine::create_volume(&base, NAME, nblocks * BLOCK as u64)
+        .await
+        .map_err(fail0)?;
+    let config = random_config(&mut rng);
+    let plan = fault_plan(kind, &mut rng);
+    let ctx = format!(
+        "volume {} MiB on {} store, {config:?}, store faults {plan:?}",
+        (nblocks * BLOCK as u64) >> 20,
+        if use_fs { "fs" } else { "mem" }
+    );
+    let (mut inc, _) = open(
+        &base,
+        plan,
+        rng.next_u64(),
+        FaultyCache::new(LOG_BYTES),
+        &config,
+    )
+    .await
+    .map_err(fail0)?;
+    let ids = Arc::new(AtomicU64::new(1));
+    let mut contents = vec![Content::Zero; nblocks as usize];
+    for round in 0..rounds {
+        let mut notes = Vec::new();
+        let r = match kind {
+            Kind::PowerLoss => {
+                power_loss_round(
+                    &base,
+                    plan,
+                    &config,
+                    &mut rng,
+                    nblocks,
+                    &mut inc,
+                    &mut contents,
+                    &ids,
+                    &stats,
+                    &mut notes,
+                )
+                .await
+            }
+            Kind::CacheLost => {
+                cache_lost_round(
+                    &base,
+                    plan,
+                    &config,
+                    &mut rng,
+                    nblocks,
+                    &mut inc,
+                    &mut contents,
+                    &ids,
+                    &stats,
+                    &mut notes,
+                )
+                .await
+            }
+            Kind::StoreFaults => {
+                store_faults_round(
+                    &base,
+                    plan,
+                    &config,
+                    &mut rng,
+                    nblocks,
+                    &mut inc,
+                    &mut contents,
+                    &ids,
+                    &stats,
+                    &mut notes,
+                )
+                .await
+            }
+            Kind::RecoveryCrash => {
+                recovery_crash_round(
+                    &base,
+                    plan,
+                    &config,
+                    &mut rng,
+                    nblocks,
+                    &mut inc,
+                    &mut contents,
+                    &ids,
+                    &stats,
+                    &mut notes,
+                )
+                .await
+            }
+        };
+        stats.add("crash_points", 1);
+        if let Err(what) = r {
+            tmp.keep = use_fs;
+            return Err(Failure::new(
+                round,
+                format!("{ctx}\nround notes:\n  {}\n{what}", notes.join("\n  ")),
+            ));
+        }
+    }
+    // The end: a clean shutdown, and a reopen that finds exactly the same disk.
+    let fail_end = |what: String| {
+        Failure::new(
+            rounds.saturating_sub(1),
+            format!("{ctx}\nafter the last round: {what}"),
+        )
+    };
+    inc.vol
+        .shutdown()
+        .await
+        .map_err(|e| fail_end(format!("clean shutdown failed: {e}")))?;
+    let image = inc.cache.process_crash();
+    inc.store.kill();
+    drop(inc);
+    let (inc, rep) = open(
+        &base,
+        FaultPlan::default(),
+        1,
+        FaultyCache::from_image(image),
+        &config,
+    )
+    .await
+    .map_err(|e| fail_end(format!("reopen after a clean shutdown failed: {e}")))?;
+    if rep.log_records_replayed > 0 || !rep.checkpoint_clean {
+        stats.add("clean_shutdown_not_marked_clean", 1);
+    }
+    let seen = read_state(&inc.vol, nblocks)
+        .await
+        .map_err(|e| fail_end(format!("read after clean reopen: {e}")))?;
+    let now = checker::contents(&seen);
+    if now.as_deref() != Some(&contents[..]) {
+        let diff: Vec<String> = seen
+            .iter()
+            .zip(&contents)
+            .enumerate()
+            .filter(|(_, (s, c))| match (s, c) {
+                (Seen::Zero, Content::Zero) => false,
+                (Seen::Write(a), Content::Write(b)) => a != b,
+                _ => true,
+            })
+            .take(10)
+            .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
+            .collect();
+        return Err(fail_end(format!(
+            "a clean shutdown and reopen changed the disk:\n  {}",
+            diff.join("\n  ")
+        )));
+    }
+    inc.vol
+        .shutdown()
+        .await
+        .map_err(|e| fail_end(format!("second clean shutdown failed: {e}")))?;
+    Ok(())
+}
+
+/// Open, read everything, judge; on success the new incarnation and contents replace
+/// the old.
+#[allow(clippy::too_many_arguments)]
+async fn recover_and_check(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    cache: Arc<FaultyCache>,
+    crashed: &Crashed,
+    rule: Rule,
+    nblocks: u64,
+    stats: &Stats,
+    label: &str,
+    notes: &mut Vec<String>,
+) -> Result<(Inc, Vec<Seen>), String> {
+    let (inc, rep) = open(base, plan, rng.next_u64(), cache, config)
+        .await
+        .map_err(|e| format!("{label}: recovery failed: {e}"))?;
+    notes.push(format!("{label}: {rep:?}"));
+    stats.add("log_records_replayed", rep.log_records_replayed);
+    stats.add("objects_replayed", rep.objects_replayed);
+    stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
+    let seen = read_state(&inc.vol, nblocks)
+        .await
+        .map_err(|e| format!("{label}: reading the recovered disk failed: {e}"))?;
+    if let Err(what) = judge(&crashed.rec, &seen, rule, &crashed.out, stats, label) {
+        return Err(with_forensics(what, &crashed.image, base).await);
+    }
+    Ok((inc, seen))
+}
+
+/// Add what the crash image and the store hold for the first blocks named.
+async fn with_forensics(what: String, image: &[u8], store: &DynStore) -> String {
+    let blocks = super::forensics::blocks_in(&what, 3);
+    if blocks.is_empty() {
+        return what;
+    }
+    let f = super::forensics::explain(image, store, NAME, &blocks).await;
+    let anomalies = super::forensics::take_write_anomalies();
+    format!(
+        "{what}\n  forensics (crash image and store now; stale log records included):\n    {f}\n  records written with wrong data (this process): {}",
+        if anomalies.is_empty() {
+            "none".to_string()
+        } else {
+            anomalies.join("\n")
+        }
+    )
+}
+
+fn next_base(seen: &[Seen]) -> Result<Vec<Content>, String> {
+    checker::contents(seen).ok_or_else(|| "garbage in a checked state".to_string())
+}
+
+fn crash_mode(rng: &mut Rng, p_power: f64) -> CrashMode {
+    if rng.chance(p_power) {
+        CrashMode::Power(rng.next_u64())
+    } else {
+        CrashMode::Process
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn power_loss_round(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    nblocks: u64,
+    inc: &mut Inc,
+    contents: &mut Vec<Content>,
+    ids: &Arc<AtomicU64>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let mode = crash_mode(rng, 0.9);
+    let arm = rng.chance(0.3).then(|| rng.range(1, 3000));
+    notes.push(format!("crash mode {mode:?}"));
+    let crashed = drive(
+        inc, rng, nblocks, contents, ids, 0, mode, arm, None, stats, notes,
+    )
+    .await;
+    let cache = FaultyCache::from_image(crashed.image.clone());
+    let (new, seen) = recover_and_check(
+        base,
+        plan,
+        config,
+        rng,
+        cache,
+        &crashed,
+        Rule::CacheIntact,
+        nblocks,
+        stats,
+        "cache intact",
+        notes,
+    )
+    .await?;
+    *inc = new;
+    *contents = next_base(&seen)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn cache_lost_round(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    nblocks: u64,
+    inc: &mut Inc,
+    contents: &mut Vec<Content>,
+    ids: &Arc<AtomicU64>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    if !wait_drained(&inc.vol, Duration::from_secs(60)).await {
+        return Err(format!(
+            "the store did not catch up with the write log within 60 s before the round: {:?}",
+            inc.vol.status()
+        ));
+    }
+    let mode = crash_mode(rng, 0.5);
+    notes.push(format!(
+        "crash mode {mode:?}, then the cache device is lost"
+    ));
+    let barriers = rng.range(1, 3) as u32;
+    let crashed = drive(
+        inc, rng, nblocks, contents, ids, barriers, mode, None, None, stats, notes,
+    )
+    .await;
+    let (new, seen) = recover_and_check(
+        base,
+        plan,
+        config,
+        rng,
+        FaultyCache::new(LOG_BYTES),
+        &crashed,
+        Rule::CacheLost,
+        nblocks,
+        stats,
+        "cache lost",
+        notes,
+    )
+    .await?;
+    *inc = new;
+    *contents = next_base(&seen)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn store_faults_round(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    nblocks: u64,
+    inc: &mut Inc,
+    contents: &mut Vec<Content>,
+    ids: &Arc<AtomicU64>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    // The store must hold the base contents, so the cache-lost judgement can use it.
+    if !wait_drained(&inc.vol, Duration::from_secs(60)).await {
+        return Err(format!(
+            "the store did not catch up with the write log within 60 s before the round: {:?}",
+            inc.vol.status()
+        ));
+    }
+    let n0 = objects(base)
+        .await
+        .map_err(|e| format!("listing: {e}"))?
+        .last()
+        .map_or(0, |o| o.0);
+    let mode = crash_mode(rng, 0.3);
+    let long = rng.chance(0.25);
+    let barriers = rng.range(0, 2) as u32;
+    notes.push(format!(
+        "crash mode {mode:?}, long outage {long}, newest object before the round {n0}"
+    ));
+    let crashed = drive(
+        inc,
+        rng,
+        nblocks,
+        contents,
+        ids,
+        barriers,
+        mode,
+        None,
+        Some(long),
+        stats,
+        notes,
+    )
+    .await;
+
+    // A lost newest object: an upload that "never landed", chosen among this round's.
+    let mut lost = false;
+    let mut expect_refusal = false;
+    if rng.chance(0.3) {
+        let objs = objects(base).await.map_err(|e| format!("listing: {e}"))?;
+        // Only objects after the newest checkpoint: those are uploads the engine may
+        // not have seen land. (A lost checkpoint after GC deleted its victims is data
+        // loss no design can undo.)
+        let newest_ckpt = objs
+            .iter()
+            .filter(|o| parse_object_name(&o.1).is_some_and(|(_, k)| k == ObjectKind::Checkpoint))
+            .map(|o| o.0)
+            .max()
+            .unwrap_or(0);
+        let newer: Vec<&(u64, String)> = objs
+            .iter()
+            .filter(|o| o.0 > n0 && o.0 > newest_ckpt)
+            .collect();
+        if !newer.is_empty() {
+            let k = rng.range(1, newer.len().min(3) as u64) as usize;
+            let gone: Vec<u64> = newer.iter().rev().take(k).map(|o| o.0).collect();
+            for (_, key) in newer.iter().rev().take(k) {
+                base.delete(key).await.map_err(|e| format!("delete: {e}"))?;
+            }
+            lost = true;
+            let last = store_last_record(base)
+                .await
+                .map_err(|e| format!("reading the newest object: {e}"))?;
+            let sb = newest_cache_super(
+                &crashed.image[..CACHE_SUPER_BYTES],
+                &crashed.image[CACHE_SUPER_BYTES..2 * CACHE_SUPER_BYTES],
+            )
+            .ok();
+            expect_refusal = sb.is_some_and(|sb| sb.tail_seq > last + 1);
+            stats.add("lost_newest_objects", gone.len() as u64);
+            notes.push(format!(
+                "deleted newest objects {gone:?}; store now ends at record {last}; cache tail {:?}; strict mode must refuse: {expect_refusal}",
+                sb.map(|s| s.tail_seq)
+            ));
+        }
+    }
+
+    // (b) cache lost too: a copy of the store, a fresh cache.
+    let copy = copy_store(base)
+        .await
+        .map_err(|e| format!("copying the store: {e}"))?;
+    let rule_b = if lost {
+        Rule::PrefixOnly
+    } else {
+        Rule::CacheLost
+    };
+    let (b_inc, _) = recover_and_check(
+        &copy,
+        plan,
+        config,
+        rng,
+        FaultyCache::new(LOG_BYTES),
+        &crashed,
+        rule_b,
+        nblocks,
+        stats,
+        "cache also lost",
+        notes,
+    )
+    .await?;
+    b_inc.store.kill();
+    b_inc.vol.crash();
+    drop(b_inc);
+
+    // (a) cache intact.
+    let cache = FaultyCache::from_image(crashed.image.clone());
+    let strict = open(base, plan, rng.next_u64(), cache.clone(), config).await;
+    let (new, rule) = match strict {
+        Ok((new, rep)) => {
+            notes.push(format!("cache intact: {rep:?}"));
+            stats.add("log_records_replayed", rep.log_records_replayed);
+            stats.add("objects_replayed", rep.objects_replayed);
+            stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
+            if expect_refusal {
+                return Err(format!(
+                    "strict mode opened although records the write log had released are missing from the store ({rep:?})"
+                ));
+            }
+            (new, Rule::CacheIntact)
+        }
+        Err(e) if expect_refusal => {
+            stats.add("strict_refusals_as_expected", 1);
+            notes.push(format!("strict refused as it must: {e}"));
+            let mut accept = config.clone();
+            accept.recovery_mode = RecoveryMode::AcceptPrefix;
+            let (new, rep) = open(
+                base,
+                plan,
+                rng.next_u64(),
+                FaultyCache::from_image(crashed.image.clone()),
+                &accept,
+            )
+            .await
+            .map_err(|e| format!("accept-prefix recovery failed: {e}"))?;
+            notes.push(format!("accept-prefix: {rep:?}"));
+            (new, Rule::PrefixOnly)
+        }
+        Err(e) => return Err(format!("cache intact: recovery failed: {e}")),
+    };
+    let seen = read_state(&new.vol, nblocks)
+        .await
+        .map_err(|e| format!("reading the recovered disk failed: {e}"))?;
+    if let Err(what) = judge(
+        &crashed.rec,
+        &seen,
+        rule,
+        &crashed.out,
+        stats,
+        "cache intact",
+    ) {
+        return Err(with_forensics(what, &crashed.image, base).await);
+    }
+    *inc = new;
+    *contents = next_base(&seen)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn recovery_crash_round(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    nblocks: u64,
+    inc: &mut Inc,
+    contents: &mut Vec<Content>,
+    ids: &Arc<AtomicU64>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    let cache_lost = rng.chance(0.3);
+    if cache_lost && !wait_drained(&inc.vol, Duration::from_secs(60)).await {
+        return Err(format!(
+            "the store did not catch up with the write log within 60 s before the round: {:?}",
+            inc.vol.status()
+        ));
+    }
+    let mode = crash_mode(rng, 0.6);
+    notes.push(format!("crash mode {mode:?}, cache lost {cache_lost}"));
+    let barriers = if cache_lost {
+        rng.range(1, 2) as u32
+    } else {
+        0
+    };
+    let crashed = drive(
+        inc, rng, nblocks, contents, ids, barriers, mode, None, None, stats, notes,
+    )
+    .await;
+    let rule = if cache_lost {
+        Rule::CacheLost
+    } else {
+        Rule::CacheIntact
+    };
+
+    // First recovery, crashed at a chosen device I/O, store mutation, or moment.
+    let cache2 = if cache_lost {
+        FaultyCache::new(LOG_BYTES)
+    } else {
+        FaultyCache::from_image(crashed.image.clone())
+    };
+    if rng.chance(0.5) {
+        let at = cache2.ios() + rng.range(1, 8);
+        cache2.arm_power_fail(at, rng.next_u64());
+        notes.push(format!("recovery 1: power fails at device I/O #{at}"));
+    }
+    let store2 = Arc::new(FaultyStore::new(base.clone(), plan, rng.next_u64()));
+    if rng.chance(0.4) {
+        let n = rng.range(1, 5);
+        store2.kill_after_mutations(n);
+        notes.push(format!("recovery 1: store client dies at mutation {n}"));
+    }
+    let mode2 = crash_mode(rng, 0.5);
+    let mut before: Option<Vec<Seen>> = None;
+    match open_with(store2.clone(), cache2.clone(), config).await {
+        Ok((vol2, rep)) => {
+            notes.push(format!("recovery 1: {rep:?}"));
+            let inc2 = Inc {
+                vol: vol2,
+                store: store2.clone(),
+                cache: cache2.clone(),
+            };
+            if rng.chance(0.3) {
+                // Read it all first: recovery 2 must then find exactly this.
+                if let Ok(seen) = read_state(&inc2.vol, nblocks).await
+                    && !cache2.is_failed()
+                    && !store2.is_killed()
+                {
+                    judge(&crashed.rec, &seen, rule, &crashed.out, stats, "recovery 1")?;
+                    before = Some(seen);
+                }
+            }
+            let wait = *rng.pick(&[0, 0, 1, 5, 20, 100, 400]);
+            notes.push(format!("recovery 1 crashed after {wait} ms ({mode2:?})"));
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            let image2 = crash(&inc2, mode2);
+            cache2.fail();
+            drop(inc2);
+            stats.add("recoveries_crashed_after_open", 1);
+            finish_second(
+                base, plan, config, rng, image2, cache_lost, &crashed, rule, before, nblocks, inc,
+                contents, stats, notes,
+            )
+            .await
+        }
+        Err(e) => {
+            if !cache2.is_failed() && !store2.is_killed() {
+                return Err(format!("recovery 1 failed without an injected fault: {e}"));
+            }
+            notes.push(format!("recovery 1 crashed inside open: {e}"));
+            stats.add("recoveries_crashed_inside_open", 1);
+            store2.kill();
+            let image2 = match cache2.take_failure() {
+                Some((img, _)) => img,
+                None => match mode2 {
+                    CrashMode::Process => cache2.process_crash(),
+                    CrashMode::Power(s) => cache2.power_fail(s).0,
+                },
+            };
+            finish_second(
+                base, plan, config, rng, image2, cache_lost, &crashed, rule, before, nblocks, inc,
+                contents, stats, notes,
+            )
+            .await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn finish_second(
+    base: &DynStore,
+    plan: FaultPlan,
+    config: &EngineConfig,
+    rng: &mut Rng,
+    image2: Vec<u8>,
+    cache_lost: bool,
+    crashed: &Crashed,
+    rule: Rule,
+    before: Option<Vec<Seen>>,
+    nblocks: u64,
+    inc: &mut Inc,
+    contents: &mut Vec<Content>,
+    stats: &Arc<Stats>,
+    notes: &mut Vec<String>,
+) -> Result<(), String> {
+    // With the cache lost, recovery 1 ran on a new (empty) device; recovery 2 gets what
+    // recovery 1 left on it, or yet another new device.
+    let cache3 = if cache_lost && rng.chance(0.5) {
+        notes.push("recovery 2 on another new cache device".into());
+        FaultyCache::new(LOG_BYTES)
+    } else {
+        FaultyCache::from_image(image2)
+    };
+    let (new, seen) = recover_and_check(
+        base,
+        plan,
+        config,
+        rng,
+        cache3,
+        crashed,
+        rule,
+        nblocks,
+        stats,
+        "recovery 2",
+        notes,
+    )
+    .await?;
+    if let Some(b) = before {
+        let diff: Vec<String> = b
+            .iter()
+            .zip(&seen)
+            .enumerate()
+            .filter(|(_, (x, y))| x != y)
+            .take(10)
+            .map(|(i, (x, y))| format!("block {i}: recovery 1 read {x:?}, recovery 2 read {y:?}"))
+            .collect();
+        if !diff.is_empty() {
+            return Err(format!(
+                "recovery is not repeatable: a crash during recovery changed the recovered disk:\n  {}",
+                diff.join("\n  ")
+            ));
+        }
+        stats.add("repeatable_recovery_compared", 1);
+    }
+    *inc = new;
+    *contents = next_base(&seen)?;
+    Ok(())
+}

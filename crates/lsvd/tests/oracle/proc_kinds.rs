@@ -1,0 +1,247 @@
+//! Process-level crash kinds: the real `lsvd serve` over NBD, killed with SIGKILL.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use super::checker::{self, Rule};
+use super::history::{Content, History};
+use super::process::{Server, ServerArgs, log_drained};
+use super::rng::Rng;
+use super::stamp::{BLOCK, Seen};
+use super::workload::{self, Control, Hooks, Spec, Target};
+use super::{Failure, Stats, TempDir};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcKind {
+    /// (i) SIGKILL, restart on the same data directory.
+    Kill,
+    /// (iv) SIGKILL, delete the write log, restart: recovery from the store alone.
+    CacheDeleted,
+}
+
+const NBLOCKS: u64 = 4096; // 16 MiB
+
+pub async fn episode(
+    kind: ProcKind,
+    seed: u64,
+    rounds: u32,
+    stats: Arc<Stats>,
+) -> Result<(), Failure> {
+    let mut rng = Rng::new(seed);
+    let mut tmp = TempDir::new("proc");
+    let args = ServerArgs {
+        batch_size: rng.pick(&["64K", "256K", "1M"]).to_string(),
+        batch_timeout_ms: *rng.pick(&[50, 100, 200]),
+        uploads: *rng.pick(&[1, 2, 4]),
+        read_cache_size: rng.pick(&["0", "1M", "4M"]).to_string(),
+        gc_start: *rng.pick(&[0.0, 0.5, 0.7, 0.85]),
+        gc_policy: rng.pick(&["greedy", "cost-benefit"]).to_string(),
+    };
+    let ctx = format!(
+        "lsvd serve, 16 MiB volume, {args:?}, data dir {}",
+        tmp.path().display()
+    );
+    let data = tmp.path().join("data");
+    let mut server = Server::create(&data, &tmp.path().join("store"), "16M", args)
+        .map_err(|e| Failure::new(0, format!("{ctx}: {e}")))?;
+    let nconns = rng.range(1, 3) as usize;
+    let mut conns = server
+        .start(nconns)
+        .await
+        .map_err(|e| Failure::new(0, format!("{ctx}: {e}")))?;
+    if conns[0].size_bytes != NBLOCKS * BLOCK as u64 {
+        return Err(Failure::new(
+            0,
+            format!("{ctx}: export size {}", conns[0].size_bytes),
+        ));
+    }
+    let ids = Arc::new(AtomicU64::new(1));
+    let mut contents = vec![Content::Zero; NBLOCKS as usize];
+    let wlog = server.wlog();
+    for round in 0..rounds {
+        let mut notes: Vec<String> = Vec::new();
+        let fail = |what: String, notes: &Vec<String>, server: &Server| {
+            Failure::new(
+                round,
+                format!(
+                    "{ctx}\nround notes:\n  {}\n{what}\nserver stderr (tail):\n{}",
+                    notes.join("\n  "),
+                    server.stderr_tail()
+                ),
+            )
+        };
+        if kind == ProcKind::CacheDeleted {
+            // The store must hold the base contents.
+            let t0 = Instant::now();
+            while !log_drained(&wlog).unwrap_or(false) {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    tmp.keep = true;
+                    return Err(fail(
+                        "the store did not catch up with the write log within 60 s".into(),
+                        &notes,
+                        &server,
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        let hist = Arc::new(History::new(contents.clone()));
+        let mut spec = Spec::random(&mut rng, NBLOCKS);
+        if kind == ProcKind::CacheDeleted {
+            spec.store_barriers = rng.range(1, 2) as u32;
+        }
+        notes.push(format!("workload {spec:?}"));
+        let target = Target::Nbd {
+            conns: conns.clone(),
+            wlog: wlog.clone(),
+        };
+        let killer = Arc::new(server.killer());
+        let hooks = Hooks {
+            crash: {
+                let k = killer.clone();
+                Box::new(move || k())
+            },
+            env_crashed: Box::new(|| false),
+            diag: Box::new(|| "(a server process)".to_string()),
+        };
+        let ctl = Arc::new(Control::default());
+        let out = workload::run(target, spec, hist.clone(), ids.clone(), hooks, ctl).await;
+        if !out.crashed {
+            let wait = rng.below(300);
+            notes.push(format!("killed {wait} ms after the workload ended"));
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            killer();
+        }
+        server.kill();
+        for c in &conns {
+            c.disconnect().await;
+        }
+        drop(conns);
+        stats.add("ops_issued", out.issued);
+        stats.add("ops_acked", out.acked);
+        stats.add("store_points", out.barriers_ok);
+        stats.add("store_barriers_timed_out", out.barriers_failed);
+        notes.push(format!(
+            "run: {} issued, {} acked, killed by the ack trigger: {}",
+            out.issued, out.acked, out.crashed
+        ));
+        let rule = match kind {
+            ProcKind::Kill => Rule::CacheIntact,
+            ProcKind::CacheDeleted => {
+                // The write log alone, or the whole data directory (read cache too).
+                let r = if rng.chance(0.5) {
+                    notes.push("deleted the write log".into());
+                    std::fs::remove_file(&wlog)
+                } else {
+                    notes.push("deleted the whole data directory".into());
+                    std::fs::remove_dir_all(&data)
+                };
+                r.map_err(|e| fail(format!("deleting the cache: {e}"), &notes, &server))?;
+                Rule::CacheLost
+            }
+        };
+        conns = match server.start(nconns).await {
+            Ok(c) => c,
+            Err(e) => {
+                tmp.keep = true;
+                return Err(fail(
+                    format!("restart after SIGKILL failed: {e}"),
+                    &notes,
+                    &server,
+                ));
+            }
+        };
+        let seen = Target::Nbd {
+            conns: conns.clone(),
+            wlog: wlog.clone(),
+        }
+        .read_all(NBLOCKS)
+        .await
+        .map_err(|e| fail(format!("reading the recovered disk: {e}"), &notes, &server))?;
+        let rec = hist.snapshot();
+        let r = checker::check(&rec, &seen, rule);
+        stats.add(&format!("checks_{rule:?}"), 1);
+        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
+        stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
+        stats.add("crash_points", 1);
+        let mut v = r.violations;
+        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
+        if !v.is_empty() {
+            tmp.keep = true;
+            return Err(fail(
+                format!(
+                    "rule {rule:?} violated ({} ops, {} flushes, {} store points):\n  - {}",
+                    rec.ops.len(),
+                    rec.flushes.len(),
+                    rec.store_points.len(),
+                    v.join("\n  - ")
+                ),
+                &notes,
+                &server,
+            ));
+        }
+        contents = checker::contents(&seen)
+            .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &server))?;
+    }
+    // A clean stop (SIGTERM) and restart must keep everything.
+    let end = |what: String, server: &Server| {
+        Failure::new(
+            rounds.saturating_sub(1),
+            format!(
+                "{ctx}\nafter the last round: {what}\nserver stderr (tail):\n{}",
+                server.stderr_tail()
+            ),
+        )
+    };
+    for c in &conns {
+        c.disconnect().await;
+    }
+    drop(conns);
+    let status = server
+        .stop()
+        .map_err(|e| end(format!("stopping: {e}"), &server))?;
+    if !status.success() {
+        return Err(end(format!("clean stop exited with {status}"), &server));
+    }
+    let conns = server
+        .start(1)
+        .await
+        .map_err(|e| end(format!("restart after a clean stop: {e}"), &server))?;
+    let seen = Target::Nbd {
+        conns: conns.clone(),
+        wlog: wlog.clone(),
+    }
+    .read_all(NBLOCKS)
+    .await
+    .map_err(|e| end(format!("reading after a clean restart: {e}"), &server))?;
+    let diff: Vec<String> = seen
+        .iter()
+        .zip(&contents)
+        .enumerate()
+        .filter(|(_, (s, c))| !matches!((s, c), (Seen::Zero, Content::Zero)) && **s != to_seen(**c))
+        .take(10)
+        .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
+        .collect();
+    if !diff.is_empty() {
+        return Err(end(
+            format!(
+                "a clean stop and restart changed the disk:\n  {}",
+                diff.join("\n  ")
+            ),
+            &server,
+        ));
+    }
+    for c in &conns {
+        c.disconnect().await;
+    }
+    let _ = server.stop();
+    Ok(())
+}
+
+fn to_seen(c: Content) -> Seen {
+    match c {
+        Content::Zero => Seen::Zero,
+        Content::Write(id) => Seen::Write(id),
+    }
+}
