@@ -315,13 +315,25 @@ async fn recovery_time_with_one_gib_of_log() {
     use crate::store::faulty::{FaultPlan, FaultyStore};
     let dir = TempDir::new("engine-recovery-time");
     let mem = MemStore::new();
-    let faulty = Arc::new(FaultyStore::new(Arc::new(mem.clone()), FaultPlan::default(), 1));
+    let faulty = Arc::new(FaultyStore::new(
+        Arc::new(mem.clone()),
+        FaultPlan::default(),
+        1,
+    ));
     let store: DynStore = faulty.clone();
     let gib = 1u64 << 30;
     create_volume(&store, "v", 2 * gib).await.expect("create");
-    let cfg = EngineConfig { log_size_bytes: gib + (256 << 20), batch_size_bytes: 8 << 20, ..EngineConfig::default() };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone()).await.expect("open");
-    faulty.outage.store(true, std::sync::atomic::Ordering::SeqCst);
+    let cfg = EngineConfig {
+        log_size_bytes: gib + (256 << 20),
+        batch_size_bytes: 8 << 20,
+        ..EngineConfig::default()
+    };
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
+        .await
+        .expect("open");
+    faulty
+        .outage
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let chunk = vec![0x5au8; 1 << 20];
     let mut rng = Rng(7);
     for _ in 0..1024 {
@@ -332,9 +344,13 @@ async fn recovery_time_with_one_gib_of_log() {
     let status = volume.status();
     volume.crash();
     drop(volume);
-    faulty.outage.store(false, std::sync::atomic::Ordering::SeqCst);
+    faulty
+        .outage
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let t = std::time::Instant::now();
-    let (volume, report) = open_volume(store.clone(), "v", dir.path(), cfg).await.expect("reopen");
+    let (volume, report) = open_volume(store.clone(), "v", dir.path(), cfg)
+        .await
+        .expect("reopen");
     let open = t.elapsed();
     println!(
         "log held {} MiB not in the store; recovery replayed {} records ({} MiB) in {:?}",
