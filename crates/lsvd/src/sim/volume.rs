@@ -11,8 +11,10 @@
 //! 2. After a whole record is added, a batch with at least the batch size of client
 //!    bytes is closed ([`Batcher::is_full`], [`Batcher::take`]). A batch also closes
 //!    when the simulated clock (the trace's timestamps) passes its opening time plus
-//!    the batch timeout, checked when the next request arrives (the engine checks on a
-//!    200 ms tick; the object contents are the same either way).
+//!    the batch timeout, checked when the next request arrives: that request starts a
+//!    new batch. (The engine checks after each record and on a 200 ms tick, so a
+//!    record arriving less than 200 ms after the deadline may still join the old
+//!    batch there.)
 //! 3. A closed batch becomes data object `N` (the next sequence number), its header
 //!    built by [`header_without_data`] from the batch's extents (split at 2^30
 //!    sectors like the uploader does) and trims, and applied with
