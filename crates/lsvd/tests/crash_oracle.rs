@@ -230,9 +230,9 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
 /// found"), reproduced here without a crash: a client read planned against an object
 /// fails if GC relocates that object's live data and deletes it before the read's GET
 /// reaches the store. The read path retries only races with log reclamation
-/// (`engine/read.rs`), not with object deletion. Ignored until the engine is fixed.
+/// (`engine/read.rs`), not with object deletion. Regression test: reads now plan again
+/// when their object was deleted under them.
 #[test]
-#[ignore = "engine bug (read.rs/uploader.rs): a read racing GC's deletion of its object fails"]
 fn engine_bug_read_racing_gc_deletion_fails() {
     use std::sync::Arc;
     use std::time::Duration;

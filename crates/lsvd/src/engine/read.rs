@@ -91,6 +91,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
     for _attempt in 0..8 {
         let pieces = plan(shared, lba, sectors);
         let mut log_seqs = Vec::new();
+        let mut object_gone = false;
         for p in &pieces {
             let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
             match p.source {
@@ -100,9 +101,21 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
                     log_seqs.push(record_seq);
                 }
                 Source::Object { seq, kind, offset } => {
-                    read_object(shared, seq, kind, offset, dst).await?;
+                    match read_object(shared, seq, kind, offset, dst).await {
+                        Ok(()) => {}
+                        // GC moved the data and deleted the object after we planned
+                        // the read: plan again (the map points at the new copy).
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                            object_gone = true;
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
+        }
+        if object_gone {
+            continue;
         }
         let still_valid = {
             let st = shared.lock();
@@ -116,7 +129,19 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
             return Ok(buf);
         }
     }
-    Err(io::Error::other("read kept racing with log reclamation"))
+    Err(io::Error::other(
+        "read kept racing with log reclamation or garbage collection",
+    ))
+}
+
+/// A store error as an I/O error, keeping "not found" recognizable to the read loop.
+fn store_read_error(key: &str, e: crate::store::StoreError) -> io::Error {
+    let kind = if e.is_not_found() {
+        io::ErrorKind::NotFound
+    } else {
+        io::ErrorKind::Other
+    };
+    io::Error::new(kind, format!("reading {key}: {e}"))
 }
 
 /// Object headers kept for verifying reads (their chunk checksums), per volume.
@@ -150,7 +175,7 @@ async fn object_header(shared: &Shared, key: &str, seq: u64) -> io::Result<Arc<O
 
 /// Read and decode an object's header with one ranged GET (two if it is large).
 pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<ObjectHeader> {
-    let to_io = |e: crate::store::StoreError| io::Error::other(format!("reading {key}: {e}"));
+    let to_io = |e: crate::store::StoreError| store_read_error(key, e);
     let bad = |e: lsvd_core::format::FormatError| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}"))
     };
@@ -226,7 +251,7 @@ async fn fetch_verified(
         .store
         .get_range(key, start..end)
         .await
-        .map_err(|e| io::Error::other(format!("reading {key}: {e}")))?;
+        .map_err(|e| store_read_error(key, e))?;
     if bytes.len() as u64 != end - start {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
