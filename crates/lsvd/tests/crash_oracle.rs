@@ -84,8 +84,9 @@
 //! (timing is real, so a replay follows the same choices but not always the same
 //! interleaving; rerun a few times). `LSVD_ORACLE_POINTS=N` sets the crash points per
 //! test; `LSVD_SOAK=1` runs 25 times the default with clock-derived seeds.
-//! `LSVD_ORACLE_TOLERATE_READ_ERRORS=1` retries failed reads instead of reporting them,
-//! to look past the known read/GC-deletion race (`engine_bug_read_racing_gc_deletion_fails`).
+//! `LSVD_ORACLE_TOLERATE_READ_ERRORS=1` retries failed reads (counting them) instead of
+//! reporting them, to look past a read failure while hunting something else (it was
+//! used past the read/GC-deletion race, `engine_bug_read_racing_gc_deletion_fails`).
 //!
 //! Defaults: 260 crash points (power_loss 100, recovery_crash 50, process_sigkill 40,
 //! cache_lost 30, process_cache_deleted 20, store_faults 20, each store_faults point

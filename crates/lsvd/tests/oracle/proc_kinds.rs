@@ -141,6 +141,32 @@ pub async fn episode(
                 Rule::CacheLost
             }
         };
+        // Sometimes crash the recovery too: SIGKILL while it replays the log or
+        // uploads what it replayed, then recover again (same rule).
+        if rng.chance(0.3) {
+            let wait = *rng.pick(&[0, 5, 20, 50, 150, 400]);
+            let during_open = rng.chance(0.5);
+            notes.push(format!(
+                "recovery killed {wait} ms after {}",
+                if during_open {
+                    "the process started"
+                } else {
+                    "it accepted connections"
+                }
+            ));
+            let r = if during_open {
+                server.spawn()
+            } else {
+                server.start(1).await.map(drop)
+            };
+            if let Err(e) = r {
+                tmp.keep = true;
+                return Err(fail(format!("first restart failed: {e}"), &notes, &server));
+            }
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            server.kill();
+            stats.add("recoveries_killed", 1);
+        }
         conns = match server.start(nconns).await {
             Ok(c) => c,
             Err(e) => {

@@ -116,6 +116,12 @@ impl Server {
 
     /// Start the server and connect `conns` NBD connections.
     pub async fn start(&mut self, conns: usize) -> io::Result<Vec<Arc<NbdConn>>> {
+        self.spawn()?;
+        self.connect(conns).await
+    }
+
+    /// Start the server process without waiting for it.
+    pub fn spawn(&mut self) -> io::Result<()> {
         self.starts += 1;
         std::fs::create_dir_all(&self.data)?;
         let log = File::create(self.stderr_path(self.starts))?;
@@ -148,6 +154,11 @@ impl Server {
             .stderr(Stdio::from(log))
             .spawn()?;
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        Ok(())
+    }
+
+    /// Wait until the server accepts connections (recovery done), then connect.
+    pub async fn connect(&mut self, conns: usize) -> io::Result<Vec<Arc<NbdConn>>> {
         let deadline = Instant::now() + Duration::from_secs(120);
         let first = loop {
             if let Some(status) = self.try_wait() {

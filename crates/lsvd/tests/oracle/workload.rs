@@ -123,8 +123,7 @@ impl Target {
                 .map_err(|_| io::Error::other("read hung"))?;
                 match r {
                     Ok(d) => break d,
-                    // Known engine bug (reads racing GC deletion, see
-                    // `engine_bug_read_racing_gc_deletion_fails`): retry only when told to.
+                    // Retry only when told to (diagnosis aid; see the crate docs).
                     Err(_) if attempt < 3 && tolerate_read_errors() => {
                         attempt += 1;
                         TRANSIENT_READ_ERRORS.fetch_add(1, Ordering::Relaxed);
@@ -167,7 +166,7 @@ impl Target {
 pub static TRANSIENT_READ_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// `LSVD_ORACLE_TOLERATE_READ_ERRORS=1` retries failed reads of the recovered disk
-/// instead of reporting them (to look past the known read/GC race).
+/// instead of reporting them (to look past one bug while hunting another).
 fn tolerate_read_errors() -> bool {
     std::env::var("LSVD_ORACLE_TOLERATE_READ_ERRORS").is_ok_and(|v| v == "1")
 }
