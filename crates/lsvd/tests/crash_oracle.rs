@@ -10,8 +10,8 @@
 //! together, so the operations on one block are totally ordered. Every block a write
 //! carries is stamped with (block number, write id, a 64-bit check), so a block read
 //! back is exactly one of: zeros, one identified write, or garbage (`oracle::stamp`;
-//! the check is deliberately not a CRC32C trailer, see
-//! `engine_weakness_record_crc_blind_to_self_checksummed_blocks`).
+//! every block also ends in its own CRC32C, the case that defeated the version-1
+//! record checksum, see `engine_bug_record_crc_blind_to_self_checksummed_blocks`).
 //!
 //! The history records, on one logical clock, each operation's issue time (just
 //! before it is sent) and completion time (just after the answer), and the same for
@@ -311,20 +311,16 @@ fn engine_bug_read_racing_gc_deletion_fails() {
     });
 }
 
-/// Design weakness found by `power_loss` (episode seeds 0x2712a6d3bab2eefb point 4,
+/// Bug found by `power_loss` (episode seeds 0x2712a6d3bab2eefb point 4,
 /// 0xd64e351085505cb5 point 5, with the oracle's first stamp format): a power loss tore
 /// the newest write-log record so its last 4 KiB block kept older data, and recovery
 /// replayed it because the record's CRC32C still matched. The old data was a different
 /// write's block; both blocks ended in their own little-endian CRC32C, and every such
 /// block has the same CRC32C (the CRC residue), so CRC32C over header and data (which
-/// is affine) cannot tell them apart. Client data with CRC32C trailers is common
-/// (storage formats checksum 4 KiB blocks this way), so "a torn or corrupt record ends
-/// the log" fails for such data. A non-linear record checksum (or a per-block check
-/// mixing in the record's sequence number) would catch it. Ignored: the record format
-/// is in lsvd-core.
+/// is affine) cannot tell them apart. Fixed by record format version 2, which adds a
+/// keyed non-linear hash of the data (`lsvd_core::format::keyed_hash`).
 #[test]
-#[ignore = "design weakness (lsvd-core record format): CRC32C cannot see swapped self-checksummed blocks"]
-fn engine_weakness_record_crc_blind_to_self_checksummed_blocks() {
+fn engine_bug_record_crc_blind_to_self_checksummed_blocks() {
     use lsvd_core::VolumeId;
     use lsvd_core::format::record::{
         ExtentKind, RecordExtent, decode_record_header, encode_record, verify_record,

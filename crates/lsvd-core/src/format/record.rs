@@ -1,13 +1,15 @@
 //! Write-log records: what one group commit appends to the cache device.
 //!
 //! A record is a header (padded to [`LOG_ALIGN_BYTES`]) followed by the data of its
-//! extents, also padded. One CRC32C covers the header and the data, so a record that
-//! was torn anywhere fails validation and ends the log at recovery.
+//! extents, also padded. One CRC32C covers the header and the data; a keyed,
+//! non-linear 64-bit hash of the data (version 2, see [`super::keyed_hash`]) catches the
+//! torn records CRC32C cannot: data sectors that kept an older block which ends in its
+//! own CRC32C. A record torn anywhere fails validation and ends the log at recovery.
 //!
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDREC\0"
-//!      8    2 version (1)
+//!      8    2 version (2; version 1 is still read)
 //!     10    2 flags (0)
 //!     12    4 header_bytes (multiple of 4096)
 //!     16   16 volume id
@@ -16,16 +18,17 @@
 //!     44    4 data sectors (sum of data extents)
 //!     48    4 crc32c over header (this field zero) then data
 //!     52    4 crc32c of the previous record in the log (0 for the first)
-//!     56    8 reserved (0)
+//!     56    8 keyed hash of the data (version 2; reserved 0 in version 1)
 //!     64 16*n extents: lba u64, sectors u32, kind u32 (0 data, 1 zero)
 //! ```
 
-use super::{
-    FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, align_up, expect_magic_version, invalid,
-};
+use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, align_up, invalid};
 
 pub const RECORD_MAGIC: &[u8; 8] = b"LSVDREC\0";
-pub const RECORD_VERSION: u16 = 1;
+/// Version written. Version 1 (no data hash) is still accepted on read, so a log left
+/// by an older build recovers.
+pub const RECORD_VERSION: u16 = 2;
+const RECORD_VERSION_V1: u16 = 1;
 /// Records start and end on this boundary in the log.
 pub const LOG_ALIGN_BYTES: u64 = 4096;
 const FIXED_BYTES: usize = 64;
@@ -51,6 +54,8 @@ pub struct RecordExtent {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// Format version the record was written with (1 or 2).
+    pub version: u16,
     pub volume: VolumeId,
     pub seq: u64,
     pub extents: Vec<RecordExtent>,
@@ -59,6 +64,8 @@ pub struct RecordHeader {
     pub data_sectors: u32,
     pub crc: u32,
     pub prev_crc: u32,
+    /// [`record_data_hash`] of the data (version 2; 0 and unchecked in version 1).
+    pub data_hash: u64,
 }
 
 impl RecordHeader {
@@ -69,6 +76,18 @@ impl RecordHeader {
     pub fn total_bytes(&self) -> u64 {
         self.header_bytes as u64 + align_up(self.data_bytes(), LOG_ALIGN_BYTES)
     }
+}
+
+/// The keyed hash a version-2 record stores over its data: keyed by the record's
+/// identity (volume, sequence number, predecessor), so no stale block can match by
+/// construction. `key = seq ^ (prev_crc << 32) ^ le64(volume[0..8]) ^ le64(volume[8..16])`.
+pub fn record_data_hash(volume: VolumeId, seq: u64, prev_crc: u32, data: &[u8]) -> u64 {
+    let mut lo = [0u8; 8];
+    let mut hi = [0u8; 8];
+    lo.copy_from_slice(&volume.0[..8]);
+    hi.copy_from_slice(&volume.0[8..]);
+    let key = seq ^ (u64::from(prev_crc) << 32) ^ u64::from_le_bytes(lo) ^ u64::from_le_bytes(hi);
+    super::keyed_hash::keyed_hash64(key, data)
 }
 
 /// Header size for `extent_count` extents.
@@ -116,7 +135,7 @@ pub fn encode_record(
     w.u32(data_sectors as u32);
     w.u32(0); // crc, filled below
     w.u32(prev_crc);
-    w.zeros(8);
+    w.u64(record_data_hash(volume, seq, prev_crc, data));
     for e in extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -138,7 +157,16 @@ pub fn encode_record(
 pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     const WHAT: &str = "write-log record";
     let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, RECORD_MAGIC, RECORD_VERSION, WHAT)?;
+    if &r.array::<8>()? != RECORD_MAGIC {
+        return Err(FormatError::BadMagic { what: WHAT });
+    }
+    let version = r.u16()?;
+    if version != RECORD_VERSION && version != RECORD_VERSION_V1 {
+        return Err(FormatError::UnsupportedVersion {
+            what: WHAT,
+            version,
+        });
+    }
     let _flags = r.u16()?;
     let header_bytes = r.u32()?;
     let volume = VolumeId(r.array()?);
@@ -147,7 +175,7 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     let data_sectors = r.u32()?;
     let crc = r.u32()?;
     let prev_crc = r.u32()?;
-    r.take(8)?;
+    let data_hash = r.u64()?;
     if extent_count > MAX_RECORD_EXTENTS {
         return Err(invalid(
             WHAT,
@@ -182,6 +210,7 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
         return Err(invalid(WHAT, "data sectors do not match extents"));
     }
     Ok(RecordHeader {
+        version,
         volume,
         seq,
         extents,
@@ -189,10 +218,12 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
         data_sectors,
         crc,
         prev_crc,
+        data_hash,
     })
 }
 
-/// Verify the CRC of a whole record (`buf` holds at least header + data).
+/// Verify the CRC (and, from version 2, the keyed data hash) of a whole record (`buf`
+/// holds at least header + data).
 pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatError> {
     let end = header.header_bytes as usize + header.data_bytes() as usize;
     if buf.len() < end {
@@ -212,6 +243,19 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
             stored: header.crc,
             computed,
         });
+    }
+    if header.version >= RECORD_VERSION {
+        let data = &buf[header.header_bytes as usize..end];
+        let computed = record_data_hash(header.volume, header.seq, header.prev_crc, data);
+        if computed != header.data_hash {
+            return Err(invalid(
+                "write-log record",
+                format!(
+                    "data hash mismatch (stored {:#018x}, computed {computed:#018x}): torn record",
+                    header.data_hash
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -250,14 +294,63 @@ mod tests {
         assert_eq!(&buf[4096..4096 + 512], &[0xAB; 512][..]);
     }
 
-    const GOLDEN_CRC: u32 = 0x6491_9ac2;
+    const GOLDEN_CRC: u32 = 0x9d4a_21b4;
+    const GOLDEN_DATA_HASH: u64 = 0x412d_18a3_ae04_9b24;
+
+    /// `sample()` as the version-1 writer would have written it.
+    fn sample_v1() -> Vec<u8> {
+        let mut buf = sample();
+        buf[8] = 1;
+        buf[56..64].fill(0);
+        buf[48..52].fill(0);
+        let crc = crc32c::crc32c(&buf[..4096 + 512]);
+        buf[48..52].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    #[test]
+    fn version_1_records_still_verify() {
+        let buf = sample_v1();
+        let h = decode_record_header(&buf).expect("v1 decodes");
+        assert_eq!((h.version, h.data_hash), (1, 0));
+        verify_record(&h, &buf).expect("v1 crc ok");
+        let mut bad = buf.clone();
+        bad[4096] ^= 1;
+        assert!(verify_record(&h, &bad).is_err());
+    }
+
+    #[test]
+    fn torn_record_holding_an_older_self_checksummed_block_is_rejected() {
+        let block = |fill: u8| {
+            let mut b = vec![fill; 4096];
+            let c = crc32c::crc32c(&b[..4092]);
+            b[4092..].copy_from_slice(&c.to_le_bytes());
+            b
+        };
+        let extents = [RecordExtent {
+            lba: 0,
+            sectors: 8,
+            kind: ExtentKind::Data,
+        }];
+        let mut torn = encode_record(VolumeId([1; 16]), 7, 0, &extents, &block(0xAA));
+        let n = torn.len();
+        torn[n - 4096..].copy_from_slice(&block(0x55));
+        let h = decode_record_header(&torn).expect("header landed");
+        // CRC32C alone is blind to this tear; the data hash is not.
+        let crc = crc32c::crc32c_append(
+            super::super::crc_with_hole(&torn[..4096], CRC_AT),
+            &torn[4096..],
+        );
+        assert_eq!(crc, h.crc, "premise: the CRC still matches");
+        assert!(verify_record(&h, &torn).is_err());
+    }
 
     #[test]
     fn golden_header_bytes() {
         let buf = sample();
         let expected_prefix: [u8; 64] = [
             b'L', b'S', b'V', b'D', b'R', b'E', b'C', 0, // magic
-            1, 0, 0, 0, // version, flags
+            2, 0, 0, 0, // version, flags
             0, 0x10, 0, 0, // header bytes 4096
             7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, // volume id
             42, 0, 0, 0, 0, 0, 0, 0, // seq
@@ -265,13 +358,17 @@ mod tests {
             1, 0, 0, 0, // data sectors
             buf[48], buf[49], buf[50], buf[51], // crc (checked below)
             4, 3, 2, 1, // previous record's crc
-            0, 0, 0, 0, 0, 0, 0, 0,
+            buf[56], buf[57], buf[58], buf[59], buf[60], buf[61], buf[62],
+            buf[63], // data hash
         ];
         assert_eq!(&buf[..64], &expected_prefix[..]);
         assert_eq!(
             u32::from_le_bytes([buf[48], buf[49], buf[50], buf[51]]),
             GOLDEN_CRC
         );
+        let mut hash = [0u8; 8];
+        hash.copy_from_slice(&buf[56..64]);
+        assert_eq!(u64::from_le_bytes(hash), GOLDEN_DATA_HASH);
         assert_eq!(
             &buf[64..80],
             &[8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]

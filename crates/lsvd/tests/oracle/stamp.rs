@@ -11,14 +11,18 @@
 //!      8    8 block number (little endian)
 //!     16    8 write id
 //!     24    8 check: a non-linear 64-bit hash of every other byte of the block
-//!     32 4064 pattern derived from (block, write id, word index): every 512-byte
+//!     32 4060 pattern derived from (block, write id, word index): every 512-byte
 //!             sector differs between writes, so a torn mix fails the check
+//!   4092    4 CRC32C of bytes [0, 4092) (check field zero), like many filesystems'
+//!             and databases' block trailers
 //! ```
 //!
-//! The check is deliberately *not* a CRC32C trailer: a block ending in its own CRC32C
-//! has the same CRC32C as every other such block (the CRC residue), which would make
-//! the engine's CRC32C record checksum blind to one such block replacing another (see
-//! `engine_weakness_record_crc_blind_to_self_checksummed_blocks`).
+//! The check is a non-linear hash, so it identifies garbage. The CRC32C trailer is
+//! there to be hostile: every block ending in its own CRC32C has the same CRC32C (the
+//! CRC residue), which made the engine's version-1 record checksum blind to one such
+//! block replacing another in a torn record (see
+//! `engine_bug_record_crc_blind_to_self_checksummed_blocks`). Every block the oracle
+//! writes is such a block, so a regression there shows up as garbage or a non-prefix.
 
 use super::rng::mix;
 
@@ -52,6 +56,8 @@ pub fn stamp(block: u64, id: u64, out: &mut [u8]) {
         chunk.copy_from_slice(&v[..chunk.len()]);
     }
     out[CHECK_AT..CHECK_AT + 8].fill(0);
+    let trailer = crc32c::crc32c(&out[..BLOCK - 4]);
+    out[BLOCK - 4..].copy_from_slice(&trailer.to_le_bytes());
     let c = check(out);
     out[CHECK_AT..CHECK_AT + 8].copy_from_slice(&c.to_le_bytes());
 }
