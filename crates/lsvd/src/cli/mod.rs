@@ -170,6 +170,10 @@ pub struct EngineArgs {
     /// Write a checkpoint every this many objects.
     #[arg(long, default_value_t = 64)]
     pub checkpoint_every: u64,
+    /// Also write a checkpoint this many seconds after the last one when objects were
+    /// written since (bounds recovery work on a slowly written volume).
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub checkpoint_interval: u64,
     /// `strict` refuses to start if acknowledged data is missing; `accept-prefix` starts
     /// from the longest recoverable prefix and says what was dropped.
     #[arg(long, default_value = "strict", value_parser = ["strict", "accept-prefix"])]
@@ -219,6 +223,7 @@ impl EngineArgs {
             uploads_in_flight: self.uploads,
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),
+            checkpoint_interval_ms: self.checkpoint_interval.max(1).saturating_mul(1000),
             recovery_mode: if self.recovery_mode == "accept-prefix" {
                 RecoveryMode::AcceptPrefix
             } else {

@@ -15,6 +15,9 @@ pub struct EngineConfig {
     pub group_commit_max_bytes: u64,
     /// Write a checkpoint after this many objects. Default: 64.
     pub checkpoint_every_objects: u64,
+    /// Also write a checkpoint when objects were written and this long has passed
+    /// since the last one. Default: 300000 (5 minutes).
+    pub checkpoint_interval_ms: u64,
     /// Accept a shorter prefix than the cache promises (operator override).
     pub recovery_mode: RecoveryMode,
     /// Garbage collection thresholds and policy (default: start below 70% live,
@@ -41,6 +44,7 @@ impl Default for EngineConfig {
             log_size_bytes: 1 << 30,
             group_commit_max_bytes: 4 << 20,
             checkpoint_every_objects: 64,
+            checkpoint_interval_ms: 300_000,
             recovery_mode: RecoveryMode::Strict,
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,

@@ -168,11 +168,7 @@ async fn run_pass(
             bytes: encode_object(&spec, &data),
         });
     }
-    let checkpoint = st.next_object_seq;
-    st.next_object_seq += 1;
-    st.upload_queue
-        .push_back(PendingObject::Checkpoint { seq: checkpoint });
-    st.objects_since_checkpoint = 0;
+    let checkpoint = super::writer::queue_checkpoint(&mut st);
     st.gc_pass_checkpoint = Some(checkpoint);
     drop(st);
     shared.upload_wake.notify_one();

@@ -16,6 +16,8 @@
 //! Policy (maps, batching, recovery rules) lives in `lsvd-core`; this module is the
 //! I/O around it.
 
+#[cfg(test)]
+mod checkpoint_tests;
 pub mod config;
 mod gc;
 pub mod keys;
@@ -127,6 +129,8 @@ pub(crate) struct State {
     last_record_crc: u32,
     next_object_seq: u64,
     objects_since_checkpoint: u64,
+    /// When the newest checkpoint was queued (or the volume opened).
+    last_checkpoint_queued_at: Instant,
     upload_queue: VecDeque<PendingObject>,
     uploads_in_flight: usize,
     completed: BTreeMap<u64, ObjectHeader>,

@@ -543,6 +543,7 @@ async fn open_inner(
             next_record_seq,
             last_record_crc,
             objects_since_checkpoint: 0,
+            last_checkpoint_queued_at: std::time::Instant::now(),
             upload_queue: Default::default(),
             uploads_in_flight: 0,
             completed: Default::default(),

@@ -33,6 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
             .fetch_add(1, Ordering::Relaxed);
         let (done, batch_open) = {
             let mut st = shared.lock();
+            writer::queue_checkpoint_if_due(&shared, &mut st);
             while st.uploads_in_flight < shared.config.uploads_in_flight.max(1) {
                 let ready = match st.upload_queue.front() {
                     None => false,

@@ -313,10 +313,28 @@ pub(crate) fn close_batch(shared: &Shared, st: &mut State) {
     st.upload_queue
         .push_back(PendingObject::Data { seq, batch });
     st.objects_since_checkpoint += 1;
-    if st.objects_since_checkpoint >= shared.config.checkpoint_every_objects {
-        let seq = st.next_object_seq;
-        st.next_object_seq += 1;
-        st.upload_queue.push_back(PendingObject::Checkpoint { seq });
-        st.objects_since_checkpoint = 0;
+    queue_checkpoint_if_due(shared, st);
+}
+
+/// Queue a checkpoint if enough objects were written since the last one, or if any
+/// were and the checkpoint interval has passed (so an idle volume's newest checkpoint
+/// is never far behind its newest object).
+pub(crate) fn queue_checkpoint_if_due(shared: &Shared, st: &mut State) {
+    let by_count = st.objects_since_checkpoint >= shared.config.checkpoint_every_objects.max(1);
+    let by_time = st.objects_since_checkpoint > 0
+        && st.last_checkpoint_queued_at.elapsed()
+            >= Duration::from_millis(shared.config.checkpoint_interval_ms);
+    if by_count || by_time {
+        queue_checkpoint(st);
     }
+}
+
+/// Queue a checkpoint now; returns its sequence number.
+pub(crate) fn queue_checkpoint(st: &mut State) -> u64 {
+    let seq = st.next_object_seq;
+    st.next_object_seq += 1;
+    st.upload_queue.push_back(PendingObject::Checkpoint { seq });
+    st.objects_since_checkpoint = 0;
+    st.last_checkpoint_queued_at = Instant::now();
+    seq
 }
