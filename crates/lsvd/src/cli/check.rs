@@ -89,6 +89,18 @@ pub async fn check(common: &Common, name: &str) -> Result<(), String> {
         Err(e) => problems.push(format!("recovery would fail: {e}")),
         Ok(rec) => {
             let st = &rec.state;
+            match rec.superblock {
+                Some(sb) => println!(
+                    "  volume superblock: generation {}, newest checkpoint {}",
+                    sb.generation,
+                    sb.newest_checkpoint
+                        .map_or("none".into(), |c| format!("{c:016x}"))
+                ),
+                None => println!("  volume superblock: none (volume never opened by this version)"),
+            }
+            if let Some(why) = &rec.superblock_violation {
+                problems.push(why.clone());
+            }
             if !rec.stranded.is_empty() {
                 problems.push(format!(
                     "{} stranded objects past a gap (the next open removes them): {:?}",

@@ -8,8 +8,9 @@ use lsvd_core::format::record::ExtentKind;
 
 use super::{Common, InspectWhat};
 use crate::cache_dev::{CacheDevice, FileCache};
-use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
+use crate::engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
 use crate::engine::open::scan_log;
+use lsvd_core::format::volume_super::decode_volume_super;
 
 pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
     match what {
@@ -107,6 +108,51 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
                 }
                 if ck.extents.len() > 1000 {
                     println!("    ... {} more extents", ck.extents.len() - 1000);
+                }
+            }
+            Ok(())
+        }
+        InspectWhat::Super { name } => {
+            let store = super::admin::store(common)?;
+            let listing = store
+                .list(&super_prefix(&name))
+                .await
+                .map_err(|e| e.to_string())?;
+            if listing.is_empty() {
+                println!("volume {name}: no superblock generations in the store");
+            }
+            for e in listing {
+                let bytes = store.get(&e.key).await.map_err(|e| e.to_string())?;
+                match decode_volume_super(&bytes) {
+                    Err(err) => println!("{}: CORRUPT: {err}", e.key),
+                    Ok(sb) => {
+                        let seq = |c: Option<u64>| c.map_or("none".into(), |c| format!("{c:016x}"));
+                        println!("{}", e.key);
+                        println!(
+                            "  generation {}, session {:016x}, volume {}{}",
+                            sb.generation,
+                            sb.session,
+                            sb.volume,
+                            if sb.clean {
+                                ", written at clean shutdown"
+                            } else {
+                                ""
+                            }
+                        );
+                        println!(
+                            "  checkpoints: newest {}, previous {}",
+                            seq(sb.newest_checkpoint),
+                            seq(sb.previous_checkpoint)
+                        );
+                        println!(
+                            "  durable through object {:016x} (exclusive), store holds records through {}",
+                            sb.durable_through, sb.last_record_seq
+                        );
+                        println!(
+                            "  written at {} ms since the Unix epoch",
+                            sb.written_unix_ms
+                        );
+                    }
                 }
             }
             Ok(())

@@ -133,6 +133,8 @@ pub enum InspectWhat {
     Object { name: String, seq: String },
     /// Show the write log's superblocks and the records on its chain.
     Log { name: String },
+    /// Show the volume superblock generations in the store (newest last).
+    Super { name: String },
 }
 
 #[derive(Args, Debug)]

@@ -5,6 +5,7 @@
 //! <volume>/obj/<seq:016x>.d         data object
 //! <volume>/obj/<seq:016x>.g         GC output object
 //! <volume>/obj/<seq:016x>.c         checkpoint object
+//! <volume>/super/<generation:016x>  volume superblock (put-if-absent, one per generation)
 //! ```
 //! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
 
@@ -25,6 +26,23 @@ pub fn object_key(volume: &str, seq: u64, kind: ObjectKind) -> String {
         ObjectKind::Checkpoint => 'c',
     };
     format!("{volume}/obj/{seq:016x}.{suffix}")
+}
+
+pub fn super_prefix(volume: &str) -> String {
+    format!("{volume}/super/")
+}
+
+pub fn super_key(volume: &str, generation: u64) -> String {
+    format!("{volume}/super/{generation:016x}")
+}
+
+/// The generation named by a superblock key.
+pub fn parse_super_name(key: &str) -> Option<u64> {
+    let (_, hex) = key.rsplit_once("/super/")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
 }
 
 /// Parse the last path component of an object key.
@@ -71,6 +89,9 @@ mod tests {
         assert_eq!(k, "disk0/obj/000000000000002a.c");
         assert_eq!(parse_object_name(&k), Some((0x2a, ObjectKind::Checkpoint)));
         assert_eq!(parse_object_name("disk0/obj/2a.d"), None);
+        assert_eq!(super_key("disk0", 3), "disk0/super/0000000000000003");
+        assert_eq!(parse_super_name(&super_key("disk0", 3)), Some(3));
+        assert_eq!(parse_super_name("disk0/super/3"), None);
         assert!(validate_volume_name("disk0").is_ok());
         assert!(validate_volume_name("../x").is_err());
         assert!(validate_volume_name("").is_err());

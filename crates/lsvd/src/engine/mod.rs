@@ -28,6 +28,9 @@ mod read_cache;
 #[cfg(test)]
 mod tests;
 mod uploader;
+pub(crate) mod volume_super;
+#[cfg(test)]
+mod volume_super_tests;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -111,6 +114,7 @@ pub struct Stats {
     pub store_gets: AtomicU64,
     pub objects_written: AtomicU64,
     pub checkpoints_written: AtomicU64,
+    pub superblocks_written: AtomicU64,
     pub gc_passes: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
@@ -178,6 +182,12 @@ pub(crate) struct Shared {
     gc_wake: tokio::sync::Notify,
     /// Serializes cache superblock writes.
     super_lock: Mutex<()>,
+    /// The volume superblock generation this process wrote last (store side).
+    volume_super: Mutex<lsvd_core::format::volume_super::VolumeSuper>,
+    /// Serializes volume superblock writes after checkpoints.
+    volume_super_writes: tokio::sync::Mutex<()>,
+    /// Set once this process's generation is in the store; uploads wait for it.
+    volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).
     read_cache: Option<read_cache::ReadCache>,
     /// Object headers cached for read verification.

@@ -11,7 +11,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -37,6 +37,7 @@ use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::{Shared, State, Stats, Volume, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::store::{DynStore, PutMode, StoreErrorKind};
+use lsvd_core::format::volume_super::VolumeSuper;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -45,6 +46,8 @@ pub struct OpenReport {
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
     pub stranded_deleted: Vec<u64>,
+    /// The volume superblock generation this open claimed.
+    pub superblock_generation: u64,
     pub log_records_replayed: u64,
     pub log_bytes_replayed: u64,
     pub cache_created: bool,
@@ -52,6 +55,37 @@ pub struct OpenReport {
 
 fn err(msg: impl Into<String>) -> io::Error {
     io::Error::other(msg.into())
+}
+
+/// Keep trying to write the open-time superblock generation; uploads start when it
+/// lands. Fails the volume if another process claimed it meanwhile.
+async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper) {
+    use super::volume_super::{WriteError, write};
+    loop {
+        if shared.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        match write(&shared.store, &shared.meta.name, &claimed, 12).await {
+            Ok(()) => {
+                shared.volume_claimed.store(true, Ordering::SeqCst);
+                crate::log::info("volume superblock written; uploads resume");
+                shared.upload_wake.notify_one();
+                return;
+            }
+            Err(e @ WriteError::Superseded { .. }) => {
+                shared.fail(&e.to_string());
+                return;
+            }
+            Err(WriteError::Store(_)) => {}
+        }
+    }
+}
+
+fn random_session_id() -> u64 {
+    let id = random_volume_id().0;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&id[..8]);
+    u64::from_le_bytes(b)
 }
 
 fn random_volume_id() -> VolumeId {
@@ -152,6 +186,11 @@ pub(crate) struct StoreRecovery {
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
+    /// The newest volume superblock generation, if any.
+    pub superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
+    /// What the superblock promises that the store no longer holds: a description
+    /// naming the missing object (strict recovery refuses to start on it).
+    pub superblock_violation: Option<String>,
 }
 
 pub(crate) async fn recover_store(
@@ -179,6 +218,7 @@ pub(crate) async fn recover_store(
             is_checkpoint: kind == ObjectKind::Checkpoint,
         })
         .collect();
+    let superblock = super::volume_super::read_newest(store, meta).await?;
     let plan = plan_recovery(&listed);
     let (mut state, replay, checkpoint_seq, checkpoint_clean, counters) =
         match plan.checkpoint_candidates.first() {
@@ -253,7 +293,27 @@ pub(crate) async fn recover_store(
         replayed += 1;
     }
     let stranded = plan.stranded.iter().map(|s| (*s, kinds[s])).collect();
+    let superblock_violation = superblock.and_then(|sb| {
+        let generation = sb.generation;
+        if let Some(c) = sb.newest_checkpoint
+            && kinds.get(&c) != Some(&ObjectKind::Checkpoint)
+        {
+            return Some(format!(
+                "checkpoint {} named by volume superblock generation {generation} is missing from the store",
+                object_key(name, c, ObjectKind::Checkpoint)
+            ));
+        }
+        let next = state.next_object_seq();
+        (next < sb.durable_through).then(|| {
+            format!(
+                "volume superblock generation {generation} says every object below sequence {} was durable, but object {next:016x} is missing from the store",
+                sb.durable_through
+            )
+        })
+    });
     Ok(StoreRecovery {
+        superblock,
+        superblock_violation,
         state,
         counters,
         orphans,
@@ -422,6 +482,16 @@ async fn open_inner(
         objects_replayed: rec.objects_replayed,
         ..Default::default()
     };
+    if let Some(why) = &rec.superblock_violation {
+        if config.recovery_mode == RecoveryMode::Strict {
+            return Err(err(format!(
+                "{why}: the store lost data it had acknowledged. Start with --recovery-mode accept-prefix to continue from what the store has"
+            )));
+        }
+        crate::log::warn(&format!(
+            "{why}; continuing (--recovery-mode accept-prefix)"
+        ));
+    }
     for &(seq, kind) in &rec.stranded {
         let key = object_key(name, seq, kind);
         store
@@ -443,6 +513,7 @@ async fn open_inner(
         }
     }
     let base_counters = rec.counters;
+    let newest_super = rec.superblock;
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
 
@@ -558,9 +629,22 @@ async fn open_inner(
         upload_wake: tokio::sync::Notify::new(),
         gc_wake: tokio::sync::Notify::new(),
         super_lock: Mutex::new(()),
+        volume_super: Mutex::new(VolumeSuper {
+            volume: meta.volume,
+            generation: 0,
+            session: 0,
+            clean: false,
+            newest_checkpoint: None,
+            previous_checkpoint: None,
+            durable_through: 0,
+            last_record_seq: 0,
+            written_unix_ms: 0,
+        }),
         headers: Mutex::new(Default::default()),
         read_cache: read_cache.map(|(dev, map)| ReadCache::open(dev, &map, meta.volume)),
         failed: AtomicBool::new(false),
+        volume_claimed: AtomicBool::new(false),
+        volume_super_writes: tokio::sync::Mutex::new(()),
         log_start,
         log_end,
         config: config.clone(),
@@ -603,6 +687,45 @@ async fn open_inner(
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
     cache.write_at(&encode_cache_super(&sb), slot)?;
     cache.sync()?;
+
+    // Claim the volume before anything new reaches the store: a second process
+    // opening it at the same time finds this generation taken and refuses.
+    let claimed = {
+        let st = shared.lock();
+        let checkpoints: Vec<u64> = st.store.checkpoints().iter().copied().collect();
+        VolumeSuper {
+            volume: meta.volume,
+            generation: newest_super.map_or(0, |sb| sb.generation) + 1,
+            session: random_session_id(),
+            clean: false,
+            newest_checkpoint: checkpoints.last().copied(),
+            previous_checkpoint: checkpoints.iter().rev().nth(1).copied(),
+            durable_through: st.store.next_object_seq(),
+            last_record_seq: st.store.last_record_seq(),
+            written_unix_ms: super::volume_super::now_unix_ms(),
+        }
+    };
+    *shared
+        .volume_super
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = claimed;
+    match super::volume_super::write(&store, name, &claimed, 3).await {
+        Ok(()) => shared.volume_claimed.store(true, Ordering::SeqCst),
+        Err(super::volume_super::WriteError::Superseded { generation }) => {
+            return Err(err(format!(
+                "volume '{name}' is being opened by another lsvd process (superblock generation {generation} appeared while this one recovered); refusing to start"
+            )));
+        }
+        // The store is down: serve from the write log now and claim the volume once
+        // the store answers. Uploads (and so GC and deletions) wait for the claim.
+        Err(super::volume_super::WriteError::Store(e)) => {
+            crate::log::warn(&format!(
+                "cannot write the volume superblock yet ({e}); serving from the write log, uploads wait"
+            ));
+            tokio::spawn(claim_in_background(shared.clone(), claimed));
+        }
+    }
+    report.superblock_generation = claimed.generation;
 
     let (log_tx, log_rx) = tokio::sync::mpsc::channel(4096);
     let writer_shared = shared.clone();

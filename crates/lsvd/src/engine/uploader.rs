@@ -34,7 +34,9 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
         let (done, batch_open) = {
             let mut st = shared.lock();
             writer::queue_checkpoint_if_due(&shared, &mut st);
-            while st.uploads_in_flight < shared.config.uploads_in_flight.max(1) {
+            // Nothing new reaches the store before this process owns the volume.
+            let claimed = shared.volume_claimed.load(Ordering::SeqCst);
+            while claimed && st.uploads_in_flight < shared.config.uploads_in_flight.max(1) {
                 let ready = match st.upload_queue.front() {
                     None => false,
                     // A checkpoint describes everything before it: start it only once
@@ -65,7 +67,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                         let bytes = checkpoint_bytes(&shared, &st, seq, false);
                         let dead = dead_objects(&st);
                         tokio::spawn(async move {
-                            upload_checkpoint(task_shared, seq, bytes, dead).await
+                            upload_checkpoint(task_shared, seq, bytes, dead, false).await
                         });
                     }
                 }
@@ -186,11 +188,19 @@ async fn upload_checkpoint(
     seq: u64,
     bytes: Vec<u8>,
     dead: Vec<(u64, ObjectKind)>,
+    clean: bool,
 ) {
     upload_object(shared.clone(), seq, ObjectKind::Checkpoint, bytes).await;
     if shared.failed.load(Ordering::SeqCst) {
         return;
     }
+    // Name the new checkpoint in the next superblock generation before deleting
+    // anything: a process that has been superseded must not delete objects the
+    // volume's new owner may still need.
+    if !write_volume_super(&shared, seq, clean).await {
+        return;
+    }
+    delete_old_checkpoints(&shared).await;
     for (victim, kind) in dead {
         let key = object_key(&shared.meta.name, victim, kind);
         match shared.store.delete(&key).await {
@@ -219,6 +229,57 @@ async fn upload_checkpoint(
     shared.gc_wake.notify_one();
 }
 
+/// Write the next volume superblock generation naming checkpoint `seq` (durable and
+/// applied). Returns false if the volume must stop: another process took it over.
+/// A store that keeps failing only costs the hint; the next checkpoint tries again.
+async fn write_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
+    use super::volume_super::{WriteError, now_unix_ms, write};
+    // One generation at a time, in checkpoint order: two checkpoints' writes may
+    // otherwise race for the same generation.
+    let _serial = shared.volume_super_writes.lock().await;
+    let next = {
+        let last = *shared
+            .volume_super
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if last.newest_checkpoint.is_some_and(|c| c >= seq) {
+            return true; // a newer checkpoint is already named
+        }
+        let st = shared.lock();
+        lsvd_core::format::volume_super::VolumeSuper {
+            generation: last.generation + 1,
+            clean,
+            previous_checkpoint: last.newest_checkpoint.filter(|&c| c != seq),
+            newest_checkpoint: Some(seq),
+            durable_through: st.store.next_object_seq().max(seq + 1),
+            last_record_seq: st.store.last_record_seq(),
+            written_unix_ms: now_unix_ms(),
+            ..last
+        }
+    };
+    match write(&shared.store, &shared.meta.name, &next, 12).await {
+        Ok(()) => {
+            *shared
+                .volume_super
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = next;
+            shared
+                .stats
+                .superblocks_written
+                .fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(e @ WriteError::Superseded { .. }) => {
+            shared.fail(&e.to_string());
+            false
+        }
+        Err(WriteError::Store(e)) => {
+            crate::log::warn(&format!("volume superblock not updated: {e}"));
+            true
+        }
+    }
+}
+
 /// PUT with retries, then apply in order.
 async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: Vec<u8>) {
     let header = match decode_object_header(&bytes) {
@@ -244,8 +305,27 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
             .await
         {
             Ok(()) => break,
-            // An earlier attempt landed but its answer was lost.
-            Err(e) if e.kind == StoreErrorKind::AlreadyExists && attempt > 1 => break,
+            // An earlier attempt landed but its answer was lost, or another process
+            // writes this volume: only our own bytes count as landed.
+            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+                let header_len = header.header_bytes as u64;
+                match shared.store.get_range(&key, 0..header_len).await {
+                    Ok(found) if found[..] == bytes[..header_len as usize] => break,
+                    Ok(_) => {
+                        shared.fail(&format!(
+                            "{key} already exists with other contents: another lsvd process is writing this volume"
+                        ));
+                        return;
+                    }
+                    Err(e) => {
+                        crate::log::warn(&format!(
+                            "{key} exists but cannot be read back, retrying: {e}"
+                        ));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
             Err(e) => {
                 shared
                     .stats
@@ -285,9 +365,6 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
     };
     if let Some(through) = free_through {
         persist_tail(&shared, through, false);
-    }
-    if kind == ObjectKind::Checkpoint {
-        delete_old_checkpoints(&shared, seq).await;
     }
     shared.upload_wake.notify_one();
     shared.gc_wake.notify_one();
@@ -355,18 +432,28 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
 }
 
 /// Keep the newest two checkpoints; delete older ones (best effort).
-async fn delete_old_checkpoints(shared: &Shared, newest: u64) {
+async fn delete_old_checkpoints(shared: &Shared) {
+    // Never delete a checkpoint the newest volume superblock in the store names: after
+    // a crash, recovery insists on finding it.
+    let named = *shared
+        .volume_super
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let Some(keep_from) = named
+        .previous_checkpoint
+        .or(named.newest_checkpoint)
+        .filter(|_| shared.volume_claimed.load(Ordering::SeqCst))
+    else {
+        return;
+    };
     let old: Vec<u64> = {
         let st = shared.lock();
-        let all: Vec<u64> = st
-            .store
+        st.store
             .checkpoints()
             .iter()
             .copied()
-            .filter(|&c| c < newest)
-            .collect();
-        let keep_from = all.len().saturating_sub(1);
-        all[..keep_from].to_vec()
+            .filter(|&c| c < keep_from)
+            .collect()
     };
     for c in old {
         let key = object_key(&shared.meta.name, c, ObjectKind::Checkpoint);
@@ -393,7 +480,7 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
             dead_objects(&st),
         )
     };
-    upload_checkpoint(shared.clone(), seq, bytes, dead).await;
+    upload_checkpoint(shared.clone(), seq, bytes, dead, true).await;
     let through = shared.lock().store.last_record_seq();
     persist_tail(shared, through, true);
     if shared.failed.load(Ordering::SeqCst) {

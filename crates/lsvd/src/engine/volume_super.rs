@@ -1,0 +1,156 @@
+//! Reading and writing the volume superblock generations in the store.
+//!
+//! Why: recovery must know which checkpoint is current and how far the store was
+//! known to be durable, and two processes must never write one volume. The store has
+//! put-if-absent only, so each generation is a new key; writing generation `g + 1`
+//! is how a process claims (at open) or keeps (after each checkpoint) the volume.
+//! Format: `docs/format/volume-superblock.md`.
+
+use std::io;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super, encode_volume_super};
+
+use super::keys::{parse_super_name, super_key, super_prefix};
+use crate::store::{DynStore, PutMode, StoreErrorKind};
+
+/// Generations kept in the store; older ones are deleted after a new one lands.
+pub const GENERATIONS_KEPT: u64 = 4;
+
+fn err(msg: impl Into<String>) -> io::Error {
+    io::Error::other(msg.into())
+}
+
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The newest superblock generation of the volume, if any exists. A newest
+/// generation that is unreadable or corrupt is an error that names it.
+pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> io::Result<Option<VolumeSuper>> {
+    let prefix = super_prefix(&meta.name);
+    let listing = store
+        .list(&prefix)
+        .await
+        .map_err(|e| err(format!("cannot list {prefix}: {e}")))?;
+    let Some(generation) = listing
+        .iter()
+        .filter_map(|e| parse_super_name(&e.key))
+        .max()
+    else {
+        return Ok(None);
+    };
+    let key = super_key(&meta.name, generation);
+    let bytes = store
+        .get(&key)
+        .await
+        .map_err(|e| err(format!("reading volume superblock {key}: {e}")))?;
+    let sb = decode_volume_super(&bytes).map_err(|e| {
+        err(format!(
+            "volume superblock {key} is corrupt ({e}); if the store is otherwise sound, delete it to recover from the object listing"
+        ))
+    })?;
+    if sb.volume != meta.volume || sb.generation != generation {
+        return Err(err(format!(
+            "volume superblock {key} belongs to another volume or generation"
+        )));
+    }
+    Ok(Some(sb))
+}
+
+/// Why a superblock generation could not be written.
+#[derive(Debug)]
+pub enum WriteError {
+    /// Another process wrote this generation: it owns the volume now.
+    Superseded { generation: u64 },
+    /// The store kept failing.
+    Store(String),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::Superseded { generation } => write!(
+                f,
+                "another lsvd process has taken over the volume (superblock generation {generation} was written by a different session)"
+            ),
+            WriteError::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Write `sb` (its generation must be one past the newest) with put-if-absent,
+/// retrying transient failures. A reply lost after the PUT landed is recognized by
+/// reading the generation back and comparing the session id. Then delete generations
+/// older than [`GENERATIONS_KEPT`] (best effort).
+/// `attempts` bounds the tries on transient errors (12 take about 30 s).
+pub async fn write(
+    store: &DynStore,
+    name: &str,
+    sb: &VolumeSuper,
+    attempts: u32,
+) -> Result<(), WriteError> {
+    let key = super_key(name, sb.generation);
+    let bytes = encode_volume_super(sb);
+    let mut backoff = Duration::from_millis(50);
+    let mut last_error = String::new();
+    for attempt in 1..=attempts.max(1) {
+        match store.put(&key, bytes.clone(), PutMode::IfAbsent).await {
+            Ok(()) => {
+                delete_old(store, name, sb.generation).await;
+                return Ok(());
+            }
+            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+                return match store.get(&key).await {
+                    Ok(found) => match decode_volume_super(&found) {
+                        Ok(other) if other.session == sb.session => {
+                            delete_old(store, name, sb.generation).await;
+                            Ok(())
+                        }
+                        _ => Err(WriteError::Superseded {
+                            generation: sb.generation,
+                        }),
+                    },
+                    Err(e) => Err(WriteError::Store(format!(
+                        "superblock {key} exists but cannot be read back: {e}"
+                    ))),
+                };
+            }
+            Err(e) if e.kind == StoreErrorKind::Permanent => {
+                return Err(WriteError::Store(format!("writing {key}: {e}")));
+            }
+            Err(e) => {
+                last_error = e.to_string();
+                if attempt == 1 {
+                    crate::log::warn(&format!("writing {key} failed, retrying: {e}"));
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    Err(WriteError::Store(format!(
+        "writing {key} failed {attempts} times: {last_error}"
+    )))
+}
+
+async fn delete_old(store: &DynStore, name: &str, newest: u64) {
+    let Some(oldest_kept) = newest.checked_sub(GENERATIONS_KEPT - 1) else {
+        return;
+    };
+    let Ok(listing) = store.list(&super_prefix(name)).await else {
+        return;
+    };
+    for g in listing.iter().filter_map(|e| parse_super_name(&e.key)) {
+        if g < oldest_kept
+            && let Err(e) = store.delete(&super_key(name, g)).await
+        {
+            crate::log::warn(&format!(
+                "could not delete old superblock generation {g}: {e}"
+            ));
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The volume superblock in the store: generations, fencing, and what recovery
+//! refuses when the store lost objects the superblock vouches for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lsvd_core::format::object::ObjectKind;
+use lsvd_core::format::volume_super::VolumeSuper;
+
+use super::config::RecoveryMode;
+use super::keys::{object_key, parse_object_name, parse_super_name};
+use super::volume_super::{WriteError, read_newest, write};
+use super::{EngineConfig, Volume, create_volume, open_volume, read_meta};
+use crate::store::DynStore;
+use crate::store::mem::MemStore;
+use crate::testutil::TempDir;
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 64 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 16 << 20,
+        checkpoint_every_objects: 2,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    }
+}
+
+async fn setup() -> (TempDir, MemStore, DynStore) {
+    let dir = TempDir::new("engine-vsuper");
+    let mem = MemStore::new();
+    let store: DynStore = Arc::new(mem.clone());
+    create_volume(&store, "v", 4 << 20).await.expect("create");
+    (dir, mem, store)
+}
+
+fn generations(mem: &MemStore) -> Vec<u64> {
+    mem.snapshot()
+        .iter()
+        .filter_map(|(k, _)| parse_super_name(k))
+        .collect()
+}
+
+async fn write_blocks(vol: &Volume, first: u64, n: u64, fill: u8) {
+    for b in first..first + n {
+        vol.write(b * 4096, vec![fill; 4096], false)
+            .await
+            .expect("write");
+    }
+    vol.flush().await.expect("flush");
+}
+
+async fn wait_idle(vol: &Volume) {
+    for _ in 0..500 {
+        let s = vol.status();
+        if s.uploads_pending == 0 && s.log_used_bytes == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("uploads did not finish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_and_checkpoints_write_new_generations_and_old_ones_are_pruned() {
+    let (dir, mem, store) = setup().await;
+    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    assert_eq!(rep.superblock_generation, 1);
+    assert_eq!(generations(&mem), vec![1]);
+    // 64 KiB batches, a checkpoint every two objects: several checkpoints.
+    write_blocks(&vol, 0, 160, 1).await;
+    wait_idle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+    let gens = generations(&mem);
+    let newest = *gens.last().expect("generations");
+    assert!(newest >= 5, "checkpoints wrote generations: {gens:?}");
+    assert!(
+        gens.len() <= 4 && gens == (newest + 1 - gens.len() as u64..=newest).collect::<Vec<_>>(),
+        "old generations pruned, newest kept: {gens:?}"
+    );
+    let meta = read_meta(&store, "v").await.expect("meta");
+    let sb = read_newest(&store, &meta)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert!(sb.clean, "the shutdown checkpoint's generation says clean");
+    let c = sb.newest_checkpoint.expect("names a checkpoint");
+    assert!(
+        mem.snapshot()
+            .iter()
+            .any(|(k, _)| parse_object_name(k) == Some((c, ObjectKind::Checkpoint))),
+        "the named checkpoint exists"
+    );
+    assert_eq!(sb.durable_through, c + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_opener_supersedes_the_first_which_stops_writing() {
+    let (dir, _mem, store) = setup().await;
+    let (first, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_blocks(&first, 0, 8, 1).await;
+    wait_idle(&first).await;
+    // Another process (another data directory) opens the same volume.
+    let dir2 = TempDir::new("engine-vsuper-2");
+    let (second, _) = open_volume(store.clone(), "v", dir2.path(), config())
+        .await
+        .expect("second open");
+    // The first one's next checkpoint finds its generation taken and fails the volume.
+    for b in 0..64u64 {
+        if first.write(b * 4096, vec![2; 4096], false).await.is_err() {
+            break;
+        }
+        if b % 8 == 7 {
+            let _ = first.flush().await;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    let mut refused = false;
+    for _ in 0..200 {
+        if first.write(0, vec![3; 4096], false).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the superseded process kept accepting writes");
+    first.crash();
+    assert_eq!(
+        second.read(0, 4096).await.expect("read"),
+        vec![1; 4096],
+        "the new owner serves what the store held when it opened"
+    );
+    second.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_is_not_mistaken_for_another_writer() {
+    let (_dir, _mem, store) = setup().await;
+    let meta = read_meta(&store, "v").await.expect("meta");
+    let sb = VolumeSuper {
+        volume: meta.volume,
+        generation: 7,
+        session: 11,
+        clean: false,
+        newest_checkpoint: None,
+        previous_checkpoint: None,
+        durable_through: 1,
+        last_record_seq: 0,
+        written_unix_ms: 0,
+    };
+    write(&store, "v", &sb, 3).await.expect("first write");
+    // The same session again (its first reply was lost): success.
+    write(&store, "v", &sb, 3)
+        .await
+        .expect("retry after a lost reply");
+    // Another session: superseded.
+    let other = VolumeSuper { session: 12, ..sb };
+    assert!(matches!(
+        write(&store, "v", &other, 3).await,
+        Err(WriteError::Superseded { generation: 7 })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
+    let (dir, mem, store) = setup().await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_blocks(&vol, 0, 40, 1).await;
+    wait_idle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let meta = read_meta(&store, "v").await.expect("meta");
+    let sb = read_newest(&store, &meta)
+        .await
+        .expect("read")
+        .expect("exists");
+    let c = sb.newest_checkpoint.expect("checkpoint");
+    let key = object_key("v", c, ObjectKind::Checkpoint);
+    store.delete(&key).await.expect("delete");
+    assert!(!mem.snapshot().iter().any(|(k, _)| *k == key));
+    // Cache lost too, so nothing else can vouch for the data.
+    let fresh = TempDir::new("engine-vsuper-fresh");
+    let e = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .err()
+        .expect("strict recovery must refuse");
+    assert!(
+        e.to_string().contains(&key) && e.to_string().contains("accept-prefix"),
+        "error names the missing checkpoint and the way out: {e}"
+    );
+    let (vol, _) = open_volume(
+        store.clone(),
+        "v",
+        fresh.path(),
+        EngineConfig {
+            recovery_mode: RecoveryMode::AcceptPrefix,
+            ..config()
+        },
+    )
+    .await
+    .expect("accept-prefix opens");
+    vol.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_counting_as_landed() {
+    let (dir, _mem, store) = setup().await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    // Another process got to the next object key first (a retried PUT used to take
+    // "already exists" as its own lost reply).
+    let next = vol.status().next_object_seq;
+    let key = object_key("v", next, ObjectKind::Data);
+    store
+        .put(&key, vec![0xEE; 8192], crate::store::PutMode::IfAbsent)
+        .await
+        .expect("foreign put");
+    let mut refused = false;
+    for b in 0..200u64 {
+        if vol
+            .write((b % 64) * 4096, vec![1; 4096], false)
+            .await
+            .is_err()
+        {
+            refused = true;
+            break;
+        }
+        if b % 16 == 15 {
+            let _ = vol.flush().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(
+        refused,
+        "the volume kept writing over another writer's object"
+    );
+    vol.crash();
+}
