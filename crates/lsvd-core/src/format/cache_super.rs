@@ -17,7 +17,8 @@
 //!     56    8 log region end (byte offset)
 //!     64    8 tail offset: where the oldest record still needed starts
 //!     72    8 tail sequence number: that record's sequence number
-//!     80    8 reserved (0)
+//!     80    8 index epoch: random per open; a write-log index counts only if it
+//!             carries the same epoch (0 = none; older builds wrote 0 here)
 //! ```
 
 use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
@@ -38,6 +39,8 @@ pub struct CacheSuper {
     pub log_end: u64,
     pub tail_offset: u64,
     pub tail_seq: u64,
+    /// Chosen at each open; write-log indexes written during that open carry it.
+    pub index_epoch: u64,
 }
 
 /// Encode into a full 4 KiB block.
@@ -54,7 +57,7 @@ pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     w.u64(s.log_end);
     w.u64(s.tail_offset);
     w.u64(s.tail_seq);
-    w.u64(0);
+    w.u64(s.index_epoch);
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.zeros(CACHE_SUPER_BYTES - ENCODED_BYTES);
@@ -92,6 +95,7 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         log_end: r.u64()?,
         tail_offset: r.u64()?,
         tail_seq: r.u64()?,
+        index_epoch: r.u64()?,
     };
     if !(s.log_start <= s.tail_offset && s.tail_offset < s.log_end && s.log_end <= s.file_bytes) {
         return Err(invalid(WHAT, "log region or tail out of bounds"));
@@ -122,6 +126,7 @@ mod tests {
             log_end: 1 << 30,
             tail_offset: 8192,
             tail_seq: 1,
+            index_epoch: 9,
         }
     }
 

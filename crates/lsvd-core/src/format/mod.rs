@@ -8,6 +8,7 @@
 pub mod cache_super;
 pub mod checkpoint;
 pub mod keyed_hash;
+pub mod log_index;
 pub mod object;
 pub mod record;
 pub mod volume_meta;

@@ -152,6 +152,32 @@ pub fn encode_record(
     w.buf
 }
 
+/// The header bytes of a decoded record without padding (`64 + 16 * extents`),
+/// exactly as they are on disk: what the write-log index stores per record.
+pub fn encode_header_prefix(h: &RecordHeader) -> Vec<u8> {
+    let mut w = Writer::with_capacity(FIXED_BYTES + EXTENT_BYTES * h.extents.len());
+    w.bytes(RECORD_MAGIC);
+    w.u16(h.version);
+    w.u16(0);
+    w.u32(h.header_bytes);
+    w.bytes(&h.volume.0);
+    w.u64(h.seq);
+    w.u32(h.extents.len() as u32);
+    w.u32(h.data_sectors);
+    w.u32(h.crc);
+    w.u32(h.prev_crc);
+    w.u64(h.data_hash);
+    for e in &h.extents {
+        w.u64(e.lba);
+        w.u32(e.sectors);
+        w.u32(match e.kind {
+            ExtentKind::Data => 0,
+            ExtentKind::Zero => 1,
+        });
+    }
+    w.buf
+}
+
 /// Decode the header from the first bytes of a record (at least the whole header).
 /// Does not check the CRC: that needs the data, see [`verify_record`].
 pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
@@ -377,6 +403,16 @@ mod tests {
             &buf[80..96],
             &[100, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0]
         );
+    }
+
+    #[test]
+    fn header_prefix_is_the_on_disk_header() {
+        let buf = sample();
+        let h = decode_record_header(&buf).expect("decodes");
+        let prefix = encode_header_prefix(&h);
+        assert_eq!(prefix.len(), 64 + 16 * 2);
+        assert_eq!(&prefix[..], &buf[..prefix.len()]);
+        assert_eq!(decode_record_header(&prefix).expect("prefix decodes"), h);
     }
 
     #[test]

@@ -21,6 +21,9 @@ mod checkpoint_tests;
 pub mod config;
 mod gc;
 pub mod keys;
+mod log_index;
+#[cfg(test)]
+mod log_index_tests;
 pub mod log_space;
 pub(crate) mod open;
 mod read;
@@ -115,6 +118,8 @@ pub struct Stats {
     pub objects_written: AtomicU64,
     pub checkpoints_written: AtomicU64,
     pub superblocks_written: AtomicU64,
+    pub log_index_written: AtomicU64,
+    pub log_index_skipped: AtomicU64,
     pub gc_passes: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
@@ -133,6 +138,13 @@ pub(crate) struct State {
     last_record_crc: u32,
     next_object_seq: u64,
     objects_since_checkpoint: u64,
+    /// Headers of the records still in the log (from the tail), for the log index.
+    log_headers: std::collections::VecDeque<(u64, lsvd_core::format::record::RecordHeader)>,
+    /// Every record through this sequence number is synced to the cache device.
+    log_synced_through: u64,
+    /// Log bytes appended since the last write-log index.
+    log_bytes_since_index: u64,
+    log_index_generation: u64,
     /// When the newest checkpoint was queued (or the volume opened).
     last_checkpoint_queued_at: Instant,
     upload_queue: VecDeque<PendingObject>,
@@ -196,6 +208,10 @@ pub(crate) struct Shared {
     failed: AtomicBool,
     log_start: u64,
     log_end: u64,
+    /// Regions of the cache file (log, index slots).
+    layout: log_index::CacheLayout,
+    /// This open's write-log index epoch (in every cache superblock it writes).
+    index_epoch: u64,
 }
 
 impl Shared {

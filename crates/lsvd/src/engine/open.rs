@@ -32,11 +32,13 @@ use lsvd_core::store_state::StoreState;
 
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::{meta_key, object_key, objects_prefix, parse_object_name, validate_volume_name};
+use super::log_index::{self, CacheLayout};
 use super::log_space::LogSpace;
 use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::{Shared, State, Stats, Volume, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::store::{DynStore, PutMode, StoreErrorKind};
+use lsvd_core::format::log_index::LogIndex;
 use lsvd_core::format::volume_super::VolumeSuper;
 
 /// What recovery found and did.
@@ -48,6 +50,8 @@ pub struct OpenReport {
     pub stranded_deleted: Vec<u64>,
     /// The volume superblock generation this open claimed.
     pub superblock_generation: u64,
+    /// Write-log records taken from the write-log index instead of read from the log.
+    pub log_records_from_index: u64,
     pub log_records_replayed: u64,
     pub log_bytes_replayed: u64,
     pub cache_created: bool,
@@ -353,10 +357,45 @@ pub(crate) struct FoundRecord {
 /// Follow the record chain from `(offset, seq)`: each record must have the next
 /// sequence number, this volume's id and a valid checksum. The first failure ends it.
 pub(crate) fn scan_log(cache: &dyn CacheDevice, sb: &CacheSuper) -> Vec<FoundRecord> {
+    scan_log_with_index(cache, sb, None)
+}
+
+/// [`scan_log`], taking the records from `index` (durable when it was written, so
+/// their data need not be read) as far as it goes from the superblock's tail, then
+/// following the chain on disk from there.
+pub(crate) fn scan_log_with_index(
+    cache: &dyn CacheDevice,
+    sb: &CacheSuper,
+    index: Option<&LogIndex>,
+) -> Vec<FoundRecord> {
     let mut out = Vec::new();
     let mut offset = sb.tail_offset;
     let mut expect = sb.tail_seq;
     let mut prev_crc: Option<u32> = None;
+    let indexed = index.map_or(&[][..], |i| &i.records[..]);
+    if let Some(start) = indexed
+        .iter()
+        .position(|r| r.header.seq == sb.tail_seq && r.offset == sb.tail_offset)
+    {
+        for r in &indexed[start..] {
+            if r.header.volume != sb.volume
+                || r.offset < sb.log_start
+                || r.offset + r.header.total_bytes() > sb.log_end
+            {
+                break;
+            }
+            prev_crc = Some(r.header.crc);
+            offset = r.offset + r.header.total_bytes();
+            if offset >= sb.log_end {
+                offset = sb.log_start;
+            }
+            expect = r.header.seq + 1;
+            out.push(FoundRecord {
+                offset: r.offset,
+                header: r.header.clone(),
+            });
+        }
+    }
     let try_at = |offset: u64, expect: u64, prev_crc: Option<u32>| -> Option<FoundRecord> {
         if offset + LOG_ALIGN_BYTES > sb.log_end {
             return None;
@@ -517,15 +556,6 @@ async fn open_inner(
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
 
-    let log_start = 2 * CACHE_SUPER_BYTES as u64;
-    let log_end = cache.size_bytes() / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
-    if log_end < log_start + MIN_LOG_SIZE_BYTES / 2 {
-        return Err(err(format!(
-            "write log {} is too small ({} bytes)",
-            cache_name,
-            cache.size_bytes()
-        )));
-    }
     let mut a = vec![0u8; CACHE_SUPER_BYTES];
     let mut b = vec![0u8; CACHE_SUPER_BYTES];
     cache.read_at(&mut a, 0)?;
@@ -549,6 +579,32 @@ async fn open_inner(
         }
     };
 
+    let layout = match existing {
+        Some(sb) => CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end)
+            .ok_or_else(|| {
+                err(format!(
+                    "write log {cache_name} has an impossible layout (log {}..{} in {} bytes); move it away to start from the store",
+                    sb.log_start,
+                    sb.log_end,
+                    cache.size_bytes()
+                ))
+            })?,
+        None => CacheLayout::for_new_file(cache.size_bytes()),
+    };
+    let (log_start, log_end) = (layout.log_start, layout.log_end);
+    if log_end < log_start + MIN_LOG_SIZE_BYTES / 2 {
+        return Err(err(format!(
+            "write log {} is too small ({} bytes)",
+            cache_name,
+            cache.size_bytes()
+        )));
+    }
+    let log_index = existing.and_then(|sb| {
+        log_index::read_newest(cache.as_ref(), &layout, meta.volume, sb.index_epoch)
+    });
+    let index_epoch = random_session_id().max(1);
+    let log_index_generation = log_index.as_ref().map_or(0, |i| i.generation);
+
     let mut generation = existing.map_or(0, |sb| sb.generation);
     let mut chain = Vec::new();
     if let Some(sb) = existing {
@@ -558,7 +614,14 @@ async fn open_inner(
                 sb.tail_seq - 1
             )));
         }
-        chain = scan_log(cache.as_ref(), &sb);
+        chain = scan_log_with_index(cache.as_ref(), &sb, log_index.as_ref());
+        let from_index = log_index.as_ref().map_or(0, |i| {
+            chain
+                .iter()
+                .take_while(|r| i.records.iter().any(|x| x.header.seq == r.header.seq))
+                .count()
+        });
+        report.log_records_from_index = from_index as u64;
     }
     // The newest valid record: appends continue after it, chained to its CRC.
     let chain_end = chain.last().map(|r| {
@@ -614,6 +677,11 @@ async fn open_inner(
             next_record_seq,
             last_record_crc,
             objects_since_checkpoint: 0,
+            log_headers: Default::default(),
+            // Everything on the device now is synced below, before serving.
+            log_synced_through: next_record_seq - 1,
+            log_bytes_since_index: 0,
+            log_index_generation,
             last_checkpoint_queued_at: std::time::Instant::now(),
             upload_queue: Default::default(),
             uploads_in_flight: 0,
@@ -647,6 +715,8 @@ async fn open_inner(
         volume_super_writes: tokio::sync::Mutex::new(()),
         log_start,
         log_end,
+        layout,
+        index_epoch,
         config: config.clone(),
     });
     {
@@ -654,6 +724,7 @@ async fn open_inner(
         for r in &replay {
             let bytes = r.header.total_bytes();
             log.push(r.header.seq, r.offset, bytes);
+            st.log_headers.push_back((r.offset, r.header.clone()));
             writer::apply_record(&shared, &mut st, r.header.seq, r.offset, &r.header.extents);
             report.log_records_replayed += 1;
             report.log_bytes_replayed += r.header.data_bytes();
@@ -683,6 +754,7 @@ async fn open_inner(
         log_end,
         tail_offset,
         tail_seq,
+        index_epoch,
     };
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
     cache.write_at(&encode_cache_super(&sb), slot)?;

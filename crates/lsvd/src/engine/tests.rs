@@ -353,10 +353,11 @@ async fn recovery_time_with_one_gib_of_log() {
         .expect("reopen");
     let open = t.elapsed();
     println!(
-        "log held {} MiB not in the store; recovery replayed {} records ({} MiB) in {:?}",
+        "log held {} MiB not in the store; recovery replayed {} records ({} MiB, {} records from the write-log index) in {:?}",
         status.log_used_bytes >> 20,
         report.log_records_replayed,
         report.log_bytes_replayed >> 20,
+        report.log_records_from_index,
         open
     );
     assert!(report.log_bytes_replayed >= gib);

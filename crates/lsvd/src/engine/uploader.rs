@@ -413,6 +413,7 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
             log_end: shared.log_end,
             tail_offset,
             tail_seq,
+            index_epoch: shared.index_epoch,
         };
         (sb, through)
     };
@@ -427,6 +428,13 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
     }
     let mut st = shared.lock();
     st.log.free_through(through);
+    while st
+        .log_headers
+        .front()
+        .is_some_and(|(_, h)| h.seq <= through)
+    {
+        st.log_headers.pop_front();
+    }
     drop(st);
     shared.space_freed.notify_all();
 }

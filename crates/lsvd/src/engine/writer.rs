@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use lsvd_core::format::SECTOR_BYTES;
-use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record, record_bytes_for};
+use lsvd_core::format::record::{
+    ExtentKind, RecordExtent, decode_record_header, encode_record, record_bytes_for,
+};
 use tokio::sync::oneshot;
 
 use super::{LogPos, PendingObject, Shared, State};
@@ -224,8 +226,13 @@ fn append(
             (seq, offset, st.last_record_crc)
         };
         let record = encode_record(shared.meta.volume, seq, prev_crc, extents, data);
-        shared.lock().last_record_crc =
-            u32::from_le_bytes([record[48], record[49], record[50], record[51]]);
+        let header = decode_record_header(&record).expect("a record just encoded decodes");
+        {
+            let mut st = shared.lock();
+            st.last_record_crc = header.crc;
+            st.log_bytes_since_index += total;
+            st.log_headers.push_back((offset, header));
+        }
         if let Err(e) = shared.cache.write_at(&record, offset) {
             shared.fail(&format!("write-log write failed: {e}"));
             return Err(e);
@@ -256,7 +263,13 @@ fn sync(shared: &Shared, dirty: &mut bool) -> io::Result<()> {
         return Err(e);
     }
     *dirty = false;
+    {
+        // Only this thread appends, so every record reserved so far is written.
+        let mut st = shared.lock();
+        st.log_synced_through = st.next_record_seq - 1;
+    }
     shared.stats.log_syncs.fetch_add(1, Ordering::Relaxed);
+    super::log_index::maybe_write(shared);
     Ok(())
 }
 

@@ -653,6 +653,7 @@ async fn recover_and_check(
         .map_err(|e| format!("{label}: recovery failed: {e}"))?;
     notes.push(format!("{label}: {rep:?}"));
     stats.add("log_records_replayed", rep.log_records_replayed);
+    stats.add("log_records_from_index", rep.log_records_from_index);
     stats.add("objects_replayed", rep.objects_replayed);
     stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
     let seen = read_state(&inc.vol, nblocks)
@@ -903,6 +904,8 @@ async fn store_faults_round(
         Ok((new, rep)) => {
             notes.push(format!("cache intact: {rep:?}"));
             stats.add("log_records_replayed", rep.log_records_replayed);
+            stats.add("log_records_from_index", rep.log_records_from_index);
+            stats.add("log_records_from_index", rep.log_records_from_index);
             stats.add("objects_replayed", rep.objects_replayed);
             stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
             if expect_refusal {
