@@ -221,6 +221,15 @@ fn check_log(
         return;
     }
     let chain = scan_log(&file, &sb);
+    let (index, index_problems) = crate::engine::log_index::check_against_chain(&file, &sb, &chain);
+    if let Some(i) = &index {
+        println!(
+            "  write-log index: generation {}, {} records",
+            i.generation,
+            i.records.len()
+        );
+    }
+    problems.extend(index_problems);
     let pending: Vec<_> = chain
         .iter()
         .filter(|r| r.header.seq > last_in_store)

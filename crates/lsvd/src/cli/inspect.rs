@@ -187,6 +187,21 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
             let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
                 .map_err(|e| e.to_string())?;
             let chain = scan_log(&file, &sb);
+            match crate::engine::log_index::check_against_chain(&file, &sb, &chain) {
+                (Some(i), problems) => println!(
+                    "write-log index: generation {}, {} records (seq {}..={}){}",
+                    i.generation,
+                    i.records.len(),
+                    i.records.first().map_or(0, |r| r.header.seq),
+                    i.records.last().map_or(0, |r| r.header.seq),
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; PROBLEMS: {}", problems.join("; "))
+                    }
+                ),
+                (None, _) => println!("write-log index: none valid for this open"),
+            }
             println!("{} records on the chain", chain.len());
             for r in &chain {
                 println!(

@@ -176,6 +176,34 @@ pub(crate) fn maybe_write(shared: &Shared) {
     }
 }
 
+/// The index of the file, if its superblock's epoch names one, with what is wrong
+/// with it compared to the verified chain (`lsvd check`): every record both know
+/// must be the same record at the same place.
+pub(crate) fn check_against_chain(
+    cache: &dyn CacheDevice,
+    sb: &lsvd_core::format::cache_super::CacheSuper,
+    chain: &[super::open::FoundRecord],
+) -> (Option<LogIndex>, Vec<String>) {
+    let Some(layout) = CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end) else {
+        return (None, vec!["impossible log layout in the superblock".into()]);
+    };
+    let Some(index) = read_newest(cache, &layout, sb.volume, sb.index_epoch) else {
+        return (None, Vec::new());
+    };
+    let mut problems = Vec::new();
+    for r in &index.records {
+        if let Some(c) = chain.iter().find(|c| c.header.seq == r.header.seq)
+            && (c.offset != r.offset || c.header != r.header)
+        {
+            problems.push(format!(
+                "write-log index generation {} describes record {} differently from the log",
+                index.generation, r.header.seq
+            ));
+        }
+    }
+    (Some(index), problems)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ mod checkpoint_tests;
 pub mod config;
 mod gc;
 pub mod keys;
-mod log_index;
+pub(crate) mod log_index;
 #[cfg(test)]
 mod log_index_tests;
 pub mod log_space;
