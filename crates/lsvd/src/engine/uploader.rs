@@ -298,6 +298,27 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
             return;
         }
         attempt += 1;
+        // Fencing: stop before writing if another process has claimed the volume.
+        let current = *shared
+            .volume_super
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match super::volume_super::superseded(&shared.store, &shared.meta.name, &current).await {
+            Ok(false) => {}
+            Ok(true) => {
+                shared.fail(&format!(
+                    "another lsvd process has taken over the volume (superblock generation {} exists); not uploading {key}",
+                    current.generation + 1
+                ));
+                return;
+            }
+            Err(e) => {
+                crate::log::warn(&format!("cannot check volume ownership before {key}: {e}"));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        }
         shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
         match shared
             .store

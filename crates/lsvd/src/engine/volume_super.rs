@@ -137,6 +137,21 @@ pub async fn write(
     )))
 }
 
+/// Has another process claimed the volume since `current` (the generation this
+/// process wrote last)? One small GET of the next generation's key; checked before
+/// every upload, so a superseded process stops within one object.
+pub async fn superseded(
+    store: &DynStore,
+    name: &str,
+    current: &VolumeSuper,
+) -> Result<bool, crate::store::StoreError> {
+    match store.get(&super_key(name, current.generation + 1)).await {
+        Ok(bytes) => Ok(decode_volume_super(&bytes).map_or(true, |s| s.session != current.session)),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 async fn delete_old(store: &DynStore, name: &str, newest: u64) {
     let Some(oldest_kept) = newest.checked_sub(GENERATIONS_KEPT - 1) else {
         return;
