@@ -76,6 +76,16 @@
 //!   chosen device I/O, store mutation, or moment while replayed records upload); the
 //!   second recovery is judged by the same rule.
 //!
+//! # Against S3
+//!
+//! Under `LSVD_TEST_STORE=s3` (see `common/mod.rs`) the process kinds keep their
+//! volume in the test bucket instead of a local directory, so SIGKILL, recovery and
+//! rebuild from the store run against a real S3 server:
+//! `scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 LSVD_ORACLE_POINTS=5 cargo test -p
+//! lsvd --test crash_oracle process_`. The in-process kinds always use an in-memory
+//! (sometimes a local directory) store behind the fault-injecting `FaultyStore`,
+//! whatever the variable says.
+//!
 //! # Seeds and replay
 //!
 //! Every choice comes from a seed. A failure prints the crash kind, the episode seed,
@@ -96,6 +106,7 @@
 //! the crash image (live or stale) and every store object that maps the block, whose
 //! stamp sits there, and the device writes that touched it.
 
+mod common;
 mod oracle;
 
 use oracle::inproc::{self, Kind};
