@@ -8,7 +8,7 @@
 #   cli, nbd_clients, persistence, ext4
 #                 real clients, restarts, SIGKILL, rebuild from the store, GC
 #   crash_oracle  the process-level kinds (process_sigkill, process_cache_deleted),
-#                 LSVD_S3_ORACLE_POINTS crash points each (default 10)
+#                 LSVD_S3_ORACLE_POINTS crash points each (default 20)
 #
 #   scripts/test-s3.sh
 #
@@ -26,6 +26,6 @@ start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
     --test s3_store --test cli --test nbd_clients --test persistence --test ext4
-LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-10}" \
+LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_
 echo "test-s3: the S3 pass took $((SECONDS - start)) s" >&2

@@ -66,16 +66,20 @@ fn s3_bucket(test: &str) -> Option<String> {
         return env("LSVD_TEST_S3_BUCKET");
     }
     let msg = format!(
-        "SKIPPED {test}: needs an S3 server ({} unset). Run: \
+        "{test}: needs an S3 server ({} unset). Run: \
          scripts/with-versitygw.sh cargo test -p lsvd --test s3_store",
         missing.join(", ")
     );
     if let Some(why) = s3_required() {
-        panic!("{msg} ({why}: an S3 server is required)");
+        panic!("{msg}\nNot skipped: {why}, so an S3 server is required.");
     }
     // Straight to stderr: libtest captures `eprintln!` of passing tests.
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "\n{0}\n{msg}\n{0}", "=".repeat(78));
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{0}\nSKIPPED {msg}\n{0}",
+        "=".repeat(78)
+    );
     None
 }
 
