@@ -40,6 +40,7 @@ def fio(target_args, job_args, runtime, size):
             continue
         lat = x.get("clat_ns", {}).get("percentile", {})
         res[d] = {
+            "io_bytes": x["io_bytes"],
             "iops": x["iops"],
             "mbps": x["bw_bytes"] / 1e6,
             "p50_us": lat.get("50.000000", 0) / 1000,
@@ -57,8 +58,24 @@ def precondition(target_args, size):
 
 
 class Target:
-    def __init__(self, name, fio_args, stop=None, backend=None):
-        self.name, self.fio_args, self.stop, self.backend = name, fio_args, stop, backend
+    """fio arguments for one target; `backend` returns cumulative store counters
+    (puts, gets, store_write_bytes, client_write_bytes or None, read cache hits and
+    misses or None) when the target has a store behind it, and `settled` says whether
+    the store has caught up with every write (nothing left in a write log or a dirty
+    cache)."""
+
+    def __init__(self, name, fio_args, backend=None, settled=None):
+        self.name, self.fio_args, self.backend, self.settled = name, fio_args, backend, settled
+
+    def settle(self, timeout=600):
+        """Wait until the store has caught up; returns the seconds it took."""
+        t0 = time.time()
+        while self.settled and not self.settled():
+            if time.time() - t0 > timeout:
+                print(f"   store did not catch up within {timeout} s", file=sys.stderr)
+                break
+            time.sleep(0.5)
+        return time.time() - t0
 
 
 def start(cmd, **kw):
@@ -85,6 +102,69 @@ def scrape(port):
     return vals
 
 
+def lsvd_counters(port):
+    v = scrape(port)
+    return {
+        "puts": v.get("lsvd_store_puts_total", 0),
+        "gets": v.get("lsvd_store_gets_total", 0),
+        "store_write_bytes": v.get("lsvd_store_write_bytes_total", 0),
+        "client_write_bytes": v.get("lsvd_client_write_bytes_total", 0),
+        "read_cache_hits": v.get("lsvd_read_cache_hits_total", 0),
+        "read_cache_misses": v.get("lsvd_read_cache_misses_total", 0),
+    }
+
+
+def lsvd_settled(port):
+    v = scrape(port)
+    return v.get("lsvd_log_used_bytes", 1) == 0 and v.get("lsvd_uploads_pending", 1) == 0
+
+
+def s3backer_settled(path):
+    return s3backer_stats(path).get("block_cache_dirty_ratio", 1) == 0
+
+
+def s3backer_stats(path):
+    """The `stats` file of an s3backer mount: {name: number}."""
+    vals = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 2:
+                try:
+                    vals[parts[0]] = float(parts[1])
+                except ValueError:
+                    pass
+    return vals
+
+
+def s3backer_counters(path, block_size):
+    v = s3backer_stats(path)
+    return {
+        # Blocks of zeros are DELETEd, not PUT (http_deletes, not counted here).
+        "puts": v.get("http_puts", 0),
+        "gets": v.get("http_gets", 0),
+        "store_write_bytes": v.get("http_normal_blocks_written", 0) * block_size,
+        "client_write_bytes": None,  # from fio
+        "read_cache_hits": v.get("block_cache_read_hits"),
+        "read_cache_misses": v.get("block_cache_read_misses"),
+    }
+
+
+def s3_env():
+    """(endpoint, access key id, secret, bucket) from scripts/with-versitygw.sh."""
+    names = ["AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "LSVD_TEST_S3_BUCKET"]
+    vals = [os.environ.get(n, "") for n in names]
+    missing = [n for n, v in zip(names, vals) if not v]
+    if missing:
+        sys.exit(f"bench: --s3 needs {', '.join(missing)}: run through scripts/with-versitygw.sh (bench/run.sh does)")
+    return vals
+
+
+def mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
 def free_port():
     import socket
     s = socket.socket()
@@ -98,7 +178,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lsvd", required=True)
     ap.add_argument("--quick", action="store_true", help="short runs (smoke test)")
-    ap.add_argument("--s3", action="store_true", help="also lsvd on versitygw (needs scripts/with-versitygw.sh env)")
+    ap.add_argument("--s3", action="store_true",
+                    help="also lsvd and s3backer on versitygw (needs the scripts/with-versitygw.sh environment)")
+    ap.add_argument("--s3backer-block-size", default="4k", help="s3backer --blockSize (default 4k)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--dir", default=None, help="scratch directory on the disk to test (default: under /var/tmp)")
     a = ap.parse_args()
@@ -109,6 +191,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     results = {}
     procs = []
+    mounts = []
     try:
         targets = []
         raw = os.path.join(scratch, "raw.img")
@@ -133,13 +216,68 @@ def main():
         procs.append(lp)
         wait_for(lsock)
         targets.append(Target("lsvd local store", ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={lsock}"],
-                              backend=port))
+                              backend=lambda port=port: lsvd_counters(port),
+                              settled=lambda port=port: lsvd_settled(port)))
+        if a.s3:
+            endpoint, key_id, secret, bucket = s3_env()
+            # lsvd with its volume in the versitygw bucket (write log and read cache local).
+            store = f"s3://{bucket}/bench-lsvd"
+            sdata = os.path.join(scratch, "lsvd-s3-data")
+            subprocess.run([a.lsvd, "--data", sdata, "--store", store, "create", "bench", "--size", vol_size],
+                           check=True, capture_output=True)
+            ssock = os.path.join(scratch, "lsvd-s3.sock")
+            sport = free_port()
+            procs.append(start([a.lsvd, "--data", sdata, "--store", store, "serve", "bench", "--socket", ssock,
+                                "--log-size", "2G", "--read-cache-size", "1G", "--metrics", f"127.0.0.1:{sport}"]))
+            wait_for(ssock, timeout=120)
+            targets.append(Target("lsvd on versitygw", ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={ssock}"],
+                                  backend=lambda port=sport: lsvd_counters(port),
+                                  settled=lambda port=sport: lsvd_settled(port)))
+            # s3backer: one FUSE file, one object per block, in the same bucket. The
+            # store is strongly consistent, so its eventual-consistency guards (MD5
+            # cache, minimum delay between writes of a block) are off; they would cap
+            # writes at --md5CacheSize per --md5CacheTime. Block cache: 1 GiB in memory,
+            # like lsvd's read cache; write-back after 250 ms (its default).
+            bs = a.s3backer_block_size
+            bs_bytes = int(bs[:-1]) * {"k": 1 << 10, "m": 1 << 20}[bs[-1].lower()] if bs[-1].isalpha() else int(bs)
+            mnt = os.path.join(scratch, "s3backer-mnt")
+            os.makedirs(mnt)
+            cred = os.path.join(scratch, "s3backer-passwd")
+            with open(os.open(cred, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(f"{key_id}:{secret}\n")
+            procs.append(start([
+                "s3backer", "-f", f"--baseURL={endpoint.rstrip('/')}/", f"--accessFile={cred}",
+                "--authVersion=aws4", f"--size={vol_size}", f"--blockSize={bs}", "--prefix=bench-s3backer/",
+                "--md5CacheSize=0", "--md5CacheTime=0", "--minWriteDelay=0",
+                f"--blockCacheSize={(1 << 30) // bs_bytes}", "--blockCacheThreads=32",
+                "--directIO", "--quiet", bucket, mnt]))
+            t0 = time.time()
+            while not mounted(mnt):
+                if procs[-1].poll() is not None:
+                    raise RuntimeError(f"s3backer exited: {procs[-1].stderr.read().decode(errors='replace')}")
+                if time.time() - t0 > 60:
+                    raise RuntimeError("s3backer did not mount within 60 s")
+                time.sleep(0.1)
+            mounts.append(mnt)
+            targets.append(Target("s3backer on versitygw",
+                                  ["--ioengine=libaio", "--direct=1", f"--filename={os.path.join(mnt, 'file')}"],
+                                  backend=lambda m=mnt, b=bs_bytes: s3backer_counters(os.path.join(m, "stats"), b),
+                                  settled=lambda m=mnt: s3backer_settled(os.path.join(m, "stats"))))
         for t in targets:
             print(f"== {t.name}", file=sys.stderr)
+            t0 = time.time()
             precondition(t.fio_args, size)
-            before = scrape(t.backend) if t.backend else None
+            print(f"   precondition ({size}) {time.time() - t0:.1f} s", file=sys.stderr)
+            if t.settled:
+                print(f"   store caught up {t.settle():.1f} s later", file=sys.stderr)
+            before = t.backend() if t.backend else None
             results[t.name] = {}
-            for job, args in JOBS:
+            catch_up = 0.0
+            for i, (job, args) in enumerate(JOBS):
+                if i > 0 and t.settled:
+                    # Each job starts with the store caught up, so the backlog one job
+                    # leaves (uploads, write-back) does not land on the next.
+                    catch_up += t.settle()
                 r = fio(t.fio_args, args, runtime, size)
                 if r is None:
                     print(f"   {job:24} n/a (not supported by this target)", file=sys.stderr)
@@ -149,17 +287,31 @@ def main():
                 print(f"   {job:24} {w.get('iops', 0):10.0f} IOPS {w.get('mbps', 0):8.1f} MB/s p99 {w.get('p99_us', 0):8.0f} us",
                       file=sys.stderr)
             if before is not None:
-                after = scrape(t.backend)
-                cw = after.get("lsvd_client_write_bytes_total", 0) - before.get("lsvd_client_write_bytes_total", 0)
-                sw = after.get("lsvd_store_write_bytes_total", 0) - before.get("lsvd_store_write_bytes_total", 0)
+                # Count what reaches the store for these writes: wait until the write
+                # log (lsvd) or the dirty block cache (s3backer) has drained.
+                catch_up += t.settle()
+                print(f"   waited {catch_up:.1f} s in all for the store to catch up after jobs", file=sys.stderr)
+                after = t.backend()
+                fio_written = sum(r.get("write", {}).get("io_bytes", 0)
+                                  for j, r in results[t.name].items() if isinstance(r, dict))
+                cw = (after["client_write_bytes"] - before["client_write_bytes"]
+                      if after["client_write_bytes"] is not None else fio_written)
+                sw = after["store_write_bytes"] - before["store_write_bytes"]
+                d = lambda k: (after[k] - before[k]) if after.get(k) is not None and before.get(k) is not None else None
                 results[t.name]["backend"] = {
-                    "store_puts": after.get("lsvd_store_puts_total", 0) - before.get("lsvd_store_puts_total", 0),
-                    "store_gets": after.get("lsvd_store_gets_total", 0) - before.get("lsvd_store_gets_total", 0),
+                    "store_puts": d("puts"),
+                    "store_gets": d("gets"),
+                    "client_write_bytes": cw,
+                    "store_write_bytes": sw,
                     "store_bytes_per_client_byte": (sw / cw) if cw else 0,
-                    "read_cache_hits": after.get("lsvd_read_cache_hits_total", 0) - before.get("lsvd_read_cache_hits_total", 0),
-                    "read_cache_misses": after.get("lsvd_read_cache_misses_total", 0) - before.get("lsvd_read_cache_misses_total", 0),
+                    "read_cache_hits": d("read_cache_hits"),
+                    "read_cache_misses": d("read_cache_misses"),
+                    "catch_up_s": catch_up,
                 }
     finally:
+        for m in mounts:
+            subprocess.run(["fusermount3" if shutil.which("fusermount3") else "fusermount", "-u", m],
+                           capture_output=True)
         for p in procs:
             stop_proc(p)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -197,12 +349,48 @@ def render(results):
             lines.append(f"| {job} | {n} | {iops:.0f} | {mbps:.1f} | {p50:.0f} | {p99:.0f} | "
                          f"{iops / base if base else 0:.2f}x | {iops / lref if lref else 0:.2f}x |")
     out = "\n".join(lines) + "\n"
-    for n in names:
-        b = results[n].get("backend")
-        if b:
-            out += (f"\n{n} backend: {b['store_puts']:.0f} PUTs, {b['store_gets']:.0f} GETs, "
-                    f"{b['store_bytes_per_client_byte']:.2f} store bytes per client byte, read cache "
-                    f"{b['read_cache_hits']:.0f} hits / {b['read_cache_misses']:.0f} misses\n")
+    backends = [(n, results[n]["backend"]) for n in names if results[n].get("backend")]
+    if backends:
+        out += ("\nBackend traffic for the five jobs, counted from when the store had caught up with the "
+                "preconditioning until it had caught up with the last job's writes (every job starts with the "
+                "store caught up; catch-up is the time spent waiting for that after the jobs, in all):\n\n"
+                "| target | store PUTs | store GETs | client MB written | store MB written | store bytes per client byte | cache hits / misses | catch-up s |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|\n")
+        for n, b in backends:
+            num = lambda v: "n/a" if v is None else f"{v:.0f}"
+            cache = ("n/a" if b.get("read_cache_hits") is None
+                     else f"{b['read_cache_hits']:.0f} / {num(b.get('read_cache_misses'))}")
+            out += (f"| {n} | {num(b.get('store_puts'))} | {num(b.get('store_gets'))} | "
+                    f"{b.get('client_write_bytes', 0) / 1e6:.1f} | {b.get('store_write_bytes', 0) / 1e6:.1f} | "
+                    f"{b['store_bytes_per_client_byte']:.2f} | {cache} | {b.get('catch_up_s', 0):.1f} |\n")
+    out += goals(results)
+    return out
+
+
+# (job, what lsvd is compared with, the factor it must reach, how the goal reads)
+GOALS = [
+    ("randwrite-4k-qd32", "raw file (direct)", 2.0, "4K random write QD32 >= 2x raw file"),
+    ("syncwrite-4k-qd1", "raw file (direct)", 0.9, "sync-heavy (4K write + fsync QD1) >= 0.9x raw file"),
+    ("randread-4k-qd32", "qemu-nbd raw", 0.8, "cached 4K random read QD32 >= 0.8x qemu-nbd"),
+    ("seqwrite-1m-qd8", "raw file (direct)", 0.4, "sequential write >= 0.8 x (raw file / 2), i.e. >= 0.4x raw"),
+]
+
+
+def goals(results):
+    lsvds = [n for n in results if n.startswith("lsvd")]
+    if not lsvds:
+        return ""
+    out = "\nGoals (lsvd's IOPS over the reference's, this run):\n\n| goal | " + " | ".join(lsvds) + " |\n"
+    out += "|---|" + "---:|" * len(lsvds) + "\n"
+    for job, ref, factor, text in GOALS:
+        cells = []
+        for n in lsvds:
+            if job in results[n] and job in results.get(ref, {}):
+                ratio = headline(results[n][job])[0] / max(headline(results[ref][job])[0], 1e-9)
+                cells.append(f"{ratio:.2f}x {'met' if ratio >= factor else 'NOT met'}")
+            else:
+                cells.append("n/a")
+        out += f"| {text} | " + " | ".join(cells) + " |\n"
     return out
 
 

@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
 # Benchmark lsvd against its peers on this machine, in one run.
 #
-#   bench/run.sh [--quick] [--s3] [--out DIR]
+#   bench/run.sh [--quick] [--no-s3] [--out DIR] [--dir SCRATCH]
 #
 # Targets: fio on a raw file (the device), nbdkit memory (the NBD ceiling), qemu-nbd on
-# a raw file, lsvd on the local store, and with --s3 lsvd on versitygw (and s3backer on
-# versitygw when s3backer is installed). Jobs: 4 KiB random write QD32, 4 KiB random
-# read QD32 (written volume), 1 MiB sequential write, 4 KiB write+fdatasync QD1, 70/30
-# random mix QD32. Writes a markdown table, JSON and an SVG chart to the output dir.
-# Not part of CI: numbers on a shared 2-core machine are noisy; read the ratios.
+# a raw file, lsvd on the local store, lsvd on versitygw and s3backer on versitygw (an
+# S3 server on loopback, started for the run by scripts/with-versitygw.sh; --no-s3
+# leaves those two out). Jobs: 4 KiB random write QD32, 4 KiB random read QD32
+# (written volume), 1 MiB sequential write, 4 KiB write+fsync QD1, 70/30 random mix
+# QD32. Writes a markdown table, JSON and an SVG chart to the output dir
+# (bench/results by default). Not part of CI: numbers on a shared 2-core machine are
+# noisy; read the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+s3=1
+args=()
+for a in "$@"; do
+    case "$a" in
+        --no-s3) s3="" ;;
+        --s3) ;; # the default; accepted for old command lines
+        *) args+=("$a") ;;
+    esac
+done
+
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    local sudo=()
+    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# fio, nbdkit, qemu-utils, fuse3, curl; and versitygw (built with Go on first use).
 bash scripts/install-test-deps.sh >/dev/null
-command -v qemu-nbd >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-utils; }
-command -v nbdkit >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nbdkit; }
-cargo build --release -p lsvd >/dev/null
-exec python3 bench/bench.py --lsvd target/release/lsvd "$@"
+if [[ -n "$s3" ]] && ! command -v s3backer >/dev/null; then
+    apt_install s3backer
+fi
+cargo build --release --locked -p lsvd >/dev/null
+lsvd="${CARGO_TARGET_DIR:-target}/release/lsvd"
+
+if [[ -n "$s3" ]]; then
+    exec scripts/with-versitygw.sh python3 bench/bench.py --lsvd "$lsvd" --s3 "${args[@]}"
+fi
+exec python3 bench/bench.py --lsvd "$lsvd" "${args[@]}"

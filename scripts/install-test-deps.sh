@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Installs the real clients and tools the lsvd integration tests drive (Debian 12).
+# Installs the real clients and tools the lsvd integration tests drive (Debian 12),
+# and versitygw, the S3 server of the S3 pass (scripts/test-s3.sh).
 #
 # Idempotent: if every needed command is already there it installs nothing. Otherwise it
 # runs `apt-get update` once and `apt-get install -y` for the missing packages, and says
 # what it installed. Needs root (or sudo) only when something is missing.
+#
+# versitygw is built from source by scripts/install-versitygw.sh into .tools/bin
+# (once; later runs find it there). That needs Go >= 1.21 (scripts/install-go.sh finds
+# one, or installs Go 1.25.0 into .tools/go through the Go module proxy, bootstrapped
+# from Debian's golang-go) and curl (with-versitygw.sh creates the bucket with it).
 set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # System tools live in /usr/sbin; /usr/bin first so a pyenv python3 cannot hide the
 # Debian one that has the libnbd module.
@@ -29,6 +37,7 @@ declare -A PACKAGE_OF=(
     [umount]=mount
     [sha256sum]=coreutils
     [sync]=coreutils
+    [curl]=curl
 )
 
 declare -A missing=()
@@ -46,8 +55,15 @@ if command -v nbdkit >/dev/null 2>&1 && ! nbdkit memory --dump-plugin >/dev/null
     missing[nbdkit]=1
 fi
 
+install_versitygw() {
+    local gw
+    gw="$("$repo/scripts/install-versitygw.sh")"
+    echo "install-test-deps: versitygw at $gw"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "install-test-deps: all test tools present, nothing to install"
+    install_versitygw
     exit 0
 fi
 
@@ -78,3 +94,4 @@ if [ "${#still[@]}" -ne 0 ]; then
     exit 1
 fi
 echo "install-test-deps: installed ${packages}"
+install_versitygw

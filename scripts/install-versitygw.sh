@@ -4,8 +4,9 @@
 #
 #   scripts/install-versitygw.sh            # -> /path/to/repo/.tools/bin/versitygw
 #
-# Needs Go (PATH, or /usr/local/go/bin/go) and the Go module proxy. The first
-# install compiles versitygw: a few minutes on 2 cores. Progress goes to stderr.
+# Needs Go >= 1.21 (found, or installed into <repo>/.tools/go, by
+# scripts/install-go.sh) and the Go module proxy. The first install compiles
+# versitygw: a few minutes on 2 cores. Progress goes to stderr.
 # Override the location with LSVD_TOOLS_DIR, the Go binary with GO.
 set -euo pipefail
 
@@ -23,22 +24,15 @@ if [[ -x "$bin" && -f "$stamp" ]]; then
     exit 0
 fi
 
-go="${GO:-}"
-if [[ -z "$go" ]]; then
-    if command -v go >/dev/null 2>&1; then
-        go="$(command -v go)"
-    elif [[ -x /usr/local/go/bin/go ]]; then
-        go=/usr/local/go/bin/go
-    else
-        echo "install-versitygw: Go is needed (https://go.dev/dl/, or apt-get install golang-go)" >&2
-        exit 1
-    fi
-fi
+go="$("$repo/scripts/install-go.sh")"
 
 mkdir -p "$bin_dir"
 echo "install-versitygw: building versitygw $VERSION with $go (takes a few minutes the first time)" >&2
 rm -f "$bin_dir"/.versitygw-*
-GOBIN="$bin_dir" GOFLAGS="${GOFLAGS:-} -trimpath" "$go" install "$MODULE@$VERSION" >&2
+# GOTOOLCHAIN=auto: a Go older than versitygw's go.mod asks for fetches that
+# toolchain through the module proxy (some installations default to `local`).
+GOTOOLCHAIN=auto GOBIN="$bin_dir" GOFLAGS="${GOFLAGS:-} -trimpath" \
+    "$go" install "$MODULE@$VERSION" >&2
 if [[ ! -x "$bin" ]]; then
     echo "install-versitygw: go install finished but $bin is missing" >&2
     exit 1

@@ -50,7 +50,15 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
-        self.volume.read(offset, length as u64).await
+        let r = self.volume.read(offset, length as u64).await;
+        if let Err(e) = &r {
+            // The client only sees EIO: say why here.
+            crate::log::warn(&format!(
+                "{}: read of {length} bytes at {offset} failed: {e}",
+                self.volume.meta().name
+            ));
+        }
+        r
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {

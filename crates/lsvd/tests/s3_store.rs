@@ -8,9 +8,11 @@
 //!
 //! The tests need `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
 //! `LSVD_TEST_S3_BUCKET` (`with-versitygw.sh` sets them). Without them each test prints
-//! a loud SKIPPED message and passes, unless `LSVD_TEST_S3=require`, which makes a
-//! missing server a failure (for CI). Every test works under its own random prefix,
-//! so tests run in parallel and a bucket can be reused.
+//! a loud SKIPPED message and passes (so a plain `cargo test` works without a server),
+//! unless an S3 server is required: `LSVD_TEST_STORE=s3` (the S3 pass of
+//! `scripts/test.sh`), `LSVD_REQUIRE_S3=1` or `LSVD_TEST_S3=require` make a missing
+//! server a failure, so CI cannot skip these tests silently. Every test works under
+//! its own random prefix, so tests run in parallel and a bucket can be reused.
 //!
 //! The test that the self-test rejects a store ignoring put-if-absent needs no server
 //! and always runs.
@@ -40,6 +42,19 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// Why a missing S3 server is a failure rather than a skip, if it is.
+fn s3_required() -> Option<&'static str> {
+    if env("LSVD_TEST_STORE").as_deref() == Some("s3") {
+        Some("LSVD_TEST_STORE=s3")
+    } else if env("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
+        Some("LSVD_REQUIRE_S3 is set")
+    } else if env("LSVD_TEST_S3").as_deref() == Some("require") {
+        Some("LSVD_TEST_S3=require")
+    } else {
+        None
+    }
+}
+
 /// The test bucket, or `None` (after a loud message) when no server is configured.
 fn s3_bucket(test: &str) -> Option<String> {
     let missing: Vec<&str> = REQUIRED_ENV
@@ -51,16 +66,20 @@ fn s3_bucket(test: &str) -> Option<String> {
         return env("LSVD_TEST_S3_BUCKET");
     }
     let msg = format!(
-        "SKIPPED {test}: needs an S3 server ({} unset). Run: \
+        "{test}: needs an S3 server ({} unset). Run: \
          scripts/with-versitygw.sh cargo test -p lsvd --test s3_store",
         missing.join(", ")
     );
-    if env("LSVD_TEST_S3").as_deref() == Some("require") {
-        panic!("{msg} (LSVD_TEST_S3=require)");
+    if let Some(why) = s3_required() {
+        panic!("{msg}\nNot skipped: {why}, so an S3 server is required.");
     }
     // Straight to stderr: libtest captures `eprintln!` of passing tests.
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "\n{0}\n{msg}\n{0}", "=".repeat(78));
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{0}\nSKIPPED {msg}\n{0}",
+        "=".repeat(78)
+    );
     None
 }
 

@@ -86,48 +86,70 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
     out
 }
 
+/// How many times a piece of a read may be planned before the read gives up.
+const READ_PLAN_ATTEMPTS: u32 = 16;
+
 pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
-    for _attempt in 0..8 {
-        let pieces = plan(shared, lba, sectors);
-        let mut log_seqs = Vec::new();
-        let mut object_gone = false;
-        for p in &pieces {
-            let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
-            match p.source {
-                Source::Zero => dst.fill(0),
-                Source::Log { record_seq, offset } => {
-                    shared.cache.read_at(dst, offset)?;
-                    log_seqs.push(record_seq);
-                }
-                Source::Object { seq, kind, offset } => {
-                    match read_object(shared, seq, kind, offset, dst).await {
-                        Ok(()) => {}
-                        // GC moved the data and deleted the object after we planned
-                        // the read: plan again (the map points at the new copy).
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                            object_gone = true;
-                            break;
+    // What is still to be read: (lba, sectors). Only the pieces a race invalidated are
+    // planned again, so a slow object read cannot make a read start over forever while
+    // uploads keep freeing the log records it also reads from.
+    let mut todo = vec![(lba, sectors)];
+    for _attempt in 0..READ_PLAN_ATTEMPTS {
+        let mut again: Vec<(u64, u64)> = Vec::new();
+        let mut log_pieces: Vec<(u64, u64, u64, u64)> = Vec::new(); // (lba, sectors, seq, offset)
+        for &(l, n) in &todo {
+            for p in plan(shared, l, n) {
+                let p_lba = l + p.buf_offset as u64 / SECTOR_BYTES;
+                let p_sectors = p.bytes as u64 / SECTOR_BYTES;
+                let at = ((p_lba - lba) * SECTOR_BYTES) as usize;
+                let dst = &mut buf[at..at + p.bytes];
+                match p.source {
+                    Source::Zero => dst.fill(0),
+                    Source::Log { record_seq, offset } => {
+                        log_pieces.push((p_lba, p_sectors, record_seq, offset))
+                    }
+                    Source::Object { seq, kind, offset } => {
+                        match read_object(shared, seq, kind, offset, dst).await {
+                            Ok(()) => {}
+                            // GC moved the data and deleted the object after we
+                            // planned the read: plan this piece again (the map points
+                            // at the new copy).
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                                again.push((p_lba, p_sectors))
+                            }
+                            Err(e) => return Err(e),
                         }
-                        Err(e) => return Err(e),
                     }
                 }
             }
         }
-        if object_gone {
-            continue;
+        // Log pieces last (local and fast), then check that their records were not
+        // freed (their space possibly reused) while we read them.
+        for &(p_lba, p_sectors, _, offset) in &log_pieces {
+            let at = ((p_lba - lba) * SECTOR_BYTES) as usize;
+            shared.cache.read_at(
+                &mut buf[at..at + (p_sectors * SECTOR_BYTES) as usize],
+                offset,
+            )?;
         }
-        let still_valid = {
+        {
             let st = shared.lock();
-            log_seqs.iter().all(|&s| st.log.holds(s))
-        };
-        if still_valid {
+            again.extend(
+                log_pieces
+                    .iter()
+                    .filter(|&&(_, _, seq, _)| !st.log.holds(seq))
+                    .map(|&(l, n, _, _)| (l, n)),
+            );
+        }
+        if again.is_empty() {
             shared
                 .stats
                 .client_read_bytes
                 .fetch_add(buf.len() as u64, Ordering::Relaxed);
             return Ok(buf);
         }
+        todo = again;
     }
     Err(io::Error::other(
         "read kept racing with log reclamation or garbage collection",

@@ -5,6 +5,22 @@
 //! Every test gets its own temp dir (data dir, store, Unix socket), so the tests in one
 //! binary can run concurrently. Servers listen on a Unix socket in that dir only; no
 //! fixed TCP ports.
+//!
+//! # The store under test
+//!
+//! By default every [`Lsvd`] keeps its volumes in a local directory (`file://`). With
+//! `LSVD_TEST_STORE=s3` they live in an S3 bucket instead, under a prefix derived from
+//! the store directory's path (see [`store_url_for`]), so the same tests run against a
+//! real S3 server:
+//!
+//! ```text
+//! scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 cargo test -p lsvd --test persistence
+//! ```
+//!
+//! `scripts/with-versitygw.sh` starts a throwaway versitygw and exports the
+//! `AWS_*` variables and `LSVD_TEST_S3_BUCKET` this needs; `LSVD_TEST_STORE=s3` without
+//! them is an error, never a silent fallback to the local store. A test that cannot run
+//! against S3 returns early through [`skip_on_s3`], which says why.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::ffi::OsStr;
@@ -13,6 +29,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -78,9 +95,162 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         if std::env::var_os("LSVD_IT_KEEP").is_some() {
             eprintln!("keeping {}", self.path.display());
+            if let Some(url) = s3_prefix_url(&self.path) {
+                eprintln!("keeping {url}");
+            }
             return;
         }
         let _ = std::fs::remove_dir_all(&self.path);
+        // The stores of every `Lsvd` made under this dir live under its S3 prefix.
+        remove_s3_prefix(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The store under test: a local directory, or a prefix in an S3 bucket
+// ---------------------------------------------------------------------------------
+
+/// Where the tests keep their volumes (`LSVD_TEST_STORE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestStore {
+    /// `file://DIR` (the default; `LSVD_TEST_STORE` unset, empty or `local`).
+    Local,
+    /// `s3://BUCKET/RUN/PATH` (`LSVD_TEST_STORE=s3`): `RUN` is unique to this test
+    /// process, `PATH` is the store directory's path under the temp dir.
+    S3 { bucket: String, run: String },
+}
+
+/// Variables `LSVD_TEST_STORE=s3` needs (exported by `scripts/with-versitygw.sh`).
+pub const S3_ENV: [&str; 4] = [
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "LSVD_TEST_S3_BUCKET",
+];
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The store selected by `LSVD_TEST_STORE`. Panics, naming what is missing, when it
+/// says `s3` but the server's variables are not set, or when it names no known store.
+pub fn test_store() -> &'static TestStore {
+    static STORE: OnceLock<TestStore> = OnceLock::new();
+    STORE.get_or_init(|| match env_nonempty("LSVD_TEST_STORE").as_deref() {
+        None | Some("local") | Some("file") => TestStore::Local,
+        Some("s3") => {
+            let missing: Vec<&str> = S3_ENV
+                .iter()
+                .copied()
+                .filter(|v| env_nonempty(v).is_none())
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "LSVD_TEST_STORE=s3 but {} unset: run the tests through \
+                 scripts/with-versitygw.sh (it starts an S3 server and sets them), e.g. \
+                 scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 cargo test -p lsvd --test cli",
+                missing.join(", ")
+            );
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            TestStore::S3 {
+                bucket: env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked above"),
+                run: format!("it-{nanos:x}-{}", std::process::id()),
+            }
+        }
+        Some(other) => panic!("LSVD_TEST_STORE={other}: expected `s3` or `local`"),
+    })
+}
+
+pub fn store_is_s3() -> bool {
+    matches!(test_store(), TestStore::S3 { .. })
+}
+
+/// Returns true (after saying so on stderr) when the tests run against S3, for a test
+/// that only makes sense on the local store: `if skip_on_s3("why") { return; }`.
+pub fn skip_on_s3(reason: &str) -> bool {
+    if !store_is_s3() {
+        return false;
+    }
+    // Straight to stderr: libtest captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED under LSVD_TEST_STORE=s3: {reason}"
+    );
+    true
+}
+
+/// The part of an S3 key a local path stands for: its path under the temp dir (or the
+/// whole path), each component reduced to `[A-Za-z0-9._-]`.
+fn s3_path_part(path: &Path) -> String {
+    let rel = path.strip_prefix(std::env::temp_dir()).unwrap_or(path);
+    let parts: Vec<String> = rel
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(s) => Some(
+                s.to_string_lossy()
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect::<String>(),
+            ),
+            _ => None,
+        })
+        .filter(|s| !s.is_empty() && s != "." && s != "..")
+        .collect();
+    parts.join("/")
+}
+
+/// `s3://BUCKET/RUN/PATH` for a local path under S3, `None` on the local store.
+fn s3_prefix_url(path: &Path) -> Option<String> {
+    match test_store() {
+        TestStore::Local => None,
+        TestStore::S3 { bucket, run } => {
+            Some(format!("s3://{bucket}/{run}/{}", s3_path_part(path)))
+        }
+    }
+}
+
+/// The `--store` URL standing for the store directory `store_dir`: `file://DIR`, or
+/// under `LSVD_TEST_STORE=s3` a prefix in the test bucket that is the same every time
+/// for the same directory (so a restart or a fresh data dir finds the volumes) and
+/// different for every directory.
+pub fn store_url_for(store_dir: &Path) -> String {
+    s3_prefix_url(store_dir).unwrap_or_else(|| format!("file://{}", store_dir.display()))
+}
+
+/// Deletes every object under the S3 prefix standing for `path` (nothing on the local
+/// store). Best effort: a leftover only costs space in a throwaway bucket.
+pub fn remove_s3_prefix(path: &Path) {
+    let Some(url) = s3_prefix_url(path) else {
+        return;
+    };
+    // A thread with its own runtime: callers may be inside an async runtime already.
+    let worker = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let store = lsvd::store::open_store(&url)?;
+            let entries = store.list("").await.map_err(|e| e.to_string())?;
+            for e in entries {
+                store.delete(&e.key).await.map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        })
+    });
+    match worker.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("warning: cleaning up the test's S3 prefix: {e}"),
+        Err(_) => eprintln!("warning: cleaning up the test's S3 prefix panicked"),
     }
 }
 
@@ -229,21 +399,25 @@ pub fn require_tools(names: &[&str]) {
 #[derive(Clone, Debug)]
 pub struct Lsvd {
     pub data: PathBuf,
+    /// `None`: lsvd's default, `file://DATA/store`.
     pub store: Option<String>,
 }
 
 impl Lsvd {
+    /// The data dir `data` with lsvd's default store, `DATA/store`; under
+    /// `LSVD_TEST_STORE=s3` the S3 prefix standing for that directory instead.
     pub fn new(data: impl Into<PathBuf>) -> Lsvd {
-        Lsvd {
-            data: data.into(),
-            store: None,
-        }
+        let data = data.into();
+        let store = store_is_s3().then(|| store_url_for(&data.join("store")));
+        Lsvd { data, store }
     }
 
+    /// The data dir `data` with its store in `store_dir` (or, under
+    /// `LSVD_TEST_STORE=s3`, the S3 prefix standing for `store_dir`).
     pub fn with_store(data: impl Into<PathBuf>, store_dir: &Path) -> Lsvd {
         Lsvd {
             data: data.into(),
-            store: Some(format!("file://{}", store_dir.display())),
+            store: Some(store_url_for(store_dir)),
         }
     }
 

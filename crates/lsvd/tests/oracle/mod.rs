@@ -43,6 +43,9 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         if !self.keep {
             let _ = std::fs::remove_dir_all(&self.path);
+            // Under LSVD_TEST_STORE=s3, the process kinds' stores live under this
+            // dir's S3 prefix.
+            crate::common::remove_s3_prefix(&self.path);
         }
     }
 }

@@ -178,13 +178,23 @@ pub async fn episode(
                 ));
             }
         };
-        let seen = Target::Nbd {
+        let seen = match (Target::Nbd {
             conns: conns.clone(),
             wlog: wlog.clone(),
-        }
+        })
         .read_all(NBLOCKS)
         .await
-        .map_err(|e| fail(format!("reading the recovered disk: {e}"), &notes, &server))?;
+        {
+            Ok(seen) => seen,
+            Err(e) => {
+                tmp.keep = true;
+                return Err(fail(
+                    format!("reading the recovered disk: {e}"),
+                    &notes,
+                    &server,
+                ));
+            }
+        };
         let rec = hist.snapshot();
         let r = checker::check(&rec, &seen, rule);
         stats.add(&format!("checks_{rule:?}"), 1);

@@ -58,7 +58,11 @@ pub struct ServerArgs {
 pub struct Server {
     pub data: PathBuf,
     /// The store lives outside the data directory, so the data directory can be lost.
+    /// Server logs go next to it.
     pub store: PathBuf,
+    /// `--store`: `file://STORE`, or under `LSVD_TEST_STORE=s3` the S3 prefix standing
+    /// for it (`common::store_url_for`).
+    pub store_url: String,
     pub socket: PathBuf,
     args: ServerArgs,
     child: Arc<Mutex<Option<Child>>>,
@@ -72,11 +76,12 @@ fn bin() -> &'static str {
 impl Server {
     /// Create the volume (`size` like "16M") in a fresh data directory.
     pub fn create(data: &Path, store: &Path, size: &str, args: ServerArgs) -> io::Result<Server> {
+        let store_url = crate::common::store_url_for(store);
         let out = Command::new(bin())
             .arg("--data")
             .arg(data)
             .arg("--store")
-            .arg(store)
+            .arg(&store_url)
             .args(["create", VOLUME, "--size", size])
             .env("LSVD_LOG", "warn")
             .output()?;
@@ -89,6 +94,7 @@ impl Server {
         Ok(Server {
             data: data.to_path_buf(),
             store: store.to_path_buf(),
+            store_url,
             socket: data.join("nbd.sock"),
             args,
             child: Arc::new(Mutex::new(None)),
@@ -134,7 +140,7 @@ impl Server {
             .arg("--data")
             .arg(&self.data)
             .arg("--store")
-            .arg(&self.store)
+            .arg(&self.store_url)
             .args(["serve", VOLUME, "--socket"])
             .arg(&self.socket)
             .args(["--log-size", "16M", "--batch-size", &self.args.batch_size])
