@@ -149,18 +149,22 @@ impl FsStore {
                     continue;
                 }
                 let key = format!("{rel}{name}");
-                let ft = entry
-                    .file_type()
-                    .map_err(|e| io_err("stat", &entry.path(), e))?;
+                // A key deleted while we list (GC, checkpoint pruning) is simply gone.
+                let ft = match entry.file_type() {
+                    Ok(ft) => ft,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_err("stat", &entry.path(), e)),
+                };
                 if ft.is_dir() {
                     if prefix.starts_with(&key) || key.starts_with(prefix) {
                         stack.push((entry.path(), format!("{key}/")));
                     }
                 } else if key.starts_with(prefix) {
-                    let size_bytes = entry
-                        .metadata()
-                        .map_err(|e| io_err("stat", &entry.path(), e))?
-                        .len();
+                    let size_bytes = match entry.metadata() {
+                        Ok(m) => m.len(),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(io_err("stat", &entry.path(), e)),
+                    };
                     out.push(ListEntry { key, size_bytes });
                 }
             }
@@ -223,6 +227,37 @@ impl ObjectStore for FsStore {
 mod tests {
     use super::*;
     use crate::testutil::TempDir;
+
+    /// Found by the crash oracle (`store_faults`, seed 0xec1e2e1e84be58ee): a listing
+    /// failed with "stat ...: No such file or directory" because a checkpoint was
+    /// deleted between reading the directory and looking at the entry.
+    #[test]
+    fn listing_while_keys_are_deleted_never_fails() {
+        let dir = TempDir::new("fsstore-list-race");
+        let s = FsStore::open(dir.path()).expect("open");
+        let keys: Vec<String> = (0..3000).map(|i| format!("v/obj/{i:016x}.d")).collect();
+        for k in &keys {
+            s.put_sync(k, b"x", PutMode::IfAbsent).expect("put");
+        }
+        let deleter = {
+            let s = s.clone();
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                for k in keys.iter().rev() {
+                    std::fs::remove_file(s.inner.root.join(k)).expect("delete");
+                }
+            })
+        };
+        let mut listings = 0;
+        while !deleter.is_finished() {
+            let l = s.list_sync("v/obj/").expect("a listing racing deletions");
+            assert!(l.len() <= keys.len());
+            listings += 1;
+        }
+        deleter.join().expect("deleter");
+        assert!(listings > 0);
+        assert!(s.list_sync("v/obj/").expect("list").is_empty());
+    }
 
     #[tokio::test]
     async fn put_get_list_delete() {
