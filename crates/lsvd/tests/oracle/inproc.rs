@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lsvd::cache_dev::CacheDevice;
 use lsvd::cache_dev::faulty::FaultyCache;
-use lsvd::engine::keys::{objects_prefix, parse_object_name};
+use lsvd::engine::keys::{objects_prefix, parse_object_name, super_prefix};
 use lsvd::engine::{self, EngineConfig, OpenReport, RecoveryMode, Volume};
 use lsvd::store::faulty::{FaultPlan, FaultyStore};
 use lsvd::store::fs::FsStore;
@@ -17,6 +17,7 @@ use lsvd::store::mem::MemStore;
 use lsvd::store::{DynStore, ObjectStore, PutMode};
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::object::{ObjectKind, decode_object_header};
+use lsvd_core::format::volume_super::decode_volume_super;
 use lsvd_core::gc::{GcConfig, GcPolicy};
 
 use super::checker::{self, Rule};
@@ -851,6 +852,27 @@ async fn store_faults_round(
             let gone: Vec<u64> = newer.iter().rev().take(k).map(|o| o.0).collect();
             for (_, key) in newer.iter().rev().take(k) {
                 base.delete(key).await.map_err(|e| format!("delete: {e}"))?;
+            }
+            // In a world where those uploads never landed, no volume superblock
+            // generation vouching for them was ever written either: remove those too,
+            // or recovery rightly reports the store as having lost acknowledged data.
+            let first_gone = gone.iter().copied().min().unwrap_or(u64::MAX);
+            let supers = base
+                .list(&super_prefix("v"))
+                .await
+                .map_err(|e| format!("listing superblocks: {e}"))?;
+            for e in supers {
+                let bytes = base.get(&e.key).await.map_err(|e| format!("get: {e}"))?;
+                let vouches = decode_volume_super(&bytes).map_or(false, |sb| {
+                    sb.durable_through > first_gone
+                        || sb.newest_checkpoint.is_some_and(|c| c >= first_gone)
+                });
+                if vouches {
+                    base.delete(&e.key)
+                        .await
+                        .map_err(|e| format!("delete: {e}"))?;
+                    stats.add("superblocks_removed_with_lost_objects", 1);
+                }
             }
             lost = true;
             let last = store_last_record(base)
