@@ -114,6 +114,34 @@ pub fn should_collect(state: &StoreState, cfg: &GcConfig, active: bool) -> bool 
     }
 }
 
+/// Back-pressure on client objects: may a client object of `object_bytes` go to the
+/// store now, with `pending_bytes` of data and GC objects already on their way (queued,
+/// uploading, or uploaded but not yet applied)?
+///
+/// Yes while the store would stay within `live / start_utilization + slack_bytes` (the
+/// engine passes one batch). GC starts once the store passes `live / start`, so client
+/// objects wait only when GC has fallen behind; with a pass of at most one batch the
+/// store then never holds more than live/start plus two batches. Always yes with GC
+/// disabled, and when nothing is pending and the store is within live/start (GC would
+/// not run, so waiting could never end).
+pub fn client_object_fits(
+    state: &StoreState,
+    cfg: &GcConfig,
+    pending_bytes: u64,
+    object_bytes: u64,
+    slack_bytes: u64,
+) -> bool {
+    if !cfg.enabled() {
+        return true;
+    }
+    let limit = state.live_bytes() as f64 / cfg.start_utilization;
+    let stored = state.stored_bytes() as f64;
+    if pending_bytes == 0 && stored <= limit {
+        return true;
+    }
+    stored + (pending_bytes + object_bytes) as f64 <= limit + slack_bytes as f64
+}
+
 /// Choose victims for one pass. `now_seq` is the next object sequence number (the
 /// clock for ages); objects for which `busy` is true are skipped.
 pub fn select_victims(
@@ -320,6 +348,39 @@ mod tests {
         s.forget_object(1);
         s.forget_object(2);
         assert!(utilization(&s) > 0.99);
+    }
+
+    #[test]
+    fn client_objects_wait_only_while_the_store_is_over_its_bound() {
+        // 1600 live sectors in 2720 stored (plus headers): utilization ~0.59.
+        let s = state_with_garbage();
+        let live = s.live_bytes();
+        let stored = s.stored_bytes();
+        let cfg = GcConfig::default();
+        let limit = (live as f64 / cfg.start_utilization) as u64;
+        assert!(stored > limit, "the state is over live/0.70");
+        // Over the bound: no client object fits, however small, until GC catches up...
+        assert!(!client_object_fits(&s, &cfg, 0, 4096, 64 << 10));
+        // ...unless the slack covers the excess.
+        let excess = stored - limit;
+        assert!(client_object_fits(&s, &cfg, 0, 4096, excess + 4096 + 1));
+        // Pending objects count against the room.
+        assert!(!client_object_fits(&s, &cfg, 4096, 4096, excess + 4096 + 1));
+        // GC disabled: never wait.
+        let off = GcConfig {
+            start_utilization: 0.0,
+            ..cfg
+        };
+        assert!(client_object_fits(&s, &off, 1 << 30, 1 << 30, 0));
+        // Under the bound with nothing pending: always go, even for an object larger
+        // than the slack (otherwise nothing would ever make room).
+        let lax = GcConfig {
+            start_utilization: 0.3,
+            stop_utilization: 0.4,
+            ..cfg
+        };
+        assert!(client_object_fits(&s, &lax, 0, 1 << 30, 0));
+        assert!(!client_object_fits(&s, &lax, 4096, 1 << 30, 0));
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v| v.status().uploads_pending as f64,
     );
     metric(
+        "uploads_held",
+        "gauge",
+        "Client objects held back until GC brings the store under live/gc-start.",
+        &|v| v.status().uploads_held as f64,
+    );
+    metric(
         "client_write_bytes_total",
         "counter",
         "Bytes written by clients (volume lifetime).",
@@ -100,6 +106,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "counter",
         "Bytes relocated by GC (volume lifetime).",
         &|v| v.status().gc_moved_bytes as f64,
+    );
+    metric(
+        "gc_superseded_bytes_total",
+        "counter",
+        "Bytes GC copied that clients overwrote before the copy applied (this process).",
+        &|v| v.status().gc_superseded_bytes as f64,
     );
     metric(
         "read_cache_hits_total",

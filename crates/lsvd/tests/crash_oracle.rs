@@ -58,6 +58,18 @@
 //! through several crashes: log wrap-around, many checkpoints, stranded objects).
 //! Rounds judged by the cache-lost rule first wait until the store holds the base.
 //!
+//! # Garbage collection under crashes
+//!
+//! The engine configurations make GC eager (start thresholds up to 0.9, small passes,
+//! small volumes overwritten in a hot region), so GC relocation races client
+//! overwrites of the blocks it is moving. In a third of the in-process rounds the crash
+//! is armed to fire just after the first to third GC pass of the round starts (during
+//! its reads, its GC object uploads, or before its checkpoint is durable) instead of at
+//! an acknowledgement. Each test's summary line counts GC passes, rounds with a pass,
+//! crashes with a pass in flight and GC copies superseded by client writes (for
+//! `lsvd serve`: passes recorded in the store's checkpoints); a test fails if no GC
+//! pass ran in any of its rounds.
+//!
 //! # Crash kinds (one test each)
 //!
 //! - `process_sigkill` (i): `lsvd serve` over NBD (1-3 connections, requests
@@ -100,7 +112,7 @@
 //!
 //! Defaults: 260 crash points (power_loss 100, recovery_crash 50, process_sigkill 40,
 //! cache_lost 30, process_cache_deleted 20, store_faults 20, each store_faults point
-//! judged twice), about 3 minutes for the whole file in a debug build on 2 cores.
+//! judged twice), 3 to 4 minutes for the whole file in a debug build on 2 cores.
 //!
 //! A failure message also carries forensics for the first blocks named: every record in
 //! the crash image (live or stale) and every store object that maps the block, whose

@@ -9,7 +9,14 @@
 //! durable (see `uploader::upload_checkpoint`).
 //!
 //! Pacing: one pass at a time, at most `pass_bytes` moved per pass, and no pass starts
-//! while client batches are waiting for upload: client data always goes first.
+//! while client batches are waiting for upload: client data goes first while GC keeps
+//! up.
+//!
+//! Back-pressure: when GC falls behind (the store would grow past live/gc-start plus
+//! one batch, `lsvd_core::gc::client_object_fits`), closed client batches are held
+//! back, unnumbered, until GC has made room ([`release_held`]). Writes keep landing in
+//! the write log meanwhile and wait only if it fills. So the store holds at most
+//! live/gc-start + one batch + one GC pass, however fast clients write.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,7 +29,7 @@ use lsvd_core::gc::{
     Relocation, gc_object_extents, group_relocations, live_extents, select_victims, should_collect,
 };
 
-use super::{PendingObject, Shared, read};
+use super::{PendingObject, Shared, State, read};
 
 /// Live extents of one victim closer than this are fetched with one GET.
 const RUN_GAP_BYTES: u64 = 256 << 10;
@@ -39,7 +46,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.gc_wake.notified()).await;
         let plan = {
-            let st = shared.lock();
+            let mut st = shared.lock();
             if st.writer_done || shared.failed.load(Ordering::SeqCst) {
                 return;
             }
@@ -48,13 +55,20 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             if !should_collect(&st.store, &cfg, active) {
                 active = false;
+                st.gc_stalled = false;
                 continue;
             }
             let victims = select_victims(&st.store, &cfg, st.next_object_seq, |_| false);
             if victims.is_empty() {
                 active = false;
+                if !st.gc_stalled {
+                    // Nothing to collect: client objects must not wait for GC.
+                    st.gc_stalled = true;
+                    shared.upload_wake.notify_one();
+                }
                 continue;
             }
+            st.gc_stalled = false;
             let set: BTreeSet<u64> = victims.iter().copied().collect();
             let relocations = live_extents(&st.store, &set);
             let kinds: BTreeMap<u64, ObjectKind> = victims
@@ -163,14 +177,48 @@ async fn run_pass(
             extents: &extents,
             trims: &[],
         };
-        st.upload_queue.push_back(PendingObject::Gc {
-            seq,
-            bytes: encode_object(&spec, &data),
-        });
+        let bytes = encode_object(&spec, &data);
+        st.pending_bytes.insert(seq, bytes.len() as u64);
+        st.upload_queue.push_back(PendingObject::Gc { seq, bytes });
     }
     let checkpoint = super::writer::queue_checkpoint(&mut st);
     st.gc_pass_checkpoint = Some(checkpoint);
     drop(st);
     shared.upload_wake.notify_one();
     Ok(moved)
+}
+
+/// Number and queue held client batches, oldest first, while the store has room for
+/// them (or nothing may be held: GC off, writes stopped, the volume failed, or GC has
+/// nothing to collect).
+pub(crate) fn release_held(shared: &Shared, st: &mut State) {
+    let cfg = &shared.config;
+    while let Some(batch) = st.held.front() {
+        let object_bytes = batch.data_bytes
+            + lsvd_core::format::object::header_bytes_for(
+                ObjectKind::Data,
+                batch.extents.len(),
+                batch.trims.len(),
+                batch.data_bytes,
+            );
+        let hold = cfg.gc.enabled()
+            && !st.writer_done
+            && !st.gc_stalled
+            && !shared.failed.load(Ordering::SeqCst)
+            && !lsvd_core::gc::client_object_fits(
+                &st.store,
+                &cfg.gc,
+                st.pending_bytes.values().sum(),
+                object_bytes,
+                cfg.batch_size_bytes,
+            );
+        if hold {
+            shared.gc_wake.notify_one();
+            return;
+        }
+        let Some(batch) = st.held.pop_front() else {
+            return;
+        };
+        super::writer::queue_batch(shared, st, batch, object_bytes);
+    }
 }

@@ -122,6 +122,10 @@ pub struct Stats {
     pub log_index_skipped: AtomicU64,
     pub gc_passes: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
+    /// Bytes GC copied that a client overwrote (or trimmed) before the copy was
+    /// applied: the copy was discarded (GC objects apply only where the map still
+    /// points at their source).
+    pub gc_superseded_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
     pub uploader_wakeups: AtomicU64,
@@ -163,6 +167,15 @@ pub(crate) struct State {
     gc_busy: BTreeSet<u64>,
     /// The checkpoint that ends the current GC pass.
     gc_pass_checkpoint: Option<u64>,
+    /// Closed client batches not yet numbered or queued: held back while the store is
+    /// over its bound and GC catches up (`gc::release_held`).
+    held: VecDeque<Batch<LogPos>>,
+    /// Estimated bytes of each data and GC object queued, uploading, or uploaded but
+    /// not yet applied, by sequence number.
+    pending_bytes: BTreeMap<u64, u64>,
+    /// GC wants to collect but finds no victims: holding client objects back would
+    /// wait for nothing.
+    gc_stalled: bool,
 }
 
 impl State {
@@ -248,6 +261,9 @@ pub struct VolumeStatus {
     pub map_extents: u64,
     pub log_map_extents: u64,
     pub uploads_pending: u64,
+    /// Closed client batches waiting for GC to bring the store back under its bound
+    /// (included in `uploads_pending`).
+    pub uploads_held: u64,
     pub client_write_bytes: u64,
     pub store_put_bytes: u64,
     pub write_amplification: f64,
@@ -255,6 +271,10 @@ pub struct VolumeStatus {
     pub lifetime_store_write_bytes: u64,
     pub gc_passes: u64,
     pub gc_moved_bytes: u64,
+    /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
+    pub gc_pass_in_flight: bool,
+    /// This session's GC copies superseded by client writes (see `Stats`).
+    pub gc_superseded_bytes: u64,
     pub utilization: f64,
     pub read_cache_hits: u64,
     pub read_cache_misses: u64,
@@ -395,8 +415,11 @@ impl Volume {
             log_capacity_bytes: st.log.capacity_bytes(),
             map_extents: st.store.map().extent_count() as u64,
             log_map_extents: st.log_map.extent_count() as u64,
-            uploads_pending: (st.upload_queue.len() + st.uploads_in_flight + st.completed.len())
-                as u64,
+            uploads_pending: (st.upload_queue.len()
+                + st.uploads_in_flight
+                + st.completed.len()
+                + st.held.len()) as u64,
+            uploads_held: st.held.len() as u64,
             client_write_bytes: client,
             store_put_bytes: put,
             write_amplification: if client == 0 {
@@ -408,6 +431,8 @@ impl Volume {
             lifetime_store_write_bytes: counters.store_write_bytes,
             gc_passes: counters.gc_passes,
             gc_moved_bytes: counters.gc_moved_bytes,
+            gc_pass_in_flight: !st.gc_busy.is_empty(),
+            gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
             utilization: lsvd_core::gc::utilization(&st.store),
             read_cache_hits: self
                 .shared

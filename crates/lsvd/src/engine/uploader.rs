@@ -33,6 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
             .fetch_add(1, Ordering::Relaxed);
         let (done, batch_open) = {
             let mut st = shared.lock();
+            super::gc::release_held(&shared, &mut st);
             writer::queue_checkpoint_if_due(&shared, &mut st);
             // Nothing new reaches the store before this process owns the volume.
             let claimed = shared.volume_claimed.load(Ordering::SeqCst);
@@ -73,7 +74,10 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                 }
             }
             (
-                st.writer_done && st.upload_queue.is_empty() && st.uploads_in_flight == 0,
+                st.writer_done
+                    && st.upload_queue.is_empty()
+                    && st.uploads_in_flight == 0
+                    && st.held.is_empty(),
                 st.batch_opened_at.is_some(),
             )
         };
@@ -227,6 +231,8 @@ async fn upload_checkpoint(
     }
     drop(st);
     shared.gc_wake.notify_one();
+    // The store shrank: client objects held back may go now.
+    shared.upload_wake.notify_one();
 }
 
 /// Write the next volume superblock generation naming checkpoint `seq` (durable and
@@ -399,6 +405,14 @@ fn apply_completed(shared: &Shared, st: &mut State) -> Option<u64> {
         if let Err(e) = st.store.apply(&h) {
             shared.fail(&format!("applying object {:016x}: {e}", h.seq));
             return None;
+        }
+        st.pending_bytes.remove(&h.seq);
+        if h.kind == ObjectKind::Gc {
+            let kept = st.store.objects().get(&h.seq).map_or(0, |o| o.live_bytes);
+            shared
+                .stats
+                .gc_superseded_bytes
+                .fetch_add(h.data_bytes.saturating_sub(kept), Ordering::Relaxed);
         }
         release_overlay(st, &h);
         st.freeable_through = st.freeable_through.max(h.last_record_seq);

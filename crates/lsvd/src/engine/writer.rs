@@ -158,6 +158,8 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
         }
         if shutdown {
             st.writer_done = true;
+            // Nothing is held back once writes have stopped: everything goes up.
+            super::gc::release_held(shared, &mut st);
         }
         shutdown || st.upload_queue.len() != queued_before
     };
@@ -315,14 +317,28 @@ pub(crate) fn apply_record(
 }
 
 /// Close the open batch (if any) and queue it for upload, with a checkpoint after it
-/// when one is due.
+/// when one is due; it waits unnumbered while GC holds client objects back
+/// (`gc::release_held`).
 pub(crate) fn close_batch(shared: &Shared, st: &mut State) {
     let Some(batch) = st.batcher.take() else {
         return;
     };
     st.batch_opened_at = None;
+    st.held.push_back(batch);
+    super::gc::release_held(shared, st);
+}
+
+/// Number a closed batch and queue it for upload, with a checkpoint after it when one
+/// is due.
+pub(crate) fn queue_batch(
+    shared: &Shared,
+    st: &mut State,
+    batch: lsvd_core::batcher::Batch<LogPos>,
+    object_bytes: u64,
+) {
     let seq = st.next_object_seq;
     st.next_object_seq += 1;
+    st.pending_bytes.insert(seq, object_bytes);
     st.upload_queue
         .push_back(PendingObject::Data { seq, batch });
     st.objects_since_checkpoint += 1;

@@ -145,6 +145,14 @@ impl Stats {
             .entry(key.to_string())
             .or_default() += n;
     }
+    pub fn get(&self, key: &str) -> u64 {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
     pub fn summary(&self) -> String {
         self.inner
             .lock()
@@ -192,4 +200,14 @@ where
         workload::TRANSIENT_READ_ERRORS.load(std::sync::atomic::Ordering::Relaxed)
     );
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    // The workload must keep GC busy (relocation racing client writes, crashes
+    // mid-pass): fail if it stops doing so. A single replayed episode may not.
+    if std::env::var("LSVD_ORACLE_SEED").is_err() {
+        assert!(
+            stats.get("gc_passes") > 0,
+            "crash oracle {}: no GC pass ran in {} crash points; the workload no longer exercises GC",
+            plan.test,
+            plan.points()
+        );
+    }
 }

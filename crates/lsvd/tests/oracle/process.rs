@@ -120,6 +120,22 @@ impl Server {
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
+    /// GC passes and bytes moved over the volume's life, from the newest checkpoint in
+    /// the store (`lsvd info`; best effort while the server runs).
+    pub fn lifetime_gc(&self) -> Option<(u64, u64)> {
+        let out = Command::new(bin())
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--store")
+            .arg(&self.store)
+            .args(["info", VOLUME, "--json"])
+            .env("LSVD_LOG", "error")
+            .output()
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        Some((v["gc_passes"].as_u64()?, v["gc_moved_bytes"].as_u64()?))
+    }
+
     /// Start the server and connect `conns` NBD connections.
     pub async fn start(&mut self, conns: usize) -> io::Result<Vec<Arc<NbdConn>>> {
         self.spawn()?;
