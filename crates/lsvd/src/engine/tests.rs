@@ -138,8 +138,11 @@ impl OverwriteSpec {
         }
     }
 
-    /// "Two batches": two of the largest objects the engine writes (a GC object of
-    /// a full batch of 4 KiB extents, whose header is the largest).
+    /// "Two batches": two batches of data with the headers of the objects carrying
+    /// them. A GC pass's batch of data may be split over two GC objects, so the
+    /// allowance is two batches plus three of the largest headers (a GC object of a
+    /// full batch of 4 KiB extents). Before this allowance the CI run saw a sample
+    /// 1.4 KB over (one sample of 321, under load).
     fn two_batches(&self) -> u64 {
         let batch = self.config.batch_size_bytes;
         let header = lsvd_core::format::object::header_bytes_for(
@@ -148,7 +151,7 @@ impl OverwriteSpec {
             0,
             batch,
         );
-        2 * (batch + header)
+        2 * batch + 3 * header
     }
 }
 
