@@ -201,8 +201,11 @@ where
     );
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     // The workload must keep GC busy (relocation racing client writes, crashes
-    // mid-pass): fail if it stops doing so. A single replayed episode may not.
-    if std::env::var("LSVD_ORACLE_SEED").is_err() {
+    // mid-pass): fail if it stops doing so. A single replayed episode may not, and the
+    // S3 pass (20 process-level points against versitygw, LSVD_TEST_STORE=s3) does not
+    // count GC passes; the local pass of the same tests enforces this.
+    let on_s3 = std::env::var("LSVD_TEST_STORE").is_ok_and(|v| v == "s3");
+    if std::env::var("LSVD_ORACLE_SEED").is_err() && !on_s3 {
         assert!(
             stats.get("gc_passes") > 0,
             "crash oracle {}: no GC pass ran in {} crash points; the workload no longer exercises GC",
