@@ -957,7 +957,7 @@ async fn store_faults_round(
                 .map_err(|e| format!("listing superblocks: {e}"))?;
             for e in supers {
                 let bytes = base.get(&e.key).await.map_err(|e| format!("get: {e}"))?;
-                let vouches = decode_volume_super(&bytes).map_or(false, |sb| {
+                let vouches = decode_volume_super(&bytes).is_ok_and(|sb| {
                     sb.durable_through > first_gone
                         || sb.newest_checkpoint.is_some_and(|c| c >= first_gone)
                 });
