@@ -62,9 +62,22 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                         });
                     }
                     PendingObject::Checkpoint { seq } => {
-                        let bytes = checkpoint_bytes(&shared, &st, seq, false);
+                        // Copy the state under the lock; encode it (megabytes on a
+                        // fragmented volume) without holding up client I/O.
+                        let snapshot = checkpoint_snapshot(&shared, &st, seq, false);
                         let dead = dead_objects(&st);
                         tokio::spawn(async move {
+                            let bytes = match tokio::task::spawn_blocking(move || snapshot.encode())
+                                .await
+                            {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    task_shared.fail(&format!(
+                                        "encoding checkpoint {seq:016x} failed: {e}"
+                                    ));
+                                    return;
+                                }
+                            };
                             upload_checkpoint(task_shared, seq, bytes, dead).await
                         });
                     }
@@ -89,19 +102,38 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
     }
 }
 
-/// Encode checkpoint `seq` from the current store state (all objects below it applied).
-fn checkpoint_bytes(shared: &Shared, st: &State, seq: u64, clean: bool) -> Vec<u8> {
+/// Checkpoint `seq` of the current store state (all objects below it applied), not yet
+/// encoded.
+struct CheckpointSnapshot {
+    checkpoint: lsvd_core::format::checkpoint::Checkpoint,
+    volume: lsvd_core::VolumeId,
+    seq: u64,
+    last_record_seq: u64,
+}
+
+fn checkpoint_snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> CheckpointSnapshot {
     debug_assert_eq!(st.store.next_object_seq(), seq);
-    let payload = encode_checkpoint(&st.store.to_checkpoint(clean, st.counters(&shared.stats)));
-    let spec = ObjectSpec {
-        kind: ObjectKind::Checkpoint,
+    CheckpointSnapshot {
+        checkpoint: st.store.to_checkpoint(clean, st.counters(&shared.stats)),
         volume: shared.meta.volume,
         seq,
         last_record_seq: st.store.last_record_seq(),
-        extents: &[],
-        trims: &[],
-    };
-    encode_object(&spec, &payload)
+    }
+}
+
+impl CheckpointSnapshot {
+    fn encode(&self) -> Vec<u8> {
+        let payload = encode_checkpoint(&self.checkpoint);
+        let spec = ObjectSpec {
+            kind: ObjectKind::Checkpoint,
+            volume: self.volume,
+            seq: self.seq,
+            last_record_seq: self.last_record_seq,
+            extents: &[],
+            trims: &[],
+        };
+        encode_object(&spec, &payload)
+    }
 }
 
 async fn upload_data(
@@ -402,7 +434,7 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
         st.uploads_in_flight += 1;
         (
             seq,
-            checkpoint_bytes(shared, &st, seq, true),
+            checkpoint_snapshot(shared, &st, seq, true).encode(),
             dead_objects(&st),
         )
     };
