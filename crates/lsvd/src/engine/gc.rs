@@ -10,7 +10,12 @@
 //!
 //! Pacing: one pass at a time, at most `pass_bytes` moved per pass, and no pass starts
 //! while client batches are waiting for upload: client data goes first while GC keeps
-//! up.
+//! up. Within a pass, GC reads its victims in ranged GETs of at most 1 MiB at a bounded
+//! rate ([`Pacer`]): `EngineConfig::gc_min_rate_bytes` per second, or four times the
+//! rate clients are writing if that is more (GC then keeps up with any workload that
+//! relocates less than three bytes per byte written), with each pass's checkpoint
+//! counted too. So GC works steadily in the background instead of in bursts that hold
+//! up client I/O.
 //!
 //! Back-pressure: when GC falls behind (the store would grow past live/gc-start plus
 //! one batch, `lsvd_core::gc::client_object_fits`), closed client batches are held
@@ -37,12 +42,104 @@ const RUN_GAP_BYTES: u64 = 256 << 10;
 /// Client batches waiting for upload above which GC waits.
 const MAX_CLIENT_BACKLOG: usize = 2;
 
+/// Largest ranged GET of a victim (a run of live extents is split there; an extent
+/// larger than this is read whole).
+const MAX_GET_BYTES: u64 = 1 << 20;
+
+/// GC may move this many bytes per byte clients write (over [`RATE_WINDOW`]), if that
+/// is more than the configured minimum rate.
+const CLIENT_SHARE: f64 = 4.0;
+
+/// The client write rate is measured over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The rate limiter of GC I/O: a token bucket refilled at
+/// `max(min_rate, CLIENT_SHARE x client write rate)` bytes per second, holding at most
+/// a quarter second of that (and at least one GET).
+pub(crate) struct Pacer {
+    min_rate: f64,
+    tokens: f64,
+    last: tokio::time::Instant,
+    /// (time, client bytes written so far), over the last [`RATE_WINDOW`].
+    samples: std::collections::VecDeque<(tokio::time::Instant, u64)>,
+}
+
+impl Pacer {
+    /// `min_rate` bytes per second; 0 disables pacing.
+    pub(crate) fn new(min_rate: u64) -> Pacer {
+        Pacer {
+            min_rate: min_rate as f64,
+            tokens: 0.0,
+            last: tokio::time::Instant::now(),
+            samples: Default::default(),
+        }
+    }
+
+    /// Bytes per second GC may use now, given the client bytes written so far.
+    pub(crate) fn rate(&mut self, client_bytes: u64) -> f64 {
+        let now = tokio::time::Instant::now();
+        self.samples.push_back((now, client_bytes));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let client = match self.samples.front() {
+            Some(&(t, b)) if now.duration_since(t) >= Duration::from_millis(100) => {
+                client_bytes.saturating_sub(b) as f64 / now.duration_since(t).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        self.min_rate.max(CLIENT_SHARE * client)
+    }
+
+    /// Account for `bytes` of GC I/O, sleeping as long as the rate requires (in steps,
+    /// returning false at once if `stop` says so).
+    pub(crate) async fn take(
+        &mut self,
+        bytes: u64,
+        client_bytes: u64,
+        stop: impl Fn() -> bool,
+    ) -> bool {
+        if self.min_rate <= 0.0 {
+            return true;
+        }
+        let rate = self.rate(client_bytes);
+        let now = tokio::time::Instant::now();
+        let cap = (rate / 4.0).max(MAX_GET_BYTES as f64);
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(cap)
+            - bytes as f64;
+        self.last = now;
+        if self.tokens >= 0.0 {
+            return true;
+        }
+        let mut wait = Duration::from_secs_f64(-self.tokens / rate);
+        while !wait.is_zero() {
+            if stop() {
+                return false;
+            }
+            let step = wait.min(Duration::from_millis(100));
+            tokio::time::sleep(step).await;
+            wait -= step;
+        }
+        true
+    }
+}
+
+/// GC must stop: writes have stopped or the volume failed.
+fn stopping(shared: &Shared) -> bool {
+    shared.lock().writer_done || shared.failed.load(Ordering::SeqCst)
+}
+
 pub(crate) async fn run(shared: Arc<Shared>) {
     let cfg = shared.config.gc;
     if !cfg.enabled() {
         return;
     }
     let mut active = false;
+    let mut pacer = Pacer::new(shared.config.gc_min_rate_bytes);
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.gc_wake.notified()).await;
         let plan = {
@@ -80,8 +177,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         active = true;
         let (victims, relocations, kinds) = plan;
         shared.lock().gc_busy = victims.clone();
-        match run_pass(&shared, &relocations, &kinds).await {
-            Ok(moved) => {
+        match run_pass(&shared, &relocations, &kinds, &mut pacer).await {
+            Ok(None) => {}
+            Ok(Some(moved)) => {
                 shared.stats.gc_passes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -91,6 +189,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     "gc: pass over {} objects moved {moved} bytes",
                     victims.len()
                 ));
+                // The pass's checkpoint counts too: about 32 bytes per map extent and
+                // object.
+                let checkpoint = {
+                    let st = shared.lock();
+                    32 * (st.store.map().extent_count() + st.store.objects().len()) as u64
+                };
+                let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+                pacer.take(checkpoint, client, || stopping(&shared)).await;
             }
             Err(e) => {
                 crate::log::warn(&format!("gc pass failed, will retry: {e}"));
@@ -102,11 +208,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
+/// Returns the bytes moved, or None if writes stopped meanwhile (nothing queued).
 async fn run_pass(
     shared: &Arc<Shared>,
     relocations: &[Relocation],
     kinds: &BTreeMap<u64, ObjectKind>,
-) -> std::io::Result<u64> {
+    pacer: &mut Pacer,
+) -> std::io::Result<Option<u64>> {
     // Fetch each victim's live data in runs (extents less than a gap apart share one
     // ranged GET), then lay it out in the relocations' LBA order.
     let mut data_of: Vec<Vec<u8>> = vec![Vec::new(); relocations.len()];
@@ -125,11 +233,16 @@ async fn run_pass(
             let mut run_end = run_start + 1;
             while run_end < idxs.len() {
                 let r = &relocations[idxs[run_end]];
-                if r.source.offset > to + RUN_GAP_BYTES {
+                let end = to.max(r.source.offset + r.sectors * SECTOR_BYTES);
+                if r.source.offset > to + RUN_GAP_BYTES || end - from > MAX_GET_BYTES {
                     break;
                 }
-                to = to.max(r.source.offset + r.sectors * SECTOR_BYTES);
+                to = end;
                 run_end += 1;
+            }
+            let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+            if !pacer.take(to - from, client, || stopping(shared)).await {
+                return Ok(None);
             }
             let mut buf = vec![0u8; (to - from) as usize];
             read::read_object_direct(shared, victim, kind, from, &mut buf).await?;
@@ -163,7 +276,7 @@ async fn run_pass(
     }
     let mut st = shared.lock();
     if st.writer_done {
-        return Ok(0);
+        return Ok(None);
     }
     let last_record_seq = st.store.last_record_seq();
     for (extents, data) in encoded {
@@ -189,7 +302,7 @@ async fn run_pass(
     st.gc_pass_checkpoint = Some(checkpoint);
     drop(st);
     shared.upload_wake.notify_one();
-    Ok(moved)
+    Ok(Some(moved))
 }
 
 /// Number and queue held client batches, oldest first, while the store has room for
@@ -224,5 +337,48 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
             return;
         };
         super::writer::queue_batch(shared, st, batch, object_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pacer_holds_gc_to_its_rate_and_follows_the_client_write_rate() {
+        // Disabled: never waits.
+        let t = tokio::time::Instant::now();
+        let mut off = Pacer::new(0);
+        assert!(off.take(1 << 30, 0, || false).await);
+        assert!(t.elapsed() < Duration::from_millis(100));
+
+        // 4 MiB/s with idle clients: 2 MiB (after the first GET's worth of burst) takes
+        // about a quarter second per MiB.
+        let mut p = Pacer::new(4 << 20);
+        let t = tokio::time::Instant::now();
+        for _ in 0..3 {
+            assert!(p.take(1 << 20, 0, || false).await);
+        }
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(700),
+            "3 MiB at 4 MiB/s took {took:?}"
+        );
+
+        // Clients writing 40 MiB/s: GC may use four times that.
+        let mut p = Pacer::new(1 << 20);
+        assert_eq!(p.rate(0), (1 << 20) as f64);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let r = p.rate(10 << 20);
+        assert!(
+            r > (60 << 20) as f64 && r <= (160 << 20) as f64,
+            "rate {r} for clients writing ~40 MiB/s"
+        );
+
+        // A stop request ends a wait at once.
+        let mut p = Pacer::new(1 << 20);
+        let t = tokio::time::Instant::now();
+        assert!(!p.take(64 << 20, 0, || true).await);
+        assert!(t.elapsed() < Duration::from_millis(100));
     }
 }
