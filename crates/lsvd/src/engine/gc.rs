@@ -31,7 +31,8 @@ use std::time::Duration;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
 use lsvd_core::gc::{
-    Relocation, gc_object_extents, group_relocations, live_extents, select_victims, should_collect,
+    Relocation, gc_object_extents, group_relocations, live_extents_in, select_victims,
+    should_collect,
 };
 
 use super::{PendingObject, Shared, State, read};
@@ -41,6 +42,9 @@ const RUN_GAP_BYTES: u64 = 256 << 10;
 
 /// Client batches waiting for upload above which GC waits.
 const MAX_CLIENT_BACKLOG: usize = 2;
+
+/// GC plans a pass over this many sectors (64 MiB of the volume) at a time.
+const PLAN_SLICE_SECTORS: u64 = (64 << 20) / SECTOR_BYTES;
 
 /// Largest ranged GET of a victim (a run of live extents is split there; an extent
 /// larger than this is read whole).
@@ -167,16 +171,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             st.gc_stalled = false;
             let set: BTreeSet<u64> = victims.iter().copied().collect();
-            let relocations = live_extents(&st.store, &set);
             let kinds: BTreeMap<u64, ObjectKind> = victims
                 .iter()
                 .map(|v| (*v, st.store.objects()[v].kind))
                 .collect();
-            (set, relocations, kinds)
+            st.gc_busy = set.clone();
+            (set, kinds)
         };
         active = true;
-        let (victims, relocations, kinds) = plan;
-        shared.lock().gc_busy = victims.clone();
+        let (victims, kinds) = plan;
+        // Their live extents, a slice of the volume at a time: a whole map (~260,000
+        // extents for 1 GiB of random 4 KiB writes) is milliseconds of holding the
+        // lock every client write takes.
+        let volume_sectors = shared.meta.size_bytes / SECTOR_BYTES;
+        let mut relocations = Vec::new();
+        let mut lba = 0;
+        while lba < volume_sectors {
+            let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
+            relocations.extend(live_extents_in(&shared.lock().store, &victims, lba, n));
+            lba += n;
+            tokio::task::yield_now().await;
+        }
         match run_pass(&shared, &relocations, &kinds, &mut pacer).await {
             Ok(None) => {}
             Ok(Some(moved)) => {
@@ -241,7 +256,7 @@ async fn run_pass(
                 run_end += 1;
             }
             let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
-            if !pacer.take(to - from, client, || stopping(shared)).await {
+            if stopping(shared) || !pacer.take(to - from, client, || stopping(shared)).await {
                 return Ok(None);
             }
             let mut buf = vec![0u8; (to - from) as usize];
@@ -254,52 +269,78 @@ async fn run_pass(
             run_start = run_end;
         }
     }
-    // Group in LBA order; a relocation split across groups is sliced accordingly.
+    // Number the GC objects and the closing checkpoint, then lay out and encode them
+    // (tens of megabytes copied and checksummed) without the state lock and off the
+    // runtime's threads. Client batches closing meanwhile wait unnumbered
+    // (`gc_encoding`), so the upload queue stays in sequence order.
     let groups = group_relocations(relocations, shared.config.batch_size_bytes);
-    let mut encoded = Vec::with_capacity(groups.len());
-    let mut moved = 0u64;
-    let mut next = 0usize; // index into relocations
-    let mut consumed = 0usize; // bytes of relocations[next] already placed
-    for group in &groups {
-        let mut data = Vec::new();
-        for r in group {
-            let len = (r.sectors * SECTOR_BYTES) as usize;
-            while data_of[next].len() == consumed {
-                next += 1;
-                consumed = 0;
-            }
-            data.extend_from_slice(&data_of[next][consumed..consumed + len]);
-            consumed += len;
+    let (first_seq, last_record_seq) = {
+        let mut st = shared.lock();
+        // Once writes have stopped the uploader may finish at any moment: start nothing
+        // it would have to wait for.
+        if st.writer_done {
+            return Ok(None);
         }
-        moved += data.len() as u64;
-        encoded.push((gc_object_extents(group), data));
-    }
+        let first = st.next_object_seq;
+        st.next_object_seq += groups.len() as u64 + 1;
+        st.gc_encoding = true;
+        (first, st.store.last_record_seq())
+    };
+    let volume = shared.meta.volume;
+    let encoded = tokio::task::spawn_blocking(move || {
+        let mut encoded = Vec::with_capacity(groups.len());
+        let mut next = 0usize; // index into relocations (and data_of)
+        let mut consumed = 0usize; // bytes of data_of[next] already placed
+        for (i, group) in groups.iter().enumerate() {
+            let mut data = Vec::new();
+            for r in group {
+                let len = (r.sectors * SECTOR_BYTES) as usize;
+                while data_of[next].len() == consumed {
+                    next += 1;
+                    consumed = 0;
+                }
+                data.extend_from_slice(&data_of[next][consumed..consumed + len]);
+                consumed += len;
+            }
+            let seq = first_seq + i as u64;
+            let extents = gc_object_extents(group);
+            let spec = ObjectSpec {
+                kind: ObjectKind::Gc,
+                volume,
+                seq,
+                last_record_seq,
+                extents: &extents,
+                trims: &[],
+            };
+            encoded.push((seq, data.len() as u64, encode_object(&spec, &data)));
+        }
+        encoded
+    })
+    .await;
+    let encoded = match encoded {
+        Ok(e) => e,
+        Err(e) => {
+            // The numbers are taken: nothing after them could ever be applied.
+            shared.fail(&format!("encoding GC objects failed: {e}"));
+            return Err(std::io::Error::other("encoding GC objects failed"));
+        }
+    };
+    // Queue them even if writes stopped meanwhile: their numbers are taken (and the
+    // uploader waits for them).
     let mut st = shared.lock();
-    if st.writer_done {
-        return Ok(None);
-    }
-    let last_record_seq = st.store.last_record_seq();
-    for (extents, data) in encoded {
-        let seq = st.next_object_seq;
-        st.next_object_seq += 1;
-        let spec = ObjectSpec {
-            kind: ObjectKind::Gc,
-            volume: shared.meta.volume,
-            seq,
-            last_record_seq,
-            extents: &extents,
-            trims: &[],
-        };
-        let bytes = encode_object(&spec, &data);
+    let mut moved = 0u64;
+    for (seq, data_bytes, bytes) in encoded {
+        moved += data_bytes;
         st.pending_bytes.insert(seq, bytes.len() as u64);
         st.upload_queue.push_back(PendingObject::Gc { seq, bytes });
     }
-    let checkpoint = st.next_object_seq;
-    st.next_object_seq += 1;
+    let checkpoint = st.next_object_seq - 1;
     st.upload_queue
         .push_back(PendingObject::Checkpoint { seq: checkpoint });
     st.objects_since_checkpoint = 0;
     st.gc_pass_checkpoint = Some(checkpoint);
+    st.gc_encoding = false;
+    release_held(shared, &mut st);
     drop(st);
     shared.upload_wake.notify_one();
     Ok(Some(moved))
@@ -307,7 +348,7 @@ async fn run_pass(
 
 /// Number and queue held client batches, oldest first, while the store has room for
 /// them (or nothing may be held: GC off, writes stopped, the volume failed, or GC has
-/// nothing to collect).
+/// nothing to collect), and no GC pass is being encoded.
 pub(crate) fn release_held(shared: &Shared, st: &mut State) {
     let cfg = &shared.config;
     while let Some(batch) = st.held.front() {
@@ -318,7 +359,9 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
                 batch.trims.len(),
                 batch.data_bytes,
             );
-        let hold = cfg.gc.enabled()
+        // While GC encodes a pass its objects' numbers are taken but not yet queued;
+        // nothing may be queued after them until they are (not even at shutdown).
+        let over_bound = cfg.gc.enabled()
             && !st.writer_done
             && !st.gc_stalled
             && !shared.failed.load(Ordering::SeqCst)
@@ -329,6 +372,7 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
                 object_bytes,
                 cfg.batch_size_bytes,
             );
+        let hold = st.gc_encoding || over_bound;
         if hold {
             shared.gc_wake.notify_one();
             return;

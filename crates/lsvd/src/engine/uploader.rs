@@ -87,7 +87,8 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                 st.writer_done
                     && st.upload_queue.is_empty()
                     && st.uploads_in_flight == 0
-                    && st.held.is_empty(),
+                    && st.held.is_empty()
+                    && !st.gc_encoding,
                 st.batch_opened_at.is_some(),
             )
         };
