@@ -12,10 +12,11 @@
 //! while client batches are waiting for upload: client data goes first while GC keeps
 //! up. Within a pass, GC reads its victims in ranged GETs of at most 1 MiB at a bounded
 //! rate ([`Pacer`]): `EngineConfig::gc_min_rate_bytes` per second, or four times the
-//! rate clients are writing if that is more (GC then keeps up with any workload that
-//! relocates less than three bytes per byte written), with each pass's checkpoint
-//! counted too. So GC works steadily in the background instead of in bursts that hold
-//! up client I/O.
+//! rate clients are writing if that is more, with each pass's checkpoint counted too
+//! (a GET also reads the dead bytes between nearby live extents, so GC moves less than
+//! it reads). So GC works steadily in the background instead of in bursts that hold up
+//! client I/O. Where cleaning needs more than that (GC reading over four bytes per byte
+//! written), the back-pressure below slows clients to what GC cleans.
 //!
 //! Back-pressure: when GC falls behind (the store would grow past live/gc-start plus
 //! one batch, `lsvd_core::gc::client_object_fits`), closed client batches are held
