@@ -206,6 +206,32 @@ pub fn live_extents(state: &StoreState, victims: &BTreeSet<u64>) -> Vec<Relocati
         .collect()
 }
 
+/// [`live_extents`] within `[lba, lba + sectors)`; an extent crossing an edge is cut
+/// there (its source advanced). The engine plans a pass in such pieces, letting go of
+/// its state lock in between: a piece that is stale by the time it is applied is
+/// simply not applied (GC objects apply only where the map still points at their
+/// source), and nothing can start pointing into a victim.
+pub fn live_extents_in(
+    state: &StoreState,
+    victims: &BTreeSet<u64>,
+    lba: u64,
+    sectors: u64,
+) -> Vec<Relocation> {
+    let mut out = Vec::new();
+    state.map().for_each_in(lba, sectors, |p| {
+        if let Some(source) = p.location
+            && victims.contains(&source.object_seq)
+        {
+            out.push(Relocation {
+                lba: p.lba,
+                sectors: p.sectors,
+                source,
+            });
+        }
+    });
+    out
+}
+
 /// Split relocations into GC objects of at most `object_bytes` of data each (an
 /// extent is split if needed). Each group becomes one GC object.
 pub fn group_relocations(relocations: &[Relocation], object_bytes: u64) -> Vec<Vec<Relocation>> {
@@ -381,6 +407,32 @@ mod tests {
         };
         assert!(client_object_fits(&s, &lax, 0, 1 << 30, 0));
         assert!(!client_object_fits(&s, &lax, 4096, 1 << 30, 0));
+    }
+
+    #[test]
+    fn live_extents_in_pieces_cover_the_same_data() {
+        let s = state_with_garbage();
+        let victims: BTreeSet<u64> = [1, 2, 3].into_iter().collect();
+        let per_sector = |rel: &[Relocation]| -> Vec<(u64, u64, u64)> {
+            rel.iter()
+                .flat_map(|r| {
+                    (0..r.sectors).map(move |i| {
+                        let src = r.source.advance_sectors(i);
+                        (r.lba + i, src.object_seq, src.offset)
+                    })
+                })
+                .collect()
+        };
+        let whole = live_extents(&s, &victims);
+        for chunk in [1u64, 7, 100, 1 << 20] {
+            let mut pieces = Vec::new();
+            let mut lba = 0;
+            while lba < 4000 {
+                pieces.extend(live_extents_in(&s, &victims, lba, chunk));
+                lba += chunk;
+            }
+            assert_eq!(per_sector(&pieces), per_sector(&whole), "chunk {chunk}");
+        }
     }
 
     #[test]

@@ -108,6 +108,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v| v.status().gc_moved_bytes as f64,
     );
     metric(
+        "gc_pass_in_flight",
+        "gauge",
+        "1 while a GC pass is relocating data or waiting for its checkpoint.",
+        &|v| f64::from(u8::from(v.status().gc_pass_in_flight)),
+    );
+    metric(
         "gc_superseded_bytes_total",
         "counter",
         "Bytes GC copied that clients overwrote before the copy applied (this process).",

@@ -193,6 +193,10 @@ pub struct EngineArgs {
     /// fraction and age).
     #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
     pub gc_policy: String,
+    /// GC moves at most this many bytes per second, or four times the rate clients
+    /// write if that is more (0: as fast as it can).
+    #[arg(long, default_value = "16M")]
+    pub gc_rate: String,
 }
 
 impl EngineArgs {
@@ -217,9 +221,11 @@ impl EngineArgs {
         gc.validate()
             .map_err(|e| format!("--gc-start/--gc-stop: {e}"))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
+        let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
         Ok(EngineConfig {
             gc,
             read_cache_bytes,
+            gc_min_rate_bytes,
             batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             uploads_in_flight: self.uploads,

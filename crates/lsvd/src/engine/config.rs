@@ -25,6 +25,9 @@ pub struct EngineConfig {
     pub gc: lsvd_core::gc::GcConfig,
     /// Size of the read-cache file (0 disables it). Default: 1 GiB.
     pub read_cache_bytes: u64,
+    /// GC moves at most this many bytes per second, or four times the rate clients
+    /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
+    pub gc_min_rate_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,7 @@ impl Default for EngineConfig {
             recovery_mode: RecoveryMode::Strict,
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
+            gc_min_rate_bytes: 16 << 20,
         }
     }
 }

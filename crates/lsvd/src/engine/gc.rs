@@ -10,7 +10,13 @@
 //!
 //! Pacing: one pass at a time, at most `pass_bytes` moved per pass, and no pass starts
 //! while client batches are waiting for upload: client data goes first while GC keeps
-//! up.
+//! up. Within a pass, GC reads its victims in ranged GETs of at most 1 MiB at a bounded
+//! rate ([`Pacer`]): `EngineConfig::gc_min_rate_bytes` per second, or four times the
+//! rate clients are writing if that is more, with each pass's checkpoint counted too
+//! (a GET also reads the dead bytes between nearby live extents, so GC moves less than
+//! it reads). So GC works steadily in the background instead of in bursts that hold up
+//! client I/O. Where cleaning needs more than that (GC reading over four bytes per byte
+//! written), the back-pressure below slows clients to what GC cleans.
 //!
 //! Back-pressure: when GC falls behind (the store would grow past live/gc-start plus
 //! one batch, `lsvd_core::gc::client_object_fits`), closed client batches are held
@@ -26,7 +32,8 @@ use std::time::Duration;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
 use lsvd_core::gc::{
-    Relocation, gc_object_extents, group_relocations, live_extents, select_victims, should_collect,
+    Relocation, gc_object_extents, group_relocations, live_extents_in, select_victims,
+    should_collect,
 };
 
 use super::{PendingObject, Shared, State, read};
@@ -37,12 +44,107 @@ const RUN_GAP_BYTES: u64 = 256 << 10;
 /// Client batches waiting for upload above which GC waits.
 const MAX_CLIENT_BACKLOG: usize = 2;
 
+/// GC plans a pass over this many sectors (64 MiB of the volume) at a time.
+const PLAN_SLICE_SECTORS: u64 = (64 << 20) / SECTOR_BYTES;
+
+/// Largest ranged GET of a victim (a run of live extents is split there; an extent
+/// larger than this is read whole).
+const MAX_GET_BYTES: u64 = 1 << 20;
+
+/// GC may move this many bytes per byte clients write (over [`RATE_WINDOW`]), if that
+/// is more than the configured minimum rate.
+const CLIENT_SHARE: f64 = 4.0;
+
+/// The client write rate is measured over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The rate limiter of GC I/O: a token bucket refilled at
+/// `max(min_rate, CLIENT_SHARE x client write rate)` bytes per second, holding at most
+/// a quarter second of that (and at least one GET).
+pub(crate) struct Pacer {
+    min_rate: f64,
+    tokens: f64,
+    last: tokio::time::Instant,
+    /// (time, client bytes written so far), over the last [`RATE_WINDOW`].
+    samples: std::collections::VecDeque<(tokio::time::Instant, u64)>,
+}
+
+impl Pacer {
+    /// `min_rate` bytes per second; 0 disables pacing.
+    pub(crate) fn new(min_rate: u64) -> Pacer {
+        Pacer {
+            min_rate: min_rate as f64,
+            tokens: 0.0,
+            last: tokio::time::Instant::now(),
+            samples: Default::default(),
+        }
+    }
+
+    /// Bytes per second GC may use now, given the client bytes written so far.
+    pub(crate) fn rate(&mut self, client_bytes: u64) -> f64 {
+        let now = tokio::time::Instant::now();
+        self.samples.push_back((now, client_bytes));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let client = match self.samples.front() {
+            Some(&(t, b)) if now.duration_since(t) >= Duration::from_millis(100) => {
+                client_bytes.saturating_sub(b) as f64 / now.duration_since(t).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        self.min_rate.max(CLIENT_SHARE * client)
+    }
+
+    /// Account for `bytes` of GC I/O, sleeping as long as the rate requires (in steps,
+    /// returning false at once if `stop` says so).
+    pub(crate) async fn take(
+        &mut self,
+        bytes: u64,
+        client_bytes: u64,
+        stop: impl Fn() -> bool,
+    ) -> bool {
+        if self.min_rate <= 0.0 {
+            return true;
+        }
+        let rate = self.rate(client_bytes);
+        let now = tokio::time::Instant::now();
+        let cap = (rate / 4.0).max(MAX_GET_BYTES as f64);
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(cap)
+            - bytes as f64;
+        self.last = now;
+        if self.tokens >= 0.0 {
+            return true;
+        }
+        let mut wait = Duration::from_secs_f64(-self.tokens / rate);
+        while !wait.is_zero() {
+            if stop() {
+                return false;
+            }
+            let step = wait.min(Duration::from_millis(100));
+            tokio::time::sleep(step).await;
+            wait -= step;
+        }
+        true
+    }
+}
+
+/// GC must stop: writes have stopped or the volume failed.
+fn stopping(shared: &Shared) -> bool {
+    shared.lock().writer_done || shared.failed.load(Ordering::SeqCst)
+}
+
 pub(crate) async fn run(shared: Arc<Shared>) {
     let cfg = shared.config.gc;
     if !cfg.enabled() {
         return;
     }
     let mut active = false;
+    let mut pacer = Pacer::new(shared.config.gc_min_rate_bytes);
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.gc_wake.notified()).await;
         let plan = {
@@ -70,18 +172,30 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             st.gc_stalled = false;
             let set: BTreeSet<u64> = victims.iter().copied().collect();
-            let relocations = live_extents(&st.store, &set);
             let kinds: BTreeMap<u64, ObjectKind> = victims
                 .iter()
                 .map(|v| (*v, st.store.objects()[v].kind))
                 .collect();
-            (set, relocations, kinds)
+            st.gc_busy = set.clone();
+            (set, kinds)
         };
         active = true;
-        let (victims, relocations, kinds) = plan;
-        shared.lock().gc_busy = victims.clone();
-        match run_pass(&shared, &relocations, &kinds).await {
-            Ok(moved) => {
+        let (victims, kinds) = plan;
+        // Their live extents, a slice of the volume at a time: a whole map (~260,000
+        // extents for 1 GiB of random 4 KiB writes) is milliseconds of holding the
+        // lock every client write takes.
+        let volume_sectors = shared.meta.size_bytes / SECTOR_BYTES;
+        let mut relocations = Vec::new();
+        let mut lba = 0;
+        while lba < volume_sectors {
+            let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
+            relocations.extend(live_extents_in(&shared.lock().store, &victims, lba, n));
+            lba += n;
+            tokio::task::yield_now().await;
+        }
+        match run_pass(&shared, &relocations, &kinds, &mut pacer).await {
+            Ok(None) => {}
+            Ok(Some(moved)) => {
                 shared.stats.gc_passes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -91,6 +205,14 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     "gc: pass over {} objects moved {moved} bytes",
                     victims.len()
                 ));
+                // The pass's checkpoint counts too: about 32 bytes per map extent and
+                // object.
+                let checkpoint = {
+                    let st = shared.lock();
+                    32 * (st.store.map().extent_count() + st.store.objects().len()) as u64
+                };
+                let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+                pacer.take(checkpoint, client, || stopping(&shared)).await;
             }
             Err(e) => {
                 crate::log::warn(&format!("gc pass failed, will retry: {e}"));
@@ -102,11 +224,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
+/// Returns the bytes moved, or None if writes stopped meanwhile (nothing queued).
 async fn run_pass(
     shared: &Arc<Shared>,
     relocations: &[Relocation],
     kinds: &BTreeMap<u64, ObjectKind>,
-) -> std::io::Result<u64> {
+    pacer: &mut Pacer,
+) -> std::io::Result<Option<u64>> {
     // Fetch each victim's live data in runs (extents less than a gap apart share one
     // ranged GET), then lay it out in the relocations' LBA order.
     let mut data_of: Vec<Vec<u8>> = vec![Vec::new(); relocations.len()];
@@ -125,11 +249,16 @@ async fn run_pass(
             let mut run_end = run_start + 1;
             while run_end < idxs.len() {
                 let r = &relocations[idxs[run_end]];
-                if r.source.offset > to + RUN_GAP_BYTES {
+                let end = to.max(r.source.offset + r.sectors * SECTOR_BYTES);
+                if r.source.offset > to + RUN_GAP_BYTES || end - from > MAX_GET_BYTES {
                     break;
                 }
-                to = to.max(r.source.offset + r.sectors * SECTOR_BYTES);
+                to = end;
                 run_end += 1;
+            }
+            let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+            if stopping(shared) || !pacer.take(to - from, client, || stopping(shared)).await {
+                return Ok(None);
             }
             let mut buf = vec![0u8; (to - from) as usize];
             read::read_object_direct(shared, victim, kind, from, &mut buf).await?;
@@ -141,56 +270,84 @@ async fn run_pass(
             run_start = run_end;
         }
     }
-    // Group in LBA order; a relocation split across groups is sliced accordingly.
+    // Number the GC objects and the closing checkpoint, then lay out and encode them
+    // (tens of megabytes copied and checksummed) without the state lock and off the
+    // runtime's threads. Client batches closing meanwhile wait unnumbered
+    // (`gc_encoding`), so the upload queue stays in sequence order.
     let groups = group_relocations(relocations, shared.config.batch_size_bytes);
-    let mut encoded = Vec::with_capacity(groups.len());
-    let mut moved = 0u64;
-    let mut next = 0usize; // index into relocations
-    let mut consumed = 0usize; // bytes of relocations[next] already placed
-    for group in &groups {
-        let mut data = Vec::new();
-        for r in group {
-            let len = (r.sectors * SECTOR_BYTES) as usize;
-            while data_of[next].len() == consumed {
-                next += 1;
-                consumed = 0;
-            }
-            data.extend_from_slice(&data_of[next][consumed..consumed + len]);
-            consumed += len;
+    let (first_seq, last_record_seq) = {
+        let mut st = shared.lock();
+        // Once writes have stopped the uploader may finish at any moment: start nothing
+        // it would have to wait for.
+        if st.writer_done {
+            return Ok(None);
         }
-        moved += data.len() as u64;
-        encoded.push((gc_object_extents(group), data));
-    }
+        let first = st.next_object_seq;
+        st.next_object_seq += groups.len() as u64 + 1;
+        st.gc_encoding = true;
+        (first, st.store.last_record_seq())
+    };
+    let volume = shared.meta.volume;
+    let encoded = tokio::task::spawn_blocking(move || {
+        let mut encoded = Vec::with_capacity(groups.len());
+        let mut next = 0usize; // index into relocations (and data_of)
+        let mut consumed = 0usize; // bytes of data_of[next] already placed
+        for (i, group) in groups.iter().enumerate() {
+            let mut data = Vec::new();
+            for r in group {
+                let len = (r.sectors * SECTOR_BYTES) as usize;
+                while data_of[next].len() == consumed {
+                    next += 1;
+                    consumed = 0;
+                }
+                data.extend_from_slice(&data_of[next][consumed..consumed + len]);
+                consumed += len;
+            }
+            let seq = first_seq + i as u64;
+            let extents = gc_object_extents(group);
+            let spec = ObjectSpec {
+                kind: ObjectKind::Gc,
+                volume,
+                seq,
+                last_record_seq,
+                extents: &extents,
+                trims: &[],
+            };
+            encoded.push((seq, data.len() as u64, encode_object(&spec, &data)));
+        }
+        encoded
+    })
+    .await;
+    let encoded = match encoded {
+        Ok(e) => e,
+        Err(e) => {
+            // The numbers are taken: nothing after them could ever be applied.
+            shared.fail(&format!("encoding GC objects failed: {e}"));
+            return Err(std::io::Error::other("encoding GC objects failed"));
+        }
+    };
+    // Queue them even if writes stopped meanwhile: their numbers are taken (and the
+    // uploader waits for them).
     let mut st = shared.lock();
-    if st.writer_done {
-        return Ok(0);
-    }
-    let last_record_seq = st.store.last_record_seq();
-    for (extents, data) in encoded {
-        let seq = st.next_object_seq;
-        st.next_object_seq += 1;
-        let spec = ObjectSpec {
-            kind: ObjectKind::Gc,
-            volume: shared.meta.volume,
-            seq,
-            last_record_seq,
-            extents: &extents,
-            trims: &[],
-        };
-        let bytes = encode_object(&spec, &data);
+    let mut moved = 0u64;
+    for (seq, data_bytes, bytes) in encoded {
+        moved += data_bytes;
         st.pending_bytes.insert(seq, bytes.len() as u64);
         st.upload_queue.push_back(PendingObject::Gc { seq, bytes });
     }
-    let checkpoint = super::writer::queue_checkpoint(&mut st);
+    let checkpoint = st.next_object_seq - 1;
+    super::writer::queue_numbered_checkpoint(&mut st, checkpoint);
     st.gc_pass_checkpoint = Some(checkpoint);
+    st.gc_encoding = false;
+    release_held(shared, &mut st);
     drop(st);
     shared.upload_wake.notify_one();
-    Ok(moved)
+    Ok(Some(moved))
 }
 
 /// Number and queue held client batches, oldest first, while the store has room for
 /// them (or nothing may be held: GC off, writes stopped, the volume failed, or GC has
-/// nothing to collect).
+/// nothing to collect), and no GC pass is being encoded.
 pub(crate) fn release_held(shared: &Shared, st: &mut State) {
     let cfg = &shared.config;
     while let Some(batch) = st.held.front() {
@@ -201,7 +358,9 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
                 batch.trims.len(),
                 batch.data_bytes,
             );
-        let hold = cfg.gc.enabled()
+        // While GC encodes a pass its objects' numbers are taken but not yet queued;
+        // nothing may be queued after them until they are (not even at shutdown).
+        let over_bound = cfg.gc.enabled()
             && !st.writer_done
             && !st.gc_stalled
             && !shared.failed.load(Ordering::SeqCst)
@@ -212,6 +371,7 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
                 object_bytes,
                 cfg.batch_size_bytes,
             );
+        let hold = st.gc_encoding || over_bound;
         if hold {
             shared.gc_wake.notify_one();
             return;
@@ -220,5 +380,48 @@ pub(crate) fn release_held(shared: &Shared, st: &mut State) {
             return;
         };
         super::writer::queue_batch(shared, st, batch, object_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pacer_holds_gc_to_its_rate_and_follows_the_client_write_rate() {
+        // Disabled: never waits.
+        let t = tokio::time::Instant::now();
+        let mut off = Pacer::new(0);
+        assert!(off.take(1 << 30, 0, || false).await);
+        assert!(t.elapsed() < Duration::from_millis(100));
+
+        // 4 MiB/s with idle clients: 2 MiB (after the first GET's worth of burst) takes
+        // about a quarter second per MiB.
+        let mut p = Pacer::new(4 << 20);
+        let t = tokio::time::Instant::now();
+        for _ in 0..3 {
+            assert!(p.take(1 << 20, 0, || false).await);
+        }
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(700),
+            "3 MiB at 4 MiB/s took {took:?}"
+        );
+
+        // Clients writing 40 MiB/s: GC may use four times that.
+        let mut p = Pacer::new(1 << 20);
+        assert_eq!(p.rate(0), (1 << 20) as f64);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let r = p.rate(10 << 20);
+        assert!(
+            r > (60 << 20) as f64 && r <= (160 << 20) as f64,
+            "rate {r} for clients writing ~40 MiB/s"
+        );
+
+        // A stop request ends a wait at once.
+        let mut p = Pacer::new(1 << 20);
+        let t = tokio::time::Instant::now();
+        assert!(!p.take(64 << 20, 0, || true).await);
+        assert!(t.elapsed() < Duration::from_millis(100));
     }
 }

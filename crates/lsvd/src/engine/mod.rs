@@ -176,6 +176,9 @@ pub(crate) struct State {
     /// GC wants to collect but finds no victims: holding client objects back would
     /// wait for nothing.
     gc_stalled: bool,
+    /// A GC pass has taken sequence numbers for its objects and is encoding them:
+    /// client batches wait unnumbered until they are queued.
+    gc_encoding: bool,
 }
 
 impl State {

@@ -695,6 +695,7 @@ async fn open_inner(
             held: Default::default(),
             pending_bytes: Default::default(),
             gc_stalled: false,
+            gc_encoding: false,
         }),
         space_freed: Condvar::new(),
         upload_wake: tokio::sync::Notify::new(),

@@ -543,6 +543,84 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
     volume.shutdown().await.expect("shutdown");
 }
 
+/// GC is paced: with clients idle it moves data at its minimum rate, not as fast as it
+/// can (which, on a fragmented volume, took client I/O latency up twentyfold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
+    let dir = TempDir::new("engine-gc-pace");
+    let store: DynStore = Arc::new(MemStore::new());
+    let blocks = 4096u64; // 16 MiB
+    create_volume(&store, "v", blocks * BLOCK)
+        .await
+        .expect("create");
+    // Fill, then overwrite every other block, with GC off: every object is half live.
+    let off = EngineConfig {
+        gc: lsvd_core::gc::GcConfig {
+            start_utilization: 0.0,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), off)
+        .await
+        .expect("open");
+    let mut model = vec![0u64; blocks as usize];
+    for b in 0..blocks {
+        volume
+            .write(b * BLOCK, block_data(b, 1), false)
+            .await
+            .expect("fill");
+        model[b as usize] = 1;
+    }
+    for b in (0..blocks).step_by(2) {
+        volume
+            .write(b * BLOCK, block_data(b, 2), false)
+            .await
+            .expect("overwrite");
+        model[b as usize] = 2;
+    }
+    volume.shutdown().await.expect("shutdown");
+    // Reopen with GC on at 2 MiB/s and no client writes.
+    let rate = 2u64 << 20;
+    let on = EngineConfig {
+        gc_min_rate_bytes: rate,
+        gc: lsvd_core::gc::GcConfig {
+            pass_bytes: 4 << 20,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let t = std::time::Instant::now();
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), on)
+        .await
+        .expect("reopen");
+    assert!(volume.status().utilization < 0.70);
+    let mut done = None;
+    for _ in 0..1500 {
+        let s = volume.status();
+        if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
+            done = Some(t.elapsed());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let took = done.expect("GC reached its stop threshold within 30 s");
+    let moved = volume.status().gc_moved_bytes;
+    // GC read at least what it moved; the bucket starts empty and holds at most 1 MiB.
+    let floor = moved.saturating_sub(1 << 20) as f64 / rate as f64;
+    assert!(
+        took.as_secs_f64() >= floor,
+        "GC moved {moved} bytes in {took:?}, faster than {rate} bytes/s"
+    );
+    assert!(
+        moved >= 2 << 20,
+        "GC moved {moved} bytes: {:?}",
+        volume.status()
+    );
+    verify_all(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trim_frees_store_space_after_gc() {
     let dir = TempDir::new("engine-trim");

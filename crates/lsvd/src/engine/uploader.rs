@@ -65,9 +65,22 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                         });
                     }
                     PendingObject::Checkpoint { seq } => {
-                        let bytes = checkpoint_bytes(&shared, &st, seq, false);
+                        // Copy the state under the lock; encode it (megabytes on a
+                        // fragmented volume) without holding up client I/O.
+                        let snapshot = checkpoint_snapshot(&shared, &st, seq, false);
                         let dead = dead_objects(&st);
                         tokio::spawn(async move {
+                            let bytes = match tokio::task::spawn_blocking(move || snapshot.encode())
+                                .await
+                            {
+                                Ok(b) => b,
+                                Err(e) => {
+                                    task_shared.fail(&format!(
+                                        "encoding checkpoint {seq:016x} failed: {e}"
+                                    ));
+                                    return;
+                                }
+                            };
                             upload_checkpoint(task_shared, seq, bytes, dead, false).await
                         });
                     }
@@ -77,7 +90,9 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                 st.writer_done
                     && st.upload_queue.is_empty()
                     && st.uploads_in_flight == 0
-                    && st.held.is_empty(),
+                    && st.completed.is_empty()
+                    && st.held.is_empty()
+                    && !st.gc_encoding,
                 st.batch_opened_at.is_some(),
             )
         };
@@ -92,19 +107,38 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
     }
 }
 
-/// Encode checkpoint `seq` from the current store state (all objects below it applied).
-fn checkpoint_bytes(shared: &Shared, st: &State, seq: u64, clean: bool) -> Vec<u8> {
+/// Checkpoint `seq` of the current store state (all objects below it applied), not yet
+/// encoded.
+struct CheckpointSnapshot {
+    checkpoint: lsvd_core::format::checkpoint::Checkpoint,
+    volume: lsvd_core::VolumeId,
+    seq: u64,
+    last_record_seq: u64,
+}
+
+fn checkpoint_snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> CheckpointSnapshot {
     debug_assert_eq!(st.store.next_object_seq(), seq);
-    let payload = encode_checkpoint(&st.store.to_checkpoint(clean, st.counters(&shared.stats)));
-    let spec = ObjectSpec {
-        kind: ObjectKind::Checkpoint,
+    CheckpointSnapshot {
+        checkpoint: st.store.to_checkpoint(clean, st.counters(&shared.stats)),
         volume: shared.meta.volume,
         seq,
         last_record_seq: st.store.last_record_seq(),
-        extents: &[],
-        trims: &[],
-    };
-    encode_object(&spec, &payload)
+    }
+}
+
+impl CheckpointSnapshot {
+    fn encode(&self) -> Vec<u8> {
+        let payload = encode_checkpoint(&self.checkpoint);
+        let spec = ObjectSpec {
+            kind: ObjectKind::Checkpoint,
+            volume: self.volume,
+            seq: self.seq,
+            last_record_seq: self.last_record_seq,
+            extents: &[],
+            trims: &[],
+        };
+        encode_object(&spec, &payload)
+    }
 }
 
 async fn upload_data(
@@ -384,40 +418,45 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
     if shared.failed.load(Ordering::SeqCst) {
         return;
     }
-    let free_through = {
+    let before = {
         let mut st = shared.lock();
         st.uploads_in_flight -= 1;
         st.completed.insert(seq, header);
-        apply_completed(&shared, &mut st)
+        st.freeable_through
     };
-    if let Some(through) = free_through {
+    while apply_next(&shared) {}
+    let through = shared.lock().freeable_through;
+    if through > before {
         persist_tail(&shared, through, false);
     }
     shared.upload_wake.notify_one();
     shared.gc_wake.notify_one();
 }
 
-/// Apply completed objects in sequence order. Returns the newest record sequence
-/// number whose log space may now be freed, if it advanced.
-fn apply_completed(shared: &Shared, st: &mut State) -> Option<u64> {
-    let before = st.freeable_through;
-    while let Some(h) = st.completed.remove(&st.store.next_object_seq()) {
-        if let Err(e) = st.store.apply(&h) {
-            shared.fail(&format!("applying object {:016x}: {e}", h.seq));
-            return None;
-        }
-        st.pending_bytes.remove(&h.seq);
-        if h.kind == ObjectKind::Gc {
-            let kept = st.store.objects().get(&h.seq).map_or(0, |o| o.live_bytes);
-            shared
-                .stats
-                .gc_superseded_bytes
-                .fetch_add(h.data_bytes.saturating_sub(kept), Ordering::Relaxed);
-        }
-        release_overlay(st, &h);
-        st.freeable_through = st.freeable_through.max(h.last_record_seq);
+/// Apply the next completed object in sequence order, if it is there. One object per
+/// lock hold: applying one of thousands of extents takes milliseconds, and every client
+/// write waits for this lock (several applied at once held it for up to 45 ms).
+fn apply_next(shared: &Shared) -> bool {
+    let mut st = shared.lock();
+    let next = st.store.next_object_seq();
+    let Some(h) = st.completed.remove(&next) else {
+        return false;
+    };
+    if let Err(e) = st.store.apply(&h) {
+        shared.fail(&format!("applying object {:016x}: {e}", h.seq));
+        return false;
     }
-    (st.freeable_through > before).then_some(st.freeable_through)
+    st.pending_bytes.remove(&h.seq);
+    if h.kind == ObjectKind::Gc {
+        let kept = st.store.objects().get(&h.seq).map_or(0, |o| o.live_bytes);
+        shared
+            .stats
+            .gc_superseded_bytes
+            .fetch_add(h.data_bytes.saturating_sub(kept), Ordering::Relaxed);
+    }
+    release_overlay(&mut st, &h);
+    st.freeable_through = st.freeable_through.max(h.last_record_seq);
+    true
 }
 
 fn release_overlay(st: &mut State, h: &ObjectHeader) {
@@ -519,7 +558,7 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
         st.uploads_in_flight += 1;
         (
             seq,
-            checkpoint_bytes(shared, &st, seq, true),
+            checkpoint_snapshot(shared, &st, seq, true).encode(),
             dead_objects(&st),
         )
     };

@@ -362,8 +362,14 @@ pub(crate) fn queue_checkpoint_if_due(shared: &Shared, st: &mut State) {
 pub(crate) fn queue_checkpoint(st: &mut State) -> u64 {
     let seq = st.next_object_seq;
     st.next_object_seq += 1;
+    queue_numbered_checkpoint(st, seq);
+    seq
+}
+
+/// Queue checkpoint `seq`, whose number was taken earlier (by a GC pass, together with
+/// its objects' numbers).
+pub(crate) fn queue_numbered_checkpoint(st: &mut State, seq: u64) {
     st.upload_queue.push_back(PendingObject::Checkpoint { seq });
     st.objects_since_checkpoint = 0;
     st.last_checkpoint_queued_at = Instant::now();
-    seq
 }

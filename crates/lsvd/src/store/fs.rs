@@ -184,6 +184,9 @@ impl FsStore {
     }
 }
 
+/// Ranged reads up to this size are done inline, larger ones on the blocking pool.
+const INLINE_READ_BYTES: u64 = 256 << 10;
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
@@ -204,7 +207,14 @@ impl ObjectStore for FsStore {
         Box::pin(blocking(move || this.get_range_sync(&key, None)))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        // Small ranged reads of local files are cheaper inline than on the blocking pool.
+        // Small ranged reads of local files are cheaper inline than on the blocking pool;
+        // large ones (GC reading its victims) would hold up a runtime thread serving
+        // client I/O.
+        if range.end.saturating_sub(range.start) > INLINE_READ_BYTES {
+            let key = key.to_string();
+            let this = self.clone();
+            return Box::pin(blocking(move || this.get_range_sync(&key, Some(range))));
+        }
         let result = self.get_range_sync(key, Some(range));
         Box::pin(async move { result })
     }
