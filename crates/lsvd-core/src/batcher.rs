@@ -84,6 +84,15 @@ impl<S: Location> Batcher<S> {
         self.client_bytes >= self.batch_size_bytes
     }
 
+    /// True if adding a record of `record_bytes` client bytes would take a batch that
+    /// already holds data past the batch size: close it first. A batch then exceeds
+    /// the batch size only when a single record does, which keeps objects (and the
+    /// store bound GC keeps, `gc::client_object_fits`) at one batch even when the log
+    /// writer groups several client writes into one record.
+    pub fn would_overflow(&self, record_bytes: u64) -> bool {
+        self.client_bytes > 0 && self.client_bytes + record_bytes > self.batch_size_bytes
+    }
+
     pub fn client_bytes(&self) -> u64 {
         self.client_bytes
     }
@@ -153,6 +162,24 @@ mod tests {
         assert_eq!(batch.trims, vec![(4, 4)]);
         let got: Vec<_> = batch.extents.iter().map(|p| (p.lba, p.sectors)).collect();
         assert_eq!(got, vec![(0, 4), (6, 1), (8, 8)]);
+    }
+
+    #[test]
+    fn a_record_that_would_overflow_a_batch_goes_to_the_next_one() {
+        let mut b = Batcher::new(16 * 4096);
+        assert!(
+            !b.would_overflow(64 * 4096),
+            "an empty batch takes any record"
+        );
+        b.add_write(1, 0, 8 * 14, At(0));
+        assert!(!b.would_overflow(2 * 4096), "exactly full is fine");
+        assert!(b.would_overflow(3 * 4096));
+        let mut trims_only = Batcher::<At>::new(4096);
+        trims_only.add_zero(1, 0, 8);
+        assert!(
+            !trims_only.would_overflow(8192),
+            "trims carry no client bytes"
+        );
     }
 
     #[test]

@@ -398,6 +398,30 @@ impl Volume {
         ))
     }
 
+    /// Test probe: run `f` under the state lock with (live bytes, stored bytes of data
+    /// and GC objects as the engine accounts them, bytes of objects on their way, a
+    /// description of the GC state).
+    #[cfg(test)]
+    pub(crate) fn with_accounting<T>(&self, f: impl FnOnce(u64, u64, u64, String) -> T) -> T {
+        let st = self.shared.lock();
+        let pending: u64 = st.pending_bytes.values().sum();
+        let what = format!(
+            "pending {:?}, held {}, gc_busy {:?}, gc_stalled {}, gc_encoding {}, gc_pass_checkpoint {:?}",
+            st.pending_bytes,
+            st.held.len(),
+            st.gc_busy,
+            st.gc_stalled,
+            st.gc_encoding,
+            st.gc_pass_checkpoint
+        );
+        f(
+            st.store.live_bytes(),
+            st.store.stored_bytes(),
+            pending,
+            what,
+        )
+    }
+
     pub fn status(&self) -> VolumeStatus {
         let st = self.shared.lock();
         let stats = &self.shared.stats;

@@ -48,13 +48,34 @@ const MAX_OPS_PER_RECORD: usize = 1024;
 
 pub(crate) fn run(shared: Arc<Shared>, mut rx: tokio::sync::mpsc::Receiver<LogOp>) {
     let mut dirty = false;
-    while let Some(first) = rx.blocking_recv() {
+    // A record carries at most a batch of data (unless one write is larger), so that
+    // objects stay within the batch size (`Batcher::would_overflow`).
+    let max_bytes = shared
+        .config
+        .group_commit_max_bytes
+        .min(shared.config.batch_size_bytes)
+        .max(1);
+    // An op that did not fit the previous group starts the next one.
+    let mut carried: Option<LogOp> = None;
+    loop {
+        let first = match carried.take() {
+            Some(op) => op,
+            None => match rx.blocking_recv() {
+                Some(op) => op,
+                None => break,
+            },
+        };
         let mut ops = vec![first];
         let mut bytes = op_bytes(&ops[0]);
-        while ops.len() < MAX_OPS_PER_RECORD && bytes < shared.config.group_commit_max_bytes {
+        while ops.len() < MAX_OPS_PER_RECORD && bytes < max_bytes {
             match rx.try_recv() {
                 Ok(op) => {
-                    bytes += op_bytes(&op);
+                    let more = op_bytes(&op);
+                    if bytes + more > max_bytes {
+                        carried = Some(op);
+                        break;
+                    }
+                    bytes += more;
                     ops.push(op);
                 }
                 Err(_) => break,
@@ -67,14 +88,17 @@ pub(crate) fn run(shared: Arc<Shared>, mut rx: tokio::sync::mpsc::Receiver<LogOp
     }
     // Fail anything still queued.
     rx.close();
+    let closing = || {
+        Err(io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "volume is shutting down",
+        ))
+    };
+    if let Some(op) = carried {
+        reply(op, closing());
+    }
     while let Ok(op) = rx.try_recv() {
-        reply(
-            op,
-            Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "volume is shutting down",
-            )),
-        );
+        reply(op, closing());
     }
 }
 
@@ -286,6 +310,16 @@ pub(crate) fn apply_record(
 ) {
     let header = lsvd_core::format::record::header_bytes_for(extents.len());
     let mut data_at = offset + header;
+    // A record (a group of client writes) that would take the open batch past the
+    // batch size starts the next one: objects stay within the batch size.
+    let record_bytes: u64 = extents
+        .iter()
+        .filter(|e| e.kind == ExtentKind::Data)
+        .map(|e| e.sectors as u64 * SECTOR_BYTES)
+        .sum();
+    if st.batcher.would_overflow(record_bytes) {
+        close_batch(shared, st);
+    }
     if st.batch_opened_at.is_none() {
         st.batch_opened_at = Some(Instant::now());
     }

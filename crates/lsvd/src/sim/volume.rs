@@ -455,6 +455,9 @@ impl VolumeSim {
     pub fn write(&mut self, now_ns: u64, lba: u64, sectors: u64) {
         self.counters.write_requests += 1;
         self.counters.client_write_bytes += sectors * SECTOR_BYTES;
+        if self.batcher.would_overflow(sectors * SECTOR_BYTES) {
+            self.close_batch();
+        }
         let seq = self.next_record(now_ns);
         self.batcher.add_write(
             seq,
