@@ -120,6 +120,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v| v.status().gc_superseded_bytes as f64,
     );
     metric(
+        "gc_read_cache_bytes_total",
+        "counter",
+        "Bytes of live data GC read from the read cache instead of the store (this process).",
+        &|v| v.status().gc_cache_read_bytes as f64,
+    );
+    metric(
         "read_cache_hits_total",
         "counter",
         "Read-cache chunk hits.",

@@ -172,9 +172,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             st.gc_stalled = false;
             let set: BTreeSet<u64> = victims.iter().copied().collect();
-            let kinds: BTreeMap<u64, ObjectKind> = victims
+            let kinds: BTreeMap<u64, (ObjectKind, u64)> = victims
                 .iter()
-                .map(|v| (*v, st.store.objects()[v].kind))
+                .map(|v| {
+                    let o = &st.store.objects()[v];
+                    (*v, (o.kind, u64::from(o.header_bytes)))
+                })
                 .collect();
             st.gc_busy = set.clone();
             (set, kinds)
@@ -228,7 +231,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 async fn run_pass(
     shared: &Arc<Shared>,
     relocations: &[Relocation],
-    kinds: &BTreeMap<u64, ObjectKind>,
+    kinds: &BTreeMap<u64, (ObjectKind, u64)>,
     pacer: &mut Pacer,
 ) -> std::io::Result<Option<u64>> {
     // Fetch each victim's live data in runs (extents less than a gap apart share one
@@ -239,8 +242,36 @@ async fn run_pass(
         by_victim.entry(r.source.object_seq).or_default().push(i);
     }
     for (victim, mut idxs) in by_victim {
-        let kind = kinds.get(&victim).copied().unwrap_or(ObjectKind::Data);
+        let (kind, header_bytes) = kinds.get(&victim).copied().unwrap_or((ObjectKind::Data, 0));
         idxs.sort_by_key(|&i| relocations[i].source.offset);
+        // Live data clients read recently is in the read cache: copy it from there
+        // (paced like a GET: it is I/O on the local SSD) and GET only the rest.
+        if shared.read_cache.is_some() {
+            let mut uncached = Vec::with_capacity(idxs.len());
+            let mut cached = read::CachedObjectReader::new(victim, kind, header_bytes);
+            for i in idxs {
+                let r = &relocations[i];
+                let mut buf = vec![0u8; (r.sectors * SECTOR_BYTES) as usize];
+                if cached.read(shared, r.source.offset, &mut buf).await? {
+                    let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+                    if stopping(shared)
+                        || !pacer
+                            .take(buf.len() as u64, client, || stopping(shared))
+                            .await
+                    {
+                        return Ok(None);
+                    }
+                    shared
+                        .stats
+                        .gc_cache_read_bytes
+                        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    data_of[i] = buf;
+                } else {
+                    uncached.push(i);
+                }
+            }
+            idxs = uncached;
+        }
         let mut run_start = 0;
         while run_start < idxs.len() {
             let first = &relocations[idxs[run_start]];

@@ -126,6 +126,8 @@ pub struct Stats {
     /// applied: the copy was discarded (GC objects apply only where the map still
     /// points at their source).
     pub gc_superseded_bytes: AtomicU64,
+    /// Bytes of victims' live data GC took from the read cache instead of a GET.
+    pub gc_cache_read_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
     pub uploader_wakeups: AtomicU64,
@@ -278,6 +280,8 @@ pub struct VolumeStatus {
     pub gc_pass_in_flight: bool,
     /// This session's GC copies superseded by client writes (see `Stats`).
     pub gc_superseded_bytes: u64,
+    /// This session's GC reads served by the read cache (see `Stats`).
+    pub gc_cache_read_bytes: u64,
     pub utilization: f64,
     pub read_cache_hits: u64,
     pub read_cache_misses: u64,
@@ -460,6 +464,7 @@ impl Volume {
             gc_moved_bytes: counters.gc_moved_bytes,
             gc_pass_in_flight: !st.gc_busy.is_empty(),
             gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
+            gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),
             utilization: lsvd_core::gc::utilization(&st.store),
             read_cache_hits: self
                 .shared

@@ -260,6 +260,104 @@ pub(crate) async fn read_object_direct(
     Ok(())
 }
 
+/// Reads of one object from the read cache alone, in increasing offsets (GC: a
+/// victim's live data that clients read recently needs no GET). The last chunk read is
+/// kept, so scattered small extents cost one cache read per chunk, not one per extent.
+pub(crate) struct CachedObjectReader {
+    seq: u64,
+    kind: lsvd_core::format::object::ObjectKind,
+    /// The header size as the store map knows it (to find chunks before the header
+    /// itself is needed).
+    header_bytes: u64,
+    header: Option<Arc<ObjectHeader>>,
+    chunk: Option<(u64, Vec<u8>)>,
+}
+
+impl CachedObjectReader {
+    pub(crate) fn new(
+        seq: u64,
+        kind: lsvd_core::format::object::ObjectKind,
+        header_bytes: u64,
+    ) -> Self {
+        CachedObjectReader {
+            seq,
+            kind,
+            header_bytes,
+            header: None,
+            chunk: None,
+        }
+    }
+
+    /// Fill `dst` from byte `offset` of the object. Ok(false) if some chunk is not
+    /// cached (`dst` is then unspecified). The object's header is fetched (one small
+    /// GET, unless in memory) only once a whole range is found cached. Not counted as
+    /// client cache hits.
+    pub(crate) async fn read(
+        &mut self,
+        shared: &Shared,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> io::Result<bool> {
+        let Some(rc) = &shared.read_cache else {
+            return Ok(false);
+        };
+        if dst.is_empty() {
+            return Ok(true);
+        }
+        let data_start = match &self.header {
+            Some(h) => h.header_bytes as u64,
+            None => self.header_bytes,
+        };
+        let Some(rel_start) = offset.checked_sub(data_start) else {
+            return Ok(false);
+        };
+        let rel_end = rel_start + dst.len() as u64;
+        let (first, last) = (
+            rel_start / READ_CACHE_CHUNK_BYTES,
+            (rel_end - 1) / READ_CACHE_CHUNK_BYTES,
+        );
+        let held =
+            |chunk: &Option<(u64, Vec<u8>)>, c: u64| chunk.as_ref().is_some_and(|(k, _)| *k == c);
+        if !(first..=last).all(|c| held(&self.chunk, c) || rc.contains(self.seq, c)) {
+            return Ok(false);
+        }
+        let header = match &self.header {
+            Some(h) => h.clone(),
+            None => {
+                let key = object_key(&shared.meta.name, self.seq, self.kind);
+                let h = object_header(shared, &key, self.seq).await?;
+                if h.header_bytes as u64 != data_start {
+                    return Ok(false);
+                }
+                self.header = Some(h.clone());
+                h
+            }
+        };
+        for c in first..=last {
+            let s = c * READ_CACHE_CHUNK_BYTES;
+            if !held(&self.chunk, c) {
+                let Some(bytes) = rc.get(self.seq, c, |b| {
+                    header.verify_data(data_start + s, b).is_ok()
+                }) else {
+                    return Ok(false);
+                };
+                self.chunk = Some((c, bytes));
+            }
+            let Some((_, bytes)) = &self.chunk else {
+                return Ok(false);
+            };
+            let e = s + bytes.len() as u64;
+            if e < rel_end.min(s + READ_CACHE_CHUNK_BYTES) {
+                return Ok(false); // a short chunk: the object ends before the range does
+            }
+            let (from, to) = (rel_start.max(s), rel_end.min(e));
+            dst[(from - rel_start) as usize..(to - rel_start) as usize]
+                .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
+        }
+        Ok(true)
+    }
+}
+
 /// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
 async fn fetch_verified(
     shared: &Shared,

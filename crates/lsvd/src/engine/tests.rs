@@ -936,3 +936,84 @@ async fn batches_never_exceed_the_batch_size_when_writes_share_records() {
     }
     volume.shutdown().await.expect("shutdown");
 }
+
+/// GC takes a victim's live data from the read cache when clients read it recently
+/// (here: the whole volume, then a restart, so the cache is warm from its saved index),
+/// and the data it moves that way is the right data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_reads_live_data_from_the_read_cache() {
+    let dir = TempDir::new("engine-gc-cache");
+    let store: DynStore = Arc::new(MemStore::new());
+    let blocks = 1024u64; // 4 MiB
+    create_volume(&store, "v", blocks * BLOCK)
+        .await
+        .expect("create");
+    let off = EngineConfig {
+        read_cache_bytes: 16 << 20,
+        gc: lsvd_core::gc::GcConfig {
+            start_utilization: 0.0,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), off.clone())
+        .await
+        .expect("open");
+    let mut model = vec![0u64; blocks as usize];
+    for b in 0..blocks {
+        volume
+            .write(b * BLOCK, block_data(b, 1), false)
+            .await
+            .expect("fill");
+        model[b as usize] = 1;
+    }
+    volume.flush().await.expect("flush");
+    wait_for_uploads(&volume).await;
+    // Clients read everything (from the store: the log space was freed by uploads).
+    verify_all(&volume, &model).await;
+    assert!(volume.status().read_cache_entries > 0);
+    // Overwrite every other block: every filled object is half live.
+    for b in (0..blocks).step_by(2) {
+        volume
+            .write(b * BLOCK, block_data(b, 2), false)
+            .await
+            .expect("overwrite");
+        model[b as usize] = 2;
+    }
+    volume.shutdown().await.expect("shutdown");
+
+    let on = EngineConfig {
+        gc: lsvd_core::gc::GcConfig {
+            pass_bytes: 1 << 20,
+            ..Default::default()
+        },
+        ..off
+    };
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), on)
+        .await
+        .expect("reopen");
+    assert!(volume.status().utilization < 0.70);
+    for _ in 0..1500 {
+        let s = volume.status();
+        if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let s = volume.status();
+    assert!(s.utilization > 0.75, "GC finished: {s:?}");
+    assert!(s.gc_moved_bytes >= 1 << 20, "GC moved data: {s:?}");
+    assert_eq!(
+        s.gc_cache_read_bytes, s.gc_moved_bytes,
+        "all live data came from the read cache: {s:?}"
+    );
+    verify_all(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+    // And from the store alone.
+    let dir2 = TempDir::new("engine-gc-cache-reopen");
+    let (volume, _) = open_volume(store, "v", dir2.path(), config())
+        .await
+        .expect("reopen from the store alone");
+    verify_all(&volume, &model).await;
+    volume.shutdown().await.expect("shutdown");
+}
