@@ -171,7 +171,26 @@ pub(crate) type HeaderCache = Mutex<HashMap<u64, Arc<ObjectHeader>>>;
 
 const HEADER_CACHE_ENTRIES: usize = 4096;
 
-async fn object_header(shared: &Shared, key: &str, seq: u64) -> io::Result<Arc<ObjectHeader>> {
+/// Bytes `range` of `key`, through the store's background path for GC's reads.
+fn get_range<'a>(
+    shared: &'a Shared,
+    key: &str,
+    range: std::ops::Range<u64>,
+    background: bool,
+) -> crate::store::BoxFuture<'a, crate::store::StoreResult<Vec<u8>>> {
+    if background {
+        shared.store.get_range_background(key, range)
+    } else {
+        shared.store.get_range(key, range)
+    }
+}
+
+async fn object_header(
+    shared: &Shared,
+    key: &str,
+    seq: u64,
+    background: bool,
+) -> io::Result<Arc<ObjectHeader>> {
     if let Some(h) = shared
         .headers
         .lock()
@@ -180,7 +199,7 @@ async fn object_header(shared: &Shared, key: &str, seq: u64) -> io::Result<Arc<O
     {
         return Ok(h.clone());
     }
-    let h = Arc::new(fetch_header(shared, key).await?);
+    let h = Arc::new(fetch_header(shared, key, background).await?);
     if h.seq != seq || h.volume != shared.meta.volume {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -196,23 +215,23 @@ async fn object_header(shared: &Shared, key: &str, seq: u64) -> io::Result<Arc<O
 }
 
 /// Read and decode an object's header with one ranged GET (two if it is large).
-pub(crate) async fn fetch_header(shared: &Shared, key: &str) -> io::Result<ObjectHeader> {
+pub(crate) async fn fetch_header(
+    shared: &Shared,
+    key: &str,
+    background: bool,
+) -> io::Result<ObjectHeader> {
     let to_io = |e: crate::store::StoreError| store_read_error(key, e);
     let bad = |e: lsvd_core::format::FormatError| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}"))
     };
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-    let mut buf = shared
-        .store
-        .get_range(key, 0..HEADER_PROBE_BYTES)
+    let mut buf = get_range(shared, key, 0..HEADER_PROBE_BYTES, background)
         .await
         .map_err(to_io)?;
     let need = peek_header_bytes(&buf).map_err(bad)?;
     if need > buf.len() as u64 {
         shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-        let rest = shared
-            .store
-            .get_range(key, buf.len() as u64..need)
+        let rest = get_range(shared, key, buf.len() as u64..need, background)
             .await
             .map_err(to_io)?;
         buf.extend_from_slice(&rest);
@@ -230,12 +249,12 @@ pub(crate) async fn read_object(
     dst: &mut [u8],
 ) -> io::Result<()> {
     let key = object_key(&shared.meta.name, seq, kind);
-    let header = object_header(shared, &key, seq).await?;
+    let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst).await,
         None => {
             let (start, end) = header.verifiable_range(offset, dst.len() as u64);
-            let bytes = fetch_verified(shared, &key, &header, start, end).await?;
+            let bytes = fetch_verified(shared, &key, &header, start, end, false).await?;
             let from = (offset - start) as usize;
             dst.copy_from_slice(&bytes[from..from + dst.len()]);
             Ok(())
@@ -252,9 +271,9 @@ pub(crate) async fn read_object_direct(
     dst: &mut [u8],
 ) -> io::Result<()> {
     let key = object_key(&shared.meta.name, seq, kind);
-    let header = object_header(shared, &key, seq).await?;
+    let header = object_header(shared, &key, seq, true).await?;
     let (start, end) = header.verifiable_range(offset, dst.len() as u64);
-    let bytes = fetch_verified(shared, &key, &header, start, end).await?;
+    let bytes = fetch_verified(shared, &key, &header, start, end, true).await?;
     let from = (offset - start) as usize;
     dst.copy_from_slice(&bytes[from..from + dst.len()]);
     Ok(())
@@ -325,7 +344,7 @@ impl CachedObjectReader {
             Some(h) => h.clone(),
             None => {
                 let key = object_key(&shared.meta.name, self.seq, self.kind);
-                let h = object_header(shared, &key, self.seq).await?;
+                let h = object_header(shared, &key, self.seq, true).await?;
                 if h.header_bytes as u64 != data_start {
                     return Ok(false);
                 }
@@ -358,18 +377,18 @@ impl CachedObjectReader {
     }
 }
 
-/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
+/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them; `background`:
+/// for GC (`ObjectStore::get_range_background`).
 async fn fetch_verified(
     shared: &Shared,
     key: &str,
     header: &ObjectHeader,
     start: u64,
     end: u64,
+    background: bool,
 ) -> io::Result<Vec<u8>> {
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-    let bytes = shared
-        .store
-        .get_range(key, start..end)
+    let bytes = get_range(shared, key, start..end, background)
         .await
         .map_err(|e| store_read_error(key, e))?;
     if bytes.len() as u64 != end - start {
@@ -430,7 +449,8 @@ async fn read_via_cache(
         }
         let (s, _) = chunk_range(c);
         let (_, e) = chunk_range(run_end);
-        let bytes = fetch_verified(shared, key, header, data_start + s, data_start + e).await?;
+        let bytes =
+            fetch_verified(shared, key, header, data_start + s, data_start + e, false).await?;
         rc.misses.fetch_add(run_end - c + 1, Ordering::Relaxed);
         copy(s, &bytes);
         for k in c..=run_end {

@@ -427,7 +427,7 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
     while apply_next(&shared) {}
     let through = shared.lock().freeable_through;
     if through > before {
-        persist_tail(&shared, through, false);
+        persist_tail_off_runtime(&shared, through, false).await;
     }
     shared.upload_wake.notify_one();
     shared.gc_wake.notify_one();
@@ -471,7 +471,17 @@ fn release_overlay(st: &mut State, h: &ObjectHeader) {
 
 /// Write the cache superblock with the tail after record `through`, then free the
 /// space. Called with no state lock held.
-pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
+/// [`persist_tail`] on the blocking pool: its fdatasync flushes every log page
+/// written since the last one and, on a busy disk, takes milliseconds to tens of
+/// milliseconds, during which a runtime thread would serve no client I/O.
+pub(crate) async fn persist_tail_off_runtime(shared: &Arc<Shared>, through: u64, clean: bool) {
+    let s = shared.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || persist_tail(&s, through, clean)).await {
+        shared.fail(&format!("cache superblock write failed: {e}"));
+    }
+}
+
+fn persist_tail(shared: &Shared, through: u64, clean: bool) {
     let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
     let (sb, through) = {
         let mut st = shared.lock();
@@ -564,7 +574,7 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
     };
     upload_checkpoint(shared.clone(), seq, bytes, dead, true).await;
     let through = shared.lock().store.last_record_seq();
-    persist_tail(shared, through, true);
+    persist_tail_off_runtime(shared, through, true).await;
     if shared.failed.load(Ordering::SeqCst) {
         return Err(io::Error::other("volume failed during shutdown"));
     }

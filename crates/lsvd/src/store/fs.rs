@@ -218,6 +218,15 @@ impl ObjectStore for FsStore {
         let result = self.get_range_sync(key, Some(range));
         Box::pin(async move { result })
     }
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        let this = self.clone();
+        Box::pin(blocking(move || this.get_range_sync(&key, Some(range))))
+    }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
         let prefix = prefix.to_string();
         let this = self.clone();

@@ -77,6 +77,16 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>>;
     /// Bytes `range` of the object; a range past the end returns what exists.
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>>;
+    /// [`get_range`](Self::get_range) for background work (GC reading its victims): a
+    /// store that serves small ranges inline on the calling runtime thread (the local
+    /// store) serves these off the runtime, so they never hold up client I/O.
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        self.get_range(key, range)
+    }
     /// Every key that starts with `prefix`, in lexicographic order.
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>>;
     /// Deleting a missing key succeeds.

@@ -176,6 +176,21 @@ impl ObjectStore for RetryStore {
             .await
         })
     }
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        Box::pin(async move {
+            self.retry(
+                &format!("get {key} bytes {range:?}"),
+                self.policy.attempts,
+                || self.inner.get_range_background(&key, range.clone()),
+            )
+            .await
+        })
+    }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
         let prefix = prefix.to_string();
         Box::pin(async move {
