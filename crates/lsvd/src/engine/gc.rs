@@ -44,8 +44,10 @@ const RUN_GAP_BYTES: u64 = 256 << 10;
 /// Client batches waiting for upload above which GC waits.
 const MAX_CLIENT_BACKLOG: usize = 2;
 
-/// GC plans a pass over this many sectors (64 MiB of the volume) at a time.
-const PLAN_SLICE_SECTORS: u64 = (64 << 20) / SECTOR_BYTES;
+/// GC plans a pass over this many sectors (16 MiB of the volume) at a time: on a volume
+/// of random 4 KiB writes, a few thousand map extents, a fraction of a millisecond of
+/// holding the state lock.
+const PLAN_SLICE_SECTORS: u64 = (16 << 20) / SECTOR_BYTES;
 
 /// Largest ranged GET of a victim (a run of live extents is split there; an extent
 /// larger than this is read whole).
