@@ -293,8 +293,7 @@ async fn run_pass(
             if stopping(shared) || !pacer.take(to - from, client, || stopping(shared)).await {
                 return Ok(None);
             }
-            let mut buf = vec![0u8; (to - from) as usize];
-            read::read_object_direct(shared, victim, kind, from, &mut buf).await?;
+            let buf = read::read_object_background(shared, victim, kind, from, to).await?;
             for &i in &idxs[run_start..run_end] {
                 let r = &relocations[i];
                 let at = (r.source.offset - from) as usize;

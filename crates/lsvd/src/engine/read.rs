@@ -254,7 +254,7 @@ pub(crate) async fn read_object(
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst).await,
         None => {
             let (start, end) = header.verifiable_range(offset, dst.len() as u64);
-            let bytes = fetch_verified(shared, &key, &header, start, end, false).await?;
+            let bytes = fetch_verified(shared, &key, &header, start, end).await?;
             let from = (offset - start) as usize;
             dst.copy_from_slice(&bytes[from..from + dst.len()]);
             Ok(())
@@ -262,21 +262,43 @@ pub(crate) async fn read_object(
     }
 }
 
-/// Read from an object bypassing the read cache (GC's bulk reads of cold data).
-pub(crate) async fn read_object_direct(
+/// Bytes `[from, to)` of an object, bypassing the read cache (GC's bulk reads of cold
+/// data). Everything but the GET's own await runs off the runtime's threads: the
+/// store's background path, then checksum verification and trimming on the blocking
+/// pool (a megabyte each time, many times a second while GC runs).
+pub(crate) async fn read_object_background(
     shared: &Shared,
     seq: u64,
     kind: lsvd_core::format::object::ObjectKind,
-    offset: u64,
-    dst: &mut [u8],
-) -> io::Result<()> {
+    from: u64,
+    to: u64,
+) -> io::Result<Vec<u8>> {
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq, true).await?;
-    let (start, end) = header.verifiable_range(offset, dst.len() as u64);
-    let bytes = fetch_verified(shared, &key, &header, start, end, true).await?;
-    let from = (offset - start) as usize;
-    dst.copy_from_slice(&bytes[from..from + dst.len()]);
-    Ok(())
+    let (start, end) = header.verifiable_range(from, to - from);
+    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
+    let bytes = shared
+        .store
+        .get_range_background(&key, start..end)
+        .await
+        .map_err(|e| store_read_error(&key, e))?;
+    tokio::task::spawn_blocking(move || {
+        if bytes.len() as u64 != end - start {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{key}: short read"),
+            ));
+        }
+        header
+            .verify_data(start, &bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
+        if (start, end) == (from, to) {
+            return Ok(bytes);
+        }
+        Ok(bytes[(from - start) as usize..(to - start) as usize].to_vec())
+    })
+    .await
+    .map_err(|e| io::Error::other(format!("verifying a GC read failed: {e}")))?
 }
 
 /// Reads of one object from the read cache alone, in increasing offsets (GC: a
@@ -377,18 +399,18 @@ impl CachedObjectReader {
     }
 }
 
-/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them; `background`:
-/// for GC (`ObjectStore::get_range_background`).
+/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
 async fn fetch_verified(
     shared: &Shared,
     key: &str,
     header: &ObjectHeader,
     start: u64,
     end: u64,
-    background: bool,
 ) -> io::Result<Vec<u8>> {
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-    let bytes = get_range(shared, key, start..end, background)
+    let bytes = shared
+        .store
+        .get_range(key, start..end)
         .await
         .map_err(|e| store_read_error(key, e))?;
     if bytes.len() as u64 != end - start {
@@ -449,8 +471,7 @@ async fn read_via_cache(
         }
         let (s, _) = chunk_range(c);
         let (_, e) = chunk_range(run_end);
-        let bytes =
-            fetch_verified(shared, key, header, data_start + s, data_start + e, false).await?;
+        let bytes = fetch_verified(shared, key, header, data_start + s, data_start + e).await?;
         rc.misses.fetch_add(run_end - c + 1, Ordering::Relaxed);
         copy(s, &bytes);
         for k in c..=run_end {
