@@ -16,30 +16,12 @@ seconds with a pass in flight, client batches held back), scraped from the metri
 endpoint. See bench/README.md, "GC pacing".
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
-import urllib.request
+
+from bench import free_port, scrape  # bench/bench.py, next to this script
 
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def scrape(port):
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    vals = {}
-    for line in body.splitlines():
-        if line.startswith("lsvd_") and " " in line:
-            k, v = line.rsplit(" ", 1)
-            vals[k.split("{")[0]] = float(v)
-    return vals
 
 
 class Server:

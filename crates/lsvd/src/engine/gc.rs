@@ -253,8 +253,8 @@ async fn run_pass(
             let mut cached = read::CachedObjectReader::new(victim, kind, header_bytes);
             for i in idxs {
                 let r = &relocations[i];
-                let mut buf = vec![0u8; (r.sectors * SECTOR_BYTES) as usize];
-                if cached.read(shared, r.source.offset, &mut buf).await? {
+                let len = r.sectors * SECTOR_BYTES;
+                if let Some(buf) = cached.read(shared, r.source.offset, len).await? {
                     let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
                     if stopping(shared)
                         || !pacer

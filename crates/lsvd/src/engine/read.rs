@@ -283,15 +283,7 @@ pub(crate) async fn read_object_background(
         .await
         .map_err(|e| store_read_error(&key, e))?;
     tokio::task::spawn_blocking(move || {
-        if bytes.len() as u64 != end - start {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{key}: short read"),
-            ));
-        }
-        header
-            .verify_data(start, &bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
+        check_fetched(&key, &header, start, end, &bytes)?;
         if (start, end) == (from, to) {
             return Ok(bytes);
         }
@@ -329,30 +321,30 @@ impl CachedObjectReader {
         }
     }
 
-    /// Fill `dst` from byte `offset` of the object. Ok(false) if some chunk is not
-    /// cached (`dst` is then unspecified). The object's header is fetched (one small
+    /// `len` bytes from byte `offset` of the object, or None if some chunk is not
+    /// cached (nothing is allocated then). The object's header is fetched (one small
     /// GET, unless in memory) only once a whole range is found cached. Not counted as
     /// client cache hits.
     pub(crate) async fn read(
         &mut self,
         shared: &Shared,
         offset: u64,
-        dst: &mut [u8],
-    ) -> io::Result<bool> {
+        len: u64,
+    ) -> io::Result<Option<Vec<u8>>> {
         let Some(rc) = &shared.read_cache else {
-            return Ok(false);
+            return Ok(None);
         };
-        if dst.is_empty() {
-            return Ok(true);
+        if len == 0 {
+            return Ok(Some(Vec::new()));
         }
         let data_start = match &self.header {
             Some(h) => h.header_bytes as u64,
             None => self.header_bytes,
         };
         let Some(rel_start) = offset.checked_sub(data_start) else {
-            return Ok(false);
+            return Ok(None);
         };
-        let rel_end = rel_start + dst.len() as u64;
+        let rel_end = rel_start + len;
         let (first, last) = (
             rel_start / READ_CACHE_CHUNK_BYTES,
             (rel_end - 1) / READ_CACHE_CHUNK_BYTES,
@@ -360,7 +352,7 @@ impl CachedObjectReader {
         let held =
             |chunk: &Option<(u64, Vec<u8>)>, c: u64| chunk.as_ref().is_some_and(|(k, _)| *k == c);
         if !(first..=last).all(|c| held(&self.chunk, c) || rc.contains(self.seq, c)) {
-            return Ok(false);
+            return Ok(None);
         }
         let header = match &self.header {
             Some(h) => h.clone(),
@@ -368,34 +360,35 @@ impl CachedObjectReader {
                 let key = object_key(&shared.meta.name, self.seq, self.kind);
                 let h = object_header(shared, &key, self.seq, true).await?;
                 if h.header_bytes as u64 != data_start {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 self.header = Some(h.clone());
                 h
             }
         };
+        let mut dst = vec![0u8; len as usize];
         for c in first..=last {
             let s = c * READ_CACHE_CHUNK_BYTES;
             if !held(&self.chunk, c) {
                 let Some(bytes) = rc.get(self.seq, c, |b| {
                     header.verify_data(data_start + s, b).is_ok()
                 }) else {
-                    return Ok(false);
+                    return Ok(None);
                 };
                 self.chunk = Some((c, bytes));
             }
             let Some((_, bytes)) = &self.chunk else {
-                return Ok(false);
+                return Ok(None);
             };
             let e = s + bytes.len() as u64;
             if e < rel_end.min(s + READ_CACHE_CHUNK_BYTES) {
-                return Ok(false); // a short chunk: the object ends before the range does
+                return Ok(None); // a short chunk: the object ends before the range does
             }
             let (from, to) = (rel_start.max(s), rel_end.min(e));
             dst[(from - rel_start) as usize..(to - rel_start) as usize]
                 .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
         }
-        Ok(true)
+        Ok(Some(dst))
     }
 }
 
@@ -413,6 +406,19 @@ async fn fetch_verified(
         .get_range(key, start..end)
         .await
         .map_err(|e| store_read_error(key, e))?;
+    check_fetched(key, header, start, end, &bytes)?;
+    Ok(bytes)
+}
+
+/// Bytes `[start, end)` fetched from object `key`: all there, and matching the
+/// header's chunk checksums.
+fn check_fetched(
+    key: &str,
+    header: &ObjectHeader,
+    start: u64,
+    end: u64,
+    bytes: &[u8],
+) -> io::Result<()> {
     if bytes.len() as u64 != end - start {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -420,9 +426,8 @@ async fn fetch_verified(
         ));
     }
     header
-        .verify_data(start, &bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))?;
-    Ok(bytes)
+        .verify_data(start, bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))
 }
 
 async fn read_via_cache(

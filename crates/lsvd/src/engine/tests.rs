@@ -196,6 +196,23 @@ fn data_object_bytes(mem: &MemStore) -> u64 {
         .sum()
 }
 
+/// Write version `version` of each of `blocks`, one 4 KiB write at a time, and note it
+/// in the model.
+async fn write_version(
+    volume: &Volume,
+    model: &mut [u64],
+    blocks: impl Iterator<Item = u64>,
+    version: u64,
+) {
+    for b in blocks {
+        volume
+            .write(b * BLOCK, block_data(b, version), false)
+            .await
+            .expect("write");
+        model[b as usize] = version;
+    }
+}
+
 /// Read every block (64 at a time) and compare with the model.
 async fn verify_all(volume: &Volume, model: &[u64]) {
     const CHUNK: usize = 64;
@@ -569,20 +586,8 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
         .await
         .expect("open");
     let mut model = vec![0u64; blocks as usize];
-    for b in 0..blocks {
-        volume
-            .write(b * BLOCK, block_data(b, 1), false)
-            .await
-            .expect("fill");
-        model[b as usize] = 1;
-    }
-    for b in (0..blocks).step_by(2) {
-        volume
-            .write(b * BLOCK, block_data(b, 2), false)
-            .await
-            .expect("overwrite");
-        model[b as usize] = 2;
-    }
+    write_version(&volume, &mut model, 0..blocks, 1).await;
+    write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
     volume.shutdown().await.expect("shutdown");
     // Reopen with GC on at 2 MiB/s and no client writes.
     let rate = 2u64 << 20;
@@ -960,26 +965,14 @@ async fn gc_reads_live_data_from_the_read_cache() {
         .await
         .expect("open");
     let mut model = vec![0u64; blocks as usize];
-    for b in 0..blocks {
-        volume
-            .write(b * BLOCK, block_data(b, 1), false)
-            .await
-            .expect("fill");
-        model[b as usize] = 1;
-    }
+    write_version(&volume, &mut model, 0..blocks, 1).await;
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
     // Clients read everything (from the store: the log space was freed by uploads).
     verify_all(&volume, &model).await;
     assert!(volume.status().read_cache_entries > 0);
     // Overwrite every other block: every filled object is half live.
-    for b in (0..blocks).step_by(2) {
-        volume
-            .write(b * BLOCK, block_data(b, 2), false)
-            .await
-            .expect("overwrite");
-        model[b as usize] = 2;
-    }
+    write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
     volume.shutdown().await.expect("shutdown");
 
     let on = EngineConfig {
