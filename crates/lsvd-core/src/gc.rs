@@ -153,7 +153,10 @@ pub fn select_victims(
     let mut candidates: Vec<(f64, u64, u64)> = Vec::new(); // (sort key, seq, live)
     let mut empty = Vec::new();
     for (&seq, o) in state.objects() {
-        if busy(seq) || o.live_bytes >= o.total_bytes.saturating_sub(o.header_bytes as u64) {
+        if busy(seq)
+            || state.applying_seq() == Some(seq)
+            || o.live_bytes >= o.total_bytes.saturating_sub(o.header_bytes as u64)
+        {
             continue;
         }
         if o.live_bytes == 0 {

@@ -81,7 +81,25 @@ pub struct StoreState {
     next_object_seq: u64,
     /// Newest write-log record whose data the applied objects contain.
     last_record_seq: u64,
+    /// The object being applied step by step, if any.
+    applying: Option<Applying>,
 }
+
+/// Progress through an object being applied.
+#[derive(Debug, Clone)]
+struct Applying {
+    header: ObjectHeader,
+    /// Index of the next trim, and the first sector of it not yet applied.
+    next_trim: usize,
+    next_trim_lba: u64,
+    /// Index of the next extent, and the byte offset of its data in the object.
+    next_extent: usize,
+    next_offset: u64,
+}
+
+/// Trims are applied at most this many sectors (2 MiB: at most 512 map entries of
+/// 4 KiB) per step.
+const TRIM_SLICE_SECTORS: u64 = 4096;
 
 impl StoreState {
     /// An empty volume whose first object will be sequence number 1.
@@ -93,6 +111,7 @@ impl StoreState {
             checkpoints: BTreeSet::new(),
             next_object_seq: 1,
             last_record_seq: 0,
+            applying: None,
         }
     }
 
@@ -115,9 +134,23 @@ impl StoreState {
         self.volume_size_bytes / SECTOR_BYTES
     }
 
-    /// Apply the next object in sequence.
+    /// Apply the next object in sequence, all at once (recovery, the simulator).
     pub fn apply(&mut self, h: &ObjectHeader) -> Result<(), ApplyError> {
-        if h.seq != self.next_object_seq {
+        self.begin_apply(h.clone())?;
+        while self.apply_step(usize::MAX, |_, _, _| {}).is_none() {}
+        Ok(())
+    }
+
+    /// Start applying the next object in sequence; [`apply_step`](Self::apply_step)
+    /// does the work a bounded piece at a time, so the live engine can let client I/O
+    /// take its lock between pieces (one object of 2,048 scattered extents takes
+    /// milliseconds). Until the last step the object is *in progress*: the map is
+    /// valid at every step (each extent moves atomically and both old and new
+    /// locations stay readable), but `next_object_seq` and `last_record_seq` do not
+    /// advance, so no checkpoint can describe a half-applied object, and the object is
+    /// neither dead nor a GC victim.
+    pub fn begin_apply(&mut self, h: ObjectHeader) -> Result<(), ApplyError> {
+        if self.applying.is_some() || h.seq != self.next_object_seq {
             return Err(ApplyError::OutOfOrder {
                 expected: self.next_object_seq,
                 got: h.seq,
@@ -140,35 +173,79 @@ impl StoreState {
                 });
             }
         }
-        self.next_object_seq = h.seq + 1;
-        self.last_record_seq = self.last_record_seq.max(h.last_record_seq);
-        if h.kind == ObjectKind::Checkpoint {
-            self.checkpoints.insert(h.seq);
-            return Ok(());
+        if h.kind != ObjectKind::Checkpoint {
+            self.objects.insert(
+                h.seq,
+                ObjectInfo {
+                    kind: h.kind,
+                    header_bytes: h.header_bytes,
+                    total_bytes: h.total_bytes(),
+                    live_bytes: 0,
+                },
+            );
         }
-        self.objects.insert(
-            h.seq,
-            ObjectInfo {
-                kind: h.kind,
-                header_bytes: h.header_bytes,
-                total_bytes: h.total_bytes(),
-                live_bytes: 0,
-            },
-        );
+        self.applying = Some(Applying {
+            next_trim: 0,
+            next_trim_lba: h.trims.first().map_or(0, |t| t.0),
+            next_extent: 0,
+            next_offset: h.header_bytes as u64,
+            header: h,
+        });
+        Ok(())
+    }
+
+    /// Sequence number of the object being applied, if one is in progress.
+    pub fn applying_seq(&self) -> Option<u64> {
+        self.applying.as_ref().map(|a| a.header.seq)
+    }
+
+    /// Apply more of the object in progress: at least one extent or trim slice, and
+    /// stop once about `max_pieces` map entries were inserted or displaced.
+    /// `applied(lba, sectors, last_record_seq)` is told each range applied (the live
+    /// engine releases its write-log overlay there). Returns the object's header once
+    /// it is fully applied; `None` while there is more to do (or nothing in progress).
+    pub fn apply_step(
+        &mut self,
+        max_pieces: usize,
+        mut applied: impl FnMut(u64, u64, u64),
+    ) -> Option<ObjectHeader> {
+        let mut a = self.applying.take()?;
+        let h = &a.header;
         let objects = &mut self.objects;
+        // Work done in this step: extents and trim slices applied, map entries displaced.
+        let work = std::cell::Cell::new(0usize);
         let mut drop_live = |p: Piece<ObjLoc>| {
+            work.set(work.get() + 1);
             if let Some(o) = objects.get_mut(&p.location.object_seq) {
                 o.live_bytes -= p.sectors * SECTOR_BYTES;
             }
         };
-        for &(lba, sectors) in &h.trims {
-            self.map.remove(lba, sectors, &mut drop_live);
-        }
         let mut gained = 0u64;
-        for (e, offset) in h.extent_offsets() {
+        // Trims first (an object's trims precede its extents), in slices so that one
+        // large discard over a fragmented volume is not one long step.
+        while a.next_trim < h.trims.len() {
+            let (lba, sectors) = h.trims[a.next_trim];
+            let end = lba + sectors;
+            let n = TRIM_SLICE_SECTORS.min(end - a.next_trim_lba);
+            self.map.remove(a.next_trim_lba, n, &mut drop_live);
+            applied(a.next_trim_lba, n, h.last_record_seq);
+            a.next_trim_lba += n;
+            if a.next_trim_lba >= end {
+                a.next_trim += 1;
+                a.next_trim_lba = h.trims.get(a.next_trim).map_or(0, |t| t.0);
+            }
+            work.set(work.get() + 1);
+            let more = a.next_trim < h.trims.len() || a.next_extent < h.extents.len();
+            if more && work.get() >= max_pieces {
+                self.applying = Some(a);
+                return None;
+            }
+        }
+        while a.next_extent < h.extents.len() {
+            let e = h.extents[a.next_extent];
             let new = ObjLoc {
                 object_seq: h.seq,
-                offset,
+                offset: a.next_offset,
             };
             let sectors = e.sectors as u64;
             match e.source {
@@ -187,11 +264,27 @@ impl StoreState {
                     gained += moved * SECTOR_BYTES;
                 }
             }
+            applied(e.lba, sectors, h.last_record_seq);
+            a.next_extent += 1;
+            a.next_offset += sectors * SECTOR_BYTES;
+            work.set(work.get() + 1);
+            if work.get() >= max_pieces {
+                break;
+            }
         }
         if let Some(o) = self.objects.get_mut(&h.seq) {
             o.live_bytes += gained;
         }
-        Ok(())
+        if a.next_extent < h.extents.len() {
+            self.applying = Some(a);
+            return None;
+        }
+        self.next_object_seq = h.seq + 1;
+        self.last_record_seq = self.last_record_seq.max(h.last_record_seq);
+        if h.kind == ObjectKind::Checkpoint {
+            self.checkpoints.insert(h.seq);
+        }
+        Some(a.header)
     }
 
     /// Record that an older checkpoint object exists (found by listing), so that it is
@@ -204,7 +297,9 @@ impl StoreState {
 
     /// Forget an object that holds no live data (after GC deleted it).
     pub fn forget_object(&mut self, seq: u64) {
-        if self.objects.get(&seq).is_some_and(|o| o.live_bytes == 0) {
+        if self.applying_seq() != Some(seq)
+            && self.objects.get(&seq).is_some_and(|o| o.live_bytes == 0)
+        {
             self.objects.remove(&seq);
         }
         self.checkpoints.remove(&seq);
@@ -225,7 +320,7 @@ impl StoreState {
     pub fn dead_objects(&self) -> Vec<u64> {
         self.objects
             .iter()
-            .filter(|(_, o)| o.live_bytes == 0)
+            .filter(|&(&s, o)| o.live_bytes == 0 && self.applying_seq() != Some(s))
             .map(|(&s, _)| s)
             .collect()
     }
@@ -234,6 +329,10 @@ impl StoreState {
     /// `next_object_seq()`. Objects without live data are left out (see
     /// [`dead_objects`](Self::dead_objects)): nothing the checkpoint describes needs them.
     pub fn to_checkpoint(&self, clean: bool, counters: Counters) -> Checkpoint {
+        debug_assert!(
+            self.applying.is_none(),
+            "checkpoint of a half-applied object"
+        );
         Checkpoint {
             clean,
             counters,
@@ -255,16 +354,18 @@ impl StoreState {
                     live_bytes: o.live_bytes,
                 })
                 .collect(),
-            extents: self
-                .map
-                .iter()
-                .map(|p| CheckpointExtent {
+            extents: {
+                // Sized up front: this runs under the engine's state lock, and growing a
+                // vector of 200,000 extents by doubling copies it about 18 times.
+                let mut extents = Vec::with_capacity(self.map.extent_count());
+                extents.extend(self.map.iter().map(|p| CheckpointExtent {
                     lba: p.lba,
                     sectors: p.sectors,
                     object_seq: p.location.object_seq,
                     object_offset: p.location.offset,
-                })
-                .collect(),
+                }));
+                extents
+            },
         }
     }
 
@@ -450,3 +551,7 @@ mod tests {
         assert!(StoreState::from_checkpoint(3, &bad).is_err());
     }
 }
+
+#[cfg(test)]
+#[path = "store_state_apply_tests.rs"]
+mod apply_tests;

@@ -449,6 +449,7 @@ impl Volume {
             uploads_pending: (st.upload_queue.len()
                 + st.uploads_in_flight
                 + st.completed.len()
+                + usize::from(st.store.applying_seq().is_some())
                 + st.held.len()) as u64,
             uploads_held: st.held.len() as u64,
             client_write_bytes: client,

@@ -16,7 +16,7 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
 use lsvd_core::format::checkpoint::encode_checkpoint;
 use lsvd_core::format::object::{
-    ObjectExtent, ObjectHeader, ObjectKind, ObjectSpec, decode_object_header, encode_object,
+    ObjectExtent, ObjectKind, ObjectSpec, decode_object_header, encode_object,
 };
 
 use super::keys::object_key;
@@ -91,6 +91,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                     && st.upload_queue.is_empty()
                     && st.uploads_in_flight == 0
                     && st.completed.is_empty()
+                    && st.store.applying_seq().is_none()
                     && st.held.is_empty()
                     && !st.gc_encoding,
                 st.batch_opened_at.is_some(),
@@ -424,7 +425,7 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
         st.completed.insert(seq, header);
         st.freeable_through
     };
-    while apply_next(&shared) {}
+    while apply_next(&shared).await {}
     let through = shared.lock().freeable_through;
     if through > before {
         persist_tail_off_runtime(&shared, through, false).await;
@@ -433,39 +434,58 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
     shared.gc_wake.notify_one();
 }
 
-/// Apply the next completed object in sequence order, if it is there. One object per
-/// lock hold: applying one of thousands of extents takes milliseconds, and every client
-/// write waits for this lock (several applied at once held it for up to 45 ms).
-fn apply_next(shared: &Shared) -> bool {
-    let mut st = shared.lock();
-    let next = st.store.next_object_seq();
-    let Some(h) = st.completed.remove(&next) else {
-        return false;
-    };
-    if let Err(e) = st.store.apply(&h) {
-        shared.fail(&format!("applying object {:016x}: {e}", h.seq));
-        return false;
-    }
-    st.pending_bytes.remove(&h.seq);
-    if h.kind == ObjectKind::Gc {
-        let kept = st.store.objects().get(&h.seq).map_or(0, |o| o.live_bytes);
-        shared
-            .stats
-            .gc_superseded_bytes
-            .fetch_add(h.data_bytes.saturating_sub(kept), Ordering::Relaxed);
-    }
-    release_overlay(&mut st, &h);
-    st.freeable_through = st.freeable_through.max(h.last_record_seq);
-    true
-}
+/// Map entries inserted or displaced per hold of the state lock while applying an
+/// object: about 0.2 ms on a volume of 200,000 extents.
+const APPLY_STEP_PIECES: usize = 256;
 
-fn release_overlay(st: &mut State, h: &ObjectHeader) {
-    for e in &h.extents {
-        st.log_map
-            .release(e.lba, e.sectors as u64, h.last_record_seq);
+/// Apply the next completed object in sequence order, if it is there and no other task
+/// is applying one. The object is applied a step at a time, releasing the state lock
+/// in between: applying 2,048 scattered extents at once held the lock every client
+/// write takes for 2-8 ms.
+async fn apply_next(shared: &Shared) -> bool {
+    {
+        let mut st = shared.lock();
+        if st.store.applying_seq().is_some() {
+            return false;
+        }
+        let next = st.store.next_object_seq();
+        let Some(h) = st.completed.remove(&next) else {
+            return false;
+        };
+        // The object's bytes are counted by the store state from here on.
+        st.pending_bytes.remove(&h.seq);
+        if let Err(e) = st.store.begin_apply(h) {
+            drop(st);
+            shared.fail(&format!("applying object {next:016x}: {e}"));
+            return false;
+        }
     }
-    for &(lba, sectors) in &h.trims {
-        st.log_map.release(lba, sectors, h.last_record_seq);
+    loop {
+        {
+            let mut guard = shared.lock();
+            let st = &mut *guard;
+            let log_map = &mut st.log_map;
+            let done = st
+                .store
+                .apply_step(APPLY_STEP_PIECES, |lba, sectors, last| {
+                    // This range now reads from the object: its write-log copy (if no
+                    // newer write replaced it) can go.
+                    log_map.release(lba, sectors, last)
+                });
+            if let Some(h) = done {
+                if h.kind == ObjectKind::Gc {
+                    let kept = st.store.objects().get(&h.seq).map_or(0, |o| o.live_bytes);
+                    shared
+                        .stats
+                        .gc_superseded_bytes
+                        .fetch_add(h.data_bytes.saturating_sub(kept), Ordering::Relaxed);
+                }
+                st.freeable_through = st.freeable_through.max(h.last_record_seq);
+                return true;
+            }
+        }
+        // Let a client write that is waiting for the lock take it.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -560,7 +580,11 @@ async fn delete_old_checkpoints(shared: &Shared) {
 pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<()> {
     let (seq, bytes, dead) = {
         let mut st = shared.lock();
-        if !st.completed.is_empty() || !st.upload_queue.is_empty() || st.uploads_in_flight > 0 {
+        if !st.completed.is_empty()
+            || st.store.applying_seq().is_some()
+            || !st.upload_queue.is_empty()
+            || st.uploads_in_flight > 0
+        {
             return Err(io::Error::other("uploads did not drain"));
         }
         let seq = st.next_object_seq;

@@ -1,0 +1,205 @@
+//! Applying an object step by step ends where applying it at once does, and every
+//! intermediate state is one the rest of the engine can safely see.
+
+use super::*;
+use crate::format::VolumeId;
+use crate::format::object::{
+    ExtentSource, ObjectExtent, ObjectSpec, decode_object_header, encode_object,
+};
+use crate::gc::{GcConfig, select_victims};
+
+const VOLUME_SECTORS: u64 = 8192;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn header(
+    kind: ObjectKind,
+    seq: u64,
+    extents: &[ObjectExtent],
+    trims: &[(u64, u64)],
+) -> ObjectHeader {
+    let bytes: u64 = extents.iter().map(|e| e.sectors as u64 * 512).sum();
+    let spec = ObjectSpec {
+        kind,
+        volume: VolumeId([0; 16]),
+        seq,
+        last_record_seq: seq * 10,
+        extents,
+        trims,
+    };
+    decode_object_header(&encode_object(&spec, &vec![0u8; bytes as usize])).expect("valid")
+}
+
+/// A random data object (non-overlapping extents, some trims) or, when the map has
+/// data, a GC object relocating some of it (some sources deliberately stale).
+fn random_object(rng: &mut Rng, state: &StoreState, seq: u64) -> ObjectHeader {
+    let pieces: Vec<_> = state.map().iter().collect();
+    if !pieces.is_empty() && rng.below(3) == 0 {
+        let mut extents = Vec::new();
+        for p in pieces.iter().take(80) {
+            if rng.below(2) == 0 {
+                continue;
+            }
+            let stale = rng.below(5) == 0;
+            extents.push(ObjectExtent {
+                lba: p.lba,
+                sectors: p.sectors as u32,
+                source: Some(ExtentSource {
+                    object_seq: p.location.object_seq,
+                    object_offset: p.location.offset + if stale { 512 } else { 0 },
+                }),
+            });
+        }
+        return header(ObjectKind::Gc, seq, &extents, &[]);
+    }
+    let mut extents = Vec::new();
+    let mut lba = rng.below(64);
+    while lba < VOLUME_SECTORS && extents.len() < 60 {
+        let sectors = 1 + rng.below(24).min(VOLUME_SECTORS - lba - 1);
+        extents.push(ObjectExtent {
+            lba,
+            sectors: sectors as u32,
+            source: None,
+        });
+        lba += sectors + rng.below(300);
+    }
+    let trims: Vec<(u64, u64)> = (0..rng.below(3))
+        .map(|_| {
+            let start = rng.below(VOLUME_SECTORS - 1);
+            (start, 1 + rng.below((VOLUME_SECTORS - start).min(9000)))
+        })
+        .collect();
+    header(ObjectKind::Data, seq, &extents, &trims)
+}
+
+fn assert_accounting_exact(s: &StoreState) {
+    assert_eq!(s.live_bytes(), s.map().mapped_sectors() * 512);
+    let mut per_object: BTreeMap<u64, u64> = BTreeMap::new();
+    for p in s.map().iter() {
+        *per_object.entry(p.location.object_seq).or_default() += p.sectors * 512;
+    }
+    for (seq, o) in s.objects() {
+        assert_eq!(
+            o.live_bytes,
+            per_object.get(seq).copied().unwrap_or(0),
+            "object {seq}"
+        );
+    }
+}
+
+#[test]
+fn stepwise_apply_ends_where_apply_at_once_does() {
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut whole = StoreState::new(VOLUME_SECTORS * 512);
+        let mut stepped = StoreState::new(VOLUME_SECTORS * 512);
+        for seq in 1..=30 {
+            let h = random_object(&mut rng, &whole, seq);
+            whole.apply(&h).expect("apply at once");
+            let budget = 1 + rng.below(8) as usize;
+            stepped.begin_apply(h.clone()).expect("begin");
+            let mut released = Vec::new();
+            let done = loop {
+                // Every intermediate state: exact accounting, the object neither dead
+                // nor a victim, and no sequence advance a checkpoint could capture.
+                assert_accounting_exact(&stepped);
+                assert_eq!(stepped.applying_seq(), Some(seq));
+                assert_eq!(stepped.next_object_seq(), seq);
+                assert!(!stepped.dead_objects().contains(&seq));
+                let cfg = GcConfig::default();
+                assert!(!select_victims(&stepped, &cfg, seq, |_| false).contains(&seq));
+                if let Some(done) =
+                    stepped.apply_step(budget, |lba, n, last| released.push((lba, n, last)))
+                {
+                    break done;
+                }
+            };
+            assert_eq!(done, h);
+            assert_eq!(stepped.applying_seq(), None);
+            assert_eq!(stepped.next_object_seq(), seq + 1);
+            assert_eq!(stepped.last_record_seq(), seq * 10);
+            // Everything the object covers was reported, with its record sequence.
+            let reported: u64 = released.iter().map(|r| r.1).sum();
+            let covered: u64 = h.extents.iter().map(|e| e.sectors as u64).sum::<u64>()
+                + h.trims.iter().map(|t| t.1).sum::<u64>();
+            assert_eq!(reported, covered, "seed {seed} object {seq}");
+            assert!(released.iter().all(|r| r.2 == seq * 10));
+            assert_eq!(
+                stepped.map().iter().collect::<Vec<_>>(),
+                whole.map().iter().collect::<Vec<_>>(),
+                "seed {seed} object {seq}"
+            );
+            assert_eq!(
+                stepped.objects(),
+                whole.objects(),
+                "seed {seed} object {seq}"
+            );
+            assert_accounting_exact(&stepped);
+        }
+    }
+}
+
+#[test]
+fn one_object_at_a_time() {
+    let mut s = StoreState::new(VOLUME_SECTORS * 512);
+    let ext = |lba| ObjectExtent {
+        lba,
+        sectors: 8,
+        source: None,
+    };
+    s.begin_apply(header(ObjectKind::Data, 1, &[ext(0), ext(16)], &[]))
+        .expect("begin");
+    assert_eq!(s.apply_step(1, |_, _, _| {}), None);
+    let err = s
+        .begin_apply(header(ObjectKind::Data, 2, &[ext(0)], &[]))
+        .expect_err("second object while the first is in progress");
+    assert_eq!(
+        err,
+        ApplyError::OutOfOrder {
+            expected: 1,
+            got: 2
+        }
+    );
+    assert!(s.apply_step(1, |_, _, _| {}).is_some());
+    s.apply(&header(ObjectKind::Data, 2, &[ext(0)], &[]))
+        .expect("in order once the first is done");
+    assert_eq!(s.objects()[&1].live_bytes, 8 * 512);
+    // With nothing in progress, a step does nothing.
+    assert_eq!(s.apply_step(10, |_, _, _| panic!("nothing to apply")), None);
+}
+
+#[test]
+fn a_large_trim_is_applied_in_slices() {
+    let mut s = StoreState::new(VOLUME_SECTORS * 512);
+    let extents: Vec<ObjectExtent> = (0..VOLUME_SECTORS / 16)
+        .map(|i| ObjectExtent {
+            lba: i * 16,
+            sectors: 8,
+            source: None,
+        })
+        .collect();
+    s.apply(&header(ObjectKind::Data, 1, &extents, &[]))
+        .expect("apply");
+    s.begin_apply(header(ObjectKind::Data, 2, &[], &[(0, VOLUME_SECTORS)]))
+        .expect("begin");
+    let mut steps = 0;
+    while s.apply_step(64, |_, _, _| {}).is_none() {
+        steps += 1;
+        assert_accounting_exact(&s);
+    }
+    // One slice of the trim per step once the budget is spent: two slices.
+    assert_eq!(steps, VOLUME_SECTORS / TRIM_SLICE_SECTORS - 1);
+    assert_eq!(s.map().mapped_sectors(), 0);
+    assert_eq!(s.objects()[&1].live_bytes, 0);
+}
