@@ -65,7 +65,8 @@ pub struct ReplayArgs {
     /// lsvd_uploads_pending of the export's volume are 0 (a FLUSH is not enough: the
     /// open batch is uploaded only when full or after --batch-timeout-ms). Uploading
     /// does not fill the read cache, so a range's first read is a miss, later ones can
-    /// hit. The hit/miss counts cover the replay only. Needs --metrics.
+    /// hit. The hit/miss counts cover the replay only. Needs --metrics. Like the
+    /// replay's own writes, it overwrites what the export held in those ranges.
     #[arg(long)]
     pub precondition: bool,
     /// How long --precondition waits for its data to leave the write log.
