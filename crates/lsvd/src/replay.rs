@@ -4,16 +4,27 @@
 //! the server answers (or at the trace's own pace with `--timed`). Offsets beyond the
 //! export are folded into it (modulo the export size, aligned), unaligned requests are
 //! rounded out to 512-byte sectors, and long requests are split. Written data is a
-//! deterministic pattern. With `--metrics URL` (a running `lsvd serve --metrics`), the
-//! read-cache hits and misses during the replay are reported.
+//! deterministic pattern of the absolute byte offset, so every byte of the export is
+//! either that pattern or zero and `--verify` can check every read. With `--metrics
+//! URL` (a running `lsvd serve --metrics`), the read-cache hits and misses during the
+//! replay are reported.
+//!
+//! `--precondition` first writes every range the trace will read and waits until the
+//! server has uploaded it (its `lsvd_log_used_bytes` gauge for the export's volume
+//! reaches 0): a FLUSH only makes data durable in the write log, and the open batch
+//! goes up only when it is full or `--batch-timeout-ms` has passed, so only the gauge
+//! says when reads stop being served from the log. Uploading does not fill the read
+//! cache, so each preconditioned chunk's first read in the replay is a miss.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use lsvd_nbd::client::{Client, Target};
-use lsvd_trace::{FormatChoice, Op, TraceReader};
+use lsvd_trace::{Format, FormatChoice, Op, Request, TraceReader};
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -38,9 +49,35 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub timed: bool,
     /// Prometheus URL of the serving lsvd (http://HOST:PORT/metrics) to report
-    /// read-cache hits and misses during the replay.
+    /// read-cache hits and misses during the replay (of the export's volume when the
+    /// server serves several).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Before the replay, write every range the trace will read, and wait until the
+    /// server has uploaded it, so the replay's reads go through the read cache.
+    ///
+    /// A trace that starts from an empty volume mostly reads blocks it never wrote
+    /// (holes: answered without any read, no cache lookup) or blocks still in the
+    /// write log (served from the log, no lookup), so its hit rate says little. With
+    /// --precondition the read ranges (folded and rounded like the replay's requests,
+    /// merged) are written in sequential writes of up to 4 MiB with the replay's data
+    /// pattern, then replay polls --metrics until lsvd_log_used_bytes and
+    /// lsvd_uploads_pending of the export's volume are 0 (a FLUSH is not enough: the
+    /// open batch is uploaded only when full or after --batch-timeout-ms). Uploading
+    /// does not fill the read cache, so a range's first read is a miss, later ones can
+    /// hit. The hit/miss counts cover the replay only. Needs --metrics. Like the
+    /// replay's own writes, it overwrites what the export held in those ranges.
+    #[arg(long)]
+    pub precondition: bool,
+    /// How long --precondition waits for its data to leave the write log.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub precondition_timeout: u64,
+    /// Check every read against the replay's data pattern: each sector must hold the
+    /// pattern (written by this replay, a --precondition or an earlier replay) or
+    /// zeros (never written, or trimmed). Reports bytes of each; anything else fails
+    /// the run. Costs CPU on the client.
+    #[arg(long)]
+    pub verify: bool,
     /// Print results as JSON.
     #[arg(long)]
     pub json: bool,
@@ -58,13 +95,40 @@ pub struct ReplayReport {
     pub errors: u64,
     pub elapsed_secs: f64,
     pub iops: f64,
+    /// Read-cache chunk (64 KiB) hits and misses during the replay (not the
+    /// precondition), from `--metrics`.
     pub read_cache_hits: Option<f64>,
     pub read_cache_misses: Option<f64>,
     pub read_cache_hit_rate: Option<f64>,
     pub bad_trace_lines: u64,
+    /// With `--precondition`: what was written before the replay.
+    pub precondition: Option<PreconditionReport>,
+    /// With `--verify`: bytes read that held the data pattern, zeros, or anything else.
+    pub verified_pattern_bytes: Option<u64>,
+    pub verified_zero_bytes: Option<u64>,
+    pub verify_mismatch_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct PreconditionReport {
+    /// Merged byte ranges the trace reads.
+    pub ranges: u64,
+    /// Bytes written (the sum of the ranges).
+    pub bytes: u64,
+    /// Writing them, through the final FLUSH.
+    pub write_secs: f64,
+    /// Then waiting until the server had uploaded them and released the write log.
+    pub upload_wait_secs: f64,
+    /// Both.
+    pub secs: f64,
 }
 
 const MAX_PIECE_BYTES: u64 = 4 << 20;
+const SECTOR: u64 = 512;
+/// Precondition writes in flight (each holds a 4 MiB buffer).
+const PRECONDITION_WRITES_IN_FLIGHT: usize = 8;
+/// Largest metrics response read.
+const MAX_METRICS_BYTES: u64 = 16 << 20;
 
 fn pattern(offset: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
@@ -77,8 +141,190 @@ fn pattern(offset: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Scrape `lsvd_read_cache_{hits,misses}_total` summed over volumes.
-async fn scrape(url: &str) -> Result<(f64, f64), String> {
+/// One trace request as the replay issues it: rounded out to sectors and folded into
+/// the export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shaped {
+    op: Op,
+    offset: u64,
+    len: u64,
+    time_ns: u64,
+    folded: bool,
+}
+
+fn shape(req: &Request, size: u64) -> Shaped {
+    let first = req.offset_bytes / SECTOR * SECTOR;
+    let end = req
+        .offset_bytes
+        .saturating_add(req.length_bytes)
+        .div_ceil(SECTOR)
+        * SECTOR;
+    let mut len = (end - first).min(size);
+    let mut off = first;
+    let folded = off + len > size;
+    if folded {
+        off = (off % size) / SECTOR * SECTOR;
+        len = len.min(size - off);
+    }
+    Shaped {
+        op: req.op,
+        offset: off,
+        len,
+        time_ns: req.time_ns,
+        folded,
+    }
+}
+
+/// The requests of a trace the replay issues, in order: `--volume` and
+/// `--max-requests` applied, each shaped by [`shape`]. The precondition reads the
+/// trace through the same filter, so it writes exactly what the replay will read.
+struct Requests {
+    reader: TraceReader,
+    size: u64,
+    volume: Option<String>,
+    volume_id: Option<u32>,
+    max_requests: Option<u64>,
+    taken: u64,
+}
+
+impl Requests {
+    fn open(args: &ReplayArgs, format: Format, size: u64) -> Result<Requests, String> {
+        let reader = TraceReader::open(&args.trace, format)
+            .map_err(|e| format!("{}: {e}", args.trace.display()))?;
+        Ok(Requests {
+            reader,
+            size,
+            volume: args.volume.clone(),
+            volume_id: None,
+            max_requests: args.max_requests,
+            taken: 0,
+        })
+    }
+
+    fn next_shaped(&mut self) -> Option<Shaped> {
+        loop {
+            if self.max_requests.is_some_and(|max| self.taken >= max) {
+                return None;
+            }
+            let req = self.reader.next()?;
+            if let Some(want) = &self.volume {
+                if self.volume_id.is_none() {
+                    let name = self.reader.volume_name(req.volume);
+                    if want == name || want.parse::<u32>().ok() == Some(req.volume) {
+                        self.volume_id = Some(req.volume);
+                    }
+                }
+                if self.volume_id != Some(req.volume) {
+                    continue;
+                }
+            }
+            self.taken += 1;
+            return Some(shape(&req, self.size));
+        }
+    }
+
+    fn bad_lines(&self) -> u64 {
+        self.reader.stats().bad_lines
+    }
+}
+
+/// Disjoint byte ranges `[start, end)`; overlapping and touching ranges merge as they
+/// are added, so memory grows with the number of separate ranges only.
+#[derive(Debug, Default)]
+struct RangeSet {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl RangeSet {
+    fn insert(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut s, mut e) = (start, end);
+        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back()
+            && pe >= s
+        {
+            s = ps;
+            e = e.max(pe);
+        }
+        while let Some((&ns, &ne)) = self.ranges.range(s..).next() {
+            if ns > e {
+                break;
+            }
+            self.ranges.remove(&ns);
+            e = e.max(ne);
+        }
+        self.ranges.insert(s, e);
+    }
+
+    fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|(s, e)| e - s).sum()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.ranges.iter().map(|(&s, &e)| (s, e))
+    }
+}
+
+/// One scrape of a Prometheus text endpoint: `(metric, volume label, value)`.
+struct Scrape {
+    samples: Vec<(String, String, f64)>,
+}
+
+impl Scrape {
+    fn parse(body: &str) -> Scrape {
+        let samples = body
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (head, value) = l.trim_end().rsplit_once(' ')?;
+                let value = value.parse::<f64>().ok()?;
+                let (name, volume) = match head.split_once('{') {
+                    Some((name, labels)) => {
+                        let labels = labels.strip_suffix('}')?;
+                        let volume = labels
+                            .split(',')
+                            .find_map(|kv| kv.trim().strip_prefix("volume=\""))
+                            .and_then(|v| v.strip_suffix('"'))
+                            .unwrap_or("");
+                        (name, volume)
+                    }
+                    None => (head, ""),
+                };
+                Some((name.to_string(), volume.to_string(), value))
+            })
+            .collect();
+        Scrape { samples }
+    }
+
+    /// The metric's value for `volume`, or summed over every volume with `None`;
+    /// `None` if the endpoint has no such sample.
+    fn value(&self, name: &str, volume: Option<&str>) -> Option<f64> {
+        let mut found = None;
+        for (n, v, x) in &self.samples {
+            if n == name && volume.is_none_or(|want| want == v) {
+                *found.get_or_insert(0.0) += x;
+            }
+        }
+        found
+    }
+
+    /// Volume labels of `name`'s samples.
+    fn volumes(&self, name: &str) -> Vec<&str> {
+        self.samples
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, v, _)| v.as_str())
+            .collect()
+    }
+}
+
+/// GET `url` (http:// only) and parse the answer.
+async fn scrape(url: &str) -> Result<Scrape, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
@@ -94,27 +340,176 @@ async fn scrape(url: &str) -> Result<(f64, f64), String> {
         format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .await
-    .map_err(|e| e.to_string())?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)
+    .map_err(|e| format!("{url}: {e}"))?;
+    let mut raw = Vec::new();
+    s.take(MAX_METRICS_BYTES)
+        .read_to_end(&mut raw)
         .await
-        .map_err(|e| e.to_string())?;
-    let sum = |name: &str| -> f64 {
-        body.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
-    };
-    Ok((
-        sum("lsvd_read_cache_hits_total"),
-        sum("lsvd_read_cache_misses_total"),
-    ))
+        .map_err(|e| format!("{url}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: not an HTTP response"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        let status = head.lines().next().unwrap_or("");
+        return Err(format!("{url}: {status}"));
+    }
+    Ok(Scrape::parse(body))
+}
+
+/// The volume label of the export in the metrics: its name, or the only volume
+/// there is. `None` when neither tells.
+fn export_volume(scrape: &Scrape, export: &str) -> Option<String> {
+    let vols = scrape.volumes("lsvd_log_used_bytes");
+    if vols.contains(&export) {
+        return Some(export.to_string());
+    }
+    match vols.as_slice() {
+        [only] => Some(only.to_string()),
+        _ => None,
+    }
+}
+
+fn export_name(target: &Target) -> &str {
+    match target {
+        Target::Tcp { export, .. } | Target::Unix { export, .. } => export,
+    }
+}
+
+/// Read-cache (hits, misses) of `volume` (or of all volumes).
+fn cache_counts(s: &Scrape, volume: Option<&str>) -> (f64, f64) {
+    (
+        s.value("lsvd_read_cache_hits_total", volume).unwrap_or(0.0),
+        s.value("lsvd_read_cache_misses_total", volume)
+            .unwrap_or(0.0),
+    )
+}
+
+/// Write every range in `ranges` with the replay's pattern (pieces of up to 4 MiB),
+/// then FLUSH.
+async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Result<(), String> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(PRECONDITION_WRITES_IN_FLIGHT));
+    let mut tasks: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
+    let mut first_error: Option<String> = None;
+    'ranges: for (start, end) in ranges.iter() {
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(MAX_PIECE_BYTES);
+            let permit = slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|e| e.to_string())?;
+            let c = client.clone();
+            tasks.spawn(async move {
+                let r = c
+                    .write(at, &pattern(at, n as usize), false)
+                    .await
+                    .map_err(|e| format!("precondition write of {n} bytes at {at}: {e}"));
+                drop(permit);
+                r
+            });
+            at += n;
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+                    first_error = Some(e);
+                    break 'ranges;
+                }
+            }
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+            first_error.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    client
+        .flush()
+        .await
+        .map_err(|e| format!("precondition flush: {e}"))
+}
+
+/// Poll the metrics until `volume` has nothing in its write log and no uploads
+/// pending: every preconditioned byte is then read from the store (through the read
+/// cache), not from the log.
+async fn wait_uploaded(url: &str, volume: &str, timeout: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let s = scrape(url).await?;
+        let log = s
+            .value("lsvd_log_used_bytes", Some(volume))
+            .ok_or_else(|| format!("{url} has no lsvd_log_used_bytes for volume {volume}"))?;
+        let pending = s.value("lsvd_uploads_pending", Some(volume)).unwrap_or(0.0);
+        if log == 0.0 && pending == 0.0 {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(format!(
+                "--precondition: after {} s volume {volume} still has {log} bytes in its write log and {pending} uploads pending; is the store slow or unreachable (see the server's log)? Raise --precondition-timeout to wait longer",
+                timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts of verified read bytes.
+#[derive(Debug, Default)]
+struct Verify {
+    pattern: AtomicU64,
+    zero: AtomicU64,
+    mismatch: AtomicU64,
+    first_mismatch: AtomicU64,
+}
+
+impl Verify {
+    fn new() -> Verify {
+        Verify {
+            first_mismatch: AtomicU64::new(u64::MAX),
+            ..Verify::default()
+        }
+    }
+
+    /// Classify each sector of `data`, read at byte `offset` (`expected_len` asked).
+    fn check(&self, offset: u64, expected_len: usize, data: &[u8]) {
+        let want = pattern(offset, data.len());
+        for (i, (got, exp)) in data
+            .chunks(SECTOR as usize)
+            .zip(want.chunks(SECTOR as usize))
+            .enumerate()
+        {
+            let n = got.len() as u64;
+            if got == exp {
+                self.pattern.fetch_add(n, Ordering::Relaxed);
+            } else if got.iter().all(|&b| b == 0) {
+                self.zero.fetch_add(n, Ordering::Relaxed);
+            } else {
+                self.mismatch.fetch_add(n, Ordering::Relaxed);
+                self.first_mismatch
+                    .fetch_min(offset + i as u64 * SECTOR, Ordering::Relaxed);
+            }
+        }
+        if data.len() < expected_len {
+            self.mismatch
+                .fetch_add((expected_len - data.len()) as u64, Ordering::Relaxed);
+            self.first_mismatch
+                .fetch_min(offset + data.len() as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), String> {
+    if args.precondition && args.metrics.is_none() {
+        return Err(
+            "--precondition needs --metrics http://HOST:PORT/metrics of the serving lsvd (lsvd serve --metrics HOST:PORT): it waits there until the written data has left the write log"
+                .into(),
+        );
+    }
     let choice: FormatChoice = args.format.parse().map_err(|e| format!("--format: {e}"))?;
     let format = choice.resolve(&args.trace).map_err(|e| e.to_string())?;
-    let mut reader = TraceReader::open(&args.trace, format).map_err(|e| e.to_string())?;
     let target = Target::parse(&args.export)?;
     let client = Arc::new(
         Client::connect(&target)
@@ -125,34 +520,53 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
     if size < 4096 {
         return Err("export is too small".into());
     }
-    let before = match &args.metrics {
-        Some(u) => Some(scrape(u).await?),
+    let mut requests = Requests::open(&args, format, size)?;
+    let mut report = ReplayReport::default();
+    // Which volume's counters to read: the export's, or all of them if the metrics
+    // do not say which is the export.
+    let volume = match &args.metrics {
+        Some(u) => export_volume(&scrape(u).await?, export_name(&target)),
         None => None,
     };
+    if let Some(url) = args.metrics.as_deref().filter(|_| args.precondition) {
+        let Some(volume) = volume.as_deref() else {
+            return Err(format!(
+                "--precondition: cannot tell which volume in {url} is export {:?}; name the export after its volume",
+                export_name(&target)
+            ));
+        };
+        let start = Instant::now();
+        let mut ranges = RangeSet::default();
+        let mut pass = Requests::open(&args, format, size)?;
+        while let Some(r) = pass.next_shaped() {
+            if r.op == Op::Read {
+                ranges.insert(r.offset, r.offset + r.len);
+            }
+        }
+        write_ranges(&client, &ranges).await?;
+        let write_secs = start.elapsed().as_secs_f64();
+        wait_uploaded(url, volume, Duration::from_secs(args.precondition_timeout)).await?;
+        let secs = start.elapsed().as_secs_f64();
+        report.precondition = Some(PreconditionReport {
+            ranges: ranges.len() as u64,
+            bytes: ranges.bytes(),
+            write_secs,
+            upload_wait_secs: secs - write_secs,
+            secs,
+        });
+    }
+    // Counters from here on: the precondition's uploads are not counted.
+    let before = match &args.metrics {
+        Some(u) => Some(cache_counts(&scrape(u).await?, volume.as_deref())),
+        None => None,
+    };
+    let verify = args.verify.then(|| Arc::new(Verify::new()));
     let qd = args.queue_depth.clamp(1, 1024);
     let slots = Arc::new(tokio::sync::Semaphore::new(qd));
-    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut report = ReplayReport::default();
+    let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut volume_filter: Option<u32> = None;
-    while let Some(req) = reader.next() {
-        if let Some(max) = args.max_requests
-            && report.requests >= max
-        {
-            break;
-        }
-        if let Some(want) = &args.volume {
-            if volume_filter.is_none() {
-                let name = reader.volume_name(req.volume).to_string();
-                if *want == name || want.parse::<u32>().ok() == Some(req.volume) {
-                    volume_filter = Some(req.volume);
-                }
-            }
-            if volume_filter != Some(req.volume) {
-                continue;
-            }
-        }
+    while let Some(req) = requests.next_shaped() {
         if args.timed {
             let due = Duration::from_nanos(req.time_ns);
             let now = start.elapsed();
@@ -160,30 +574,21 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
                 tokio::time::sleep(due - now).await;
             }
         }
-        // Round out to sectors, fold into the export.
-        let first = req.offset_bytes / 512 * 512;
-        let end = (req.offset_bytes + req.length_bytes).div_ceil(512) * 512;
-        let mut len = (end - first).min(size);
-        let mut off = first;
-        if off + len > size {
-            report.folded += 1;
-            off = (off % size) / 512 * 512;
-            len = len.min(size - off);
-        }
+        report.folded += u64::from(req.folded);
         report.requests += 1;
         match req.op {
             Op::Read => {
                 report.reads += 1;
-                report.read_bytes += len;
+                report.read_bytes += req.len;
             }
             Op::Write => {
                 report.writes += 1;
-                report.write_bytes += len;
+                report.write_bytes += req.len;
             }
             Op::Trim => report.trims += 1,
         }
-        let mut at = off;
-        let stop = off + len;
+        let mut at = req.offset;
+        let stop = req.offset + req.len;
         while at < stop {
             let n = (stop - at).min(MAX_PIECE_BYTES);
             let permit = slots
@@ -193,15 +598,20 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let c = client.clone();
             let errs = errors.clone();
+            let verify = verify.clone();
             let op = req.op;
             tasks.spawn(async move {
                 let r = match op {
-                    Op::Read => c.read(at, n as u32).await.map(|_| ()),
+                    Op::Read => c.read(at, n as u32).await.map(|data| {
+                        if let Some(v) = &verify {
+                            v.check(at, n as usize, &data);
+                        }
+                    }),
                     Op::Write => c.write(at, &pattern(at, n as usize), false).await,
                     Op::Trim => c.trim(at, n as u32).await,
                 };
                 if r.is_err() {
-                    errs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    errs.fetch_add(1, Ordering::Relaxed);
                 }
                 drop(permit);
             });
@@ -216,10 +626,10 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
         .map_err(|e| format!("final flush: {e}"))?;
     report.elapsed_secs = start.elapsed().as_secs_f64();
     report.iops = report.requests as f64 / report.elapsed_secs.max(1e-9);
-    report.errors = errors.load(std::sync::atomic::Ordering::Relaxed);
-    report.bad_trace_lines = reader.stats().bad_lines;
+    report.errors = errors.load(Ordering::Relaxed);
+    report.bad_trace_lines = requests.bad_lines();
     if let (Some(b), Some(u)) = (before, &args.metrics) {
-        let a = scrape(u).await?;
+        let a = cache_counts(&scrape(u).await?, volume.as_deref());
         let hits = a.0 - b.0;
         let misses = a.1 - b.1;
         report.read_cache_hits = Some(hits);
@@ -230,36 +640,150 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
             0.0
         });
     }
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        println!(
-            "replayed {} requests ({} reads, {} writes, {} trims) in {:.2}s: {:.0} IOPS; {} MiB read, {} MiB written; {} folded into the export; {} errors",
-            report.requests,
-            report.reads,
-            report.writes,
-            report.trims,
-            report.elapsed_secs,
-            report.iops,
-            report.read_bytes >> 20,
-            report.write_bytes >> 20,
-            report.folded,
-            report.errors
-        );
-        if let Some(rate) = report.read_cache_hit_rate {
-            println!(
-                "read cache: {:.0} hits, {:.0} misses (64 KiB chunks): hit rate {:.1}%",
-                report.read_cache_hits.unwrap_or(0.0),
-                report.read_cache_misses.unwrap_or(0.0),
-                rate * 100.0
-            );
-        }
+    if let Some(v) = &verify {
+        report.verified_pattern_bytes = Some(v.pattern.load(Ordering::Relaxed));
+        report.verified_zero_bytes = Some(v.zero.load(Ordering::Relaxed));
+        report.verify_mismatch_bytes = Some(v.mismatch.load(Ordering::Relaxed));
     }
+    print_report(&report, args.json)?;
     if report.errors > 0 {
         return Err(format!("{} requests failed", report.errors));
     }
+    if let Some(v) = &verify
+        && v.mismatch.load(Ordering::Relaxed) > 0
+    {
+        return Err(format!(
+            "--verify: {} bytes read held neither the replay's pattern nor zeros (first at byte {}): the export holds data this replay did not write, or returned wrong data",
+            v.mismatch.load(Ordering::Relaxed),
+            v.first_mismatch.load(Ordering::Relaxed)
+        ));
+    }
     Ok(())
+}
+
+fn print_report(report: &ReplayReport, json: bool) -> Result<(), String> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    if let Some(p) = &report.precondition {
+        println!(
+            "precondition: wrote {} MiB in {} ranges in {:.2}s, then waited {:.2}s for the upload ({:.2}s)",
+            p.bytes >> 20,
+            p.ranges,
+            p.write_secs,
+            p.upload_wait_secs,
+            p.secs
+        );
+    }
+    println!(
+        "replayed {} requests ({} reads, {} writes, {} trims) in {:.2}s: {:.0} IOPS; {} MiB read, {} MiB written; {} folded into the export; {} errors",
+        report.requests,
+        report.reads,
+        report.writes,
+        report.trims,
+        report.elapsed_secs,
+        report.iops,
+        report.read_bytes >> 20,
+        report.write_bytes >> 20,
+        report.folded,
+        report.errors
+    );
+    if let Some(rate) = report.read_cache_hit_rate {
+        println!(
+            "read cache: {:.0} hits, {:.0} misses (64 KiB chunks): hit rate {:.1}%",
+            report.read_cache_hits.unwrap_or(0.0),
+            report.read_cache_misses.unwrap_or(0.0),
+            rate * 100.0
+        );
+    }
+    if let (Some(p), Some(z), Some(m)) = (
+        report.verified_pattern_bytes,
+        report.verified_zero_bytes,
+        report.verify_mismatch_bytes,
+    ) {
+        println!("verify: {p} bytes read held the pattern, {z} zeros, {m} neither");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_overlapping_and_touching() {
+        let mut r = RangeSet::default();
+        r.insert(100, 200);
+        r.insert(300, 400);
+        r.insert(0, 0); // empty: ignored
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(100, 200), (300, 400)]);
+        r.insert(200, 250); // touches the first
+        r.insert(350, 360); // inside the second
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(100, 250), (300, 400)]);
+        r.insert(50, 500); // swallows both
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(50, 500)]);
+        r.insert(600, 700);
+        r.insert(10, 20);
+        r.insert(20, 600); // joins everything
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(10, 700)]);
+        assert_eq!((r.len(), r.bytes()), (1, 690));
+    }
+
+    #[test]
+    fn requests_are_rounded_and_folded_like_the_replay() {
+        let req = |offset_bytes, length_bytes| Request {
+            time_ns: 0,
+            volume: 0,
+            op: Op::Read,
+            offset_bytes,
+            length_bytes,
+        };
+        let size = 1 << 20;
+        let s = shape(&req(1000, 100), size);
+        assert_eq!((s.offset, s.len, s.folded), (512, 1024, false));
+        // Past the end: folded modulo the size, aligned, clipped at the end.
+        let s = shape(&req(size + 4096 + 10, 4096), size);
+        assert_eq!((s.offset, s.len, s.folded), (4096, 4608, true));
+        // Crossing the end: counted as folded, clipped at the end (not wrapped).
+        let s = shape(&req(size - 512, 4096), size);
+        assert_eq!((s.offset, s.len, s.folded), (size - 512, 512, true));
+    }
+
+    #[test]
+    fn metrics_are_read_per_volume() {
+        let body = "# HELP lsvd_log_used_bytes x\n# TYPE lsvd_log_used_bytes gauge\n\
+            lsvd_log_used_bytes{volume=\"a\"} 4096\nlsvd_log_used_bytes{volume=\"b\"} 0\n\
+            lsvd_read_cache_hits_total{volume=\"a\"} 3\nlsvd_read_cache_hits_total{volume=\"b\"} 5\n\
+            lsvd_read_cache_hits_total_other{volume=\"a\"} 100\n";
+        let s = Scrape::parse(body);
+        assert_eq!(s.value("lsvd_log_used_bytes", Some("a")), Some(4096.0));
+        assert_eq!(s.value("lsvd_read_cache_hits_total", None), Some(8.0));
+        assert_eq!(s.value("lsvd_read_cache_hits_total", Some("b")), Some(5.0));
+        assert_eq!(s.value("lsvd_uploads_pending", Some("a")), None);
+        assert_eq!(export_volume(&s, "b").as_deref(), Some("b"));
+        assert_eq!(export_volume(&s, ""), None, "two volumes, no name");
+        let one = Scrape::parse("lsvd_log_used_bytes{volume=\"disk0\"} 0\n");
+        assert_eq!(export_volume(&one, "").as_deref(), Some("disk0"));
+    }
+
+    #[test]
+    fn verify_tells_pattern_zeros_and_other_data_apart() {
+        let v = Verify::new();
+        let mut data = pattern(4096, 2048);
+        data[512..1024].fill(0);
+        data[1500] ^= 1;
+        v.check(4096, 2560, &data);
+        assert_eq!(v.pattern.load(Ordering::Relaxed), 1024);
+        assert_eq!(v.zero.load(Ordering::Relaxed), 512);
+        assert_eq!(v.mismatch.load(Ordering::Relaxed), 512 + 512);
+        assert_eq!(v.first_mismatch.load(Ordering::Relaxed), 4096 + 1024);
+        // The pattern depends on the absolute offset only, not on how writes split it.
+        let mut joined = pattern(0, 4096);
+        joined.extend(pattern(4096, 4096));
+        assert_eq!(joined, pattern(0, 8192));
+    }
 }

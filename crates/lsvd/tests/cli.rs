@@ -422,3 +422,136 @@ fn idle_server_does_not_burn_cpu() {
         "an idle server with no clients used {used:.2} s of CPU in 3 s"
     );
 }
+
+/// `lsvd replay --json ARGS...` against `uri`; the report.
+fn replay_json(
+    lsvd: &Lsvd,
+    trace: &std::path::Path,
+    uri: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let mut cmd = lsvd.cmd(["replay"]);
+    cmd.arg(trace)
+        .args([
+            "--format",
+            "msr",
+            "--export",
+            uri,
+            "--queue-depth",
+            "1",
+            "--json",
+        ])
+        .args(extra);
+    let out = run_ok(&mut cmd, SHORT);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("replay --json is not JSON: {e}\n{}", show("replay", &out)))
+}
+
+#[test]
+fn replay_precondition_makes_reads_go_through_the_read_cache() {
+    let dir = TempDir::new("cli_replay_pre");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    lsvd.create("cold", "64M");
+    // An MSR trace that only reads: four ranges (one unaligned, one past the end of the
+    // export, so folded), each read twice, the second pass after the first.
+    let reads: [(u64, u64); 4] = [
+        (MIB, 64 * KIB),
+        (9 * MIB, 100_000),
+        (30 * MIB + 512, 4 * KIB),
+        (70 * MIB, 8 * KIB),
+    ];
+    let mut csv = String::new();
+    for pass in 0..2u64 {
+        for (i, (off, len)) in reads.iter().enumerate() {
+            let t = 128_166_385_295_514_663 + pass * 1000 + i as u64;
+            csv.push_str(&format!("{t},hm,0,Read,{off},{len},100\n"));
+        }
+    }
+    let trace = dir.join("reads.csv");
+    std::fs::write(&trace, csv).expect("write trace");
+    // Bytes the replay reads once: rounded to sectors, folded into 64 MiB.
+    let once: u64 = 64 * KIB + 100_352 + 4 * KIB + 8 * KIB;
+
+    let port = free_tcp_port();
+    let addr = format!("127.0.0.1:{port}");
+    let metrics = format!("http://{addr}/metrics");
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(
+        &socket,
+        &[
+            "vol",
+            "cold",
+            "--metrics",
+            &addr,
+            "--batch-timeout-ms",
+            "200",
+        ],
+    );
+    assert!(
+        wait_until(SHORT, || server.log().contains("metrics on")),
+        "no metrics endpoint\n{}",
+        server.log()
+    );
+
+    // Without --metrics, --precondition cannot wait for the upload: refused.
+    let out = lsvd.run(&[
+        "replay",
+        &trace.to_string_lossy(),
+        "--format",
+        "msr",
+        "--export",
+        &server.uri("vol"),
+        "--precondition",
+    ]);
+    let msg = assert_one_line_error(&out, "replay --precondition without --metrics");
+    assert!(msg.contains("--metrics"), "{msg}");
+
+    let pre = replay_json(
+        &lsvd,
+        &trace,
+        &server.uri("vol"),
+        &["--precondition", "--verify", "--metrics", &metrics],
+    );
+    let num = |r: &serde_json::Value, k: &str| -> f64 {
+        r[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing from the report: {r:#}"))
+    };
+    assert_eq!(pre["precondition"]["ranges"], 4, "{pre:#}");
+    assert_eq!(pre["precondition"]["bytes"].as_u64(), Some(once), "{pre:#}");
+    assert_eq!(num(&pre, "read_bytes"), (2 * once) as f64, "{pre:#}");
+    assert_eq!(num(&pre, "folded"), 2.0, "{pre:#}");
+    // Every read found the preconditioned data.
+    assert_eq!(
+        num(&pre, "verified_pattern_bytes"),
+        (2 * once) as f64,
+        "{pre:#}"
+    );
+    assert_eq!(num(&pre, "verified_zero_bytes"), 0.0, "{pre:#}");
+    assert_eq!(num(&pre, "verify_mismatch_bytes"), 0.0, "{pre:#}");
+    // ...from the store through the read cache: the first pass misses (the upload does
+    // not fill the cache), the second pass finds every chunk the first one fetched.
+    let (hits, misses) = (num(&pre, "read_cache_hits"), num(&pre, "read_cache_misses"));
+    assert!(misses >= 1.0, "{pre:#}");
+    assert!(hits >= 4.0 && hits >= misses, "{pre:#}");
+
+    // The same trace on a volume nobody wrote: every read is a hole, no lookup at all.
+    let cold = replay_json(
+        &lsvd,
+        &trace,
+        &server.uri("cold"),
+        &["--verify", "--metrics", &metrics],
+    );
+    assert!(cold["precondition"].is_null(), "{cold:#}");
+    assert_eq!(
+        num(&cold, "read_cache_hits") + num(&cold, "read_cache_misses"),
+        0.0
+    );
+    assert_eq!(
+        num(&cold, "verified_zero_bytes"),
+        (2 * once) as f64,
+        "{cold:#}"
+    );
+    assert_eq!(num(&cold, "verified_pattern_bytes"), 0.0, "{cold:#}");
+    server.stop_clean();
+}
