@@ -523,3 +523,113 @@ assert h.pread(65536, 65536) == b"\x43" * 65536, "acknowledged write kept by a c
 "#,
     );
 }
+
+/// Writes 1 MiB of `byte` at offset 0 and flushes; false if the server refused.
+fn try_write_and_flush(uri: &str, byte: u8) -> bool {
+    let script = format!(
+        "{NBDSH_PRELUDE}\nh = connect()\nh.pwrite(bytes([{byte}]) * (1 << 20), 0)\nh.flush()\n"
+    );
+    let out = run_timeout(
+        tool("nbdsh")
+            .arg("-n")
+            .arg("-c")
+            .arg(script)
+            .env("URI", uri),
+        Duration::from_secs(60),
+    );
+    out.status.success()
+}
+
+/// Two `lsvd serve` processes with their own data dirs open one volume in one store.
+/// Started at the same moment (rounds 0 and 1), their claims interleave either way:
+/// both try the same superblock generation and one refuses to start, or the later one
+/// takes over and the earlier stops before its next upload. Started one after the
+/// other (round 2), the second takes over. Always: exactly one stops cleanly as the
+/// owner, the other says why it is not (and a Ctrl-C still stops it), and the volume
+/// then holds the owner's data.
+#[test]
+fn two_servers_on_one_volume_leave_exactly_one_owner() {
+    require_tools(TOOLS);
+    for round in 0..3u8 {
+        let dir = TempDir::new("persist_race");
+        let store = dir.subdir("store");
+        let nodes: Vec<Lsvd> = ["a", "b"]
+            .iter()
+            .map(|n| Lsvd::with_store(dir.join(n), &store))
+            .collect();
+        nodes[0].create("vol", "16M");
+        let order: Vec<usize> = if round == 1 { vec![1, 0] } else { vec![0, 1] };
+        let mut servers: Vec<(usize, Server)> = Vec::new();
+        for &i in &order {
+            let socket = dir.join(format!("{i}.sock"));
+            let mut s = nodes[i].spawn_serve(&socket, &["vol", "--batch-timeout-ms", "200"]);
+            if round == 2 {
+                s.ready_or_exit(Duration::from_secs(90))
+                    .expect("the first server starts alone");
+            }
+            servers.push((i, s));
+        }
+        servers.sort_by_key(|(i, _)| *i);
+        let mut up = Vec::new();
+        for (i, s) in servers.iter_mut() {
+            if s.ready_or_exit(Duration::from_secs(90)).is_ok() {
+                up.push(*i);
+            }
+        }
+        if round == 2 {
+            assert_eq!(up, [0, 1], "one after the other, both start");
+        }
+        assert!(!up.is_empty(), "round {round}: neither server started");
+        // Each server that came up writes its own byte, twice, with a pause for the
+        // batch to be uploaded (a superseded server finds out before its next upload).
+        for _ in 0..2 {
+            for &i in &up {
+                try_write_and_flush(&servers[i].1.uri("vol"), b'A' + i as u8);
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let mut owners = Vec::new();
+        for (i, s) in servers.iter_mut() {
+            if !up.contains(i) {
+                let log = s.log();
+                assert!(
+                    log.contains("another lsvd process"),
+                    "round {round}: server {i} exited without saying why\n{log}"
+                );
+                continue;
+            }
+            let (status, log) = s.interrupt_within(Duration::from_secs(60));
+            assert!(!log.contains("panicked"), "{log}");
+            if status.success() && log.contains("lsvd: stopped cleanly") {
+                owners.push(*i);
+            } else {
+                assert!(
+                    log.contains("another lsvd process"),
+                    "round {round}: server {i} failed without saying why ({status})\n{log}"
+                );
+            }
+        }
+        assert_eq!(
+            owners.len(),
+            1,
+            "round {round}: owners {owners:?} of {up:?}"
+        );
+        let owner = owners[0];
+        if round == 2 {
+            assert_eq!(owner, 1, "the later server took over");
+        }
+        // A third process opens the volume from the store alone: the owner's data.
+        let reader = Lsvd::with_store(dir.join("c"), &store);
+        let mut server = reader.serve(&dir.join("c.sock"), &["vol"]);
+        let out = nbdsh(
+            &server.uri("vol"),
+            "h = connect()\nprint(set(h.pread(1 << 20, 0)))",
+        );
+        assert_eq!(
+            out.trim(),
+            format!("{{{}}}", b'A' + owner as u8),
+            "round {round}: owner {owner}"
+        );
+        server.stop_clean();
+    }
+}

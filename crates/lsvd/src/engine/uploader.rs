@@ -97,7 +97,9 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                 st.batch_opened_at.is_some(),
             )
         };
-        if done {
+        // A failed volume uploads nothing more: what is left stays in the write log
+        // for the next start (or for the process that took the volume over).
+        if done || shared.failed.load(Ordering::SeqCst) {
             return;
         }
         // Let the writer close a batch that has waited long enough.

@@ -473,6 +473,13 @@ impl Lsvd {
 
     /// Starts [`Lsvd::serve_cmd`] with output to a log file and waits for the socket.
     pub fn serve(&self, socket: &Path, args: &[&str]) -> Server {
+        let mut server = self.spawn_serve(socket, args);
+        server.wait_ready(Duration::from_secs(90));
+        server
+    }
+
+    /// Starts [`Lsvd::serve_cmd`] with output to a log file, without waiting.
+    pub fn spawn_serve(&self, socket: &Path, args: &[&str]) -> Server {
         assert!(
             socket.as_os_str().len() < 100,
             "socket path {} is too long for a Unix socket (set TMPDIR to a shorter dir)",
@@ -487,14 +494,12 @@ impl Lsvd {
             .stderr(log);
         let what = describe(&cmd);
         let child = cmd.spawn().expect("spawn lsvd serve");
-        let mut server = Server {
+        Server {
             child: Some(child),
             socket: socket.to_path_buf(),
             log_path,
             what,
-        };
-        server.wait_ready(Duration::from_secs(90));
-        server
+        }
     }
 }
 
@@ -508,22 +513,30 @@ pub struct Server {
 
 impl Server {
     fn wait_ready(&mut self, timeout: Duration) {
+        if let Err(st) = self.ready_or_exit(timeout) {
+            panic!(
+                "`{}` exited ({st}) before serving\n--- server log ---\n{}",
+                self.what,
+                self.log()
+            );
+        }
+    }
+
+    /// Waits until the server accepts connections (`Ok`) or exits (`Err` with its
+    /// status); panics if neither happens within `timeout`.
+    pub fn ready_or_exit(&mut self, timeout: Duration) -> Result<(), ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             // A stale socket file may exist before the server replaces it: ready means
             // the file is there and accepts connections.
             if self.socket.exists() && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
             {
-                return;
+                return Ok(());
             }
             let child = self.child.as_mut().expect("child");
             if let Some(st) = child.try_wait().expect("try_wait") {
                 self.child = None;
-                panic!(
-                    "`{}` exited ({st}) before serving\n--- server log ---\n{}",
-                    self.what,
-                    self.log()
-                );
+                return Err(st);
             }
             if Instant::now() >= deadline {
                 panic!(
@@ -583,7 +596,12 @@ impl Server {
 
     /// SIGINT, wait for exit; returns the exit status and the full server log.
     pub fn interrupt(&mut self) -> (ExitStatus, String) {
-        self.signal_and_wait(libc::SIGINT, Duration::from_secs(180))
+        self.interrupt_within(Duration::from_secs(180))
+    }
+
+    /// [`Server::interrupt`], panicking unless it exits within `timeout`.
+    pub fn interrupt_within(&mut self, timeout: Duration) -> (ExitStatus, String) {
+        self.signal_and_wait(libc::SIGINT, timeout)
     }
 
     /// SIGINT and assert a clean stop: exit 0, "stopped cleanly", no panic.
