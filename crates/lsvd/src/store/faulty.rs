@@ -207,6 +207,22 @@ impl ObjectStore for FaultyStore {
             self.inner.get_range(&key, range).await
         })
     }
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        // The same faults as a foreground read, and the inner store's own background
+        // path (the local store's blocking pool), so GC under test reads as it does live.
+        let key = key.to_string();
+        Box::pin(async move {
+            self.get_delay().await;
+            if self.is_killed() {
+                return Err(Self::killed_err("getting", &key));
+            }
+            self.inner.get_range_background(&key, range).await
+        })
+    }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
         if self.is_killed() {
             let e = Self::killed_err("listing", prefix);
@@ -263,6 +279,11 @@ mod tests {
                 "a put in flight at the kill fails"
             );
             assert!(f.get("a").await.is_err());
+            assert!(f.get_range("a", 0..1).await.is_err());
+            assert!(
+                f.get_range_background("a", 0..1).await.is_err(),
+                "GC's reads see the kill too"
+            );
             assert_eq!(mem.snapshot().len(), 1, "only the first put landed");
             let s = f.stats();
             assert_eq!((s.puts, s.landed), (3, 1));

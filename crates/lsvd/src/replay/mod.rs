@@ -16,15 +16,20 @@
 //! says when reads stop being served from the log. Uploading does not fill the read
 //! cache, so each preconditioned chunk's first read in the replay is a miss.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+
+mod precondition;
+mod scrape;
+
 use lsvd_nbd::client::{Client, Target};
 use lsvd_trace::{Format, FormatChoice, Op, Request, TraceReader};
+use precondition::{RangeSet, wait_uploaded, write_ranges};
+use scrape::{cache_counts, export_volume, scrape};
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -125,10 +130,6 @@ pub struct PreconditionReport {
 
 const MAX_PIECE_BYTES: u64 = 4 << 20;
 const SECTOR: u64 = 512;
-/// Precondition writes in flight (each holds a 4 MiB buffer).
-const PRECONDITION_WRITES_IN_FLIGHT: usize = 8;
-/// Largest metrics response read.
-const MAX_METRICS_BYTES: u64 = 16 << 20;
 
 fn pattern(offset: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
@@ -228,231 +229,9 @@ impl Requests {
     }
 }
 
-/// Disjoint byte ranges `[start, end)`; overlapping and touching ranges merge as they
-/// are added, so memory grows with the number of separate ranges only.
-#[derive(Debug, Default)]
-struct RangeSet {
-    ranges: BTreeMap<u64, u64>,
-}
-
-impl RangeSet {
-    fn insert(&mut self, start: u64, end: u64) {
-        if start >= end {
-            return;
-        }
-        let (mut s, mut e) = (start, end);
-        if let Some((&ps, &pe)) = self.ranges.range(..=s).next_back()
-            && pe >= s
-        {
-            s = ps;
-            e = e.max(pe);
-        }
-        while let Some((&ns, &ne)) = self.ranges.range(s..).next() {
-            if ns > e {
-                break;
-            }
-            self.ranges.remove(&ns);
-            e = e.max(ne);
-        }
-        self.ranges.insert(s, e);
-    }
-
-    fn len(&self) -> usize {
-        self.ranges.len()
-    }
-
-    fn bytes(&self) -> u64 {
-        self.ranges.iter().map(|(s, e)| e - s).sum()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().map(|(&s, &e)| (s, e))
-    }
-}
-
-/// One scrape of a Prometheus text endpoint: `(metric, volume label, value)`.
-struct Scrape {
-    samples: Vec<(String, String, f64)>,
-}
-
-impl Scrape {
-    fn parse(body: &str) -> Scrape {
-        let samples = body
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let (head, value) = l.trim_end().rsplit_once(' ')?;
-                let value = value.parse::<f64>().ok()?;
-                let (name, volume) = match head.split_once('{') {
-                    Some((name, labels)) => {
-                        let labels = labels.strip_suffix('}')?;
-                        let volume = labels
-                            .split(',')
-                            .find_map(|kv| kv.trim().strip_prefix("volume=\""))
-                            .and_then(|v| v.strip_suffix('"'))
-                            .unwrap_or("");
-                        (name, volume)
-                    }
-                    None => (head, ""),
-                };
-                Some((name.to_string(), volume.to_string(), value))
-            })
-            .collect();
-        Scrape { samples }
-    }
-
-    /// The metric's value for `volume`, or summed over every volume with `None`;
-    /// `None` if the endpoint has no such sample.
-    fn value(&self, name: &str, volume: Option<&str>) -> Option<f64> {
-        let mut found = None;
-        for (n, v, x) in &self.samples {
-            if n == name && volume.is_none_or(|want| want == v) {
-                *found.get_or_insert(0.0) += x;
-            }
-        }
-        found
-    }
-
-    /// Volume labels of `name`'s samples.
-    fn volumes(&self, name: &str) -> Vec<&str> {
-        self.samples
-            .iter()
-            .filter(|(n, _, _)| n == name)
-            .map(|(_, v, _)| v.as_str())
-            .collect()
-    }
-}
-
-/// GET `url` (http:// only) and parse the answer.
-async fn scrape(url: &str) -> Result<Scrape, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// is supported"))?;
-    let (hostport, path) = rest
-        .split_once('/')
-        .map(|(h, p)| (h, format!("/{p}")))
-        .unwrap_or((rest, "/metrics".into()));
-    let mut s = tokio::net::TcpStream::connect(hostport)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .map_err(|e| format!("{url}: {e}"))?;
-    let mut raw = Vec::new();
-    s.take(MAX_METRICS_BYTES)
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{url}: not an HTTP response"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        let status = head.lines().next().unwrap_or("");
-        return Err(format!("{url}: {status}"));
-    }
-    Ok(Scrape::parse(body))
-}
-
-/// The volume label of the export in the metrics: its name, or the only volume
-/// there is. `None` when neither tells.
-fn export_volume(scrape: &Scrape, export: &str) -> Option<String> {
-    let vols = scrape.volumes("lsvd_log_used_bytes");
-    if vols.contains(&export) {
-        return Some(export.to_string());
-    }
-    match vols.as_slice() {
-        [only] => Some(only.to_string()),
-        _ => None,
-    }
-}
-
 fn export_name(target: &Target) -> &str {
     match target {
         Target::Tcp { export, .. } | Target::Unix { export, .. } => export,
-    }
-}
-
-/// Read-cache (hits, misses) of `volume` (or of all volumes).
-fn cache_counts(s: &Scrape, volume: Option<&str>) -> (f64, f64) {
-    (
-        s.value("lsvd_read_cache_hits_total", volume).unwrap_or(0.0),
-        s.value("lsvd_read_cache_misses_total", volume)
-            .unwrap_or(0.0),
-    )
-}
-
-/// Write every range in `ranges` with the replay's pattern (pieces of up to 4 MiB),
-/// then FLUSH.
-async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Result<(), String> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(PRECONDITION_WRITES_IN_FLIGHT));
-    let mut tasks: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
-    let mut first_error: Option<String> = None;
-    'ranges: for (start, end) in ranges.iter() {
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(MAX_PIECE_BYTES);
-            let permit = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| e.to_string())?;
-            let c = client.clone();
-            tasks.spawn(async move {
-                let r = c
-                    .write(at, &pattern(at, n as usize), false)
-                    .await
-                    .map_err(|e| format!("precondition write of {n} bytes at {at}: {e}"));
-                drop(permit);
-                r
-            });
-            at += n;
-            while let Some(done) = tasks.try_join_next() {
-                if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
-                    first_error = Some(e);
-                    break 'ranges;
-                }
-            }
-        }
-    }
-    while let Some(done) = tasks.join_next().await {
-        if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
-            first_error.get_or_insert(e);
-        }
-    }
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    client
-        .flush()
-        .await
-        .map_err(|e| format!("precondition flush: {e}"))
-}
-
-/// Poll the metrics until `volume` has nothing in its write log and no uploads
-/// pending: every preconditioned byte is then read from the store (through the read
-/// cache), not from the log.
-async fn wait_uploaded(url: &str, volume: &str, timeout: Duration) -> Result<(), String> {
-    let start = Instant::now();
-    loop {
-        let s = scrape(url).await?;
-        let log = s
-            .value("lsvd_log_used_bytes", Some(volume))
-            .ok_or_else(|| format!("{url} has no lsvd_log_used_bytes for volume {volume}"))?;
-        let pending = s.value("lsvd_uploads_pending", Some(volume)).unwrap_or(0.0);
-        if log == 0.0 && pending == 0.0 {
-            return Ok(());
-        }
-        if start.elapsed() >= timeout {
-            return Err(format!(
-                "--precondition: after {} s volume {volume} still has {log} bytes in its write log and {pending} uploads pending; is the store slow or unreachable (see the server's log)? Raise --precondition-timeout to wait longer",
-                timeout.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -715,25 +494,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_merge_overlapping_and_touching() {
-        let mut r = RangeSet::default();
-        r.insert(100, 200);
-        r.insert(300, 400);
-        r.insert(0, 0); // empty: ignored
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(100, 200), (300, 400)]);
-        r.insert(200, 250); // touches the first
-        r.insert(350, 360); // inside the second
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(100, 250), (300, 400)]);
-        r.insert(50, 500); // swallows both
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(50, 500)]);
-        r.insert(600, 700);
-        r.insert(10, 20);
-        r.insert(20, 600); // joins everything
-        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(10, 700)]);
-        assert_eq!((r.len(), r.bytes()), (1, 690));
-    }
-
-    #[test]
     fn requests_are_rounded_and_folded_like_the_replay() {
         let req = |offset_bytes, length_bytes| Request {
             time_ns: 0,
@@ -751,23 +511,6 @@ mod tests {
         // Crossing the end: counted as folded, clipped at the end (not wrapped).
         let s = shape(&req(size - 512, 4096), size);
         assert_eq!((s.offset, s.len, s.folded), (size - 512, 512, true));
-    }
-
-    #[test]
-    fn metrics_are_read_per_volume() {
-        let body = "# HELP lsvd_log_used_bytes x\n# TYPE lsvd_log_used_bytes gauge\n\
-            lsvd_log_used_bytes{volume=\"a\"} 4096\nlsvd_log_used_bytes{volume=\"b\"} 0\n\
-            lsvd_read_cache_hits_total{volume=\"a\"} 3\nlsvd_read_cache_hits_total{volume=\"b\"} 5\n\
-            lsvd_read_cache_hits_total_other{volume=\"a\"} 100\n";
-        let s = Scrape::parse(body);
-        assert_eq!(s.value("lsvd_log_used_bytes", Some("a")), Some(4096.0));
-        assert_eq!(s.value("lsvd_read_cache_hits_total", None), Some(8.0));
-        assert_eq!(s.value("lsvd_read_cache_hits_total", Some("b")), Some(5.0));
-        assert_eq!(s.value("lsvd_uploads_pending", Some("a")), None);
-        assert_eq!(export_volume(&s, "b").as_deref(), Some("b"));
-        assert_eq!(export_volume(&s, ""), None, "two volumes, no name");
-        let one = Scrape::parse("lsvd_log_used_bytes{volume=\"disk0\"} 0\n");
-        assert_eq!(export_volume(&one, "").as_deref(), Some("disk0"));
     }
 
     #[test]
