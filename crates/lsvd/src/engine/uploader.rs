@@ -149,24 +149,43 @@ async fn upload_data(
     seq: u64,
     batch: lsvd_core::batcher::Batch<super::LogPos>,
 ) {
-    // Read the batch's data back from the log; its records stay allocated until this
-    // object is applied.
+    // Read the batch's data back from the log (its records stay allocated until this
+    // object is applied) and encode the object, off the runtime threads: 8 MiB of
+    // copying and checksumming is milliseconds a client request would wait behind.
     let cache = shared.cache.clone();
-    let extents = batch.extents.clone();
-    let data = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
-        let total: u64 = extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
+    let volume = shared.meta.volume;
+    let bytes = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+        let total: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let mut data = vec![0u8; total as usize];
         let mut at = 0usize;
-        for p in &extents {
+        for p in &batch.extents {
             let n = (p.sectors * SECTOR_BYTES) as usize;
             cache.read_at(&mut data[at..at + n], p.location.offset)?;
             at += n;
         }
-        Ok(data)
+        let extents: Vec<ObjectExtent> = batch
+            .extents
+            .iter()
+            .flat_map(|p| split_sectors(p.lba, p.sectors))
+            .map(|(lba, sectors)| ObjectExtent {
+                lba,
+                sectors,
+                source: None,
+            })
+            .collect();
+        let spec = ObjectSpec {
+            kind: ObjectKind::Data,
+            volume,
+            seq,
+            last_record_seq: batch.last_record_seq,
+            extents: &extents,
+            trims: &batch.trims,
+        };
+        Ok(encode_object(&spec, &data))
     })
     .await;
-    let data = match data {
-        Ok(Ok(d)) => d,
+    let bytes = match bytes {
+        Ok(Ok(b)) => b,
         Ok(Err(e)) => {
             shared.fail(&format!(
                 "reading batch {seq:016x} back from the write log failed: {e}"
@@ -174,29 +193,10 @@ async fn upload_data(
             return;
         }
         Err(e) => {
-            shared.fail(&format!("batch reader task failed: {e}"));
+            shared.fail(&format!("batch encoder task failed: {e}"));
             return;
         }
     };
-    let extents: Vec<ObjectExtent> = batch
-        .extents
-        .iter()
-        .flat_map(|p| split_sectors(p.lba, p.sectors))
-        .map(|(lba, sectors)| ObjectExtent {
-            lba,
-            sectors,
-            source: None,
-        })
-        .collect();
-    let spec = ObjectSpec {
-        kind: ObjectKind::Data,
-        volume: shared.meta.volume,
-        seq,
-        last_record_seq: batch.last_record_seq,
-        extents: &extents,
-        trims: &batch.trims,
-    };
-    let bytes = encode_object(&spec, &data);
     upload_object(shared, seq, ObjectKind::Data, bytes).await;
 }
 
@@ -325,6 +325,7 @@ async fn write_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
 
 /// PUT with retries, then apply in order.
 async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: Vec<u8>) {
+    let bytes = Arc::new(bytes);
     let header = match decode_object_header(&bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -363,11 +364,19 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
             }
         }
         shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
-        match shared
-            .store
-            .put(&key, bytes.clone(), PutMode::IfAbsent)
-            .await
-        {
+        // The store takes its own copy (it may be retried); make it on the blocking
+        // pool, not on a runtime thread.
+        let copy = {
+            let bytes = bytes.clone();
+            match tokio::task::spawn_blocking(move || bytes.to_vec()).await {
+                Ok(c) => c,
+                Err(e) => {
+                    shared.fail(&format!("copying object {seq:016x} failed: {e}"));
+                    return;
+                }
+            }
+        };
+        match shared.store.put(&key, copy, PutMode::IfAbsent).await {
             Ok(()) => break,
             // An earlier attempt landed but its answer was lost, or another process
             // writes this volume: only our own bytes count as landed.
