@@ -446,7 +446,8 @@ mod tests {
         ExtentSource, ObjectExtent, ObjectSpec, decode_object_header, encode_object,
     };
 
-    fn object(
+    /// A decoded object header (data all zeros); `last_record_seq` is `seq * 10`.
+    pub(super) fn object(
         kind: ObjectKind,
         seq: u64,
         extents: &[ObjectExtent],
@@ -465,7 +466,7 @@ mod tests {
         decode_object_header(&encode_object(&spec, &data)).expect("valid")
     }
 
-    fn ext(lba: u64, sectors: u32) -> ObjectExtent {
+    pub(super) fn ext(lba: u64, sectors: u32) -> ObjectExtent {
         ObjectExtent {
             lba,
             sectors,

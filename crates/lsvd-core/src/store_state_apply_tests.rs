@@ -1,45 +1,14 @@
 //! Applying an object step by step ends where applying it at once does, and every
 //! intermediate state is one the rest of the engine can safely see.
 
+use lsvd_trace::synthetic::prng::Rng;
+
+use super::tests::{ext, object as header};
 use super::*;
-use crate::format::VolumeId;
-use crate::format::object::{
-    ExtentSource, ObjectExtent, ObjectSpec, decode_object_header, encode_object,
-};
+use crate::format::object::{ExtentSource, ObjectExtent};
 use crate::gc::{GcConfig, select_victims};
 
 const VOLUME_SECTORS: u64 = 8192;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn header(
-    kind: ObjectKind,
-    seq: u64,
-    extents: &[ObjectExtent],
-    trims: &[(u64, u64)],
-) -> ObjectHeader {
-    let bytes: u64 = extents.iter().map(|e| e.sectors as u64 * 512).sum();
-    let spec = ObjectSpec {
-        kind,
-        volume: VolumeId([0; 16]),
-        seq,
-        last_record_seq: seq * 10,
-        extents,
-        trims,
-    };
-    decode_object_header(&encode_object(&spec, &vec![0u8; bytes as usize])).expect("valid")
-}
 
 /// A random data object (non-overlapping extents, some trims) or, when the map has
 /// data, a GC object relocating some of it (some sources deliberately stale).
@@ -98,15 +67,66 @@ fn assert_accounting_exact(s: &StoreState) {
     }
 }
 
+/// Where each sector of the volume maps, worked out one sector at a time from the
+/// object's own extent offsets: the reference both ways of applying are held to.
+struct SectorModel(Vec<Option<ObjLoc>>);
+
+impl SectorModel {
+    fn apply(&mut self, h: &ObjectHeader) {
+        for &(lba, sectors) in &h.trims {
+            self.0[lba as usize..(lba + sectors) as usize].fill(None);
+        }
+        for (e, offset) in h.extent_offsets() {
+            for i in 0..e.sectors as u64 {
+                let sector = &mut self.0[(e.lba + i) as usize];
+                let new = Some(ObjLoc {
+                    object_seq: h.seq,
+                    offset: offset + i * 512,
+                });
+                match e.source {
+                    None => *sector = new,
+                    Some(src) => {
+                        let expected = Some(ObjLoc {
+                            object_seq: src.object_seq,
+                            offset: src.object_offset + i * 512,
+                        });
+                        if *sector == expected {
+                            *sector = new;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn assert_is(&self, s: &StoreState, what: &str) {
+        let mut got = vec![None; self.0.len()];
+        for p in s.map().iter() {
+            for i in 0..p.sectors {
+                got[(p.lba + i) as usize] = Some(p.location.advance_sectors(i));
+            }
+        }
+        if let Some(bad) = (0..got.len()).find(|&i| got[i] != self.0[i]) {
+            panic!(
+                "{what}: sector {bad} maps to {:?}, expected {:?}",
+                got[bad], self.0[bad]
+            );
+        }
+    }
+}
+
 #[test]
 fn stepwise_apply_ends_where_apply_at_once_does() {
     for seed in 1..=40u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = Rng::new(seed);
         let mut whole = StoreState::new(VOLUME_SECTORS * 512);
         let mut stepped = StoreState::new(VOLUME_SECTORS * 512);
+        let mut model = SectorModel(vec![None; VOLUME_SECTORS as usize]);
         for seq in 1..=30 {
             let h = random_object(&mut rng, &whole, seq);
+            model.apply(&h);
             whole.apply(&h).expect("apply at once");
+            model.assert_is(&whole, &format!("seed {seed} object {seq}, at once"));
             let budget = 1 + rng.below(8) as usize;
             stepped.begin_apply(h.clone()).expect("begin");
             let mut released = Vec::new();
@@ -135,6 +155,7 @@ fn stepwise_apply_ends_where_apply_at_once_does() {
                 + h.trims.iter().map(|t| t.1).sum::<u64>();
             assert_eq!(reported, covered, "seed {seed} object {seq}");
             assert!(released.iter().all(|r| r.2 == seq * 10));
+            model.assert_is(&stepped, &format!("seed {seed} object {seq}, in steps"));
             assert_eq!(
                 stepped.map().iter().collect::<Vec<_>>(),
                 whole.map().iter().collect::<Vec<_>>(),
@@ -153,16 +174,11 @@ fn stepwise_apply_ends_where_apply_at_once_does() {
 #[test]
 fn one_object_at_a_time() {
     let mut s = StoreState::new(VOLUME_SECTORS * 512);
-    let ext = |lba| ObjectExtent {
-        lba,
-        sectors: 8,
-        source: None,
-    };
-    s.begin_apply(header(ObjectKind::Data, 1, &[ext(0), ext(16)], &[]))
+    s.begin_apply(header(ObjectKind::Data, 1, &[ext(0, 8), ext(16, 8)], &[]))
         .expect("begin");
     assert_eq!(s.apply_step(1, |_, _, _| {}), None);
     let err = s
-        .begin_apply(header(ObjectKind::Data, 2, &[ext(0)], &[]))
+        .begin_apply(header(ObjectKind::Data, 2, &[ext(0, 8)], &[]))
         .expect_err("second object while the first is in progress");
     assert_eq!(
         err,
@@ -172,7 +188,7 @@ fn one_object_at_a_time() {
         }
     );
     assert!(s.apply_step(1, |_, _, _| {}).is_some());
-    s.apply(&header(ObjectKind::Data, 2, &[ext(0)], &[]))
+    s.apply(&header(ObjectKind::Data, 2, &[ext(0, 8)], &[]))
         .expect("in order once the first is done");
     assert_eq!(s.objects()[&1].live_bytes, 8 * 512);
     // With nothing in progress, a step does nothing.
@@ -182,13 +198,7 @@ fn one_object_at_a_time() {
 #[test]
 fn a_large_trim_is_applied_in_slices() {
     let mut s = StoreState::new(VOLUME_SECTORS * 512);
-    let extents: Vec<ObjectExtent> = (0..VOLUME_SECTORS / 16)
-        .map(|i| ObjectExtent {
-            lba: i * 16,
-            sectors: 8,
-            source: None,
-        })
-        .collect();
+    let extents: Vec<ObjectExtent> = (0..VOLUME_SECTORS / 16).map(|i| ext(i * 16, 8)).collect();
     s.apply(&header(ObjectKind::Data, 1, &extents, &[]))
         .expect("apply");
     s.begin_apply(header(ObjectKind::Data, 2, &[], &[(0, VOLUME_SECTORS)]))
