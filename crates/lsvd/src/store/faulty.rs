@@ -66,6 +66,22 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// A read with this store's faults: the plan's delay, then failure once killed.
+    fn faulty_read<'a>(
+        &'a self,
+        key: &str,
+        read: impl FnOnce(&'a dyn ObjectStore, &str) -> BoxFuture<'a, StoreResult<Vec<u8>>> + Send + 'a,
+    ) -> BoxFuture<'a, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        Box::pin(async move {
+            self.get_delay().await;
+            if self.is_killed() {
+                return Err(Self::killed_err("getting", &key));
+            }
+            read(&*self.inner, &key).await
+        })
+    }
+
     pub fn new(inner: DynStore, plan: FaultPlan, seed: u64) -> Self {
         FaultyStore {
             inner,
@@ -188,39 +204,20 @@ impl ObjectStore for FaultyStore {
         })
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.get_delay().await;
-            if self.is_killed() {
-                return Err(Self::killed_err("getting", &key));
-            }
-            self.inner.get(&key).await
-        })
+        self.faulty_read(key, |inner, key| inner.get(key))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.get_delay().await;
-            if self.is_killed() {
-                return Err(Self::killed_err("getting", &key));
-            }
-            self.inner.get_range(&key, range).await
-        })
+        self.faulty_read(key, move |inner, key| inner.get_range(key, range))
     }
     fn get_range_background(
         &self,
         key: &str,
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        // The same faults as a foreground read, and the inner store's own background
-        // path (the local store's blocking pool), so GC under test reads as it does live.
-        let key = key.to_string();
-        Box::pin(async move {
-            self.get_delay().await;
-            if self.is_killed() {
-                return Err(Self::killed_err("getting", &key));
-            }
-            self.inner.get_range_background(&key, range).await
+        // The inner store's own background path (the local store's blocking pool), so
+        // GC under test reads as it does live.
+        self.faulty_read(key, move |inner, key| {
+            inner.get_range_background(key, range)
         })
     }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
