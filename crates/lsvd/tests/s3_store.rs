@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
 use lsvd::engine::{EngineConfig, create_volume, open_volume};
 use lsvd::store::mem::MemStore;
 use lsvd::store::retry::RetryPolicy;
@@ -135,7 +136,7 @@ async fn put_get_range_list_delete_round_trip() {
     let s = open_store(&url).expect("open");
     assert!(s.describe().starts_with(&url), "{}", s.describe());
 
-    let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    let data: Bytes = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
     s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
         .await
         .expect("put");
@@ -168,24 +169,24 @@ async fn put_get_range_list_delete_round_trip() {
     );
 
     // Overwrite replaces; put-if-absent refuses.
-    s.put("v/meta", b"one".to_vec(), PutMode::Overwrite)
+    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
         .await
         .expect("put");
-    s.put("v/meta", b"two".to_vec(), PutMode::Overwrite)
+    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
         .await
         .expect("overwrite");
     assert_eq!(s.get("v/meta").await.expect("get"), b"two");
     let e = s
-        .put("v/meta", b"three".to_vec(), PutMode::IfAbsent)
+        .put("v/meta", Bytes::from_static(b"three"), PutMode::IfAbsent)
         .await
         .expect_err("exists");
     assert_eq!(e.kind, StoreErrorKind::AlreadyExists, "{e}");
     assert_eq!(s.get("v/meta").await.expect("get"), b"two");
-    s.put("w/meta", Vec::new(), PutMode::IfAbsent)
+    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
         .await
         .expect("empty object");
     assert_eq!(s.get("w/meta").await.expect("get"), b"");
-    s.put("v/obj/0002.c", vec![7; 3], PutMode::IfAbsent)
+    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
         .await
         .expect("put");
 
@@ -242,7 +243,7 @@ async fn list_follows_pagination() {
             let _permit = sem.acquire().await.expect("semaphore");
             s.put(
                 &format!("vol/obj/{i:016x}.d"),
-                vec![1; i % 7],
+                Bytes::from(vec![1; i % 7]),
                 PutMode::IfAbsent,
             )
             .await
@@ -251,7 +252,7 @@ async fn list_follows_pagination() {
     while let Some(r) = tasks.join_next().await {
         r.expect("task").expect("put");
     }
-    s.put("vol/meta", vec![0], PutMode::IfAbsent)
+    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
         .await
         .expect("put");
     let listed = s.list("vol/obj/").await.expect("list");
@@ -290,7 +291,7 @@ async fn put_if_absent_race_has_exactly_one_winner() {
             let s = s.clone();
             let key = key.clone();
             tasks.spawn(async move {
-                let data = format!("writer {i} of round {round}").into_bytes();
+                let data = Bytes::from(format!("writer {i} of round {round}"));
                 let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
                 (data, r)
             });
@@ -331,7 +332,7 @@ async fn selftest_passes_on_the_server() {
 struct IgnoresIfAbsent(MemStore);
 
 impl ObjectStore for IgnoresIfAbsent {
-    fn put(&self, key: &str, data: Vec<u8>, _mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, _mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         self.0.put(key, data, PutMode::Overwrite)
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
@@ -425,7 +426,7 @@ async fn credentials_never_appear_in_errors() {
         messages.push(e.to_string());
         messages.push(format!("{e:?}"));
         let e = store
-            .put("some/key", b"x".to_vec(), PutMode::IfAbsent)
+            .put("some/key", Bytes::from_static(b"x"), PutMode::IfAbsent)
             .await
             .expect_err(what);
         messages.push(e.to_string());
@@ -476,7 +477,7 @@ async fn large_overwrite_uses_multipart() {
     };
     let s =
         lsvd::store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
-    let data: Vec<u8> = (0..(12u32 << 20) + 12_345)
+    let data: Bytes = (0..(12u32 << 20) + 12_345)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
     s.put("big", data.clone(), PutMode::Overwrite)
@@ -497,7 +498,7 @@ async fn large_overwrite_uses_multipart() {
         .await
         .expect("single put");
     let e = s
-        .put("big2", vec![1], PutMode::IfAbsent)
+        .put("big2", Bytes::from_static(&[1]), PutMode::IfAbsent)
         .await
         .expect_err("exists");
     assert_eq!(e.kind, StoreErrorKind::AlreadyExists);

@@ -132,7 +132,7 @@ pub async fn create_volume(
     match store
         .put(
             &meta_key(name),
-            encode_volume_meta(&meta),
+            encode_volume_meta(&meta).into(),
             PutMode::IfAbsent,
         )
         .await

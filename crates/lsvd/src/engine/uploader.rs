@@ -325,7 +325,8 @@ async fn write_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
 
 /// PUT with retries, then apply in order.
 async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: Vec<u8>) {
-    let bytes = Arc::new(bytes);
+    // Shared with every attempt's PUT: a clone is a reference count, not a copy.
+    let bytes = bytes::Bytes::from(bytes);
     let header = match decode_object_header(&bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -364,19 +365,11 @@ async fn upload_object(shared: Arc<Shared>, seq: u64, kind: ObjectKind, bytes: V
             }
         }
         shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
-        // The store takes its own copy (it may be retried); make it on the blocking
-        // pool, not on a runtime thread.
-        let copy = {
-            let bytes = bytes.clone();
-            match tokio::task::spawn_blocking(move || bytes.to_vec()).await {
-                Ok(c) => c,
-                Err(e) => {
-                    shared.fail(&format!("copying object {seq:016x} failed: {e}"));
-                    return;
-                }
-            }
-        };
-        match shared.store.put(&key, copy, PutMode::IfAbsent).await {
+        match shared
+            .store
+            .put(&key, bytes.clone(), PutMode::IfAbsent)
+            .await
+        {
             Ok(()) => break,
             // An earlier attempt landed but its answer was lost, or another process
             // writes this volume: only our own bytes count as landed.

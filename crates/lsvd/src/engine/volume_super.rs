@@ -94,7 +94,7 @@ pub async fn write(
     attempts: u32,
 ) -> Result<(), WriteError> {
     let key = super_key(name, sb.generation);
-    let bytes = encode_volume_super(sb);
+    let bytes = bytes::Bytes::from(encode_volume_super(sb));
     let mut backoff = Duration::from_millis(50);
     let mut last_error = String::new();
     for attempt in 1..=attempts.max(1) {

@@ -219,7 +219,11 @@ async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_count
     let next = vol.status().next_object_seq;
     let key = object_key("v", next, ObjectKind::Data);
     store
-        .put(&key, vec![0xEE; 8192], crate::store::PutMode::IfAbsent)
+        .put(
+            &key,
+            vec![0xEE; 8192].into(),
+            crate::store::PutMode::IfAbsent,
+        )
         .await
         .expect("foreign put");
     let mut refused = false;

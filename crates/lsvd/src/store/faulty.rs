@@ -17,6 +17,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::{
     BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
 };
@@ -168,7 +170,7 @@ impl FaultyStore {
 }
 
 impl ObjectStore for FaultyStore {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();
         let delay = (self.next_f64() * self.plan.max_put_delay_ms as f64) as u64;
         let fail = self.next_f64() < self.plan.fail_put;
@@ -264,12 +266,21 @@ mod tests {
             };
             let f = Arc::new(FaultyStore::new(Arc::new(mem.clone()), plan, 7));
             f.set_outage(true);
-            assert!(f.put("a", vec![1], PutMode::IfAbsent).await.is_err());
+            assert!(
+                f.put("a", Bytes::from_static(&[1]), PutMode::IfAbsent)
+                    .await
+                    .is_err()
+            );
             f.set_outage(false);
-            f.put("a", vec![1], PutMode::IfAbsent).await.expect("put");
+            f.put("a", Bytes::from_static(&[1]), PutMode::IfAbsent)
+                .await
+                .expect("put");
             let g = f.clone();
-            let pending =
-                tokio::spawn(async move { g.put("b", vec![2], PutMode::IfAbsent).await.is_err() });
+            let pending = tokio::spawn(async move {
+                g.put("b", Bytes::from_static(&[2]), PutMode::IfAbsent)
+                    .await
+                    .is_err()
+            });
             f.kill();
             assert!(
                 pending.await.expect("join"),

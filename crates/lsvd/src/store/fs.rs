@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::Bytes;
+
 use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
 
 #[derive(Clone)]
@@ -196,7 +198,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl ObjectStore for FsStore {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();
         let this = self.clone();
         Box::pin(blocking(move || this.put_sync(&key, &data, mode)))
@@ -282,11 +284,19 @@ mod tests {
     async fn put_get_list_delete() {
         let dir = TempDir::new("fsstore");
         let s = FsStore::open(dir.path()).expect("open");
-        s.put("v/obj/0001.d", b"hello".to_vec(), PutMode::IfAbsent)
-            .await
-            .expect("put");
+        s.put(
+            "v/obj/0001.d",
+            Bytes::from_static(b"hello"),
+            PutMode::IfAbsent,
+        )
+        .await
+        .expect("put");
         let again = s
-            .put("v/obj/0001.d", b"other".to_vec(), PutMode::IfAbsent)
+            .put(
+                "v/obj/0001.d",
+                Bytes::from_static(b"other"),
+                PutMode::IfAbsent,
+            )
             .await;
         assert_eq!(
             again.expect_err("exists").kind,
@@ -297,10 +307,10 @@ mod tests {
             s.get_range("v/obj/0001.d", 1..3).await.expect("range"),
             b"el"
         );
-        s.put("v/meta", b"m".to_vec(), PutMode::Overwrite)
+        s.put("v/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
             .await
             .expect("put");
-        s.put("w/meta", b"m".to_vec(), PutMode::Overwrite)
+        s.put("w/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
             .await
             .expect("put");
         let keys: Vec<String> = s
@@ -330,7 +340,7 @@ mod tests {
                 .is_not_found()
         );
         assert!(
-            s.put("../escape", vec![], PutMode::Overwrite)
+            s.put("../escape", Bytes::new(), PutMode::Overwrite)
                 .await
                 .is_err()
         );

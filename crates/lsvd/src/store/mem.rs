@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+
 use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
 
 #[derive(Clone, Default)]
 pub struct MemStore {
-    objects: Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>,
+    // `Bytes` shares the buffer the caller put: no copy on put.
+    objects: Arc<Mutex<BTreeMap<String, Bytes>>>,
 }
 
 impl MemStore {
@@ -16,7 +19,7 @@ impl MemStore {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Vec<u8>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Bytes>> {
         // A panic while holding this lock can only come from a test assertion.
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -35,7 +38,7 @@ fn not_found(key: &str) -> StoreError {
 }
 
 impl ObjectStore for MemStore {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let mut map = self.lock();
         let r = if mode == PutMode::IfAbsent && map.contains_key(key) {
             Err(StoreError::new(
@@ -43,7 +46,7 @@ impl ObjectStore for MemStore {
                 format!("object {key} exists"),
             ))
         } else {
-            map.insert(key.to_string(), Arc::new(data));
+            map.insert(key.to_string(), data);
             Ok(())
         };
         Box::pin(async move { r })
@@ -52,7 +55,7 @@ impl ObjectStore for MemStore {
         let r = self
             .lock()
             .get(key)
-            .map(|v| v.as_ref().clone())
+            .map(|v| v.to_vec())
             .ok_or_else(|| not_found(key));
         Box::pin(async move { r })
     }

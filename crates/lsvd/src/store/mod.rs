@@ -19,6 +19,8 @@ use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,10 @@ pub struct ListEntry {
 }
 
 pub trait ObjectStore: Send + Sync + 'static {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>>;
+    /// Store `data` under `key`. `data` is shared and cheap to clone, so a retry or a
+    /// caller that keeps the object (the uploader, for its next attempt) never copies
+    /// the whole body.
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>>;
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>>;
     /// Bytes `range` of the object; a range past the end returns what exists.
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>>;

@@ -23,6 +23,8 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::{
     BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
 };
@@ -144,13 +146,14 @@ impl RetryStore {
 }
 
 impl ObjectStore for RetryStore {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         if mode == PutMode::IfAbsent || self.policy.put_attempts <= 1 {
             return self.inner.put(key, data, mode);
         }
         let key = key.to_string();
         Box::pin(async move {
             self.retry(&format!("put {key}"), self.policy.put_attempts, || {
+                // A `Bytes` clone shares the buffer: no copy per attempt.
                 self.inner.put(&key, data.clone(), mode)
             })
             .await
@@ -247,7 +250,7 @@ mod tests {
     }
 
     impl ObjectStore for Flaky {
-        fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
             if let Some(e) = self.gate() {
                 return Box::pin(async move { Err(e) });
             }
@@ -301,7 +304,7 @@ mod tests {
         let flaky = Arc::new(Flaky::new(3, StoreErrorKind::Transient));
         flaky
             .inner
-            .put("k", b"v".to_vec(), PutMode::Overwrite)
+            .put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
             .await
             .expect("seed");
         let s = RetryStore::new(flaky.clone(), fast());
@@ -342,7 +345,7 @@ mod tests {
         let flaky = Arc::new(Flaky::new(1, StoreErrorKind::Transient));
         let s = RetryStore::new(flaky.clone(), fast());
         let e = s
-            .put("k", b"a".to_vec(), PutMode::IfAbsent)
+            .put("k", Bytes::from_static(b"a"), PutMode::IfAbsent)
             .await
             .expect_err("one attempt only");
         assert_eq!(e.kind, StoreErrorKind::Transient);
@@ -350,7 +353,7 @@ mod tests {
 
         let flaky = Arc::new(Flaky::new(2, StoreErrorKind::Transient));
         let s = RetryStore::new(flaky.clone(), fast());
-        s.put("k", b"a".to_vec(), PutMode::Overwrite)
+        s.put("k", Bytes::from_static(b"a"), PutMode::Overwrite)
             .await
             .expect("third attempt lands");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);

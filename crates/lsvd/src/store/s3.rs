@@ -79,6 +79,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
@@ -433,11 +434,11 @@ impl S3Store {
         StoreError::new(kind, scrub(&truncate(&text, 2000), &self.secrets))
     }
 
-    async fn put_impl(&self, key: &str, data: Vec<u8>, mode: PutMode) -> StoreResult<()> {
+    async fn put_impl(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
         let path = self.path(key)?;
         match mode {
             PutMode::Overwrite if data.len() as u64 > self.multipart_threshold_bytes => {
-                self.put_multipart(key, &path, &data).await
+                self.put_multipart(key, &path, data).await
             }
             PutMode::Overwrite => {
                 let opts = PutOptions {
@@ -473,14 +474,16 @@ impl S3Store {
         }
     }
 
-    async fn put_multipart(&self, key: &str, path: &OsPath, data: &[u8]) -> StoreResult<()> {
+    async fn put_multipart(&self, key: &str, path: &OsPath, data: Bytes) -> StoreResult<()> {
         let upload = self
             .bulk
             .put_multipart(path)
             .await
             .map_err(|e| self.err("start multipart upload", key, e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, self.multipart_part_bytes);
-        for chunk in data.chunks(self.multipart_part_bytes) {
+        // Parts are slices of `data` (`put`, not `write`): no copy.
+        for start in (0..data.len()).step_by(self.multipart_part_bytes) {
+            let end = data.len().min(start + self.multipart_part_bytes);
             if let Err(e) = w.wait_for_capacity(4).await {
                 // Dropping the writer aborts the in-flight parts; abort the upload too so
                 // the parts do not linger (and cost) in the bucket.
@@ -488,7 +491,7 @@ impl S3Store {
                 let _ = w.abort().await;
                 return Err(err);
             }
-            w.write(chunk);
+            w.put(data.slice(start..end));
         }
         // `finish` aborts the upload itself if a part fails.
         w.finish()
@@ -586,7 +589,7 @@ impl S3Store {
 }
 
 impl ObjectStore for S3Store {
-    fn put(&self, key: &str, data: Vec<u8>, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();
         Box::pin(async move { self.put_impl(&key, data, mode).await })
     }

@@ -25,6 +25,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::{ObjectStore, PutMode, StoreErrorKind, StoreResult};
 
 /// Where probe objects go.
@@ -174,12 +176,12 @@ async fn checks(
     race_writers: usize,
 ) -> Result<(), SelfTestError> {
     let store = run.store;
-    let first: Vec<u8> = format!("lsvd self-test probe, first write, {probe}, ")
+    let first: Bytes = format!("lsvd self-test probe, first write, {probe}, ")
         .into_bytes()
         .into_iter()
         .chain((0..200u32).map(|i| (i * 7 + 3) as u8))
         .collect();
-    let second: Vec<u8> = b"lsvd self-test probe: SECOND WRITE (must not land)".to_vec();
+    let second = Bytes::from_static(b"lsvd self-test probe: SECOND WRITE (must not land)");
 
     // 1. put-if-absent of a new key.
     match run
@@ -353,7 +355,7 @@ async fn checks(
     // 6. Concurrent put-if-absent of one key: exactly one wins.
     if race_writers > 1 {
         let puts = (0..race_writers).map(|i| {
-            let data = format!("racer {i}").into_bytes();
+            let data = Bytes::from(format!("racer {i}"));
             async move {
                 let r = tokio::time::timeout(
                     STEP_TIMEOUT,
@@ -464,7 +466,7 @@ mod tests {
     struct IgnoresIfAbsent(MemStore);
 
     impl ObjectStore for IgnoresIfAbsent {
-        fn put(&self, key: &str, data: Vec<u8>, _: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        fn put(&self, key: &str, data: Bytes, _: PutMode) -> BoxFuture<'_, StoreResult<()>> {
             self.0.put(key, data, PutMode::Overwrite)
         }
         fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {

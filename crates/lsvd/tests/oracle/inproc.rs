@@ -179,7 +179,7 @@ async fn copy_store(src: &DynStore) -> io::Result<DynStore> {
     let dst = MemStore::new();
     for e in src.list("").await.map_err(io::Error::other)? {
         let data = src.get(&e.key).await.map_err(io::Error::other)?;
-        dst.put(&e.key, data, PutMode::Overwrite)
+        dst.put(&e.key, data.into(), PutMode::Overwrite)
             .await
             .map_err(io::Error::other)?;
     }
