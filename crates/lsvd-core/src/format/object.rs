@@ -274,9 +274,31 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
 
 /// Encode a whole object: header then data.
 pub fn encode_object(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
-    let mut out = encode_object_header(spec, data);
-    out.extend_from_slice(data);
+    let header_len = object_header_len(spec, data.len() as u64);
+    let mut out = vec![0u8; header_len + data.len()];
+    out[header_len..].copy_from_slice(data);
+    finish_object_in_place(spec, &mut out, header_len);
     out
+}
+
+/// Bytes the header of `spec` takes in front of `data_bytes` of data: where the data
+/// section of an object built in place ([`finish_object_in_place`]) starts.
+pub fn object_header_len(spec: &ObjectSpec<'_>, data_bytes: u64) -> usize {
+    header_bytes_for(spec.kind, spec.extents.len(), spec.trims.len(), data_bytes) as usize
+}
+
+/// Complete an object whose data section is already in place: `object` holds
+/// `header_len` bytes of room (from [`object_header_len`]), then the data; the header
+/// is written into the room. The same bytes as [`encode_object`], without a second
+/// copy of the data (the uploader fills one buffer straight from its write log).
+pub fn finish_object_in_place(spec: &ObjectSpec<'_>, object: &mut [u8], header_len: usize) {
+    let (head, data) = object.split_at_mut(header_len);
+    assert_eq!(
+        header_len,
+        object_header_len(spec, data.len() as u64),
+        "room for the header was sized for another data length"
+    );
+    head.copy_from_slice(&encode_object_header(spec, data));
 }
 
 /// How many bytes the header occupies, from at least the first 16 bytes.

@@ -30,7 +30,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
-use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
+use lsvd_core::format::object::{
+    ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
+};
 use lsvd_core::gc::{
     Relocation, gc_object_extents, group_relocations, live_extents_in, select_victims,
     should_collect,
@@ -325,16 +327,6 @@ async fn run_pass(
         let mut next = 0usize; // index into relocations (and data_of)
         let mut consumed = 0usize; // bytes of data_of[next] already placed
         for (i, group) in groups.iter().enumerate() {
-            let mut data = Vec::new();
-            for r in group {
-                let len = (r.sectors * SECTOR_BYTES) as usize;
-                while data_of[next].len() == consumed {
-                    next += 1;
-                    consumed = 0;
-                }
-                data.extend_from_slice(&data_of[next][consumed..consumed + len]);
-                consumed += len;
-            }
             let seq = first_seq + i as u64;
             let extents = gc_object_extents(group);
             let spec = ObjectSpec {
@@ -345,7 +337,23 @@ async fn run_pass(
                 extents: &extents,
                 trims: &[],
             };
-            encoded.push((seq, data.len() as u64, encode_object(&spec, &data)));
+            // Lay the data out straight into the object's data section.
+            let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();
+            let header_len = object_header_len(&spec, data_bytes);
+            let mut object = vec![0u8; header_len + data_bytes as usize];
+            let mut at = header_len;
+            for r in group {
+                let len = (r.sectors * SECTOR_BYTES) as usize;
+                while data_of[next].len() == consumed {
+                    next += 1;
+                    consumed = 0;
+                }
+                object[at..at + len].copy_from_slice(&data_of[next][consumed..consumed + len]);
+                consumed += len;
+                at += len;
+            }
+            finish_object_in_place(&spec, &mut object, header_len);
+            encoded.push((seq, data_bytes, object));
         }
         encoded
     })
