@@ -248,6 +248,18 @@ impl<L: Location> ExtentMap<L> {
             })
     }
 
+    /// The extents starting at or after `lba`, in LBA order: resuming a walk over the
+    /// map from where an earlier [`iter`](Self::iter) stopped.
+    pub fn iter_from(&self, lba: u64) -> impl Iterator<Item = Piece<L>> + '_ {
+        self.entries
+            .range(lba..)
+            .map(|(&lba, &(sectors, location))| Piece {
+                lba,
+                sectors,
+                location,
+            })
+    }
+
     fn overlapping_starts(&self, lba: u64, end: u64) -> Vec<u64> {
         let first = self
             .entries

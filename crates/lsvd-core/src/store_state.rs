@@ -329,6 +329,17 @@ impl StoreState {
     /// `next_object_seq()`. Objects without live data are left out (see
     /// [`dead_objects`](Self::dead_objects)): nothing the checkpoint describes needs them.
     pub fn to_checkpoint(&self, clean: bool, counters: Counters) -> Checkpoint {
+        let mut c = self.to_checkpoint_head(clean, counters);
+        self.checkpoint_extents(0, usize::MAX, &mut c.extents);
+        c
+    }
+
+    /// [`to_checkpoint`](Self::to_checkpoint) without the map's extents, which
+    /// [`checkpoint_extents`](Self::checkpoint_extents) then copies a slice at a time:
+    /// the live engine copies 200,000 extents in slices so a client write never waits
+    /// milliseconds for its lock. The state must not change in between (the engine
+    /// applies nothing while its next checkpoint is being taken).
+    pub fn to_checkpoint_head(&self, clean: bool, counters: Counters) -> Checkpoint {
         debug_assert!(
             self.applying.is_none(),
             "checkpoint of a half-applied object"
@@ -354,19 +365,31 @@ impl StoreState {
                     live_bytes: o.live_bytes,
                 })
                 .collect(),
-            extents: {
-                // Sized up front: this runs under the engine's state lock, and growing a
-                // vector of 200,000 extents by doubling copies it about 18 times.
-                let mut extents = Vec::with_capacity(self.map.extent_count());
-                extents.extend(self.map.iter().map(|p| CheckpointExtent {
-                    lba: p.lba,
-                    sectors: p.sectors,
-                    object_seq: p.location.object_seq,
-                    object_offset: p.location.offset,
-                }));
-                extents
-            },
+            // Sized up front: growing a vector of 200,000 extents by doubling copies
+            // it about 18 times.
+            extents: Vec::with_capacity(self.map.extent_count()),
         }
+    }
+
+    /// Append to `out` up to `max` extents of the map, the first one starting at or
+    /// after `from_lba`. Returns where the next slice starts, or None once the whole
+    /// map has been copied.
+    pub fn checkpoint_extents(
+        &self,
+        from_lba: u64,
+        max: usize,
+        out: &mut Vec<CheckpointExtent>,
+    ) -> Option<u64> {
+        let mut pieces = self.map.iter_from(from_lba);
+        for p in pieces.by_ref().take(max) {
+            out.push(CheckpointExtent {
+                lba: p.lba,
+                sectors: p.sectors,
+                object_seq: p.location.object_seq,
+                object_offset: p.location.offset,
+            });
+        }
+        pieces.next().map(|p| p.lba)
     }
 
     /// Rebuild from checkpoint object `checkpoint_seq`. Validates that every extent
@@ -550,6 +573,40 @@ mod tests {
         let mut bad = c.clone();
         bad.objects[0].live_bytes += 512;
         assert!(StoreState::from_checkpoint(3, &bad).is_err());
+    }
+
+    #[test]
+    fn checkpoint_extents_in_slices_copy_the_whole_map_once() {
+        let mut s = StoreState::new(1 << 20);
+        // 40 extents, some adjacent (sectors 0..8 and 8..16 from different objects).
+        let a: Vec<ObjectExtent> = (0..20).map(|i| ext(i * 32, 8)).collect();
+        let b: Vec<ObjectExtent> = (0..20).map(|i| ext(i * 32 + 8, 4)).collect();
+        s.apply(&object(ObjectKind::Data, 1, &a, &[]))
+            .expect("apply");
+        s.apply(&object(ObjectKind::Data, 2, &b, &[]))
+            .expect("apply");
+        let want: Vec<(u64, u64, u64, u64)> = s
+            .map()
+            .iter()
+            .map(|p| (p.lba, p.sectors, p.location.object_seq, p.location.offset))
+            .collect();
+        assert_eq!(want.len(), 40);
+        for slice in [1, 2, 3, 7, 40, 41, usize::MAX] {
+            let mut c = s.to_checkpoint_head(false, Counters::default());
+            assert!(c.extents.is_empty());
+            let (mut from, mut slices) = (Some(0), 0);
+            while let Some(lba) = from {
+                from = s.checkpoint_extents(lba, slice, &mut c.extents);
+                slices += 1;
+            }
+            let got: Vec<_> = c
+                .extents
+                .iter()
+                .map(|e| (e.lba, e.sectors, e.object_seq, e.object_offset))
+                .collect();
+            assert_eq!(got, want, "slices of {slice}");
+            assert_eq!(slices, 40usize.div_ceil(slice), "slices of {slice}");
+        }
     }
 }
 

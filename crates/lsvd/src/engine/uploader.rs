@@ -66,21 +66,15 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                         });
                     }
                     PendingObject::Checkpoint { seq } => {
-                        // Copy the state under the lock; encode it (megabytes on a
-                        // fragmented volume) without holding up client I/O.
+                        // Copy the state's head under the lock; the map and the
+                        // encoding follow without holding up client I/O.
                         let snapshot = checkpoint_snapshot(&shared, &st, seq, false);
                         let dead = dead_objects(&st);
                         tokio::spawn(async move {
-                            let bytes = match tokio::task::spawn_blocking(move || snapshot.encode())
-                                .await
-                            {
-                                Ok(b) => b,
-                                Err(e) => {
-                                    task_shared.fail(&format!(
-                                        "encoding checkpoint {seq:016x} failed: {e}"
-                                    ));
-                                    return;
-                                }
+                            let Some(bytes) =
+                                encode_checkpoint_off_runtime(&task_shared, snapshot).await
+                            else {
+                                return;
                             };
                             upload_checkpoint(task_shared, seq, bytes, dead, false).await
                         });
@@ -111,8 +105,13 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
     }
 }
 
-/// Checkpoint `seq` of the current store state (all objects below it applied), not yet
-/// encoded.
+/// Extents of the store map copied per hold of the state lock when a checkpoint is
+/// taken: about 0.15 ms (copying 200,000 extents at once held it for 3-4 ms).
+const CHECKPOINT_SLICE_EXTENTS: usize = 8192;
+
+/// Checkpoint `seq` of the current store state (all objects below it applied): its
+/// head is copied under the state lock, the map's extents later a slice at a time
+/// ([`CheckpointSnapshot::complete_and_encode`]).
 struct CheckpointSnapshot {
     checkpoint: lsvd_core::format::checkpoint::Checkpoint,
     volume: lsvd_core::VolumeId,
@@ -123,7 +122,9 @@ struct CheckpointSnapshot {
 fn checkpoint_snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> CheckpointSnapshot {
     debug_assert_eq!(st.store.next_object_seq(), seq);
     CheckpointSnapshot {
-        checkpoint: st.store.to_checkpoint(clean, st.counters(&shared.stats)),
+        checkpoint: st
+            .store
+            .to_checkpoint_head(clean, st.counters(&shared.stats)),
         volume: shared.meta.volume,
         seq,
         last_record_seq: st.store.last_record_seq(),
@@ -131,7 +132,26 @@ fn checkpoint_snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> Ch
 }
 
 impl CheckpointSnapshot {
-    fn encode(&self) -> Vec<u8> {
+    /// Copy the map's extents, taking the state lock once per slice, then encode (on
+    /// the blocking pool: megabytes on a fragmented volume). The map cannot change in
+    /// between: objects after this checkpoint are applied only once it has been
+    /// uploaded and applied itself; this checks that rather than trusting it.
+    fn complete_and_encode(mut self, shared: &Shared) -> Result<Vec<u8>, String> {
+        let mut from = Some(0);
+        while let Some(lba) = from {
+            let st = shared.lock();
+            if st.store.next_object_seq() != self.seq || st.store.applying_seq().is_some() {
+                return Err(format!(
+                    "the store map changed while checkpoint {:016x} was being taken",
+                    self.seq
+                ));
+            }
+            from = st.store.checkpoint_extents(
+                lba,
+                CHECKPOINT_SLICE_EXTENTS,
+                &mut self.checkpoint.extents,
+            );
+        }
         let payload = encode_checkpoint(&self.checkpoint);
         let spec = ObjectSpec {
             kind: ObjectKind::Checkpoint,
@@ -141,7 +161,7 @@ impl CheckpointSnapshot {
             extents: &[],
             trims: &[],
         };
-        encode_object(&spec, &payload)
+        Ok(encode_object(&spec, &payload))
     }
 }
 
@@ -215,6 +235,26 @@ fn split_sectors(lba: u64, sectors: u64) -> Vec<(u64, u32)> {
         left -= n;
     }
     out
+}
+
+/// [`CheckpointSnapshot::complete_and_encode`] on the blocking pool; None (with the
+/// volume failed) if that failed.
+async fn encode_checkpoint_off_runtime(
+    shared: &Arc<Shared>,
+    snapshot: CheckpointSnapshot,
+) -> Option<Vec<u8>> {
+    let seq = snapshot.seq;
+    let s = shared.clone();
+    let result = tokio::task::spawn_blocking(move || snapshot.complete_and_encode(&s))
+        .await
+        .unwrap_or_else(|e| Err(format!("the encoding task failed: {e}")));
+    match result {
+        Ok(bytes) => Some(bytes),
+        Err(e) => {
+            shared.fail(&format!("encoding checkpoint {seq:016x} failed: {e}"));
+            None
+        }
+    }
 }
 
 /// Objects without live data, which the checkpoint being encoded leaves out.
@@ -586,7 +626,7 @@ async fn delete_old_checkpoints(shared: &Shared) {
 
 /// After the uploader has drained: write a clean checkpoint and mark the cache clean.
 pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<()> {
-    let (seq, bytes, dead) = {
+    let (seq, snapshot, dead) = {
         let mut st = shared.lock();
         if !st.completed.is_empty()
             || st.store.applying_seq().is_some()
@@ -600,9 +640,12 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
         st.uploads_in_flight += 1;
         (
             seq,
-            checkpoint_snapshot(shared, &st, seq, true).encode(),
+            checkpoint_snapshot(shared, &st, seq, true),
             dead_objects(&st),
         )
+    };
+    let Some(bytes) = encode_checkpoint_off_runtime(shared, snapshot).await else {
+        return Err(io::Error::other("volume failed during shutdown"));
     };
     upload_checkpoint(shared.clone(), seq, bytes, dead, true).await;
     let through = shared.lock().store.last_record_seq();
