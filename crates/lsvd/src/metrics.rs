@@ -8,86 +8,89 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::engine::Volume;
+use crate::engine::{Volume, VolumeStatus};
 
 /// Render the metrics of `volumes`.
 pub fn render(volumes: &[Arc<Volume>]) -> String {
+    // One status per volume (one hold of its state lock), shared by every metric.
+    let volumes: Vec<(&Volume, VolumeStatus)> =
+        volumes.iter().map(|v| (v.as_ref(), v.status())).collect();
     let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, values: &dyn Fn(&Volume) -> f64| {
-        let _ = writeln!(out, "# HELP lsvd_{name} {help}");
-        let _ = writeln!(out, "# TYPE lsvd_{name} {kind}");
-        for v in volumes {
-            let _ = writeln!(
-                out,
-                "lsvd_{name}{{volume=\"{}\"}} {}",
-                v.meta().name,
-                values(v)
-            );
-        }
-    };
-    metric("size_bytes", "gauge", "Volume size.", &|v| {
+    let mut metric =
+        |name: &str, kind: &str, help: &str, values: &dyn Fn(&Volume, &VolumeStatus) -> f64| {
+            let _ = writeln!(out, "# HELP lsvd_{name} {help}");
+            let _ = writeln!(out, "# TYPE lsvd_{name} {kind}");
+            for (v, status) in &volumes {
+                let _ = writeln!(
+                    out,
+                    "lsvd_{name}{{volume=\"{}\"}} {}",
+                    v.meta().name,
+                    values(v, status)
+                );
+            }
+        };
+    metric("size_bytes", "gauge", "Volume size.", &|v, _| {
         v.size_bytes() as f64
     });
     metric(
         "live_bytes",
         "gauge",
         "Bytes of live data in the store.",
-        &|v| v.status().live_bytes as f64,
+        &|_, s| s.live_bytes as f64,
     );
     metric(
         "store_bytes",
         "gauge",
         "Bytes of data and GC objects in the store.",
-        &|v| v.status().store_bytes as f64,
+        &|_, s| s.store_bytes as f64,
     );
     metric(
         "utilization",
         "gauge",
         "Live bytes over stored bytes.",
-        &|v| v.status().utilization,
+        &|_, s| s.utilization,
     );
     metric(
         "objects",
         "gauge",
         "Data and GC objects in the store.",
-        &|v| v.status().objects as f64,
+        &|_, s| s.objects as f64,
     );
     metric(
         "log_used_bytes",
         "gauge",
         "Write-log bytes holding data not yet in the store.",
-        &|v| v.status().log_used_bytes as f64,
+        &|_, s| s.log_used_bytes as f64,
     );
     metric(
         "uploads_pending",
         "gauge",
         "Objects queued, uploading, or waiting to apply.",
-        &|v| v.status().uploads_pending as f64,
+        &|_, s| s.uploads_pending as f64,
     );
     metric(
         "uploads_held",
         "gauge",
         "Client objects held back until GC brings the store under live/gc-start.",
-        &|v| v.status().uploads_held as f64,
+        &|_, s| s.uploads_held as f64,
     );
     metric(
         "client_write_bytes_total",
         "counter",
         "Bytes written by clients (volume lifetime).",
-        &|v| v.status().lifetime_client_write_bytes as f64,
+        &|_, s| s.lifetime_client_write_bytes as f64,
     );
     metric(
         "store_write_bytes_total",
         "counter",
         "Bytes written to the store (volume lifetime).",
-        &|v| v.status().lifetime_store_write_bytes as f64,
+        &|_, s| s.lifetime_store_write_bytes as f64,
     );
     metric(
         "write_amplification",
         "gauge",
         "Store bytes written per client byte (volume lifetime).",
-        &|v| {
-            let s = v.status();
+        &|_, s| {
             if s.lifetime_client_write_bytes == 0 {
                 0.0
             } else {
@@ -99,77 +102,80 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "gc_passes_total",
         "counter",
         "Garbage-collection passes (volume lifetime).",
-        &|v| v.status().gc_passes as f64,
+        &|_, s| s.gc_passes as f64,
     );
     metric(
         "gc_moved_bytes_total",
         "counter",
         "Bytes relocated by GC (volume lifetime).",
-        &|v| v.status().gc_moved_bytes as f64,
+        &|_, s| s.gc_moved_bytes as f64,
     );
     metric(
         "gc_pass_in_flight",
         "gauge",
         "1 while a GC pass is relocating data or waiting for its checkpoint.",
-        &|v| f64::from(u8::from(v.status().gc_pass_in_flight)),
+        &|_, s| f64::from(u8::from(s.gc_pass_in_flight)),
     );
     metric(
         "gc_superseded_bytes_total",
         "counter",
         "Bytes GC copied that clients overwrote before the copy applied (this process).",
-        &|v| v.status().gc_superseded_bytes as f64,
+        &|_, s| s.gc_superseded_bytes as f64,
     );
     metric(
         "gc_read_cache_bytes_total",
         "counter",
         "Bytes of live data GC read from the read cache instead of the store (this process).",
-        &|v| v.status().gc_cache_read_bytes as f64,
+        &|_, s| s.gc_cache_read_bytes as f64,
     );
     metric(
         "read_cache_hits_total",
         "counter",
         "Read-cache chunk hits.",
-        &|v| v.status().read_cache_hits as f64,
+        &|_, s| s.read_cache_hits as f64,
     );
     metric(
         "read_cache_misses_total",
         "counter",
         "Read-cache chunk misses.",
-        &|v| v.status().read_cache_misses as f64,
+        &|_, s| s.read_cache_misses as f64,
     );
     metric(
         "client_read_bytes_total",
         "counter",
         "Bytes read by clients.",
-        &|v| v.stats().client_read_bytes.load(Ordering::Relaxed) as f64,
+        &|v, _| v.stats().client_read_bytes.load(Ordering::Relaxed) as f64,
     );
     metric(
         "log_syncs_total",
         "counter",
         "fdatasync calls on the write log.",
-        &|v| v.stats().log_syncs.load(Ordering::Relaxed) as f64,
+        &|v, _| v.stats().log_syncs.load(Ordering::Relaxed) as f64,
     );
     metric(
         "log_records_total",
         "counter",
         "Write-log records (group commits).",
-        &|v| v.stats().log_records.load(Ordering::Relaxed) as f64,
+        &|v, _| v.stats().log_records.load(Ordering::Relaxed) as f64,
     );
     metric(
         "store_puts_total",
         "counter",
         "Object PUT attempts.",
-        &|v| v.stats().store_puts.load(Ordering::Relaxed) as f64,
+        &|v, _| v.stats().store_puts.load(Ordering::Relaxed) as f64,
     );
     metric(
         "store_put_retries_total",
         "counter",
         "Failed object PUTs that were retried.",
-        &|v| v.stats().store_put_retries.load(Ordering::Relaxed) as f64,
+        &|v, _| v.stats().store_put_retries.load(Ordering::Relaxed) as f64,
     );
-    metric("store_gets_total", "counter", "Ranged GETs issued.", &|v| {
-        v.stats().store_gets.load(Ordering::Relaxed) as f64
-    });
+    metric(
+        "store_gets_total",
+        "counter",
+        "Ranged GETs issued.",
+        &|v, _| v.stats().store_gets.load(Ordering::Relaxed) as f64,
+    );
     out
 }
 
@@ -218,5 +224,79 @@ pub async fn serve(
             let _ = stream.write_all(body.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{EngineConfig, create_volume, open_volume};
+    use crate::store::DynStore;
+    use crate::store::mem::MemStore;
+    use crate::testutil::TempDir;
+
+    /// The value of `lsvd_{name}` for `volume` in a rendering.
+    fn value(text: &str, name: &str, volume: &str) -> f64 {
+        let prefix = format!("lsvd_{name}{{volume=\"{volume}\"}} ");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+        line[prefix.len()..].parse().expect("a number")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_volume_gets_its_own_counters() {
+        let store: DynStore = Arc::new(MemStore::new());
+        let dir = TempDir::new("metrics");
+        let config = EngineConfig {
+            batch_size_bytes: 64 << 10,
+            batch_timeout_ms: 20,
+            log_size_bytes: 4 << 20,
+            ..EngineConfig::default()
+        };
+        let mut volumes = Vec::new();
+        for (name, bytes) in [("a", 3 * 4096u64), ("b", 64 << 10)] {
+            create_volume(&store, name, 1 << 20).await.expect("create");
+            let (v, _) = open_volume(store.clone(), name, &dir.path().join(name), config.clone())
+                .await
+                .expect("open");
+            v.write(0, vec![7u8; bytes as usize], false)
+                .await
+                .expect("write");
+            v.flush().await.expect("flush");
+            volumes.push(v);
+        }
+        // Once uploaded (the open batch closes after its timeout), live bytes are what
+        // each client wrote and the write logs are empty.
+        let settled = |v: &Arc<Volume>, bytes: u64| {
+            let s = v.status();
+            s.uploads_pending == 0 && s.log_used_bytes == 0 && s.live_bytes == bytes
+        };
+        for _ in 0..500 {
+            if volumes
+                .iter()
+                .zip([3 * 4096u64, 64 << 10])
+                .all(|(v, b)| settled(v, b))
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let text = render(&volumes);
+        for (v, bytes) in volumes.iter().zip([3 * 4096u64, 64 << 10]) {
+            let name = &v.meta().name;
+            let s = v.status();
+            assert_eq!(s.uploads_pending, 0, "{name} uploaded");
+            assert_eq!(value(&text, "size_bytes", name), (1 << 20) as f64);
+            assert_eq!(value(&text, "live_bytes", name), bytes as f64);
+            assert_eq!(value(&text, "client_write_bytes_total", name), bytes as f64);
+            assert_eq!(value(&text, "store_bytes", name), s.store_bytes as f64);
+            assert_eq!(value(&text, "objects", name), s.objects as f64);
+            assert_eq!(value(&text, "uploads_pending", name), 0.0);
+        }
+        for v in &volumes {
+            v.shutdown().await.expect("shutdown");
+        }
     }
 }
