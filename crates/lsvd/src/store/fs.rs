@@ -83,9 +83,13 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// [`DIRECT_CHUNK_BYTES`]: the last block is padded with zeros, then the file is cut to
 /// the exact length.
 fn write_direct(path: &Path, data: &[u8]) -> std::io::Result<fs::File> {
+    // Like File::create: a temporary file left by a crashed process of the same pid
+    // is replaced (create_new would report AlreadyExists, which callers read as "the
+    // key exists").
     let f = fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)?;
     let mut buf = vec![0u8; DIRECT_CHUNK_BYTES + DIRECT_ALIGN];
@@ -360,6 +364,13 @@ mod tests {
     fn large_puts_read_back_exactly() {
         let dir = TempDir::new("fsstore-direct");
         let s = FsStore::open(dir.path()).expect("open");
+        // A temporary file a crashed process with this pid left under the name the
+        // first put uses: replaced, not taken for the key existing.
+        std::fs::create_dir_all(dir.path().join("v/obj")).expect("mkdir");
+        let stale = dir
+            .path()
+            .join(format!("v/obj/.tmp.{}.0", std::process::id()));
+        std::fs::write(&stale, b"left by a crash").expect("stale tmp");
         let sizes = [
             DIRECT_MIN_BYTES,
             DIRECT_MIN_BYTES + 1,
