@@ -155,6 +155,10 @@ pub(crate) struct State {
     last_checkpoint_queued_at: Instant,
     upload_queue: VecDeque<PendingObject>,
     uploads_in_flight: usize,
+    /// A checkpoint is being taken, uploaded, named in a volume superblock, or is
+    /// deleting what it made obsolete. One at a time, so superblocks name checkpoints
+    /// in order and each deletes what the one before it left; the drain waits for it.
+    checkpoint_in_progress: bool,
     completed: BTreeMap<u64, ObjectHeader>,
     /// The writer thread has stopped taking client I/O.
     writer_done: bool,

@@ -685,6 +685,7 @@ async fn open_inner(
             last_checkpoint_queued_at: std::time::Instant::now(),
             upload_queue: Default::default(),
             uploads_in_flight: 0,
+            checkpoint_in_progress: false,
             completed: Default::default(),
             writer_done: false,
             freeable_through: last_in_store,

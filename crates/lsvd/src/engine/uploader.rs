@@ -44,7 +44,9 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                     // A checkpoint describes everything before it: start it only once
                     // all earlier objects are applied.
                     Some(PendingObject::Checkpoint { seq }) => {
-                        st.store.next_object_seq() == *seq && st.uploads_in_flight == 0
+                        st.store.next_object_seq() == *seq
+                            && st.uploads_in_flight == 0
+                            && !st.checkpoint_in_progress
                     }
                     Some(PendingObject::Data { .. } | PendingObject::Gc { .. }) => true,
                 };
@@ -70,13 +72,16 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                         // encoding follow without holding up client I/O.
                         let snapshot = checkpoint_snapshot(&shared, &st, seq, false);
                         let dead = dead_objects(&st);
+                        st.checkpoint_in_progress = true;
                         tokio::spawn(async move {
-                            let Some(bytes) =
+                            if let Some(bytes) =
                                 encode_checkpoint_off_runtime(&task_shared, snapshot).await
-                            else {
-                                return;
-                            };
-                            upload_checkpoint(task_shared, seq, bytes, dead, false).await
+                            {
+                                upload_checkpoint(task_shared.clone(), seq, bytes, dead, false)
+                                    .await;
+                            }
+                            task_shared.lock().checkpoint_in_progress = false;
+                            task_shared.upload_wake.notify_one();
                         });
                     }
                 }
@@ -85,6 +90,7 @@ pub(crate) async fn run(shared: Arc<Shared>, log_tx: tokio::sync::mpsc::Sender<w
                 st.writer_done
                     && st.upload_queue.is_empty()
                     && st.uploads_in_flight == 0
+                    && !st.checkpoint_in_progress
                     && st.completed.is_empty()
                     && st.store.applying_seq().is_none()
                     && st.held.is_empty()
@@ -632,6 +638,7 @@ pub(crate) async fn write_clean_checkpoint(shared: &Arc<Shared>) -> io::Result<(
             || st.store.applying_seq().is_some()
             || !st.upload_queue.is_empty()
             || st.uploads_in_flight > 0
+            || st.checkpoint_in_progress
         {
             return Err(io::Error::other("uploads did not drain"));
         }
