@@ -129,6 +129,13 @@ pub struct PreconditionReport {
 }
 
 const MAX_PIECE_BYTES: u64 = 4 << 20;
+
+/// `[start, end)` as (offset, length) pieces of at most [`MAX_PIECE_BYTES`].
+fn pieces(start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> {
+    (start..end)
+        .step_by(MAX_PIECE_BYTES as usize)
+        .map(move |at| (at, (end - at).min(MAX_PIECE_BYTES)))
+}
 const SECTOR: u64 = 512;
 
 fn pattern(offset: u64, len: usize) -> Vec<u8> {
@@ -366,10 +373,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
             }
             Op::Trim => report.trims += 1,
         }
-        let mut at = req.offset;
-        let stop = req.offset + req.len;
-        while at < stop {
-            let n = (stop - at).min(MAX_PIECE_BYTES);
+        for (at, n) in pieces(req.offset, req.offset + req.len) {
             let permit = slots
                 .clone()
                 .acquire_owned()
@@ -394,7 +398,6 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
                 }
                 drop(permit);
             });
-            at += n;
             while tasks.try_join_next().is_some() {}
         }
     }
@@ -492,6 +495,18 @@ fn print_report(report: &ReplayReport, json: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_split_into_pieces_of_at_most_four_mib() {
+        const M: u64 = MAX_PIECE_BYTES;
+        assert_eq!(pieces(7, 7).count(), 0);
+        assert_eq!(pieces(512, 4608).collect::<Vec<_>>(), vec![(512, 4096)]);
+        assert_eq!(pieces(0, 2 * M).collect::<Vec<_>>(), vec![(0, M), (M, M)]);
+        assert_eq!(
+            pieces(4096, 4096 + 2 * M + 512).collect::<Vec<_>>(),
+            vec![(4096, M), (4096 + M, M), (4096 + 2 * M, 512)]
+        );
+    }
 
     #[test]
     fn requests_are_rounded_and_folded_like_the_replay() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lsvd_nbd::client::Client;
 
 use super::scrape::scrape;
-use super::{MAX_PIECE_BYTES, pattern};
+use super::{pattern, pieces};
 
 /// Precondition writes in flight (each holds a 4 MiB buffer).
 const PRECONDITION_WRITES_IN_FLIGHT: usize = 8;
@@ -62,30 +62,25 @@ pub(super) async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Res
     let slots = Arc::new(tokio::sync::Semaphore::new(PRECONDITION_WRITES_IN_FLIGHT));
     let mut tasks: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
     let mut first_error: Option<String> = None;
-    'ranges: for (start, end) in ranges.iter() {
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(MAX_PIECE_BYTES);
-            let permit = slots
-                .clone()
-                .acquire_owned()
+    'ranges: for (at, n) in ranges.iter().flat_map(|(start, end)| pieces(start, end)) {
+        let permit = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let c = client.clone();
+        tasks.spawn(async move {
+            let r = c
+                .write(at, &pattern(at, n as usize), false)
                 .await
-                .map_err(|e| e.to_string())?;
-            let c = client.clone();
-            tasks.spawn(async move {
-                let r = c
-                    .write(at, &pattern(at, n as usize), false)
-                    .await
-                    .map_err(|e| format!("precondition write of {n} bytes at {at}: {e}"));
-                drop(permit);
-                r
-            });
-            at += n;
-            while let Some(done) = tasks.try_join_next() {
-                if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
-                    first_error = Some(e);
-                    break 'ranges;
-                }
+                .map_err(|e| format!("precondition write of {n} bytes at {at}: {e}"));
+            drop(permit);
+            r
+        });
+        while let Some(done) = tasks.try_join_next() {
+            if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+                first_error = Some(e);
+                break 'ranges;
             }
         }
     }
