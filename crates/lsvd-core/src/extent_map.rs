@@ -239,13 +239,7 @@ impl<L: Location> ExtentMap<L> {
 
     /// All extents in LBA order.
     pub fn iter(&self) -> impl Iterator<Item = Piece<L>> + '_ {
-        self.entries
-            .iter()
-            .map(|(&lba, &(sectors, location))| Piece {
-                lba,
-                sectors,
-                location,
-            })
+        self.iter_from(0)
     }
 
     /// The extents starting at or after `lba`, in LBA order: resuming a walk over the
