@@ -9,6 +9,7 @@
 
 use crate::extent_map::{ExtentMap, Location, Piece};
 use crate::format::SECTOR_BYTES;
+use crate::format::object::ObjectExtent;
 
 /// A closed batch, ready to become an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,29 @@ pub struct Batch<S> {
     pub client_bytes: u64,
     /// Bytes of data the object will hold (after coalescing).
     pub data_bytes: u64,
+}
+
+impl<S> Batch<S> {
+    /// The extents of the data object made from this batch, in LBA order, with the
+    /// data in the same order. Object extents have 32-bit lengths: longer runs are
+    /// split at 2^30 sectors.
+    pub fn object_extents(&self) -> Vec<ObjectExtent> {
+        let mut out = Vec::with_capacity(self.extents.len());
+        for p in &self.extents {
+            let (mut lba, mut left) = (p.lba, p.sectors);
+            while left > 0 {
+                let n = left.min(1 << 30);
+                out.push(ObjectExtent {
+                    lba,
+                    sectors: n as u32,
+                    source: None,
+                });
+                lba += n;
+                left -= n;
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug)]
@@ -179,6 +203,43 @@ mod tests {
         assert!(
             !trims_only.would_overflow(8192),
             "trims carry no client bytes"
+        );
+    }
+
+    #[test]
+    fn object_extents_split_long_runs() {
+        let batch = Batch {
+            extents: vec![
+                Piece {
+                    lba: 8,
+                    sectors: 8,
+                    location: At(0),
+                },
+                Piece {
+                    lba: 100,
+                    sectors: (1 << 31) + 5,
+                    location: At(4096),
+                },
+            ],
+            trims: Vec::new(),
+            first_record_seq: 1,
+            last_record_seq: 1,
+            client_bytes: 0,
+            data_bytes: 0,
+        };
+        let got: Vec<(u64, u32)> = batch
+            .object_extents()
+            .iter()
+            .map(|e| (e.lba, e.sectors))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (8, 8),
+                (100, 1 << 30),
+                (100 + (1 << 30), 1 << 30),
+                (100 + (2 << 30), 5)
+            ]
         );
     }
 

@@ -83,6 +83,12 @@ pub struct StoreState {
     last_record_seq: u64,
     /// The object being applied step by step, if any.
     applying: Option<Applying>,
+    /// Sum of `live_bytes` over `objects`, kept as the map changes: GC checks
+    /// utilization after every object, and summing thousands of objects each time
+    /// dominated long simulations.
+    live_total_bytes: u64,
+    /// Sum of `total_bytes` over `objects`.
+    stored_total_bytes: u64,
 }
 
 /// Progress through an object being applied.
@@ -112,6 +118,8 @@ impl StoreState {
             next_object_seq: 1,
             last_record_seq: 0,
             applying: None,
+            live_total_bytes: 0,
+            stored_total_bytes: 0,
         }
     }
 
@@ -174,7 +182,7 @@ impl StoreState {
             }
         }
         if h.kind != ObjectKind::Checkpoint {
-            self.objects.insert(
+            let replaced = self.objects.insert(
                 h.seq,
                 ObjectInfo {
                     kind: h.kind,
@@ -183,6 +191,8 @@ impl StoreState {
                     live_bytes: 0,
                 },
             );
+            debug_assert!(replaced.is_none(), "sequence numbers only grow");
+            self.stored_total_bytes += h.total_bytes();
         }
         self.applying = Some(Applying {
             next_trim: 0,
@@ -214,10 +224,12 @@ impl StoreState {
         let objects = &mut self.objects;
         // Work done in this step: extents and trim slices applied, map entries displaced.
         let work = std::cell::Cell::new(0usize);
+        let lost = std::cell::Cell::new(0u64);
         let mut drop_live = |p: Piece<ObjLoc>| {
             work.set(work.get() + 1);
             if let Some(o) = objects.get_mut(&p.location.object_seq) {
                 o.live_bytes -= p.sectors * SECTOR_BYTES;
+                lost.set(lost.get() + p.sectors * SECTOR_BYTES);
             }
         };
         let mut gained = 0u64;
@@ -237,6 +249,7 @@ impl StoreState {
             work.set(work.get() + 1);
             let more = a.next_trim < h.trims.len() || a.next_extent < h.extents.len();
             if more && work.get() >= max_pieces {
+                self.live_total_bytes -= lost.get();
                 self.applying = Some(a);
                 return None;
             }
@@ -272,8 +285,10 @@ impl StoreState {
                 break;
             }
         }
+        self.live_total_bytes -= lost.get();
         if let Some(o) = self.objects.get_mut(&h.seq) {
             o.live_bytes += gained;
+            self.live_total_bytes += gained;
         }
         if a.next_extent < h.extents.len() {
             self.applying = Some(a);
@@ -299,20 +314,29 @@ impl StoreState {
     pub fn forget_object(&mut self, seq: u64) {
         if self.applying_seq() != Some(seq)
             && self.objects.get(&seq).is_some_and(|o| o.live_bytes == 0)
+            && let Some(o) = self.objects.remove(&seq)
         {
-            self.objects.remove(&seq);
+            self.stored_total_bytes -= o.total_bytes;
         }
         self.checkpoints.remove(&seq);
     }
 
     /// Live bytes over all objects.
     pub fn live_bytes(&self) -> u64 {
-        self.objects.values().map(|o| o.live_bytes).sum()
+        debug_assert_eq!(
+            self.live_total_bytes,
+            self.objects.values().map(|o| o.live_bytes).sum::<u64>()
+        );
+        self.live_total_bytes
     }
 
     /// Bytes of data and GC objects in the store (checkpoints not included).
     pub fn stored_bytes(&self) -> u64 {
-        self.objects.values().map(|o| o.total_bytes).sum()
+        debug_assert_eq!(
+            self.stored_total_bytes,
+            self.objects.values().map(|o| o.total_bytes).sum::<u64>()
+        );
+        self.stored_total_bytes
     }
 
     /// Objects holding no live data: garbage, deletable once a checkpoint that omits
@@ -434,6 +458,8 @@ impl StoreState {
             }
             o.live_bytes += e.sectors * SECTOR_BYTES;
         }
+        s.live_total_bytes = s.objects.values().map(|o| o.live_bytes).sum();
+        s.stored_total_bytes = s.objects.values().map(|o| o.total_bytes).sum();
         s.map = ExtentMap::from_sorted(c.extents.iter().map(|e| Piece {
             lba: e.lba,
             sectors: e.sectors,
