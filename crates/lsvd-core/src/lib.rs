@@ -11,6 +11,7 @@ pub mod extent_map;
 pub mod format;
 pub mod gc;
 pub mod log_map;
+pub mod pipeline;
 pub mod recovery;
 pub mod store_state;
 
