@@ -91,6 +91,7 @@ fn simulate(requests: &[Request]) -> VolumeSim {
         batch_size_bytes: BATCH_BYTES,
         batch_timeout_ns: None,
         checkpoint_every_objects: CHECKPOINT_EVERY,
+        checkpoint_interval_ns: None,
         gc: gc_off(),
         volume_size_bytes: Some(VOLUME_BYTES),
         series_points: 0,

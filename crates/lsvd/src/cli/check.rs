@@ -15,8 +15,9 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use super::Common;
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
-use crate::engine::open::{recover_store, scan_log};
+use crate::engine::log_scan::scan_log;
 use crate::engine::read_meta;
+use crate::engine::store_recovery::recover_store;
 use crate::size::format_size;
 
 pub async fn check(common: &Common, name: &str) -> Result<(), String> {

@@ -9,7 +9,7 @@ use lsvd_core::format::record::ExtentKind;
 use super::{Common, InspectWhat};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
-use crate::engine::open::scan_log;
+use crate::engine::log_scan::scan_log;
 use lsvd_core::format::volume_super::decode_volume_super;
 
 pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {

@@ -1,5 +1,9 @@
 //! Tunables of a running volume, with their defaults.
 
+use lsvd_core::pipeline::PipelineConfig;
+
+use super::clock::SharedClock;
+
 /// Engine settings. Defaults suit a VM disk on a local SSD.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -28,6 +32,30 @@ pub struct EngineConfig {
     /// GC moves at most this many bytes per second, or four times the rate clients
     /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
     pub gc_min_rate_bytes: u64,
+    /// Every timer of the engine runs on this clock. Default: the system clock; tests
+    /// use `clock::ManualClock`.
+    pub clock: SharedClock,
+    /// Seed of the upload retries' jitter. Default: None, a random seed per open.
+    pub jitter_seed: Option<u64>,
+}
+
+/// No GC pass starts while more objects than this wait for upload: client data goes
+/// first while GC keeps up.
+pub const GC_MAX_BACKLOG_OBJECTS: usize = 2;
+
+impl EngineConfig {
+    /// The upload pipeline's settings.
+    pub fn pipeline_config(&self) -> PipelineConfig {
+        PipelineConfig {
+            batch_size_bytes: self.batch_size_bytes,
+            batch_timeout_ns: Some(self.batch_timeout_ms.saturating_mul(1_000_000)),
+            checkpoint_every_objects: self.checkpoint_every_objects,
+            checkpoint_interval_ns: Some(self.checkpoint_interval_ms.saturating_mul(1_000_000)),
+            uploads_in_flight: self.uploads_in_flight,
+            gc: self.gc,
+            gc_max_backlog: GC_MAX_BACKLOG_OBJECTS,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +80,8 @@ impl Default for EngineConfig {
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
             gc_min_rate_bytes: 16 << 20,
+            clock: SharedClock::default(),
+            jitter_seed: None,
         }
     }
 }

@@ -1,30 +1,27 @@
-//! The garbage collector of a live volume.
+//! The garbage collector of a live volume: the I/O of a GC pass.
 //!
-//! A background task. When the store's utilization falls below the start threshold it
-//! runs passes until it rises above the stop threshold (`lsvd_core::gc`). A pass reads
-//! the live extents of its victims with verified ranged GETs, writes them in LBA order
-//! into GC objects (apart from client data), queues those for upload in sequence
-//! order, then queues a checkpoint. The victims hold no live data once the GC objects
-//! are applied; the checkpoint leaves them out, and they are deleted once it is
-//! durable (see `uploader::upload_checkpoint`).
+//! When a pass may run and over which victims is the pipeline's decision
+//! (`Pipeline::gc_plan`: utilization below the start threshold, with hysteresis; one
+//! pass at a time; none while client objects wait for upload). This task does the
+//! pass's I/O: it reads the victims' live extents (from the read cache where clients
+//! read them recently, the rest with verified ranged GETs), lays them out in LBA order
+//! into GC objects (apart from client data), and hands them to the pipeline, which
+//! numbers them, queues them in sequence order with a checkpoint after them, and ends
+//! the pass when that checkpoint is finished (the victims hold no live data once the GC
+//! objects are applied; the checkpoint leaves them out and they are deleted).
 //!
-//! Pacing: one pass at a time, at most `pass_bytes` moved per pass, and no pass starts
-//! while client batches are waiting for upload: client data goes first while GC keeps
-//! up. Within a pass, GC reads its victims in ranged GETs of at most 1 MiB at a bounded
-//! rate ([`Pacer`]): `EngineConfig::gc_min_rate_bytes` per second, or four times the
-//! rate clients are writing if that is more, with each pass's checkpoint counted too
-//! (a GET also reads the dead bytes between nearby live extents, so GC moves less than
-//! it reads). So GC works steadily in the background instead of in bursts that hold up
-//! client I/O. Where cleaning needs more than that (GC reading over four bytes per byte
-//! written), the back-pressure below slows clients to what GC cleans.
-//!
-//! Back-pressure: when GC falls behind (the store would grow past live/gc-start plus
-//! one batch, `lsvd_core::gc::client_object_fits`), closed client batches are held
-//! back, unnumbered, until GC has made room ([`release_held`]). Writes keep landing in
-//! the write log meanwhile and wait only if it fills. So the store holds at most
-//! live/gc-start + one batch + one GC pass, however fast clients write.
+//! Pacing: at most `pass_bytes` moved per pass, and within a pass GC reads its victims
+//! in ranged GETs of at most 1 MiB at a bounded rate ([`Pacer`]):
+//! `EngineConfig::gc_min_rate_bytes` per second, or four times the rate clients are
+//! writing if that is more, with each pass's checkpoint counted too (a GET also reads
+//! the dead bytes between nearby live extents, so GC moves less than it reads). So GC
+//! works steadily in the background instead of in bursts that hold up client I/O.
+//! Where cleaning needs more than that, the pipeline's back-pressure (closed client
+//! batches held, unnumbered, while the store would grow past live/gc-start plus one
+//! batch) slows clients to what GC cleans: the store holds at most live/gc-start + one
+//! batch + one GC pass, however fast clients write.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -33,18 +30,14 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{
     ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
 };
-use lsvd_core::gc::{
-    Relocation, gc_object_extents, group_relocations, live_extents_in, select_victims,
-    should_collect,
-};
+use lsvd_core::gc::{Relocation, gc_object_extents, group_relocations, live_extents_in};
 
-use super::{PendingObject, Shared, State, read};
+use super::clock::{SharedClock, timeout};
+use super::read;
+use super::shared::Shared;
 
 /// Live extents of one victim closer than this are fetched with one GET.
 const RUN_GAP_BYTES: u64 = 256 << 10;
-
-/// Client batches waiting for upload above which GC waits.
-const MAX_CLIENT_BACKLOG: usize = 2;
 
 /// GC plans a pass over this many sectors (16 MiB of the volume) at a time: on a volume
 /// of random 4 KiB writes, a few thousand map extents, a fraction of a millisecond of
@@ -68,36 +61,38 @@ const RATE_WINDOW: Duration = Duration::from_secs(2);
 pub(crate) struct Pacer {
     min_rate: f64,
     tokens: f64,
-    last: tokio::time::Instant,
+    clock: SharedClock,
+    last: Duration,
     /// (time, client bytes written so far), over the last [`RATE_WINDOW`].
-    samples: std::collections::VecDeque<(tokio::time::Instant, u64)>,
+    samples: std::collections::VecDeque<(Duration, u64)>,
 }
 
 impl Pacer {
     /// `min_rate` bytes per second; 0 disables pacing.
-    pub(crate) fn new(min_rate: u64) -> Pacer {
+    pub(crate) fn new(min_rate: u64, clock: SharedClock) -> Pacer {
         Pacer {
             min_rate: min_rate as f64,
             tokens: 0.0,
-            last: tokio::time::Instant::now(),
+            last: clock.now(),
+            clock,
             samples: Default::default(),
         }
     }
 
     /// Bytes per second GC may use now, given the client bytes written so far.
     pub(crate) fn rate(&mut self, client_bytes: u64) -> f64 {
-        let now = tokio::time::Instant::now();
+        let now = self.clock.now();
         self.samples.push_back((now, client_bytes));
         while self
             .samples
             .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+            .is_some_and(|(t, _)| now.saturating_sub(*t) > RATE_WINDOW)
         {
             self.samples.pop_front();
         }
         let client = match self.samples.front() {
-            Some(&(t, b)) if now.duration_since(t) >= Duration::from_millis(100) => {
-                client_bytes.saturating_sub(b) as f64 / now.duration_since(t).as_secs_f64()
+            Some(&(t, b)) if now.saturating_sub(t) >= Duration::from_millis(100) => {
+                client_bytes.saturating_sub(b) as f64 / now.saturating_sub(t).as_secs_f64()
             }
             _ => 0.0,
         };
@@ -116,9 +111,9 @@ impl Pacer {
             return true;
         }
         let rate = self.rate(client_bytes);
-        let now = tokio::time::Instant::now();
+        let now = self.clock.now();
         let cap = (rate / 4.0).max(MAX_GET_BYTES as f64);
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * rate).min(cap)
+        self.tokens = (self.tokens + now.saturating_sub(self.last).as_secs_f64() * rate).min(cap)
             - bytes as f64;
         self.last = now;
         if self.tokens >= 0.0 {
@@ -130,7 +125,7 @@ impl Pacer {
                 return false;
             }
             let step = wait.min(Duration::from_millis(100));
-            tokio::time::sleep(step).await;
+            self.clock.sleep(step).await;
             wait -= step;
         }
         true
@@ -139,7 +134,7 @@ impl Pacer {
 
 /// GC must stop: writes have stopped or the volume failed.
 fn stopping(shared: &Shared) -> bool {
-    shared.lock().writer_done || shared.failed.load(Ordering::SeqCst)
+    shared.is_failed() || shared.lock().pipeline.writes_stopped()
 }
 
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -147,47 +142,33 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     if !cfg.enabled() {
         return;
     }
-    let mut active = false;
-    let mut pacer = Pacer::new(shared.config.gc_min_rate_bytes);
+    let mut pacer = Pacer::new(shared.config.gc_min_rate_bytes, shared.config.clock.clone());
     loop {
-        let _ = tokio::time::timeout(Duration::from_secs(1), shared.gc_wake.notified()).await;
-        let plan = {
+        let _ = timeout(
+            shared.clock(),
+            Duration::from_secs(1),
+            shared.gc_wake.notified(),
+        )
+        .await;
+        let (victims, kinds) = {
             let mut st = shared.lock();
-            if st.writer_done || shared.failed.load(Ordering::SeqCst) {
+            if st.pipeline.writes_stopped() || shared.is_failed() {
                 return;
             }
-            if !st.gc_busy.is_empty() || st.upload_queue.len() > MAX_CLIENT_BACKLOG {
+            let Some(pass) = st.pipeline.gc_plan() else {
                 continue;
-            }
-            if !should_collect(&st.store, &cfg, active) {
-                active = false;
-                st.gc_stalled = false;
-                continue;
-            }
-            let victims = select_victims(&st.store, &cfg, st.next_object_seq, |_| false);
-            if victims.is_empty() {
-                active = false;
-                if !st.gc_stalled {
-                    // Nothing to collect: client objects must not wait for GC.
-                    st.gc_stalled = true;
-                    shared.upload_wake.notify_one();
-                }
-                continue;
-            }
-            st.gc_stalled = false;
-            let set: BTreeSet<u64> = victims.iter().copied().collect();
-            let kinds: BTreeMap<u64, (ObjectKind, u64)> = victims
+            };
+            let store = st.pipeline.store();
+            let kinds: BTreeMap<u64, (ObjectKind, u64)> = pass
+                .victims
                 .iter()
                 .map(|v| {
-                    let o = &st.store.objects()[v];
+                    let o = &store.objects()[v];
                     (*v, (o.kind, u64::from(o.header_bytes)))
                 })
                 .collect();
-            st.gc_busy = set.clone();
-            (set, kinds)
+            (pass.victims, kinds)
         };
-        active = true;
-        let (victims, kinds) = plan;
         // Their live extents, a slice of the volume at a time: a whole map (~260,000
         // extents for 1 GiB of random 4 KiB writes) is milliseconds of holding the
         // lock every client write takes.
@@ -196,12 +177,18 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         let mut lba = 0;
         while lba < volume_sectors {
             let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
-            relocations.extend(live_extents_in(&shared.lock().store, &victims, lba, n));
+            relocations.extend(live_extents_in(
+                shared.lock().pipeline.store(),
+                &victims,
+                lba,
+                n,
+            ));
             lba += n;
             tokio::task::yield_now().await;
         }
         match run_pass(&shared, &relocations, &kinds, &mut pacer).await {
-            Ok(None) => {}
+            // Writes stopped (or the volume failed) during the pass: nothing queued.
+            Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
                 shared.stats.gc_passes.fetch_add(1, Ordering::Relaxed);
                 shared
@@ -216,15 +203,16 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 // object.
                 let checkpoint = {
                     let st = shared.lock();
-                    32 * (st.store.map().extent_count() + st.store.objects().len()) as u64
+                    let store = st.pipeline.store();
+                    32 * (store.map().extent_count() + store.objects().len()) as u64
                 };
                 let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
                 pacer.take(checkpoint, client, || stopping(&shared)).await;
             }
             Err(e) => {
                 crate::log::warn(&format!("gc pass failed, will retry: {e}"));
-                shared.lock().gc_busy.clear();
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                shared.lock().pipeline.gc_abandon();
+                shared.clock().sleep(Duration::from_secs(1)).await;
             }
         }
     }
@@ -306,20 +294,17 @@ async fn run_pass(
     }
     // Number the GC objects and the closing checkpoint, then lay out and encode them
     // (tens of megabytes copied and checksummed) without the state lock and off the
-    // runtime's threads. Client batches closing meanwhile wait unnumbered
-    // (`gc_encoding`), so the upload queue stays in sequence order.
+    // runtime's threads. Client batches closing meanwhile wait unnumbered, so the
+    // upload queue stays in sequence order.
     let groups = group_relocations(relocations, shared.config.batch_size_bytes);
     let (first_seq, last_record_seq) = {
         let mut st = shared.lock();
-        // Once writes have stopped the uploader may finish at any moment: start nothing
-        // it would have to wait for.
-        if st.writer_done {
+        // Once writes have stopped the uploader may finish at any moment: the pipeline
+        // starts nothing it would have to wait for.
+        let Some(first) = st.pipeline.gc_reserve(groups.len()) else {
             return Ok(None);
-        }
-        let first = st.next_object_seq;
-        st.next_object_seq += groups.len() as u64 + 1;
-        st.gc_encoding = true;
-        (first, st.store.last_record_seq())
+        };
+        (first, st.pipeline.store().last_record_seq())
     };
     let volume = shared.meta.volume;
     let encoded = tokio::task::spawn_blocking(move || {
@@ -353,7 +338,7 @@ async fn run_pass(
                 at += len;
             }
             finish_object_in_place(&spec, &mut object, header_len);
-            encoded.push((seq, data_bytes, object));
+            encoded.push((data_bytes, bytes::Bytes::from(object)));
         }
         encoded
     })
@@ -367,60 +352,15 @@ async fn run_pass(
         }
     };
     // Queue them even if writes stopped meanwhile: their numbers are taken (and the
-    // uploader waits for them).
-    let mut st = shared.lock();
-    let mut moved = 0u64;
-    for (seq, data_bytes, bytes) in encoded {
-        moved += data_bytes;
-        st.pending_bytes.insert(seq, bytes.len() as u64);
-        st.upload_queue.push_back(PendingObject::Gc { seq, bytes });
-    }
-    let checkpoint = st.next_object_seq - 1;
-    super::writer::queue_numbered_checkpoint(&mut st, checkpoint);
-    st.gc_pass_checkpoint = Some(checkpoint);
-    st.gc_encoding = false;
-    release_held(shared, &mut st);
-    drop(st);
-    shared.upload_wake.notify_one();
+    // drain waits for them).
+    let moved = encoded.iter().map(|(data, _)| data).sum();
+    shared.lock().pipeline.gc_queue(
+        encoded
+            .into_iter()
+            .map(|(_, object)| (object.len() as u64, object))
+            .collect(),
+    );
     Ok(Some(moved))
-}
-
-/// Number and queue held client batches, oldest first, while the store has room for
-/// them (or nothing may be held: GC off, writes stopped, the volume failed, or GC has
-/// nothing to collect), and no GC pass is being encoded.
-pub(crate) fn release_held(shared: &Shared, st: &mut State) {
-    let cfg = &shared.config;
-    while let Some(batch) = st.held.front() {
-        let object_bytes = batch.data_bytes
-            + lsvd_core::format::object::header_bytes_for(
-                ObjectKind::Data,
-                batch.extents.len(),
-                batch.trims.len(),
-                batch.data_bytes,
-            );
-        // While GC encodes a pass its objects' numbers are taken but not yet queued;
-        // nothing may be queued after them until they are (not even at shutdown).
-        let over_bound = cfg.gc.enabled()
-            && !st.writer_done
-            && !st.gc_stalled
-            && !shared.failed.load(Ordering::SeqCst)
-            && !lsvd_core::gc::client_object_fits(
-                &st.store,
-                &cfg.gc,
-                st.pending_bytes.values().sum(),
-                object_bytes,
-                cfg.batch_size_bytes,
-            );
-        let hold = st.gc_encoding || over_bound;
-        if hold {
-            shared.gc_wake.notify_one();
-            return;
-        }
-        let Some(batch) = st.held.pop_front() else {
-            return;
-        };
-        super::writer::queue_batch(shared, st, batch, object_bytes);
-    }
 }
 
 #[cfg(test)]
@@ -433,13 +373,13 @@ mod tests {
     async fn pacer_holds_gc_to_its_rate_and_follows_the_client_write_rate() {
         // Disabled: never waits.
         let t = tokio::time::Instant::now();
-        let mut off = Pacer::new(0);
+        let mut off = Pacer::new(0, SharedClock::default());
         assert!(off.take(1 << 30, 0, || false).await);
         assert_eq!(t.elapsed(), Duration::ZERO);
 
         // 4 MiB/s with idle clients: the bucket starts empty, so each MiB waits a
         // quarter second.
-        let mut p = Pacer::new(4 << 20);
+        let mut p = Pacer::new(4 << 20, SharedClock::default());
         let t = tokio::time::Instant::now();
         for _ in 0..3 {
             assert!(p.take(1 << 20, 0, || false).await);
@@ -451,7 +391,7 @@ mod tests {
         );
 
         // Clients writing 40 MiB/s: GC may use four times that.
-        let mut p = Pacer::new(1 << 20);
+        let mut p = Pacer::new(1 << 20, SharedClock::default());
         assert_eq!(p.rate(0), (1 << 20) as f64);
         tokio::time::sleep(Duration::from_millis(250)).await;
         let r = p.rate(10 << 20);
@@ -464,7 +404,7 @@ mod tests {
         assert_eq!(p.rate(10 << 20), (1 << 20) as f64);
 
         // A stop request ends a wait at once.
-        let mut p = Pacer::new(1 << 20);
+        let mut p = Pacer::new(1 << 20, SharedClock::default());
         let t = tokio::time::Instant::now();
         assert!(!p.take(64 << 20, 0, || true).await);
         assert_eq!(t.elapsed(), Duration::ZERO);

@@ -25,7 +25,7 @@ use lsvd_core::format::log_index::{
 };
 use lsvd_core::format::record::{LOG_ALIGN_BYTES, encode_header_prefix};
 
-use super::Shared;
+use super::shared::Shared;
 use crate::cache_dev::CacheDevice;
 
 /// Smallest index slot.
@@ -182,7 +182,7 @@ pub(crate) fn maybe_write(shared: &Shared) {
 pub(crate) fn check_against_chain(
     cache: &dyn CacheDevice,
     sb: &lsvd_core::format::cache_super::CacheSuper,
-    chain: &[super::open::FoundRecord],
+    chain: &[super::log_scan::FoundRecord],
 ) -> (Option<LogIndex>, Vec<String>) {
     let Some(layout) = CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end) else {
         return (None, vec!["impossible log layout in the superblock".into()]);

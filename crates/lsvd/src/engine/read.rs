@@ -16,9 +16,9 @@ use lsvd_core::format::object::{
 };
 use lsvd_core::log_map::LogLoc;
 
-use super::Shared;
 use super::keys::object_key;
 use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
+use super::shared::Shared;
 
 #[derive(Debug, Clone, Copy)]
 enum Source {
@@ -56,31 +56,36 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
                 bytes: (p.sectors * SECTOR_BYTES) as usize,
                 source: Source::Zero,
             }),
-            None => st.store.map().for_each_in(p.lba, p.sectors, |q| {
-                let buf_offset = ((q.lba - lba) * SECTOR_BYTES) as usize;
-                let bytes = (q.sectors * SECTOR_BYTES) as usize;
-                let source = match q.location {
-                    None => Source::Zero,
-                    Some(loc) => {
-                        let kind = st
-                            .store
-                            .objects()
-                            .get(&loc.object_seq)
-                            .map(|o| o.kind)
-                            .unwrap_or(lsvd_core::format::object::ObjectKind::Data);
-                        Source::Object {
-                            seq: loc.object_seq,
-                            kind,
-                            offset: loc.offset,
+            None => st
+                .pipeline
+                .store()
+                .map()
+                .for_each_in(p.lba, p.sectors, |q| {
+                    let buf_offset = ((q.lba - lba) * SECTOR_BYTES) as usize;
+                    let bytes = (q.sectors * SECTOR_BYTES) as usize;
+                    let source = match q.location {
+                        None => Source::Zero,
+                        Some(loc) => {
+                            let kind = st
+                                .pipeline
+                                .store()
+                                .objects()
+                                .get(&loc.object_seq)
+                                .map(|o| o.kind)
+                                .unwrap_or(lsvd_core::format::object::ObjectKind::Data);
+                            Source::Object {
+                                seq: loc.object_seq,
+                                kind,
+                                offset: loc.offset,
+                            }
                         }
-                    }
-                };
-                out.push(Piece {
-                    buf_offset,
-                    bytes,
-                    source,
-                });
-            }),
+                    };
+                    out.push(Piece {
+                        buf_offset,
+                        bytes,
+                        source,
+                    });
+                }),
         }
     });
     out
@@ -499,9 +504,13 @@ pub(crate) fn allocation(shared: &Shared, lba: u64, sectors: u64) -> Vec<(u64, b
     st.log_map.for_each_in(lba, sectors, |p| match p.location {
         Some(LogLoc::Data { .. }) => push(p.sectors * SECTOR_BYTES, true),
         Some(LogLoc::Zero { .. }) => push(p.sectors * SECTOR_BYTES, false),
-        None => st.store.map().for_each_in(p.lba, p.sectors, |q| {
-            push(q.sectors * SECTOR_BYTES, q.location.is_some())
-        }),
+        None => st
+            .pipeline
+            .store()
+            .map()
+            .for_each_in(p.lba, p.sectors, |q| {
+                push(q.sectors * SECTOR_BYTES, q.location.is_some())
+            }),
     });
     runs
 }

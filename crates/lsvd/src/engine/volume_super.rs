@@ -7,7 +7,7 @@
 //! Format: `docs/format/volume-superblock.md`.
 
 use std::io;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super, encode_volume_super};
@@ -20,12 +20,6 @@ pub const GENERATIONS_KEPT: u64 = 4;
 
 fn err(msg: impl Into<String>) -> io::Error {
     io::Error::other(msg.into())
-}
-
-pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The newest superblock generation of the volume, if any exists. A newest
@@ -92,6 +86,7 @@ pub async fn write(
     name: &str,
     sb: &VolumeSuper,
     attempts: u32,
+    clock: &dyn super::clock::Clock,
 ) -> Result<(), WriteError> {
     let key = super_key(name, sb.generation);
     let bytes = bytes::Bytes::from(encode_volume_super(sb));
@@ -127,7 +122,7 @@ pub async fn write(
                 if attempt == 1 {
                     crate::log::warn(&format!("writing {key} failed, retrying: {e}"));
                 }
-                tokio::time::sleep(backoff).await;
+                clock.sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use lsvd_core::format::object::ObjectKind;
 use lsvd_core::format::volume_super::VolumeSuper;
 
+use super::clock::SystemClock;
 use super::config::RecoveryMode;
 use super::keys::{object_key, parse_object_name, parse_super_name};
 use super::volume_super::{WriteError, read_newest, write};
@@ -152,15 +153,17 @@ async fn a_lost_reply_is_not_mistaken_for_another_writer() {
         last_record_seq: 0,
         written_unix_ms: 0,
     };
-    write(&store, "v", &sb, 3).await.expect("first write");
+    write(&store, "v", &sb, 3, &SystemClock::new())
+        .await
+        .expect("first write");
     // The same session again (its first reply was lost): success.
-    write(&store, "v", &sb, 3)
+    write(&store, "v", &sb, 3, &SystemClock::new())
         .await
         .expect("retry after a lost reply");
     // Another session: superseded.
     let other = VolumeSuper { session: 12, ..sb };
     assert!(matches!(
-        write(&store, "v", &other, 3).await,
+        write(&store, "v", &other, 3, &SystemClock::new()).await,
         Err(WriteError::Superseded { generation: 7 })
     ));
 }

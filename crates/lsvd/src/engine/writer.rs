@@ -10,15 +10,17 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{
-    ExtentKind, RecordExtent, decode_record_header, encode_record, record_bytes_for,
+    ExtentKind, RecordExtent, decode_record_header, encode_record, header_bytes_for,
+    record_bytes_for,
 };
+use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
-use super::{LogPos, PendingObject, Shared, State};
+use super::shared::{LogPos, Shared, State};
 
 pub(crate) enum LogOp {
     Write {
@@ -36,8 +38,6 @@ pub(crate) enum LogOp {
     Flush {
         done: oneshot::Sender<io::Result<()>>,
     },
-    /// Periodic wake-up to close a batch that has waited long enough.
-    Tick,
     Shutdown {
         done: oneshot::Sender<io::Result<()>>,
     },
@@ -46,7 +46,14 @@ pub(crate) enum LogOp {
 /// Most operations taken into one group commit.
 const MAX_OPS_PER_RECORD: usize = 1024;
 
-pub(crate) fn run(shared: Arc<Shared>, mut rx: tokio::sync::mpsc::Receiver<LogOp>) {
+/// The writer thread's body. `runtime` is entered so that the clock reads the same time
+/// as the runtime's tasks (tokio's clock, paused in some tests).
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    mut rx: tokio::sync::mpsc::Receiver<LogOp>,
+    runtime: tokio::runtime::Handle,
+) {
+    let _runtime = runtime.enter();
     let mut dirty = false;
     // A record carries at most a batch of data (unless one write is larger), so that
     // objects stay within the batch size (`Batcher::would_overflow`).
@@ -121,7 +128,6 @@ fn reply(op: LogOp, r: io::Result<()>) {
         | LogOp::Shutdown { done } => {
             let _ = done.send(copy(&r));
         }
-        LogOp::Tick => {}
     }
 }
 
@@ -167,30 +173,12 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
                 need_sync = true;
                 shutdown = true;
             }
-            LogOp::Tick => {}
         }
     }
     let result = append(shared, &extents, &data, need_sync, dirty);
-    let wake_uploader = {
-        let mut st = shared.lock();
-        let queued_before = st.upload_queue.len();
-        let due = st
-            .batch_opened_at
-            .is_some_and(|t| t.elapsed() >= Duration::from_millis(shared.config.batch_timeout_ms));
-        if shutdown || due {
-            close_batch(shared, &mut st);
-        }
-        if shutdown {
-            st.writer_done = true;
-            // Nothing is held back once writes have stopped: everything goes up.
-            super::gc::release_held(shared, &mut st);
-        }
-        shutdown || st.upload_queue.len() != queued_before
-    };
-    // Only when there is news: a Tick that wakes the uploader, which sends a Tick,
-    // would spin.
-    if wake_uploader {
-        shared.upload_wake.notify_one();
+    if shutdown {
+        // Everything written goes up now; nothing is held back any more.
+        shared.lock().pipeline.stop_writes();
     }
     for op in ops {
         let r = match &result {
@@ -223,28 +211,24 @@ fn append(
                     "write larger than half the write log",
                 ));
             }
-            let mut waited_since: Option<Instant> = None;
+            let mut waited_since: Option<Duration> = None;
             let offset = loop {
                 if let Some(off) = st.log.place(total) {
                     break off;
                 }
                 // A failed volume uploads nothing more, so no space will be freed.
-                if shared.failed.load(Ordering::SeqCst) {
+                if shared.is_failed() {
                     return Err(io::Error::other("volume failed after a local I/O error"));
                 }
-                let since = *waited_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(5) {
+                let now = shared.clock().now();
+                let since = *waited_since.get_or_insert(now);
+                if now.saturating_sub(since) > Duration::from_secs(5) {
                     crate::log::warn("write log full: writes are waiting for object uploads");
-                    waited_since = Some(Instant::now());
+                    waited_since = Some(now);
                 }
                 // Make sure a partial batch does not hold the log hostage.
-                close_batch(shared, &mut st);
-                shared.upload_wake.notify_one();
-                st = shared
-                    .space_freed
-                    .wait_timeout(st, Duration::from_millis(200))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|p| p.into_inner().0);
+                st.pipeline.close_batch();
+                st = st.wait_for_space(Duration::from_millis(200));
             };
             let seq = st.next_record_seq;
             st.next_record_seq += 1;
@@ -272,8 +256,8 @@ fn append(
         if need_sync {
             sync(shared, dirty)?;
         }
-        let mut st = shared.lock();
-        apply_record(shared, &mut st, seq, offset, extents);
+        let now_ns = shared.now_ns();
+        apply_record(&mut shared.lock(), now_ns, seq, offset, extents);
         return Ok(());
     }
     if need_sync && *dirty {
@@ -299,111 +283,40 @@ fn sync(shared: &Shared, dirty: &mut bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Put a record's extents into the overlay map and the open batch. Also used by
-/// recovery to replay records.
+/// Put a record's extents into the overlay map and hand them to the pipeline's open
+/// batch. Also used by recovery to replay records.
 pub(crate) fn apply_record(
-    shared: &Shared,
     st: &mut State,
+    now_ns: u64,
     seq: u64,
     offset: u64,
     extents: &[RecordExtent],
 ) {
-    let header = lsvd_core::format::record::header_bytes_for(extents.len());
-    let mut data_at = offset + header;
-    // A record (a group of client writes) that would take the open batch past the
-    // batch size starts the next one: objects stay within the batch size.
-    let record_bytes: u64 = extents
-        .iter()
-        .filter(|e| e.kind == ExtentKind::Data)
-        .map(|e| e.sectors as u64 * SECTOR_BYTES)
-        .sum();
-    if st.batcher.would_overflow(record_bytes) {
-        close_batch(shared, st);
-    }
-    if st.batch_opened_at.is_none() {
-        st.batch_opened_at = Some(Instant::now());
-    }
+    let mut data_at = offset + header_bytes_for(extents.len());
+    let mut items = Vec::with_capacity(extents.len());
     for e in extents {
         let sectors = e.sectors as u64;
         match e.kind {
             ExtentKind::Data => {
                 st.log_map.write(e.lba, sectors, seq, data_at);
-                st.batcher.add_write(
-                    seq,
-                    e.lba,
+                items.push(BatchItem::Data {
+                    lba: e.lba,
                     sectors,
-                    LogPos {
+                    at: LogPos {
                         record_seq: seq,
                         offset: data_at,
                     },
-                );
+                });
                 data_at += sectors * SECTOR_BYTES;
             }
             ExtentKind::Zero => {
                 st.log_map.zero(e.lba, sectors, seq);
-                st.batcher.add_zero(seq, e.lba, sectors);
+                items.push(BatchItem::Zero {
+                    lba: e.lba,
+                    sectors,
+                });
             }
         }
     }
-    if st.batcher.is_full() {
-        close_batch(shared, st);
-    }
-}
-
-/// Close the open batch (if any) and queue it for upload, with a checkpoint after it
-/// when one is due; it waits unnumbered while GC holds client objects back
-/// (`gc::release_held`).
-pub(crate) fn close_batch(shared: &Shared, st: &mut State) {
-    let Some(batch) = st.batcher.take() else {
-        return;
-    };
-    st.batch_opened_at = None;
-    st.held.push_back(batch);
-    super::gc::release_held(shared, st);
-}
-
-/// Number a closed batch and queue it for upload, with a checkpoint after it when one
-/// is due.
-pub(crate) fn queue_batch(
-    shared: &Shared,
-    st: &mut State,
-    batch: lsvd_core::batcher::Batch<LogPos>,
-    object_bytes: u64,
-) {
-    let seq = st.next_object_seq;
-    st.next_object_seq += 1;
-    st.pending_bytes.insert(seq, object_bytes);
-    st.upload_queue
-        .push_back(PendingObject::Data { seq, batch });
-    st.objects_since_checkpoint += 1;
-    queue_checkpoint_if_due(shared, st);
-}
-
-/// Queue a checkpoint if enough objects were written since the last one, or if any
-/// were and the checkpoint interval has passed (so an idle volume's newest checkpoint
-/// is never far behind its newest object).
-pub(crate) fn queue_checkpoint_if_due(shared: &Shared, st: &mut State) {
-    let by_count = st.objects_since_checkpoint >= shared.config.checkpoint_every_objects.max(1);
-    let by_time = st.objects_since_checkpoint > 0
-        && st.last_checkpoint_queued_at.elapsed()
-            >= Duration::from_millis(shared.config.checkpoint_interval_ms);
-    if by_count || by_time {
-        queue_checkpoint(st);
-    }
-}
-
-/// Queue a checkpoint now; returns its sequence number.
-pub(crate) fn queue_checkpoint(st: &mut State) -> u64 {
-    let seq = st.next_object_seq;
-    st.next_object_seq += 1;
-    queue_numbered_checkpoint(st, seq);
-    seq
-}
-
-/// Queue checkpoint `seq`, whose number was taken earlier (by a GC pass, together with
-/// its objects' numbers).
-pub(crate) fn queue_numbered_checkpoint(st: &mut State, seq: u64) {
-    st.upload_queue.push_back(PendingObject::Checkpoint { seq });
-    st.objects_since_checkpoint = 0;
-    st.last_checkpoint_queued_at = Instant::now();
+    st.pipeline.record(now_ns, seq, &items);
 }

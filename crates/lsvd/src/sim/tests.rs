@@ -24,6 +24,7 @@ fn config(batch: u64) -> SimConfig {
         batch_size_bytes: batch,
         batch_timeout_ns: None,
         checkpoint_every_objects: 1000,
+        checkpoint_interval_ns: None,
         gc: no_gc(),
         volume_size_bytes: None,
         series_points: 0,

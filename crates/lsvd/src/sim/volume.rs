@@ -1,60 +1,51 @@
-//! One simulated volume: the engine's batching, object numbering, store map and GC,
-//! driven by requests instead of I/O.
+//! One simulated volume: the engine's upload pipeline (`lsvd_core::pipeline`) driven
+//! by requests instead of I/O, on the trace's clock.
 //!
-//! The model, step by step (each step names the core function the engine uses too):
+//! The model, step by step:
 //!
 //! 1. Every write or trim is one write-log record with the next record sequence
-//!    number, as when the engine receives requests one at a time. Its extents go into
-//!    [`Batcher::add_write`] / [`Batcher::add_zero`]; the batcher's location is
-//!    (record, sector in record), like the engine's log position, so pieces of
-//!    different records never merge inside a batch, exactly as in the engine.
-//! 2. After a whole record is added, a batch with at least the batch size of client
-//!    bytes is closed ([`Batcher::is_full`], [`Batcher::take`]). A batch also closes
-//!    when the simulated clock (the trace's timestamps) passes its opening time plus
-//!    the batch timeout, checked when the next request arrives: that request starts a
-//!    new batch. (The engine checks after each record and on a 200 ms tick, so a
-//!    record arriving less than 200 ms after the deadline may still join the old
-//!    batch there.)
-//! 3. A closed batch becomes data object `N` (the next sequence number), its header
-//!    built by [`header_without_data`] from the batch's extents (split at 2^30
-//!    sectors like the uploader does) and trims, and applied with
-//!    [`StoreState::apply`]. After every `checkpoint_every_objects` data objects a
-//!    checkpoint object takes the next number; its size is that of
+//!    number, as when the engine receives requests one at a time, handed to
+//!    [`Pipeline::record`] at the request's time. The batch location is (record,
+//!    sector in record), like the engine's log position, so pieces of different
+//!    records never merge inside a batch, exactly as in the engine. The pipeline
+//!    closes batches by size and by timeout (checked when the next request arrives:
+//!    that request starts a new batch; the engine also checks on a 200 ms tick, so a
+//!    batch there may close up to 200 ms sooner on an idle volume), numbers objects,
+//!    holds client batches while GC is behind, and queues checkpoints: all as in the
+//!    engine, because it is the engine's code.
+//! 2. Whenever the pipeline queued something, the simulator uploads at once what it
+//!    hands out, in order: a data object's header is built from its batch's extents
+//!    ([`Batch::object_extents`]) and trims, a checkpoint's size is that of
 //!    `encode_checkpoint(state.to_checkpoint(..))` (the layout is measured once from
-//!    the real encoder; the map is not encoded). As in the engine, a checkpoint leaves
-//!    out objects without live data, which are then deleted
-//!    ([`StoreState::dead_objects`], [`StoreState::forget_object`]), and only the
-//!    newest two checkpoints are kept.
-//! 4. After each data object (and its checkpoint), while [`gc::should_collect`] (with
-//!    the engine's hysteresis): [`gc::select_victims`], [`gc::live_extents`],
-//!    [`gc::group_relocations`] at the batch size, one GC object per group from
-//!    [`gc::gc_object_header`], each with the next sequence number and applied
-//!    (conditionally on the source) with [`StoreState::apply`]; then, as in the engine,
-//!    a checkpoint closes the pass (and restarts the periodic checkpoint count), which
-//!    deletes the victims. The engine runs GC in the background, paced by uploads, so
-//!    its passes interleave with data objects at timing-dependent points and victims
-//!    are deleted only once that checkpoint is durable; the simulator runs each pass
-//!    at once, right after the data object that triggered it.
-//! 5. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
-//!    its checkpoint and GC, if due) and a clean checkpoint is written.
+//!    the real encoder; the map is not encoded). Each is applied at once; a checkpoint
+//!    then deletes the objects it leaves out and keeps the newest two checkpoints, as
+//!    the engine does once it is durable.
+//! 3. Then GC, while the pipeline allows a pass ([`Pipeline::gc_plan`], with the
+//!    engine's hysteresis): [`gc::live_extents`], [`gc::group_relocations`] at the
+//!    batch size, one GC object per group from [`gc::gc_object_header`], numbered and
+//!    queued by the pipeline with the checkpoint that closes the pass, and uploaded as
+//!    above. The engine runs GC in the background, paced, so its passes interleave
+//!    with client objects at timing-dependent points; the simulator runs each pass at
+//!    once, right after the objects that called for it.
+//! 4. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
+//!    its checkpoint and GC, if due), writes stop, and a clean checkpoint is written.
 //!
 //! Reads change nothing; they are counted. Requests are rounded outward to whole
 //! 512-byte sectors. With a fixed volume size, a request that does not fit entirely is
 //! counted as out of range and skipped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use lsvd_core::batcher::{Batch, Batcher};
+use lsvd_core::batcher::Batch;
 use lsvd_core::extent_map::Location;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
 };
-use lsvd_core::format::object::{
-    ObjectExtent, ObjectHeader, ObjectKind, header_bytes_for, header_without_data,
-};
+use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
 use lsvd_core::gc::{self, GcConfig};
+use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
 use lsvd_core::store_state::StoreState;
 use lsvd_trace::{Op, Request};
 use serde::Serialize;
@@ -92,6 +83,10 @@ pub struct SimConfig {
     /// A checkpoint after this many data objects (the engine's
     /// `checkpoint_every_objects`).
     pub checkpoint_every_objects: u64,
+    /// Also a checkpoint when data objects were written and this much trace time has
+    /// passed since the last one (the engine's `checkpoint_interval_ms`). `None`:
+    /// only by count.
+    pub checkpoint_interval_ns: Option<u64>,
     pub gc: GcConfig,
     /// Fixed volume size; requests beyond it are skipped. `None`: the largest request
     /// end rounded up to 1 GiB, and nothing is out of range.
@@ -108,6 +103,7 @@ impl Default for SimConfig {
             batch_size_bytes: 8 << 20,
             batch_timeout_ns: Some(2_000_000_000),
             checkpoint_every_objects: 64,
+            checkpoint_interval_ns: None,
             gc: GcConfig::default(),
             volume_size_bytes: None,
             series_points: 0,
@@ -251,42 +247,35 @@ pub struct VolumeReport {
 #[derive(Debug)]
 pub struct VolumeSim {
     cfg: SimConfig,
-    state: StoreState,
-    batcher: Batcher<RecordPos>,
+    /// The engine's pipeline; GC objects wait for "upload" as their headers.
+    pipeline: Pipeline<RecordPos, ObjectHeader>,
     next_record_seq: u64,
-    batch_opened_ns: Option<u64>,
-    objects_since_checkpoint: u64,
-    gc_active: bool,
     /// Checkpoints still in the store: seq -> total bytes.
     retained_checkpoints: BTreeMap<u64, u64>,
-    /// Bytes of data and GC objects in the store (mirrors `StoreState::stored_bytes`).
-    object_bytes: u64,
     counters: Counters,
     series: Series,
     finished: bool,
+    /// Without a fixed volume size: the largest request end rounded up to 1 GiB, known
+    /// once the run is finished.
+    reported_volume_size_bytes: Option<u64>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
 
-/// Object extents for a batch, split like the uploader splits them.
-fn batch_extents(batch: &Batch<RecordPos>) -> Vec<ObjectExtent> {
-    let mut out = Vec::with_capacity(batch.extents.len());
-    for p in &batch.extents {
-        let (mut lba, mut left) = (p.lba, p.sectors);
-        while left > 0 {
-            let n = left.min(1 << 30);
-            out.push(ObjectExtent {
-                lba,
-                sectors: n as u32,
-                source: None,
-            });
-            lba += n;
-            left -= n;
-        }
+/// The pipeline settings that make the engine behave as `cfg` describes.
+fn pipeline_config(cfg: &SimConfig) -> PipelineConfig {
+    PipelineConfig {
+        batch_size_bytes: cfg.batch_size_bytes,
+        batch_timeout_ns: cfg.batch_timeout_ns,
+        checkpoint_every_objects: cfg.checkpoint_every_objects,
+        checkpoint_interval_ns: cfg.checkpoint_interval_ns,
+        // Uploads finish at once, so any limit gives the same order.
+        uploads_in_flight: 1,
+        gc: cfg.gc,
+        gc_max_backlog: crate::engine::config::GC_MAX_BACKLOG_OBJECTS,
     }
-    out
 }
 
 /// Sizes of the checkpoint payload layout: (fixed bytes, bytes per object, bytes per
@@ -354,18 +343,14 @@ impl VolumeSim {
             .volume_size_bytes
             .unwrap_or(u64::MAX / SECTOR_BYTES * SECTOR_BYTES);
         VolumeSim {
+            pipeline: Pipeline::new(pipeline_config(&cfg), StoreState::new(size), 0),
             cfg,
-            state: StoreState::new(size),
-            batcher: Batcher::new(cfg.batch_size_bytes),
             next_record_seq: 1,
-            batch_opened_ns: None,
-            objects_since_checkpoint: 0,
-            gc_active: false,
             retained_checkpoints: BTreeMap::new(),
-            object_bytes: 0,
             counters: Counters::default(),
             series: Series::new(cfg.series_points),
             finished: false,
+            reported_volume_size_bytes: None,
         }
     }
 
@@ -373,7 +358,7 @@ impl VolumeSim {
         &self.cfg
     }
     pub fn state(&self) -> &StoreState {
-        &self.state
+        self.pipeline.store()
     }
     pub fn counters(&self) -> &Counters {
         &self.counters
@@ -389,19 +374,25 @@ impl VolumeSim {
             .collect()
     }
 
+    /// Bytes of data and GC objects in the store.
+    fn object_bytes(&self) -> u64 {
+        self.state().stored_bytes()
+    }
+
     /// Bytes the store holds now: data, GC and retained checkpoint objects.
     pub fn store_bytes(&self) -> u64 {
-        self.object_bytes + self.retained_checkpoints.values().sum::<u64>()
+        self.object_bytes() + self.retained_checkpoints.values().sum::<u64>()
     }
 
     pub fn live_bytes(&self) -> u64 {
-        self.state.map().mapped_sectors() * SECTOR_BYTES
+        self.state().live_bytes()
     }
 
     /// Replay one request (its `volume` is ignored).
     pub fn request(&mut self, r: &Request) {
         self.counters.requests += 1;
-        self.tick(r.time_ns);
+        self.pipeline.tick(r.time_ns);
+        self.drive();
         let start = r.offset_bytes / SECTOR_BYTES;
         let Some(end_bytes) = r.offset_bytes.checked_add(r.length_bytes) else {
             self.counters.out_of_range_requests += 1;
@@ -434,20 +425,9 @@ impl VolumeSim {
         }
     }
 
-    /// Advance the simulated clock: close a batch whose timeout has passed.
-    fn tick(&mut self, now_ns: u64) {
-        if let (Some(timeout), Some(opened)) = (self.cfg.batch_timeout_ns, self.batch_opened_ns)
-            && now_ns.saturating_sub(opened) >= timeout
-        {
-            self.counters.timeout_batches += 1;
-            self.close_batch();
-        }
-    }
-
-    fn next_record(&mut self, now_ns: u64) -> u64 {
+    fn next_record(&mut self) -> u64 {
         let seq = self.next_record_seq;
         self.next_record_seq += 1;
-        self.batch_opened_ns.get_or_insert(now_ns);
         seq
     }
 
@@ -455,38 +435,35 @@ impl VolumeSim {
     pub fn write(&mut self, now_ns: u64, lba: u64, sectors: u64) {
         self.counters.write_requests += 1;
         self.counters.client_write_bytes += sectors * SECTOR_BYTES;
-        if self.batcher.would_overflow(sectors * SECTOR_BYTES) {
-            self.close_batch();
-        }
-        let seq = self.next_record(now_ns);
-        self.batcher.add_write(
-            seq,
-            lba,
-            sectors,
-            RecordPos {
-                record_seq: seq,
-                sector: 0,
-            },
-        );
-        if self.batcher.is_full() {
-            self.close_batch();
-        }
+        let seq = self.next_record();
+        let at = RecordPos {
+            record_seq: seq,
+            sector: 0,
+        };
+        self.pipeline
+            .record(now_ns, seq, &[BatchItem::Data { lba, sectors, at }]);
+        self.drive();
     }
 
     /// One record zeroing `sectors` at `lba` (TRIM or WRITE_ZEROES).
     pub fn trim(&mut self, now_ns: u64, lba: u64, sectors: u64) {
         self.counters.trim_requests += 1;
         self.counters.trim_bytes += sectors * SECTOR_BYTES;
-        let seq = self.next_record(now_ns);
-        self.batcher.add_zero(seq, lba, sectors);
-        if self.batcher.is_full() {
-            self.close_batch();
-        }
+        let seq = self.next_record();
+        self.pipeline
+            .record(now_ns, seq, &[BatchItem::Zero { lba, sectors }]);
+        self.drive();
     }
 
-    fn apply(&mut self, h: &ObjectHeader) {
-        if let Err(e) = self.state.apply(h) {
-            // Sequence numbers come from the state itself and request ranges are
+    /// Close the open batch now (then checkpoint and GC, if due).
+    pub fn close_batch(&mut self) {
+        self.pipeline.close_batch();
+        self.drive();
+    }
+
+    fn apply_all(&mut self) {
+        if let Err(e) = self.pipeline.apply_all_ready() {
+            // Sequence numbers come from the pipeline itself and request ranges are
             // checked against the volume size, so this is a simulator bug.
             panic!("simulator applied an invalid object: {e}");
         }
@@ -499,36 +476,82 @@ impl VolumeSim {
         }
     }
 
-    /// Close the open batch into a data object (then checkpoint and GC, if due).
-    pub fn close_batch(&mut self) {
-        let Some(batch) = self.batcher.take() else {
+    /// Do what the pipeline asked for: upload (and apply) everything it hands out,
+    /// then run GC passes while it allows them. Returns at once when nothing changed.
+    fn drive(&mut self) {
+        self.counters.timeout_batches = self.pipeline.batches_closed_by_timeout();
+        let wakes = self.pipeline.take_wakes();
+        if !wakes.uploader && !wakes.gc {
             return;
-        };
-        self.batch_opened_ns = None;
-        self.counters.coalesced_bytes += batch.client_bytes - batch.data_bytes;
-        let seq = self.state.next_object_seq();
-        let extents = batch_extents(&batch);
-        let h = header_without_data(
-            ObjectKind::Data,
-            seq,
-            batch.last_record_seq,
-            extents,
-            batch.trims,
-        );
-        self.apply(&h);
-        let bytes = h.total_bytes();
-        self.counters.data_objects += 1;
-        self.counters.data_object_bytes += bytes;
-        self.object_bytes += bytes;
-        self.note_peak();
-        self.objects_since_checkpoint += 1;
-        if self.objects_since_checkpoint >= self.cfg.checkpoint_every_objects.max(1) {
-            self.objects_since_checkpoint = 0;
-            self.write_checkpoint();
         }
-        self.collect();
-        let point = self.point();
-        self.series.offer(|| point);
+        let mut data_objects = self.upload_all();
+        // Each pass frees at least one object and, with no client writes in between,
+        // creates no new garbage; this bound only guards against a bug.
+        let mut guard = self.state().objects().len() + 2;
+        while guard > 0 {
+            guard -= 1;
+            let Some(pass) = self.pipeline.gc_plan() else {
+                break;
+            };
+            let relocations = gc::live_extents(self.state(), &pass.victims);
+            let groups = gc::group_relocations(&relocations, self.cfg.batch_size_bytes);
+            let Some(first) = self.pipeline.gc_reserve(groups.len()) else {
+                break;
+            };
+            let last_record = self.state().last_record_seq();
+            let objects = groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let h = gc::gc_object_header(first + i as u64, last_record, g);
+                    (h.total_bytes(), h)
+                })
+                .collect();
+            self.pipeline.gc_queue(objects);
+            self.counters.gc_victims += pass.victims.len() as u64;
+            self.counters.gc_passes += 1;
+            data_objects += self.upload_all();
+        }
+        // Client batches GC let go of.
+        data_objects += self.upload_all();
+        self.pipeline.take_wakes();
+        debug_assert_eq!(self.object_bytes(), self.state().stored_bytes());
+        for _ in 0..data_objects.min(1) {
+            let point = self.point();
+            self.series.offer(|| point);
+        }
+    }
+
+    /// Upload and apply everything the pipeline hands out, in order. Returns the
+    /// number of data objects.
+    fn upload_all(&mut self) -> usize {
+        let mut data_objects = 0;
+        while let Some(u) = self.pipeline.next_upload(true) {
+            match u {
+                Upload::Data { seq, batch } => {
+                    data_objects += 1;
+                    let h = data_header(seq, &batch);
+                    self.counters.coalesced_bytes += batch.client_bytes - batch.data_bytes;
+                    self.counters.data_objects += 1;
+                    self.counters.data_object_bytes += h.total_bytes();
+                    self.pipeline.upload_done(seq, h);
+                    self.apply_all();
+                    self.note_peak();
+                }
+                Upload::Gc { seq, object } => {
+                    self.counters.gc_objects += 1;
+                    self.counters.gc_object_bytes += object.total_bytes();
+                    self.counters.gc_bytes_moved += object.data_bytes;
+                    self.pipeline.upload_done(seq, object);
+                    self.apply_all();
+                    self.note_peak();
+                }
+                Upload::Checkpoint { seq, dead, .. } => {
+                    self.write_checkpoint(seq, dead);
+                }
+            }
+        }
+        data_objects
     }
 
     fn point(&self) -> SeriesPoint {
@@ -538,43 +561,40 @@ impl VolumeSim {
             store_write_bytes: c.store_write_bytes(),
             store_bytes: self.store_bytes(),
             live_bytes: self.live_bytes(),
-            utilization: if self.object_bytes == 0 {
+            utilization: if self.object_bytes() == 0 {
                 1.0
             } else {
-                ratio(self.live_bytes(), self.object_bytes)
+                ratio(self.live_bytes(), self.object_bytes())
             },
             write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
         }
     }
 
-    /// Write a checkpoint object describing the state now, keeping the newest two.
-    fn write_checkpoint(&mut self) {
-        let seq = self.state.next_object_seq();
-        let (header_bytes, payload) = checkpoint_object_size(&self.state);
+    /// Write checkpoint `seq` describing the state now, delete the objects it leaves
+    /// out (`dead`), and keep the newest two checkpoints.
+    fn write_checkpoint(&mut self, seq: u64, dead: Vec<(u64, ObjectKind)>) {
+        let (header_bytes, payload) = checkpoint_object_size(self.state());
         let total = header_bytes + payload;
         let h = ObjectHeader {
             kind: ObjectKind::Checkpoint,
             volume: Default::default(),
             seq,
-            last_record_seq: self.state.last_record_seq(),
+            last_record_seq: self.state().last_record_seq(),
             extents: Vec::new(),
             trims: Vec::new(),
             header_bytes: header_bytes as u32,
             data_bytes: payload,
             chunk_crcs: Vec::new(),
         };
-        // The objects this checkpoint leaves out, deleted once it is durable.
-        let dead = self.state.dead_objects();
-        self.apply(&h);
+        self.pipeline.upload_done(seq, h);
+        self.apply_all();
         self.counters.checkpoint_objects += 1;
         self.counters.checkpoint_bytes += total;
         self.retained_checkpoints.insert(seq, total);
         self.note_peak();
-        for d in dead {
-            let bytes = self.state.objects().get(&d).map_or(0, |o| o.total_bytes);
-            self.state.forget_object(d);
-            self.object_bytes -= bytes;
-            self.counters.deleted_objects += 1;
+        self.counters.deleted_objects += dead.len() as u64;
+        for (d, _) in dead {
+            self.pipeline.forget_object(d);
         }
         // Like the engine: delete every older checkpoint but the newest one.
         let older: Vec<u64> = self
@@ -584,100 +604,42 @@ impl VolumeSim {
             .collect();
         for &old in older.iter().rev().skip(1) {
             self.retained_checkpoints.remove(&old);
-            self.state.forget_object(old);
+            self.pipeline.forget_object(old);
         }
+        self.pipeline.checkpoint_finished(seq);
     }
 
-    /// Run GC passes while the core says so.
-    fn collect(&mut self) {
-        let cfg = self.cfg.gc;
-        // Each pass deletes at least one object and, with no client writes in
-        // between, creates no new garbage; this bound only guards against a bug.
-        let mut guard = self.state.objects().len() + 2;
-        while self.may_collect(&cfg)
-            && gc::should_collect(&self.state, &cfg, self.gc_active)
-            && guard > 0
-        {
-            guard -= 1;
-            self.gc_active = true;
-            let victims =
-                gc::select_victims(&self.state, &cfg, self.state.next_object_seq(), |_| false);
-            if victims.is_empty() {
-                break;
-            }
-            let set: BTreeSet<u64> = victims.iter().copied().collect();
-            let relocations = gc::live_extents(&self.state, &set);
-            for group in gc::group_relocations(&relocations, self.cfg.batch_size_bytes) {
-                let seq = self.state.next_object_seq();
-                let h = gc::gc_object_header(seq, self.state.last_record_seq(), &group);
-                self.apply(&h);
-                let bytes = h.total_bytes();
-                self.counters.gc_objects += 1;
-                self.counters.gc_object_bytes += bytes;
-                self.counters.gc_bytes_moved += h.data_bytes;
-                self.object_bytes += bytes;
-                self.note_peak();
-            }
-            self.counters.gc_victims += victims.len() as u64;
-            // As in the engine, a checkpoint closes the pass; it leaves the victims
-            // out (they hold no live data now) and they are deleted.
-            self.objects_since_checkpoint = 0;
-            self.write_checkpoint();
-            self.counters.gc_passes += 1;
-        }
-        // The burst is over (the engine's GC task also drops back to inactive when
-        // there is nothing to do).
-        self.gc_active = false;
-        debug_assert_eq!(self.object_bytes, self.state.stored_bytes());
-    }
-
-    /// A constant-time pre-check of [`gc::should_collect`]: false only when it would
-    /// return false. `gc::utilization` sums over all objects, which after every data
-    /// object of a run with thousands of small objects dominated the replay; the
-    /// simulator keeps the same two sums as running totals (checked against the state
-    /// in debug builds) and asks the core only when collection may be due.
-    fn may_collect(&self, cfg: &GcConfig) -> bool {
-        if !cfg.enabled() {
-            return false;
-        }
-        debug_assert_eq!(self.live_bytes(), self.state.live_bytes());
-        debug_assert_eq!(self.object_bytes, self.state.stored_bytes());
-        let u = if self.object_bytes == 0 {
-            1.0
-        } else {
-            self.live_bytes() as f64 / self.object_bytes as f64
-        };
-        let threshold = if self.gc_active {
-            cfg.stop_utilization
-        } else {
-            cfg.start_utilization
-        };
-        u < threshold
-    }
-
-    /// Shut down like the engine: close the open batch, then write a clean checkpoint.
-    /// Idempotent.
+    /// Shut down like the engine: close the open batch (and run what that calls for),
+    /// stop writes, then write a clean checkpoint. Idempotent.
     pub fn finish(&mut self) {
         if self.finished {
             return;
         }
         self.finished = true;
         self.close_batch();
-        self.write_checkpoint();
+        self.pipeline.stop_writes();
+        self.drive();
+        match self.pipeline.begin_clean_checkpoint() {
+            Ok(Upload::Checkpoint { seq, dead, .. }) => self.write_checkpoint(seq, dead),
+            Ok(other) => panic!("the pipeline handed out {other:?} for a clean checkpoint"),
+            Err(e) => panic!("simulator did not drain: {e}"),
+        }
         let end = self.point();
         self.series.push_final(end);
         if self.cfg.volume_size_bytes.is_none() {
-            self.state.volume_size_bytes =
-                self.counters.max_end_bytes.div_ceil(1 << 30).max(1) << 30;
+            self.reported_volume_size_bytes =
+                Some(self.counters.max_end_bytes.div_ceil(1 << 30).max(1) << 30);
         }
     }
 
     /// The summary (call [`finish`](Self::finish) first for the engine's end state).
     pub fn report(&self) -> VolumeReport {
         let c = self.counters;
-        let extents = self.state.map().extent_count() as u64;
+        let extents = self.state().map().extent_count() as u64;
         VolumeReport {
-            volume_size_bytes: self.state.volume_size_bytes,
+            volume_size_bytes: self
+                .reported_volume_size_bytes
+                .unwrap_or(self.state().volume_size_bytes),
             counters: c,
             store_write_bytes: c.store_write_bytes(),
             write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
@@ -686,12 +648,23 @@ impl VolumeSim {
             map_memory_bytes: extents * MAP_BYTES_PER_EXTENT,
             live_bytes: self.live_bytes(),
             final_store_bytes: self.store_bytes(),
-            final_objects: (self.state.objects().len() + self.retained_checkpoints.len()) as u64,
-            final_utilization: if self.object_bytes == 0 {
+            final_objects: (self.state().objects().len() + self.retained_checkpoints.len()) as u64,
+            final_utilization: if self.object_bytes() == 0 {
                 1.0
             } else {
-                ratio(self.live_bytes(), self.object_bytes)
+                ratio(self.live_bytes(), self.object_bytes())
             },
         }
     }
+}
+
+/// The header of data object `seq` made from `batch` (no data: sizes and map only).
+fn data_header(seq: u64, batch: &Batch<RecordPos>) -> ObjectHeader {
+    header_without_data(
+        ObjectKind::Data,
+        seq,
+        batch.last_record_seq,
+        batch.object_extents(),
+        batch.trims.clone(),
+    )
 }

@@ -1,0 +1,189 @@
+//! Volume administration: create, list, describe; read a volume's metadata.
+//!
+//! None of it opens a volume: `info` rebuilds the store's view of it
+//! ([`super::store_recovery`]) without changing anything.
+
+use std::io;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lsvd_core::VolumeId;
+use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
+
+use super::keys::{meta_key, validate_volume_name};
+use super::store_recovery::recover_store;
+use crate::store::{DynStore, PutMode, StoreErrorKind};
+
+fn err(msg: impl Into<String>) -> io::Error {
+    io::Error::other(msg.into())
+}
+
+pub(crate) fn random_session_id() -> u64 {
+    let id = random_volume_id().0;
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&id[..8]);
+    u64::from_le_bytes(b)
+}
+
+fn random_volume_id() -> VolumeId {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut id).is_ok() {
+            return VolumeId(id);
+        }
+    }
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    id.copy_from_slice(&(t ^ (std::process::id() as u128) << 64).to_le_bytes());
+    VolumeId(id)
+}
+
+/// Create a new volume in the store. Fails if one of that name exists.
+pub async fn create_volume(
+    store: &DynStore,
+    name: &str,
+    size_bytes: u64,
+) -> io::Result<VolumeMeta> {
+    validate_volume_name(name).map_err(err)?;
+    if size_bytes == 0 || !size_bytes.is_multiple_of(4096) {
+        return Err(err(format!(
+            "volume size must be a positive multiple of 4096 bytes (got {size_bytes})"
+        )));
+    }
+    let meta = VolumeMeta {
+        volume: random_volume_id(),
+        size_bytes,
+        created_unix_secs: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        name: name.to_string(),
+    };
+    match store
+        .put(
+            &meta_key(name),
+            encode_volume_meta(&meta).into(),
+            PutMode::IfAbsent,
+        )
+        .await
+    {
+        Ok(()) => Ok(meta),
+        Err(e) if e.kind == StoreErrorKind::AlreadyExists => Err(err(format!(
+            "volume '{name}' already exists in {}",
+            store.describe()
+        ))),
+        Err(e) => Err(err(format!(
+            "cannot create volume '{name}' in {}: {e}",
+            store.describe()
+        ))),
+    }
+}
+
+pub async fn read_meta(store: &DynStore, name: &str) -> io::Result<VolumeMeta> {
+    validate_volume_name(name).map_err(err)?;
+    let bytes = match store.get(&meta_key(name)).await {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "no volume '{name}' in {} (create it with: lsvd create {name} --size SIZE)",
+                    store.describe()
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(err(format!(
+                "cannot read volume '{name}' from {}: {e}",
+                store.describe()
+            )));
+        }
+    };
+    let meta = decode_volume_meta(&bytes).map_err(|e| err(format!("volume '{name}': {e}")))?;
+    if meta.name != name {
+        return Err(err(format!(
+            "volume metadata under '{name}' names '{}'",
+            meta.name
+        )));
+    }
+    Ok(meta)
+}
+
+/// What the store says about a volume, computed without changing anything.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeInfo {
+    pub name: String,
+    pub volume_id: String,
+    pub size_bytes: u64,
+    pub created_unix_secs: u64,
+    pub live_bytes: u64,
+    pub store_bytes: u64,
+    pub utilization: f64,
+    pub objects: u64,
+    pub checkpoint_seq: Option<u64>,
+    pub closed_cleanly: bool,
+    pub next_object_seq: u64,
+    pub last_record_seq: u64,
+    pub map_extents: u64,
+    pub stranded_objects: Vec<u64>,
+    pub client_write_bytes: u64,
+    pub store_write_bytes: u64,
+    pub write_amplification: f64,
+    pub gc_passes: u64,
+    pub gc_moved_bytes: u64,
+}
+
+pub async fn inspect_volume(store: &DynStore, name: &str) -> io::Result<VolumeInfo> {
+    let meta = read_meta(store, name).await?;
+    let rec = recover_store(store, &meta).await?;
+    let s = &rec.state;
+    let store_bytes = s.stored_bytes();
+    Ok(VolumeInfo {
+        name: meta.name.clone(),
+        volume_id: meta.volume.to_string(),
+        size_bytes: meta.size_bytes,
+        created_unix_secs: meta.created_unix_secs,
+        live_bytes: s.live_bytes(),
+        store_bytes,
+        utilization: if store_bytes == 0 {
+            1.0
+        } else {
+            s.live_bytes() as f64 / store_bytes as f64
+        },
+        objects: s.objects().len() as u64,
+        checkpoint_seq: rec.checkpoint_seq,
+        closed_cleanly: rec.checkpoint_clean && rec.stranded.is_empty(),
+        next_object_seq: s.next_object_seq(),
+        last_record_seq: s.last_record_seq(),
+        map_extents: s.map().extent_count() as u64,
+        stranded_objects: rec.stranded.iter().map(|(s, _)| *s).collect(),
+        client_write_bytes: rec.counters.client_write_bytes,
+        store_write_bytes: rec.counters.store_write_bytes,
+        write_amplification: if rec.counters.client_write_bytes == 0 {
+            0.0
+        } else {
+            rec.counters.store_write_bytes as f64 / rec.counters.client_write_bytes as f64
+        },
+        gc_passes: rec.counters.gc_passes,
+        gc_moved_bytes: rec.counters.gc_moved_bytes,
+    })
+}
+
+/// Names of the volumes in a store.
+pub async fn list_volumes(store: &DynStore) -> io::Result<Vec<String>> {
+    let entries = store
+        .list("")
+        .await
+        .map_err(|e| err(format!("cannot list {}: {e}", store.describe())))?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|e| {
+            e.key
+                .strip_suffix("/meta")
+                .filter(|n| !n.contains('/'))
+                .map(str::to_string)
+        })
+        .collect())
+}

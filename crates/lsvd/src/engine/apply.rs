@@ -1,0 +1,65 @@
+//! Applying uploaded objects to the store map, in sequence order, a step at a time.
+//!
+//! The pipeline decides which object is next (`Pipeline::begin_apply`); this module
+//! runs the steps: about [`APPLY_STEP_PIECES`] map entries per hold of the state lock
+//! (applying 2,048 scattered extents at once held the lock every client write takes
+//! for 2-8 ms), each step releasing the write-log overlay of what it applied. Once
+//! objects are applied, the write log's tail moves past their records
+//! ([`super::log_tail`]).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::log_tail::persist_tail_off_runtime;
+use super::shared::Shared;
+
+/// Map entries inserted or displaced per hold of the state lock while applying an
+/// object: about 0.2 ms on a volume of 200,000 extents.
+const APPLY_STEP_PIECES: usize = 256;
+
+/// Apply every uploaded object whose turn has come; then, if that freed write-log
+/// records past `freeable_before`, make the new tail durable and free the space.
+pub(crate) async fn apply_ready(shared: &Arc<Shared>, freeable_before: u64) {
+    while apply_next(shared).await {}
+    let through = shared.lock().pipeline.freeable_through();
+    if through > freeable_before {
+        persist_tail_off_runtime(shared, through, false).await;
+    }
+}
+
+/// Apply the next object in sequence order, if it is there and no other task is
+/// applying one, releasing the state lock between steps.
+async fn apply_next(shared: &Shared) -> bool {
+    let begun = shared.lock().pipeline.begin_apply();
+    match begun {
+        Ok(Some(_)) => {}
+        Ok(None) => return false,
+        Err(e) => {
+            shared.fail(&format!("applying an object: {e}"));
+            return false;
+        }
+    }
+    loop {
+        {
+            let mut guard = shared.lock();
+            let st = &mut *guard;
+            let log_map = &mut st.log_map;
+            let done = st
+                .pipeline
+                .apply_step(APPLY_STEP_PIECES, |lba, sectors, last| {
+                    // This range now reads from the object: its write-log copy (if no
+                    // newer write replaced it) can go.
+                    log_map.release(lba, sectors, last)
+                });
+            if let Some(applied) = done {
+                shared
+                    .stats
+                    .gc_superseded_bytes
+                    .fetch_add(applied.superseded_bytes, Ordering::Relaxed);
+                return true;
+            }
+        }
+        // Let a client write that is waiting for the lock take it.
+        tokio::task::yield_now().await;
+    }
+}

@@ -1,0 +1,64 @@
+//! Moving the write log's tail: the cache superblock names the first record still
+//! needed, and only once that is durable is the space before it reused, so a crash
+//! never finds a superblock pointing at overwritten records.
+
+use std::sync::Arc;
+
+use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CacheSuper, encode_cache_super};
+
+use super::shared::Shared;
+
+/// [`persist_tail`] on the blocking pool: its fdatasync flushes every log page
+/// written since the last one and, on a busy disk, takes milliseconds to tens of
+/// milliseconds, during which a runtime thread would serve no client I/O.
+pub(crate) async fn persist_tail_off_runtime(shared: &Arc<Shared>, through: u64, clean: bool) {
+    let s = shared.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || persist_tail(&s, through, clean)).await {
+        shared.fail(&format!("cache superblock write failed: {e}"));
+    }
+}
+
+/// Write the cache superblock with the tail after record `through` (or after what the
+/// pipeline says is freeable, if that is further), then free the space. Called with no
+/// state lock held.
+fn persist_tail(shared: &Shared, through: u64, clean: bool) {
+    let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
+    let (sb, through) = {
+        let mut st = shared.lock();
+        let through = through.max(st.pipeline.freeable_through());
+        let (tail_offset, tail_seq) = st.log.tail_after(through);
+        st.cache_super_generation += 1;
+        let sb = CacheSuper {
+            clean,
+            volume: shared.meta.volume,
+            generation: st.cache_super_generation,
+            file_bytes: shared.cache.size_bytes(),
+            log_start: shared.log_start,
+            log_end: shared.log_end,
+            tail_offset,
+            tail_seq,
+            index_epoch: shared.index_epoch,
+        };
+        (sb, through)
+    };
+    let slot = (sb.generation % 2) * CACHE_SUPER_BYTES as u64;
+    let r = shared
+        .cache
+        .write_at(&encode_cache_super(&sb), slot)
+        .and_then(|_| shared.cache.sync());
+    if let Err(e) = r {
+        shared.fail(&format!("cache superblock write failed: {e}"));
+        return;
+    }
+    let mut st = shared.lock();
+    st.log.free_through(through);
+    while st
+        .log_headers
+        .front()
+        .is_some_and(|(_, h)| h.seq <= through)
+    {
+        st.log_headers.pop_front();
+    }
+    drop(st);
+    shared.space_freed.notify_all();
+}

@@ -1,0 +1,132 @@
+//! Putting one object into the store: fenced, put-if-absent, retried until it lands,
+//! then handed back to the pipeline and applied in sequence order.
+//!
+//! A failed PUT is retried with capped exponential backoff (jittered from the volume's
+//! seeded generator), without limit: client writes keep landing in the write log
+//! meanwhile and wait only once it is full. Before each attempt the volume superblock
+//! is checked: a process that another has taken the volume from writes nothing more.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lsvd_core::format::object::{ObjectKind, decode_object_header};
+
+use super::apply::apply_ready;
+use super::keys::object_key;
+use super::shared::Shared;
+use crate::store::{PutMode, StoreErrorKind};
+
+/// The first retry waits this long; each later one twice as long, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// PUT object `seq` with retries, then tell the pipeline and apply what is ready.
+pub(crate) async fn upload_object(
+    shared: &Arc<Shared>,
+    seq: u64,
+    kind: ObjectKind,
+    bytes: bytes::Bytes,
+) {
+    let header = match decode_object_header(&bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            shared.fail(&format!("encoded object {seq:016x} does not decode: {e}"));
+            return;
+        }
+    };
+    let key = object_key(&shared.meta.name, seq, kind);
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0u32;
+    loop {
+        // After a local failure (or a simulated crash) nothing more may change state.
+        if shared.is_failed() {
+            return;
+        }
+        attempt += 1;
+        // Fencing: stop before writing if another process has claimed the volume.
+        let current = *shared
+            .volume_super
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match super::volume_super::superseded(&shared.store, &shared.meta.name, &current).await {
+            Ok(false) => {}
+            Ok(true) => {
+                shared.fail(&format!(
+                    "another lsvd process has taken over the volume (superblock generation {} exists); not uploading {key}",
+                    current.generation + 1
+                ));
+                return;
+            }
+            Err(e) => {
+                crate::log::warn(&format!("cannot check volume ownership before {key}: {e}"));
+                shared.clock().sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        }
+        shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
+        match shared
+            .store
+            .put(&key, bytes.clone(), PutMode::IfAbsent)
+            .await
+        {
+            Ok(()) => break,
+            // An earlier attempt landed but its answer was lost, or another process
+            // writes this volume: only our own bytes count as landed.
+            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+                let header_len = header.header_bytes as u64;
+                match shared.store.get_range(&key, 0..header_len).await {
+                    Ok(found) if found[..] == bytes[..header_len as usize] => break,
+                    Ok(_) => {
+                        shared.fail(&format!(
+                            "{key} already exists with other contents: another lsvd process is writing this volume"
+                        ));
+                        return;
+                    }
+                    Err(e) => {
+                        crate::log::warn(&format!(
+                            "{key} exists but cannot be read back, retrying: {e}"
+                        ));
+                        shared.clock().sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+            Err(e) => {
+                shared
+                    .stats
+                    .store_put_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                if attempt == 1 || attempt.is_multiple_of(20) {
+                    crate::log::warn(&format!(
+                        "upload of {key} failed (attempt {attempt}), retrying: {e}"
+                    ));
+                }
+                let jitter = FIRST_BACKOFF.mul_f64(shared.jitter_fraction());
+                shared.clock().sleep(backoff + jitter).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+    shared
+        .stats
+        .store_put_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    match kind {
+        ObjectKind::Checkpoint => shared
+            .stats
+            .checkpoints_written
+            .fetch_add(1, Ordering::Relaxed),
+        _ => shared.stats.objects_written.fetch_add(1, Ordering::Relaxed),
+    };
+    if shared.is_failed() {
+        return;
+    }
+    let freeable_before = {
+        let mut st = shared.lock();
+        st.pipeline.upload_done(seq, header);
+        st.pipeline.freeable_through()
+    };
+    apply_ready(shared, freeable_before).await;
+}

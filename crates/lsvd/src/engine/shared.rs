@@ -1,0 +1,260 @@
+//! What the tasks of one open volume share: the state behind one lock, the devices,
+//! the counters, and the wake-ups between tasks.
+//!
+//! ```text
+//!   Shared ── state: Mutex<State> ── pipeline (lsvd_core::pipeline): batches, sequence
+//!          │                       │   numbers, upload queue, apply order, GC passes,
+//!          │                       │   checkpoint cadence, the store state (map)
+//!          │                       ├─ log_map: LBA → write-log position (overlay)
+//!          │                       └─ the write log: space, record chain, index
+//!          ├─ store, cache device, read cache, object header cache
+//!          └─ upload_wake / gc_wake / space_freed: wake-ups between tasks
+//! ```
+//!
+//! I/O is never done while holding the state lock. [`Shared::lock`] returns a guard
+//! that, when released, wakes the tasks the pipeline asked for: every change to the
+//! pipeline's state reaches the uploader and the GC without each caller remembering
+//! to notify them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lsvd_core::extent_map::Location;
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::checkpoint::Counters;
+use lsvd_core::format::record::RecordHeader;
+use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::format::volume_super::VolumeSuper;
+use lsvd_core::log_map::LogMap;
+use lsvd_core::pipeline::Pipeline;
+
+use super::clock::{Clock, now_ns};
+use super::config::EngineConfig;
+use super::log_index::CacheLayout;
+use super::log_space::LogSpace;
+use super::read::HeaderCache;
+use super::read_cache::ReadCache;
+use crate::cache_dev::CacheDevice;
+use crate::store::DynStore;
+
+/// Where a batched extent's data sits in the write log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogPos {
+    pub record_seq: u64,
+    pub offset: u64,
+}
+
+impl Location for LogPos {
+    fn advance(&self, sectors: u64) -> Self {
+        LogPos {
+            record_seq: self.record_seq,
+            offset: self.offset + sectors * SECTOR_BYTES,
+        }
+    }
+}
+
+/// The engine's pipeline: batches locate their data in the write log; GC objects wait
+/// for upload already encoded.
+pub(crate) type EnginePipeline = Pipeline<LogPos, bytes::Bytes>;
+
+/// Counters, readable without the state lock.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub client_write_bytes: AtomicU64,
+    pub client_read_bytes: AtomicU64,
+    pub log_records: AtomicU64,
+    pub log_syncs: AtomicU64,
+    pub store_put_bytes: AtomicU64,
+    pub store_puts: AtomicU64,
+    pub store_put_retries: AtomicU64,
+    pub store_gets: AtomicU64,
+    pub objects_written: AtomicU64,
+    pub checkpoints_written: AtomicU64,
+    pub superblocks_written: AtomicU64,
+    pub log_index_written: AtomicU64,
+    pub log_index_skipped: AtomicU64,
+    pub gc_passes: AtomicU64,
+    pub gc_moved_bytes: AtomicU64,
+    /// Bytes GC copied that a client overwrote (or trimmed) before the copy was
+    /// applied: the copy was discarded (GC objects apply only where the map still
+    /// points at their source).
+    pub gc_superseded_bytes: AtomicU64,
+    /// Bytes of victims' live data GC took from the read cache instead of a GET.
+    pub gc_cache_read_bytes: AtomicU64,
+    pub objects_deleted: AtomicU64,
+    /// Iterations of the uploader loop (an idle volume must not spin).
+    pub uploader_wakeups: AtomicU64,
+}
+
+/// The state behind the lock.
+pub(crate) struct State {
+    /// LBA → write-log position of data not yet applied to the store map.
+    pub(crate) log_map: LogMap,
+    /// Batching, numbering, uploads, apply order, GC passes; owns the store state.
+    pub(crate) pipeline: EnginePipeline,
+    /// Space of the circular write log.
+    pub(crate) log: LogSpace,
+    pub(crate) next_record_seq: u64,
+    /// CRC of the newest record in the log, carried by the next one (hash chain).
+    pub(crate) last_record_crc: u32,
+    /// Headers of the records still in the log (from the tail), for the log index.
+    pub(crate) log_headers: VecDeque<(u64, RecordHeader)>,
+    /// Every record through this sequence number is synced to the cache device.
+    pub(crate) log_synced_through: u64,
+    /// Log bytes appended since the last write-log index.
+    pub(crate) log_bytes_since_index: u64,
+    pub(crate) log_index_generation: u64,
+    pub(crate) cache_super_generation: u64,
+    /// Lifetime counters as of the checkpoint the volume was opened from.
+    pub(crate) base_counters: Counters,
+}
+
+impl State {
+    /// Lifetime counters now: those loaded at open plus this session's.
+    pub(crate) fn counters(&self, stats: &Stats) -> Counters {
+        let b = self.base_counters;
+        Counters {
+            client_write_bytes: b.client_write_bytes
+                + stats.client_write_bytes.load(Ordering::Relaxed),
+            store_write_bytes: b.store_write_bytes + stats.store_put_bytes.load(Ordering::Relaxed),
+            gc_passes: b.gc_passes + stats.gc_passes.load(Ordering::Relaxed),
+            gc_moved_bytes: b.gc_moved_bytes + stats.gc_moved_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub meta: VolumeMeta,
+    pub config: EngineConfig,
+    pub store: DynStore,
+    pub cache: Arc<dyn CacheDevice>,
+    pub stats: Stats,
+    pub(crate) state: Mutex<State>,
+    /// Signalled when log space is freed.
+    pub(crate) space_freed: Condvar,
+    /// Wakes the uploader.
+    pub(crate) upload_wake: tokio::sync::Notify,
+    /// Wakes the garbage collector.
+    pub(crate) gc_wake: tokio::sync::Notify,
+    /// Serializes cache superblock and write-log index writes (they share a sync).
+    pub(crate) super_lock: Mutex<()>,
+    /// The volume superblock generation this process wrote last (store side).
+    pub(crate) volume_super: Mutex<VolumeSuper>,
+    /// Serializes volume superblock writes after checkpoints.
+    pub(crate) volume_super_writes: tokio::sync::Mutex<()>,
+    /// Set once this process's generation is in the store; uploads wait for it.
+    pub(crate) volume_claimed: AtomicBool,
+    /// Recently read object chunks on local disk (None: disabled).
+    pub(crate) read_cache: Option<ReadCache>,
+    /// Object headers cached for read verification.
+    pub(crate) headers: HeaderCache,
+    /// Set after an unrecoverable local I/O error; all later writes fail.
+    pub(crate) failed: AtomicBool,
+    pub(crate) log_start: u64,
+    pub(crate) log_end: u64,
+    /// Regions of the cache file (log, index slots).
+    pub(crate) layout: CacheLayout,
+    /// This open's write-log index epoch (in every cache superblock it writes).
+    pub(crate) index_epoch: u64,
+    /// State of the upload retries' jitter (seeded: `EngineConfig::jitter_seed`).
+    pub(crate) jitter: Mutex<lsvd_trace::synthetic::prng::Rng>,
+}
+
+impl Shared {
+    /// Take the state lock. Released with the guard, which then wakes what the
+    /// pipeline asked for.
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        // The state is only mutated by code that does not panic mid-update; a poisoned
+        // lock means a bug already reported by the panic, so keep serving.
+        StateGuard {
+            shared: self,
+            guard: Some(self.state.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.config.clock
+    }
+
+    /// Now, in the pipeline's nanoseconds.
+    pub(crate) fn now_ns(&self) -> u64 {
+        now_ns(self.clock())
+    }
+
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn fail(&self, why: &str) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            crate::log::error(&format!(
+                "volume {} failed: {why}; refusing further writes",
+                self.meta.name
+            ));
+        }
+    }
+
+    /// A uniform random fraction in [0, 1), from the seeded jitter generator.
+    pub(crate) fn jitter_fraction(&self) -> f64 {
+        let mut rng = self.jitter.lock().unwrap_or_else(|p| p.into_inner());
+        (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The state lock, held. Dropping it delivers the pipeline's wake-ups.
+pub(crate) struct StateGuard<'a> {
+    shared: &'a Shared,
+    /// Always `Some` but while waiting on the space condition variable.
+    guard: Option<MutexGuard<'a, State>>,
+}
+
+impl StateGuard<'_> {
+    fn deliver_wakes(&mut self) {
+        if let Some(g) = self.guard.as_mut() {
+            let wakes = g.pipeline.take_wakes();
+            if wakes.uploader {
+                self.shared.upload_wake.notify_one();
+            }
+            if wakes.gc {
+                self.shared.gc_wake.notify_one();
+            }
+        }
+    }
+
+    /// Release the lock until log space is freed or `timeout` passes (real time: a
+    /// poll, not a timer), then take it again.
+    pub(crate) fn wait_for_space(mut self, timeout: Duration) -> Self {
+        self.deliver_wakes();
+        if let Some(g) = self.guard.take() {
+            let g = self
+                .shared
+                .space_freed
+                .wait_timeout(g, timeout)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+            self.guard = Some(g);
+        }
+        self
+    }
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.guard.as_ref().expect("the guard holds the lock")
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        self.guard.as_mut().expect("the guard holds the lock")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        self.deliver_wakes();
+    }
+}

@@ -1,0 +1,236 @@
+//! The store side of recovery: rebuild the volume's state from the object store
+//! alone, without changing anything.
+//!
+//! `lsvd_core::recovery::plan_recovery` says which checkpoint to start from and which
+//! objects follow it without a gap; this module reads them (the checkpoint whole and
+//! verified, the others' headers with one ranged GET each), applies them, and reports
+//! what the newest volume superblock promises that the store no longer holds.
+
+use std::io;
+
+use lsvd_core::format::checkpoint::decode_checkpoint;
+use lsvd_core::format::object::{ObjectKind, verify_chunks};
+use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::recovery::{ListedObject, plan_recovery};
+use lsvd_core::store_state::StoreState;
+
+use super::keys::{object_key, objects_prefix, parse_object_name};
+use crate::store::DynStore;
+
+fn err(msg: impl Into<String>) -> io::Error {
+    io::Error::other(msg.into())
+}
+
+/// The store's view of a volume, rebuilt without changing anything.
+pub(crate) struct StoreRecovery {
+    pub state: StoreState,
+    pub counters: lsvd_core::format::checkpoint::Counters,
+    /// Data and GC objects below the base checkpoint that it does not list: garbage
+    /// whose deletion was interrupted.
+    pub orphans: Vec<(u64, ObjectKind)>,
+    pub stranded: Vec<(u64, ObjectKind)>,
+    pub checkpoint_seq: Option<u64>,
+    pub checkpoint_clean: bool,
+    pub objects_replayed: u64,
+    /// The newest volume superblock generation, if any.
+    pub superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
+    /// What the superblock promises that the store no longer holds: a description
+    /// naming the missing object (strict recovery refuses to start on it).
+    pub superblock_violation: Option<String>,
+}
+
+pub(crate) async fn recover_store(
+    store: &DynStore,
+    meta: &VolumeMeta,
+) -> io::Result<StoreRecovery> {
+    let name = &meta.name;
+    let listing = store
+        .list(&objects_prefix(name))
+        .await
+        .map_err(|e| err(format!("cannot list objects of '{name}': {e}")))?;
+    let mut kinds = std::collections::BTreeMap::new();
+    for entry in &listing {
+        match parse_object_name(&entry.key) {
+            Some((seq, kind)) => {
+                kinds.insert(seq, kind);
+            }
+            None => crate::log::warn(&format!("ignoring unexpected object {}", entry.key)),
+        }
+    }
+    let listed: Vec<ListedObject> = kinds
+        .iter()
+        .map(|(&seq, &kind)| ListedObject {
+            seq,
+            is_checkpoint: kind == ObjectKind::Checkpoint,
+        })
+        .collect();
+    let superblock = super::volume_super::read_newest(store, meta).await?;
+    let plan = plan_recovery(&listed);
+    let (mut state, replay, checkpoint_seq, checkpoint_clean, counters) =
+        match plan.checkpoint_candidates.first() {
+            Some(&c) => {
+                let key = object_key(name, c, ObjectKind::Checkpoint);
+                let bytes = store
+                    .get(&key)
+                    .await
+                    .map_err(|e| err(format!("reading checkpoint {key}: {e}")))?;
+                let header = lsvd_core::format::object::decode_object_header(&bytes)
+                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
+                if header.volume != meta.volume || header.seq != c {
+                    return Err(err(format!(
+                        "checkpoint {key} belongs to another volume or sequence"
+                    )));
+                }
+                let payload = &bytes[header.header_bytes as usize..];
+                verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload)
+                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
+                let ck = decode_checkpoint(payload)
+                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
+                let state = StoreState::from_checkpoint(c, &ck)
+                    .map_err(|e| err(format!("checkpoint {key}: {e}")))?;
+                (
+                    state,
+                    plan.replay_after[0].clone(),
+                    Some(c),
+                    ck.clean,
+                    ck.counters,
+                )
+            }
+            None => (
+                StoreState::new(meta.size_bytes),
+                plan.replay_after.last().cloned().unwrap_or_default(),
+                None,
+                false,
+                Default::default(),
+            ),
+        };
+    if state.volume_size_bytes != meta.size_bytes {
+        return Err(err(format!(
+            "checkpoint size {} differs from volume size {}",
+            state.volume_size_bytes, meta.size_bytes
+        )));
+    }
+    for &c in plan.checkpoint_candidates.iter().skip(1) {
+        state.note_checkpoint(c);
+    }
+    let orphans: Vec<(u64, ObjectKind)> = match checkpoint_seq {
+        Some(c) => kinds
+            .iter()
+            .filter(|&(&seq, &kind)| {
+                seq < c && kind != ObjectKind::Checkpoint && !state.objects().contains_key(&seq)
+            })
+            .map(|(&seq, &kind)| (seq, kind))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut replayed = 0;
+    for seq in replay {
+        let kind = kinds[&seq];
+        let key = object_key(name, seq, kind);
+        let header = read_header(store, &key).await?;
+        if header.volume != meta.volume || header.seq != seq || header.kind != kind {
+            return Err(err(format!(
+                "object {key} does not match its name (another volume's data?)"
+            )));
+        }
+        state
+            .apply(&header)
+            .map_err(|e| err(format!("object {key}: {e}")))?;
+        replayed += 1;
+    }
+    let stranded = plan.stranded.iter().map(|s| (*s, kinds[s])).collect();
+    let superblock_violation = superblock.and_then(|sb| {
+        let generation = sb.generation;
+        if let Some(c) = sb.newest_checkpoint
+            && kinds.get(&c) != Some(&ObjectKind::Checkpoint)
+        {
+            return Some(format!(
+                "checkpoint {} named by volume superblock generation {generation} is missing from the store",
+                object_key(name, c, ObjectKind::Checkpoint)
+            ));
+        }
+        let next = state.next_object_seq();
+        (next < sb.durable_through).then(|| {
+            format!(
+                "volume superblock generation {generation} says every object below sequence {} was durable, but object {next:016x} is missing from the store",
+                sb.durable_through
+            )
+        })
+    });
+    Ok(StoreRecovery {
+        superblock,
+        superblock_violation,
+        state,
+        counters,
+        orphans,
+        stranded,
+        checkpoint_seq,
+        checkpoint_clean: checkpoint_clean && replayed == 0,
+        objects_replayed: replayed,
+    })
+}
+
+pub(crate) async fn read_header(
+    store: &DynStore,
+    key: &str,
+) -> io::Result<lsvd_core::format::object::ObjectHeader> {
+    use lsvd_core::format::object::{HEADER_PROBE_BYTES, decode_object_header, peek_header_bytes};
+    let mut buf = store
+        .get_range(key, 0..HEADER_PROBE_BYTES)
+        .await
+        .map_err(|e| err(format!("reading {key}: {e}")))?;
+    let need = peek_header_bytes(&buf).map_err(|e| err(format!("object {key} is corrupt: {e}")))?;
+    if need > buf.len() as u64 {
+        let rest = store
+            .get_range(key, buf.len() as u64..need)
+            .await
+            .map_err(|e| err(format!("reading {key}: {e}")))?;
+        buf.extend_from_slice(&rest);
+    }
+    decode_object_header(&buf).map_err(|e| err(format!("object {key} is corrupt: {e}")))
+}
+
+/// Act on what the store side of recovery found, before anything new is written:
+/// refuse (strict mode) or warn when the store lost what the volume superblock says
+/// it held; delete objects stranded past a gap (they must go before any new object
+/// could take their numbers); delete garbage a crash left (best effort). Returns the
+/// stranded objects deleted.
+pub(crate) async fn settle_store(
+    store: &DynStore,
+    name: &str,
+    rec: &StoreRecovery,
+    mode: super::config::RecoveryMode,
+) -> io::Result<Vec<u64>> {
+    if let Some(why) = &rec.superblock_violation {
+        if mode == super::config::RecoveryMode::Strict {
+            return Err(err(format!(
+                "{why}: the store lost data it had acknowledged. Start with --recovery-mode accept-prefix to continue from what the store has"
+            )));
+        }
+        crate::log::warn(&format!(
+            "{why}; continuing (--recovery-mode accept-prefix)"
+        ));
+    }
+    let mut deleted = Vec::new();
+    for &(seq, kind) in &rec.stranded {
+        let key = object_key(name, seq, kind);
+        store
+            .delete(&key)
+            .await
+            .map_err(|e| err(format!("cannot delete stranded object {key}: {e}")))?;
+        crate::log::warn(&format!(
+            "deleted stranded object {key} (past a gap in the sequence)"
+        ));
+        deleted.push(seq);
+    }
+    for &(seq, kind) in &rec.orphans {
+        let key = object_key(name, seq, kind);
+        match store.delete(&key).await {
+            Ok(()) => crate::log::info(&format!(
+                "deleted garbage object {key} (not in the checkpoint)"
+            )),
+            Err(e) => crate::log::warn(&format!("could not delete garbage object {key}: {e}")),
+        }
+    }
+    Ok(deleted)
+}

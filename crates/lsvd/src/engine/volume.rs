@@ -1,0 +1,322 @@
+//! An open volume, as its users see it: write, read, flush, trim, status, shutdown.
+//!
+//! Requests are checked here (range, alignment, a failed volume) and handed to the
+//! tasks that do the work: writes, trims and flushes to the log writer thread
+//! ([`super::writer`]) through a bounded queue, reads to [`super::read`]. Shutdown
+//! drains the writer, waits for the GC and the uploader to finish, and writes a clean
+//! checkpoint ([`super::checkpoint::write_clean`]).
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::volume_meta::VolumeMeta;
+
+use super::shared::{Shared, Stats};
+use super::{checkpoint, read, writer};
+
+/// A point-in-time summary for `lsvd info` and metrics.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VolumeStatus {
+    pub name: String,
+    pub volume_id: String,
+    pub size_bytes: u64,
+    pub live_bytes: u64,
+    pub store_bytes: u64,
+    pub objects: u64,
+    pub checkpoints: u64,
+    pub next_object_seq: u64,
+    pub last_record_seq_in_store: u64,
+    pub log_used_bytes: u64,
+    pub log_capacity_bytes: u64,
+    pub map_extents: u64,
+    pub log_map_extents: u64,
+    pub uploads_pending: u64,
+    /// Closed client batches waiting for GC to bring the store back under its bound
+    /// (included in `uploads_pending`).
+    pub uploads_held: u64,
+    pub client_write_bytes: u64,
+    pub store_put_bytes: u64,
+    pub write_amplification: f64,
+    pub lifetime_client_write_bytes: u64,
+    pub lifetime_store_write_bytes: u64,
+    pub gc_passes: u64,
+    pub gc_moved_bytes: u64,
+    /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
+    pub gc_pass_in_flight: bool,
+    /// This session's GC copies superseded by client writes (see `Stats`).
+    pub gc_superseded_bytes: u64,
+    /// This session's GC reads served by the read cache (see `Stats`).
+    pub gc_cache_read_bytes: u64,
+    pub utilization: f64,
+    pub read_cache_hits: u64,
+    pub read_cache_misses: u64,
+    pub read_cache_entries: u64,
+}
+
+pub struct Volume {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) log_tx: tokio::sync::mpsc::Sender<writer::LogOp>,
+    pub(crate) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    pub(crate) uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(crate) gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "volume is shutting down")
+}
+
+impl Volume {
+    pub fn meta(&self) -> &VolumeMeta {
+        &self.shared.meta
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.shared.meta.size_bytes
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let size = self.size_bytes();
+        if !offset.is_multiple_of(SECTOR_BYTES) || !len.is_multiple_of(SECTOR_BYTES) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request not aligned to 512 bytes",
+            ));
+        }
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "request beyond end of volume",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.shared.is_failed() {
+            return Err(io::Error::other("volume failed after a local I/O error"));
+        }
+        Ok(())
+    }
+
+    async fn submit(
+        &self,
+        op: writer::LogOp,
+        rx: tokio::sync::oneshot::Receiver<io::Result<()>>,
+    ) -> io::Result<()> {
+        self.log_tx.send(op).await.map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+
+    /// Write `data` at byte `offset`. Returns once the record is in the log (and
+    /// durable, with `fua`).
+    pub async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        self.check_range(offset, data.len() as u64)?;
+        self.check_writable()?;
+        if data.is_empty() {
+            return if fua { self.flush().await } else { Ok(()) };
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(
+            writer::LogOp::Write {
+                lba: offset / SECTOR_BYTES,
+                data,
+                fua,
+                done: tx,
+            },
+            rx,
+        )
+        .await
+    }
+
+    /// Make the range read as zeros (TRIM and WRITE_ZEROES).
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
+        self.check_range(offset, len)?;
+        self.check_writable()?;
+        if len == 0 {
+            return if fua { self.flush().await } else { Ok(()) };
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let op = writer::LogOp::Zero {
+            lba: offset / SECTOR_BYTES,
+            sectors: len / SECTOR_BYTES,
+            fua,
+            done: tx,
+        };
+        self.submit(op, rx).await
+    }
+
+    /// Make every write acknowledged before this call durable on the cache device.
+    pub async fn flush(&self) -> io::Result<()> {
+        self.check_writable()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(writer::LogOp::Flush { done: tx }, rx).await
+    }
+
+    pub async fn read(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        self.check_range(offset, len)?;
+        read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await
+    }
+
+    /// Allocation of `[offset, offset+len)`: runs of (bytes, allocated).
+    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, bool)>> {
+        self.check_range(offset, len)?;
+        Ok(read::allocation(
+            &self.shared,
+            offset / SECTOR_BYTES,
+            len / SECTOR_BYTES,
+        ))
+    }
+
+    /// Test probe: run `f` under the state lock with (live bytes, stored bytes of data
+    /// and GC objects as the engine accounts them, bytes of objects on their way, a
+    /// description of the GC state).
+    #[cfg(test)]
+    pub(crate) fn with_accounting<T>(&self, f: impl FnOnce(u64, u64, u64, String) -> T) -> T {
+        let st = self.shared.lock();
+        let p = &st.pipeline;
+        f(
+            p.store().live_bytes(),
+            p.store().stored_bytes(),
+            p.pending_bytes(),
+            p.describe(),
+        )
+    }
+
+    pub fn status(&self) -> VolumeStatus {
+        let st = self.shared.lock();
+        let stats = &self.shared.stats;
+        let client = stats.client_write_bytes.load(Ordering::Relaxed);
+        let put = stats.store_put_bytes.load(Ordering::Relaxed);
+        let counters = st.counters(stats);
+        let store = st.pipeline.store();
+        VolumeStatus {
+            name: self.shared.meta.name.clone(),
+            volume_id: self.shared.meta.volume.to_string(),
+            size_bytes: self.shared.meta.size_bytes,
+            live_bytes: store.live_bytes(),
+            store_bytes: store.stored_bytes(),
+            objects: store.objects().len() as u64,
+            checkpoints: store.checkpoints().len() as u64,
+            next_object_seq: store.next_object_seq(),
+            last_record_seq_in_store: store.last_record_seq(),
+            log_used_bytes: st.log.used_bytes(),
+            log_capacity_bytes: st.log.capacity_bytes(),
+            map_extents: store.map().extent_count() as u64,
+            log_map_extents: st.log_map.extent_count() as u64,
+            uploads_pending: st.pipeline.uploads_pending(),
+            uploads_held: st.pipeline.uploads_held(),
+            client_write_bytes: client,
+            store_put_bytes: put,
+            write_amplification: if client == 0 {
+                0.0
+            } else {
+                put as f64 / client as f64
+            },
+            lifetime_client_write_bytes: counters.client_write_bytes,
+            lifetime_store_write_bytes: counters.store_write_bytes,
+            gc_passes: counters.gc_passes,
+            gc_moved_bytes: counters.gc_moved_bytes,
+            gc_pass_in_flight: st.pipeline.gc_pass_in_flight(),
+            gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
+            gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),
+            utilization: lsvd_core::gc::utilization(store),
+            read_cache_hits: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.hits.load(Ordering::Relaxed)),
+            read_cache_misses: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.misses.load(Ordering::Relaxed)),
+            read_cache_entries: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.entries() as u64),
+        }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    /// Simulate a process crash: stop uploading and refuse all further I/O at once,
+    /// without draining anything. For in-process crash tests; the volume must then be
+    /// dropped and reopened from its store and cache device.
+    pub fn crash(&self) {
+        self.shared.fail("simulated crash");
+        if let Some(u) = self
+            .uploader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            u.abort();
+        }
+        if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            g.abort();
+        }
+    }
+
+    /// The store map as (lba, sectors, object seq, byte offset), for tests and the
+    /// simulator equivalence check.
+    pub fn store_map_snapshot(&self) -> Vec<(u64, u64, u64, u64)> {
+        let st = self.shared.lock();
+        st.pipeline
+            .store()
+            .map()
+            .iter()
+            .map(|p| (p.lba, p.sectors, p.location.object_seq, p.location.offset))
+            .collect()
+    }
+
+    /// Drain writes, upload everything, write a clean checkpoint and mark the cache
+    /// clean. Safe to call more than once.
+    pub async fn shutdown(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self
+            .log_tx
+            .send(writer::LogOp::Shutdown { done: tx })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        let thread = self
+            .writer_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(t) = thread {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        let gc = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(g) = gc {
+            self.shared.gc_wake.notify_one();
+            let _ = g.await;
+        }
+        self.shared.upload_wake.notify_one();
+        let uploader = self
+            .uploader
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(u) = uploader {
+            let _ = u.await;
+        }
+        if self.shared.is_failed() {
+            return Err(io::Error::other("volume failed; not marked clean"));
+        }
+        checkpoint::write_clean(&self.shared).await?;
+        if let Some(rc) = &self.shared.read_cache
+            && let Err(e) = rc.save(self.shared.meta.volume)
+        {
+            crate::log::warn(&format!("could not save the read-cache index: {e}"));
+        }
+        Ok(())
+    }
+}
