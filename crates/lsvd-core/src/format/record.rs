@@ -703,4 +703,41 @@ mod tests {
         let h = decode_record_header(&truncated).expect("header intact");
         assert!(verify_record(&h, &truncated).is_err());
     }
+
+    /// Throughput of the two data hashes, for the record. Not a CI check; run with
+    /// `cargo test -p lsvd-core --release --lib data_hash_throughput -- --ignored
+    /// --nocapture`. Prints the median MiB/s of 7 runs per hash and buffer size.
+    #[test]
+    #[ignore = "a measurement, not a check; run in release"]
+    fn data_hash_throughput() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        let volume = VolumeId([3; 16]);
+        for size_bytes in [4096usize, 1 << 20] {
+            let data: Vec<u8> = (0..size_bytes).map(|i| (i * 131 % 251) as u8).collect();
+            let iterations = (256 << 20) / size_bytes;
+            type DataHash = fn(VolumeId, u64, u32, &[u8]) -> u64;
+            let hashes: [(&str, DataHash); 2] = [
+                ("keyed_hash64 (v2)", record_data_hash_v2),
+                ("xxh3 (v3)", record_data_hash),
+            ];
+            for (name, hash) in hashes {
+                let mut mib_per_s: Vec<f64> = (0..7)
+                    .map(|_| {
+                        let start = Instant::now();
+                        for seq in 0..iterations as u64 {
+                            black_box(hash(volume, black_box(seq), 9, black_box(&data)));
+                        }
+                        let secs = start.elapsed().as_secs_f64();
+                        (iterations * size_bytes) as f64 / (1 << 20) as f64 / secs
+                    })
+                    .collect();
+                mib_per_s.sort_by(f64::total_cmp);
+                println!(
+                    "{name:>18} {size_bytes:>8} B buffers: median {:>8.0} MiB/s (min {:.0}, max {:.0})",
+                    mib_per_s[3], mib_per_s[0], mib_per_s[6]
+                );
+            }
+        }
+    }
 }
