@@ -1,5 +1,7 @@
 //! Tunables of a running volume, with their defaults.
 
+pub use lsvd_core::recovery::RecoveryMode;
+
 /// Engine settings. Defaults suit a VM disk on a local SSD.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -28,14 +30,6 @@ pub struct EngineConfig {
     /// GC moves at most this many bytes per second, or four times the rate clients
     /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
     pub gc_min_rate_bytes: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoveryMode {
-    /// Refuse to start if anything acknowledged cannot be recovered.
-    Strict,
-    /// Start from the longest prefix that can be recovered, reporting what was lost.
-    AcceptPrefix,
 }
 
 impl Default for EngineConfig {
