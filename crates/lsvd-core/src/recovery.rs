@@ -1,12 +1,25 @@
-//! Recovery planning: which objects in the store form the volume, and which are
-//! stranded past a gap.
+//! Recovery planning at open: which objects in the store form the volume, and which
+//! are stranded past a gap (the store side, [`plan_recovery`]); then what to do with
+//! the write log given what the store holds (the log side, [`plan_log_recovery`]).
 //!
-//! The rule (LSVD section 3.3): start from the newest checkpoint and take the longest
-//! run of consecutive sequence numbers after it. Objects after the first gap were
-//! uploaded out of order while an earlier upload never landed; replaying them would
-//! break prefix consistency, so they are stranded and must be deleted before the
+//! Both are pure decisions over sequence numbers, kept apart from the engine's I/O so
+//! every branch can be tested exhaustively and the simulator and the engine decide
+//! alike.
+//!
+//! Store side. The rule (LSVD section 3.3): start from the newest checkpoint and take
+//! the longest run of consecutive sequence numbers after it. Objects after the first
+//! gap were uploaded out of order while an earlier upload never landed; replaying them
+//! would break prefix consistency, so they are stranded and must be deleted before the
 //! volume accepts a new write (a later object with the same sequence number would
 //! otherwise be ambiguous).
+//!
+//! Log side. The write log holds records the store may not have yet; the store's
+//! objects say through which record they hold the log (`last_record_seq`). Records the
+//! store already holds are skipped, the rest are replayed, and if the log and the store
+//! do not meet (records in between are in neither), [`RecoveryMode`] decides: refuse,
+//! or continue from what the store has and tell the operator what was lost.
+
+use std::fmt;
 
 /// What a listing says about one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,6 +78,282 @@ pub fn plan_recovery(listed: &[ListedObject]) -> RecoveryPlan {
         stranded,
     }
 }
+
+/// What to do when the store and the write log together cannot give back everything
+/// that was acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryMode {
+    /// Refuse to start if anything acknowledged cannot be recovered.
+    Strict,
+    /// Start from the longest prefix that can be recovered, reporting what was lost.
+    AcceptPrefix,
+}
+
+/// A non-empty run of consecutive record sequence numbers, `first..=last`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqRange {
+    first: u64,
+    last: u64,
+}
+
+impl SeqRange {
+    /// The run `first..=last`, or `None` if `first > last` (an empty run).
+    pub fn new(first: u64, last: u64) -> Option<SeqRange> {
+        (first <= last).then_some(SeqRange { first, last })
+    }
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+    pub fn contains(&self, seq: u64) -> bool {
+        (self.first..=self.last).contains(&seq)
+    }
+    /// The sequence numbers of the run, in order.
+    pub fn seqs(&self) -> std::ops::RangeInclusive<u64> {
+        self.first..=self.last
+    }
+}
+
+/// What the engine found at open, as sequence numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRecoveryInput {
+    /// The cache superblock's `tail_seq` (the first record the log still needed), or
+    /// `None` if the cache has no superblock (a new or empty write log).
+    pub cache_tail_seq: Option<u64>,
+    /// The verified record chain followed from the superblock's tail: a consecutive
+    /// run of sequence numbers, `None` if no record was found. The engine finds a chain
+    /// only when a superblock exists; the plan treats the chain the same either way.
+    pub chain: Option<SeqRange>,
+    /// The last write-log record the store holds (`last_record_seq` of the newest
+    /// applied object; 0 if none).
+    pub store_last_record_seq: u64,
+    pub mode: RecoveryMode,
+}
+
+/// What to do with the write log at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecoveryPlan {
+    /// Chain records to replay (apply to the map and batch again): those the store does
+    /// not hold. When present it starts at `store_last_record_seq + 1` and ends at the
+    /// chain's last record.
+    pub replay: Option<SeqRange>,
+    /// Accept-prefix only: records past a gap were dropped; upload an empty batch
+    /// covering records through this one so the store and the log line up again.
+    pub bridge_through: Option<u64>,
+    /// Sequence number of the next record the log writer appends: one past both the
+    /// chain and the store.
+    pub next_record_seq: u64,
+    /// What accept-prefix let through, for the operator. Empty in strict mode.
+    pub warnings: Vec<LogRecoveryWarning>,
+}
+
+/// Data loss accept-prefix mode continued past. Each reads as one sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRecoveryWarning {
+    /// The write log had released records (through `released_through`) that the store
+    /// does not hold: objects the store acknowledged are missing.
+    LogReleasedRecordsStoreLacks {
+        store_last_record_seq: u64,
+        released_through: u64,
+    },
+    /// The chain resumes past a gap after the store's last record; its records cannot
+    /// be replayed in order, so they are dropped and bridged.
+    RecordsPastGapDropped {
+        store_last_record_seq: u64,
+        dropped: SeqRange,
+    },
+}
+
+impl fmt::Display for LogRecoveryWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogRecoveryWarning::LogReleasedRecordsStoreLacks {
+                store_last_record_seq,
+                released_through,
+            } => write!(
+                f,
+                "the store holds records only through {store_last_record_seq}, but the write log had already released records up to {released_through}: objects the store acknowledged are missing, continuing from what the store has"
+            ),
+            LogRecoveryWarning::RecordsPastGapDropped {
+                store_last_record_seq,
+                dropped,
+            } => {
+                let missing = SeqRange::new(
+                    store_last_record_seq.saturating_add(1),
+                    dropped.first().saturating_sub(1),
+                );
+                write!(
+                    f,
+                    "write log resumes at record {} but the store ends at record {store_last_record_seq}: ",
+                    dropped.first()
+                )?;
+                if let Some(missing) = missing {
+                    let missing = Records(missing);
+                    write!(f, "{missing} {} missing, so ", missing.verb())?;
+                }
+                let dropped = Records(*dropped);
+                write!(f, "write-log {dropped} {} dropped", dropped.verb())
+            }
+        }
+    }
+}
+
+/// "record 7" or "records 7 through 9", for messages.
+struct Records(SeqRange);
+
+impl Records {
+    fn verb(&self) -> &'static str {
+        if self.0.first == self.0.last {
+            "is"
+        } else {
+            "are"
+        }
+    }
+}
+
+impl fmt::Display for Records {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SeqRange { first, last } = self.0;
+        if first == last {
+            write!(f, "record {first}")
+        } else {
+            write!(f, "records {first} through {last}")
+        }
+    }
+}
+
+/// Why the log cannot be recovered as asked. Each reads as one sentence; the engine
+/// adds how to continue anyway where that is possible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRecoveryRefusal {
+    /// Strict: the write log had released records (through `released_through`) that
+    /// the store does not hold.
+    LogReleasedRecordsStoreLacks {
+        store_last_record_seq: u64,
+        released_through: u64,
+    },
+    /// Strict: the records to replay do not start right after the store's last record.
+    GapBetweenStoreAndLog {
+        store_last_record_seq: u64,
+        log_resumes_at: u64,
+    },
+    /// Either mode: the newest record (in the store or the log) has the largest
+    /// sequence number there is, so no record can follow it.
+    SequenceNumbersExhausted { last_seq: u64 },
+}
+
+impl fmt::Display for LogRecoveryRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogRecoveryRefusal::LogReleasedRecordsStoreLacks {
+                store_last_record_seq,
+                released_through,
+            } => write!(
+                f,
+                "the store holds records only through {store_last_record_seq}, but the write log had already released records up to {released_through}: objects the store acknowledged are missing"
+            ),
+            LogRecoveryRefusal::GapBetweenStoreAndLog {
+                store_last_record_seq,
+                log_resumes_at,
+            } => write!(
+                f,
+                "write log resumes at record {log_resumes_at} but the store ends at record {store_last_record_seq}: records are missing"
+            ),
+            LogRecoveryRefusal::SequenceNumbersExhausted { last_seq } => write!(
+                f,
+                "record sequence numbers are exhausted: the newest record is {last_seq}, and no record can follow it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LogRecoveryRefusal {}
+
+/// Decide what to do with the write log at open (see [`LogRecoveryInput`] and
+/// [`LogRecoveryPlan`]):
+///
+/// 1. If the superblock's tail is past `store_last_record_seq + 1`, the log released
+///    records the store lacks: strict refuses, accept-prefix warns and goes on.
+/// 2. The chain's records after `store_last_record_seq` are the ones to replay.
+/// 3. If they do not start at `store_last_record_seq + 1`, records in between are in
+///    neither: strict refuses; accept-prefix drops them, warns, and bridges through
+///    the last of them.
+/// 4. The next record is one past the larger of the chain's last record and the
+///    store's last record (refused in either mode if there is none).
+///
+/// The input comes from disk: no arithmetic here can overflow.
+pub fn plan_log_recovery(input: &LogRecoveryInput) -> Result<LogRecoveryPlan, LogRecoveryRefusal> {
+    let store = input.store_last_record_seq;
+    // None when the store holds u64::MAX: no sequence number comes after it.
+    let store_next = store.checked_add(1);
+    let mut warnings = Vec::new();
+
+    if let (Some(tail), Some(expected)) = (input.cache_tail_seq, store_next)
+        && tail > expected
+    {
+        let released_through = tail - 1;
+        match input.mode {
+            RecoveryMode::Strict => {
+                return Err(LogRecoveryRefusal::LogReleasedRecordsStoreLacks {
+                    store_last_record_seq: store,
+                    released_through,
+                });
+            }
+            RecoveryMode::AcceptPrefix => {
+                warnings.push(LogRecoveryWarning::LogReleasedRecordsStoreLacks {
+                    store_last_record_seq: store,
+                    released_through,
+                })
+            }
+        }
+    }
+
+    // The chain's records the store does not hold: after `store`, through its end.
+    let mut replay = match (input.chain, store_next) {
+        (Some(chain), Some(store_next)) => {
+            SeqRange::new(chain.first().max(store_next), chain.last())
+        }
+        _ => None,
+    };
+    let mut bridge_through = None;
+    if let Some(run) = replay
+        && Some(run.first()) != store_next
+    {
+        match input.mode {
+            RecoveryMode::Strict => {
+                return Err(LogRecoveryRefusal::GapBetweenStoreAndLog {
+                    store_last_record_seq: store,
+                    log_resumes_at: run.first(),
+                });
+            }
+            RecoveryMode::AcceptPrefix => {
+                warnings.push(LogRecoveryWarning::RecordsPastGapDropped {
+                    store_last_record_seq: store,
+                    dropped: run,
+                });
+                bridge_through = Some(run.last());
+                replay = None;
+            }
+        }
+    }
+
+    let last_seq = input.chain.map_or(0, |c| c.last()).max(store);
+    let next_record_seq = last_seq
+        .checked_add(1)
+        .ok_or(LogRecoveryRefusal::SequenceNumbersExhausted { last_seq })?;
+    Ok(LogRecoveryPlan {
+        replay,
+        bridge_through,
+        next_record_seq,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+#[path = "recovery_log_tests.rs"]
+mod log_tests;
 
 #[cfg(test)]
 mod tests {

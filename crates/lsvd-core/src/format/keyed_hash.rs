@@ -1,4 +1,9 @@
-//! A keyed, non-linear 64-bit hash for torn-write detection in the write log.
+//! The data hash of version-2 write-log records: a keyed, non-linear 64-bit hash for
+//! torn-write detection, written in this project.
+//!
+//! Kept only to read version-2 records, which a log left by an older build may still
+//! hold. Records are written as version 3 now, whose data hash is XXH3-64 (see
+//! [`super::record`]); nothing new should use this hash.
 //!
 //! Why not CRC32C alone: every CRC is affine over GF(2). A block that ends in its own
 //! CRC32C (many applications and filesystems stamp blocks that way) contributes a
@@ -9,8 +14,8 @@
 //! the record's identity makes the constant-collision trick impossible.
 //!
 //! This is not a cryptographic MAC; it guards against accidents (stale sectors after
-//! power loss), not adversaries. Its definition is part of the on-disk format
-//! (`docs/format/record.md`) and must never change for a given record version.
+//! power loss), not adversaries. Its definition is part of the version-2 on-disk format
+//! (`docs/format/record.md`, "Version 2") and must never change.
 //!
 //! ```text
 //! fold(a, b)  = lo64(a * b) XOR hi64(a * b)            (a * b as a 128-bit product)

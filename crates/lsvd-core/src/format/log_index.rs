@@ -152,7 +152,10 @@ pub fn decode_log_index(buf: &[u8]) -> Result<LogIndex, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::record::{ExtentKind, RecordExtent, encode_record};
+    use crate::format::record::{
+        ExtentKind, RECORD_VERSION, RecordExtent, encode_header_prefix, encode_record,
+        encode_record_as,
+    };
 
     fn records() -> Vec<(u64, Vec<u8>)> {
         let v = VolumeId([5; 16]);
@@ -193,6 +196,40 @@ mod tests {
         padded.extend_from_slice(&[0xAA; 100]);
         assert!(decode_log_index(&padded).is_ok(), "slot padding is ignored");
         assert!(decode_log_index(&buf[..buf.len() - 1]).is_err());
+    }
+
+    /// A log written across an upgrade holds version-2 records, then version-3 ones; the
+    /// index keeps each header's version, and the headers it returns re-encode to the
+    /// bytes it was given (the engine re-encodes them with `encode_header_prefix`).
+    #[test]
+    fn headers_keep_their_record_version() {
+        let v = VolumeId([5; 16]);
+        let e = |lba| RecordExtent {
+            lba,
+            sectors: 8,
+            kind: ExtentKind::Data,
+        };
+        let crc = |r: &[u8]| u32::from_le_bytes([r[48], r[49], r[50], r[51]]);
+        let a = encode_record_as(2, v, 10, 0, &[e(0)], &[1; 4096]);
+        let b = encode_record_as(RECORD_VERSION, v, 11, crc(&a), &[e(8)], &[2; 4096]);
+        let c = encode_record(v, 12, crc(&b), &[e(16), e(64)], &[3; 8192]);
+        let recs = [(8192u64, &a[..80]), (16384, &b[..80]), (24576, &c[..96])];
+        let buf = encode_log_index(v, 1, 9, recs.iter().map(|(o, h)| (*o, *h)));
+        let idx = decode_log_index(&buf).expect("decodes");
+        let versions: Vec<u16> = idx.records.iter().map(|r| r.header.version).collect();
+        assert_eq!(versions, [2, RECORD_VERSION, RECORD_VERSION]);
+        for (rec, (offset, bytes)) in idx.records.iter().zip(recs) {
+            assert_eq!(rec.offset, offset);
+            assert_eq!(encode_header_prefix(&rec.header), bytes);
+        }
+        // Re-encoding the index from the decoded headers gives the same bytes.
+        let prefixes: Vec<(u64, Vec<u8>)> = idx
+            .records
+            .iter()
+            .map(|r| (r.offset, encode_header_prefix(&r.header)))
+            .collect();
+        let again = encode_log_index(v, 1, 9, prefixes.iter().map(|(o, h)| (*o, h.as_slice())));
+        assert_eq!(again, buf);
     }
 
     #[test]

@@ -1,15 +1,20 @@
 //! Write-log records: what one group commit appends to the cache device.
 //!
 //! A record is a header (padded to [`LOG_ALIGN_BYTES`]) followed by the data of its
-//! extents, also padded. One CRC32C covers the header and the data; a keyed,
-//! non-linear 64-bit hash of the data (version 2, see [`super::keyed_hash`]) catches the
-//! torn records CRC32C cannot: data sectors that kept an older block which ends in its
-//! own CRC32C. A record torn anywhere fails validation and ends the log at recovery.
+//! extents, also padded. One CRC32C covers the header and the data; a seeded,
+//! non-linear 64-bit hash of the data catches the torn records CRC32C cannot: data
+//! sectors that kept an older block which ends in its own CRC32C. A record torn
+//! anywhere fails validation and ends the log at recovery.
+//!
+//! The data hash is XXH3-64 (version 3, written now), seeded from the record's identity
+//! (see [`record_hash_seed`]). Version 2 used a hash written in this project
+//! ([`super::keyed_hash`]) and version 1 had none; both are still read and verified as
+//! they were, so a log left by an older build recovers.
 //!
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDREC\0"
-//!      8    2 version (2; version 1 is still read)
+//!      8    2 version (3; versions 1 and 2 are still read)
 //!     10    2 flags (0)
 //!     12    4 header_bytes (multiple of 4096)
 //!     16   16 volume id
@@ -18,16 +23,21 @@
 //!     44    4 data sectors (sum of data extents)
 //!     48    4 crc32c over header (this field zero) then data
 //!     52    4 crc32c of the previous record in the log (0 for the first)
-//!     56    8 keyed hash of the data (version 2; reserved 0 in version 1)
+//!     56    8 data hash: XXH3-64 seeded by the record's key (version 3),
+//!             keyed_hash64 (version 2), reserved 0 (version 1)
 //!     64 16*n extents: lba u64, sectors u32, kind u32 (0 data, 1 zero)
 //! ```
 
 use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, align_up, invalid};
 
 pub const RECORD_MAGIC: &[u8; 8] = b"LSVDREC\0";
-/// Version written. Version 1 (no data hash) is still accepted on read, so a log left
-/// by an older build recovers.
-pub const RECORD_VERSION: u16 = 2;
+/// Version written: the data hash is XXH3-64. Versions 1 (no data hash) and 2
+/// ([`super::keyed_hash`]) are still accepted on read, so a log left by an older build
+/// recovers.
+pub const RECORD_VERSION: u16 = 3;
+/// Version 2: the data hash is [`super::keyed_hash::keyed_hash64`].
+const RECORD_VERSION_V2: u16 = 2;
+/// Version 1: no data hash (offset 56 reserved, 0).
 const RECORD_VERSION_V1: u16 = 1;
 /// Records start and end on this boundary in the log.
 pub const LOG_ALIGN_BYTES: u64 = 4096;
@@ -54,7 +64,8 @@ pub struct RecordExtent {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// Format version the record was written with (1 or 2).
+    /// Format version the record was written with (1, 2 or 3); it says which data hash
+    /// [`verify_record`] checks.
     pub version: u16,
     pub volume: VolumeId,
     pub seq: u64,
@@ -64,7 +75,8 @@ pub struct RecordHeader {
     pub data_sectors: u32,
     pub crc: u32,
     pub prev_crc: u32,
-    /// [`record_data_hash`] of the data (version 2; 0 and unchecked in version 1).
+    /// Hash of the data: [`record_data_hash`] in version 3, [`record_data_hash_v2`] in
+    /// version 2, 0 and unchecked in version 1.
     pub data_hash: u64,
 }
 
@@ -78,16 +90,52 @@ impl RecordHeader {
     }
 }
 
-/// The keyed hash a version-2 record stores over its data: keyed by the record's
-/// identity (volume, sequence number, predecessor), so no stale block can match by
-/// construction. `key = seq ^ (prev_crc << 32) ^ le64(volume[0..8]) ^ le64(volume[8..16])`.
+/// The 28 bytes that identify a record: `volume id (16) || le64(seq) || le32(prev_crc)`.
+fn record_key_bytes(volume: VolumeId, seq: u64, prev_crc: u32) -> [u8; 28] {
+    let mut key = [0u8; 28];
+    key[..16].copy_from_slice(&volume.0);
+    key[16..24].copy_from_slice(&seq.to_le_bytes());
+    key[24..].copy_from_slice(&prev_crc.to_le_bytes());
+    key
+}
+
+/// The XXH3 seed of a version-3 record: `xxh3_64(volume id || le64(seq) ||
+/// le32(prev_crc))`, unseeded. Hashing all 28 key bytes, rather than XOR-folding them
+/// into 64 bits as version 2 did, leaves no structured seed collisions (in version 2,
+/// `seq`'s high half and `prev_crc` cancel, and so do the two volume halves): records
+/// that differ in volume, sequence number or predecessor get unrelated seeds, so data
+/// left by another record matches only by a chance 64-bit collision.
+pub fn record_hash_seed(volume: VolumeId, seq: u64, prev_crc: u32) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&record_key_bytes(volume, seq, prev_crc))
+}
+
+/// The data hash a version-3 record stores: XXH3-64 of the data bytes (padding
+/// excluded), seeded with [`record_hash_seed`].
 pub fn record_data_hash(volume: VolumeId, seq: u64, prev_crc: u32, data: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(data, record_hash_seed(volume, seq, prev_crc))
+}
+
+/// The keyed hash a version-2 record stores over its data: keyed by the record's
+/// identity (volume, sequence number, predecessor).
+/// `key = seq ^ (prev_crc << 32) ^ le64(volume[0..8]) ^ le64(volume[8..16])`.
+/// Only read now: records are written as version 3.
+pub fn record_data_hash_v2(volume: VolumeId, seq: u64, prev_crc: u32, data: &[u8]) -> u64 {
     let mut lo = [0u8; 8];
     let mut hi = [0u8; 8];
     lo.copy_from_slice(&volume.0[..8]);
     hi.copy_from_slice(&volume.0[8..]);
     let key = seq ^ (u64::from(prev_crc) << 32) ^ u64::from_le_bytes(lo) ^ u64::from_le_bytes(hi);
     super::keyed_hash::keyed_hash64(key, data)
+}
+
+/// The data hash field a record of `version` carries (0 for version 1, which has none).
+/// `version` must be one [`decode_record_header`] accepts.
+fn data_hash_for(version: u16, volume: VolumeId, seq: u64, prev_crc: u32, data: &[u8]) -> u64 {
+    match version {
+        RECORD_VERSION_V1 => 0,
+        RECORD_VERSION_V2 => record_data_hash_v2(volume, seq, prev_crc, data),
+        _ => record_data_hash(volume, seq, prev_crc, data),
+    }
 }
 
 /// Header size for `extent_count` extents.
@@ -112,6 +160,27 @@ pub fn encode_record(
     extents: &[RecordExtent],
     data: &[u8],
 ) -> Vec<u8> {
+    encode_record_as(RECORD_VERSION, volume, seq, prev_crc, extents, data)
+}
+
+/// [`encode_record`] in the layout of `version` (1, 2 or 3). Only [`RECORD_VERSION`]
+/// is written in production; tests build the older layouts with it, to check they
+/// are still read.
+pub(super) fn encode_record_as(
+    version: u16,
+    volume: VolumeId,
+    seq: u64,
+    prev_crc: u32,
+    extents: &[RecordExtent],
+    data: &[u8],
+) -> Vec<u8> {
+    assert!(
+        matches!(
+            version,
+            RECORD_VERSION_V1 | RECORD_VERSION_V2 | RECORD_VERSION
+        ),
+        "unknown record version {version}"
+    );
     let data_sectors: u64 = extents
         .iter()
         .filter(|e| e.kind == ExtentKind::Data)
@@ -126,7 +195,7 @@ pub fn encode_record(
     let total = record_bytes_for(extents.len(), data.len() as u64) as usize;
     let mut w = Writer::with_capacity(total);
     w.bytes(RECORD_MAGIC);
-    w.u16(RECORD_VERSION);
+    w.u16(version);
     w.u16(0);
     w.u32(header_bytes as u32);
     w.bytes(&volume.0);
@@ -135,7 +204,7 @@ pub fn encode_record(
     w.u32(data_sectors as u32);
     w.u32(0); // crc, filled below
     w.u32(prev_crc);
-    w.u64(record_data_hash(volume, seq, prev_crc, data));
+    w.u64(data_hash_for(version, volume, seq, prev_crc, data));
     for e in extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -153,7 +222,8 @@ pub fn encode_record(
 }
 
 /// The header bytes of a decoded record without padding (`64 + 16 * extents`),
-/// exactly as they are on disk: what the write-log index stores per record.
+/// exactly as they are on disk: what the write-log index stores per record. Writes the
+/// version the header carries, so a version-1 or -2 header stays what it was.
 pub fn encode_header_prefix(h: &RecordHeader) -> Vec<u8> {
     let mut w = Writer::with_capacity(FIXED_BYTES + EXTENT_BYTES * h.extents.len());
     w.bytes(RECORD_MAGIC);
@@ -187,7 +257,10 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
         return Err(FormatError::BadMagic { what: WHAT });
     }
     let version = r.u16()?;
-    if version != RECORD_VERSION && version != RECORD_VERSION_V1 {
+    if !matches!(
+        version,
+        RECORD_VERSION_V1 | RECORD_VERSION_V2 | RECORD_VERSION
+    ) {
         return Err(FormatError::UnsupportedVersion {
             what: WHAT,
             version,
@@ -248,8 +321,9 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     })
 }
 
-/// Verify the CRC (and, from version 2, the keyed data hash) of a whole record (`buf`
-/// holds at least header + data).
+/// Verify the CRC and the data hash of a whole record (`buf` holds at least header +
+/// data). The header's version says which hash: XXH3 (version 3), keyed_hash64
+/// (version 2) or none (version 1).
 pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatError> {
     let end = header.header_bytes as usize + header.data_bytes() as usize;
     if buf.len() < end {
@@ -270,18 +344,26 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
             computed,
         });
     }
-    if header.version >= RECORD_VERSION {
-        let data = &buf[header.header_bytes as usize..end];
-        let computed = record_data_hash(header.volume, header.seq, header.prev_crc, data);
-        if computed != header.data_hash {
-            return Err(invalid(
-                "write-log record",
-                format!(
-                    "data hash mismatch (stored {:#018x}, computed {computed:#018x}): torn record",
-                    header.data_hash
-                ),
-            ));
+    let data = &buf[header.header_bytes as usize..end];
+    let computed = match header.version {
+        RECORD_VERSION_V1 => return Ok(()),
+        RECORD_VERSION_V2 => record_data_hash_v2(header.volume, header.seq, header.prev_crc, data),
+        RECORD_VERSION => record_data_hash(header.volume, header.seq, header.prev_crc, data),
+        version => {
+            return Err(FormatError::UnsupportedVersion {
+                what: "write-log record",
+                version,
+            });
         }
+    };
+    if computed != header.data_hash {
+        return Err(invalid(
+            "write-log record",
+            format!(
+                "data hash mismatch (stored {:#018x}, computed {computed:#018x}): torn record",
+                header.data_hash
+            ),
+        ));
     }
     Ok(())
 }
@@ -290,20 +372,64 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
 mod tests {
     use super::*;
 
+    const SAMPLE_EXTENTS: [RecordExtent; 2] = [
+        RecordExtent {
+            lba: 8,
+            sectors: 1,
+            kind: ExtentKind::Data,
+        },
+        RecordExtent {
+            lba: 100,
+            sectors: 16,
+            kind: ExtentKind::Zero,
+        },
+    ];
+
+    /// A small fixed record in the layout of `version`.
+    fn sample_as(version: u16) -> Vec<u8> {
+        encode_record_as(
+            version,
+            VolumeId([7; 16]),
+            42,
+            0x0102_0304,
+            &SAMPLE_EXTENTS,
+            &[0xAB; 512],
+        )
+    }
+
+    /// The sample as written now (version 3).
     fn sample() -> Vec<u8> {
-        let extents = [
-            RecordExtent {
-                lba: 8,
-                sectors: 1,
-                kind: ExtentKind::Data,
-            },
-            RecordExtent {
-                lba: 100,
-                sectors: 16,
-                kind: ExtentKind::Zero,
-            },
-        ];
-        encode_record(VolumeId([7; 16]), 42, 0x0102_0304, &extents, &[0xAB; 512])
+        encode_record(
+            VolumeId([7; 16]),
+            42,
+            0x0102_0304,
+            &SAMPLE_EXTENTS,
+            &[0xAB; 512],
+        )
+    }
+
+    /// `buf` (one record with a 4096-byte header) with its version and data hash fields
+    /// rewritten and its CRC recomputed to match, as a writer of `version` that put
+    /// `data_hash` there would have left it.
+    fn relabel(buf: &[u8], version: u16, data_hash: u64) -> Vec<u8> {
+        let mut buf = buf.to_vec();
+        let h = decode_record_header(&buf).expect("decodes");
+        buf[8..10].copy_from_slice(&version.to_le_bytes());
+        buf[56..64].copy_from_slice(&data_hash.to_le_bytes());
+        fix_crc(&mut buf, &h);
+        buf
+    }
+
+    /// Recompute the CRC of a record whose bytes were edited.
+    fn fix_crc(buf: &mut [u8], h: &RecordHeader) {
+        let end = h.header_bytes as usize + h.data_bytes() as usize;
+        buf[CRC_AT..CRC_AT + 4].fill(0);
+        let crc = crc32c::crc32c(&buf[..end]);
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    fn is_data_hash_mismatch(e: &FormatError) -> bool {
+        matches!(e, FormatError::Invalid { why, .. } if why.starts_with("data hash mismatch"))
     }
 
     #[test]
@@ -311,6 +437,7 @@ mod tests {
         let buf = sample();
         assert_eq!(buf.len(), 8192);
         let h = decode_record_header(&buf).expect("decodes");
+        assert_eq!(h.version, RECORD_VERSION);
         assert_eq!(h.seq, 42);
         assert_eq!(h.header_bytes, 4096);
         assert_eq!(h.data_sectors, 1);
@@ -318,25 +445,108 @@ mod tests {
         assert_eq!(h.prev_crc, 0x0102_0304);
         verify_record(&h, &buf).expect("crc ok");
         assert_eq!(&buf[4096..4096 + 512], &[0xAB; 512][..]);
+        assert_eq!(sample_as(RECORD_VERSION), buf);
     }
 
-    const GOLDEN_CRC: u32 = 0x9d4a_21b4;
-    const GOLDEN_DATA_HASH: u64 = 0x412d_18a3_ae04_9b24;
+    // Pinned: the version-3 sample's CRC and data hash, and the hash's seed. These are
+    // part of the record format. The seed and hash agree with the reference C
+    // implementation (libxxhash 0.8.1: XXH3_64bits, XXH3_64bits_withSeed).
+    const GOLDEN_V3_SEED: u64 = 0x8a6a_1266_9945_1e2c;
+    const GOLDEN_V3_CRC: u32 = 0xd827_b257;
+    const GOLDEN_V3_DATA_HASH: u64 = 0x3779_f357_db39_73ad;
+    // Pinned when version 2 was the version written; version-2 records must still
+    // encode (in tests) and verify exactly so.
+    const GOLDEN_V2_CRC: u32 = 0x9d4a_21b4;
+    const GOLDEN_V2_DATA_HASH: u64 = 0x412d_18a3_ae04_9b24;
 
-    /// `sample()` as the version-1 writer would have written it.
-    fn sample_v1() -> Vec<u8> {
-        let mut buf = sample();
-        buf[8] = 1;
-        buf[56..64].fill(0);
-        buf[48..52].fill(0);
-        let crc = crc32c::crc32c(&buf[..4096 + 512]);
-        buf[48..52].copy_from_slice(&crc.to_le_bytes());
-        buf
+    fn crc_and_hash(buf: &[u8]) -> (u32, u64) {
+        let mut crc = [0u8; 4];
+        crc.copy_from_slice(&buf[48..52]);
+        let mut hash = [0u8; 8];
+        hash.copy_from_slice(&buf[56..64]);
+        (u32::from_le_bytes(crc), u64::from_le_bytes(hash))
+    }
+
+    #[test]
+    fn golden_v3_seed_and_hash() {
+        let seed = record_hash_seed(VolumeId([7; 16]), 42, 0x0102_0304);
+        assert_eq!(seed, GOLDEN_V3_SEED);
+        // The seed is XXH3-64 of the 28 key bytes.
+        let mut key = vec![7u8; 16];
+        key.extend_from_slice(&42u64.to_le_bytes());
+        key.extend_from_slice(&0x0102_0304u32.to_le_bytes());
+        assert_eq!(seed, xxhash_rust::xxh3::xxh3_64(&key));
+        assert_eq!(
+            record_data_hash(VolumeId([7; 16]), 42, 0x0102_0304, &[0xAB; 512]),
+            GOLDEN_V3_DATA_HASH
+        );
+        // Every part of the key changes the seed.
+        assert_ne!(record_hash_seed(VolumeId([7; 16]), 43, 0x0102_0304), seed);
+        assert_ne!(record_hash_seed(VolumeId([7; 16]), 42, 0x0102_0305), seed);
+        let mut other = [7u8; 16];
+        other[15] = 8;
+        assert_ne!(record_hash_seed(VolumeId(other), 42, 0x0102_0304), seed);
+    }
+
+    #[test]
+    fn golden_header_bytes() {
+        let buf = sample();
+        let expected_prefix: [u8; 64] = [
+            b'L', b'S', b'V', b'D', b'R', b'E', b'C', 0, // magic
+            3, 0, 0, 0, // version, flags
+            0, 0x10, 0, 0, // header bytes 4096
+            7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, // volume id
+            42, 0, 0, 0, 0, 0, 0, 0, // seq
+            2, 0, 0, 0, // extents
+            1, 0, 0, 0, // data sectors
+            0x57, 0xb2, 0x27, 0xd8, // crc 0xd827b257
+            4, 3, 2, 1, // previous record's crc
+            0xad, 0x73, 0x39, 0xdb, 0x57, 0xf3, 0x79, 0x37, // data hash 0x3779f357db3973ad
+        ];
+        assert_eq!(&buf[..64], &expected_prefix[..]);
+        assert_eq!(crc_and_hash(&buf), (GOLDEN_V3_CRC, GOLDEN_V3_DATA_HASH));
+        assert_eq!(
+            &buf[64..80],
+            &[8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            &buf[80..96],
+            &[100, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0]
+        );
+        assert!(buf[96..4096].iter().all(|&b| b == 0), "header padding");
+        assert!(buf[4096 + 512..].iter().all(|&b| b == 0), "data padding");
+    }
+
+    #[test]
+    fn version_2_records_still_verify() {
+        let buf = sample_as(2);
+        let h = decode_record_header(&buf).expect("v2 decodes");
+        assert_eq!(h.version, 2);
+        assert_eq!(crc_and_hash(&buf), (GOLDEN_V2_CRC, GOLDEN_V2_DATA_HASH));
+        assert_eq!(
+            h.data_hash,
+            record_data_hash_v2(VolumeId([7; 16]), 42, 0x0102_0304, &[0xAB; 512])
+        );
+        verify_record(&h, &buf).expect("v2 verifies");
+        // Its bytes differ from the version-3 sample only in version, crc and hash.
+        let v3 = sample();
+        assert_eq!(&buf[10..48], &v3[10..48]);
+        assert_eq!(&buf[52..56], &v3[52..56]);
+        assert_eq!(&buf[64..], &v3[64..]);
+        let mut bad = buf.clone();
+        bad[4096] ^= 1;
+        assert!(verify_record(&h, &bad).is_err());
+        fix_crc(&mut bad, &h);
+        let h_bad = decode_record_header(&bad).expect("decodes");
+        let err = verify_record(&h_bad, &bad).expect_err("v2 hash catches the flip");
+        assert!(is_data_hash_mismatch(&err), "{err}");
     }
 
     #[test]
     fn version_1_records_still_verify() {
-        let buf = sample_v1();
+        let buf = sample_as(1);
+        // The version-1 writer: version 1, offset 56 zero, CRC over the rest.
+        assert_eq!(buf, relabel(&sample(), 1, 0));
         let h = decode_record_header(&buf).expect("v1 decodes");
         assert_eq!((h.version, h.data_hash), (1, 0));
         verify_record(&h, &buf).expect("v1 crc ok");
@@ -345,11 +555,81 @@ mod tests {
         assert!(verify_record(&h, &bad).is_err());
     }
 
+    #[test]
+    fn a_flipped_data_bit_fails_the_v3_hash_even_with_a_matching_crc() {
+        let buf = sample();
+        let h = decode_record_header(&buf).expect("decodes");
+        for pos in [4096, 4096 + 255, 4096 + 511] {
+            let mut bad = buf.clone();
+            bad[pos] ^= 0x01;
+            let err = verify_record(&h, &bad).expect_err("crc catches the flip");
+            assert!(matches!(err, FormatError::BadChecksum { .. }), "{err}");
+            // With the CRC recomputed, only the data hash is left to catch it.
+            fix_crc(&mut bad, &h);
+            let h_bad = decode_record_header(&bad).expect("decodes");
+            let err = verify_record(&h_bad, &bad).expect_err("hash catches the flip");
+            assert!(is_data_hash_mismatch(&err), "flip at {pos}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_record_relabelled_to_the_other_hash_version_fails() {
+        // A version-2 record claiming version 3 (CRC made to match): its keyed_hash64
+        // is checked as XXH3 and fails.
+        let v2 = sample_as(2);
+        let h2 = decode_record_header(&v2).expect("decodes");
+        let as_v3 = relabel(&v2, 3, h2.data_hash);
+        let h = decode_record_header(&as_v3).expect("decodes");
+        assert_eq!(h.version, 3);
+        let err = verify_record(&h, &as_v3).expect_err("v2 hash is not an XXH3 hash");
+        assert!(is_data_hash_mismatch(&err), "{err}");
+        // And the other way round.
+        let v3 = sample();
+        let h3 = decode_record_header(&v3).expect("decodes");
+        let as_v2 = relabel(&v3, 2, h3.data_hash);
+        let h = decode_record_header(&as_v2).expect("decodes");
+        assert_eq!(h.version, 2);
+        let err = verify_record(&h, &as_v2).expect_err("XXH3 hash is not a v2 hash");
+        assert!(is_data_hash_mismatch(&err), "{err}");
+        // Without the CRC fixed, the version change alone is caught by the CRC.
+        let mut raw = v3.clone();
+        raw[8] = 2;
+        let h = decode_record_header(&raw).expect("decodes");
+        assert!(matches!(
+            verify_record(&h, &raw),
+            Err(FormatError::BadChecksum { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_versions_are_refused() {
+        for version in [0u16, 4, 0xFFFF] {
+            let mut buf = sample();
+            buf[8..10].copy_from_slice(&version.to_le_bytes());
+            assert_eq!(
+                decode_record_header(&buf),
+                Err(FormatError::UnsupportedVersion {
+                    what: "write-log record",
+                    version
+                })
+            );
+            // A header built by hand is refused by verify_record too.
+            let buf = relabel(&sample(), RECORD_VERSION, 0);
+            let mut h = decode_record_header(&buf).expect("decodes");
+            h.version = version;
+            assert!(matches!(
+                verify_record(&h, &buf),
+                Err(FormatError::UnsupportedVersion { .. })
+            ));
+        }
+    }
+
     /// Found by the crash oracle (power_loss, seed 0xd64e351085505cb5): a power loss
     /// tore the newest record so its last 4 KiB block kept an older block, and recovery
     /// replayed it. Both blocks ended in their own CRC32C (the oracle's stamps), and
     /// every such block has the same CRC32C (the residue), so the affine CRC over
-    /// header and data could not tell them apart. Version 2's keyed data hash can.
+    /// header and data could not tell them apart. The data hash (version 2's keyed
+    /// hash, version 3's XXH3) can.
     #[test]
     fn torn_record_holding_an_older_self_checksummed_block_is_rejected() {
         let block = |fill: u8| {
@@ -363,61 +643,34 @@ mod tests {
             sectors: 8,
             kind: ExtentKind::Data,
         }];
-        let mut torn = encode_record(VolumeId([1; 16]), 7, 0, &extents, &block(0xAA));
-        let n = torn.len();
-        torn[n - 4096..].copy_from_slice(&block(0x55));
-        let h = decode_record_header(&torn).expect("header landed");
-        // CRC32C alone is blind to this tear; the data hash is not.
-        let crc = crc32c::crc32c_append(
-            super::super::crc_with_hole(&torn[..4096], CRC_AT),
-            &torn[4096..],
-        );
-        assert_eq!(crc, h.crc, "premise: the CRC still matches");
-        assert!(verify_record(&h, &torn).is_err());
-    }
-
-    #[test]
-    fn golden_header_bytes() {
-        let buf = sample();
-        let expected_prefix: [u8; 64] = [
-            b'L', b'S', b'V', b'D', b'R', b'E', b'C', 0, // magic
-            2, 0, 0, 0, // version, flags
-            0, 0x10, 0, 0, // header bytes 4096
-            7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, // volume id
-            42, 0, 0, 0, 0, 0, 0, 0, // seq
-            2, 0, 0, 0, // extents
-            1, 0, 0, 0, // data sectors
-            buf[48], buf[49], buf[50], buf[51], // crc (checked below)
-            4, 3, 2, 1, // previous record's crc
-            buf[56], buf[57], buf[58], buf[59], buf[60], buf[61], buf[62],
-            buf[63], // data hash
-        ];
-        assert_eq!(&buf[..64], &expected_prefix[..]);
-        assert_eq!(
-            u32::from_le_bytes([buf[48], buf[49], buf[50], buf[51]]),
-            GOLDEN_CRC
-        );
-        let mut hash = [0u8; 8];
-        hash.copy_from_slice(&buf[56..64]);
-        assert_eq!(u64::from_le_bytes(hash), GOLDEN_DATA_HASH);
-        assert_eq!(
-            &buf[64..80],
-            &[8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
-        );
-        assert_eq!(
-            &buf[80..96],
-            &[100, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0]
-        );
+        for version in [RECORD_VERSION_V2, RECORD_VERSION] {
+            let mut torn =
+                encode_record_as(version, VolumeId([1; 16]), 7, 0, &extents, &block(0xAA));
+            let n = torn.len();
+            torn[n - 4096..].copy_from_slice(&block(0x55));
+            let h = decode_record_header(&torn).expect("header landed");
+            assert_eq!(h.version, version);
+            // CRC32C alone is blind to this tear; the data hash is not.
+            let crc = crc32c::crc32c_append(
+                super::super::crc_with_hole(&torn[..4096], CRC_AT),
+                &torn[4096..],
+            );
+            assert_eq!(crc, h.crc, "premise: the CRC still matches (v{version})");
+            let err = verify_record(&h, &torn).expect_err("torn record rejected");
+            assert!(is_data_hash_mismatch(&err), "v{version}: {err}");
+        }
     }
 
     #[test]
     fn header_prefix_is_the_on_disk_header() {
-        let buf = sample();
-        let h = decode_record_header(&buf).expect("decodes");
-        let prefix = encode_header_prefix(&h);
-        assert_eq!(prefix.len(), 64 + 16 * 2);
-        assert_eq!(&prefix[..], &buf[..prefix.len()]);
-        assert_eq!(decode_record_header(&prefix).expect("prefix decodes"), h);
+        for version in [RECORD_VERSION_V1, RECORD_VERSION_V2, RECORD_VERSION] {
+            let buf = sample_as(version);
+            let h = decode_record_header(&buf).expect("decodes");
+            let prefix = encode_header_prefix(&h);
+            assert_eq!(prefix.len(), 64 + 16 * 2);
+            assert_eq!(&prefix[..], &buf[..prefix.len()], "v{version}");
+            assert_eq!(decode_record_header(&prefix).expect("prefix decodes"), h);
+        }
     }
 
     #[test]
@@ -449,5 +702,42 @@ mod tests {
         truncated.truncate(4096 + 100);
         let h = decode_record_header(&truncated).expect("header intact");
         assert!(verify_record(&h, &truncated).is_err());
+    }
+
+    /// Throughput of the two data hashes, for the record. Not a CI check; run with
+    /// `cargo test -p lsvd-core --release --lib data_hash_throughput -- --ignored
+    /// --nocapture`. Prints the median MiB/s of 7 runs per hash and buffer size.
+    #[test]
+    #[ignore = "a measurement, not a check; run in release"]
+    fn data_hash_throughput() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        let volume = VolumeId([3; 16]);
+        for size_bytes in [4096usize, 1 << 20] {
+            let data: Vec<u8> = (0..size_bytes).map(|i| (i * 131 % 251) as u8).collect();
+            let iterations = (256 << 20) / size_bytes;
+            type DataHash = fn(VolumeId, u64, u32, &[u8]) -> u64;
+            let hashes: [(&str, DataHash); 2] = [
+                ("keyed_hash64 (v2)", record_data_hash_v2),
+                ("xxh3 (v3)", record_data_hash),
+            ];
+            for (name, hash) in hashes {
+                let mut mib_per_s: Vec<f64> = (0..7)
+                    .map(|_| {
+                        let start = Instant::now();
+                        for seq in 0..iterations as u64 {
+                            black_box(hash(volume, black_box(seq), 9, black_box(&data)));
+                        }
+                        let secs = start.elapsed().as_secs_f64();
+                        (iterations * size_bytes) as f64 / (1 << 20) as f64 / secs
+                    })
+                    .collect();
+                mib_per_s.sort_by(f64::total_cmp);
+                println!(
+                    "{name:>18} {size_bytes:>8} B buffers: median {:>8.0} MiB/s (min {:.0}, max {:.0})",
+                    mib_per_s[3], mib_per_s[0], mib_per_s[6]
+                );
+            }
+        }
     }
 }

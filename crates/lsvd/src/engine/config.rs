@@ -1,6 +1,7 @@
 //! Tunables of a running volume, with their defaults.
 
 use lsvd_core::pipeline::PipelineConfig;
+pub use lsvd_core::recovery::RecoveryMode;
 
 use super::clock::SharedClock;
 
@@ -56,14 +57,6 @@ impl EngineConfig {
             gc_max_backlog: GC_MAX_BACKLOG_OBJECTS,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoveryMode {
-    /// Refuse to start if anything acknowledged cannot be recovered.
-    Strict,
-    /// Start from the longest prefix that can be recovered, reporting what was lost.
-    AcceptPrefix,
 }
 
 impl Default for EngineConfig {
