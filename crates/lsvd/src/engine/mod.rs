@@ -24,6 +24,7 @@
 
 mod admin;
 mod apply;
+pub(crate) mod cache_layout;
 mod checkpoint;
 #[cfg(test)]
 mod checkpoint_tests;

@@ -22,11 +22,13 @@ use lsvd_core::format::record::LOG_ALIGN_BYTES;
 use lsvd_core::format::volume_super::VolumeSuper;
 use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
+use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_log_recovery};
 
 use super::admin::{random_session_id, read_meta};
+use super::cache_layout::CacheLayout;
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::validate_volume_name;
-use super::log_index::{self, CacheLayout};
+use super::log_index;
 use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
 use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
@@ -118,7 +120,8 @@ struct LogPlan {
     head: u64,
 }
 
-/// Decide what to do with the record chain found, given what the store holds.
+/// Decide what to do with the record chain found, given what the store holds
+/// (`lsvd_core::recovery::plan_log_recovery`), and where appends continue.
 fn plan_log(
     chain: Vec<FoundRecord>,
     existing: Option<&CacheSuper>,
@@ -126,58 +129,50 @@ fn plan_log(
     last_in_store: u64,
     mode: RecoveryMode,
 ) -> io::Result<LogPlan> {
-    if let Some(sb) = existing
-        && sb.tail_seq > last_in_store + 1
-        && mode == RecoveryMode::Strict
-    {
-        return Err(err(format!(
-            "the store holds records only through {last_in_store}, but the write log had already released records up to {}: objects the store acknowledged are missing. Start with --recovery-mode accept-prefix to continue from what the store has",
-            sb.tail_seq - 1
-        )));
+    let input = LogRecoveryInput {
+        cache_tail_seq: existing.map(|sb| sb.tail_seq),
+        chain: match (chain.first(), chain.last()) {
+            (Some(first), Some(last)) => SeqRange::new(first.header.seq, last.header.seq),
+            _ => None,
+        },
+        store_last_record_seq: last_in_store,
+        mode,
+    };
+    let plan = plan_log_recovery(&input).map_err(|refusal| match refusal {
+        LogRecoveryRefusal::SequenceNumbersExhausted { .. } => err(refusal.to_string()),
+        _ => err(format!(
+            "{refusal}. Start with --recovery-mode accept-prefix to continue from what the store has"
+        )),
+    })?;
+    for w in &plan.warnings {
+        crate::log::warn(&format!("{w} (--recovery-mode accept-prefix)"));
     }
     // The newest valid record: appends continue after it, chained to its CRC.
-    let chain_end = chain.last().map(|r| {
-        let end = r.offset + r.header.total_bytes();
-        (
-            r.header.seq,
-            r.header.crc,
-            if end >= layout.log_end {
+    let (last_record_crc, head) = match (chain.last(), existing) {
+        (Some(r), _) => {
+            let end = r.offset + r.header.total_bytes();
+            let head = if end >= layout.log_end {
                 layout.log_start
             } else {
                 end
-            },
-        )
-    });
-    let mut replay: Vec<FoundRecord> = chain
-        .into_iter()
-        .filter(|r| r.header.seq > last_in_store)
-        .collect();
-    // Records the store will never see again (accept-prefix): an empty object marks
-    // them as covered so the store and the log line up again.
-    let mut bridge_through = None;
-    if let Some(first) = replay.first()
-        && first.header.seq != last_in_store + 1
-    {
-        if mode == RecoveryMode::Strict {
-            return Err(err(format!(
-                "write log resumes at record {} but the store ends at record {last_in_store}: records are missing. Start with --recovery-mode accept-prefix to continue from what the store has",
-                first.header.seq
-            )));
+            };
+            (r.header.crc, head)
         }
-        crate::log::warn("dropping write-log records past a gap (--recovery-mode accept-prefix)");
-        bridge_through = replay.last().map(|r| r.header.seq);
-        replay.clear();
-    }
-    let head = match (chain_end, existing) {
-        (Some((_, _, end)), _) => end,
-        (None, Some(sb)) => sb.tail_offset,
-        (None, None) => layout.log_start,
+        (None, Some(sb)) => (0, sb.tail_offset),
+        (None, None) => (0, layout.log_start),
     };
+    let replay = chain
+        .into_iter()
+        .filter(|r| {
+            plan.replay
+                .is_some_and(|range| range.contains(r.header.seq))
+        })
+        .collect();
     Ok(LogPlan {
         replay,
-        bridge_through,
-        next_record_seq: chain_end.map_or(0, |(seq, _, _)| seq).max(last_in_store) + 1,
-        last_record_crc: chain_end.map_or(0, |(_, crc, _)| crc),
+        bridge_through: plan.bridge_through,
+        next_record_seq: plan.next_record_seq,
+        last_record_crc,
         head,
     })
 }

@@ -5,10 +5,9 @@
 //! possibly reused) while we read, the read is planned again. Data read from objects
 //! is fetched in whole 4 KiB chunks and checked against the object's chunk checksums.
 
-use std::collections::HashMap;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{
@@ -170,9 +169,6 @@ fn store_read_error(key: &str, e: crate::store::StoreError) -> io::Error {
     };
     io::Error::new(kind, format!("reading {key}: {e}"))
 }
-
-/// Object headers kept for verifying reads (their chunk checksums), per volume.
-pub(crate) type HeaderCache = Mutex<HashMap<u64, Arc<ObjectHeader>>>;
 
 const HEADER_CACHE_ENTRIES: usize = 4096;
 

@@ -30,11 +30,10 @@ use lsvd_core::format::volume_super::VolumeSuper;
 use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
 
+use super::cache_layout::CacheLayout;
 use super::clock::{Clock, now_ns};
 use super::config::EngineConfig;
-use super::log_index::CacheLayout;
 use super::log_space::LogSpace;
-use super::read::HeaderCache;
 use super::read_cache::ReadCache;
 use crate::cache_dev::CacheDevice;
 use crate::store::DynStore;
@@ -54,6 +53,10 @@ impl Location for LogPos {
         }
     }
 }
+
+/// Object headers kept for verifying reads (their chunk checksums), per volume.
+pub(crate) type HeaderCache =
+    Mutex<std::collections::HashMap<u64, Arc<lsvd_core::format::object::ObjectHeader>>>;
 
 /// The engine's pipeline: batches locate their data in the write log; GC objects wait
 /// for upload already encoded.
