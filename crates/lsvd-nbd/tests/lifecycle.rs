@@ -12,15 +12,18 @@ use lsvd_nbd::{Limits, Server};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-fn slow_server(delay_ms: u64) -> Arc<Server<TestDevice>> {
+/// A server whose reads at offset 0 take `delay_ms`, and the device's "a read
+/// started" signal.
+fn slow_server(delay_ms: u64) -> (Arc<Server<TestDevice>>, Arc<tokio::sync::Notify>) {
     let mut dev = TestDevice::new(SIZE);
     dev.slow_read = Some((0, Duration::from_millis(delay_ms)));
-    Arc::new(Server::new(vec![export("d", dev)]))
+    let started = dev.read_started.clone();
+    (Arc::new(Server::new(vec![export("d", dev)])), started)
 }
 
 #[tokio::test]
 async fn disc_finishes_in_flight_requests_then_closes() {
-    let server = slow_server(200);
+    let (server, _) = slow_server(200);
     let mut c = connect_go(&server, true).await;
     let read = c.client.send(Command::Read, 0, 0, 4096, &[]).await;
     c.client.send(Command::Disc, 0, 0, 0, &[]).await;
@@ -57,10 +60,11 @@ async fn bad_magic_closes_only_that_connection() {
 
 #[tokio::test]
 async fn shutdown_answers_in_flight_requests_then_closes() {
-    let server = slow_server(300);
+    let (server, read_started) = slow_server(300);
     let mut c = connect_go(&server, false).await;
     let read = c.client.send(Command::Read, 0, 0, 4096, &[]).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The read is at the device (and stays there 300 ms) when the stop comes.
+    read_started.notified().await;
     c.stop.send(true).expect("server listening");
     let r = c.client.reply().await.expect("reply written before close");
     assert_eq!((r.cookie, r.error), (read, 0));
@@ -81,6 +85,7 @@ async fn shutdown_during_handshake_closes() {
 #[tokio::test]
 async fn shutdown_grace_bounds_a_client_that_stops_reading() {
     let dev = TestDevice::new(SIZE);
+    let read_started = dev.read_started.clone();
     let limits = Limits {
         shutdown_grace: Duration::from_millis(200),
         ..Limits::default()
@@ -94,7 +99,9 @@ async fn shutdown_grace_bounds_a_client_that_stops_reading() {
     client.handshake().await;
     client.go("", &[]).await;
     client.send(Command::Read, 0, 0, 1 << 20, &[]).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // In flight: its 1 MiB reply cannot fit the pipe, however the stop and the reply
+    // interleave.
+    read_started.notified().await;
     stop.send(true).expect("server listening");
     let joined = tokio::time::timeout(Duration::from_secs(5), task)
         .await

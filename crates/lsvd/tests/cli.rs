@@ -393,36 +393,6 @@ fn list_and_info_show_created_volumes() {
     assert!(!stdout(&out).contains("delta"));
 }
 
-/// CPU time (user + system) a process has used so far, in seconds.
-fn cpu_seconds(pid: i32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let after = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    ticks as f64 / hz.max(1) as f64
-}
-
-#[test]
-// Regression: an idle server used to busy-loop (uploader Tick <-> writer notify).
-fn idle_server_does_not_burn_cpu() {
-    let dir = TempDir::new("cli_idle_cpu");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let mut server = lsvd.serve(&dir.join("nbd.sock"), &["vol"]);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let before = cpu_seconds(server.pid());
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let used = cpu_seconds(server.pid()) - before;
-    server.stop_clean();
-    assert!(
-        used < 0.3,
-        "an idle server with no clients used {used:.2} s of CPU in 3 s"
-    );
-}
-
 /// `lsvd replay --json ARGS...` against `uri`; the report.
 fn replay_json(
     lsvd: &Lsvd,

@@ -559,10 +559,14 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
             .collect();
         nodes[0].create("vol", "16M");
         let order: Vec<usize> = if round == 1 { vec![1, 0] } else { vec![0, 1] };
+        let metrics: Vec<String> = (0..2)
+            .map(|_| format!("127.0.0.1:{}", free_tcp_port()))
+            .collect();
         let mut servers: Vec<(usize, Server)> = Vec::new();
         for &i in &order {
             let socket = dir.join(format!("{i}.sock"));
-            let mut s = nodes[i].spawn_serve(&socket, &["vol", "--batch-timeout-ms", "200"]);
+            let args = ["vol", "--batch-timeout-ms", "200", "--metrics", &metrics[i]];
+            let mut s = nodes[i].spawn_serve(&socket, &args);
             if round == 2 {
                 s.ready_or_exit(Duration::from_secs(90))
                     .expect("the first server starts alone");
@@ -580,13 +584,27 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
             assert_eq!(up, [0, 1], "one after the other, both start");
         }
         assert!(!up.is_empty(), "round {round}: neither server started");
-        // Each server that came up writes its own byte, twice, with a pause for the
-        // batch to be uploaded (a superseded server finds out before its next upload).
+        // Each server that came up writes its own byte, twice, and each time waits
+        // until every server has either uploaded it (nothing pending, the write log
+        // empty) or found out it was superseded (before its next upload).
         for _ in 0..2 {
             for &i in &up {
                 try_write_and_flush(&servers[i].1.uri("vol"), b'A' + i as u8);
             }
-            std::thread::sleep(Duration::from_millis(1500));
+            for &i in &up {
+                let server = &mut servers[i].1;
+                let settled = wait_until(SHORT, || {
+                    server.log().contains("another lsvd process")
+                        || (metric(&metrics[i], "uploads_pending", "vol") == Some(0.0)
+                            && metric(&metrics[i], "log_used_bytes", "vol") == Some(0.0))
+                        || !server.is_running()
+                });
+                assert!(
+                    settled,
+                    "round {round}: server {i} neither uploaded nor stopped\n{}",
+                    server.log()
+                );
+            }
         }
         let mut owners = Vec::new();
         for (i, s) in servers.iter_mut() {

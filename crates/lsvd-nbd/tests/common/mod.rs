@@ -25,6 +25,9 @@ pub struct TestDevice {
     pub slow_read: Option<(u64, Duration)>,
     pub fail_with: Mutex<Option<io::ErrorKind>>,
     pub global_flush: bool,
+    /// Notified (one permit per read) when a read reaches the device: tests wait on
+    /// it to know a request is in flight instead of sleeping.
+    pub read_started: Arc<tokio::sync::Notify>,
 }
 
 impl TestDevice {
@@ -34,6 +37,7 @@ impl TestDevice {
             slow_read: None,
             fail_with: Mutex::new(None),
             global_flush: true,
+            read_started: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -56,6 +60,7 @@ impl BlockDevice for TestDevice {
         self.global_flush
     }
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
+        self.read_started.notify_one();
         if let Some((at, delay)) = self.slow_read
             && at == offset
         {

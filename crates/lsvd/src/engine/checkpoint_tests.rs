@@ -1,31 +1,60 @@
-//! Checkpoint scheduling: by object count and by time.
+//! Checkpoint scheduling by time, on a manual clock: the checkpoint interval counts
+//! from the last checkpoint, and nothing is due before it has passed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use super::{EngineConfig, create_volume, open_volume};
+use super::clock::{ManualClock, SharedClock};
+use super::{EngineConfig, Volume, create_volume, open_volume};
 use crate::store::DynStore;
 use crate::store::mem::MemStore;
 use crate::testutil::TempDir;
 
-fn config(interval_ms: u64) -> EngineConfig {
+const INTERVAL: Duration = Duration::from_secs(60);
+use super::uploader::TICK;
+
+fn config(clock: &Arc<ManualClock>) -> EngineConfig {
     EngineConfig {
         batch_size_bytes: 256 << 10,
         batch_timeout_ms: 20,
         log_size_bytes: 16 << 20,
         checkpoint_every_objects: 1000,
-        checkpoint_interval_ms: interval_ms,
+        checkpoint_interval_ms: INTERVAL.as_millis() as u64,
         read_cache_bytes: 0,
+        clock: SharedClock(clock.clone()),
         ..EngineConfig::default()
     }
 }
 
-/// Write one block, flush, and return how many checkpoints exist after `wait`.
-async fn checkpoints_after_one_write(interval_ms: u64, wait: Duration) -> (u64, u64) {
+/// Wait (in real time, as a guard against a hang, not a measurement) until `done`.
+async fn wait_for(what: &str, volume: &Volume, done: impl Fn(&Volume) -> bool) {
+    for _ in 0..2000 {
+        if done(volume) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{what}: {:?}", volume.status());
+}
+
+/// Move the clock on and wait until the uploader has woken and looked at the time.
+async fn advance_and_let_the_uploader_see_it(clock: &ManualClock, volume: &Volume, by: Duration) {
+    let before = volume.stats().uploader_wakeups.load(Ordering::SeqCst);
+    clock.advance(by);
+    wait_for("the uploader woke", volume, |v| {
+        v.stats().uploader_wakeups.load(Ordering::SeqCst) > before
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_follows_new_objects_once_the_interval_passes_and_not_before() {
+    let clock = ManualClock::new();
     let dir = TempDir::new("engine-ckpt-time");
     let store: DynStore = Arc::new(MemStore::new());
     create_volume(&store, "v", 1 << 20).await.expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config(interval_ms))
+    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config(&clock))
         .await
         .expect("open");
     let before = volume.status().checkpoints;
@@ -34,27 +63,44 @@ async fn checkpoints_after_one_write(interval_ms: u64, wait: Duration) -> (u64, 
         .await
         .expect("write");
     volume.flush().await.expect("flush");
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline && volume.status().checkpoints == before {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let after = volume.status().checkpoints;
-    volume.shutdown().await.expect("shutdown");
-    (before, after)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checkpoint_follows_new_objects_once_the_interval_passes() {
-    let (before, after) = checkpoints_after_one_write(300, Duration::from_secs(10)).await;
-    assert!(
-        after > before,
-        "no checkpoint within 10 s of a 300 ms interval ({before} -> {after})"
+    // The batch times out (20 ms on the clock; the uploader looks every 200 ms) and
+    // goes up.
+    advance_and_let_the_uploader_see_it(&clock, &volume, TICK).await;
+    wait_for("the batch was uploaded", &volume, |v| {
+        let s = v.status();
+        s.uploads_pending == 0 && s.log_used_bytes == 0
+    })
+    .await;
+    // One object is far below the count trigger, and the interval has not passed.
+    advance_and_let_the_uploader_see_it(&clock, &volume, INTERVAL - 2 * TICK).await;
+    assert_eq!(
+        volume.status().checkpoints,
+        before,
+        "a checkpoint appeared before it was due"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_time_checkpoint_before_the_interval() {
-    // One object is far below the count trigger; with a long interval, none is due.
-    let (before, after) = checkpoints_after_one_write(3_600_000, Duration::from_secs(1)).await;
-    assert_eq!(before, after, "a checkpoint appeared before it was due");
+    // The interval (counted from the open) passes: a checkpoint is due.
+    advance_and_let_the_uploader_see_it(&clock, &volume, TICK).await;
+    for _ in 0..100 {
+        if volume.status().checkpoints > before {
+            break;
+        }
+        // Time goes on (the checkpoint stays due) while the uploader gets to it.
+        advance_and_let_the_uploader_see_it(&clock, &volume, TICK).await;
+    }
+    assert!(
+        volume.status().checkpoints > before,
+        "no checkpoint once the interval passed: {:?}",
+        volume.status()
+    );
+    let after = volume.status().checkpoints;
+    // Idle since: however much time passes, no more checkpoints.
+    for _ in 0..3 {
+        advance_and_let_the_uploader_see_it(&clock, &volume, 2 * INTERVAL).await;
+    }
+    assert_eq!(
+        volume.status().checkpoints,
+        after,
+        "an idle volume checkpointed"
+    );
+    volume.shutdown().await.expect("shutdown");
 }

@@ -150,6 +150,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             shared.gc_wake.notified(),
         )
         .await;
+        shared.stats.gc_wakeups.fetch_add(1, Ordering::Relaxed);
+        tokio::task::coop::consume_budget().await;
         let (victims, kinds) = {
             let mut st = shared.lock();
             if st.pipeline.writes_stopped() || shared.is_failed() {

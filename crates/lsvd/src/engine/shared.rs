@@ -89,6 +89,8 @@ pub struct Stats {
     pub objects_deleted: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
     pub uploader_wakeups: AtomicU64,
+    /// Iterations of the GC loop (likewise).
+    pub gc_wakeups: AtomicU64,
 }
 
 /// The state behind the lock.

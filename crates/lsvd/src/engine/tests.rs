@@ -589,7 +589,11 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
     write_version(&volume, &mut model, 0..blocks, 1).await;
     write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
     volume.shutdown().await.expect("shutdown");
-    // Reopen with GC on at 2 MiB/s and no client writes.
+    // Reopen with GC on at 2 MiB/s and no client writes, on a manual clock: at every
+    // point of simulated time GC has moved no more than the rate allows.
+    use super::clock::{ManualClock, SharedClock};
+    use std::time::Duration;
+    let clock = ManualClock::new();
     let rate = 2u64 << 20;
     let on = EngineConfig {
         gc_min_rate_bytes: rate,
@@ -597,30 +601,41 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
             pass_bytes: 4 << 20,
             ..Default::default()
         },
+        clock: SharedClock(clock.clone()),
         ..config()
     };
-    let t = std::time::Instant::now();
     let (volume, _) = open_volume(store.clone(), "v", dir.path(), on)
         .await
         .expect("reopen");
     assert!(volume.status().utilization < 0.70);
-    let mut done = None;
-    for _ in 0..1500 {
+    let step = Duration::from_millis(100);
+    let mut elapsed = Duration::ZERO;
+    let mut done = false;
+    for _ in 0..3000 {
+        clock.advance(step);
+        elapsed += step;
+        // Real time for the tasks to do what the new time allows.
+        tokio::time::sleep(Duration::from_millis(2)).await;
         let s = volume.status();
+        // GC read at least what it moved; its bucket starts empty and holds at most
+        // 1 MiB.
+        let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
+        assert!(
+            s.gc_moved_bytes as f64 <= allowed,
+            "GC moved {} bytes in {elapsed:?} of clock time, faster than {rate} bytes/s",
+            s.gc_moved_bytes
+        );
         if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
-            done = Some(t.elapsed());
+            done = true;
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let took = done.expect("GC reached its stop threshold within 30 s");
-    let moved = volume.status().gc_moved_bytes;
-    // GC read at least what it moved; the bucket starts empty and holds at most 1 MiB.
-    let floor = moved.saturating_sub(1 << 20) as f64 / rate as f64;
     assert!(
-        took.as_secs_f64() >= floor,
-        "GC moved {moved} bytes in {took:?}, faster than {rate} bytes/s"
+        done,
+        "GC did not reach its stop threshold: {:?}",
+        volume.status()
     );
+    let moved = volume.status().gc_moved_bytes;
     assert!(
         moved >= 2 << 20,
         "GC moved {moved} bytes: {:?}",
@@ -782,31 +797,81 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_volume_does_not_spin() {
     // Regression: the uploader's periodic tick woke the writer, which woke the
-    // uploader, which ticked again: a busy loop burning a core while idle.
+    // uploader, which ticked again: a busy loop burning a core while idle. On a manual
+    // clock, an idle uploader wakes once per tick it sleeps through and never on its
+    // own; the GC task likewise.
+    use super::clock::{ManualClock, SharedClock};
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    let clock = ManualClock::new();
     let dir = TempDir::new("engine-idle");
     let store: DynStore = Arc::new(MemStore::new());
     create_volume(&store, "v", 1 << 20).await.expect("create");
-    let (volume, _) = open_volume(store, "v", dir.path(), config())
+    let cfg = EngineConfig {
+        clock: SharedClock(clock.clone()),
+        ..config()
+    };
+    let (volume, _) = open_volume(store, "v", dir.path(), cfg)
         .await
         .expect("open");
     volume
         .write(0, vec![1u8; 4096], false)
         .await
         .expect("write");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let before = volume
-        .stats()
-        .uploader_wakeups
-        .load(std::sync::atomic::Ordering::Relaxed);
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let after = volume
-        .stats()
-        .uploader_wakeups
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let stats = volume.stats();
+    let settle = |what: &str| {
+        let what = what.to_string();
+        let volume = volume.clone();
+        async move {
+            for _ in 0..2000 {
+                let s = volume.status();
+                if s.uploads_pending == 0 && s.log_used_bytes == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("{what}: {:?}", volume.status());
+        }
+    };
+    // Let the batch time out and go up.
+    clock.advance(Duration::from_secs(3));
+    settle("the write was uploaded").await;
+    let (uploader0, gc0) = (
+        stats.uploader_wakeups.load(SeqCst),
+        stats.gc_wakeups.load(SeqCst),
+    );
+    // Idle: with the clock standing still, give a busy loop every chance to show.
+    for _ in 0..2000 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        (
+            stats.uploader_wakeups.load(SeqCst),
+            stats.gc_wakeups.load(SeqCst)
+        ),
+        (uploader0, gc0),
+        "an idle volume woke with the clock standing still"
+    );
+    // Ten seconds of ticks, one advance each: one wake-up per advance at most.
+    for _ in 0..10 {
+        let before = stats.uploader_wakeups.load(SeqCst);
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..2000 {
+            if stats.uploader_wakeups.load(SeqCst) > before {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    for _ in 0..2000 {
+        tokio::task::yield_now().await;
+    }
+    let uploader = stats.uploader_wakeups.load(SeqCst) - uploader0;
+    let gc = stats.gc_wakeups.load(SeqCst) - gc0;
     assert!(
-        after - before <= 20,
-        "uploader woke {} times in an idle second",
-        after - before
+        (1..=10).contains(&uploader) && gc <= 10,
+        "uploader woke {uploader} times and GC {gc} times in 10 idle advances of the clock"
     );
     volume.shutdown().await.expect("shutdown");
 }

@@ -27,10 +27,13 @@ use super::shared::{LogPos, Shared};
 
 /// The uploader wakes at least this often: batch timeouts and the checkpoint interval
 /// are checked then.
-const TICK: Duration = Duration::from_millis(200);
+pub(crate) const TICK: Duration = Duration::from_millis(200);
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     loop {
+        // A cooperative yield point: even a loop woken over and over stays
+        // preemptible (and a runtime shutting down can stop it).
+        tokio::task::coop::consume_budget().await;
         shared
             .stats
             .uploader_wakeups

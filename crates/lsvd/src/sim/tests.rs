@@ -372,9 +372,20 @@ fn cost_benefit_beats_greedy_on_hot_cold() {
     assert!(cb < greedy * 0.95, "cost-benefit {cb} vs greedy {greedy}");
 }
 
-/// The shared traces, their formats, and how to sum their write bytes independently
-/// of lsvd-trace where the file is plain text.
-const TRACES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+/// The shared traces (`shared/traces` beside the repository), their formats, and how
+/// to sum their write bytes independently of lsvd-trace where the file is plain text.
+const TRACES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+
+/// A file of the shared traces; one clear failure when the directory is not there.
+fn trace(rel: &str) -> String {
+    let dir = std::path::Path::new(TRACES_DIR);
+    assert!(
+        dir.is_dir(),
+        "the sample traces are not at {}: these tests need the shared/ directory beside the repository",
+        dir.display()
+    );
+    format!("{TRACES_DIR}/{rel}")
+}
 
 fn sum_text_writes(path: &str, f: impl Fn(&str) -> Option<(bool, u64, u64)>) -> u64 {
     let text = std::fs::read_to_string(path).expect("read trace");
@@ -443,7 +454,7 @@ fn check_sane(report: &super::report::RunReport, expected_write_bytes: u64) {
 
 #[test]
 fn shared_text_traces_run_with_exact_write_bytes() {
-    let msr = format!("{TRACES}/msr_hm0_head1k/msr-cambridge1-sample.csv");
+    let msr = trace("msr_hm0_head1k/msr-cambridge1-sample.csv");
     let want = sum_text_writes(&msr, |l| {
         let f = fields(l, ',');
         Some((f[3] == "Write", f[4].parse().ok()?, f[5].parse().ok()?))
@@ -455,7 +466,7 @@ fn shared_text_traces_run_with_exact_write_bytes() {
         "msr.cut.per_10k.rw_40_60.1370.trace",
         "msr.cut.per_10k.most_thpt_rand_iops.1006.trace",
     ] {
-        let path = format!("{TRACES}/msr_heimdall_cuts10k/{cut}");
+        let path = trace(&format!("msr_heimdall_cuts10k/{cut}"));
         let want = sum_text_writes(&path, |l| {
             let f = fields(l, ' ');
             Some((f[4] == "0", f[2].parse().ok()?, f[3].parse().ok()?))
@@ -470,17 +481,17 @@ fn shared_text_traces_run_with_exact_write_bytes() {
         let n: u64 = f[3].parse().ok()?;
         Some((f[4] == "0", lba * 512, n * 512))
     };
-    let spc = format!("{TRACES}/umass_financial1_head10k/example.ascii");
+    let spc = trace("umass_financial1_head10k/example.ascii");
     let r = run_sim(&[&spc]);
     assert_eq!(r.inputs[0].volumes, 22, "one volume per ASU");
     check_sane(&r, sum_text_writes(&spc, sectors));
-    let tpcc = format!("{TRACES}/ms_tpcc_mqsim/tpcc-small.trace");
+    let tpcc = trace("ms_tpcc_mqsim/tpcc-small.trace");
     let r = run_sim(&[&tpcc, "--format", "disksim"]);
     assert_eq!(r.inputs[0].volumes, 16);
     check_sane(&r, sum_text_writes(&tpcc, sectors));
 
     // CloudPhysics CSV: version,time,op(hex SCSI opcode),size(bytes),lbn(sectors).
-    let cp = format!("{TRACES}/cloudphysics_libcachesim/cloudPhysicsIO.csv");
+    let cp = trace("cloudphysics_libcachesim/cloudPhysicsIO.csv");
     let want = sum_text_writes(&cp, |l| {
         let f = fields(l, ',');
         let lbn: u64 = f[4].parse().ok()?;
@@ -492,7 +503,7 @@ fn shared_text_traces_run_with_exact_write_bytes() {
     // The CloudPhysics VM rewrites its data about 3 times: GC runs.
     assert!(v.counters.gc_passes > 0 && v.write_amplification > 1.0);
     // The binary vscsi file is the same trace.
-    let vscsi = format!("{TRACES}/cloudphysics_libcachesim/cloudPhysicsIO.vscsi");
+    let vscsi = trace("cloudphysics_libcachesim/cloudPhysicsIO.vscsi");
     check_sane(&run_sim(&[&vscsi]), want);
 }
 
@@ -505,7 +516,7 @@ fn shared_compressed_traces_run() {
         ("systor17_sample/systor17-traces-sample.csv.gz", 1),
         ("systor17_sample/systor17-additional-sample.csv.gz", 1),
     ] {
-        let path = format!("{TRACES}/{path}");
+        let path = trace(&path);
         let format = lsvd_trace::detect_format(&path).expect("format detected");
         let want: u64 = lsvd_trace::TraceReader::open(&path, format)
             .expect("open")
@@ -523,7 +534,7 @@ fn shared_compressed_traces_run() {
 
 #[test]
 fn volume_selection_and_fixed_size() {
-    let spc = format!("{TRACES}/umass_financial1_head10k/example.ascii");
+    let spc = trace("umass_financial1_head10k/example.ascii");
     let r = run_sim(&[&spc, "--volume", "asu4"]);
     assert_eq!(r.volumes.len(), 1);
     assert_eq!(r.volumes[0].volume, "asu4");

@@ -835,6 +835,22 @@ pub fn free_tcp_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// The value of metric `lsvd_{name}` of volume `volume` from `lsvd serve --metrics
+/// ADDR`, or None if the endpoint does not answer (yet) or lacks it.
+pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: lsvd\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).ok()?;
+    let prefix = format!("lsvd_{name}{{volume=\"{volume}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Polls `cond` every 20 ms until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
