@@ -516,7 +516,7 @@ fn shared_compressed_traces_run() {
         ("systor17_sample/systor17-traces-sample.csv.gz", 1),
         ("systor17_sample/systor17-additional-sample.csv.gz", 1),
     ] {
-        let path = trace(&path);
+        let path = trace(path);
         let format = lsvd_trace::detect_format(&path).expect("format detected");
         let want: u64 = lsvd_trace::TraceReader::open(&path, format)
             .expect("open")
