@@ -8,6 +8,7 @@ pub mod cache_dev;
 pub mod cli;
 pub mod config_file;
 pub mod engine;
+pub mod error;
 pub mod log;
 pub mod metrics;
 pub mod nbd_device;
