@@ -435,8 +435,9 @@ impl LsvdConfig {
     pub fn open_store(&self, url: &str) -> Result<DynStore, String> {
         if url.starts_with("s3://") {
             crate::store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)
+                .map_err(|e| e.to_string())
         } else {
-            open_store(url)
+            open_store(url).map_err(|e| e.to_string())
         }
     }
 }

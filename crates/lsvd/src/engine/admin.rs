@@ -11,7 +11,8 @@ use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volu
 
 use super::keys::{meta_key, validate_volume_name};
 use super::store_recovery::recover_store;
-use crate::store::{DynStore, PutMode, StoreErrorKind};
+use crate::error::ErrorKind;
+use crate::store::{DynStore, PutMode};
 
 fn err(msg: impl Into<String>) -> io::Error {
     io::Error::other(msg.into())
@@ -70,7 +71,7 @@ pub async fn create_volume(
         .await
     {
         Ok(()) => Ok(meta),
-        Err(e) if e.kind == StoreErrorKind::AlreadyExists => Err(err(format!(
+        Err(e) if e.kind == ErrorKind::AlreadyExists => Err(err(format!(
             "volume '{name}' already exists in {}",
             store.describe()
         ))),

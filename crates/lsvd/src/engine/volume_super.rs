@@ -13,7 +13,8 @@ use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super, encode_volume_super};
 
 use super::keys::{parse_super_name, super_key, super_prefix};
-use crate::store::{DynStore, PutMode, StoreErrorKind};
+use crate::error::ErrorKind;
+use crate::store::{DynStore, PutMode};
 
 /// Generations kept in the store; older ones are deleted after a new one lands.
 pub const GENERATIONS_KEPT: u64 = 4;
@@ -98,7 +99,7 @@ pub async fn write(
                 delete_old(store, name, sb.generation).await;
                 return Ok(());
             }
-            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 return match store.get(&key).await {
                     Ok(found) => match decode_volume_super(&found) {
                         Ok(other) if other.session == sb.session => {
@@ -114,7 +115,7 @@ pub async fn write(
                     ))),
                 };
             }
-            Err(e) if e.kind == StoreErrorKind::Permanent => {
+            Err(e) if e.kind == ErrorKind::Permanent => {
                 return Err(WriteError::Store(format!("writing {key}: {e}")));
             }
             Err(e) => {

@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
-};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -117,14 +116,14 @@ impl RetryStore {
         loop {
             let result = match tokio::time::timeout(self.policy.attempt_timeout, op()).await {
                 Ok(r) => r,
-                Err(_) => Err(StoreError::new(
-                    StoreErrorKind::Transient,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Transient,
                     format!("{what}: no answer within {:?}", self.policy.attempt_timeout),
                 )),
             };
             match result {
                 Ok(v) => return Ok(v),
-                Err(e) if e.kind == StoreErrorKind::Transient => {
+                Err(e) if e.kind == ErrorKind::Transient => {
                     failed += 1;
                     if failed >= attempts {
                         let mut e = e;
@@ -220,6 +219,7 @@ impl ObjectStore for RetryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreError;
     use crate::store::mem::MemStore;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32;
@@ -228,13 +228,13 @@ mod tests {
     struct Flaky {
         inner: MemStore,
         fail: u32,
-        kind: StoreErrorKind,
+        kind: ErrorKind,
         calls: AtomicU32,
         hang: bool,
     }
 
     impl Flaky {
-        fn new(fail: u32, kind: StoreErrorKind) -> Self {
+        fn new(fail: u32, kind: ErrorKind) -> Self {
             Flaky {
                 inner: MemStore::new(),
                 fail,
@@ -301,7 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn retries_transient_errors_then_succeeds() {
-        let flaky = Arc::new(Flaky::new(3, StoreErrorKind::Transient));
+        let flaky = Arc::new(Flaky::new(3, ErrorKind::Transient));
         flaky
             .inner
             .put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
@@ -315,10 +315,10 @@ mod tests {
 
     #[tokio::test]
     async fn gives_up_after_bounded_attempts() {
-        let flaky = Arc::new(Flaky::new(100, StoreErrorKind::Transient));
+        let flaky = Arc::new(Flaky::new(100, ErrorKind::Transient));
         let s = RetryStore::new(flaky.clone(), fast());
         let e = s.list("").await.expect_err("always failing");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert!(e.message.contains("gave up after 4 attempts"), "{e}");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 4);
     }
@@ -326,9 +326,9 @@ mod tests {
     #[tokio::test]
     async fn does_not_retry_definite_answers() {
         for kind in [
-            StoreErrorKind::Permanent,
-            StoreErrorKind::NotFound,
-            StoreErrorKind::AlreadyExists,
+            ErrorKind::Permanent,
+            ErrorKind::NotFound,
+            ErrorKind::AlreadyExists,
         ] {
             let flaky = Arc::new(Flaky::new(100, kind));
             let s = RetryStore::new(flaky.clone(), fast());
@@ -342,16 +342,16 @@ mod tests {
 
     #[tokio::test]
     async fn put_if_absent_passes_through_overwrite_retries() {
-        let flaky = Arc::new(Flaky::new(1, StoreErrorKind::Transient));
+        let flaky = Arc::new(Flaky::new(1, ErrorKind::Transient));
         let s = RetryStore::new(flaky.clone(), fast());
         let e = s
             .put("k", Bytes::from_static(b"a"), PutMode::IfAbsent)
             .await
             .expect_err("one attempt only");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 1);
 
-        let flaky = Arc::new(Flaky::new(2, StoreErrorKind::Transient));
+        let flaky = Arc::new(Flaky::new(2, ErrorKind::Transient));
         let s = RetryStore::new(flaky.clone(), fast());
         s.put("k", Bytes::from_static(b"a"), PutMode::Overwrite)
             .await
@@ -361,7 +361,7 @@ mod tests {
 
     #[tokio::test]
     async fn attempts_have_a_deadline() {
-        let mut flaky = Flaky::new(0, StoreErrorKind::Transient);
+        let mut flaky = Flaky::new(0, ErrorKind::Transient);
         flaky.hang = true;
         let flaky = Arc::new(flaky);
         let policy = RetryPolicy {
@@ -372,7 +372,7 @@ mod tests {
         let s = RetryStore::new(flaky.clone(), policy);
         let t = std::time::Instant::now();
         let e = s.get("k").await.expect_err("hangs");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert!(e.message.contains("no answer within"), "{e}");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
         assert!(t.elapsed() < Duration::from_secs(5));

@@ -573,7 +573,9 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
     let nblocks: u64 = *rng.pick(&[2048, 4096, 8192]);
     let use_fs = kind == Kind::StoreFaults && rng.chance(0.3);
     let base: DynStore = if use_fs {
-        Arc::new(FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e))?)
+        Arc::new(
+            FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e.to_string()))?,
+        )
     } else {
         Arc::new(MemStore::new())
     };
