@@ -68,7 +68,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
         names.push(DEFAULT_VOLUME.to_string());
         match engine::read_meta(&store, DEFAULT_VOLUME).await {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if e.is_not_found() => {
                 engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES)
                     .await
                     .map_err(|e| e.to_string())?;
