@@ -73,12 +73,20 @@ pub struct RetryStore {
 }
 
 impl RetryStore {
+    /// Wrap `inner`, with the jitter seeded from the clock and the process id (so
+    /// processes that fail together spread their retries).
     pub fn new(inner: DynStore, policy: RetryPolicy) -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
             ^ u64::from(std::process::id()).rotate_left(32);
+        Self::with_seed(inner, policy, seed)
+    }
+
+    /// Wrap `inner` with the jitter drawn from `seed`: the same seed gives the same
+    /// delays (tests).
+    pub fn with_seed(inner: DynStore, policy: RetryPolicy, seed: u64) -> Self {
         RetryStore {
             inner,
             policy,
@@ -289,6 +297,9 @@ mod tests {
         }
     }
 
+    /// Jitter seed for every store under test: the delays are the same on every run.
+    const SEED: u64 = 0x5EED_7E57;
+
     fn fast() -> RetryPolicy {
         RetryPolicy {
             attempts: 4,
@@ -307,7 +318,7 @@ mod tests {
             .put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
             .await
             .expect("seed");
-        let s = RetryStore::new(flaky.clone(), fast());
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         assert_eq!(s.get("k").await.expect("4th attempt succeeds"), b"v");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 4);
         assert_eq!(s.describe(), "flaky://");
@@ -316,7 +327,7 @@ mod tests {
     #[tokio::test]
     async fn gives_up_after_bounded_attempts() {
         let flaky = Arc::new(Flaky::new(100, ErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         let e = s.list("").await.expect_err("always failing");
         assert_eq!(e.kind, ErrorKind::Transient);
         assert!(e.message.contains("gave up after 4 attempts"), "{e}");
@@ -331,19 +342,19 @@ mod tests {
             ErrorKind::AlreadyExists,
         ] {
             let flaky = Arc::new(Flaky::new(100, kind));
-            let s = RetryStore::new(flaky.clone(), fast());
+            let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
             assert_eq!(s.delete("k").await.expect_err("fails").kind, kind);
             assert_eq!(flaky.calls.load(Ordering::SeqCst), 1, "{kind:?}");
         }
         // A missing object is NotFound at once, not after retries.
-        let s = RetryStore::new(Arc::new(MemStore::new()), fast());
+        let s = RetryStore::with_seed(Arc::new(MemStore::new()), fast(), SEED);
         assert!(s.get("missing").await.expect_err("nf").is_not_found());
     }
 
     #[tokio::test]
     async fn put_if_absent_passes_through_overwrite_retries() {
         let flaky = Arc::new(Flaky::new(1, ErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         let e = s
             .put("k", Bytes::from_static(b"a"), PutMode::IfAbsent)
             .await
@@ -352,7 +363,7 @@ mod tests {
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 1);
 
         let flaky = Arc::new(Flaky::new(2, ErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         s.put("k", Bytes::from_static(b"a"), PutMode::Overwrite)
             .await
             .expect("third attempt lands");
@@ -369,7 +380,7 @@ mod tests {
             attempt_timeout: Duration::from_millis(30),
             ..fast()
         };
-        let s = RetryStore::new(flaky.clone(), policy);
+        let s = RetryStore::with_seed(flaky.clone(), policy, SEED);
         let t = std::time::Instant::now();
         let e = s.get("k").await.expect_err("hangs");
         assert_eq!(e.kind, ErrorKind::Transient);
@@ -391,7 +402,7 @@ mod tests {
         assert_eq!(p.delay(3, 0.0), Duration::from_millis(200));
         assert_eq!(p.delay(30, 0.0), Duration::from_millis(500));
         assert!(p.delay(30, 0.99) <= Duration::from_secs(1));
-        let s = RetryStore::new(Arc::new(MemStore::new()), p);
+        let s = RetryStore::with_seed(Arc::new(MemStore::new()), p, SEED);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..100 {
             let r = s.random();
@@ -399,5 +410,11 @@ mod tests {
             seen.insert((r * 1000.0) as u32);
         }
         assert!(seen.len() > 50, "jitter should vary");
+        // The same seed draws the same jitter.
+        let again = RetryStore::with_seed(Arc::new(MemStore::new()), RetryPolicy::default(), SEED);
+        let first = RetryStore::with_seed(Arc::new(MemStore::new()), RetryPolicy::default(), SEED);
+        for _ in 0..10 {
+            assert_eq!(again.random().to_bits(), first.random().to_bits());
+        }
     }
 }
