@@ -34,7 +34,8 @@ pub struct BlockSizes {
 /// already been checked by the server against `size_bytes()` and `block_sizes()`.
 ///
 /// Errors are `io::Error`; the server maps `InvalidInput` to EINVAL, `StorageFull`
-/// to ENOSPC, `Unsupported` to ENOTSUP, everything else to EIO.
+/// to ENOSPC, `Unsupported` to ENOTSUP, `PermissionDenied` to EPERM, `BrokenPipe`
+/// (the device is shutting down) to ESHUTDOWN, everything else to EIO.
 pub trait BlockDevice: Send + Sync + 'static {
     fn size_bytes(&self) -> u64;
     fn block_sizes(&self) -> BlockSizes;

@@ -196,7 +196,9 @@ async fn device_errors_are_mapped() {
             (io::ErrorKind::InvalidInput, EINVAL),
             (io::ErrorKind::StorageFull, ENOSPC),
             (io::ErrorKind::Unsupported, ENOTSUP),
-            (io::ErrorKind::PermissionDenied, EIO),
+            (io::ErrorKind::PermissionDenied, EPERM),
+            (io::ErrorKind::BrokenPipe, ESHUTDOWN),
+            (io::ErrorKind::Other, EIO),
         ] {
             *dev.fail_with.lock().expect("lock") = Some(kind);
             assert_eq!(

@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::error::{Error, ErrorKind, Result};
 use crate::store::retry::RetryPolicy;
 use crate::store::s3::{S3Settings, Secret};
 use crate::store::{DynStore, open_store};
@@ -222,10 +223,12 @@ pub struct SelfTestSection {
     pub race_writers: Option<usize>,
 }
 
-fn positive_secs(name: &str, v: Option<u64>, default: Duration) -> Result<Duration, String> {
+fn positive_secs(name: &str, v: Option<u64>, default: Duration) -> Result<Duration> {
     match v {
         None => Ok(default),
-        Some(0) => Err(format!("lsvd.toml: {name} must be at least 1")),
+        Some(0) => Err(Error::bad_input(format!(
+            "lsvd.toml: {name} must be at least 1"
+        ))),
         Some(s) => Ok(Duration::from_secs(s)),
     }
 }
@@ -251,13 +254,18 @@ fn rebase(base: &Path, p: &Path) -> PathBuf {
 }
 
 impl LsvdConfig {
-    /// Read and parse `path`.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    /// Read and parse `path`. Every error is `BadInput`: the file is the user's input.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::with_source(
+                ErrorKind::BadInput,
+                format!("cannot read config file {}", path.display()),
+                e,
+            )
+        })?;
         let base = path.parent().unwrap_or(Path::new(""));
-        let mut cfg =
-            Self::parse(&text, base).map_err(|e| format!("config file {}: {e}", path.display()))?;
+        let mut cfg = Self::parse(&text, base)
+            .map_err(|e| e.context(format!("config file {}", path.display())))?;
         if cfg.s3.secret_access_key.is_some() || cfg.s3.session_token.is_some() {
             use std::os::unix::fs::PermissionsExt;
             if let Ok(meta) = std::fs::metadata(path)
@@ -275,23 +283,24 @@ impl LsvdConfig {
     }
 
     /// Parse the text of a config file; relative paths are taken relative to `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<Self, String> {
+    pub fn parse(text: &str, base: &Path) -> Result<Self> {
         let mut cfg: LsvdConfig = toml::from_str(text).map_err(|e| {
-            // The message only, not toml's snippet of the line: it may hold a secret.
-            match e.span() {
+            // The message only, not toml's snippet of the line (nor toml's error as the
+            // source): it may hold a secret.
+            Error::bad_input(match e.span() {
                 Some(span) => {
                     let (line, col) = line_col(text, span.start);
                     format!("line {line}, column {col}: {}", e.message())
                 }
                 None => e.message().to_string(),
-            }
+            })
         })?;
         if let Some(d) = &cfg.data {
             cfg.data = Some(rebase(base, d));
         }
         if let Some(s) = &cfg.store {
             if s.is_empty() {
-                return Err("store must not be empty".into());
+                return Err(Error::bad_input("store must not be empty"));
             }
             if let Some(p) = s.strip_prefix("file://") {
                 cfg.store = Some(format!("file://{}", rebase(base, Path::new(p)).display()));
@@ -306,13 +315,15 @@ impl LsvdConfig {
     }
 
     /// The `[s3]` section over the built-in defaults (unset keys: environment).
-    pub fn s3_settings(&self) -> Result<S3Settings, String> {
+    pub fn s3_settings(&self) -> Result<S3Settings> {
         let s = &self.s3;
         let d = S3Settings::default();
-        let size = |name: &str, v: &Option<String>, default: u64| -> Result<u64, String> {
+        let size = |name: &str, v: &Option<String>, default: u64| -> Result<u64> {
             match v {
                 None => Ok(default),
-                Some(t) => crate::size::parse_size(t).map_err(|e| format!("[s3] {name}: {e}")),
+                Some(t) => {
+                    crate::size::parse_size(t).map_err(|e| e.context(format!("[s3] {name}")))
+                }
             }
         };
         let part = size(
@@ -321,20 +332,23 @@ impl LsvdConfig {
             d.multipart_part_bytes,
         )?;
         if part < 5 << 20 {
-            return Err("[s3] multipart_part_size must be at least 5M".into());
+            return Err(Error::bad_input(
+                "[s3] multipart_part_size must be at least 5M",
+            ));
         }
         if s.access_key_id.is_some() != s.secret_access_key.is_some() {
-            return Err(
+            return Err(Error::bad_input(
                 "[s3] give both access_key_id and secret_access_key, or neither \
-                 (to use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
-                    .into(),
-            );
+                 (to use AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)",
+            ));
         }
         if let Some(ep) = &s.endpoint {
             let lower = ep.to_ascii_lowercase();
             if !(lower.starts_with("http://") || lower.starts_with("https://")) {
                 // Not echoed: a URL may carry user:password@.
-                return Err("[s3] endpoint must start with http:// or https://".into());
+                return Err(Error::bad_input(
+                    "[s3] endpoint must start with http:// or https://",
+                ));
             }
         }
         Ok(S3Settings {
@@ -374,7 +388,7 @@ impl LsvdConfig {
     }
 
     /// The `[retry]` section over the built-in defaults.
-    pub fn retry_policy(&self) -> Result<RetryPolicy, String> {
+    pub fn retry_policy(&self) -> Result<RetryPolicy> {
         let r = &self.retry;
         let d = RetryPolicy::default();
         let policy = RetryPolicy {
@@ -393,10 +407,14 @@ impl LsvdConfig {
             )?,
         };
         if policy.attempts == 0 || policy.put_attempts == 0 {
-            return Err("[retry] attempts and put_attempts must be at least 1".into());
+            return Err(Error::bad_input(
+                "[retry] attempts and put_attempts must be at least 1",
+            ));
         }
         if policy.attempts > 100 || policy.put_attempts > 100 {
-            return Err("[retry] attempts and put_attempts must be at most 100".into());
+            return Err(Error::bad_input(
+                "[retry] attempts and put_attempts must be at most 100",
+            ));
         }
         Ok(policy)
     }
@@ -432,7 +450,7 @@ impl LsvdConfig {
 
     /// Open the store at `url` with this file's S3 and retry settings (other schemes:
     /// as [`open_store`]).
-    pub fn open_store(&self, url: &str) -> Result<DynStore, String> {
+    pub fn open_store(&self, url: &str) -> Result<DynStore> {
         if url.starts_with("s3://") {
             crate::store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)
         } else {
@@ -519,7 +537,7 @@ mod tests {
             ("store = \"\"", "empty"),
         ] {
             let e = LsvdConfig::parse(text, Path::new("")).expect_err(text);
-            assert!(e.contains(needle), "{text:?}: {e}");
+            assert!(e.to_string().contains(needle), "{text:?}: {e}");
         }
     }
 
@@ -545,6 +563,7 @@ mod tests {
             "[s3]\nsecret_access_key = [\"abc123def\"]\n",
         ] {
             let e = LsvdConfig::parse(text, Path::new("")).expect_err(text);
+            let e = e.to_string();
             assert!(!e.contains("123456789") && !e.contains("abc123def"), "{e}");
             assert!(e.contains("line 2"), "{e}");
         }
@@ -569,7 +588,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         assert!(LsvdConfig::load(&path).expect("load").warnings.is_empty());
         let missing = LsvdConfig::load(&dir.path().join("nope.toml")).expect_err("missing");
-        assert!(missing.contains("nope.toml"), "{missing}");
+        assert!(missing.to_string().contains("nope.toml"), "{missing}");
     }
 
     #[test]

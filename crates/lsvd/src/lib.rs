@@ -2,12 +2,14 @@
 //!
 //! The binary's pieces as a library, so integration tests and the simulator can use
 //! them: the engine (one open volume), object stores, the cache device, the NBD glue
-//! and the command line.
+//! and the command line. The engine, the stores and the command line report failures
+//! as [`error::Error`].
 
 pub mod cache_dev;
 pub mod cli;
 pub mod config_file;
 pub mod engine;
+pub mod error;
 pub mod log;
 pub mod metrics;
 pub mod nbd_device;

@@ -1,4 +1,9 @@
 //! Serving a volume over NBD: the `BlockDevice` implementation.
+//!
+//! The NBD server speaks `io::Error`; every engine error goes through
+//! `From<crate::error::Error> for io::Error`, whose kind mapping decides the errno the
+//! client sees (EINVAL for bad requests, ESHUTDOWN while shutting down, EIO for the
+//! rest).
 
 use std::io;
 use std::sync::Arc;
@@ -52,25 +57,25 @@ impl BlockDevice for NbdVolume {
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
         let r = self.volume.read(offset, length as u64).await;
         if let Err(e) = &r {
-            // The client only sees EIO: say why here.
+            // The client only sees an errno: say why here.
             crate::log::warn(&format!(
                 "{}: read of {length} bytes at {offset} failed: {e}",
                 self.volume.meta().name
             ));
         }
-        r
+        Ok(r?)
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
-        self.volume.write(offset, data, fua).await
+        Ok(self.volume.write(offset, data, fua).await?)
     }
 
     async fn flush(&self) -> io::Result<()> {
-        self.volume.flush().await
+        Ok(self.volume.flush().await?)
     }
 
     async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
-        self.volume.write_zeroes(offset, length as u64, fua).await
+        Ok(self.volume.write_zeroes(offset, length as u64, fua).await?)
     }
 
     async fn write_zeroes(
@@ -81,7 +86,7 @@ impl BlockDevice for NbdVolume {
         no_hole: bool,
     ) -> io::Result<()> {
         if !no_hole {
-            return self.volume.write_zeroes(offset, length as u64, fua).await;
+            return Ok(self.volume.write_zeroes(offset, length as u64, fua).await?);
         }
         // The client wants the range allocated: write real zeros, in bounded pieces.
         let chunk = self.max_request_bytes as u64;
@@ -93,10 +98,9 @@ impl BlockDevice for NbdVolume {
             at += n;
         }
         if fua {
-            self.volume.flush().await
-        } else {
-            Ok(())
+            self.volume.flush().await?;
         }
+        Ok(())
     }
 
     async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
@@ -116,6 +120,7 @@ impl BlockDevice for NbdVolume {
 
     async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
         // Reading pulls the range's object chunks into the read cache.
-        self.volume.read(offset, length as u64).await.map(|_| ())
+        self.volume.read(offset, length as u64).await?;
+        Ok(())
     }
 }

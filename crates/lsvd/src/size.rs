@@ -1,18 +1,21 @@
 //! Parsing and printing sizes like `16G`, `512M`, `4096`.
 
+use crate::error::{Error, Result};
+
 /// Parse a size: a number with an optional binary suffix K, M, G, T (or KiB, MiB...).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// Anything else is `BadInput`.
+pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     if num.is_empty() {
-        return Err(format!(
+        return Err(Error::bad_input(format!(
             "invalid size '{s}': expected a number like 20G, 512M or 1048576"
-        ));
+        )));
     }
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("invalid size '{s}': number too large"))?;
+        .map_err(|_| Error::bad_input(format!("invalid size '{s}': number too large")))?;
     let shift = match suffix.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -21,13 +24,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "T" | "TB" | "TIB" => 40,
         "P" | "PB" | "PIB" => 50,
         other => {
-            return Err(format!(
+            return Err(Error::bad_input(format!(
                 "invalid size '{s}': unknown unit '{other}' (use K, M, G, T)"
-            ));
+            )));
         }
     };
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("invalid size '{s}': too large"))
+        .ok_or_else(|| Error::bad_input(format!("invalid size '{s}': too large")))
 }
 
 /// Human-readable binary size.
@@ -52,11 +55,13 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(parse_size("20G"), Ok(20 << 30));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("20G").ok(), Some(20 << 30));
+        assert_eq!(parse_size("512M").ok(), Some(512 << 20));
+        assert_eq!(parse_size("4096").ok(), Some(4096));
+        assert_eq!(parse_size("1GiB").ok(), Some(1 << 30));
         assert!(parse_size("x").is_err());
+        let e = parse_size("10Q").expect_err("unknown unit");
+        assert_eq!(e.kind, crate::error::ErrorKind::BadInput);
         assert!(parse_size("10Q").is_err());
         assert!(parse_size("99999999999T").is_err());
         assert_eq!(format_size(16 << 30), "16.0 GiB");

@@ -8,10 +8,14 @@ use std::process::Output;
 use common::*;
 
 /// Asserts a failed command printed exactly one `lsvd: error: ...` line (no panic, no
-/// backtrace, no usage dump) and exited 1; returns the message.
+/// backtrace, no usage dump) and exited 1 (2 for invalid input); returns the message.
 fn assert_one_line_error(out: &Output, what: &str) -> String {
     let err = stderr(out);
-    assert_eq!(out.status.code(), Some(1), "{}", show(what, out));
+    assert!(
+        matches!(out.status.code(), Some(1 | 2)),
+        "{}",
+        show(what, out)
+    );
     assert!(
         err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
         "expected one 'lsvd: error:' line\n{}",
@@ -82,6 +86,7 @@ fn create_rejects_bad_sizes_and_names_with_one_line() {
     for size in ["abc", "0", "100", "10Q", "4095", "1.5G", "", "99999999999T"] {
         let out = lsvd.run(&["create", "vol", "--size", size]);
         let msg = assert_one_line_error(&out, &format!("create --size {size:?}"));
+        assert_eq!(out.status.code(), Some(2), "bad input: {msg}");
         assert!(stdout(&out).is_empty(), "{}", show("create", &out));
         if !size.is_empty() {
             assert!(msg.contains(size), "message should quote {size:?}: {msg}");
@@ -90,7 +95,8 @@ fn create_rejects_bad_sizes_and_names_with_one_line() {
     let long = "n".repeat(65);
     for name in ["bad/name", ".hidden", "sp ace", long.as_str()] {
         let out = lsvd.run(&["create", name, "--size", "1M"]);
-        assert_one_line_error(&out, &format!("create {name:?}"));
+        let msg = assert_one_line_error(&out, &format!("create {name:?}"));
+        assert_eq!(out.status.code(), Some(2), "bad input: {msg}");
     }
     // Nothing was created.
     let out = lsvd.run_ok(&["list"]);
@@ -118,6 +124,7 @@ fn create_twice_says_already_exists_and_keeps_the_first() {
     let id = lsvd.info_json("vol")["volume_id"].clone();
     let out = lsvd.run(&["create", "vol", "--size", "128M"]);
     let msg = assert_one_line_error(&out, "create twice");
+    assert_eq!(out.status.code(), Some(1), "not bad input: {msg}");
     assert!(
         msg.contains("already exists") && msg.contains("vol"),
         "{msg}"
@@ -146,6 +153,7 @@ fn missing_volumes_are_named_in_the_error() {
     }
     let out = lsvd.run(&["info", "nosuch"]);
     let msg = assert_one_line_error(&out, "info nosuch");
+    assert_eq!(out.status.code(), Some(1), "not bad input: {msg}");
     assert!(msg.contains("nosuch"), "{msg}");
     let out = lsvd.run(&["info", "nosuch", "--json"]);
     assert_one_line_error(&out, "info nosuch --json");
@@ -171,6 +179,7 @@ fn bad_serve_options_are_refused() {
         cmd.arg("--socket").arg(&socket).args(&extra);
         let out = run_timeout(&mut cmd, SHORT);
         let msg = assert_one_line_error(&out, &format!("serve {extra:?}"));
+        assert_eq!(out.status.code(), Some(2), "bad input: {msg}");
         assert!(msg.contains(needle), "{msg}");
     }
     // A TCP address already taken by someone else.
@@ -181,6 +190,7 @@ fn bad_serve_options_are_refused() {
         SHORT,
     );
     let msg = assert_one_line_error(&out, "serve --listen <taken>");
+    assert_eq!(out.status.code(), Some(1), "not bad input: {msg}");
     assert!(msg.contains(&addr), "{msg}");
     drop(taken);
     // Clap-level errors: usage exit code 2, no panic.

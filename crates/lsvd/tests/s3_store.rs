@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use lsvd::engine::{EngineConfig, create_volume, open_volume};
+use lsvd::error::ErrorKind;
 use lsvd::store::mem::MemStore;
 use lsvd::store::retry::RetryPolicy;
 use lsvd::store::s3::{S3Settings, S3Store, Secret};
 use lsvd::store::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreErrorKind, StoreResult, open_store,
-    selftest,
+    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult, open_store, selftest,
 };
 
 const REQUIRED_ENV: [&str; 4] = [
@@ -180,7 +180,7 @@ async fn put_get_range_list_delete_round_trip() {
         .put("v/meta", Bytes::from_static(b"three"), PutMode::IfAbsent)
         .await
         .expect_err("exists");
-    assert_eq!(e.kind, StoreErrorKind::AlreadyExists, "{e}");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
     assert_eq!(s.get("v/meta").await.expect("get"), b"two");
     s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
         .await
@@ -301,7 +301,7 @@ async fn put_if_absent_race_has_exactly_one_winner() {
             let (data, r) = r.expect("task");
             match r {
                 Ok(()) => winners.push(data),
-                Err(e) => assert_eq!(e.kind, StoreErrorKind::AlreadyExists, "{e}"),
+                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
             }
         }
         assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
@@ -418,9 +418,9 @@ async fn credentials_never_appear_in_errors() {
         let mut messages = vec![store.describe()];
         let e = store.get("some/key").await.expect_err(what);
         let want = if what == "connection refused" {
-            StoreErrorKind::Transient
+            ErrorKind::Transient
         } else {
-            StoreErrorKind::Permanent
+            ErrorKind::Permanent
         };
         assert_eq!(e.kind, want, "{what}: {e}");
         messages.push(e.to_string());
@@ -456,10 +456,10 @@ async fn missing_bucket_is_not_a_missing_object() {
     let url = unique_url(&format!("{bucket}-absent"), "nobucket");
     let s = open_store(&url).expect("open");
     let e = s.get("disk0/meta").await.expect_err("no bucket");
-    assert_eq!(e.kind, StoreErrorKind::Permanent, "{e}");
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
     assert!(e.message.contains("NoSuchBucket"), "{e}");
     let e = s.list("").await.expect_err("no bucket");
-    assert_eq!(e.kind, StoreErrorKind::Permanent, "{e}");
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
     let e = selftest::run(&*s).await.expect_err("self-test refuses");
     eprintln!("{e}");
 }
@@ -501,7 +501,7 @@ async fn large_overwrite_uses_multipart() {
         .put("big2", Bytes::from_static(&[1]), PutMode::IfAbsent)
         .await
         .expect_err("exists");
-    assert_eq!(e.kind, StoreErrorKind::AlreadyExists);
+    assert_eq!(e.kind, ErrorKind::AlreadyExists);
     s.delete("big").await.expect("delete");
     s.delete("big2").await.expect("delete");
 }

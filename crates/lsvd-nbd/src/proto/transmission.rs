@@ -274,6 +274,8 @@ pub fn error_code(err: &io::Error) -> u32 {
         io::ErrorKind::InvalidInput => EINVAL,
         io::ErrorKind::StorageFull => ENOSPC,
         io::ErrorKind::Unsupported => ENOTSUP,
+        io::ErrorKind::PermissionDenied => EPERM,
+        io::ErrorKind::BrokenPipe => ESHUTDOWN,
         _ => EIO,
     }
 }
@@ -417,6 +419,8 @@ mod tests {
         assert_eq!(error_code(&io::Error::from(InvalidInput)), EINVAL);
         assert_eq!(error_code(&io::Error::from(StorageFull)), ENOSPC);
         assert_eq!(error_code(&io::Error::from(Unsupported)), ENOTSUP);
+        assert_eq!(error_code(&io::Error::from(PermissionDenied)), EPERM);
+        assert_eq!(error_code(&io::Error::from(BrokenPipe)), ESHUTDOWN);
         assert_eq!(error_code(&io::Error::other("x")), EIO);
     }
 

@@ -2,33 +2,33 @@
 
 use super::Common;
 use crate::engine;
+use crate::error::{Error, Result};
 use crate::size::{format_size, parse_size};
 use crate::store::DynStore;
 
-pub(super) fn store(common: &Common) -> Result<DynStore, String> {
+pub(super) fn store(common: &Common) -> Result<DynStore> {
     common.open_store()
 }
 
 /// `lsvd selftest`: run the store self-test and say how it went.
-pub async fn selftest(common: &Common) -> Result<(), String> {
+pub async fn selftest(common: &Common) -> Result<()> {
     let store = store(common)?;
     let report =
         crate::store::selftest::run_with(&*store, common.file.selftest_race_writers().max(2))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
     println!("{report}");
     Ok(())
 }
 
-pub async fn create(common: &Common, name: &str, size: &str) -> Result<(), String> {
+pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
     let size_bytes = parse_size(size)?;
     if size_bytes == 0 || size_bytes % 4096 != 0 {
-        return Err(format!("--size {size}: must be a positive multiple of 4K"));
+        return Err(Error::bad_input(format!(
+            "--size {size}: must be a positive multiple of 4K"
+        )));
     }
     let store = store(common)?;
-    let meta = engine::create_volume(&store, name, size_bytes)
-        .await
-        .map_err(|e| e.to_string())?;
+    let meta = engine::create_volume(&store, name, size_bytes).await?;
     println!(
         "created volume {name}: {} (id {}) in {}",
         format_size(size_bytes),
@@ -38,11 +38,9 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<(), Strin
     Ok(())
 }
 
-pub async fn list(common: &Common) -> Result<(), String> {
+pub async fn list(common: &Common) -> Result<()> {
     let store = store(common)?;
-    let names = engine::list_volumes(&store)
-        .await
-        .map_err(|e| e.to_string())?;
+    let names = engine::list_volumes(&store).await?;
     if names.is_empty() {
         eprintln!(
             "no volumes in {} (create one with: lsvd create NAME --size 20G)",
@@ -58,13 +56,17 @@ pub async fn list(common: &Common) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn info(common: &Common, name: &str, json: bool) -> Result<(), String> {
+pub async fn info(common: &Common, name: &str, json: bool) -> Result<()> {
     let store = store(common)?;
-    let info = engine::inspect_volume(&store, name)
-        .await
-        .map_err(|e| e.to_string())?;
+    let info = engine::inspect_volume(&store, name).await?;
     if json {
-        let text = serde_json::to_string_pretty(&info).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&info).map_err(|e| {
+            Error::with_source(
+                crate::error::ErrorKind::Unsupported,
+                "cannot encode JSON",
+                e,
+            )
+        })?;
         println!("{text}");
         return Ok(());
     }

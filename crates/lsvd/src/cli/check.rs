@@ -18,11 +18,13 @@ use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
 use crate::engine::log_scan::scan_log;
 use crate::engine::read_meta;
 use crate::engine::store_recovery::recover_store;
+use crate::error::{Error, ErrorKind, Result};
 use crate::size::format_size;
 
-pub async fn check(common: &Common, name: &str) -> Result<(), String> {
+/// Problems found are a `Corrupt` error (after each is printed).
+pub async fn check(common: &Common, name: &str) -> Result<()> {
     let store = super::admin::store(common)?;
-    let meta = read_meta(&store, name).await.map_err(|e| e.to_string())?;
+    let meta = read_meta(&store, name).await?;
     let mut problems: Vec<String> = Vec::new();
     println!(
         "checking volume {name} ({}) in {}",
@@ -34,7 +36,7 @@ pub async fn check(common: &Common, name: &str) -> Result<(), String> {
     let listing = store
         .list(&objects_prefix(name))
         .await
-        .map_err(|e| format!("cannot list objects: {e}"))?;
+        .map_err(|e| e.context("cannot list objects"))?;
     let mut verified = BTreeSet::new();
     let mut bytes_read = 0u64;
     for entry in &listing {
@@ -170,9 +172,9 @@ pub async fn check(common: &Common, name: &str) -> Result<(), String> {
         for p in &problems {
             println!("problem: {p}");
         }
-        Err(format!(
-            "{} problems found in volume {name}",
-            problems.len()
+        Err(Error::new(
+            ErrorKind::Corrupt,
+            format!("{} problems found in volume {name}", problems.len()),
         ))
     }
 }

@@ -10,16 +10,19 @@ use super::{Common, InspectWhat};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
 use crate::engine::log_scan::scan_log;
+use crate::error::{Error, ErrorKind, Result};
 use lsvd_core::format::volume_super::decode_volume_super;
 
-pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
+/// `what` fails its checks.
+fn corrupt(what: impl Into<String>, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with_source(ErrorKind::Corrupt, what, e)
+}
+
+pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
     match what {
         InspectWhat::Objects { name } => {
             let store = super::admin::store(common)?;
-            let listing = store
-                .list(&objects_prefix(&name))
-                .await
-                .map_err(|e| e.to_string())?;
+            let listing = store.list(&objects_prefix(&name)).await?;
             println!("{:<18} {:<10} {:>12}", "seq", "kind", "bytes");
             for e in listing {
                 match parse_object_name(&e.key) {
@@ -36,19 +39,21 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
         InspectWhat::Object { name, seq } => {
             let store = super::admin::store(common)?;
             let seq = parse_seq(&seq)?;
-            let listing = store
-                .list(&objects_prefix(&name))
-                .await
-                .map_err(|e| e.to_string())?;
+            let listing = store.list(&objects_prefix(&name)).await?;
             let kind = listing
                 .iter()
                 .filter_map(|e| parse_object_name(&e.key))
                 .find(|(s, _)| *s == seq)
                 .map(|(_, k)| k)
-                .ok_or_else(|| format!("no object {seq:016x} in volume {name}"))?;
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::NotFound,
+                        format!("no object {seq:016x} in volume {name}"),
+                    )
+                })?;
             let key = object_key(&name, seq, kind);
-            let bytes = store.get(&key).await.map_err(|e| e.to_string())?;
-            let h = decode_object_header(&bytes).map_err(|e| format!("{key}: {e}"))?;
+            let bytes = store.get(&key).await?;
+            let h = decode_object_header(&bytes).map_err(|e| corrupt(key.as_str(), e))?;
             println!("object {key}");
             println!(
                 "  kind {:?}, seq {:016x}, volume {}",
@@ -84,7 +89,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
             }
             if h.kind == ObjectKind::Checkpoint {
                 let ck = decode_checkpoint(&bytes[h.header_bytes as usize..])
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| corrupt("", e))?;
                 println!(
                     "  checkpoint: clean={} size={} next_object={:016x} last_record={} objects={} extents={}",
                     ck.clean,
@@ -114,15 +119,12 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
         }
         InspectWhat::Super { name } => {
             let store = super::admin::store(common)?;
-            let listing = store
-                .list(&super_prefix(&name))
-                .await
-                .map_err(|e| e.to_string())?;
+            let listing = store.list(&super_prefix(&name)).await?;
             if listing.is_empty() {
                 println!("volume {name}: no superblock generations in the store");
             }
             for e in listing {
-                let bytes = store.get(&e.key).await.map_err(|e| e.to_string())?;
+                let bytes = store.get(&e.key).await?;
                 match decode_volume_super(&bytes) {
                     Err(err) => println!("{}: CORRUPT: {err}", e.key),
                     Ok(sb) => {
@@ -160,11 +162,12 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
         InspectWhat::Log { name } => {
             let path = common.data.join(format!("{name}.wlog"));
             let (file, _) = FileCache::open_or_create(&path, 0)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| Error::local_io(path.display().to_string(), e))?;
+            let read_failed = |e| Error::local_io("", e);
             for slot in 0..2u64 {
                 let mut b = vec![0u8; CACHE_SUPER_BYTES];
                 file.read_at(&mut b, slot * CACHE_SUPER_BYTES as u64)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(read_failed)?;
                 match decode_cache_super(&b) {
                     Ok(sb) => println!(
                         "superblock {slot}: generation {} clean={} volume {} log [{}, {}) tail offset {} seq {}",
@@ -181,11 +184,11 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
             }
             let mut a = vec![0u8; CACHE_SUPER_BYTES];
             let mut b = vec![0u8; CACHE_SUPER_BYTES];
-            file.read_at(&mut a, 0).map_err(|e| e.to_string())?;
+            file.read_at(&mut a, 0).map_err(read_failed)?;
             file.read_at(&mut b, CACHE_SUPER_BYTES as u64)
-                .map_err(|e| e.to_string())?;
+                .map_err(read_failed)?;
             let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| corrupt("", e))?;
             let chain = scan_log(&file, &sb);
             match crate::engine::log_index::check_against_chain(&file, &sb, &chain) {
                 (Some(i), problems) => println!(
@@ -231,8 +234,11 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<(), String> {
     }
 }
 
-fn parse_seq(s: &str) -> Result<u64, String> {
+fn parse_seq(s: &str) -> Result<u64> {
     let t = s.trim_start_matches("0x");
-    u64::from_str_radix(t, 16)
-        .map_err(|_| format!("invalid object sequence number '{s}' (hexadecimal, as listed)"))
+    u64::from_str_radix(t, 16).map_err(|_| {
+        Error::bad_input(format!(
+            "invalid object sequence number '{s}' (hexadecimal, as listed)"
+        ))
+    })
 }

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config_file::LsvdConfig;
 use crate::engine::{EngineConfig, RecoveryMode};
+use crate::error::{Error, Result};
 use crate::store::DynStore;
 
 #[derive(Parser, Debug)]
@@ -24,7 +25,10 @@ directory by default). A volume is defined by what is in the store; the local da
 cache that can be rebuilt from the store.\n\nQuick start:\n  lsvd serve                      # creates disk0 (16 GiB) on first start\n  nbdinfo nbd://127.0.0.1:10809/disk0",
     after_help = "Environment: LSVD_CONFIG sets --config, LSVD_DATA sets --data, LSVD_STORE sets --store, \
 LSVD_LOG=debug|info|warn|error sets the log level. For s3:// stores: AWS_ENDPOINT_URL, AWS_REGION, \
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file)."
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file).\n\n\
+Exit status: 0 on success; 2 for usage errors and invalid input (arguments, names, sizes, \
+options, config file); 1 for every other failure. Errors are printed as one line: \
+`lsvd: error: MESSAGE`."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -53,7 +57,7 @@ pub struct CommonArgs {
 impl CommonArgs {
     /// Load the config file, if any, and settle the data directory and store URL
     /// (flags and their variables win over the file).
-    pub fn resolve(self) -> Result<Common, String> {
+    pub fn resolve(self) -> Result<Common> {
         let file = match &self.config {
             Some(path) => LsvdConfig::load(path)?,
             None => LsvdConfig::default(),
@@ -81,7 +85,7 @@ impl Common {
     }
 
     /// Open the store (S3 settings and retry policy from the config file).
-    pub fn open_store(&self) -> Result<DynStore, String> {
+    pub fn open_store(&self) -> Result<DynStore> {
         self.file.open_store(&self.store)
     }
 }
@@ -200,26 +204,27 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    pub fn to_config(&self) -> Result<EngineConfig, String> {
+    /// The engine configuration these options ask for; an invalid one is `BadInput`.
+    pub fn to_config(&self) -> Result<EngineConfig> {
         let batch_size_bytes = crate::size::parse_size(&self.batch_size)?;
         if !(4096..=1 << 30).contains(&batch_size_bytes) {
-            return Err("--batch-size must be between 4K and 1G".into());
+            return Err(Error::bad_input("--batch-size must be between 4K and 1G"));
         }
         let log_size_bytes = crate::size::parse_size(&self.log_size)?;
         if log_size_bytes < crate::engine::config::MIN_LOG_SIZE_BYTES {
-            return Err("--log-size must be at least 16M".into());
+            return Err(Error::bad_input("--log-size must be at least 16M"));
         }
         if self.uploads == 0 || self.uploads > 256 {
-            return Err("--uploads must be between 1 and 256".into());
+            return Err(Error::bad_input("--uploads must be between 1 and 256"));
         }
         let gc = lsvd_core::gc::GcConfig {
             start_utilization: self.gc_start,
             stop_utilization: self.gc_stop,
-            policy: self.gc_policy.parse()?,
+            policy: self.gc_policy.parse().map_err(Error::bad_input)?,
             pass_bytes: (4 * batch_size_bytes).max(32 << 20),
         };
         gc.validate()
-            .map_err(|e| format!("--gc-start/--gc-stop: {e}"))?;
+            .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
         Ok(EngineConfig {
@@ -242,7 +247,9 @@ impl EngineArgs {
     }
 }
 
-pub fn run(cli: Cli) -> Result<(), String> {
+/// Run the command. What failed is in the error's kind: `BadInput` is the user's
+/// mistake (`main` exits 2 for it, as for a usage error), anything else exits 1.
+pub fn run(cli: Cli) -> Result<(), Error> {
     if let Command::Sim(args) = cli.command {
         // Pure computation: no runtime needed.
         return crate::sim::run(args);
@@ -255,7 +262,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start runtime: {e}"))?;
+        .map_err(|e| Error::local_io("cannot start runtime", e))?;
     let common = cli.common.resolve()?;
     runtime.block_on(async move {
         match cli.command {

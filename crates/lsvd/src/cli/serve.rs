@@ -9,6 +9,7 @@ use lsvd_nbd::server::{Export, Server};
 
 use super::{Common, ServeArgs};
 use crate::engine::{self, Volume};
+use crate::error::{Error, ErrorKind, Result};
 use crate::nbd_device::NbdVolume;
 use crate::size::format_size;
 
@@ -16,51 +17,68 @@ const DEFAULT_VOLUME: &str = "disk0";
 const DEFAULT_SIZE_BYTES: u64 = 16 << 30;
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
-/// Hold an exclusive lock on the data directory for the life of the process.
-fn lock_data_dir(dir: &Path) -> Result<File, String> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+/// Hold an exclusive lock on the data directory for the life of the process. Held
+/// by another process: `Conflict`.
+fn lock_data_dir(dir: &Path) -> Result<File> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::local_io(format!("cannot create data directory {}", dir.display()), e)
+    })?;
     let path = dir.join("lock");
-    let f = File::create(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let f = File::create(&path)
+        .map_err(|e| Error::local_io(format!("cannot open {}", path.display()), e))?;
     // SAFETY: flock on a valid descriptor we own.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
-        return Err(format!(
-            "data directory {} is in use by another lsvd process",
-            dir.display()
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "data directory {} is in use by another lsvd process",
+                dir.display()
+            ),
         ));
     }
     Ok(f)
 }
 
-/// Bind a Unix socket, replacing a stale socket file left by a crashed server.
-fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
+/// Bind a Unix socket, replacing a stale socket file left by a crashed server. A
+/// socket a live server answers on is a `Conflict`.
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
     if path.exists() {
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
-                return Err(format!(
-                    "socket {} is in use by a running server",
-                    path.display()
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!("socket {} is in use by a running server", path.display()),
                 ));
             }
-            Err(_) => std::fs::remove_file(path)
-                .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))?,
+            Err(_) => std::fs::remove_file(path).map_err(|e| {
+                Error::local_io(format!("cannot remove stale socket {}", path.display()), e)
+            })?,
         }
     }
     tokio::net::UnixListener::bind(path)
-        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+        .map_err(|e| Error::local_io(format!("cannot listen on {}", path.display()), e))
 }
 
-pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
+/// A listener that cannot be bound: `BadInput` for an address that is not one,
+/// `LocalIo` otherwise (in use, not allowed).
+fn listen_error(what: String, e: std::io::Error) -> Error {
+    let kind = match e.kind() {
+        std::io::ErrorKind::InvalidInput => ErrorKind::BadInput,
+        _ => ErrorKind::LocalIo,
+    };
+    Error::with_source(kind, what, e)
+}
+
+pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let config = args.engine.to_config()?;
     let _lock = lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
     if common.file.selftest_on_start() {
         // Refuse to serve from a store that would break the design's assumptions
         // (above all: put-if-absent must be atomic).
-        let report = crate::store::selftest::run_with(&*store, common.file.selftest_race_writers())
-            .await
-            .map_err(|e| e.to_string())?;
+        let report =
+            crate::store::selftest::run_with(&*store, common.file.selftest_race_writers()).await?;
         crate::log::debug(&report.to_string());
     }
     let mut names = args.names.clone();
@@ -68,23 +86,21 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
         names.push(DEFAULT_VOLUME.to_string());
         match engine::read_meta(&store, DEFAULT_VOLUME).await {
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            Err(e) if e.is_not_found() => {
+                engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES).await?;
                 eprintln!(
                     "lsvd: created volume {DEFAULT_VOLUME} ({}) in {}",
                     format_size(DEFAULT_SIZE_BYTES),
                     store.describe()
                 );
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         }
     }
     let mut seen = std::collections::HashSet::new();
     for n in &names {
         if !seen.insert(n) {
-            return Err(format!("volume {n} named twice"));
+            return Err(Error::bad_input(format!("volume {n} named twice")));
         }
     }
 
@@ -98,7 +114,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
                 for v in &volumes {
                     let _ = v.shutdown().await;
                 }
-                return Err(e.to_string());
+                return Err(e);
             }
         };
         if report.log_records_replayed > 0
@@ -133,8 +149,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
     if let Some(addr) = &listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
+            .map_err(|e| listen_error(format!("cannot listen on {addr}"), e))?;
+        let local = listener.local_addr().map_err(|e| Error::local_io("", e))?;
         let s = server.clone();
         let rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move { s.serve_tcp(listener, rx).await }));
@@ -181,8 +197,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
     if let Some(addr) = &args.metrics {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
+            .map_err(|e| listen_error(format!("cannot listen for metrics on {addr}"), e))?;
+        let local = listener.local_addr().map_err(|e| Error::local_io("", e))?;
         tokio::spawn(crate::metrics::serve(
             listener,
             volumes.clone(),
@@ -206,10 +222,10 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<(), String> {
     for v in &volumes {
         eprintln!("lsvd: uploading and checkpointing {}", v.meta().name);
         if let Err(e) = v.shutdown().await {
-            result = Err(format!(
-                "volume {} did not shut down cleanly: {e}",
+            result = Err(e.context(format!(
+                "volume {} did not shut down cleanly",
                 v.meta().name
-            ));
+            )));
         }
     }
     if let Some(path) = &args.socket {

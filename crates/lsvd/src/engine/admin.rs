@@ -3,7 +3,6 @@
 //! None of it opens a volume: `info` rebuilds the store's view of it
 //! ([`super::store_recovery`]) without changing anything.
 
-use std::io;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lsvd_core::VolumeId;
@@ -11,11 +10,8 @@ use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volu
 
 use super::keys::{meta_key, validate_volume_name};
 use super::store_recovery::recover_store;
-use crate::store::{DynStore, PutMode, StoreErrorKind};
-
-fn err(msg: impl Into<String>) -> io::Error {
-    io::Error::other(msg.into())
-}
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{DynStore, PutMode};
 
 pub(crate) fn random_session_id() -> u64 {
     let id = random_volume_id().0;
@@ -40,15 +36,12 @@ fn random_volume_id() -> VolumeId {
     VolumeId(id)
 }
 
-/// Create a new volume in the store. Fails if one of that name exists.
-pub async fn create_volume(
-    store: &DynStore,
-    name: &str,
-    size_bytes: u64,
-) -> io::Result<VolumeMeta> {
-    validate_volume_name(name).map_err(err)?;
+/// Create a new volume in the store. Fails with `AlreadyExists` if one of that name
+/// exists, `BadInput` for a bad name or size.
+pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Result<VolumeMeta> {
+    validate_volume_name(name)?;
     if size_bytes == 0 || !size_bytes.is_multiple_of(4096) {
-        return Err(err(format!(
+        return Err(Error::bad_input(format!(
             "volume size must be a positive multiple of 4096 bytes (got {size_bytes})"
         )));
     }
@@ -70,24 +63,26 @@ pub async fn create_volume(
         .await
     {
         Ok(()) => Ok(meta),
-        Err(e) if e.kind == StoreErrorKind::AlreadyExists => Err(err(format!(
-            "volume '{name}' already exists in {}",
-            store.describe()
-        ))),
-        Err(e) => Err(err(format!(
-            "cannot create volume '{name}' in {}: {e}",
+        Err(e) if e.kind == ErrorKind::AlreadyExists => Err(Error::new(
+            ErrorKind::AlreadyExists,
+            format!("volume '{name}' already exists in {}", store.describe()),
+        )),
+        Err(e) => Err(e.context(format!(
+            "cannot create volume '{name}' in {}",
             store.describe()
         ))),
     }
 }
 
-pub async fn read_meta(store: &DynStore, name: &str) -> io::Result<VolumeMeta> {
-    validate_volume_name(name).map_err(err)?;
+/// The metadata of volume `name`: `NotFound` if there is no such volume, `Corrupt` if
+/// its metadata does not decode or names another volume.
+pub async fn read_meta(store: &DynStore, name: &str) -> Result<VolumeMeta> {
+    validate_volume_name(name)?;
     let bytes = match store.get(&meta_key(name)).await {
         Ok(b) => b,
         Err(e) if e.is_not_found() => {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
+            return Err(Error::new(
+                ErrorKind::NotFound,
                 format!(
                     "no volume '{name}' in {} (create it with: lsvd create {name} --size SIZE)",
                     store.describe()
@@ -95,18 +90,19 @@ pub async fn read_meta(store: &DynStore, name: &str) -> io::Result<VolumeMeta> {
             ));
         }
         Err(e) => {
-            return Err(err(format!(
-                "cannot read volume '{name}' from {}: {e}",
+            return Err(e.context(format!(
+                "cannot read volume '{name}' from {}",
                 store.describe()
             )));
         }
     };
-    let meta = decode_volume_meta(&bytes).map_err(|e| err(format!("volume '{name}': {e}")))?;
+    let meta = decode_volume_meta(&bytes)
+        .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("volume '{name}'"), e))?;
     if meta.name != name {
-        return Err(err(format!(
-            "volume metadata under '{name}' names '{}'",
-            meta.name
-        )));
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!("volume metadata under '{name}' names '{}'", meta.name),
+        ));
     }
     Ok(meta)
 }
@@ -135,7 +131,7 @@ pub struct VolumeInfo {
     pub gc_moved_bytes: u64,
 }
 
-pub async fn inspect_volume(store: &DynStore, name: &str) -> io::Result<VolumeInfo> {
+pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> {
     let meta = read_meta(store, name).await?;
     let rec = recover_store(store, &meta).await?;
     let s = &rec.state;
@@ -172,11 +168,11 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> io::Result<VolumeIn
 }
 
 /// Names of the volumes in a store.
-pub async fn list_volumes(store: &DynStore) -> io::Result<Vec<String>> {
+pub async fn list_volumes(store: &DynStore) -> Result<Vec<String>> {
     let entries = store
         .list("")
         .await
-        .map_err(|e| err(format!("cannot list {}: {e}", store.describe())))?;
+        .map_err(|e| e.context(format!("cannot list {}", store.describe())))?;
     Ok(entries
         .into_iter()
         .filter_map(|e| {

@@ -11,7 +11,6 @@
 //! the next volume superblock generation *before* anything is deleted: a process that
 //! has been superseded must not delete objects the volume's new owner may still need.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -23,6 +22,7 @@ use super::keys::object_key;
 use super::log_tail::persist_tail_off_runtime;
 use super::put::upload_object;
 use super::shared::{Shared, State};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Extents of the store map copied per hold of the state lock when a checkpoint is
 /// taken: about 0.15 ms (copying 200,000 extents at once held it for 3-4 ms).
@@ -232,15 +232,20 @@ async fn delete_old_checkpoints(shared: &Shared) {
 }
 
 /// After the uploader has drained: write a clean checkpoint and mark the cache clean.
-pub(crate) async fn write_clean(shared: &Arc<Shared>) -> io::Result<()> {
+/// Every failure is `VolumeFailed`: the volume cannot be closed cleanly (what is not
+/// uploaded stays in the write log for the next start).
+pub(crate) async fn write_clean(shared: &Arc<Shared>) -> Result<()> {
     let (seq, snapshot, dead) = {
         let mut st = shared.lock();
         let upload = st
             .pipeline
             .begin_clean_checkpoint()
-            .map_err(|e| io::Error::other(e.to_string()))?;
+            .map_err(|e| Error::new(ErrorKind::VolumeFailed, e.to_string()))?;
         let Upload::Checkpoint { seq, clean, dead } = upload else {
-            return Err(io::Error::other("the pipeline handed out no checkpoint"));
+            return Err(Error::new(
+                ErrorKind::VolumeFailed,
+                "the pipeline handed out no checkpoint",
+            ));
         };
         (seq, snapshot(shared, &st, seq, clean), dead)
     };
@@ -248,7 +253,10 @@ pub(crate) async fn write_clean(shared: &Arc<Shared>) -> io::Result<()> {
     let through = shared.lock().pipeline.store().last_record_seq();
     persist_tail_off_runtime(shared, through, true).await;
     if shared.is_failed() {
-        return Err(io::Error::other("volume failed during shutdown"));
+        return Err(Error::new(
+            ErrorKind::VolumeFailed,
+            "volume failed during shutdown",
+        ));
     }
     Ok(())
 }

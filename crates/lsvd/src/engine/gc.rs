@@ -227,7 +227,7 @@ async fn run_pass(
     relocations: &[Relocation],
     kinds: &BTreeMap<u64, (ObjectKind, u64)>,
     pacer: &mut Pacer,
-) -> std::io::Result<Option<u64>> {
+) -> crate::error::Result<Option<u64>> {
     // Fetch each victim's live data in runs (extents less than a gap apart share one
     // ranged GET), then lay it out in the relocations' LBA order.
     let mut data_of: Vec<Vec<u8>> = vec![Vec::new(); relocations.len()];
@@ -350,7 +350,10 @@ async fn run_pass(
         Err(e) => {
             // The numbers are taken: nothing after them could ever be applied.
             shared.fail(&format!("encoding GC objects failed: {e}"));
-            return Err(std::io::Error::other("encoding GC objects failed"));
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::VolumeFailed,
+                "encoding GC objects failed",
+            ));
         }
     };
     // Queue them even if writes stopped meanwhile: their numbers are taken (and the

@@ -11,6 +11,8 @@
 
 use lsvd_core::format::object::ObjectKind;
 
+use crate::error::{Error, Result};
+
 pub fn meta_key(volume: &str) -> String {
     format!("{volume}/meta")
 }
@@ -63,7 +65,8 @@ pub fn parse_object_name(key: &str) -> Option<(u64, ObjectKind)> {
 }
 
 /// Volume names: 1 to 64 characters of `[A-Za-z0-9._-]`, not starting with a dot.
-pub fn validate_volume_name(name: &str) -> Result<(), String> {
+/// Anything else is `BadInput`.
+pub fn validate_volume_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
@@ -73,9 +76,9 @@ pub fn validate_volume_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
+        Err(Error::bad_input(format!(
             "invalid volume name '{name}': use 1-64 characters from A-Z a-z 0-9 . _ - (not starting with '.')"
-        ))
+        )))
     }
 }
 

@@ -9,6 +9,7 @@ use lsvd_core::format::record::{
 };
 
 use crate::cache_dev::CacheDevice;
+use crate::error::{Error, ErrorKind, Result};
 
 /// A record found in the write log, verified.
 pub(crate) struct FoundRecord {
@@ -120,28 +121,37 @@ pub(crate) fn scan_log_with_index(
 }
 
 /// The newest valid cache superblock of this volume's write log; None for a new
-/// (all-zero) file. A superblock of another volume, or an unreadable one, is an error
-/// telling the operator to move the file away (the store alone can rebuild the
-/// volume).
+/// (all-zero) file. A superblock of another volume (`Conflict`), or an unreadable one
+/// (`Corrupt`), is an error telling the operator to move the file away (the store
+/// alone can rebuild the volume).
 pub(crate) fn read_cache_super(
     cache: &dyn CacheDevice,
     meta: &lsvd_core::format::volume_meta::VolumeMeta,
     cache_name: &str,
-) -> std::io::Result<Option<CacheSuper>> {
+) -> Result<Option<CacheSuper>> {
     use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
     let mut a = vec![0u8; CACHE_SUPER_BYTES];
     let mut b = vec![0u8; CACHE_SUPER_BYTES];
-    cache.read_at(&mut a, 0)?;
-    cache.read_at(&mut b, CACHE_SUPER_BYTES as u64)?;
+    let read_failed = |e| Error::local_io(format!("cannot read write log {cache_name}"), e);
+    cache.read_at(&mut a, 0).map_err(read_failed)?;
+    cache
+        .read_at(&mut b, CACHE_SUPER_BYTES as u64)
+        .map_err(read_failed)?;
     match newest_cache_super(&a, &b) {
-        Ok(sb) if sb.volume != meta.volume => Err(std::io::Error::other(format!(
-            "write log {cache_name} belongs to another volume (id {}, expected {}); move it away to start from the store",
-            sb.volume, meta.volume
-        ))),
+        Ok(sb) if sb.volume != meta.volume => Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "write log {cache_name} belongs to another volume (id {}, expected {}); move it away to start from the store",
+                sb.volume, meta.volume
+            ),
+        )),
         Ok(sb) => Ok(Some(sb)),
         Err(_) if a.iter().chain(b.iter()).all(|&x| x == 0) => Ok(None),
-        Err(e) => Err(std::io::Error::other(format!(
-            "write log {cache_name} is not readable ({e}); move it away to start from the store"
-        ))),
+        Err(e) => Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "write log {cache_name} is not readable ({e}); move it away to start from the store"
+            ),
+        )),
     }
 }

@@ -30,6 +30,8 @@ mod checkpoint;
 mod checkpoint_tests;
 pub mod clock;
 pub mod config;
+#[cfg(test)]
+mod error_kind_tests;
 mod gc;
 pub mod keys;
 pub(crate) mod log_index;

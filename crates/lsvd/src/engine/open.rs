@@ -12,7 +12,6 @@
 //!    the store catches up; write a cache superblock; claim the volume in the store;
 //!    start the log writer, the uploader and the GC.
 
-use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -37,6 +36,7 @@ use super::store_recovery::{recover_store, settle_store};
 use super::volume::Volume;
 use super::{gc, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
+use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
 /// What recovery found and did.
@@ -55,33 +55,35 @@ pub struct OpenReport {
     pub cache_created: bool,
 }
 
-fn err(msg: impl Into<String>) -> io::Error {
-    io::Error::other(msg.into())
-}
-
 /// Open (and recover) volume `name`, keeping its write log under `data_dir`.
+///
+/// Errors: `NotFound` (no such volume), `BadInput` (a bad name), `Corrupt` (a
+/// checkpoint, object or write log fails its checks), `Conflict` (another process
+/// owns the volume, or the write log belongs to another volume), `DataLoss` (strict
+/// recovery refuses), `LocalIo`, or a store error's kind.
 pub async fn open_volume(
     store: DynStore,
     name: &str,
     data_dir: &Path,
     config: EngineConfig,
-) -> io::Result<(Arc<Volume>, OpenReport)> {
-    validate_volume_name(name).map_err(err)?;
+) -> Result<(Arc<Volume>, OpenReport)> {
+    validate_volume_name(name)?;
     std::fs::create_dir_all(data_dir)
-        .map_err(|e| err(format!("cannot create {}: {e}", data_dir.display())))?;
+        .map_err(|e| Error::local_io(format!("cannot create {}", data_dir.display()), e))?;
     let log_path = data_dir.join(format!("{name}.wlog"));
     let log_size =
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
     // Check the volume exists before making a log file for it.
     read_meta(&store, name).await?;
     let (file, created) = FileCache::open_or_create(&log_path, log_size)
-        .map_err(|e| err(format!("cannot open write log {}: {e}", log_path.display())))?;
+        .map_err(|e| Error::local_io(format!("cannot open write log {}", log_path.display()), e))?;
     let cache_name = log_path.display().to_string();
     let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
         let path = data_dir.join(format!("{name}.rcache"));
         let size = config.read_cache_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
-        let (file, _) = FileCache::open_or_create(&path, size)
-            .map_err(|e| err(format!("cannot open read cache {}: {e}", path.display())))?;
+        let (file, _) = FileCache::open_or_create(&path, size).map_err(|e| {
+            Error::local_io(format!("cannot open read cache {}", path.display()), e)
+        })?;
         Some((
             Arc::new(file) as Arc<dyn CacheDevice>,
             data_dir.join(format!("{name}.rcache.map")),
@@ -103,7 +105,7 @@ pub async fn open_volume_on(
     cache: Arc<dyn CacheDevice>,
     cache_name: &str,
     config: EngineConfig,
-) -> io::Result<(Arc<Volume>, OpenReport)> {
+) -> Result<(Arc<Volume>, OpenReport)> {
     open_inner(store, name, cache, cache_name, None, config).await
 }
 
@@ -128,7 +130,7 @@ fn plan_log(
     layout: &CacheLayout,
     last_in_store: u64,
     mode: RecoveryMode,
-) -> io::Result<LogPlan> {
+) -> Result<LogPlan> {
     let input = LogRecoveryInput {
         cache_tail_seq: existing.map(|sb| sb.tail_seq),
         chain: match (chain.first(), chain.last()) {
@@ -139,10 +141,16 @@ fn plan_log(
         mode,
     };
     let plan = plan_log_recovery(&input).map_err(|refusal| match refusal {
-        LogRecoveryRefusal::SequenceNumbersExhausted { .. } => err(refusal.to_string()),
-        _ => err(format!(
-            "{refusal}. Start with --recovery-mode accept-prefix to continue from what the store has"
-        )),
+        // 2^64 records cannot have been written: the numbers come from damaged bytes.
+        LogRecoveryRefusal::SequenceNumbersExhausted { .. } => {
+            Error::new(ErrorKind::Corrupt, refusal.to_string())
+        }
+        _ => Error::new(
+            ErrorKind::DataLoss,
+            format!(
+                "{refusal}. Start with --recovery-mode accept-prefix to continue from what the store has"
+            ),
+        ),
     })?;
     for w in &plan.warnings {
         crate::log::warn(&format!("{w} (--recovery-mode accept-prefix)"));
@@ -184,7 +192,7 @@ async fn open_inner(
     cache_name: &str,
     read_cache: Option<(Arc<dyn CacheDevice>, std::path::PathBuf)>,
     config: EngineConfig,
-) -> io::Result<(Arc<Volume>, OpenReport)> {
+) -> Result<(Arc<Volume>, OpenReport)> {
     // 1. The store side.
     let meta = read_meta(&store, name).await?;
     let rec = recover_store(&store, &meta).await?;
@@ -205,18 +213,21 @@ async fn open_inner(
     let layout = match existing {
         Some(sb) => CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end)
             .ok_or_else(|| {
-                err(format!(
-                    "write log {cache_name} has an impossible layout (log {}..{} in {} bytes); move it away to start from the store",
-                    sb.log_start,
-                    sb.log_end,
-                    cache.size_bytes()
-                ))
+                Error::new(
+                    ErrorKind::Corrupt,
+                    format!(
+                        "write log {cache_name} has an impossible layout (log {}..{} in {} bytes); move it away to start from the store",
+                        sb.log_start,
+                        sb.log_end,
+                        cache.size_bytes()
+                    ),
+                )
             })?,
         None => CacheLayout::for_new_file(cache.size_bytes()),
     };
     let (log_start, log_end) = (layout.log_start, layout.log_end);
     if log_end < log_start + MIN_LOG_SIZE_BYTES / 2 {
-        return Err(err(format!(
+        return Err(Error::bad_input(format!(
             "write log {} is too small ({} bytes)",
             cache_name,
             cache.size_bytes()
@@ -334,8 +345,16 @@ async fn open_inner(
         index_epoch,
     };
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
-    cache.write_at(&encode_cache_super(&sb), slot)?;
-    cache.sync()?;
+    let write_failed = |e| {
+        Error::local_io(
+            format!("cannot write the superblock of write log {cache_name}"),
+            e,
+        )
+    };
+    cache
+        .write_at(&encode_cache_super(&sb), slot)
+        .map_err(write_failed)?;
+    cache.sync().map_err(write_failed)?;
 
     report.superblock_generation = claim(&shared, newest_super).await?;
     Ok((Arc::new(start_tasks(shared)?), report))
@@ -345,7 +364,8 @@ async fn open_inner(
 /// it at the same time finds this generation taken and refuses. Returns the claimed
 /// generation. With the store down, serve from the write log now and claim the volume
 /// once the store answers; uploads (and so GC and deletions) wait for the claim.
-async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> io::Result<u64> {
+/// Another process's claim is a `Conflict`.
+async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> Result<u64> {
     let name = &shared.meta.name;
     let claimed = {
         let st = shared.lock();
@@ -370,9 +390,12 @@ async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> io::R
     match super::volume_super::write(&shared.store, name, &claimed, 3, shared.clock()).await {
         Ok(()) => shared.volume_claimed.store(true, Ordering::SeqCst),
         Err(super::volume_super::WriteError::Superseded { generation }) => {
-            return Err(err(format!(
-                "volume '{name}' is being opened by another lsvd process (superblock generation {generation} appeared while this one recovered); refusing to start"
-            )));
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "volume '{name}' is being opened by another lsvd process (superblock generation {generation} appeared while this one recovered); refusing to start"
+                ),
+            ));
         }
         Err(super::volume_super::WriteError::Store(e)) => {
             crate::log::warn(&format!(
@@ -417,14 +440,14 @@ async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper) {
 }
 
 /// Start the log writer thread, the uploader and the GC of a recovered volume.
-fn start_tasks(shared: Arc<Shared>) -> io::Result<Volume> {
+fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     let (log_tx, log_rx) = tokio::sync::mpsc::channel(4096);
     let writer_shared = shared.clone();
     let runtime = tokio::runtime::Handle::current();
     let writer_thread = std::thread::Builder::new()
         .name(format!("lsvd-log-{}", shared.meta.name))
         .spawn(move || writer::run(writer_shared, log_rx, runtime))
-        .map_err(|e| err(format!("cannot start log writer: {e}")))?;
+        .map_err(|e| Error::local_io("cannot start log writer", e))?;
     let uploader_task = tokio::spawn(uploader::run(shared.clone()));
     let gc_task = tokio::spawn(gc::run(shared.clone()));
     shared.upload_wake.notify_one();

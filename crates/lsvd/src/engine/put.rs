@@ -15,7 +15,8 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use super::apply::apply_ready;
 use super::keys::object_key;
 use super::shared::Shared;
-use crate::store::{PutMode, StoreErrorKind};
+use crate::error::ErrorKind;
+use crate::store::PutMode;
 
 /// The first retry waits this long; each later one twice as long, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -74,7 +75,7 @@ pub(crate) async fn upload_object(
             Ok(()) => break,
             // An earlier attempt landed but its answer was lost, or another process
             // writes this volume: only our own bytes count as landed.
-            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 let header_len = header.header_bytes as u64;
                 match shared.store.get_range(&key, 0..header_len).await {
                     Ok(found) if found[..] == bytes[..header_len as usize] => break,

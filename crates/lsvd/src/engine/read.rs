@@ -5,7 +5,6 @@
 //! possibly reused) while we read, the read is planned again. Data read from objects
 //! is fetched in whole 4 KiB chunks and checked against the object's chunk checksums.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -18,6 +17,7 @@ use lsvd_core::log_map::LogLoc;
 use super::keys::object_key;
 use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::shared::Shared;
+use crate::error::{Error, ErrorKind, Result};
 
 #[derive(Debug, Clone, Copy)]
 enum Source {
@@ -93,7 +93,7 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
 /// How many times a piece of a read may be planned before the read gives up.
 const READ_PLAN_ATTEMPTS: u32 = 16;
 
-pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Result<Vec<u8>> {
+pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
     // What is still to be read: (lba, sectors). Only the pieces a race invalidated are
     // planned again, so a slow object read cannot make a read start over forever while
@@ -119,9 +119,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
                             // GC moved the data and deleted the object after we
                             // planned the read: plan this piece again (the map points
                             // at the new copy).
-                            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                                again.push((p_lba, p_sectors))
-                            }
+                            Err(e) if e.is_not_found() => again.push((p_lba, p_sectors)),
                             Err(e) => return Err(e),
                         }
                     }
@@ -132,10 +130,13 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
         // freed (their space possibly reused) while we read them.
         for &(p_lba, p_sectors, _, offset) in &log_pieces {
             let at = ((p_lba - lba) * SECTOR_BYTES) as usize;
-            shared.cache.read_at(
-                &mut buf[at..at + (p_sectors * SECTOR_BYTES) as usize],
-                offset,
-            )?;
+            shared
+                .cache
+                .read_at(
+                    &mut buf[at..at + (p_sectors * SECTOR_BYTES) as usize],
+                    offset,
+                )
+                .map_err(|e| Error::local_io("write-log read failed", e))?;
         }
         {
             let st = shared.lock();
@@ -155,19 +156,22 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> io::Re
         }
         todo = again;
     }
-    Err(io::Error::other(
+    // Nothing is wrong, the volume was just busy: trying again may well succeed.
+    Err(Error::new(
+        ErrorKind::Transient,
         "read kept racing with log reclamation or garbage collection",
     ))
 }
 
-/// A store error as an I/O error, keeping "not found" recognizable to the read loop.
-fn store_read_error(key: &str, e: crate::store::StoreError) -> io::Error {
-    let kind = if e.is_not_found() {
-        io::ErrorKind::NotFound
-    } else {
-        io::ErrorKind::Other
-    };
-    io::Error::new(kind, format!("reading {key}: {e}"))
+/// A store error reading `key`, keeping its kind ("not found" tells the read loop that
+/// GC moved the data).
+fn store_read_error(key: &str, e: Error) -> Error {
+    e.context(format!("reading {key}"))
+}
+
+/// `key`'s bytes fail their checks.
+fn corrupt(key: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::with_source(ErrorKind::Corrupt, key, e)
 }
 
 const HEADER_CACHE_ENTRIES: usize = 4096;
@@ -191,7 +195,7 @@ async fn object_header(
     key: &str,
     seq: u64,
     background: bool,
-) -> io::Result<Arc<ObjectHeader>> {
+) -> Result<Arc<ObjectHeader>> {
     if let Some(h) = shared
         .headers
         .lock()
@@ -202,8 +206,8 @@ async fn object_header(
     }
     let h = Arc::new(fetch_header(shared, key, background).await?);
     if h.seq != seq || h.volume != shared.meta.volume {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
+        return Err(Error::new(
+            ErrorKind::Corrupt,
             format!("object {key} is not the object its name says"),
         ));
     }
@@ -220,21 +224,19 @@ pub(crate) async fn fetch_header(
     shared: &Shared,
     key: &str,
     background: bool,
-) -> io::Result<ObjectHeader> {
-    let to_io = |e: crate::store::StoreError| store_read_error(key, e);
-    let bad = |e: lsvd_core::format::FormatError| {
-        io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}"))
-    };
+) -> Result<ObjectHeader> {
+    let store_err = |e| store_read_error(key, e);
+    let bad = |e| corrupt(key, e);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let mut buf = get_range(shared, key, 0..HEADER_PROBE_BYTES, background)
         .await
-        .map_err(to_io)?;
+        .map_err(store_err)?;
     let need = peek_header_bytes(&buf).map_err(bad)?;
     if need > buf.len() as u64 {
         shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
         let rest = get_range(shared, key, buf.len() as u64..need, background)
             .await
-            .map_err(to_io)?;
+            .map_err(store_err)?;
         buf.extend_from_slice(&rest);
     }
     decode_object_header(&buf).map_err(bad)
@@ -248,7 +250,7 @@ pub(crate) async fn read_object(
     kind: lsvd_core::format::object::ObjectKind,
     offset: u64,
     dst: &mut [u8],
-) -> io::Result<()> {
+) -> Result<()> {
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
@@ -273,7 +275,7 @@ pub(crate) async fn read_object_background(
     kind: lsvd_core::format::object::ObjectKind,
     from: u64,
     to: u64,
-) -> io::Result<Vec<u8>> {
+) -> Result<Vec<u8>> {
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq, true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
@@ -291,7 +293,9 @@ pub(crate) async fn read_object_background(
         Ok(bytes[(from - start) as usize..(to - start) as usize].to_vec())
     })
     .await
-    .map_err(|e| io::Error::other(format!("verifying a GC read failed: {e}")))?
+    // A panicked (or, at shutdown, cancelled) task: GC gives up this pass and tries
+    // again later.
+    .map_err(|e| Error::with_source(ErrorKind::Transient, "verifying a GC read failed", e))?
 }
 
 /// Reads of one object from the read cache alone, in increasing offsets (GC: a
@@ -331,7 +335,7 @@ impl CachedObjectReader {
         shared: &Shared,
         offset: u64,
         len: u64,
-    ) -> io::Result<Option<Vec<u8>>> {
+    ) -> Result<Option<Vec<u8>>> {
         let Some(rc) = &shared.read_cache else {
             return Ok(None);
         };
@@ -400,7 +404,7 @@ async fn fetch_verified(
     header: &ObjectHeader,
     start: u64,
     end: u64,
-) -> io::Result<Vec<u8>> {
+) -> Result<Vec<u8>> {
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let bytes = shared
         .store
@@ -419,16 +423,13 @@ fn check_fetched(
     start: u64,
     end: u64,
     bytes: &[u8],
-) -> io::Result<()> {
+) -> Result<()> {
     if bytes.len() as u64 != end - start {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{key}: short read"),
-        ));
+        return Err(Error::new(ErrorKind::Corrupt, format!("{key}: short read")));
     }
     header
         .verify_data(start, bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{key}: {e}")))
+        .map_err(|e| corrupt(key, e))
 }
 
 async fn read_via_cache(
@@ -438,7 +439,7 @@ async fn read_via_cache(
     header: &ObjectHeader,
     offset: u64,
     dst: &mut [u8],
-) -> io::Result<()> {
+) -> Result<()> {
     let data_start = header.header_bytes as u64;
     let rel_start = offset - data_start;
     let rel_end = rel_start + dst.len() as u64;

@@ -6,8 +6,6 @@
 //! verified, the others' headers with one ranged GET each), applies them, and reports
 //! what the newest volume superblock promises that the store no longer holds.
 
-use std::io;
-
 use lsvd_core::format::checkpoint::decode_checkpoint;
 use lsvd_core::format::object::{ObjectKind, verify_chunks};
 use lsvd_core::format::volume_meta::VolumeMeta;
@@ -15,10 +13,11 @@ use lsvd_core::recovery::{ListedObject, plan_recovery};
 use lsvd_core::store_state::StoreState;
 
 use super::keys::{object_key, objects_prefix, parse_object_name};
+use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
-fn err(msg: impl Into<String>) -> io::Error {
-    io::Error::other(msg.into())
+fn corrupt(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Corrupt, msg)
 }
 
 /// The store's view of a volume, rebuilt without changing anything.
@@ -39,15 +38,14 @@ pub(crate) struct StoreRecovery {
     pub superblock_violation: Option<String>,
 }
 
-pub(crate) async fn recover_store(
-    store: &DynStore,
-    meta: &VolumeMeta,
-) -> io::Result<StoreRecovery> {
+/// Rebuild the store's view of volume `meta`. Store errors keep their kind (with
+/// context); objects that fail their checks or do not match their names are `Corrupt`.
+pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result<StoreRecovery> {
     let name = &meta.name;
     let listing = store
         .list(&objects_prefix(name))
         .await
-        .map_err(|e| err(format!("cannot list objects of '{name}': {e}")))?;
+        .map_err(|e| e.context(format!("cannot list objects of '{name}'")))?;
     let mut kinds = std::collections::BTreeMap::new();
     for entry in &listing {
         match parse_object_name(&entry.key) {
@@ -73,21 +71,27 @@ pub(crate) async fn recover_store(
                 let bytes = store
                     .get(&key)
                     .await
-                    .map_err(|e| err(format!("reading checkpoint {key}: {e}")))?;
-                let header = lsvd_core::format::object::decode_object_header(&bytes)
-                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
+                    .map_err(|e| e.context(format!("reading checkpoint {key}")))?;
+                let is_corrupt = |e| {
+                    Error::with_source(
+                        ErrorKind::Corrupt,
+                        format!("checkpoint {key} is corrupt"),
+                        e,
+                    )
+                };
+                let header =
+                    lsvd_core::format::object::decode_object_header(&bytes).map_err(is_corrupt)?;
                 if header.volume != meta.volume || header.seq != c {
-                    return Err(err(format!(
+                    return Err(corrupt(format!(
                         "checkpoint {key} belongs to another volume or sequence"
                     )));
                 }
                 let payload = &bytes[header.header_bytes as usize..];
                 verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload)
-                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
-                let ck = decode_checkpoint(payload)
-                    .map_err(|e| err(format!("checkpoint {key} is corrupt: {e}")))?;
+                    .map_err(is_corrupt)?;
+                let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
                 let state = StoreState::from_checkpoint(c, &ck)
-                    .map_err(|e| err(format!("checkpoint {key}: {e}")))?;
+                    .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
                 (
                     state,
                     plan.replay_after[0].clone(),
@@ -105,7 +109,7 @@ pub(crate) async fn recover_store(
             ),
         };
     if state.volume_size_bytes != meta.size_bytes {
-        return Err(err(format!(
+        return Err(corrupt(format!(
             "checkpoint size {} differs from volume size {}",
             state.volume_size_bytes, meta.size_bytes
         )));
@@ -129,13 +133,13 @@ pub(crate) async fn recover_store(
         let key = object_key(name, seq, kind);
         let header = read_header(store, &key).await?;
         if header.volume != meta.volume || header.seq != seq || header.kind != kind {
-            return Err(err(format!(
+            return Err(corrupt(format!(
                 "object {key} does not match its name (another volume's data?)"
             )));
         }
         state
             .apply(&header)
-            .map_err(|e| err(format!("object {key}: {e}")))?;
+            .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
         replayed += 1;
     }
     let stranded = plan.stranded.iter().map(|s| (*s, kinds[s])).collect();
@@ -173,39 +177,44 @@ pub(crate) async fn recover_store(
 pub(crate) async fn read_header(
     store: &DynStore,
     key: &str,
-) -> io::Result<lsvd_core::format::object::ObjectHeader> {
+) -> Result<lsvd_core::format::object::ObjectHeader> {
     use lsvd_core::format::object::{HEADER_PROBE_BYTES, decode_object_header, peek_header_bytes};
+    let is_corrupt =
+        |e| Error::with_source(ErrorKind::Corrupt, format!("object {key} is corrupt"), e);
     let mut buf = store
         .get_range(key, 0..HEADER_PROBE_BYTES)
         .await
-        .map_err(|e| err(format!("reading {key}: {e}")))?;
-    let need = peek_header_bytes(&buf).map_err(|e| err(format!("object {key} is corrupt: {e}")))?;
+        .map_err(|e| e.context(format!("reading {key}")))?;
+    let need = peek_header_bytes(&buf).map_err(is_corrupt)?;
     if need > buf.len() as u64 {
         let rest = store
             .get_range(key, buf.len() as u64..need)
             .await
-            .map_err(|e| err(format!("reading {key}: {e}")))?;
+            .map_err(|e| e.context(format!("reading {key}")))?;
         buf.extend_from_slice(&rest);
     }
-    decode_object_header(&buf).map_err(|e| err(format!("object {key} is corrupt: {e}")))
+    decode_object_header(&buf).map_err(is_corrupt)
 }
 
 /// Act on what the store side of recovery found, before anything new is written:
 /// refuse (strict mode) or warn when the store lost what the volume superblock says
 /// it held; delete objects stranded past a gap (they must go before any new object
 /// could take their numbers); delete garbage a crash left (best effort). Returns the
-/// stranded objects deleted.
+/// stranded objects deleted. The strict refusal is `DataLoss`.
 pub(crate) async fn settle_store(
     store: &DynStore,
     name: &str,
     rec: &StoreRecovery,
     mode: super::config::RecoveryMode,
-) -> io::Result<Vec<u64>> {
+) -> Result<Vec<u64>> {
     if let Some(why) = &rec.superblock_violation {
         if mode == super::config::RecoveryMode::Strict {
-            return Err(err(format!(
-                "{why}: the store lost data it had acknowledged. Start with --recovery-mode accept-prefix to continue from what the store has"
-            )));
+            return Err(Error::new(
+                ErrorKind::DataLoss,
+                format!(
+                    "{why}: the store lost data it had acknowledged. Start with --recovery-mode accept-prefix to continue from what the store has"
+                ),
+            ));
         }
         crate::log::warn(&format!(
             "{why}; continuing (--recovery-mode accept-prefix)"
@@ -217,7 +226,7 @@ pub(crate) async fn settle_store(
         store
             .delete(&key)
             .await
-            .map_err(|e| err(format!("cannot delete stranded object {key}: {e}")))?;
+            .map_err(|e| e.context(format!("cannot delete stranded object {key}")))?;
         crate::log::warn(&format!(
             "deleted stranded object {key} (past a gap in the sequence)"
         ));

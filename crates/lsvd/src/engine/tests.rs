@@ -291,7 +291,7 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     let start_util = spec.config.gc.start_utilization;
     let sample_every = (1u64 << 20) / BLOCK;
     let half = spec.volume_writes * blocks / 2;
-    let mut inflight: JoinSet<(u64, std::io::Result<()>)> = JoinSet::new();
+    let mut inflight: JoinSet<(u64, crate::error::Result<()>)> = JoinSet::new();
     let mut busy = std::collections::HashSet::new();
     let (mut samples, mut violation_count) = (0usize, 0usize);
     let mut violations = Vec::new();
@@ -964,7 +964,7 @@ async fn batches_never_exceed_the_batch_size_when_writes_share_records() {
         .await
         .expect("open");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut inflight: JoinSet<std::io::Result<()>> = JoinSet::new();
+    let mut inflight: JoinSet<crate::error::Result<()>> = JoinSet::new();
     for i in 0..WRITES {
         while inflight.len() >= 32 {
             inflight

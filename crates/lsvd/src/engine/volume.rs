@@ -6,7 +6,6 @@
 //! drains the writer, waits for the GC and the uploader to finish, and writes a clean
 //! checkpoint ([`super::checkpoint::write_clean`]).
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +14,7 @@ use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::shared::{Shared, Stats};
 use super::{checkpoint, read, writer};
+use crate::error::{Error, ErrorKind, Result};
 
 /// A point-in-time summary for `lsvd info` and metrics.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -63,8 +63,8 @@ pub struct Volume {
     pub(crate) gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "volume is shutting down")
+fn closed() -> Error {
+    Error::new(ErrorKind::ShuttingDown, "volume is shutting down")
 }
 
 impl Volume {
@@ -76,26 +76,24 @@ impl Volume {
         self.shared.meta.size_bytes
     }
 
-    fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
+    /// A misaligned request or one past the end is `BadInput`.
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         let size = self.size_bytes();
         if !offset.is_multiple_of(SECTOR_BYTES) || !len.is_multiple_of(SECTOR_BYTES) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request not aligned to 512 bytes",
-            ));
+            return Err(Error::bad_input("request not aligned to 512 bytes"));
         }
         if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "request beyond end of volume",
-            ));
+            return Err(Error::bad_input("request beyond end of volume"));
         }
         Ok(())
     }
 
-    fn check_writable(&self) -> io::Result<()> {
+    fn check_writable(&self) -> Result<()> {
         if self.shared.is_failed() {
-            return Err(io::Error::other("volume failed after a local I/O error"));
+            return Err(Error::new(
+                ErrorKind::VolumeFailed,
+                "volume failed after a local I/O error",
+            ));
         }
         Ok(())
     }
@@ -103,15 +101,19 @@ impl Volume {
     async fn submit(
         &self,
         op: writer::LogOp,
-        rx: tokio::sync::oneshot::Receiver<io::Result<()>>,
-    ) -> io::Result<()> {
+        rx: tokio::sync::oneshot::Receiver<Result<()>>,
+    ) -> Result<()> {
         self.log_tx.send(op).await.map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
     }
 
     /// Write `data` at byte `offset`. Returns once the record is in the log (and
     /// durable, with `fua`).
-    pub async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+    ///
+    /// Errors: `BadInput` (misaligned, past the end, larger than half the write log),
+    /// `VolumeFailed`, `ShuttingDown`, `LocalIo` (the write log failed; the volume fails
+    /// with it).
+    pub async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
         self.check_range(offset, data.len() as u64)?;
         self.check_writable()?;
         if data.is_empty() {
@@ -131,7 +133,7 @@ impl Volume {
     }
 
     /// Make the range read as zeros (TRIM and WRITE_ZEROES).
-    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
+    pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
         self.check_range(offset, len)?;
         self.check_writable()?;
         if len == 0 {
@@ -148,19 +150,21 @@ impl Volume {
     }
 
     /// Make every write acknowledged before this call durable on the cache device.
-    pub async fn flush(&self) -> io::Result<()> {
+    pub async fn flush(&self) -> Result<()> {
         self.check_writable()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.submit(writer::LogOp::Flush { done: tx }, rx).await
     }
 
-    pub async fn read(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    /// Read `len` bytes at `offset`. Errors: `BadInput`, `LocalIo`, `Corrupt` (an
+    /// object fails its checksums), or a store error's kind.
+    pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check_range(offset, len)?;
         read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await
     }
 
     /// Allocation of `[offset, offset+len)`: runs of (bytes, allocated).
-    pub fn allocation(&self, offset: u64, len: u64) -> io::Result<Vec<(u64, bool)>> {
+    pub fn allocation(&self, offset: u64, len: u64) -> Result<Vec<(u64, bool)>> {
         self.check_range(offset, len)?;
         Ok(read::allocation(
             &self.shared,
@@ -275,8 +279,9 @@ impl Volume {
     }
 
     /// Drain writes, upload everything, write a clean checkpoint and mark the cache
-    /// clean. Safe to call more than once.
-    pub async fn shutdown(&self) -> io::Result<()> {
+    /// clean. Safe to call more than once. A volume that failed (or fails now) is not
+    /// marked clean: `VolumeFailed`.
+    pub async fn shutdown(&self) -> Result<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         if self
             .log_tx
@@ -309,7 +314,10 @@ impl Volume {
             let _ = u.await;
         }
         if self.shared.is_failed() {
-            return Err(io::Error::other("volume failed; not marked clean"));
+            return Err(Error::new(
+                ErrorKind::VolumeFailed,
+                "volume failed; not marked clean",
+            ));
         }
         checkpoint::write_clean(&self.shared).await?;
         if let Some(rc) = &self.shared.read_cache

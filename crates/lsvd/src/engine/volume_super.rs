@@ -6,30 +6,27 @@
 //! is how a process claims (at open) or keeps (after each checkpoint) the volume.
 //! Format: `docs/format/volume-superblock.md`.
 
-use std::io;
 use std::time::Duration;
 
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super, encode_volume_super};
 
 use super::keys::{parse_super_name, super_key, super_prefix};
-use crate::store::{DynStore, PutMode, StoreErrorKind};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{DynStore, PutMode};
 
 /// Generations kept in the store; older ones are deleted after a new one lands.
 pub const GENERATIONS_KEPT: u64 = 4;
 
-fn err(msg: impl Into<String>) -> io::Error {
-    io::Error::other(msg.into())
-}
-
 /// The newest superblock generation of the volume, if any exists. A newest
-/// generation that is unreadable or corrupt is an error that names it.
-pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> io::Result<Option<VolumeSuper>> {
+/// generation that is unreadable or corrupt is an error that names it (`Corrupt`, or
+/// the store's kind).
+pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> Result<Option<VolumeSuper>> {
     let prefix = super_prefix(&meta.name);
     let listing = store
         .list(&prefix)
         .await
-        .map_err(|e| err(format!("cannot list {prefix}: {e}")))?;
+        .map_err(|e| e.context(format!("cannot list {prefix}")))?;
     let Some(generation) = listing
         .iter()
         .filter_map(|e| parse_super_name(&e.key))
@@ -41,16 +38,20 @@ pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> io::Result<Opti
     let bytes = store
         .get(&key)
         .await
-        .map_err(|e| err(format!("reading volume superblock {key}: {e}")))?;
+        .map_err(|e| e.context(format!("reading volume superblock {key}")))?;
     let sb = decode_volume_super(&bytes).map_err(|e| {
-        err(format!(
-            "volume superblock {key} is corrupt ({e}); if the store is otherwise sound, delete it to recover from the object listing"
-        ))
+        Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "volume superblock {key} is corrupt ({e}); if the store is otherwise sound, delete it to recover from the object listing"
+            ),
+        )
     })?;
     if sb.volume != meta.volume || sb.generation != generation {
-        return Err(err(format!(
-            "volume superblock {key} belongs to another volume or generation"
-        )));
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!("volume superblock {key} belongs to another volume or generation"),
+        ));
     }
     Ok(Some(sb))
 }
@@ -60,8 +61,8 @@ pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> io::Result<Opti
 pub enum WriteError {
     /// Another process wrote this generation: it owns the volume now.
     Superseded { generation: u64 },
-    /// The store kept failing.
-    Store(String),
+    /// The store kept failing (the error keeps the store's kind).
+    Store(Error),
 }
 
 impl std::fmt::Display for WriteError {
@@ -91,14 +92,14 @@ pub async fn write(
     let key = super_key(name, sb.generation);
     let bytes = bytes::Bytes::from(encode_volume_super(sb));
     let mut backoff = Duration::from_millis(50);
-    let mut last_error = String::new();
+    let mut last_error: Option<Error> = None;
     for attempt in 1..=attempts.max(1) {
         match store.put(&key, bytes.clone(), PutMode::IfAbsent).await {
             Ok(()) => {
                 delete_old(store, name, sb.generation).await;
                 return Ok(());
             }
-            Err(e) if e.kind == StoreErrorKind::AlreadyExists => {
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 return match store.get(&key).await {
                     Ok(found) => match decode_volume_super(&found) {
                         Ok(other) if other.session == sb.session => {
@@ -109,37 +110,35 @@ pub async fn write(
                             generation: sb.generation,
                         }),
                     },
-                    Err(e) => Err(WriteError::Store(format!(
-                        "superblock {key} exists but cannot be read back: {e}"
-                    ))),
+                    Err(e) => Err(WriteError::Store(
+                        e.context(format!("superblock {key} exists but cannot be read back")),
+                    )),
                 };
             }
-            Err(e) if e.kind == StoreErrorKind::Permanent => {
-                return Err(WriteError::Store(format!("writing {key}: {e}")));
+            Err(e) if e.kind == ErrorKind::Permanent => {
+                return Err(WriteError::Store(e.context(format!("writing {key}"))));
             }
             Err(e) => {
-                last_error = e.to_string();
                 if attempt == 1 {
                     crate::log::warn(&format!("writing {key} failed, retrying: {e}"));
                 }
+                last_error = Some(e);
                 clock.sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
-    Err(WriteError::Store(format!(
-        "writing {key} failed {attempts} times: {last_error}"
-    )))
+    let context = format!("writing {key} failed {attempts} times");
+    Err(WriteError::Store(match last_error {
+        Some(e) => e.context(context),
+        None => Error::new(ErrorKind::Transient, context),
+    }))
 }
 
 /// Has another process claimed the volume since `current` (the generation this
 /// process wrote last)? One small GET of the next generation's key; checked before
 /// every upload, so a superseded process stops within one object.
-pub async fn superseded(
-    store: &DynStore,
-    name: &str,
-    current: &VolumeSuper,
-) -> Result<bool, crate::store::StoreError> {
+pub async fn superseded(store: &DynStore, name: &str, current: &VolumeSuper) -> Result<bool> {
     match store.get(&super_key(name, current.generation + 1)).await {
         Ok(bytes) => Ok(decode_volume_super(&bytes).map_or(true, |s| s.session != current.session)),
         Err(e) if e.is_not_found() => Ok(false),

@@ -197,6 +197,7 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
         e.to_string().contains(&key) && e.to_string().contains("accept-prefix"),
         "error names the missing checkpoint and the way out: {e}"
     );
+    assert_eq!(e.kind, crate::error::ErrorKind::DataLoss, "{e}");
     let (vol, _) = open_volume(
         store.clone(),
         "v",

@@ -7,7 +7,6 @@
 //! operations in arrival order, a FLUSH covers every write acknowledged before it, on
 //! every connection.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,25 +20,26 @@ use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
 use super::shared::{LogPos, Shared, State};
+use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) enum LogOp {
     Write {
         lba: u64,
         data: Vec<u8>,
         fua: bool,
-        done: oneshot::Sender<io::Result<()>>,
+        done: oneshot::Sender<Result<()>>,
     },
     Zero {
         lba: u64,
         sectors: u64,
         fua: bool,
-        done: oneshot::Sender<io::Result<()>>,
+        done: oneshot::Sender<Result<()>>,
     },
     Flush {
-        done: oneshot::Sender<io::Result<()>>,
+        done: oneshot::Sender<Result<()>>,
     },
     Shutdown {
-        done: oneshot::Sender<io::Result<()>>,
+        done: oneshot::Sender<Result<()>>,
     },
 }
 
@@ -96,8 +96,8 @@ pub(crate) fn run(
     // Fail anything still queued.
     rx.close();
     let closing = || {
-        Err(io::Error::new(
-            io::ErrorKind::BrokenPipe,
+        Err(Error::new(
+            ErrorKind::ShuttingDown,
             "volume is shutting down",
         ))
     };
@@ -116,17 +116,13 @@ fn op_bytes(op: &LogOp) -> u64 {
     }
 }
 
-fn reply(op: LogOp, r: io::Result<()>) {
-    let copy = |r: &io::Result<()>| match r {
-        Ok(()) => Ok(()),
-        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-    };
+fn reply(op: LogOp, r: Result<()>) {
     match op {
         LogOp::Write { done, .. }
         | LogOp::Zero { done, .. }
         | LogOp::Flush { done }
         | LogOp::Shutdown { done } => {
-            let _ = done.send(copy(&r));
+            let _ = done.send(r);
         }
     }
 }
@@ -181,11 +177,7 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
         shared.lock().pipeline.stop_writes();
     }
     for op in ops {
-        let r = match &result {
-            Ok(()) => Ok(()),
-            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-        };
-        reply(op, r);
+        reply(op, result.clone());
     }
     shutdown
 }
@@ -196,9 +188,15 @@ fn append(
     data: &[u8],
     need_sync: bool,
     dirty: &mut bool,
-) -> io::Result<()> {
+) -> Result<()> {
+    let failed = || {
+        Error::new(
+            ErrorKind::VolumeFailed,
+            "volume failed after a local I/O error",
+        )
+    };
     if shared.failed.load(Ordering::SeqCst) {
-        return Err(io::Error::other("volume failed after a local I/O error"));
+        return Err(failed());
     }
     if !extents.is_empty() {
         let total = record_bytes_for(extents.len(), data.len() as u64);
@@ -206,10 +204,7 @@ fn append(
         let (seq, offset, prev_crc) = {
             let mut st = shared.lock();
             if total > st.log.max_record_bytes() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "write larger than half the write log",
-                ));
+                return Err(Error::bad_input("write larger than half the write log"));
             }
             let mut waited_since: Option<Duration> = None;
             let offset = loop {
@@ -218,7 +213,7 @@ fn append(
                 }
                 // A failed volume uploads nothing more, so no space will be freed.
                 if shared.is_failed() {
-                    return Err(io::Error::other("volume failed after a local I/O error"));
+                    return Err(failed());
                 }
                 let now = shared.clock().now();
                 let since = *waited_since.get_or_insert(now);
@@ -244,7 +239,8 @@ fn append(
             st.log_headers.push_back((offset, header));
         }
         if let Err(e) = shared.cache.write_at(&record, offset) {
-            shared.fail(&format!("write-log write failed: {e}"));
+            let e = Error::local_io("write-log write failed", e);
+            shared.fail(&e.to_string());
             return Err(e);
         }
         *dirty = true;
@@ -266,10 +262,11 @@ fn append(
     Ok(())
 }
 
-fn sync(shared: &Shared, dirty: &mut bool) -> io::Result<()> {
+fn sync(shared: &Shared, dirty: &mut bool) -> Result<()> {
     if let Err(e) = shared.cache.sync() {
         // After a failed fdatasync the page cache state is unknown: stop.
-        shared.fail(&format!("write-log fdatasync failed: {e}"));
+        let e = Error::local_io("write-log fdatasync failed", e);
+        shared.fail(&e.to_string());
         return Err(e);
     }
     *dirty = false;

@@ -27,6 +27,8 @@ mod precondition;
 mod scrape;
 
 use lsvd_nbd::client::{Client, Target};
+
+use crate::error::{Error, ErrorKind, Result};
 use lsvd_trace::{Format, FormatChoice, Op, Request, TraceReader};
 use precondition::{RangeSet, wait_uploaded, write_ranges};
 use scrape::{cache_counts, export_volume, scrape};
@@ -196,9 +198,9 @@ struct Requests {
 }
 
 impl Requests {
-    fn open(args: &ReplayArgs, format: Format, size: u64) -> Result<Requests, String> {
+    fn open(args: &ReplayArgs, format: Format, size: u64) -> Result<Requests> {
         let reader = TraceReader::open(&args.trace, format)
-            .map_err(|e| format!("{}: {e}", args.trace.display()))?;
+            .map_err(|e| Error::from(e).context(args.trace.display()))?;
         Ok(Requests {
             reader,
             size,
@@ -287,24 +289,31 @@ impl Verify {
     }
 }
 
-pub async fn run(args: ReplayArgs) -> Result<(), String> {
+/// Replay the trace. A bad option or trace is `BadInput`; an export that cannot be
+/// reached is `Transient`, one that fails requests `Permanent`; `--verify` finding
+/// foreign data is `Corrupt`.
+pub async fn run(args: ReplayArgs) -> Result<()> {
     if args.precondition && args.metrics.is_none() {
-        return Err(
-            "--precondition needs --metrics http://HOST:PORT/metrics of the serving lsvd (lsvd serve --metrics HOST:PORT): it waits there until the written data has left the write log"
-                .into(),
-        );
+        return Err(Error::bad_input(
+            "--precondition needs --metrics http://HOST:PORT/metrics of the serving lsvd (lsvd serve --metrics HOST:PORT): it waits there until the written data has left the write log",
+        ));
     }
-    let choice: FormatChoice = args.format.parse().map_err(|e| format!("--format: {e}"))?;
-    let format = choice.resolve(&args.trace).map_err(|e| e.to_string())?;
-    let target = Target::parse(&args.export)?;
-    let client = Arc::new(
-        Client::connect(&target)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", args.export))?,
-    );
+    let choice: FormatChoice = args
+        .format
+        .parse()
+        .map_err(|e| Error::from(e).context("--format"))?;
+    let format = choice.resolve(&args.trace)?;
+    let target = Target::parse(&args.export).map_err(Error::bad_input)?;
+    let client = Arc::new(Client::connect(&target).await.map_err(|e| {
+        Error::with_source(
+            ErrorKind::Transient,
+            format!("cannot connect to {}", args.export),
+            e,
+        )
+    })?);
     let size = client.size_bytes();
     if size < 4096 {
-        return Err("export is too small".into());
+        return Err(Error::bad_input("export is too small"));
     }
     let mut requests = Requests::open(&args, format, size)?;
     let mut report = ReplayReport::default();
@@ -316,10 +325,10 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
     };
     if let Some(url) = args.metrics.as_deref().filter(|_| args.precondition) {
         let Some(volume) = volume.as_deref() else {
-            return Err(format!(
+            return Err(Error::bad_input(format!(
                 "--precondition: cannot tell which volume in {url} is export {:?}; name the export after its volume",
                 export_name(&target)
-            ));
+            )));
         };
         let start = Instant::now();
         let mut ranges = RangeSet::default();
@@ -378,7 +387,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
                 .clone()
                 .acquire_owned()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Error::with_source(ErrorKind::ShuttingDown, "", e))?;
             let c = client.clone();
             let errs = errors.clone();
             let verify = verify.clone();
@@ -405,7 +414,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
     client
         .flush()
         .await
-        .map_err(|e| format!("final flush: {e}"))?;
+        .map_err(|e| Error::with_source(ErrorKind::Permanent, "final flush", e))?;
     report.elapsed_secs = start.elapsed().as_secs_f64();
     report.iops = report.requests as f64 / report.elapsed_secs.max(1e-9);
     report.errors = errors.load(Ordering::Relaxed);
@@ -429,25 +438,33 @@ pub async fn run(args: ReplayArgs) -> Result<(), String> {
     }
     print_report(&report, args.json)?;
     if report.errors > 0 {
-        return Err(format!("{} requests failed", report.errors));
+        return Err(Error::new(
+            ErrorKind::Permanent,
+            format!("{} requests failed", report.errors),
+        ));
     }
     if let Some(v) = &verify
         && v.mismatch.load(Ordering::Relaxed) > 0
     {
-        return Err(format!(
-            "--verify: {} bytes read held neither the replay's pattern nor zeros (first at byte {}): the export holds data this replay did not write, or returned wrong data",
-            v.mismatch.load(Ordering::Relaxed),
-            v.first_mismatch.load(Ordering::Relaxed)
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "--verify: {} bytes read held neither the replay's pattern nor zeros (first at byte {}): the export holds data this replay did not write, or returned wrong data",
+                v.mismatch.load(Ordering::Relaxed),
+                v.first_mismatch.load(Ordering::Relaxed)
+            ),
         ));
     }
     Ok(())
 }
 
-fn print_report(report: &ReplayReport, json: bool) -> Result<(), String> {
+fn print_report(report: &ReplayReport, json: bool) -> Result<()> {
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(report).map_err(|e| {
+                Error::with_source(ErrorKind::Unsupported, "cannot encode JSON", e)
+            })?
         );
         return Ok(());
     }

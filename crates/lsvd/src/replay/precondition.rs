@@ -10,6 +10,7 @@ use lsvd_nbd::client::Client;
 
 use super::scrape::scrape;
 use super::{pattern, pieces};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Precondition writes in flight (each holds a 4 MiB buffer).
 const PRECONDITION_WRITES_IN_FLIGHT: usize = 8;
@@ -57,35 +58,42 @@ impl RangeSet {
 }
 
 /// Write every range in `ranges` with the replay's pattern (pieces of up to 4 MiB),
-/// then FLUSH.
-pub(super) async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Result<(), String> {
+/// then FLUSH. The export refusing is `Permanent`.
+pub(super) async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(PRECONDITION_WRITES_IN_FLIGHT));
-    let mut tasks: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
-    let mut first_error: Option<String> = None;
+    let mut tasks: tokio::task::JoinSet<Result<()>> = tokio::task::JoinSet::new();
+    let mut first_error: Option<Error> = None;
+    let task_failed = |e| Error::with_source(ErrorKind::Permanent, "precondition write task", e);
     'ranges: for (at, n) in ranges.iter().flat_map(|(start, end)| pieces(start, end)) {
         let permit = slots
             .clone()
             .acquire_owned()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Error::with_source(ErrorKind::ShuttingDown, "", e))?;
         let c = client.clone();
         tasks.spawn(async move {
             let r = c
                 .write(at, &pattern(at, n as usize), false)
                 .await
-                .map_err(|e| format!("precondition write of {n} bytes at {at}: {e}"));
+                .map_err(|e| {
+                    Error::with_source(
+                        ErrorKind::Permanent,
+                        format!("precondition write of {n} bytes at {at}"),
+                        e,
+                    )
+                });
             drop(permit);
             r
         });
         while let Some(done) = tasks.try_join_next() {
-            if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+            if let Err(e) = done.map_err(task_failed).and_then(|r| r) {
                 first_error = Some(e);
                 break 'ranges;
             }
         }
     }
     while let Some(done) = tasks.join_next().await {
-        if let Err(e) = done.map_err(|e| e.to_string()).and_then(|r| r) {
+        if let Err(e) = done.map_err(task_failed).and_then(|r| r) {
             first_error.get_or_insert(e);
         }
     }
@@ -95,31 +103,35 @@ pub(super) async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Res
     client
         .flush()
         .await
-        .map_err(|e| format!("precondition flush: {e}"))
+        .map_err(|e| Error::with_source(ErrorKind::Permanent, "precondition flush", e))
 }
 
 /// Poll the metrics until `volume` has nothing in its write log and no uploads
 /// pending: every preconditioned byte is then read from the store (through the read
 /// cache), not from the log.
-pub(super) async fn wait_uploaded(
-    url: &str,
-    volume: &str,
-    timeout: Duration,
-) -> Result<(), String> {
+pub(super) async fn wait_uploaded(url: &str, volume: &str, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     loop {
         let s = scrape(url).await?;
         let log = s
             .value("lsvd_log_used_bytes", Some(volume))
-            .ok_or_else(|| format!("{url} has no lsvd_log_used_bytes for volume {volume}"))?;
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NotFound,
+                    format!("{url} has no lsvd_log_used_bytes for volume {volume}"),
+                )
+            })?;
         let pending = s.value("lsvd_uploads_pending", Some(volume)).unwrap_or(0.0);
         if log == 0.0 && pending == 0.0 {
             return Ok(());
         }
         if start.elapsed() >= timeout {
-            return Err(format!(
-                "--precondition: after {} s volume {volume} still has {log} bytes in its write log and {pending} uploads pending; is the store slow or unreachable (see the server's log)? Raise --precondition-timeout to wait longer",
-                timeout.as_secs()
+            return Err(Error::new(
+                ErrorKind::Transient,
+                format!(
+                    "--precondition: after {} s volume {volume} still has {log} bytes in its write log and {pending} uploads pending; is the store slow or unreachable (see the server's log)? Raise --precondition-timeout to wait longer",
+                    timeout.as_secs()
+                ),
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

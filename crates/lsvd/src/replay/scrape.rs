@@ -1,6 +1,8 @@
 //! Reading a running `lsvd serve --metrics` endpoint: a minimal HTTP GET and a parser
 //! for the Prometheus text lines the replay needs (per-volume samples).
 
+use crate::error::{Error, ErrorKind, Result};
+
 /// Largest metrics response read.
 const MAX_METRICS_BYTES: u64 = 16 << 20;
 
@@ -57,36 +59,38 @@ impl Scrape {
     }
 }
 
-/// GET `url` (http:// only) and parse the answer.
-pub(super) async fn scrape(url: &str) -> Result<Scrape, String> {
+/// GET `url` (http:// only) and parse the answer. A URL that is not `http://` is
+/// `BadInput`, a failed connection `Transient`, an answer that is not 200 `Permanent`.
+pub(super) async fn scrape(url: &str) -> Result<Scrape> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// is supported"))?;
+        .ok_or_else(|| Error::bad_input(format!("{url}: only http:// is supported")))?;
+    let failed = |e| Error::with_source(ErrorKind::Transient, url, e);
     let (hostport, path) = rest
         .split_once('/')
         .map(|(h, p)| (h, format!("/{p}")))
         .unwrap_or((rest, "/metrics".into()));
     let mut s = tokio::net::TcpStream::connect(hostport)
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(failed)?;
     s.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
     .await
-    .map_err(|e| format!("{url}: {e}"))?;
+    .map_err(failed)?;
     let mut raw = Vec::new();
     s.take(MAX_METRICS_BYTES)
         .read_to_end(&mut raw)
         .await
-        .map_err(|e| format!("{url}: {e}"))?;
+        .map_err(failed)?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text
         .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{url}: not an HTTP response"))?;
+        .ok_or_else(|| Error::new(ErrorKind::Permanent, format!("{url}: not an HTTP response")))?;
     if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
         let status = head.lines().next().unwrap_or("");
-        return Err(format!("{url}: {status}"));
+        return Err(Error::new(ErrorKind::Permanent, format!("{url}: {status}")));
     }
     Ok(Scrape::parse(body))
 }

@@ -25,6 +25,7 @@ use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader};
 use report::{InputReport, RunReport, VolumeResult};
 use volume::{SimConfig, VolumeSim};
 
+use crate::error::{Error, ErrorKind, Result};
 use crate::size::parse_size;
 
 #[derive(Args, Debug)]
@@ -172,23 +173,27 @@ fn list(s: &str) -> Vec<&str> {
         .collect()
 }
 
-fn parse_fraction(s: &str, what: &str) -> Result<f64, String> {
+fn parse_fraction(s: &str, what: &str) -> Result<f64> {
     let v: f64 = s
         .parse()
-        .map_err(|_| format!("{what}: '{s}' is not a number"))?;
+        .map_err(|_| Error::bad_input(format!("{what}: '{s}' is not a number")))?;
     if !(0.0..=1.0).contains(&v) {
-        return Err(format!("{what}: {v} is not between 0 and 1"));
+        return Err(Error::bad_input(format!(
+            "{what}: {v} is not between 0 and 1"
+        )));
     }
     Ok(v)
 }
 
-/// Every combination of the listed settings.
-pub fn configs(args: &SimArgs, volume_size: Option<u64>) -> Result<Vec<NamedConfig>, String> {
+/// Every combination of the listed settings; an invalid setting is `BadInput`.
+pub fn configs(args: &SimArgs, volume_size: Option<u64>) -> Result<Vec<NamedConfig>> {
     let batches = list(&args.batch_size);
     let starts = list(&args.gc_start);
     let policies = list(&args.gc_policy);
     if batches.is_empty() || starts.is_empty() || policies.is_empty() {
-        return Err("--batch-size, --gc-start and --gc-policy need at least one value".into());
+        return Err(Error::bad_input(
+            "--batch-size, --gc-start and --gc-policy need at least one value",
+        ));
     }
     let stops: Vec<f64> = match &args.gc_stop {
         None => starts
@@ -198,11 +203,11 @@ pub fn configs(args: &SimArgs, volume_size: Option<u64>) -> Result<Vec<NamedConf
         Some(s) => {
             let v = list(s);
             if v.len() != starts.len() {
-                return Err(format!(
+                return Err(Error::bad_input(format!(
                     "--gc-stop has {} values but --gc-start has {}",
                     v.len(),
                     starts.len()
-                ));
+                )));
             }
             v.iter()
                 .map(|x| parse_fraction(x, "--gc-stop"))
@@ -214,19 +219,21 @@ pub fn configs(args: &SimArgs, volume_size: Option<u64>) -> Result<Vec<NamedConf
     for b in &batches {
         let batch_size_bytes = parse_size(b)?;
         if !(4096..=1 << 30).contains(&batch_size_bytes) {
-            return Err(format!("--batch-size {b}: must be between 4K and 1G"));
+            return Err(Error::bad_input(format!(
+                "--batch-size {b}: must be between 4K and 1G"
+            )));
         }
         for (start, stop) in starts.iter().zip(&stops) {
             let start_utilization = parse_fraction(start, "--gc-start")?;
             for p in &policies {
-                let policy: GcPolicy = p.parse()?;
+                let policy: GcPolicy = p.parse().map_err(Error::bad_input)?;
                 let gc = GcConfig {
                     start_utilization,
                     stop_utilization: *stop,
                     policy,
                     pass_bytes,
                 };
-                gc.validate()?;
+                gc.validate().map_err(Error::bad_input)?;
                 let mut label = Vec::new();
                 if batches.len() > 1 {
                     label.push(format!("batch {b}"));
@@ -416,13 +423,13 @@ fn run_trace(
     path: &std::path::Path,
     configs: &[NamedConfig],
     timing: &mut Timing,
-) -> Result<(InputReport, Vec<VolumeResult>), String> {
-    let choice: FormatChoice = args.format.parse().map_err(|e| format!("{e}"))?;
-    let format = choice
-        .resolve(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+) -> Result<(InputReport, Vec<VolumeResult>)> {
+    // The trace is the user's input: unusable is `BadInput`, unreadable `LocalIo`.
+    let in_trace = |e: lsvd_trace::Error| Error::from(e).context(path.display());
+    let choice: FormatChoice = args.format.parse()?;
+    let format = choice.resolve(path).map_err(in_trace)?;
     let mut reader = TraceReader::open(path, format)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+        .map_err(in_trace)?
         .strict(args.strict);
     let name = path
         .file_name()
@@ -434,7 +441,7 @@ fn run_trace(
     let (names, stats) = if args.preload {
         let requests: Vec<Request> = reader.by_ref().collect();
         if let Some(e) = reader.error() {
-            return Err(format!("{}: {e}", path.display()));
+            return Err(in_trace(e.clone()));
         }
         let names = reader.volumes().to_vec();
         let watch = Stopwatch::start();
@@ -444,9 +451,7 @@ fn run_trace(
             })
         });
         watch.stop(n, timing);
-        let stats = reader
-            .finish()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let stats = reader.finish().map_err(in_trace)?;
         (names, stats)
     } else {
         let watch = Stopwatch::start();
@@ -457,7 +462,7 @@ fn run_trace(
                 Ok(None) => break,
                 Err(e) => {
                     progress.clear();
-                    return Err(format!("{}: {e}", path.display()));
+                    return Err(in_trace(e));
                 }
             };
             let volume_name = &reader;
@@ -472,9 +477,7 @@ fn run_trace(
         }
         watch.stop(n, timing);
         let names = reader.volumes().to_vec();
-        let stats = reader
-            .finish()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let stats = reader.finish().map_err(in_trace)?;
         (names, stats)
     };
     progress.clear();
@@ -482,10 +485,13 @@ fn run_trace(
     if let Some(w) = &want
         && results.is_empty()
     {
-        return Err(format!(
-            "{}: no volume '{w}' (volumes: {})",
-            path.display(),
-            names.join(", ")
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!(
+                "{}: no volume '{w}' (volumes: {})",
+                path.display(),
+                names.join(", ")
+            ),
         ));
     }
     let input = InputReport {
@@ -507,8 +513,8 @@ fn run_synthetic(
     pattern: &str,
     configs: &[NamedConfig],
     timing: &mut Timing,
-) -> Result<(InputReport, Vec<VolumeResult>), String> {
-    let pattern: Pattern = pattern.parse().map_err(|e| format!("{e}"))?;
+) -> Result<(InputReport, Vec<VolumeResult>)> {
+    let pattern: Pattern = pattern.parse()?;
     let volume_size_bytes = match &args.volume_size {
         Some(s) => parse_size(s)?,
         None => 1 << 30,
@@ -522,7 +528,7 @@ fn run_synthetic(
         seed: args.seed,
         precondition: args.precondition,
     };
-    let stream = lsvd_trace::synthetic(spec).map_err(|e| format!("{e}"))?;
+    let stream = lsvd_trace::synthetic(spec)?;
     let total = spec.total_requests();
     let mut sims = InputSims::new(configs);
     let mut progress = Progress::new(format!("synthetic {pattern}"), Some(total));
@@ -572,15 +578,19 @@ fn run_synthetic(
 }
 
 /// Run the simulation described by `args` and return the report (nothing printed).
-pub fn simulate(args: &SimArgs) -> Result<RunReport, String> {
+pub fn simulate(args: &SimArgs) -> Result<RunReport> {
     if args.synthetic.is_some() != args.traces.is_empty() {
-        return Err("give trace files or --synthetic PATTERN (not both)".into());
+        return Err(Error::bad_input(
+            "give trace files or --synthetic PATTERN (not both)",
+        ));
     }
     let fixed_size = match (&args.synthetic, &args.volume_size) {
         (None, Some(s)) => {
             let v = parse_size(s)?;
             if v == 0 || !v.is_multiple_of(512) {
-                return Err("--volume-size must be a positive multiple of 512 bytes".into());
+                return Err(Error::bad_input(
+                    "--volume-size must be a positive multiple of 512 bytes",
+                ));
             }
             Some(v)
         }
@@ -624,11 +634,12 @@ pub fn simulate(args: &SimArgs) -> Result<RunReport, String> {
     })
 }
 
-pub fn run(args: SimArgs) -> Result<(), String> {
+pub fn run(args: SimArgs) -> Result<()> {
     let report = simulate(&args)?;
     if let Some(path) = &args.plot {
         let svg = plot::chart(&report, 8);
-        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(path, svg)
+            .map_err(|e| Error::local_io(format!("cannot write {}", path.display()), e))?;
     }
     if args.json {
         let mut report = report;
@@ -638,7 +649,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             }
         }
         let s = serde_json::to_string_pretty(&report)
-            .map_err(|e| format!("cannot encode results: {e}"))?;
+            .map_err(|e| Error::with_source(ErrorKind::Unsupported, "cannot encode results", e))?;
         println!("{s}");
     } else {
         print!("{}", report::text(&report));

@@ -616,7 +616,7 @@ fn bad_lines_are_counted_and_strict_fails() {
         panic!("not sim");
     };
     let err = super::simulate(&a).expect_err("strict mode fails on the bad line");
-    assert!(err.contains("line 2"), "{err}");
+    assert!(err.to_string().contains("line 2"), "{err}");
 }
 
 #[test]

@@ -19,9 +19,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
-};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FaultPlan {
@@ -161,9 +160,9 @@ impl FaultyStore {
         }
     }
 
-    fn killed_err(what: &str, key: &str) -> StoreError {
-        StoreError::new(
-            StoreErrorKind::Transient,
+    fn killed_err(what: &str, key: &str) -> Error {
+        Error::new(
+            ErrorKind::Transient,
             format!("{what} {key}: store client is gone (simulated crash)"),
         )
     }
@@ -188,8 +187,8 @@ impl ObjectStore for FaultyStore {
             // The outage is judged when the request reaches the store, after the delay.
             if fail || self.outage.load(Ordering::SeqCst) {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                return Err(StoreError::new(
-                    StoreErrorKind::Transient,
+                return Err(Error::new(
+                    ErrorKind::Transient,
                     format!("injected failure putting {key}"),
                 ));
             }
@@ -197,8 +196,8 @@ impl ObjectStore for FaultyStore {
             self.counters.landed.fetch_add(1, Ordering::Relaxed);
             if land_then_fail {
                 self.counters.lost_replies.fetch_add(1, Ordering::Relaxed);
-                return Err(StoreError::new(
-                    StoreErrorKind::Transient,
+                return Err(Error::new(
+                    ErrorKind::Transient,
                     format!("injected lost reply putting {key}"),
                 ));
             }

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
+use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 #[derive(Clone)]
 pub struct FsStore {
@@ -45,18 +46,19 @@ const DIRECT_ALIGN: usize = 4096;
 /// Bytes copied into the aligned buffer and written per `pwrite`.
 const DIRECT_CHUNK_BYTES: usize = 1 << 20;
 
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> StoreError {
+/// `what` failed on `path`: the store's kind for `e`, with `e` as the source.
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     let kind = match e.kind() {
-        std::io::ErrorKind::NotFound => StoreErrorKind::NotFound,
-        std::io::ErrorKind::AlreadyExists => StoreErrorKind::AlreadyExists,
+        std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+        std::io::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
         std::io::ErrorKind::Interrupted
         | std::io::ErrorKind::WouldBlock
-        | std::io::ErrorKind::TimedOut => StoreErrorKind::Transient,
+        | std::io::ErrorKind::TimedOut => ErrorKind::Transient,
         // A full disk may be freed by the operator: worth retrying.
-        std::io::ErrorKind::StorageFull => StoreErrorKind::Transient,
-        _ => StoreErrorKind::Permanent,
+        std::io::ErrorKind::StorageFull => ErrorKind::Transient,
+        _ => ErrorKind::Permanent,
     };
-    StoreError::new(kind, format!("{what} {}: {e}", path.display()))
+    Error::with_source(kind, format!("{what} {}", path.display()), e)
 }
 
 fn valid_key(key: &str) -> StoreResult<()> {
@@ -68,8 +70,8 @@ fn valid_key(key: &str) -> StoreResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::new(
-            StoreErrorKind::Permanent,
+        Err(Error::new(
+            ErrorKind::Permanent,
             format!("invalid object key '{key}'"),
         ))
     }
@@ -113,12 +115,20 @@ fn write_direct(path: &Path, data: &[u8]) -> std::io::Result<fs::File> {
 }
 
 impl FsStore {
-    pub fn open(root: &Path) -> Result<Self, String> {
-        fs::create_dir_all(root)
-            .map_err(|e| format!("cannot create store directory {}: {e}", root.display()))?;
-        let meta = fs::metadata(root).map_err(|e| format!("store {}: {e}", root.display()))?;
+    pub fn open(root: &Path) -> crate::error::Result<Self> {
+        fs::create_dir_all(root).map_err(|e| {
+            Error::local_io(
+                format!("cannot create store directory {}", root.display()),
+                e,
+            )
+        })?;
+        let meta = fs::metadata(root)
+            .map_err(|e| Error::local_io(format!("store {}", root.display()), e))?;
         if !meta.is_dir() {
-            return Err(format!("store {} is not a directory", root.display()));
+            return Err(Error::bad_input(format!(
+                "store {} is not a directory",
+                root.display()
+            )));
         }
         Ok(FsStore {
             inner: Arc::new(FsInner {
@@ -269,9 +279,9 @@ const INLINE_READ_BYTES: u64 = 256 << 10;
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        StoreError::new(StoreErrorKind::Transient, format!("store task failed: {e}"))
-    })?
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?
 }
 
 impl ObjectStore for FsStore {
@@ -427,10 +437,7 @@ mod tests {
                 PutMode::IfAbsent,
             )
             .await;
-        assert_eq!(
-            again.expect_err("exists").kind,
-            StoreErrorKind::AlreadyExists
-        );
+        assert_eq!(again.expect_err("exists").kind, ErrorKind::AlreadyExists);
         assert_eq!(s.get("v/obj/0001.d").await.expect("get"), b"hello");
         assert_eq!(
             s.get_range("v/obj/0001.d", 1..3).await.expect("range"),

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult};
+use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 #[derive(Clone, Default)]
 pub struct MemStore {
@@ -33,16 +34,16 @@ impl MemStore {
     }
 }
 
-fn not_found(key: &str) -> StoreError {
-    StoreError::new(StoreErrorKind::NotFound, format!("object {key} not found"))
+fn not_found(key: &str) -> Error {
+    Error::new(ErrorKind::NotFound, format!("object {key} not found"))
 }
 
 impl ObjectStore for MemStore {
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
         let mut map = self.lock();
         let r = if mode == PutMode::IfAbsent && map.contains_key(key) {
-            Err(StoreError::new(
-                StoreErrorKind::AlreadyExists,
+            Err(Error::new(
+                ErrorKind::AlreadyExists,
                 format!("object {key} exists"),
             ))
         } else {

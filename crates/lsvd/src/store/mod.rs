@@ -13,7 +13,6 @@ pub mod retry;
 pub mod s3;
 pub mod selftest;
 
-use std::fmt;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
@@ -21,45 +20,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::error::{Error, ErrorKind, Result};
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreErrorKind {
-    NotFound,
-    AlreadyExists,
-    /// Worth retrying: timeouts, throttling, connection errors, 5xx.
-    Transient,
-    /// Not worth retrying: bad credentials, bad request, permanent I/O errors.
-    Permanent,
-}
-
-#[derive(Debug, Clone)]
-pub struct StoreError {
-    pub kind: StoreErrorKind,
-    pub message: String,
-}
-
-impl StoreError {
-    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
-        StoreError {
-            kind,
-            message: message.into(),
-        }
-    }
-    pub fn is_not_found(&self) -> bool {
-        self.kind == StoreErrorKind::NotFound
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.message)
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-pub type StoreResult<T> = Result<T, StoreError>;
+/// Errors of the stores are the crate's [`Error`]. A store uses the kinds
+/// `NotFound`, `AlreadyExists` (put-if-absent of a taken key), `Transient` (worth
+/// retrying: timeouts, throttling, connection errors, 5xx) and `Permanent` (not worth
+/// retrying: bad credentials, bad request, permanent I/O errors); opening a store can
+/// also fail with `BadInput`, `Unsupported` or `LocalIo`.
+pub type StoreError = Error;
+pub type StoreResult<T> = Result<T>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutMode {
@@ -110,7 +81,7 @@ pub type DynStore = Arc<dyn ObjectStore>;
 /// `config_file::LsvdConfig::open_store`) and is wrapped in [`retry::RetryStore`] with
 /// the default [`retry::RetryPolicy`]. Opening does no I/O: run [`selftest::run`] to
 /// check the store before serving from it.
-pub fn open_store(url: &str) -> Result<DynStore, String> {
+pub fn open_store(url: &str) -> Result<DynStore> {
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(Arc::new(fs::FsStore::open(std::path::Path::new(path))?));
     }
@@ -132,9 +103,18 @@ pub fn open_store(url: &str) -> Result<DynStore, String> {
             }
             _ => "",
         };
-        return Err(format!(
-            "store URL scheme '{scheme}://' is not supported by this build{hint} \
-             (supported: file://PATH, a plain path, s3://BUCKET/PREFIX)"
+        // A scheme lsvd could speak is unsupported; anything else is a typo.
+        let kind = if hint.is_empty() {
+            ErrorKind::BadInput
+        } else {
+            ErrorKind::Unsupported
+        };
+        return Err(Error::new(
+            kind,
+            format!(
+                "store URL scheme '{scheme}://' is not supported by this build{hint} \
+                 (supported: file://PATH, a plain path, s3://BUCKET/PREFIX)"
+            ),
         ));
     }
     Ok(Arc::new(fs::FsStore::open(std::path::Path::new(url))?))

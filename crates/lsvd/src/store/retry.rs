@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
-};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -74,12 +73,20 @@ pub struct RetryStore {
 }
 
 impl RetryStore {
+    /// Wrap `inner`, with the jitter seeded from the clock and the process id (so
+    /// processes that fail together spread their retries).
     pub fn new(inner: DynStore, policy: RetryPolicy) -> Self {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
             ^ u64::from(std::process::id()).rotate_left(32);
+        Self::with_seed(inner, policy, seed)
+    }
+
+    /// Wrap `inner` with the jitter drawn from `seed`: the same seed gives the same
+    /// delays (tests).
+    pub fn with_seed(inner: DynStore, policy: RetryPolicy, seed: u64) -> Self {
         RetryStore {
             inner,
             policy,
@@ -117,14 +124,14 @@ impl RetryStore {
         loop {
             let result = match tokio::time::timeout(self.policy.attempt_timeout, op()).await {
                 Ok(r) => r,
-                Err(_) => Err(StoreError::new(
-                    StoreErrorKind::Transient,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Transient,
                     format!("{what}: no answer within {:?}", self.policy.attempt_timeout),
                 )),
             };
             match result {
                 Ok(v) => return Ok(v),
-                Err(e) if e.kind == StoreErrorKind::Transient => {
+                Err(e) if e.kind == ErrorKind::Transient => {
                     failed += 1;
                     if failed >= attempts {
                         let mut e = e;
@@ -220,6 +227,7 @@ impl ObjectStore for RetryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreError;
     use crate::store::mem::MemStore;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32;
@@ -228,13 +236,13 @@ mod tests {
     struct Flaky {
         inner: MemStore,
         fail: u32,
-        kind: StoreErrorKind,
+        kind: ErrorKind,
         calls: AtomicU32,
         hang: bool,
     }
 
     impl Flaky {
-        fn new(fail: u32, kind: StoreErrorKind) -> Self {
+        fn new(fail: u32, kind: ErrorKind) -> Self {
             Flaky {
                 inner: MemStore::new(),
                 fail,
@@ -289,6 +297,9 @@ mod tests {
         }
     }
 
+    /// Jitter seed for every store under test: the delays are the same on every run.
+    const SEED: u64 = 0x5EED_7E57;
+
     fn fast() -> RetryPolicy {
         RetryPolicy {
             attempts: 4,
@@ -301,13 +312,13 @@ mod tests {
 
     #[tokio::test]
     async fn retries_transient_errors_then_succeeds() {
-        let flaky = Arc::new(Flaky::new(3, StoreErrorKind::Transient));
+        let flaky = Arc::new(Flaky::new(3, ErrorKind::Transient));
         flaky
             .inner
             .put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
             .await
             .expect("seed");
-        let s = RetryStore::new(flaky.clone(), fast());
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         assert_eq!(s.get("k").await.expect("4th attempt succeeds"), b"v");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 4);
         assert_eq!(s.describe(), "flaky://");
@@ -315,10 +326,10 @@ mod tests {
 
     #[tokio::test]
     async fn gives_up_after_bounded_attempts() {
-        let flaky = Arc::new(Flaky::new(100, StoreErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let flaky = Arc::new(Flaky::new(100, ErrorKind::Transient));
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         let e = s.list("").await.expect_err("always failing");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert!(e.message.contains("gave up after 4 attempts"), "{e}");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 4);
     }
@@ -326,33 +337,33 @@ mod tests {
     #[tokio::test]
     async fn does_not_retry_definite_answers() {
         for kind in [
-            StoreErrorKind::Permanent,
-            StoreErrorKind::NotFound,
-            StoreErrorKind::AlreadyExists,
+            ErrorKind::Permanent,
+            ErrorKind::NotFound,
+            ErrorKind::AlreadyExists,
         ] {
             let flaky = Arc::new(Flaky::new(100, kind));
-            let s = RetryStore::new(flaky.clone(), fast());
+            let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
             assert_eq!(s.delete("k").await.expect_err("fails").kind, kind);
             assert_eq!(flaky.calls.load(Ordering::SeqCst), 1, "{kind:?}");
         }
         // A missing object is NotFound at once, not after retries.
-        let s = RetryStore::new(Arc::new(MemStore::new()), fast());
+        let s = RetryStore::with_seed(Arc::new(MemStore::new()), fast(), SEED);
         assert!(s.get("missing").await.expect_err("nf").is_not_found());
     }
 
     #[tokio::test]
     async fn put_if_absent_passes_through_overwrite_retries() {
-        let flaky = Arc::new(Flaky::new(1, StoreErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let flaky = Arc::new(Flaky::new(1, ErrorKind::Transient));
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         let e = s
             .put("k", Bytes::from_static(b"a"), PutMode::IfAbsent)
             .await
             .expect_err("one attempt only");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 1);
 
-        let flaky = Arc::new(Flaky::new(2, StoreErrorKind::Transient));
-        let s = RetryStore::new(flaky.clone(), fast());
+        let flaky = Arc::new(Flaky::new(2, ErrorKind::Transient));
+        let s = RetryStore::with_seed(flaky.clone(), fast(), SEED);
         s.put("k", Bytes::from_static(b"a"), PutMode::Overwrite)
             .await
             .expect("third attempt lands");
@@ -361,7 +372,7 @@ mod tests {
 
     #[tokio::test]
     async fn attempts_have_a_deadline() {
-        let mut flaky = Flaky::new(0, StoreErrorKind::Transient);
+        let mut flaky = Flaky::new(0, ErrorKind::Transient);
         flaky.hang = true;
         let flaky = Arc::new(flaky);
         let policy = RetryPolicy {
@@ -369,10 +380,10 @@ mod tests {
             attempt_timeout: Duration::from_millis(30),
             ..fast()
         };
-        let s = RetryStore::new(flaky.clone(), policy);
+        let s = RetryStore::with_seed(flaky.clone(), policy, SEED);
         let t = std::time::Instant::now();
         let e = s.get("k").await.expect_err("hangs");
-        assert_eq!(e.kind, StoreErrorKind::Transient);
+        assert_eq!(e.kind, ErrorKind::Transient);
         assert!(e.message.contains("no answer within"), "{e}");
         assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
         assert!(t.elapsed() < Duration::from_secs(5));
@@ -391,7 +402,7 @@ mod tests {
         assert_eq!(p.delay(3, 0.0), Duration::from_millis(200));
         assert_eq!(p.delay(30, 0.0), Duration::from_millis(500));
         assert!(p.delay(30, 0.99) <= Duration::from_secs(1));
-        let s = RetryStore::new(Arc::new(MemStore::new()), p);
+        let s = RetryStore::with_seed(Arc::new(MemStore::new()), p, SEED);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..100 {
             let r = s.random();
@@ -399,5 +410,11 @@ mod tests {
             seen.insert((r * 1000.0) as u32);
         }
         assert!(seen.len() > 50, "jitter should vary");
+        // The same seed draws the same jitter.
+        let again = RetryStore::with_seed(Arc::new(MemStore::new()), RetryPolicy::default(), SEED);
+        let first = RetryStore::with_seed(Arc::new(MemStore::new()), RetryPolicy::default(), SEED);
+        for _ in 0..10 {
+            assert_eq!(again.random().to_bits(), first.random().to_bits());
+        }
     }
 }

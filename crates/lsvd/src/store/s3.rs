@@ -90,9 +90,8 @@ use object_store::{
 };
 
 use super::retry::{RetryPolicy, RetryStore};
-use super::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreError, StoreErrorKind, StoreResult,
-};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind, Result};
 
 /// A credential or other secret: never printed, not even by `{:?}`.
 #[derive(Clone, PartialEq, Eq, Default)]
@@ -178,23 +177,23 @@ pub struct S3Url {
 }
 
 impl S3Url {
-    pub fn parse(url: &str) -> Result<Self, String> {
+    /// Parse `url`; a malformed one is `BadInput`.
+    pub fn parse(url: &str) -> Result<Self> {
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| "not an s3:// URL (expected s3://BUCKET/PREFIX)".to_string())?;
+            .ok_or_else(|| Error::bad_input("not an s3:// URL (expected s3://BUCKET/PREFIX)"))?;
         if rest.split('/').next().is_some_and(|b| b.contains('@')) {
             // Checked first, and the URL is not echoed: it holds a secret.
-            return Err(
+            return Err(Error::bad_input(
                 "store URL: credentials in s3:// URLs are not supported (they would \
-                        end up in logs); use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or lsvd.toml"
-                    .to_string(),
-            );
+                        end up in logs); use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or lsvd.toml",
+            ));
         }
         if rest.contains(['?', '#']) {
-            return Err(format!(
+            return Err(Error::bad_input(format!(
                 "store URL '{url}': query strings and fragments are not supported; \
                  put S3 settings in lsvd.toml or AWS_* environment variables"
-            ));
+            )));
         }
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let bucket_ok = (1..=255).contains(&bucket.len())
@@ -202,18 +201,18 @@ impl S3Url {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
         if !bucket_ok {
-            return Err(format!(
+            return Err(Error::bad_input(format!(
                 "store URL '{url}': invalid bucket name '{bucket}' (expected s3://BUCKET/PREFIX)"
-            ));
+            )));
         }
         let prefix = prefix.trim_end_matches('/');
         let mut out = String::new();
         if !prefix.is_empty() {
             for seg in prefix.split('/') {
                 if seg.is_empty() || seg == "." || seg == ".." {
-                    return Err(format!(
+                    return Err(Error::bad_input(format!(
                         "store URL '{url}': invalid prefix '{prefix}' (empty, '.' or '..' component)"
-                    ));
+                    )));
                 }
             }
             out = format!("{prefix}/");
@@ -227,11 +226,7 @@ impl S3Url {
 
 /// Open `s3://BUCKET/PREFIX` with `settings`, wrapped in [`RetryStore`] with `policy`:
 /// what [`super::open_store`] does with default settings.
-pub fn open_with_retry(
-    url: &str,
-    settings: &S3Settings,
-    policy: &RetryPolicy,
-) -> Result<DynStore, String> {
+pub fn open_with_retry(url: &str, settings: &S3Settings, policy: &RetryPolicy) -> Result<DynStore> {
     let inner: DynStore = Arc::new(S3Store::open(url, settings)?);
     Ok(Arc::new(RetryStore::new(inner, policy.clone())))
 }
@@ -276,10 +271,13 @@ const CONFLICT_ATTEMPTS: u32 = 6;
 impl S3Store {
     /// Open `s3://BUCKET/PREFIX` with `settings` over the environment. Does no I/O:
     /// run [`super::selftest::run`] to check the service is reachable and correct.
-    pub fn open(url: &str, settings: &S3Settings) -> Result<Self, String> {
+    /// Settings that cannot work are `BadInput`.
+    pub fn open(url: &str, settings: &S3Settings) -> Result<Self> {
         let parsed = S3Url::parse(url)?;
         if settings.multipart_part_bytes < 5 << 20 {
-            return Err("S3 multipart part size must be at least 5 MiB".into());
+            return Err(Error::bad_input(
+                "S3 multipart part size must be at least 5 MiB",
+            ));
         }
         let mut b = AmazonS3Builder::from_env().with_bucket_name(&parsed.bucket);
         if let Some(ep) = &settings.endpoint {
@@ -303,11 +301,10 @@ impl S3Store {
             }
             (None, None) => {}
             _ => {
-                return Err(
+                return Err(Error::bad_input(
                     "S3 settings: give both access_key_id and secret_access_key, \
-                            or neither (to use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
-                        .into(),
-                );
+                            or neither (to use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+                ));
             }
         }
         if let Some(t) = &settings.session_token {
@@ -353,7 +350,8 @@ impl S3Store {
             }
         }
         let describe_secrets = secrets.clone();
-        let build = |timeout: Duration| -> Result<Arc<AmazonS3>, String> {
+        // The builder's error may quote a secret: the scrubbed text only, no source.
+        let build = |timeout: Duration| -> Result<Arc<AmazonS3>> {
             b.clone()
                 .with_config(
                     AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
@@ -362,10 +360,10 @@ impl S3Store {
                 .build()
                 .map(Arc::new)
                 .map_err(|e| {
-                    scrub(
+                    Error::bad_input(scrub(
                         &format!("cannot configure S3 store for {url}: {e}"),
                         &describe_secrets,
-                    )
+                    ))
                 })
         };
         let bulk = build(settings.bulk_timeout)?;
@@ -405,16 +403,18 @@ impl S3Store {
     fn path(&self, key: &str) -> StoreResult<OsPath> {
         let full = format!("{}{key}", self.url.prefix);
         OsPath::parse(&full).map_err(|e| {
-            StoreError::new(
-                StoreErrorKind::Permanent,
+            Error::new(
+                ErrorKind::Permanent,
                 format!("invalid object key '{key}': {e}"),
             )
         })
     }
 
     /// Our error for `op` on `key`. The store's description is left to the caller
-    /// (the engine adds it where it matters), so messages do not say it twice.
-    fn err(&self, op: &str, key: &str, e: object_store::Error) -> StoreError {
+    /// (the engine adds it where it matters), so messages do not say it twice. The
+    /// `object_store` error is not kept as the source: its text may hold a secret, and
+    /// the scrubbed message says what matters.
+    fn err(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let (kind, hint) = classify(&e);
         let full = chain_text(&e);
         // An S3 error document is long (string to sign, canonical request, byte dumps);
@@ -431,7 +431,7 @@ impl S3Store {
             text.push_str(h);
             text.push(')');
         }
-        StoreError::new(kind, scrub(&truncate(&text, 2000), &self.secrets))
+        Error::new(kind, scrub(&truncate(&text, 2000), &self.secrets))
     }
 
     async fn put_impl(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
@@ -687,7 +687,7 @@ fn is_range_not_satisfiable(e: &object_store::Error) -> bool {
 }
 
 /// Map an `object_store` error to our kinds, with a hint for the operator.
-pub(crate) fn classify(e: &object_store::Error) -> (StoreErrorKind, Option<&'static str>) {
+pub(crate) fn classify(e: &object_store::Error) -> (ErrorKind, Option<&'static str>) {
     use object_store::Error as E;
     let text = chain_text(e);
     let status = status_in(&text);
@@ -696,67 +696,65 @@ pub(crate) fn classify(e: &object_store::Error) -> (StoreErrorKind, Option<&'sta
         // for HEAD). A missing bucket, or an unknown access key (versitygw answers
         // XAdminUserNotFound with 404), must not read as "no volume here".
         E::NotFound { .. } => match s3_error(&text).map(|(code, _)| code) {
-            None | Some("NoSuchKey") => (StoreErrorKind::NotFound, None),
-            Some("NoSuchBucket") => (StoreErrorKind::Permanent, Some("the bucket does not exist")),
+            None | Some("NoSuchKey") => (ErrorKind::NotFound, None),
+            Some("NoSuchBucket") => (ErrorKind::Permanent, Some("the bucket does not exist")),
             Some(_) => (
-                StoreErrorKind::Permanent,
+                ErrorKind::Permanent,
                 Some("not a missing object: check the access key, secret and endpoint"),
             ),
         },
         // 409: a concurrent conditional write is still in progress; it may fail, so
         // this is not (yet) proof the key exists.
         E::AlreadyExists { .. } if status == Some(409) => (
-            StoreErrorKind::Transient,
+            ErrorKind::Transient,
             Some("a conflicting conditional write is in progress"),
         ),
         E::AlreadyExists { .. } | E::Precondition { .. } | E::NotModified { .. } => {
-            (StoreErrorKind::AlreadyExists, None)
+            (ErrorKind::AlreadyExists, None)
         }
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
-            StoreErrorKind::Permanent,
+            ErrorKind::Permanent,
             Some("check the access key, secret and bucket permissions"),
         ),
         E::NotImplemented { .. } | E::NotSupported { .. } => (
-            StoreErrorKind::Permanent,
+            ErrorKind::Permanent,
             Some("this store lacks an operation lsvd needs"),
         ),
-        E::InvalidPath { .. } | E::UnknownConfigurationKey { .. } => {
-            (StoreErrorKind::Permanent, None)
-        }
+        E::InvalidPath { .. } | E::UnknownConfigurationKey { .. } => (ErrorKind::Permanent, None),
         _ => {
             if let Some(s) = status {
                 return match s {
-                    408 | 429 | 500..=599 => (StoreErrorKind::Transient, None),
-                    400 if text.contains("RequestTimeout") => (StoreErrorKind::Transient, None),
+                    408 | 429 | 500..=599 => (ErrorKind::Transient, None),
+                    400 if text.contains("RequestTimeout") => (ErrorKind::Transient, None),
                     403 | 401 => (
-                        StoreErrorKind::Permanent,
+                        ErrorKind::Permanent,
                         Some("check the access key, secret and bucket permissions"),
                     ),
                     404 if text.contains("NoSuchBucket") => {
-                        (StoreErrorKind::Permanent, Some("the bucket does not exist"))
+                        (ErrorKind::Permanent, Some("the bucket does not exist"))
                     }
-                    _ => (StoreErrorKind::Permanent, None),
+                    _ => (ErrorKind::Permanent, None),
                 };
             }
             if text.contains("without LOCATION") {
                 return (
-                    StoreErrorKind::Permanent,
+                    ErrorKind::Permanent,
                     Some("a redirect without location usually means the wrong region"),
                 );
             }
             if let Some(h) = find_http_error(e) {
                 return match h.kind() {
                     HttpErrorKind::Connect => (
-                        StoreErrorKind::Transient,
+                        ErrorKind::Transient,
                         Some("cannot connect: is the endpoint right and the service up?"),
                     ),
-                    HttpErrorKind::Timeout => (StoreErrorKind::Transient, Some("timed out")),
-                    _ => (StoreErrorKind::Transient, None),
+                    HttpErrorKind::Timeout => (ErrorKind::Transient, Some("timed out")),
+                    _ => (ErrorKind::Transient, None),
                 };
             }
             // A 200 answer with an error body, a broken XML listing, a task failure:
             // nothing says retrying is pointless.
-            (StoreErrorKind::Transient, None)
+            (ErrorKind::Transient, None)
         }
     }
 }
@@ -815,7 +813,7 @@ mod tests {
             assert!(S3Url::parse(bad).is_err(), "{bad} should be rejected");
         }
         let e = S3Url::parse("s3://AKIA:topsecret@bucket/x").expect_err("creds in URL");
-        assert!(!e.contains("topsecret"), "{e}");
+        assert!(!e.to_string().contains("topsecret"), "{e}");
     }
 
     #[test]
@@ -841,42 +839,42 @@ mod tests {
                 path: p(),
                 source: src("x")
             }),
-            StoreErrorKind::NotFound
+            ErrorKind::NotFound
         );
         assert_eq!(
             k(E::Precondition {
                 path: p(),
                 source: src("Server returned non-2xx status code: 412 Precondition Failed: ")
             }),
-            StoreErrorKind::AlreadyExists
+            ErrorKind::AlreadyExists
         );
         assert_eq!(
             k(E::AlreadyExists {
                 path: p(),
                 source: src("x")
             }),
-            StoreErrorKind::AlreadyExists
+            ErrorKind::AlreadyExists
         );
         assert_eq!(
             k(E::AlreadyExists {
                 path: p(),
                 source: src("Server returned non-2xx status code: 409 Conflict: busy")
             }),
-            StoreErrorKind::Transient
+            ErrorKind::Transient
         );
         assert_eq!(
             k(E::PermissionDenied {
                 path: p(),
                 source: src("x")
             }),
-            StoreErrorKind::Permanent
+            ErrorKind::Permanent
         );
         assert_eq!(
             k(E::Unauthenticated {
                 path: p(),
                 source: src("x")
             }),
-            StoreErrorKind::Permanent
+            ErrorKind::Permanent
         );
         let generic = |m: &'static str| E::Generic {
             store: "S3",
@@ -885,31 +883,31 @@ mod tests {
         for (m, want) in [
             (
                 "Server returned non-2xx status code: 503 Service Unavailable: slow down",
-                StoreErrorKind::Transient,
+                ErrorKind::Transient,
             ),
             (
                 "Server returned non-2xx status code: 500 Internal Server Error: ",
-                StoreErrorKind::Transient,
+                ErrorKind::Transient,
             ),
             (
                 "Server returned non-2xx status code: 429 Too Many Requests: ",
-                StoreErrorKind::Transient,
+                ErrorKind::Transient,
             ),
             (
                 "Server returned non-2xx status code: 400 Bad Request: InvalidArgument",
-                StoreErrorKind::Permanent,
+                ErrorKind::Permanent,
             ),
             (
                 "Server returned non-2xx status code: 400 Bad Request: <Code>RequestTimeout</Code>",
-                StoreErrorKind::Transient,
+                ErrorKind::Transient,
             ),
             (
                 "Server returned error response: <Error><Code>InternalError</Code></Error>",
-                StoreErrorKind::Transient,
+                ErrorKind::Transient,
             ),
             (
                 "Received redirect without LOCATION, this normally indicates an incorrectly configured region",
-                StoreErrorKind::Permanent,
+                ErrorKind::Permanent,
             ),
         ] {
             assert_eq!(k(generic(m)), want, "{m}");
@@ -918,12 +916,12 @@ mod tests {
             store: "S3",
             source: Box::new(HttpError::new(HttpErrorKind::Connect, Msg("refused"))),
         };
-        assert_eq!(classify(&conn).0, StoreErrorKind::Transient);
+        assert_eq!(classify(&conn).0, ErrorKind::Transient);
         let timeout = E::Generic {
             store: "S3",
             source: Box::new(HttpError::new(HttpErrorKind::Timeout, Msg("slow"))),
         };
-        assert_eq!(classify(&timeout).0, StoreErrorKind::Transient);
+        assert_eq!(classify(&timeout).0, ErrorKind::Transient);
         assert!(is_range_not_satisfiable(&generic(
             "Server returned non-2xx status code: 416 Range Not Satisfiable: "
         )));
@@ -939,23 +937,23 @@ mod tests {
             k(nf(
                 "Server returned non-2xx status code: 404 Not Found: <Error><Code>NoSuchKey</Code></Error>"
             )),
-            StoreErrorKind::NotFound
+            ErrorKind::NotFound
         );
         assert_eq!(
             k(nf("Server returned non-2xx status code: 404 Not Found: ")),
-            StoreErrorKind::NotFound
+            ErrorKind::NotFound
         );
         assert_eq!(
             k(nf(
                 "Server returned non-2xx status code: 404 Not Found: <Error><Code>NoSuchBucket</Code></Error>"
             )),
-            StoreErrorKind::Permanent
+            ErrorKind::Permanent
         );
         assert_eq!(
             k(nf(
                 "status code: 404 Not Found: <Error><Code>XAdminUserNotFound</Code><Message>No user</Message></Error>"
             )),
-            StoreErrorKind::Permanent
+            ErrorKind::Permanent
         );
         assert_eq!(
             s3_error(

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{ObjectStore, PutMode, StoreErrorKind, StoreResult};
+use super::{ObjectStore, PutMode, StoreResult};
+use crate::error::{Error, ErrorKind};
 
 /// Where probe objects go.
 pub const PROBE_PREFIX: &str = ".lsvd-selftest/";
@@ -66,6 +67,9 @@ pub struct SelfTestError {
     pub check: &'static str,
     /// What happened.
     pub detail: String,
+    /// `Unsupported` when the store answered but broke a promise lsvd relies on; the
+    /// store error's kind when an operation failed; `Transient` when it did not answer.
+    pub kind: ErrorKind,
 }
 
 impl fmt::Display for SelfTestError {
@@ -88,6 +92,14 @@ impl fmt::Display for SelfTestError {
 }
 
 impl std::error::Error for SelfTestError {}
+
+/// The self-test's failure as the crate's error: its kind, and the report as the source
+/// (the text is the report's).
+impl From<SelfTestError> for Error {
+    fn from(e: SelfTestError) -> Self {
+        Error::with_source(e.kind, "", e)
+    }
+}
 
 const CHECK_PUT: &str = "put-if-absent of a new key";
 const CHECK_IF_ABSENT: &str = "put-if-absent of an existing key must fail";
@@ -117,11 +129,27 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The store answered, but not as lsvd needs.
     fn fail(&self, check: &'static str, detail: impl Into<String>) -> SelfTestError {
+        self.fail_as(ErrorKind::Unsupported, check, detail)
+    }
+
+    /// A store operation failed with `e`.
+    fn failed(&self, e: &Error, check: &'static str, detail: impl Into<String>) -> SelfTestError {
+        self.fail_as(e.kind, check, detail)
+    }
+
+    fn fail_as(
+        &self,
+        kind: ErrorKind,
+        check: &'static str,
+        detail: impl Into<String>,
+    ) -> SelfTestError {
         SelfTestError {
             store: self.store.describe(),
             check,
             detail: detail.into(),
+            kind,
         }
     }
 
@@ -131,9 +159,13 @@ impl Run<'_> {
         check: &'static str,
         fut: impl Future<Output = StoreResult<T>>,
     ) -> Result<StoreResult<T>, SelfTestError> {
-        tokio::time::timeout(STEP_TIMEOUT, fut)
-            .await
-            .map_err(|_| self.fail(check, format!("no answer within {STEP_TIMEOUT:?}")))
+        tokio::time::timeout(STEP_TIMEOUT, fut).await.map_err(|_| {
+            self.fail_as(
+                ErrorKind::Transient,
+                check,
+                format!("no answer within {STEP_TIMEOUT:?}"),
+            )
+        })
     }
 }
 
@@ -192,7 +224,7 @@ async fn checks(
         .await?
     {
         Ok(()) => run.checks.push(CHECK_PUT),
-        Err(e) => return Err(run.fail(CHECK_PUT, format!("put of {probe} failed: {e}"))),
+        Err(e) => return Err(run.failed(&e, CHECK_PUT, format!("put of {probe} failed: {e}"))),
     }
 
     // 2. put-if-absent of the same key must fail with AlreadyExists.
@@ -212,9 +244,10 @@ async fn checks(
                 ),
             ));
         }
-        Err(e) if e.kind == StoreErrorKind::AlreadyExists => run.checks.push(CHECK_IF_ABSENT),
+        Err(e) if e.kind == ErrorKind::AlreadyExists => run.checks.push(CHECK_IF_ABSENT),
         Err(e) => {
-            return Err(run.fail(
+            return Err(run.failed(
+                &e,
                 CHECK_IF_ABSENT,
                 format!(
                     "a second put-if-absent of {probe} should fail with 'already exists', \
@@ -244,7 +277,7 @@ async fn checks(
                 ),
             ));
         }
-        Err(e) => return Err(run.fail(CHECK_GET, format!("get of {probe} failed: {e}"))),
+        Err(e) => return Err(run.failed(&e, CHECK_GET, format!("get of {probe} failed: {e}"))),
     }
     let missing = format!("{probe}.missing");
     match run.step(CHECK_GET_MISSING, store.get(&missing)).await? {
@@ -256,7 +289,8 @@ async fn checks(
             ));
         }
         Err(e) => {
-            return Err(run.fail(
+            return Err(run.failed(
+                &e,
                 CHECK_GET_MISSING,
                 format!("get of {missing} should fail with 'not found', but: {e}"),
             ));
@@ -287,7 +321,8 @@ async fn checks(
                 ));
             }
             Err(e) => {
-                return Err(run.fail(
+                return Err(run.failed(
+                    &e,
                     CHECK_RANGE,
                     format!("bytes {range:?} of a {len}-byte object: {e}"),
                 ));
@@ -306,7 +341,7 @@ async fn checks(
     ] {
         let entries = match run.step(CHECK_LIST, store.list(prefix)).await? {
             Ok(e) => e,
-            Err(e) => return Err(run.fail(CHECK_LIST, format!("list '{prefix}': {e}"))),
+            Err(e) => return Err(run.failed(&e, CHECK_LIST, format!("list '{prefix}': {e}"))),
         };
         let found = entries.iter().find(|e| e.key == probe);
         match (found, expect) {
@@ -370,15 +405,17 @@ async fn checks(
         for (data, r) in results {
             match r {
                 Ok(Ok(())) => winners.push(data),
-                Ok(Err(e)) if e.kind == StoreErrorKind::AlreadyExists => {}
+                Ok(Err(e)) if e.kind == ErrorKind::AlreadyExists => {}
                 Ok(Err(e)) => {
-                    return Err(run.fail(
+                    return Err(run.failed(
+                        &e,
                         CHECK_RACE,
                         format!("a racing put-if-absent of {race_key} failed: {e}"),
                     ));
                 }
                 Err(_) => {
-                    return Err(run.fail(
+                    return Err(run.fail_as(
+                        ErrorKind::Transient,
                         CHECK_RACE,
                         format!("a racing put-if-absent of {race_key} did not finish"),
                     ));
@@ -403,14 +440,14 @@ async fn checks(
                     "the object holds a losing writer's data, not the winner's",
                 ));
             }
-            Err(e) => return Err(run.fail(CHECK_RACE, format!("get {race_key}: {e}"))),
+            Err(e) => return Err(run.failed(&e, CHECK_RACE, format!("get {race_key}: {e}"))),
         }
     }
 
     // 7. delete, and deleting a missing key succeeds.
     for key in [probe, race_key, probe] {
         if let Err(e) = run.step(CHECK_DELETE, store.delete(key)).await? {
-            return Err(run.fail(CHECK_DELETE, format!("delete {key}: {e}")));
+            return Err(run.failed(&e, CHECK_DELETE, format!("delete {key}: {e}")));
         }
     }
     match run.step(CHECK_DELETE, store.get(probe)).await? {
@@ -422,7 +459,8 @@ async fn checks(
             ));
         }
         Err(e) => {
-            return Err(run.fail(
+            return Err(run.failed(
+                &e,
                 CHECK_DELETE,
                 format!("get after delete should be 'not found', but: {e}"),
             ));

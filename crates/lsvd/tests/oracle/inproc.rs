@@ -78,7 +78,7 @@ async fn open_with(
     cache.set_write_hook(super::forensics::record_checker());
     let s: DynStore = store;
     let c: Arc<dyn CacheDevice> = cache;
-    engine::open_volume_on(s, NAME, c, "faulty-cache", config.clone()).await
+    Ok(engine::open_volume_on(s, NAME, c, "faulty-cache", config.clone()).await?)
 }
 
 /// Crash an incarnation: the store client dies, the device fails (or already failed),
@@ -573,14 +573,16 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
     let nblocks: u64 = *rng.pick(&[2048, 4096, 8192]);
     let use_fs = kind == Kind::StoreFaults && rng.chance(0.3);
     let base: DynStore = if use_fs {
-        Arc::new(FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e))?)
+        Arc::new(
+            FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e.to_string()))?,
+        )
     } else {
         Arc::new(MemStore::new())
     };
     let fail0 = |e: io::Error| Failure::new(0, format!("setup: {e}"));
     engine::create_volume(&base, NAME, nblocks * BLOCK as u64)
         .await
-        .map_err(fail0)?;
+        .map_err(|e| fail0(e.into()))?;
     let config = random_config(&mut rng, kind);
     let plan = fault_plan(kind, &mut rng);
     let ctx = format!(

@@ -49,7 +49,7 @@ impl Target {
 
     pub async fn write(&self, w: usize, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
         match self {
-            Target::Vol(v) => v.write(offset, data, fua).await,
+            Target::Vol(v) => Ok(v.write(offset, data, fua).await?),
             Target::Nbd { .. } => self.conn_or_err(w)?.write(offset, &data, fua).await,
         }
     }
@@ -63,7 +63,7 @@ impl Target {
         fua: bool,
     ) -> io::Result<()> {
         match self {
-            Target::Vol(v) => v.write_zeroes(offset, len, fua).await,
+            Target::Vol(v) => Ok(v.write_zeroes(offset, len, fua).await?),
             Target::Nbd { .. } => {
                 let c = self.conn_or_err(w)?;
                 if kind == OpKind::Trim {
@@ -77,14 +77,14 @@ impl Target {
 
     pub async fn flush(&self, w: usize) -> io::Result<()> {
         match self {
-            Target::Vol(v) => v.flush().await,
+            Target::Vol(v) => Ok(v.flush().await?),
             Target::Nbd { .. } => self.conn_or_err(w)?.flush().await,
         }
     }
 
     pub async fn read(&self, w: usize, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         match self {
-            Target::Vol(v) => v.read(offset, len).await,
+            Target::Vol(v) => Ok(v.read(offset, len).await?),
             Target::Nbd { .. } => self.conn_or_err(w)?.read(offset, len).await,
         }
     }
