@@ -141,6 +141,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.read_cache_misses as f64,
     );
     metric(
+        "read_cache_admitted_chunks_total",
+        "counter",
+        "Chunks of uploaded objects copied into the read cache.",
+        &|_, s| s.read_cache_admitted_chunks as f64,
+    );
+    metric(
         "client_read_bytes_total",
         "counter",
         "Bytes read by clients.",

@@ -219,10 +219,12 @@ async fn simulator_matches_the_engine() {
 
 #[test]
 fn lsvd_sim_binary_reports_json() {
-    let trace = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/msr_heimdall_cuts10k/msr.cut.per_10k.rw_20_80.105.trace"
+    let traces = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");
+    assert!(
+        Path::new(traces).is_dir(),
+        "the sample traces are not at {traces}: this test needs the shared/ directory beside the repository"
     );
+    let trace: &str = &format!("{traces}/msr_heimdall_cuts10k/msr.cut.per_10k.rw_20_80.105.trace");
     let dir = TempDir::new("binary");
     let svg = dir.path().join("chart.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_lsvd"))

@@ -187,6 +187,11 @@ pub struct EngineArgs {
     /// Size of each volume's read-cache file on local disk (0 disables it).
     #[arg(long, default_value = "1G")]
     pub read_cache_size: String,
+    /// Copy each uploaded object's data into the read cache, so reading recently
+    /// written data needs no GET: `auto` does when the store is remote (S3), `always`,
+    /// or `never`. Uploaded data nobody has read takes at most half of the cache.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub read_cache_admit: String,
     /// Start garbage collection when live/stored bytes falls below this (0 disables GC).
     #[arg(long, default_value_t = 0.70)]
     pub gc_start: f64,
@@ -230,6 +235,7 @@ impl EngineArgs {
         Ok(EngineConfig {
             gc,
             read_cache_bytes,
+            read_cache_admit: self.read_cache_admit.parse().map_err(Error::bad_input)?,
             gc_min_rate_bytes,
             batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),

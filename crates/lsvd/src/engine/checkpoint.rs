@@ -131,7 +131,8 @@ async fn delete_dead(shared: &Shared, dead: Vec<(u64, ObjectKind)>) {
             Ok(()) => {
                 shared.lock().pipeline.forget_object(victim);
                 if let Some(rc) = &shared.read_cache {
-                    rc.forget_object(victim);
+                    // Its number is never used again: nothing to make durable.
+                    let _ = rc.forget_object(victim, false);
                 }
                 shared
                     .headers

@@ -30,6 +30,9 @@ pub struct EngineConfig {
     pub gc: lsvd_core::gc::GcConfig,
     /// Size of the read-cache file (0 disables it). Default: 1 GiB.
     pub read_cache_bytes: u64,
+    /// Copy uploaded objects' data into the read cache. Default: `Auto` (when the store
+    /// is remote).
+    pub read_cache_admit: Admission,
     /// GC moves at most this many bytes per second, or four times the rate clients
     /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
     pub gc_min_rate_bytes: u64,
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             recovery_mode: RecoveryMode::Strict,
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
+            read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
             clock: SharedClock::default(),
             jitter_seed: None,
@@ -80,3 +84,38 @@ impl Default for EngineConfig {
 }
 
 pub const MIN_LOG_SIZE_BYTES: u64 = 16 << 20;
+
+/// Whether uploaded data is admitted to the read cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// When the store is remote (S3): reads of recently written data then need no GET.
+    /// A local store is read from the local disk anyway.
+    Auto,
+    Always,
+    Never,
+}
+
+impl Admission {
+    /// Does this setting admit uploads to a store that is (or is not) local?
+    pub fn admits(self, store_is_local: bool) -> bool {
+        match self {
+            Admission::Auto => !store_is_local,
+            Admission::Always => true,
+            Admission::Never => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Admission {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Admission::Auto),
+            "always" => Ok(Admission::Always),
+            "never" => Ok(Admission::Never),
+            _ => Err(format!(
+                "unknown read-cache admission '{s}' (use auto, always or never)"
+            )),
+        }
+    }
+}

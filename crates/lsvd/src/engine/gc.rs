@@ -242,11 +242,11 @@ async fn run_pass(
         // (paced like a GET: it is I/O on the local SSD) and GET only the rest.
         if shared.read_cache.is_some() {
             let mut uncached = Vec::with_capacity(idxs.len());
-            let mut cached = read::CachedObjectReader::new(victim, kind, header_bytes);
+            let cached = read::CachedObjectReader::new(victim, header_bytes);
             for i in idxs {
                 let r = &relocations[i];
                 let len = r.sectors * SECTOR_BYTES;
-                if let Some(buf) = cached.read(shared, r.source.offset, len).await? {
+                if let Some(buf) = cached.read(shared, r.source.offset, len) {
                     let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
                     if stopping(shared)
                         || !pacer

@@ -30,7 +30,7 @@ use super::keys::validate_volume_name;
 use super::log_index;
 use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
-use super::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
+use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::shared::{Shared, State, Stats};
 use super::store_recovery::{recover_store, settle_store};
 use super::volume::Volume;
@@ -74,20 +74,17 @@ pub async fn open_volume(
     let log_size =
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
     // Check the volume exists before making a log file for it.
-    read_meta(&store, name).await?;
+    let meta = read_meta(&store, name).await?;
     let (file, created) = FileCache::open_or_create(&log_path, log_size)
         .map_err(|e| Error::local_io(format!("cannot open write log {}", log_path.display()), e))?;
     let cache_name = log_path.display().to_string();
     let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
-        let path = data_dir.join(format!("{name}.rcache"));
-        let size = config.read_cache_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
-        let (file, _) = FileCache::open_or_create(&path, size).map_err(|e| {
-            Error::local_io(format!("cannot open read cache {}", path.display()), e)
-        })?;
-        Some((
-            Arc::new(file) as Arc<dyn CacheDevice>,
-            data_dir.join(format!("{name}.rcache.map")),
-        ))
+        Some(read_cache::open_files(
+            data_dir,
+            name,
+            config.read_cache_bytes,
+            meta.volume,
+        )?)
     } else {
         None
     };
@@ -190,7 +187,7 @@ async fn open_inner(
     name: &str,
     cache: Arc<dyn CacheDevice>,
     cache_name: &str,
-    read_cache: Option<(Arc<dyn CacheDevice>, std::path::PathBuf)>,
+    read_cache: Option<ReadCache>,
     config: EngineConfig,
 ) -> Result<(Arc<Volume>, OpenReport)> {
     // 1. The store side.
@@ -296,7 +293,9 @@ async fn open_inner(
             written_unix_ms: 0,
         }),
         headers: Mutex::new(Default::default()),
-        read_cache: read_cache.map(|(dev, map)| ReadCache::open(dev, &map, meta.volume)),
+        admit_uploads: read_cache.is_some() && config.read_cache_admit.admits(store.is_local()),
+        admitting: AtomicBool::new(false),
+        read_cache,
         failed: AtomicBool::new(false),
         volume_claimed: AtomicBool::new(false),
         volume_super_writes: tokio::sync::Mutex::new(()),
@@ -307,6 +306,18 @@ async fn open_inner(
         jitter: Mutex::new(lsvd_trace::synthetic::prng::Rng::new(jitter_seed)),
         config: config.clone(),
     });
+    // Sequence numbers of stranded objects are used again: nothing cached from them
+    // may be taken for the new objects, even after another crash.
+    if let Some(rc) = &shared.read_cache {
+        for &seq in &report.stranded_deleted {
+            rc.forget_object(seq, true).map_err(|e| {
+                Error::local_io(
+                    format!("cannot drop stranded object {seq:016x} from the read cache"),
+                    e,
+                )
+            })?;
+        }
+    }
     let generation = {
         let mut st = shared.lock();
         for r in &plan.replay {

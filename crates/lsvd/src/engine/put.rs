@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lsvd_core::format::object::{ObjectKind, decode_object_header};
+use lsvd_core::format::object::{ObjectHeader, ObjectKind, decode_object_header};
 
 use super::apply::apply_ready;
 use super::keys::object_key;
@@ -124,10 +124,37 @@ pub(crate) async fn upload_object(
     if shared.is_failed() {
         return;
     }
+    let header = Arc::new(header);
+    if kind != ObjectKind::Checkpoint {
+        // Reads of this object need its header: it is here already.
+        super::read::remember_header(shared, header.clone());
+    }
+    if kind == ObjectKind::Data && shared.admit_uploads {
+        admit(shared, header.clone(), bytes);
+    }
     let freeable_before = {
         let mut st = shared.lock();
-        st.pipeline.upload_done(seq, header);
+        st.pipeline.upload_done(seq, (*header).clone());
         st.pipeline.freeable_through()
     };
     apply_ready(shared, freeable_before).await;
+}
+
+/// Copy an uploaded object's data into the read cache, a chunk at a time, in the
+/// background (skipped if the previous admission is still being written).
+fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
+    use super::read_cache::READ_CACHE_CHUNK_BYTES;
+    if shared.admitting.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let s = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Some(rc) = &s.read_cache {
+            let data = &bytes[header.header_bytes as usize..];
+            for (chunk, piece) in data.chunks(READ_CACHE_CHUNK_BYTES as usize).enumerate() {
+                rc.admit(header.seq, chunk as u64, piece);
+            }
+        }
+        s.admitting.store(false, Ordering::Release);
+    });
 }

@@ -29,6 +29,8 @@ enum Source {
     Object {
         seq: u64,
         kind: lsvd_core::format::object::ObjectKind,
+        /// Where the object's data section starts (its header's size).
+        data_start: u64,
         offset: u64,
     },
 }
@@ -65,16 +67,15 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
                     let source = match q.location {
                         None => Source::Zero,
                         Some(loc) => {
-                            let kind = st
-                                .pipeline
-                                .store()
-                                .objects()
-                                .get(&loc.object_seq)
-                                .map(|o| o.kind)
-                                .unwrap_or(lsvd_core::format::object::ObjectKind::Data);
+                            let (kind, data_start) =
+                                st.pipeline.store().objects().get(&loc.object_seq).map_or(
+                                    (lsvd_core::format::object::ObjectKind::Data, 0),
+                                    |o| (o.kind, u64::from(o.header_bytes)),
+                                );
                             Source::Object {
                                 seq: loc.object_seq,
                                 kind,
+                                data_start,
                                 offset: loc.offset,
                             }
                         }
@@ -113,8 +114,13 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
                     Source::Log { record_seq, offset } => {
                         log_pieces.push((p_lba, p_sectors, record_seq, offset))
                     }
-                    Source::Object { seq, kind, offset } => {
-                        match read_object(shared, seq, kind, offset, dst).await {
+                    Source::Object {
+                        seq,
+                        kind,
+                        data_start,
+                        offset,
+                    } => {
+                        match read_object(shared, seq, kind, data_start, offset, dst).await {
                             Ok(()) => {}
                             // GC moved the data and deleted the object after we
                             // planned the read: plan this piece again (the map points
@@ -176,6 +182,15 @@ fn corrupt(key: &str, e: impl std::error::Error + Send + Sync + 'static) -> Erro
 
 const HEADER_CACHE_ENTRIES: usize = 4096;
 
+/// Keep an object's header for verifying reads of it.
+pub(crate) fn remember_header(shared: &Shared, h: Arc<ObjectHeader>) {
+    let mut cache = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= HEADER_CACHE_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(h.seq, h);
+}
+
 /// Bytes `range` of `key`, through the store's background path for GC's reads.
 fn get_range<'a>(
     shared: &'a Shared,
@@ -211,11 +226,7 @@ async fn object_header(
             format!("object {key} is not the object its name says"),
         ));
     }
-    let mut cache = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
-    if cache.len() >= HEADER_CACHE_ENTRIES {
-        cache.clear();
-    }
-    cache.insert(seq, h.clone());
+    remember_header(shared, h.clone());
     Ok(h)
 }
 
@@ -242,15 +253,26 @@ pub(crate) async fn fetch_header(
     decode_object_header(&buf).map_err(bad)
 }
 
-/// Read `dst.len()` bytes at byte `offset` of object `seq`, verified, through the read
-/// cache when there is one.
+/// Read `dst.len()` bytes at byte `offset` of object `seq` (whose data section starts
+/// at `data_start`), verified: from the read cache when all of it is there (no header
+/// needed), otherwise through the store, caching what is fetched.
 pub(crate) async fn read_object(
     shared: &Shared,
     seq: u64,
     kind: lsvd_core::format::object::ObjectKind,
+    data_start: u64,
     offset: u64,
     dst: &mut [u8],
 ) -> Result<()> {
+    if let Some(rc) = &shared.read_cache
+        && data_start > 0
+        && offset >= data_start
+        && read_cached(rc, seq, offset - data_start, dst)
+    {
+        let chunks = chunks_spanned(offset - data_start, dst.len() as u64);
+        rc.hits.fetch_add(chunks, Ordering::Relaxed);
+        return Ok(());
+    }
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
@@ -263,6 +285,32 @@ pub(crate) async fn read_object(
             Ok(())
         }
     }
+}
+
+/// Chunks of the read cache that bytes `[rel, rel + len)` of a data section touch.
+fn chunks_spanned(rel: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    (rel + len - 1) / READ_CACHE_CHUNK_BYTES - rel / READ_CACHE_CHUNK_BYTES + 1
+}
+
+/// Fill `dst` with data-section bytes `[rel, rel + dst.len())` of object `seq` from the
+/// read cache alone; false (with `dst` partly written) if any part is not cached.
+fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> bool {
+    let end = rel + dst.len() as u64;
+    let mut at = rel;
+    while at < end {
+        let chunk = at / READ_CACHE_CHUNK_BYTES;
+        let chunk_start = chunk * READ_CACHE_CHUNK_BYTES;
+        let to = end.min(chunk_start + READ_CACHE_CHUNK_BYTES);
+        let Some(bytes) = rc.get(seq, chunk, at - chunk_start, to - chunk_start) else {
+            return false;
+        };
+        dst[(at - rel) as usize..(to - rel) as usize].copy_from_slice(&bytes);
+        at = to;
+    }
+    true
 }
 
 /// Bytes `[from, to)` of an object, bypassing the read cache (GC's bulk reads of cold
@@ -298,102 +346,27 @@ pub(crate) async fn read_object_background(
     .map_err(|e| Error::with_source(ErrorKind::Transient, "verifying a GC read failed", e))?
 }
 
-/// Reads of one object from the read cache alone, in increasing offsets (GC: a
-/// victim's live data that clients read recently needs no GET). The last chunk read is
-/// kept, so scattered small extents cost one cache read per chunk, not one per extent.
+/// Reads of one object from the read cache alone (GC: a victim's live data that
+/// clients read recently needs no GET).
 pub(crate) struct CachedObjectReader {
     seq: u64,
-    kind: lsvd_core::format::object::ObjectKind,
-    /// The header size as the store map knows it (to find chunks before the header
-    /// itself is needed).
-    header_bytes: u64,
-    header: Option<Arc<ObjectHeader>>,
-    chunk: Option<(u64, Vec<u8>)>,
+    /// Where the object's data section starts (its header's size, as the store map
+    /// knows it).
+    data_start: u64,
 }
 
 impl CachedObjectReader {
-    pub(crate) fn new(
-        seq: u64,
-        kind: lsvd_core::format::object::ObjectKind,
-        header_bytes: u64,
-    ) -> Self {
-        CachedObjectReader {
-            seq,
-            kind,
-            header_bytes,
-            header: None,
-            chunk: None,
-        }
+    pub(crate) fn new(seq: u64, data_start: u64) -> Self {
+        CachedObjectReader { seq, data_start }
     }
 
-    /// `len` bytes from byte `offset` of the object, or None if some chunk is not
-    /// cached (nothing is allocated then). The object's header is fetched (one small
-    /// GET, unless in memory) only once a whole range is found cached. Not counted as
-    /// client cache hits.
-    pub(crate) async fn read(
-        &mut self,
-        shared: &Shared,
-        offset: u64,
-        len: u64,
-    ) -> Result<Option<Vec<u8>>> {
-        let Some(rc) = &shared.read_cache else {
-            return Ok(None);
-        };
-        if len == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        let data_start = match &self.header {
-            Some(h) => h.header_bytes as u64,
-            None => self.header_bytes,
-        };
-        let Some(rel_start) = offset.checked_sub(data_start) else {
-            return Ok(None);
-        };
-        let rel_end = rel_start + len;
-        let (first, last) = (
-            rel_start / READ_CACHE_CHUNK_BYTES,
-            (rel_end - 1) / READ_CACHE_CHUNK_BYTES,
-        );
-        let held =
-            |chunk: &Option<(u64, Vec<u8>)>, c: u64| chunk.as_ref().is_some_and(|(k, _)| *k == c);
-        if !(first..=last).all(|c| held(&self.chunk, c) || rc.contains(self.seq, c)) {
-            return Ok(None);
-        }
-        let header = match &self.header {
-            Some(h) => h.clone(),
-            None => {
-                let key = object_key(&shared.meta.name, self.seq, self.kind);
-                let h = object_header(shared, &key, self.seq, true).await?;
-                if h.header_bytes as u64 != data_start {
-                    return Ok(None);
-                }
-                self.header = Some(h.clone());
-                h
-            }
-        };
+    /// `len` bytes from byte `offset` of the object, or None if some of it is not
+    /// cached. Not counted as client cache hits.
+    pub(crate) fn read(&self, shared: &Shared, offset: u64, len: u64) -> Option<Vec<u8>> {
+        let rc = shared.read_cache.as_ref()?;
+        let rel = offset.checked_sub(self.data_start)?;
         let mut dst = vec![0u8; len as usize];
-        for c in first..=last {
-            let s = c * READ_CACHE_CHUNK_BYTES;
-            if !held(&self.chunk, c) {
-                let Some(bytes) = rc.get(self.seq, c, |b| {
-                    header.verify_data(data_start + s, b).is_ok()
-                }) else {
-                    return Ok(None);
-                };
-                self.chunk = Some((c, bytes));
-            }
-            let Some((_, bytes)) = &self.chunk else {
-                return Ok(None);
-            };
-            let e = s + bytes.len() as u64;
-            if e < rel_end.min(s + READ_CACHE_CHUNK_BYTES) {
-                return Ok(None); // a short chunk: the object ends before the range does
-            }
-            let (from, to) = (rel_start.max(s), rel_end.min(e));
-            dst[(from - rel_start) as usize..(to - rel_start) as usize]
-                .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
-        }
-        Ok(Some(dst))
+        read_cached(rc, self.seq, rel, &mut dst).then_some(dst)
     }
 }
 
@@ -461,13 +434,11 @@ async fn read_via_cache(
     let last = (rel_end - 1) / READ_CACHE_CHUNK_BYTES;
     let mut c = first;
     while c <= last {
-        let (s, _) = chunk_range(c);
-        let hit = rc.get(header.seq, c, |b| {
-            header.verify_data(data_start + s, b).is_ok()
-        });
-        if let Some(bytes) = hit {
+        let (s, e) = chunk_range(c);
+        let (from, to) = (rel_start.max(s), rel_end.min(e));
+        if let Some(bytes) = rc.get(header.seq, c, from - s, to - s) {
             rc.hits.fetch_add(1, Ordering::Relaxed);
-            copy(s, &bytes);
+            copy(from, &bytes);
             c += 1;
             continue;
         }

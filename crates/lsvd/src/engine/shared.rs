@@ -153,6 +153,11 @@ pub(crate) struct Shared {
     pub(crate) volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).
     pub(crate) read_cache: Option<ReadCache>,
+    /// Uploaded data goes into the read cache too (`EngineConfig::read_cache_admit`).
+    pub(crate) admit_uploads: bool,
+    /// An admission is being written: the next one is skipped rather than queued (the
+    /// read cache is a cache; writes must not wait for it).
+    pub(crate) admitting: AtomicBool,
     /// Object headers cached for read verification.
     pub(crate) headers: HeaderCache,
     /// Set after an unrecoverable local I/O error; all later writes fail.

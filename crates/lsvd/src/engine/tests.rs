@@ -1075,3 +1075,71 @@ async fn gc_reads_live_data_from_the_read_cache() {
     verify_all(&volume, &model).await;
     volume.shutdown().await.expect("shutdown");
 }
+
+/// Uploaded data admitted to the read cache is read back without a single GET, and
+/// stays cached across a crash (the slot table is written as chunks come in), again
+/// without a GET, not even for object headers. Without admission, the same reads GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
+    use super::config::Admission;
+    use std::sync::atomic::Ordering::Relaxed;
+    let blocks = 512u64; // 2 MiB: several objects
+    for admit in [Admission::Always, Admission::Auto] {
+        let dir = TempDir::new("engine-admit");
+        let store: DynStore = Arc::new(MemStore::new());
+        create_volume(&store, "v", blocks * BLOCK)
+            .await
+            .expect("create");
+        let cfg = EngineConfig {
+            read_cache_bytes: 16 << 20,
+            read_cache_admit: admit,
+            ..config()
+        };
+        let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
+            .await
+            .expect("open");
+        let mut model = vec![0u64; blocks as usize];
+        write_version(&volume, &mut model, 0..blocks, 1).await;
+        volume.flush().await.expect("flush");
+        wait_for_uploads(&volume).await;
+        // Admission runs beside the upload; let it finish.
+        for _ in 0..500 {
+            if admit == Admission::Auto
+                || volume.status().read_cache_admitted_chunks >= blocks * BLOCK / (64 << 10)
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let gets = volume.stats().store_gets.load(Relaxed);
+        verify_all(&volume, &model).await;
+        let after = volume.stats().store_gets.load(Relaxed);
+        match admit {
+            Admission::Always => assert_eq!(after, gets, "reads of admitted data GET nothing"),
+            // The memory store counts as local: Auto does not admit.
+            _ => {
+                assert_eq!(volume.status().read_cache_admitted_chunks, 0);
+                assert!(after > gets, "without admission the reads GET");
+            }
+        }
+        if admit != Admission::Always {
+            volume.shutdown().await.expect("shutdown");
+            continue;
+        }
+        // A crash (no shutdown, nothing saved), then a restart: still no GET.
+        volume.crash();
+        drop(volume);
+        let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg)
+            .await
+            .expect("reopen");
+        assert!(volume.status().read_cache_entries > 0);
+        let gets = volume.stats().store_gets.load(Relaxed);
+        verify_all(&volume, &model).await;
+        assert_eq!(
+            volume.stats().store_gets.load(Relaxed),
+            gets,
+            "the cache survived the crash"
+        );
+        volume.shutdown().await.expect("shutdown");
+    }
+}

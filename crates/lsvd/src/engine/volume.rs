@@ -53,6 +53,8 @@ pub struct VolumeStatus {
     pub read_cache_hits: u64,
     pub read_cache_misses: u64,
     pub read_cache_entries: u64,
+    /// Chunks of uploaded objects copied into the read cache.
+    pub read_cache_admitted_chunks: u64,
 }
 
 pub struct Volume {
@@ -241,6 +243,11 @@ impl Volume {
                 .read_cache
                 .as_ref()
                 .map_or(0, |r| r.entries() as u64),
+            read_cache_admitted_chunks: self
+                .shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| r.admitted_chunks.load(Ordering::Relaxed)),
         }
     }
 
@@ -321,9 +328,9 @@ impl Volume {
         }
         checkpoint::write_clean(&self.shared).await?;
         if let Some(rc) = &self.shared.read_cache
-            && let Err(e) = rc.save(self.shared.meta.volume)
+            && let Err(e) = rc.sync()
         {
-            crate::log::warn(&format!("could not save the read-cache index: {e}"));
+            crate::log::warn(&format!("could not sync the read cache: {e}"));
         }
         Ok(())
     }

@@ -239,6 +239,9 @@ impl ObjectStore for FaultyStore {
     fn describe(&self) -> String {
         format!("faulty({})", self.inner.describe())
     }
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }
 
 #[cfg(test)]

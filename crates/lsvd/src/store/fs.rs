@@ -329,6 +329,9 @@ impl ObjectStore for FsStore {
     fn describe(&self) -> String {
         format!("file://{}", self.inner.root.display())
     }
+    fn is_local(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

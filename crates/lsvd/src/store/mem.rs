@@ -91,4 +91,7 @@ impl ObjectStore for MemStore {
     fn describe(&self) -> String {
         "mem://".to_string()
     }
+    fn is_local(&self) -> bool {
+        true
+    }
 }

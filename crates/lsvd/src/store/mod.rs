@@ -69,6 +69,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>>;
     /// Where this store is, for messages (never includes credentials).
     fn describe(&self) -> String;
+    /// True if reads from this store are local disk reads (the local directory, memory):
+    /// then there is no point copying uploaded data into the read cache.
+    fn is_local(&self) -> bool {
+        false
+    }
 }
 
 pub type DynStore = Arc<dyn ObjectStore>;

@@ -222,6 +222,9 @@ impl ObjectStore for RetryStore {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }
 
 #[cfg(test)]

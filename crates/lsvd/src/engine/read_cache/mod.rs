@@ -1,0 +1,383 @@
+//! The read cache: object data on the local SSD, apart from the write log.
+//!
+//! Fixed-size chunks (64 KiB of an object's data section) in a preallocated file of
+//! slots, found through an in-memory index. Two ways in:
+//!
+//! - a read miss fetches whole chunks (more than the request: cheap prefetch) and
+//!   caches them ([`ReadCache::insert`]);
+//! - an uploaded object's data, which was local anyway, is *admitted* when the store is
+//!   remote ([`ReadCache::admit`]), so reads of recently written data after it left the
+//!   write log need no GET. Admitted chunks nobody has read yet take at most half of
+//!   the cache; past that, admission replaces the oldest of them. Admission never
+//!   evicts a chunk clients read recently (one whose CLOCK reference bit is set).
+//!
+//! Chunks clients read are evicted by CLOCK (a read sets the reference bit; the hand
+//! clears it once before evicting).
+//!
+//! Entries are keyed by object and chunk, never by LBA. Objects are immutable, so a
+//! cached chunk can never hold a stale version of a block: a newer write points the
+//! map at a different object and the old chunk is simply not consulted again.
+//!
+//! Every slot is described by an entry in a slot table beside the cache file
+//! ([`slot_table`]; format: docs/format/read-cache.md): the chunk it holds and an
+//! XXH3-64 hash of each of its 4 KiB blocks. An insert writes the slot, then its entry;
+//! a hit reads only the 4 KiB blocks it needs and checks each against its hash. So the
+//! index survives a crash as well as a clean stop without any ordering between the two
+//! writes: after a crash, a slot whose data and entry do not match (one of the two
+//! writes was lost) fails its hashes and is dropped on first use. Nothing needs the
+//! object's header on a hit.
+
+mod slot_table;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lsvd_core::VolumeId;
+
+use crate::cache_dev::CacheDevice;
+use slot_table::{BLOCK_BYTES, BLOCKS_PER_SLOT, Entry, SlotTable};
+
+pub const READ_CACHE_CHUNK_BYTES: u64 = 64 << 10;
+
+type Key = (u64, u64); // (object seq, chunk index)
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key: Key,
+    len: u32,
+    hashes: [u64; BLOCKS_PER_SLOT],
+    referenced: bool,
+    /// Written by upload admission and not read since.
+    admitted: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SlotState {
+    Free,
+    /// Being written by one insert: nobody else may pick it.
+    Writing,
+    Used(Slot),
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    map: HashMap<Key, u32>,
+    slots: Vec<SlotState>,
+    hand: usize,
+    /// Admitted slots, oldest first: (slot, key), pruned lazily (a slot that was read,
+    /// evicted or reused since no longer matches).
+    admitted: VecDeque<(u32, Key)>,
+    admitted_count: usize,
+}
+
+/// How far admission looks past the CLOCK hand for a chunk nobody read recently.
+const ADMIT_SCAN_SLOTS: usize = 64;
+
+impl Index {
+    /// Drop slot `s`'s chunk from the index.
+    fn evict(&mut self, s: usize) {
+        if let SlotState::Used(old) = self.slots[s] {
+            self.map.remove(&old.key);
+            if old.admitted {
+                self.admitted_count -= 1;
+            }
+            self.slots[s] = SlotState::Free;
+        }
+    }
+
+    /// A slot for a chunk a client read: a free one, or CLOCK's victim.
+    fn victim_for_read(&mut self) -> Option<usize> {
+        let n = self.slots.len();
+        for _ in 0..2 * n {
+            let h = self.hand;
+            self.hand = (h + 1) % n;
+            match &mut self.slots[h] {
+                SlotState::Free => return Some(h),
+                SlotState::Used(s) if s.referenced => s.referenced = false,
+                SlotState::Used(_) => {
+                    self.evict(h);
+                    return Some(h);
+                }
+                SlotState::Writing => {}
+            }
+        }
+        None
+    }
+
+    /// A slot for an uploaded chunk: past the admission cap the oldest admitted chunk;
+    /// otherwise a free slot or one holding nothing read recently, found without
+    /// clearing anyone's reference bit (admission must not age read data).
+    fn victim_for_admission(&mut self) -> Option<usize> {
+        let n = self.slots.len();
+        if self.admitted_count >= n / 2 {
+            return self.oldest_admitted();
+        }
+        for i in 0..ADMIT_SCAN_SLOTS.min(n) {
+            let h = (self.hand + i) % n;
+            let take = match self.slots[h] {
+                SlotState::Free => true,
+                // Read data nobody touched since the hand last passed; admitted chunks
+                // go oldest first (below), not by position.
+                SlotState::Used(s) => !s.referenced && !s.admitted,
+                SlotState::Writing => false,
+            };
+            if take {
+                self.evict(h);
+                self.hand = (h + 1) % n;
+                return Some(h);
+            }
+        }
+        self.oldest_admitted()
+    }
+
+    fn oldest_admitted(&mut self) -> Option<usize> {
+        while let Some((slot, key)) = self.admitted.pop_front() {
+            if let SlotState::Used(s) = self.slots[slot as usize]
+                && s.admitted
+                && s.key == key
+            {
+                self.evict(slot as usize);
+                return Some(slot as usize);
+            }
+        }
+        None
+    }
+
+    fn place(&mut self, slot: usize, entry: &Entry, admitted: bool) {
+        let key = (entry.object_seq, entry.chunk);
+        self.slots[slot] = SlotState::Used(Slot {
+            key,
+            len: entry.len,
+            hashes: entry.hashes,
+            referenced: false,
+            admitted,
+        });
+        self.map.insert(key, slot as u32);
+        if admitted {
+            self.admitted.push_back((slot as u32, key));
+            self.admitted_count += 1;
+        }
+    }
+}
+
+pub(crate) struct ReadCache {
+    dev: Arc<dyn CacheDevice>,
+    table: SlotTable,
+    index: Mutex<Index>,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Chunks of uploaded objects admitted.
+    pub admitted_chunks: AtomicU64,
+}
+
+impl ReadCache {
+    /// A cache of `dev`'s slots described by the slot table on `table_dev`: warm with
+    /// whatever the table holds for `volume` (a table of another volume, or of another
+    /// size, starts empty).
+    pub fn open(
+        dev: Arc<dyn CacheDevice>,
+        table_dev: Arc<dyn CacheDevice>,
+        volume: VolumeId,
+    ) -> io::Result<Self> {
+        let slot_count = (dev.size_bytes() / READ_CACHE_CHUNK_BYTES) as usize;
+        let (table, entries) = SlotTable::open(table_dev, volume, slot_count)?;
+        let mut index = Index {
+            slots: vec![SlotState::Free; slot_count],
+            ..Index::default()
+        };
+        for (slot, entry) in entries {
+            if !index.map.contains_key(&(entry.object_seq, entry.chunk)) {
+                index.place(slot, &entry, false);
+            }
+        }
+        Ok(ReadCache {
+            dev,
+            table,
+            index: Mutex::new(index),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            admitted_chunks: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn contains(&self, seq: u64, chunk: u64) -> bool {
+        self.lock().map.contains_key(&(seq, chunk))
+    }
+
+    pub fn entries(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Bytes `[from, to)` of chunk `chunk` of object `seq` (offsets within the chunk),
+    /// if cached and intact: only the 4 KiB blocks covering the range are read, each
+    /// checked against its hash. A chunk that fails is dropped.
+    pub fn get(&self, seq: u64, chunk: u64, from: u64, to: u64) -> Option<Vec<u8>> {
+        if from >= to || to > READ_CACHE_CHUNK_BYTES {
+            return None;
+        }
+        let (slot, hashes, len) = {
+            let mut idx = self.lock();
+            let slot = *idx.map.get(&(seq, chunk))?;
+            let SlotState::Used(s) = &mut idx.slots[slot as usize] else {
+                return None;
+            };
+            s.referenced = true;
+            let (hashes, len) = (s.hashes, s.len as u64);
+            if std::mem::take(&mut s.admitted) {
+                // Read by a client: from now on it is read data, under CLOCK.
+                idx.admitted_count -= 1;
+            }
+            (slot, hashes, len)
+        };
+        if to > len {
+            return None;
+        }
+        let first = (from / BLOCK_BYTES) as usize;
+        let last = to.div_ceil(BLOCK_BYTES) as usize; // exclusive
+        let start = first as u64 * BLOCK_BYTES;
+        let end = (last as u64 * BLOCK_BYTES).min(len);
+        let mut buf = vec![0u8; (end - start) as usize];
+        let at = slot as u64 * READ_CACHE_CHUNK_BYTES + start;
+        let intact = self.dev.read_at(&mut buf, at).is_ok()
+            && buf
+                .chunks(BLOCK_BYTES as usize)
+                .zip(&hashes[first..last])
+                .all(|(block, &h)| slot_table::block_hash(block) == h);
+        if !intact {
+            // Lost or torn by a crash, or the device returned bad data: drop it.
+            let mut idx = self.lock();
+            if idx.map.get(&(seq, chunk)) == Some(&slot) {
+                idx.evict(slot as usize);
+            }
+            return None;
+        }
+        if (start, end) != (from, to) {
+            buf.drain(..(from - start) as usize);
+            buf.truncate((to - from) as usize);
+        }
+        Some(buf)
+    }
+
+    /// Cache `data` (at most one chunk), read from the store by a client, as chunk
+    /// `chunk` of object `seq`.
+    pub fn insert(&self, seq: u64, chunk: u64, data: &[u8]) {
+        self.put(seq, chunk, data, false);
+    }
+
+    /// Admit `data` (at most one chunk) of an object just uploaded.
+    pub fn admit(&self, seq: u64, chunk: u64, data: &[u8]) {
+        if self.put(seq, chunk, data, true) {
+            self.admitted_chunks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn put(&self, seq: u64, chunk: u64, data: &[u8], admitted: bool) -> bool {
+        if data.is_empty() || data.len() as u64 > READ_CACHE_CHUNK_BYTES {
+            return false;
+        }
+        let slot = {
+            let mut idx = self.lock();
+            if idx.slots.is_empty() || idx.map.contains_key(&(seq, chunk)) {
+                return false;
+            }
+            let victim = if admitted {
+                idx.victim_for_admission()
+            } else {
+                idx.victim_for_read()
+            };
+            let Some(v) = victim else { return false };
+            idx.slots[v] = SlotState::Writing;
+            v
+        };
+        let entry = Entry::describe(seq, chunk, data);
+        // The slot, then its entry: a crash between the two leaves a slot whose
+        // hashes do not match, which the next read of it drops.
+        let written = self
+            .dev
+            .write_at(data, slot as u64 * READ_CACHE_CHUNK_BYTES)
+            .and_then(|()| self.table.write(slot, &entry));
+        let mut idx = self.lock();
+        match written {
+            Ok(()) if !idx.map.contains_key(&(seq, chunk)) => {
+                idx.place(slot, &entry, admitted);
+                true
+            }
+            _ => {
+                idx.slots[slot] = SlotState::Free;
+                false
+            }
+        }
+    }
+
+    /// Drop every chunk of object `seq` (it was deleted). With `durably`, their table
+    /// entries are cleared and synced too: for objects whose sequence number will be
+    /// used again (stranded objects deleted at recovery).
+    pub fn forget_object(&self, seq: u64, durably: bool) -> io::Result<()> {
+        let slots: Vec<u32> = {
+            let mut idx = self.lock();
+            let slots: Vec<u32> = idx
+                .map
+                .iter()
+                .filter(|(k, _)| k.0 == seq)
+                .map(|(_, &s)| s)
+                .collect();
+            for &s in &slots {
+                idx.evict(s as usize);
+            }
+            slots
+        };
+        if durably && !slots.is_empty() {
+            for s in slots {
+                self.table.clear(s as usize)?;
+            }
+            self.table.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Make the cached data and its table durable (clean shutdown: not needed for
+    /// correctness, only so a warm restart finds as much as possible).
+    pub fn sync(&self) -> io::Result<()> {
+        self.dev.sync()?;
+        self.table.sync()
+    }
+}
+
+/// Open the read cache of volume `name` under `data_dir`: `<name>.rcache` (the slots,
+/// `size_bytes` rounded down to whole chunks) and `<name>.rcache.slots` (their table).
+/// The index file of older builds, `<name>.rcache.map`, is removed.
+pub(crate) fn open_files(
+    data_dir: &Path,
+    name: &str,
+    size_bytes: u64,
+    volume: VolumeId,
+) -> crate::error::Result<ReadCache> {
+    use crate::cache_dev::FileCache;
+    use crate::error::Error;
+    let path = data_dir.join(format!("{name}.rcache"));
+    let size = size_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
+    let (slots, _) = FileCache::open_or_create(&path, size)
+        .map_err(|e| Error::local_io(format!("cannot open read cache {}", path.display()), e))?;
+    let slot_count = size / READ_CACHE_CHUNK_BYTES;
+    let table_path = data_dir.join(format!("{name}.rcache.slots"));
+    let (table, _) = FileCache::open_or_create(&table_path, slot_table::file_bytes(slot_count))
+        .map_err(|e| {
+            Error::local_io(
+                format!("cannot open read cache {}", table_path.display()),
+                e,
+            )
+        })?;
+    let _ = std::fs::remove_file(data_dir.join(format!("{name}.rcache.map")));
+    ReadCache::open(Arc::new(slots), Arc::new(table), volume)
+        .map_err(|e| Error::local_io(format!("cannot read {}", table_path.display()), e))
+}

@@ -1,0 +1,262 @@
+//! The read cache's slot table (`<volume>.rcache.slots`): for every slot of the cache
+//! file, which chunk of which object it holds and a hash of each of its 4 KiB blocks.
+//! Written entry by entry as chunks are cached, read whole at open. Format:
+//! docs/format/read-cache.md.
+
+use std::io;
+use std::sync::Arc;
+
+use lsvd_core::VolumeId;
+
+use crate::cache_dev::CacheDevice;
+
+use super::READ_CACHE_CHUNK_BYTES;
+
+/// Blocks of a slot are hashed and read separately.
+pub(super) const BLOCK_BYTES: u64 = 4096;
+pub(super) const BLOCKS_PER_SLOT: usize = (READ_CACHE_CHUNK_BYTES / BLOCK_BYTES) as usize;
+
+const MAGIC: &[u8; 8] = b"LSVDRCS\0";
+const VERSION: u16 = 1;
+const HEADER_BYTES: u64 = 4096;
+/// Bytes of the header the checksum covers (the rest of its block is zero).
+const HEADER_USED_BYTES: usize = 48;
+const ENTRY_BYTES: u64 = 160;
+const ENTRY_CRC_AT: usize = 152;
+
+/// Bytes of the table file for `slots` slots.
+pub(super) fn file_bytes(slots: u64) -> u64 {
+    HEADER_BYTES + slots * ENTRY_BYTES
+}
+
+/// The hash of one block of cached data.
+pub(super) fn block_hash(block: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(block)
+}
+
+/// What one slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub object_seq: u64,
+    pub chunk: u64,
+    /// Bytes of the chunk (a chunk at the end of an object may be short).
+    pub len: u32,
+    /// Of each 4 KiB block (the last one as long as it is); 0 past the end.
+    pub hashes: [u64; BLOCKS_PER_SLOT],
+}
+
+impl Entry {
+    pub(super) fn describe(object_seq: u64, chunk: u64, data: &[u8]) -> Entry {
+        let mut hashes = [0u64; BLOCKS_PER_SLOT];
+        for (h, block) in hashes.iter_mut().zip(data.chunks(BLOCK_BYTES as usize)) {
+            *h = block_hash(block);
+        }
+        Entry {
+            object_seq,
+            chunk,
+            len: data.len() as u32,
+            hashes,
+        }
+    }
+
+    fn encode(&self, volume: VolumeId, slot: usize) -> [u8; ENTRY_BYTES as usize] {
+        let mut b = [0u8; ENTRY_BYTES as usize];
+        b[0..8].copy_from_slice(&self.object_seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.chunk.to_le_bytes());
+        b[16..20].copy_from_slice(&self.len.to_le_bytes());
+        for (i, h) in self.hashes.iter().enumerate() {
+            b[24 + 8 * i..32 + 8 * i].copy_from_slice(&h.to_le_bytes());
+        }
+        let crc = entry_crc(volume, slot, &b);
+        b[ENTRY_CRC_AT..ENTRY_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The entry of `slot` in `b`, if it describes a chunk and its checksum holds.
+    fn decode(volume: VolumeId, slot: usize, b: &[u8]) -> Option<Entry> {
+        let u64_at = |at: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(x)
+        };
+        let u32_at = |at: usize| {
+            let mut x = [0u8; 4];
+            x.copy_from_slice(&b[at..at + 4]);
+            u32::from_le_bytes(x)
+        };
+        let len = u32_at(16);
+        if len == 0 || u64::from(len) > READ_CACHE_CHUNK_BYTES {
+            return None;
+        }
+        if u32_at(ENTRY_CRC_AT) != entry_crc(volume, slot, b) {
+            return None;
+        }
+        let mut hashes = [0u64; BLOCKS_PER_SLOT];
+        for (i, h) in hashes.iter_mut().enumerate() {
+            *h = u64_at(24 + 8 * i);
+        }
+        Some(Entry {
+            object_seq: u64_at(0),
+            chunk: u64_at(8),
+            len,
+            hashes,
+        })
+    }
+}
+
+/// CRC32C of the volume id, the slot number, then the entry's first 152 bytes: an
+/// entry copied to another slot's place, or left from another volume's cache, fails.
+fn entry_crc(volume: VolumeId, slot: usize, b: &[u8]) -> u32 {
+    let seed = crc32c::crc32c_append(crc32c::crc32c(&volume.0), &(slot as u32).to_le_bytes());
+    crc32c::crc32c_append(seed, &b[..ENTRY_CRC_AT])
+}
+
+fn encode_header(volume: VolumeId, slots: u64) -> Vec<u8> {
+    let mut b = vec![0u8; HEADER_BYTES as usize];
+    b[0..8].copy_from_slice(MAGIC);
+    b[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    b[16..32].copy_from_slice(&volume.0);
+    b[32..40].copy_from_slice(&READ_CACHE_CHUNK_BYTES.to_le_bytes());
+    b[40..48].copy_from_slice(&slots.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..HEADER_USED_BYTES]);
+    b[12..16].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Does `b` (the header block) describe a table of `volume` with `slots` slots?
+fn header_matches(b: &[u8], volume: VolumeId, slots: u64) -> bool {
+    if b.len() < HEADER_USED_BYTES {
+        return false;
+    }
+    let mut zeroed = b[..HEADER_USED_BYTES].to_vec();
+    zeroed[12..16].copy_from_slice(&[0; 4]);
+    b[0..8] == MAGIC[..]
+        && b[8..10] == VERSION.to_le_bytes()
+        && b[12..16] == crc32c::crc32c(&zeroed).to_le_bytes()
+        && b[16..32] == volume.0
+        && b[32..40] == READ_CACHE_CHUNK_BYTES.to_le_bytes()
+        && b[40..48] == slots.to_le_bytes()
+}
+
+pub(super) struct SlotTable {
+    dev: Arc<dyn CacheDevice>,
+    volume: VolumeId,
+}
+
+impl SlotTable {
+    /// The table on `dev` for `slots` slots of `volume`, with the entries it holds. A
+    /// table of another volume, size or version is started afresh (empty).
+    pub(super) fn open(
+        dev: Arc<dyn CacheDevice>,
+        volume: VolumeId,
+        slots: usize,
+    ) -> io::Result<(SlotTable, Vec<(usize, Entry)>)> {
+        let table = SlotTable { dev, volume };
+        let mut header = vec![0u8; HEADER_BYTES as usize];
+        let readable = table.dev.size_bytes() >= file_bytes(slots as u64)
+            && table.dev.read_at(&mut header, 0).is_ok();
+        if !readable || !header_matches(&header, volume, slots as u64) {
+            table.reset(volume, slots)?;
+            return Ok((table, Vec::new()));
+        }
+        let mut all = vec![0u8; slots * ENTRY_BYTES as usize];
+        table.dev.read_at(&mut all, HEADER_BYTES)?;
+        let entries = all
+            .chunks(ENTRY_BYTES as usize)
+            .enumerate()
+            .filter_map(|(slot, b)| Entry::decode(volume, slot, b).map(|e| (slot, e)))
+            .collect();
+        Ok((table, entries))
+    }
+
+    /// An empty table: every entry zero, then the header.
+    fn reset(&self, volume: VolumeId, slots: usize) -> io::Result<()> {
+        let zeros = vec![0u8; 1 << 20];
+        let end = file_bytes(slots as u64);
+        let mut at = HEADER_BYTES;
+        while at < end {
+            let n = (end - at).min(zeros.len() as u64) as usize;
+            self.dev.write_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.dev.sync()?;
+        self.dev.write_at(&encode_header(volume, slots as u64), 0)?;
+        self.dev.sync()
+    }
+
+    pub(super) fn write(&self, slot: usize, entry: &Entry) -> io::Result<()> {
+        self.dev.write_at(
+            &entry.encode(self.volume, slot),
+            HEADER_BYTES + slot as u64 * ENTRY_BYTES,
+        )
+    }
+
+    pub(super) fn clear(&self, slot: usize) -> io::Result<()> {
+        self.dev.write_at(
+            &[0u8; ENTRY_BYTES as usize],
+            HEADER_BYTES + slot as u64 * ENTRY_BYTES,
+        )
+    }
+
+    pub(super) fn sync(&self) -> io::Result<()> {
+        self.dev.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_any_damage_or_move_is_refused() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let e = Entry::describe(7, 3, &data);
+        assert_eq!(e.len, 10_000);
+        assert_eq!(e.hashes[2], block_hash(&data[8192..]));
+        assert_eq!(e.hashes[3], 0);
+        let vol = VolumeId([4; 16]);
+        let b = e.encode(vol, 5);
+        assert_eq!(Entry::decode(vol, 5, &b), Some(e));
+        assert_eq!(Entry::decode(vol, 6, &b), None, "moved to another slot");
+        assert_eq!(
+            Entry::decode(VolumeId([5; 16]), 5, &b),
+            None,
+            "another volume's"
+        );
+        for i in 0..ENTRY_CRC_AT + 4 {
+            let mut bad = b;
+            bad[i] ^= 1;
+            assert_eq!(Entry::decode(vol, 5, &bad), None, "flipped byte {i}");
+        }
+        assert_eq!(Entry::decode(vol, 0, &[0u8; ENTRY_BYTES as usize]), None);
+    }
+
+    #[test]
+    fn golden_header_and_entry_bytes() {
+        let h = encode_header(VolumeId([1; 16]), 2);
+        assert_eq!(&h[..8], b"LSVDRCS\0");
+        assert_eq!(
+            h[12..16],
+            crc32c::crc32c(&{
+                let mut z = h[..48].to_vec();
+                z[12..16].copy_from_slice(&[0; 4]);
+                z
+            })
+            .to_le_bytes()
+        );
+        assert!(header_matches(&h, VolumeId([1; 16]), 2));
+        assert!(!header_matches(&h, VolumeId([2; 16]), 2));
+        assert!(!header_matches(&h, VolumeId([1; 16]), 3));
+        let e = Entry::describe(1, 0, &[0xab; 4096]);
+        let b = e.encode(VolumeId([1; 16]), 0);
+        // seq 1, chunk 0, length 4096, then the hash of the one block.
+        assert_eq!(
+            b[0..24],
+            [
+                1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0
+            ]
+        );
+        assert_eq!(b[24..32], block_hash(&[0xab; 4096]).to_le_bytes());
+        assert!(b[32..ENTRY_CRC_AT].iter().all(|&x| x == 0));
+    }
+}
