@@ -466,6 +466,10 @@ fn replay_precondition_makes_reads_go_through_the_read_cache() {
             &addr,
             "--batch-timeout-ms",
             "200",
+            // The first pass must miss: with a remote store (the S3 pass) uploads would
+            // otherwise be admitted into the cache and every read would hit.
+            "--read-cache-admit",
+            "never",
         ],
     );
     assert!(
