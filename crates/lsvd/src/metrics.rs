@@ -165,6 +165,20 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().log_records.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "log_write_bytes_total",
+        "counter",
+        "Bytes written to the write log (record headers and padding included): over \
+         client_write_bytes_total, the log's write amplification.",
+        &|v, _| v.stats().log_write_bytes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "read_cache_admissions_skipped_total",
+        "counter",
+        "Uploaded objects not copied into the read cache because too many copies were \
+         already pending.",
+        &|v, _| v.stats().admissions_skipped.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "store_puts_total",
         "counter",
         "Object PUT attempts.",
@@ -297,6 +311,11 @@ mod tests {
             assert_eq!(value(&text, "size_bytes", name), (1 << 20) as f64);
             assert_eq!(value(&text, "live_bytes", name), bytes as f64);
             assert_eq!(value(&text, "client_write_bytes_total", name), bytes as f64);
+            // One record: its header packed into one 512-byte sector, then the data.
+            assert_eq!(
+                value(&text, "log_write_bytes_total", name),
+                (bytes + 512) as f64
+            );
             assert_eq!(value(&text, "store_bytes", name), s.store_bytes as f64);
             assert_eq!(value(&text, "objects", name), s.objects as f64);
             assert_eq!(value(&text, "uploads_pending", name), 0.0);

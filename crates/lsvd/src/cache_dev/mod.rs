@@ -53,6 +53,44 @@ impl FileCache {
     }
 }
 
+impl FileCache {
+    /// [`open_or_create`](Self::open_or_create), but a new file is written with zeros
+    /// rather than preallocated (then synced, file and directory). For the write log:
+    /// on ext4 and XFS a preallocated extent is *unwritten*, and the first `fdatasync`
+    /// after writing into one also commits the metadata that marks it written, which
+    /// made a 4 KiB write + flush about 1.6 times slower on this machine's disk until
+    /// the log had wrapped once. Writing the zeros once, when the log is made, costs a
+    /// second or two per GiB.
+    pub fn open_or_create_written(path: &Path, size_bytes: u64) -> io::Result<(Self, bool)> {
+        if path.exists() {
+            return Self::open_or_create(path, size_bytes);
+        }
+        // Build it under a temporary name: a crash halfway leaves no short log behind.
+        let tmp = path.with_extension("creating");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < size_bytes {
+            let n = (size_bytes - at).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        let (cache, _) = Self::open_or_create(path, size_bytes)?;
+        Ok((cache, true))
+    }
+}
+
 impl CacheDevice for FileCache {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)

@@ -5,7 +5,7 @@
 use lsvd_core::format::cache_super::CacheSuper;
 use lsvd_core::format::log_index::LogIndex;
 use lsvd_core::format::record::{
-    LOG_ALIGN_BYTES, RecordHeader, decode_record_header, verify_record,
+    LOG_ALIGN_BYTES, RECORD_ALIGN_BYTES, RecordHeader, decode_record_header, verify_record,
 };
 
 use crate::cache_dev::CacheDevice;
@@ -60,19 +60,23 @@ pub(crate) fn scan_log_with_index(
         }
     }
     let try_at = |offset: u64, expect: u64, prev_crc: Option<u32>| -> Option<FoundRecord> {
-        if offset + LOG_ALIGN_BYTES > sb.log_end {
+        // Most headers fit the first 4 KiB; a record near the end of the log may be
+        // shorter than that (records are packed to 512 bytes).
+        let probe = LOG_ALIGN_BYTES.min(sb.log_end.saturating_sub(offset));
+        if probe < RECORD_ALIGN_BYTES {
             return None;
         }
-        let mut first = vec![0u8; LOG_ALIGN_BYTES as usize];
+        let mut first = vec![0u8; probe as usize];
         cache.read_at(&mut first, offset).ok()?;
         let header = decode_record_header(&first).ok();
         let header = match header {
             Some(h) => h,
             None => {
-                // Headers with many extents span several blocks.
-                let need = lsvd_core::format::record::header_bytes_for(
-                    lsvd_core::format::record::MAX_RECORD_EXTENTS as usize,
-                );
+                // Headers with many extents span several blocks (at most this, in
+                // any version).
+                let need = (64 + 16 * lsvd_core::format::record::MAX_RECORD_EXTENTS as u64)
+                    .div_ceil(LOG_ALIGN_BYTES)
+                    * LOG_ALIGN_BYTES;
                 let n = u32::from_le_bytes([first[12], first[13], first[14], first[15]]) as u64;
                 if &first[..8] != lsvd_core::format::record::RECORD_MAGIC
                     || n > need
@@ -113,8 +117,8 @@ pub(crate) fn scan_log_with_index(
         }
         expect += 1;
         out.push(r);
-        if out.len() as u64 > sb.log_end / LOG_ALIGN_BYTES {
-            break; // cannot hold more records than blocks; defensive bound
+        if out.len() as u64 > sb.log_end / RECORD_ALIGN_BYTES {
+            break; // cannot hold more records than sectors; defensive bound
         }
     }
     out

@@ -75,7 +75,15 @@ pub async fn open_volume(
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
     // Check the volume exists before making a log file for it.
     let meta = read_meta(&store, name).await?;
-    let (file, created) = FileCache::open_or_create(&log_path, log_size)
+    // Writing a large log takes a moment: say why the first start waits.
+    if !log_path.exists() && log_size >= 256 << 20 {
+        crate::log::info(&format!(
+            "preparing the write log {} ({} MiB, once)",
+            log_path.display(),
+            log_size >> 20
+        ));
+    }
+    let (file, created) = FileCache::open_or_create_written(&log_path, log_size)
         .map_err(|e| Error::local_io(format!("cannot open write log {}", log_path.display()), e))?;
     let cache_name = log_path.display().to_string();
     let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
@@ -294,7 +302,7 @@ async fn open_inner(
         }),
         headers: Mutex::new(Default::default()),
         admit_uploads: read_cache.is_some() && config.read_cache_admit.admits(store.is_local()),
-        admitting: AtomicBool::new(false),
+        admissions_pending: Default::default(),
         read_cache,
         failed: AtomicBool::new(false),
         volume_claimed: AtomicBool::new(false),
@@ -324,7 +332,14 @@ async fn open_inner(
             let bytes = r.header.total_bytes();
             log.push(r.header.seq, r.offset, bytes);
             st.log_headers.push_back((r.offset, r.header.clone()));
-            writer::apply_record(&mut st, now_ns, r.header.seq, r.offset, &r.header.extents);
+            writer::apply_record(
+                &mut st,
+                now_ns,
+                r.header.seq,
+                r.offset,
+                r.header.header_bytes,
+                &r.header.extents,
+            );
             report.log_records_replayed += 1;
             report.log_bytes_replayed += r.header.data_bytes();
         }

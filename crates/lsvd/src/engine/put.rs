@@ -129,7 +129,9 @@ pub(crate) async fn upload_object(
         // Reads of this object need its header: it is here already.
         super::read::remember_header(shared, header.clone());
     }
-    if kind == ObjectKind::Data && shared.admit_uploads {
+    // Client data, and what GC relocated (still live, and otherwise read back with a
+    // GET once GC deleted the copy the cache held).
+    if kind != ObjectKind::Checkpoint && shared.admit_uploads {
         admit(shared, header.clone(), bytes);
     }
     let freeable_before = {
@@ -141,10 +143,17 @@ pub(crate) async fn upload_object(
 }
 
 /// Copy an uploaded object's data into the read cache, a chunk at a time, in the
-/// background (skipped if the previous admission is still being written).
+/// background; skipped (and counted) when too many admissions are already pending.
 fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
     use super::read_cache::READ_CACHE_CHUNK_BYTES;
-    if shared.admitting.swap(true, Ordering::AcqRel) {
+    use super::shared::MAX_PENDING_ADMISSIONS;
+    let pending = shared.admissions_pending.fetch_add(1, Ordering::AcqRel);
+    if pending >= MAX_PENDING_ADMISSIONS {
+        shared.admissions_pending.fetch_sub(1, Ordering::AcqRel);
+        shared
+            .stats
+            .admissions_skipped
+            .fetch_add(1, Ordering::Relaxed);
         return;
     }
     let s = shared.clone();
@@ -155,6 +164,6 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
                 rc.admit(header.seq, chunk as u64, piece);
             }
         }
-        s.admitting.store(false, Ordering::Release);
+        s.admissions_pending.fetch_sub(1, Ordering::AcqRel);
     });
 }

@@ -62,6 +62,10 @@ pub(crate) type HeaderCache =
 /// for upload already encoded.
 pub(crate) type EnginePipeline = Pipeline<LogPos, bytes::Bytes>;
 
+/// Objects being copied into the read cache at once, at most (each holds up to a batch
+/// of memory until it is written).
+pub(crate) const MAX_PENDING_ADMISSIONS: usize = 8;
+
 /// Counters, readable without the state lock.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -69,6 +73,8 @@ pub struct Stats {
     pub client_read_bytes: AtomicU64,
     pub log_records: AtomicU64,
     pub log_syncs: AtomicU64,
+    /// Bytes of records written to the write log (headers, padding and data).
+    pub log_write_bytes: AtomicU64,
     pub store_put_bytes: AtomicU64,
     pub store_puts: AtomicU64,
     pub store_put_retries: AtomicU64,
@@ -91,6 +97,9 @@ pub struct Stats {
     pub uploader_wakeups: AtomicU64,
     /// Iterations of the GC loop (likewise).
     pub gc_wakeups: AtomicU64,
+    /// Uploaded objects not admitted to the read cache because too many admissions
+    /// were pending.
+    pub admissions_skipped: AtomicU64,
 }
 
 /// The state behind the lock.
@@ -155,9 +164,10 @@ pub(crate) struct Shared {
     pub(crate) read_cache: Option<ReadCache>,
     /// Uploaded data goes into the read cache too (`EngineConfig::read_cache_admit`).
     pub(crate) admit_uploads: bool,
-    /// An admission is being written: the next one is skipped rather than queued (the
-    /// read cache is a cache; writes must not wait for it).
-    pub(crate) admitting: AtomicBool,
+    /// Admissions being written (each holds its object's bytes): past
+    /// [`MAX_PENDING_ADMISSIONS`] the next one is skipped rather than queued (the read
+    /// cache is a cache; uploads must not wait for it).
+    pub(crate) admissions_pending: std::sync::atomic::AtomicUsize,
     /// Object headers cached for read verification.
     pub(crate) headers: HeaderCache,
     /// Set after an unrecoverable local I/O error; all later writes fail.

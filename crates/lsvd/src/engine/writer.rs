@@ -12,10 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
-use lsvd_core::format::record::{
-    ExtentKind, RecordExtent, decode_record_header, encode_record, header_bytes_for,
-    record_bytes_for,
-};
+use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record_parts, record_bytes_for};
 use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
@@ -129,8 +126,9 @@ fn reply(op: LogOp, r: Result<()>) {
 
 /// Handle one group. Returns true when the writer should stop.
 fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
-    let mut extents = Vec::new();
-    let mut data = Vec::new();
+    let mut extents = Vec::with_capacity(ops.len());
+    // The writes' data, in extent order: copied once, into the record.
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(ops.len());
     let mut need_sync = false;
     let mut shutdown = false;
     for op in &ops {
@@ -143,7 +141,7 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
                     sectors: (d.len() as u64 / SECTOR_BYTES) as u32,
                     kind: ExtentKind::Data,
                 });
-                data.extend_from_slice(d);
+                parts.push(d);
                 need_sync |= *fua;
             }
             LogOp::Zero {
@@ -171,7 +169,7 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
             }
         }
     }
-    let result = append(shared, &extents, &data, need_sync, dirty);
+    let result = append(shared, &extents, &parts, need_sync, dirty);
     if shutdown {
         // Everything written goes up now; nothing is held back any more.
         shared.lock().pipeline.stop_writes();
@@ -185,7 +183,7 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
 fn append(
     shared: &Shared,
     extents: &[RecordExtent],
-    data: &[u8],
+    parts: &[&[u8]],
     need_sync: bool,
     dirty: &mut bool,
 ) -> Result<()> {
@@ -199,7 +197,8 @@ fn append(
         return Err(failed());
     }
     if !extents.is_empty() {
-        let total = record_bytes_for(extents.len(), data.len() as u64);
+        let data_bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let total = record_bytes_for(extents.len(), data_bytes);
         // Reserve space and a sequence number.
         let (seq, offset, prev_crc) = {
             let mut st = shared.lock();
@@ -230,14 +229,8 @@ fn append(
             st.log.push(seq, offset, total);
             (seq, offset, st.last_record_crc)
         };
-        let record = encode_record(shared.meta.volume, seq, prev_crc, extents, data);
-        let header = decode_record_header(&record).expect("a record just encoded decodes");
-        {
-            let mut st = shared.lock();
-            st.last_record_crc = header.crc;
-            st.log_bytes_since_index += total;
-            st.log_headers.push_back((offset, header));
-        }
+        let (record, header) =
+            encode_record_parts(shared.meta.volume, seq, prev_crc, extents, parts);
         if let Err(e) = shared.cache.write_at(&record, offset) {
             let e = Error::local_io("write-log write failed", e);
             shared.fail(&e.to_string());
@@ -247,13 +240,26 @@ fn append(
         shared.stats.log_records.fetch_add(1, Ordering::Relaxed);
         shared
             .stats
+            .log_write_bytes
+            .fetch_add(record.len() as u64, Ordering::Relaxed);
+        shared
+            .stats
             .client_write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+            .fetch_add(data_bytes, Ordering::Relaxed);
+        let now_ns = shared.now_ns();
+        {
+            // The record is in the log: chain the next one to it, list it for the
+            // write-log index (written in `sync`), and make its data readable.
+            let mut st = shared.lock();
+            st.last_record_crc = header.crc;
+            st.log_bytes_since_index += total;
+            let header_bytes = header.header_bytes;
+            st.log_headers.push_back((offset, header));
+            apply_record(&mut st, now_ns, seq, offset, header_bytes, extents);
+        }
         if need_sync {
             sync(shared, dirty)?;
         }
-        let now_ns = shared.now_ns();
-        apply_record(&mut shared.lock(), now_ns, seq, offset, extents);
         return Ok(());
     }
     if need_sync && *dirty {
@@ -287,9 +293,10 @@ pub(crate) fn apply_record(
     now_ns: u64,
     seq: u64,
     offset: u64,
+    header_bytes: u32,
     extents: &[RecordExtent],
 ) {
-    let mut data_at = offset + header_bytes_for(extents.len());
+    let mut data_at = offset + u64::from(header_bytes);
     let mut items = Vec::with_capacity(extents.len());
     for e in extents {
         let sectors = e.sectors as u64;

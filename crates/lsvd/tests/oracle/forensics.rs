@@ -6,7 +6,7 @@ use lsvd::store::DynStore;
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::object::decode_object_header;
 use lsvd_core::format::record::{
-    ExtentKind, LOG_ALIGN_BYTES, RECORD_MAGIC, decode_record_header, verify_record,
+    ExtentKind, RECORD_ALIGN_BYTES, RECORD_MAGIC, decode_record_header, verify_record,
 };
 
 use super::stamp::{self, BLOCK};
@@ -88,7 +88,7 @@ pub async fn explain(image: &[u8], store: &DynStore, volume: &str, blocks: &[u64
         ));
     }
     let mut off = 2 * CACHE_SUPER_BYTES;
-    while off + LOG_ALIGN_BYTES as usize <= image.len() {
+    while off + RECORD_ALIGN_BYTES as usize <= image.len() {
         if &image[off..off + 8] == RECORD_MAGIC
             && let Ok(h) = decode_record_header(&image[off..])
         {
@@ -129,7 +129,7 @@ pub async fn explain(image: &[u8], store: &DynStore, volume: &str, blocks: &[u64
                 }
             }
         }
-        off += LOG_ALIGN_BYTES as usize;
+        off += RECORD_ALIGN_BYTES as usize;
     }
     let listing = match store.list(&objects_prefix(volume)).await {
         Ok(l) => l,
@@ -302,7 +302,7 @@ pub fn take_write_anomalies() -> Vec<String> {
 pub fn image_anomalies(image: &[u8]) -> Vec<(u64, u64, String)> {
     let mut out = Vec::new();
     let mut off = 2 * CACHE_SUPER_BYTES;
-    while off + LOG_ALIGN_BYTES as usize <= image.len() {
+    while off + RECORD_ALIGN_BYTES as usize <= image.len() {
         if &image[off..off + 8] == RECORD_MAGIC
             && let Ok(h) = decode_record_header(&image[off..])
             && verify_record(&h, &image[off..]).is_ok()
@@ -326,7 +326,7 @@ pub fn image_anomalies(image: &[u8]) -> Vec<(u64, u64, String)> {
                 data_at += e.sectors as usize * 512;
             }
         }
-        off += LOG_ALIGN_BYTES as usize;
+        off += RECORD_ALIGN_BYTES as usize;
     }
     out
 }
