@@ -13,6 +13,9 @@ JOBS = [
     ("seqwrite-1m-qd8", ["--rw=write", "--bs=1m", "--iodepth=8"]),
     ("syncwrite-4k-qd1", ["--rw=randwrite", "--bs=4k", "--iodepth=1", "--fsync=1"]),
     ("mixed-70r30w-4k-qd32", ["--rw=randrw", "--rwmixread=70", "--bs=4k", "--iodepth=32"]),
+    # The same queue depth as randwrite-4k-qd32 over four NBD connections (fio's nbd
+    # engine opens one per job): does the server scale past one connection?
+    ("randwrite-4k-4conn-qd8", ["--rw=randwrite", "--bs=4k", "--iodepth=8", "--numjobs=4"]),
 ]
 
 
@@ -360,7 +363,7 @@ def render(results):
     out = "\n".join(lines) + "\n"
     backends = [(n, results[n]["backend"]) for n in names if results[n].get("backend")]
     if backends:
-        out += ("\nBackend traffic for the five jobs, counted from when the store had caught up with the "
+        out += ("\nBackend traffic for the jobs, counted from when the store had caught up with the "
                 "preconditioning until it had caught up with the last job's writes (every job starts with the "
                 "store caught up; catch-up is the time spent waiting for that after the jobs, in all):\n\n"
                 "| target | store PUTs | store GETs | client MB written | store MB written | store bytes per client byte | cache hits / misses | catch-up s |\n"
@@ -379,7 +382,7 @@ def render(results):
 # The goals of issue 17, each checked in the same run: (how the goal reads, job, the lsvd
 # target, the reference target, the factor lsvd's IOPS must reach over the reference's).
 # A reference of None compares the job's log bytes per client byte with the factor as a
-# ceiling instead.
+# ceiling instead; "job:NAME" is job NAME on the same target.
 GOALS = [
     ("4K random write QD32, local store >= 0.7x nbdkit memory",
      "randwrite-4k-qd32", "lsvd local store", "nbdkit memory", 0.7),
@@ -401,6 +404,10 @@ GOALS = [
      "seqwrite-1m-qd8", "lsvd on versitygw", "s3backer on versitygw", 1.0),
     ("versitygw: 4K random write >= 2x s3backer",
      "randwrite-4k-qd32", "lsvd on versitygw", "s3backer on versitygw", 2.0),
+    ("4 connections, random write >= 1.5x one connection",
+     "randwrite-4k-4conn-qd8", "lsvd local store", "job:randwrite-4k-qd32", 1.5),
+    ("4 connections, random write >= 0.7x nbdkit memory (the ceiling)",
+     "randwrite-4k-4conn-qd8", "lsvd local store", "nbdkit memory", 0.7),
     ("log bytes per client byte, 4K write + fsync QD1 <= 1.25",
      "syncwrite-4k-qd1", "lsvd local store", None, 1.25),
 ]
@@ -418,7 +425,11 @@ def goals(results):
                 continue
             rows.append(f"| {text} | {x:.3f} | {'met' if x <= factor else 'NOT met'} |")
             continue
-        base = results.get(ref, {}).get(job)
+        if ref.startswith("job:"):
+            # Another job on the same target.
+            base = results[target].get(ref[len("job:"):])
+        else:
+            base = results.get(ref, {}).get(job)
         if not base:
             continue
         ratio = headline(r)[0] / max(headline(base)[0], 1e-9)

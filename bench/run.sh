@@ -8,7 +8,7 @@
 # S3 server on loopback, started for the run by scripts/with-versitygw.sh; --no-s3
 # leaves those two out). Jobs: 4 KiB random write QD32, 4 KiB random read QD32
 # (written volume), 1 MiB sequential write, 4 KiB write+fsync QD1, 70/30 random mix
-# QD32. Writes a markdown table, JSON and an SVG chart to the output dir
+# QD32, 4 KiB random write over 4 connections at QD8 each. Writes a markdown table, JSON and an SVG chart to the output dir
 # (bench/results by default). Not part of CI: numbers on a shared 2-core machine are
 # noisy; read the ratios.
 set -euo pipefail
