@@ -172,6 +172,13 @@ impl Scratch {
     /// pseudo-random data to it, then fdatasync. Returns it with the pre-write's
     /// bandwidth in bytes per second.
     pub fn create(dir: &Path, size_bytes: u64) -> Result<(Scratch, f64)> {
+        Scratch::create_with(dir, size_bytes, true)
+    }
+
+    /// [`Scratch::create`], but `try_direct: false` goes straight to buffered I/O, as
+    /// if the filesystem had refused `O_DIRECT` (tests of the fallback on filesystems
+    /// that accept it).
+    pub fn create_with(dir: &Path, size_bytes: u64, try_direct: bool) -> Result<(Scratch, f64)> {
         let name = format!(
             ".lsvd-probe-{}-{:x}.tmp",
             std::process::id(),
@@ -190,6 +197,7 @@ impl Scratch {
             .map_err(|e| io_err("cannot create scratch file", e))?;
         let buffered = file;
         let direct_file = match open_scratch(&path, true) {
+            Ok(_) if !try_direct => None,
             Ok(f) => Some(f),
             Err(e) if is_einval(&e) => None,
             Err(e) => {
@@ -611,6 +619,37 @@ mod tests {
         }
         let z = AlignedBuf::new(4096);
         assert!(z.as_slice().iter().all(|&b| b == 0));
+    }
+
+    /// Every measurement runs, direct and buffered, and the scratch file goes away.
+    #[test]
+    fn measure_all_runs_and_cleans_up() {
+        let dir = std::env::temp_dir().join(format!("lsvd-probe-measure-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for try_direct in [true, false] {
+            let (scratch, prewrite) =
+                Scratch::create_with(&dir, 16 << 20, try_direct).expect("scratch");
+            if !try_direct {
+                assert!(!scratch.direct);
+            }
+            assert!(prewrite > 0.0);
+            let budget = Budget {
+                seconds_per_test: 0.005,
+            };
+            let m = measure_all(&scratch, budget, prewrite).expect("measure");
+            assert_eq!(m.write_sweep.len(), SWEEP_SIZES_BYTES.len());
+            assert!(m.write_sweep.iter().any(|p| p.rate.is_some()));
+            assert_eq!(m.parallel_writes.len(), QUEUE_DEPTHS.len());
+            assert_eq!(m.sequential_writes.len(), SEQ_SIZES_BYTES.len());
+            assert!(m.sync_append.samples >= MIN_LATENCY_SAMPLES as u64);
+            assert!(m.random_read.samples >= MIN_LATENCY_SAMPLES as u64);
+            let len = std::fs::metadata(&scratch.path).expect("scratch").len();
+            assert_eq!(len, 16 << 20, "the appended tail is cut off again");
+            drop(scratch);
+            let left = std::fs::read_dir(&dir).expect("list").count();
+            assert_eq!(left, 0, "scratch file removed (direct: {try_direct})");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
