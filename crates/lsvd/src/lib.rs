@@ -13,6 +13,7 @@ pub mod error;
 pub mod log;
 pub mod metrics;
 pub mod nbd_device;
+pub mod probe;
 pub mod replay;
 pub mod sim;
 pub mod size;

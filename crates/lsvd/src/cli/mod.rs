@@ -127,6 +127,10 @@ pub enum Command {
     /// Replay block traces or synthetic workloads through the batching, map and GC
     /// code of the engine with a simulated store; report write amplification and more.
     Sim(crate::sim::SimArgs),
+    /// Measure the local device a write log will live on (page size, fdatasync latency,
+    /// parallelism) and print the log layout it implies.
+    #[command(long_about = crate::probe::LONG_ABOUT)]
+    Probe(crate::probe::ProbeArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -260,6 +264,10 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         // Pure computation: no runtime needed.
         return crate::sim::run(args);
     }
+    if let Command::Probe(args) = cli.command {
+        // Blocking I/O on its own threads: no runtime needed.
+        return crate::probe::run(&cli.common.resolve()?, args);
+    }
     if let Command::ConfigExample = cli.command {
         print!("{}", crate::config_file::EXAMPLE);
         return Ok(());
@@ -281,7 +289,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Replay(args) => crate::replay::run(args).await,
             Command::Selftest => admin::selftest(&common).await,
             Command::ConfigExample => Ok(()),
-            Command::Sim(_) => Ok(()),
+            Command::Sim(_) | Command::Probe(_) => Ok(()),
         }
     })
 }

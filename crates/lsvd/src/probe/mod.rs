@@ -1,0 +1,599 @@
+//! `lsvd probe PATH`: measure the local device a write log will live on, and say what
+//! layout it implies.
+//!
+//! Why: devices differ in exactly the ways a write log cares about (the Draconis
+//! measurements, `004_*` in the papers): the page size below which a write costs a
+//! read-modify-write (often 4 KiB), whether rewriting a preallocated file is cheaper
+//! than appending to a growing one (appends make the filesystem write metadata), and
+//! how many writes the device serves in parallel (8-16 on a datacenter SSD). lsvd's
+//! write log today fixes these choices (one log write in flight, buffered I/O plus
+//! fdatasync, a fixed record alignment); the layer above the device should measure
+//! them instead of assuming. This module measures and decides; using the decisions in
+//! `lsvd serve` is later work, which will read them with [`load_profile`].
+//!
+//! Pieces: [`measure`] does the timed I/O on a scratch file (the only code here that
+//! touches the disk), this file holds the arguments and the decision rules (pure
+//! functions of the measurements, unit-tested on synthetic numbers), [`profile`] the
+//! saved profile (`<data>/probe-profile`, magic + version + CRC32C) and [`report`] the
+//! table.
+//!
+//! # Decision rules
+//!
+//! * **Page size**: the smallest power-of-two write size `s` of the sweep such that no
+//!   larger size completes more than 15% more writes per second than `s`. Without
+//!   read-modify-write a larger write never takes less time than a smaller one, so
+//!   operations per second do not rise with size; a smaller write that is slower than
+//!   a larger one pays for reading and rewriting the rest of a page. (Offsets in the
+//!   sweep are multiples of the write size, so a 4 KiB write is page-aligned.)
+//! * **Log alignment unit**: the page size clamped to 512..4096 bytes.
+//! * **Useful parallelism**: the smallest of the queue depths 1, 2, 4, ..., 64 from
+//!   which IOPS stop growing by more than 10%: no deeper queue does more than 10% more
+//!   IOPS (every deeper queue counts, so one noisy step does not end the search). **Log
+//!   writes in flight**: that, clamped to 1..16.
+//! * **Group-commit cap**: the smallest sequential write size (4 KiB .. 4 MiB, QD1)
+//!   whose bandwidth is at least 90% of the best measured, clamped to 64 KiB..4 MiB:
+//!   larger groups would add latency without adding bandwidth.
+//! * **Direct log I/O**: yes if `O_DIRECT` works on this filesystem and a 4 KiB
+//!   write + fdatasync with it has a median latency at most 10% above the buffered one.
+
+pub mod measure;
+pub mod profile;
+pub mod report;
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::Common;
+use crate::error::{Error, Result};
+use measure::{Budget, Measurements, QdPoint, Scratch, SeqPoint, SweepPoint};
+pub use profile::{ProbeProfile, load_profile, save_profile};
+
+/// Text of `lsvd probe --help` (above the options).
+pub const LONG_ABOUT: &str = "Measure the local device a write log will live on and print the \
+layout it implies (after the Draconis measurements: page size, rewrite vs append, parallelism).\n\n\
+A scratch file (--file-size, default 256M) is created in PATH, written once, measured with \
+O_DIRECT (buffered I/O if the filesystem refuses it; the report says so) and removed. Each test \
+runs for --seconds-per-test (default 0.5 s), 33 tests in all, so a default run takes about 17 s \
+plus the pre-write; --quick (0.1 s, 64M) takes about 6 s. What is measured:\n\
+  1. write size sweep: random writes of 512 B .. 8 KiB (512 B steps) at QD1, each at an \
+offset that is a multiple of its size: IOPS and MB/s;\n\
+  2. 4 KiB write + fdatasync at QD1: rewriting the pre-written region, appending past its end \
+(the file grows), and rewriting without O_DIRECT: median and p99 latency;\n\
+  3. 4 KiB random writes at queue depth 1, 2, 4, ..., 64 (one thread per write in flight);\n\
+  4. sequential writes of 4 KiB .. 4 MiB at QD1 (bandwidth);\n\
+  5. 4 KiB random reads at QD1: median and p99 latency.\n\n\
+Decisions:\n\
+  page size           smallest power-of-two size from which no larger write is >15% faster in \
+IOPS (below it the device reads, modifies and rewrites a page);\n\
+  log alignment unit  the page size, clamped to 512..4096 bytes;\n\
+  log writes in flight  smallest queue depth no deeper queue beats by >10% in IOPS, at \
+most 16;\n\
+  group-commit cap    smallest sequential write reaching 90% of the best bandwidth, \
+64 KiB..4 MiB;\n\
+  log I/O             direct if O_DIRECT works and its 4 KiB write + fdatasync is not >10% \
+slower than buffered.\n\n\
+The result is saved to <DATA>/probe-profile (--data; magic, version and CRC32C, see \
+docs/format/probe-profile.md) unless --no-save. MB/s are 10^6 bytes per second. Nothing \
+uses the profile yet. Killing the probe (Ctrl-C) leaves its scratch file, \
+PATH/.lsvd-probe-*.tmp, behind: delete it.";
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Directory on the device to measure (e.g. the data directory). A scratch file is
+    /// created in it and removed afterwards.
+    pub path: PathBuf,
+    /// Print the profile as one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Short run: 0.1 s per test and a 64 MiB scratch file (flags given explicitly win).
+    #[arg(long)]
+    pub quick: bool,
+    /// Duration of each timed test [default: 0.5, --quick 0.1].
+    #[arg(long, value_name = "SECONDS")]
+    pub seconds_per_test: Option<f64>,
+    /// Size of the scratch file, a multiple of 1M between 16M and 64G
+    /// [default: 256M, --quick 64M].
+    #[arg(long, value_name = "SIZE")]
+    pub file_size: Option<String>,
+    /// Do not save the profile to <DATA>/probe-profile.
+    #[arg(long)]
+    pub no_save: bool,
+}
+
+const DEFAULT_SECONDS_PER_TEST: f64 = 0.5;
+const QUICK_SECONDS_PER_TEST: f64 = 0.1;
+const DEFAULT_FILE_SIZE_BYTES: u64 = 256 << 20;
+const QUICK_FILE_SIZE_BYTES: u64 = 64 << 20;
+const MIN_FILE_SIZE_BYTES: u64 = 16 << 20;
+const MAX_FILE_SIZE_BYTES: u64 = 64 << 30;
+const MAX_SECONDS_PER_TEST: f64 = 60.0;
+
+/// A larger write size may be this much faster (ops/s) before the smaller one counts as
+/// penalised.
+pub const PAGE_TOLERANCE: f64 = 0.15;
+/// A queue depth counts as useful if its IOPS beat the previous depth's by more.
+pub const PARALLEL_GAIN: f64 = 0.10;
+/// Sequential bandwidth counted as saturated.
+pub const SEQ_SATURATION: f64 = 0.90;
+/// Direct I/O may be this much slower (median write + fdatasync) and still be chosen.
+pub const DIRECT_TOLERANCE: f64 = 0.10;
+pub const MIN_ALIGN_BYTES: u32 = 512;
+pub const MAX_ALIGN_BYTES: u32 = 4096;
+pub const MAX_IN_FLIGHT: u32 = 16;
+pub const MIN_GROUP_COMMIT_BYTES: u64 = 64 << 10;
+/// Today's fixed group-commit cap (`EngineConfig::group_commit_max_bytes`).
+pub const MAX_GROUP_COMMIT_BYTES: u64 = 4 << 20;
+
+/// What the measurements imply for the write log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decisions {
+    /// Inferred device page size (512..8192).
+    pub page_size_bytes: u32,
+    /// Alignment of log records: the page size clamped to 512..4096.
+    pub log_align_bytes: u32,
+    /// Smallest queue depth no deeper queue beats by more than 10% in 4 KiB write IOPS.
+    pub useful_parallelism: u32,
+    /// Log writes to keep in flight: the useful parallelism, 1..16.
+    pub log_writes_in_flight: u32,
+    /// Largest group commit worth making.
+    pub group_commit_cap_bytes: u64,
+    /// Whether the log should use `O_DIRECT`.
+    pub direct_log_io: bool,
+    /// Caveats (e.g. buffered fallback), a few lines at most.
+    pub notes: Vec<String>,
+}
+
+/// Page size from the sweep (see the module documentation). None if no size was
+/// accepted.
+pub fn infer_page_size(sweep: &[SweepPoint]) -> Option<u32> {
+    let measured: Vec<(u32, f64)> = sweep
+        .iter()
+        .filter_map(|p| p.rate.map(|r| (p.size_bytes, r.iops)))
+        .collect();
+    let mut candidates: Vec<(u32, f64)> = measured
+        .iter()
+        .copied()
+        .filter(|(s, _)| s.is_power_of_two())
+        .collect();
+    candidates.sort_by_key(|(s, _)| *s);
+    for &(size, iops) in &candidates {
+        let best_larger = measured
+            .iter()
+            .filter(|(s, _)| *s > size)
+            .map(|(_, i)| *i)
+            .fold(0.0f64, f64::max);
+        if best_larger <= iops * (1.0 + PAGE_TOLERANCE) {
+            return Some(size);
+        }
+    }
+    // Every power of two was beaten by something larger: the largest measured one.
+    candidates.last().map(|(s, _)| *s)
+}
+
+/// Useful parallelism from the queue-depth test (see the module documentation): the
+/// smallest queue depth that no deeper queue beats by more than 10% in IOPS. Looking at
+/// every deeper queue, not only the next, keeps one noisy step from ending the search.
+pub fn useful_parallelism(points: &[QdPoint]) -> u32 {
+    let mut sorted: Vec<QdPoint> = points.to_vec();
+    sorted.sort_by_key(|p| p.queue_depth);
+    for (i, p) in sorted.iter().enumerate() {
+        let best_deeper = sorted[i + 1..]
+            .iter()
+            .map(|q| q.rate.iops)
+            .fold(0.0f64, f64::max);
+        if best_deeper <= p.rate.iops * (1.0 + PARALLEL_GAIN) {
+            return p.queue_depth.max(1);
+        }
+    }
+    1
+}
+
+/// Group-commit cap from the sequential-write test (see the module documentation).
+pub fn group_commit_cap(points: &[SeqPoint]) -> u64 {
+    let peak = points
+        .iter()
+        .map(|p| p.rate.bytes_per_sec)
+        .fold(0.0f64, f64::max);
+    let mut sorted: Vec<SeqPoint> = points.to_vec();
+    sorted.sort_by_key(|p| p.size_bytes);
+    let size = sorted
+        .iter()
+        .find(|p| peak > 0.0 && p.rate.bytes_per_sec >= peak * SEQ_SATURATION)
+        .map_or(MAX_GROUP_COMMIT_BYTES, |p| u64::from(p.size_bytes));
+    size.clamp(MIN_GROUP_COMMIT_BYTES, MAX_GROUP_COMMIT_BYTES)
+}
+
+/// Every decision from the measurements; `direct` says whether they used `O_DIRECT`.
+pub fn decide(m: &Measurements, direct: bool) -> Decisions {
+    let mut notes = Vec::new();
+    if !direct {
+        notes.push(
+            "O_DIRECT refused by this filesystem: measured through the page cache, so the \
+             numbers describe memory more than the device"
+                .to_string(),
+        );
+    }
+    let page_size_bytes = infer_page_size(&m.write_sweep).unwrap_or_else(|| {
+        notes.push("no write size was accepted: page size assumed 4096".to_string());
+        MAX_ALIGN_BYTES
+    });
+    if m.write_sweep.iter().any(|p| p.rate.is_none()) {
+        notes.push("some small write sizes were refused (logical block size)".to_string());
+    }
+    let log_align_bytes = page_size_bytes.clamp(MIN_ALIGN_BYTES, MAX_ALIGN_BYTES);
+    let useful = useful_parallelism(&m.parallel_writes);
+    let direct_log_io = direct
+        && m.sync_rewrite.median_us <= m.sync_rewrite_buffered.median_us * (1.0 + DIRECT_TOLERANCE);
+    if m.sync_append.median_us > m.sync_rewrite.median_us * 1.5 {
+        notes.push(format!(
+            "appending costs {:.1}x a rewrite (write + fdatasync): keep the log preallocated",
+            m.sync_append.median_us / m.sync_rewrite.median_us.max(1e-9)
+        ));
+    }
+    Decisions {
+        page_size_bytes,
+        log_align_bytes,
+        useful_parallelism: useful,
+        log_writes_in_flight: useful.clamp(1, MAX_IN_FLIGHT),
+        group_commit_cap_bytes: group_commit_cap(&m.sequential_writes),
+        direct_log_io,
+        notes,
+    }
+}
+
+/// The settings a command line asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Settings {
+    seconds_per_test: f64,
+    file_size_bytes: u64,
+}
+
+impl Settings {
+    fn from_args(args: &ProbeArgs) -> Result<Settings> {
+        let seconds_per_test = args.seconds_per_test.unwrap_or(if args.quick {
+            QUICK_SECONDS_PER_TEST
+        } else {
+            DEFAULT_SECONDS_PER_TEST
+        });
+        if !(seconds_per_test > 0.0 && seconds_per_test <= MAX_SECONDS_PER_TEST) {
+            return Err(Error::bad_input(format!(
+                "--seconds-per-test must be more than 0 and at most {MAX_SECONDS_PER_TEST}"
+            )));
+        }
+        let file_size_bytes = match &args.file_size {
+            Some(s) => crate::size::parse_size(s)?,
+            None if args.quick => QUICK_FILE_SIZE_BYTES,
+            None => DEFAULT_FILE_SIZE_BYTES,
+        };
+        if !(MIN_FILE_SIZE_BYTES..=MAX_FILE_SIZE_BYTES).contains(&file_size_bytes)
+            || !file_size_bytes.is_multiple_of(1 << 20)
+        {
+            return Err(Error::bad_input(
+                "--file-size must be a multiple of 1M between 16M and 64G",
+            ));
+        }
+        Ok(Settings {
+            seconds_per_test,
+            file_size_bytes,
+        })
+    }
+}
+
+/// Number of timed tests, for the time estimate.
+const TIMED_TESTS: usize = measure::SWEEP_SIZES_BYTES.len()
+    + 3
+    + measure::QUEUE_DEPTHS.len()
+    + measure::SEQ_SIZES_BYTES.len()
+    + 1;
+
+/// Run `lsvd probe`.
+pub fn run(common: &Common, args: ProbeArgs) -> Result<()> {
+    let settings = Settings::from_args(&args)?;
+    let dir = &args.path;
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::bad_input(format!(
+                "probe: {} is not a directory",
+                dir.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::bad_input(format!(
+                "probe: {} does not exist",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(Error::local_io(format!("probe: {}", dir.display()), e)),
+    }
+    let shown_path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+    if !args.json {
+        eprintln!(
+            "probing {} with a {} scratch file, {} tests of {} s (about {:.0} s plus the pre-write)...",
+            shown_path.display(),
+            crate::size::format_size(settings.file_size_bytes),
+            TIMED_TESTS,
+            settings.seconds_per_test,
+            settings.seconds_per_test * TIMED_TESTS as f64
+        );
+    }
+    let (scratch, prewrite_bytes_per_sec) = Scratch::create(dir, settings.file_size_bytes)?;
+    let budget = Budget {
+        seconds_per_test: settings.seconds_per_test,
+    };
+    let measured = measure::measure_all(&scratch, budget, prewrite_bytes_per_sec);
+    let direct = scratch.direct;
+    drop(scratch); // removes the scratch file, also when a measurement failed
+    let measurements = measured?;
+    let decisions = decide(&measurements, direct);
+    let profile = ProbeProfile {
+        lsvd_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_unix_secs: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        path: shown_path.display().to_string(),
+        direct,
+        file_size_bytes: settings.file_size_bytes,
+        seconds_per_test: settings.seconds_per_test,
+        measurements,
+        decisions,
+    };
+    let saved = if args.no_save {
+        None
+    } else {
+        Some(save_profile(&common.data, &profile)?)
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&profile).map_err(|e| {
+            Error::with_source(crate::error::ErrorKind::Unsupported, "cannot print JSON", e)
+        })?;
+        println!("{text}");
+    } else {
+        print!("{}", report::render(&profile, saved.as_deref()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::measure::{Latency, Rate};
+    use super::*;
+
+    fn rate(iops: f64, size: u32) -> Rate {
+        Rate {
+            iops,
+            bytes_per_sec: iops * f64::from(size),
+        }
+    }
+
+    fn sweep(f: impl Fn(u32) -> Option<f64>) -> Vec<SweepPoint> {
+        measure::SWEEP_SIZES_BYTES
+            .iter()
+            .map(|&s| SweepPoint {
+                size_bytes: s,
+                rate: f(s).map(|i| rate(i, s)),
+            })
+            .collect()
+    }
+
+    fn lat(median_us: f64) -> Latency {
+        Latency {
+            samples: 100,
+            median_us,
+            p99_us: median_us * 3.0,
+        }
+    }
+
+    fn qd(iops: &[f64]) -> Vec<QdPoint> {
+        measure::QUEUE_DEPTHS
+            .iter()
+            .zip(iops)
+            .map(|(&q, &i)| QdPoint {
+                queue_depth: q,
+                rate: rate(i, 4096),
+            })
+            .collect()
+    }
+
+    fn seq(mb_per_sec: &[f64]) -> Vec<SeqPoint> {
+        measure::SEQ_SIZES_BYTES
+            .iter()
+            .zip(mb_per_sec)
+            .map(|(&s, &mbs)| SeqPoint {
+                size_bytes: s,
+                rate: Rate {
+                    iops: mbs * 1e6 / f64::from(s),
+                    bytes_per_sec: mbs * 1e6,
+                },
+            })
+            .collect()
+    }
+
+    /// A device with a 4 KiB page: writes that are not whole pages cost 4x.
+    fn rmw_4k(size: u32) -> Option<f64> {
+        let base = 20_000.0 - f64::from(size);
+        Some(if size.is_multiple_of(4096) {
+            base
+        } else {
+            base / 4.0
+        })
+    }
+
+    pub(crate) fn sample_measurements() -> Measurements {
+        Measurements {
+            prewrite_bytes_per_sec: 1.5e9,
+            write_sweep: sweep(rmw_4k),
+            sync_rewrite: lat(40.0),
+            sync_append: lat(400.0),
+            sync_rewrite_buffered: lat(55.0),
+            parallel_writes: qd(&[10e3, 19e3, 37e3, 70e3, 90e3, 95e3, 96e3]),
+            sequential_writes: seq(&[40.0, 150.0, 600.0, 1500.0, 1900.0, 2000.0]),
+            random_read: lat(80.0),
+        }
+    }
+
+    pub(crate) fn sample_profile() -> ProbeProfile {
+        let m = sample_measurements();
+        ProbeProfile {
+            lsvd_version: "0.1.0".into(),
+            created_unix_secs: 1_700_000_000,
+            path: "/data".into(),
+            direct: true,
+            file_size_bytes: 256 << 20,
+            seconds_per_test: 0.5,
+            decisions: decide(&m, true),
+            measurements: m,
+        }
+    }
+
+    #[test]
+    fn page_size_with_penalty_below_4k() {
+        assert_eq!(infer_page_size(&sweep(rmw_4k)), Some(4096));
+        // An 8 KiB page: everything below and between is read-modify-written.
+        let rmw_8k = |s: u32| Some(if s == 8192 { 9000.0 } else { 2000.0 });
+        assert_eq!(infer_page_size(&sweep(rmw_8k)), Some(8192));
+        // A 2 KiB page.
+        let rmw_2k = |s: u32| {
+            Some(if s.is_multiple_of(2048) {
+                20_000.0 - f64::from(s)
+            } else {
+                5000.0
+            })
+        };
+        assert_eq!(infer_page_size(&sweep(rmw_2k)), Some(2048));
+    }
+
+    #[test]
+    fn page_size_of_a_flat_curve_is_512() {
+        // IOPS fall slowly with size (bandwidth grows): no penalty anywhere.
+        let flat = |s: u32| Some(30_000.0 - f64::from(s));
+        assert_eq!(infer_page_size(&sweep(flat)), Some(512));
+        // Noise within the tolerance does not move it.
+        let noisy = |s: u32| Some(if s == 4096 { 31_000.0 } else { 29_000.0 });
+        assert_eq!(infer_page_size(&sweep(noisy)), Some(512));
+    }
+
+    #[test]
+    fn page_size_skips_refused_sizes() {
+        // Logical block 4096: O_DIRECT refuses smaller writes.
+        let lb4k = |s: u32| (s >= 4096).then(|| 20_000.0 - f64::from(s));
+        assert_eq!(infer_page_size(&sweep(lb4k)), Some(4096));
+        assert_eq!(infer_page_size(&sweep(|_| None)), None);
+    }
+
+    #[test]
+    fn parallelism_plateau() {
+        assert_eq!(
+            useful_parallelism(&qd(&[10e3, 19e3, 37e3, 70e3, 90e3, 95e3, 96e3])),
+            16
+        );
+        // No gain from more writers: 1.
+        assert_eq!(
+            useful_parallelism(&qd(&[10e3, 10.5e3, 10.2e3, 10.8e3, 9e3, 9e3, 9e3])),
+            1
+        );
+        // A stall at QD2 does not end the search: the gain comes at 4.
+        assert_eq!(
+            useful_parallelism(&qd(&[10e3, 10.5e3, 30e3, 30e3, 30e3, 30e3, 30e3])),
+            4
+        );
+        // Still growing at 64.
+        assert_eq!(
+            useful_parallelism(&qd(&[1e3, 2e3, 4e3, 8e3, 16e3, 32e3, 64e3])),
+            64
+        );
+        // Exactly 10% is not "more than 10%".
+        assert_eq!(useful_parallelism(&qd(&[100.0, 110.0, 105.0])), 1);
+        assert_eq!(useful_parallelism(&qd(&[100.0, 111.0, 105.0])), 2);
+        assert_eq!(useful_parallelism(&[]), 1);
+    }
+
+    #[test]
+    fn group_commit_cap_rule_and_clamps() {
+        assert_eq!(
+            group_commit_cap(&seq(&[40.0, 150.0, 600.0, 1500.0, 1900.0, 2000.0])),
+            1 << 20
+        );
+        // Saturated already at 4 KiB: clamped up to 64 KiB.
+        assert_eq!(
+            group_commit_cap(&seq(&[100.0, 100.0, 100.0, 100.0, 100.0, 100.0])),
+            64 << 10
+        );
+        // Only the largest size saturates: 4 MiB.
+        assert_eq!(
+            group_commit_cap(&seq(&[1.0, 2.0, 3.0, 4.0, 5.0, 100.0])),
+            4 << 20
+        );
+        assert_eq!(group_commit_cap(&[]), 4 << 20);
+    }
+
+    #[test]
+    fn decisions_clamp_and_choose() {
+        let mut m = sample_measurements();
+        let d = decide(&m, true);
+        assert_eq!(d.page_size_bytes, 4096);
+        assert_eq!(d.log_align_bytes, 4096);
+        assert_eq!(d.useful_parallelism, 16);
+        assert_eq!(d.log_writes_in_flight, 16);
+        assert_eq!(d.group_commit_cap_bytes, 1 << 20);
+        assert!(d.direct_log_io);
+        assert!(d.notes.iter().any(|n| n.contains("appending")));
+
+        // An 8 KiB page is clamped to 4096; 64-way parallelism to 16.
+        m.write_sweep = sweep(|s| Some(if s == 8192 { 9000.0 } else { 2000.0 }));
+        m.parallel_writes = qd(&[1e3, 2e3, 4e3, 8e3, 16e3, 32e3, 64e3]);
+        let d = decide(&m, true);
+        assert_eq!((d.page_size_bytes, d.log_align_bytes), (8192, 4096));
+        assert_eq!((d.useful_parallelism, d.log_writes_in_flight), (64, 16));
+
+        // A flat sweep gives 512; direct I/O 20% slower than buffered is not chosen.
+        m.write_sweep = sweep(|s| Some(30_000.0 - f64::from(s)));
+        m.sync_rewrite = lat(66.0);
+        let d = decide(&m, true);
+        assert_eq!(d.log_align_bytes, 512);
+        assert!(!d.direct_log_io);
+
+        // Without O_DIRECT, never direct, and the report says why.
+        m.sync_rewrite = lat(10.0);
+        let d = decide(&m, false);
+        assert!(!d.direct_log_io);
+        assert!(d.notes.iter().any(|n| n.contains("O_DIRECT refused")));
+    }
+
+    #[test]
+    fn settings_from_flags() {
+        let args = |quick: bool, secs: Option<f64>, size: Option<&str>| ProbeArgs {
+            path: PathBuf::from("/x"),
+            json: false,
+            quick,
+            seconds_per_test: secs,
+            file_size: size.map(str::to_string),
+            no_save: false,
+        };
+        let s = Settings::from_args(&args(false, None, None)).expect("defaults");
+        assert_eq!((s.seconds_per_test, s.file_size_bytes), (0.5, 256 << 20));
+        let s = Settings::from_args(&args(true, None, None)).expect("quick");
+        assert_eq!((s.seconds_per_test, s.file_size_bytes), (0.1, 64 << 20));
+        let s = Settings::from_args(&args(true, Some(0.05), Some("16M"))).expect("explicit");
+        assert_eq!((s.seconds_per_test, s.file_size_bytes), (0.05, 16 << 20));
+        for (secs, size) in [
+            (Some(0.0), None),
+            (Some(-1.0), None),
+            (Some(f64::NAN), None),
+            (Some(61.0), None),
+            (None, Some("8M")),
+            (None, Some("17000K")),
+            (None, Some("16M1")),
+            (None, Some("65G")),
+        ] {
+            let e = Settings::from_args(&args(false, secs, size)).expect_err("invalid");
+            assert_eq!(
+                e.kind,
+                crate::error::ErrorKind::BadInput,
+                "{secs:?} {size:?}"
+            );
+        }
+    }
+}

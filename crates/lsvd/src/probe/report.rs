@@ -1,0 +1,166 @@
+//! The table `lsvd probe` prints (without `--json`).
+//!
+//! Why a module: the text is for people and changes for them; keeping it apart keeps
+//! the measurements and the rules readable. MB/s here are 10^6 bytes per second.
+
+use std::path::Path;
+
+use super::ProbeProfile;
+use crate::size::format_size;
+
+fn mb_per_sec(bytes_per_sec: f64) -> f64 {
+    bytes_per_sec / 1e6
+}
+
+/// The report for `profile`; `saved` is where it was saved, if it was.
+pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
+    let m = &profile.measurements;
+    let d = &profile.decisions;
+    let mode = if profile.direct {
+        "O_DIRECT"
+    } else {
+        "buffered (O_DIRECT refused)"
+    };
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!(
+        "lsvd probe {}: {mode}, scratch file {}, {} s per test",
+        profile.path,
+        format_size(profile.file_size_bytes),
+        profile.seconds_per_test
+    ));
+    line(format!(
+        "pre-write (1 MiB sequential + fdatasync): {:.0} MB/s",
+        mb_per_sec(m.prewrite_bytes_per_sec)
+    ));
+    line(String::new());
+
+    line("write size sweep (random, QD1, offset a multiple of the size)".into());
+    line(format!("  {:>6}  {:>9}  {:>9}", "size B", "IOPS", "MB/s"));
+    for p in &m.write_sweep {
+        match p.rate {
+            Some(r) => line(format!(
+                "  {:>6}  {:>9.0}  {:>9.1}",
+                p.size_bytes,
+                r.iops,
+                mb_per_sec(r.bytes_per_sec)
+            )),
+            None => line(format!(
+                "  {:>6}  {:>9}  {:>9}",
+                p.size_bytes, "refused", "-"
+            )),
+        }
+    }
+    line(String::new());
+
+    line("4 KiB write + fdatasync (QD1)".into());
+    line(format!(
+        "  {:<22}  {:>10}  {:>10}  {:>8}",
+        "", "median us", "p99 us", "samples"
+    ));
+    let direct_label = if profile.direct {
+        "O_DIRECT"
+    } else {
+        "buffered"
+    };
+    for (what, l) in [
+        (format!("rewrite ({direct_label})"), &m.sync_rewrite),
+        (format!("append ({direct_label})"), &m.sync_append),
+        ("rewrite (buffered)".to_string(), &m.sync_rewrite_buffered),
+    ] {
+        line(format!(
+            "  {what:<22}  {:>10.1}  {:>10.1}  {:>8}",
+            l.median_us, l.p99_us, l.samples
+        ));
+    }
+    line(String::new());
+
+    line("4 KiB random writes by queue depth (one thread per write)".into());
+    line(format!("  {:>4}  {:>9}  {:>9}", "QD", "IOPS", "MB/s"));
+    for p in &m.parallel_writes {
+        line(format!(
+            "  {:>4}  {:>9.0}  {:>9.1}",
+            p.queue_depth,
+            p.rate.iops,
+            mb_per_sec(p.rate.bytes_per_sec)
+        ));
+    }
+    line(String::new());
+
+    line("sequential writes (QD1)".into());
+    line(format!("  {:>8}  {:>9}  {:>9}", "size", "IOPS", "MB/s"));
+    for p in &m.sequential_writes {
+        line(format!(
+            "  {:>8}  {:>9.0}  {:>9.1}",
+            format_size(u64::from(p.size_bytes)),
+            p.rate.iops,
+            mb_per_sec(p.rate.bytes_per_sec)
+        ));
+    }
+    line(String::new());
+
+    line(format!(
+        "4 KiB random reads (QD1): median {:.1} us, p99 {:.1} us ({} samples)",
+        m.random_read.median_us, m.random_read.p99_us, m.random_read.samples
+    ));
+    line(String::new());
+
+    line("decisions".into());
+    line(format!(
+        "  page size (inferred)   {:>8} B   smallest power of two no larger write beats by >15% IOPS",
+        d.page_size_bytes
+    ));
+    line(format!(
+        "  log alignment unit     {:>8} B   page size clamped to 512..4096",
+        d.log_align_bytes
+    ));
+    line(format!(
+        "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16",
+        d.log_writes_in_flight, d.useful_parallelism
+    ));
+    line(format!(
+        "  group-commit cap       {:>10}   smallest sequential write at >=90% of peak MB/s, 64 KiB..4 MiB",
+        format_size(d.group_commit_cap_bytes)
+    ));
+    line(format!(
+        "  log I/O                {:>8}     direct if O_DIRECT works and write+fdatasync is not >10% slower",
+        if d.direct_log_io {
+            "direct"
+        } else {
+            "buffered"
+        }
+    ));
+    for n in &d.notes {
+        line(format!("  note: {n}"));
+    }
+    match saved {
+        Some(p) => line(format!("saved to {}", p.display())),
+        None => line("not saved (--no-save)".into()),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::sample_profile;
+    use super::*;
+
+    #[test]
+    fn report_names_every_decision() {
+        let text = render(&sample_profile(), Some(Path::new("/d/probe-profile")));
+        for want in [
+            "write size sweep",
+            "append (O_DIRECT)",
+            "page size (inferred)       4096 B",
+            "log writes in flight         16",
+            "group-commit cap          1.0 MiB",
+            "log I/O                  direct",
+            "saved to /d/probe-profile",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+}
