@@ -266,7 +266,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
     }
     if let Command::Probe(args) = cli.command {
         // Blocking I/O on its own threads: no runtime needed.
-        return crate::probe::run(&cli.common.resolve()?, args);
+        return crate::probe::run(&cli.common.resolve()?.data, args);
     }
     if let Command::ConfigExample = cli.command {
         print!("{}", crate::config_file::EXAMPLE);

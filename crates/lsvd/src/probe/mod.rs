@@ -40,12 +40,11 @@ pub mod measure;
 pub mod profile;
 pub mod report;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::Common;
 use crate::error::{Error, Result};
 use measure::{Budget, Measurements, QdPoint, Scratch, SeqPoint, SweepPoint};
 pub use profile::{ProbeProfile, load_profile, save_profile};
@@ -288,8 +287,8 @@ const TIMED_TESTS: usize = measure::SWEEP_SIZES_BYTES.len()
     + measure::SEQ_SIZES_BYTES.len()
     + 1;
 
-/// Run `lsvd probe`.
-pub fn run(common: &Common, args: ProbeArgs) -> Result<()> {
+/// Run `lsvd probe`; the profile is saved under `data_dir` (the global `--data`).
+pub fn run(data_dir: &Path, args: ProbeArgs) -> Result<()> {
     let settings = Settings::from_args(&args)?;
     let dir = &args.path;
     match std::fs::metadata(dir) {
@@ -343,7 +342,7 @@ pub fn run(common: &Common, args: ProbeArgs) -> Result<()> {
     let saved = if args.no_save {
         None
     } else {
-        Some(save_profile(&common.data, &profile)?)
+        Some(save_profile(data_dir, &profile)?)
     };
     if args.json {
         let text = serde_json::to_string_pretty(&profile).map_err(|e| {
