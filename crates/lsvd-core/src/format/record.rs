@@ -65,6 +65,8 @@ fn known_version(version: u16) -> bool {
 const FIXED_BYTES: usize = 64;
 const EXTENT_BYTES: usize = 16;
 const CRC_AT: usize = 48;
+/// Where the data hash sits in the fixed header.
+const DATA_HASH_AT: usize = 56;
 /// Upper bound on extents in one record, so a corrupt count cannot ask for gigabytes.
 pub const MAX_RECORD_EXTENTS: u32 = 65_536;
 
@@ -205,60 +207,7 @@ pub fn encode_record_parts(
     extents: &[RecordExtent],
     parts: &[&[u8]],
 ) -> (Vec<u8>, RecordHeader) {
-    let data_len: usize = parts.iter().map(|p| p.len()).sum();
-    let data_sectors: u64 = extents
-        .iter()
-        .filter(|e| e.kind == ExtentKind::Data)
-        .map(|e| e.sectors as u64)
-        .sum();
-    assert_eq!(
-        data_sectors * SECTOR_BYTES,
-        data_len as u64,
-        "record data length must match its extents"
-    );
-    let header_bytes = header_bytes_for(extents.len()) as usize;
-    let total = record_bytes_for(extents.len(), data_len as u64) as usize;
-    let mut w = Writer::with_capacity(total);
-    w.bytes(RECORD_MAGIC);
-    w.u16(RECORD_VERSION);
-    w.u16(0);
-    w.u32(header_bytes as u32);
-    w.bytes(&volume.0);
-    w.u64(seq);
-    w.u32(extents.len() as u32);
-    w.u32(data_sectors as u32);
-    w.u32(0); // crc, filled below
-    w.u32(prev_crc);
-    w.u64(0); // data hash, filled below
-    for e in extents {
-        w.u64(e.lba);
-        w.u32(e.sectors);
-        w.u32(match e.kind {
-            ExtentKind::Data => 0,
-            ExtentKind::Zero => 1,
-        });
-    }
-    w.zeros(header_bytes - w.buf.len());
-    for p in parts {
-        w.bytes(p);
-    }
-    let data_hash = record_data_hash(volume, seq, prev_crc, &w.buf[header_bytes..]);
-    w.buf[56..64].copy_from_slice(&data_hash.to_le_bytes());
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.zeros(total - w.buf.len());
-    let header = RecordHeader {
-        version: RECORD_VERSION,
-        volume,
-        seq,
-        extents: extents.to_vec(),
-        header_bytes: header_bytes as u32,
-        data_sectors: data_sectors as u32,
-        crc,
-        prev_crc,
-        data_hash,
-    };
-    (w.buf, header)
+    encode_parts_as(RECORD_VERSION, volume, seq, prev_crc, extents, parts)
 }
 
 /// [`encode_record`] in the layout of `version` (1 to 4). Only [`RECORD_VERSION`]
@@ -272,7 +221,22 @@ pub(super) fn encode_record_as(
     extents: &[RecordExtent],
     data: &[u8],
 ) -> Vec<u8> {
+    encode_parts_as(version, volume, seq, prev_crc, extents, &[data]).0
+}
+
+/// The one encoder: header (CRC and data hash zero at first), padding, the parts,
+/// then the data hash and the CRC over header and data filled in, then the padding
+/// that ends the record.
+fn encode_parts_as(
+    version: u16,
+    volume: VolumeId,
+    seq: u64,
+    prev_crc: u32,
+    extents: &[RecordExtent],
+    parts: &[&[u8]],
+) -> (Vec<u8>, RecordHeader) {
     assert!(known_version(version), "unknown record version {version}");
+    let data_len: u64 = parts.iter().map(|p| p.len() as u64).sum();
     let data_sectors: u64 = extents
         .iter()
         .filter(|e| e.kind == ExtentKind::Data)
@@ -280,37 +244,34 @@ pub(super) fn encode_record_as(
         .sum();
     assert_eq!(
         data_sectors * SECTOR_BYTES,
-        data.len() as u64,
+        data_len,
         "record data length must match its extents"
     );
     let header_bytes = header_bytes_of_version(version, extents.len()) as usize;
-    let total = record_bytes_of_version(version, extents.len(), data.len() as u64) as usize;
+    let total = record_bytes_of_version(version, extents.len(), data_len) as usize;
+    let mut header = RecordHeader {
+        version,
+        volume,
+        seq,
+        extents: extents.to_vec(),
+        header_bytes: header_bytes as u32,
+        data_sectors: data_sectors as u32,
+        crc: 0,
+        prev_crc,
+        data_hash: 0,
+    };
     let mut w = Writer::with_capacity(total);
-    w.bytes(RECORD_MAGIC);
-    w.u16(version);
-    w.u16(0);
-    w.u32(header_bytes as u32);
-    w.bytes(&volume.0);
-    w.u64(seq);
-    w.u32(extents.len() as u32);
-    w.u32(data_sectors as u32);
-    w.u32(0); // crc, filled below
-    w.u32(prev_crc);
-    w.u64(data_hash_for(version, volume, seq, prev_crc, data));
-    for e in extents {
-        w.u64(e.lba);
-        w.u32(e.sectors);
-        w.u32(match e.kind {
-            ExtentKind::Data => 0,
-            ExtentKind::Zero => 1,
-        });
-    }
+    write_header_prefix(&mut w, &header);
     w.zeros(header_bytes - w.buf.len());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&w.buf), data);
-    w.put_u32_at(CRC_AT, crc);
-    w.bytes(data);
+    for p in parts {
+        w.bytes(p);
+    }
+    header.data_hash = data_hash_for(version, volume, seq, prev_crc, &w.buf[header_bytes..]);
+    w.buf[DATA_HASH_AT..DATA_HASH_AT + 8].copy_from_slice(&header.data_hash.to_le_bytes());
+    header.crc = crc32c::crc32c(&w.buf);
+    w.put_u32_at(CRC_AT, header.crc);
     w.zeros(total - w.buf.len());
-    w.buf
+    (w.buf, header)
 }
 
 /// The header bytes of a decoded record without padding (`64 + 16 * extents`),
@@ -318,6 +279,12 @@ pub(super) fn encode_record_as(
 /// version the header carries, so a version-1 or -2 header stays what it was.
 pub fn encode_header_prefix(h: &RecordHeader) -> Vec<u8> {
     let mut w = Writer::with_capacity(FIXED_BYTES + EXTENT_BYTES * h.extents.len());
+    write_header_prefix(&mut w, h);
+    w.buf
+}
+
+/// The fixed header and the extent list of `h`, as laid out on disk.
+fn write_header_prefix(w: &mut Writer, h: &RecordHeader) {
     w.bytes(RECORD_MAGIC);
     w.u16(h.version);
     w.u16(0);
@@ -337,7 +304,6 @@ pub fn encode_header_prefix(h: &RecordHeader) -> Vec<u8> {
             ExtentKind::Zero => 1,
         });
     }
-    w.buf
 }
 
 /// Decode the header from the first bytes of a record (at least the whole header).
