@@ -19,6 +19,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use lsvd_trace::synthetic::prng::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -104,28 +105,6 @@ impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
-/// splitmix64: random offsets and data; no need for a crate.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A uniformly chosen index in `0..n` (n > 0; modulo bias is irrelevant here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
     }
 }
 
