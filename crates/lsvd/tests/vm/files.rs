@@ -220,4 +220,94 @@ mod tests {
         assert_eq!(parse_path("r1/d2/f10-306/x"), None);
         assert_eq!(parse_path("lost+found"), None);
     }
+
+    fn file(base: u64, round: u32, i: u32, size: u64) -> FileState {
+        let path = format!("r{round}/d{}/f{i}-{size}", i % 4);
+        let (_, crc) = expected(base, &path).expect("our name");
+        FileState { path, size, crc }
+    }
+
+    /// The oracle rejects what it must: a lost synced file with the cache intact, a
+    /// lost file below the floor, a hole in the prefix, wrong bytes, a foreign file.
+    #[test]
+    fn judge_rejects_violations() {
+        let base = 5;
+        let all: Vec<FileState> = (0..6)
+            .map(|i| file(base, 1, i, 1000 + u64::from(i)))
+            .collect();
+
+        // Everything there: fine under both promises.
+        for promise in [Promise::AllSynced, Promise::Prefix { floor: 6 }] {
+            let mut synced = all.clone();
+            let v = judge(base, &all, &mut synced, promise);
+            assert!(v.errors.is_empty(), "{:?}", v.errors);
+            assert_eq!((v.intact, v.lost), (6, 0));
+        }
+
+        // The last two lost: only a cache-lost crash may do that, above the floor.
+        let have = &all[..4];
+        let mut synced = all.clone();
+        assert!(
+            !judge(base, have, &mut synced, Promise::AllSynced)
+                .errors
+                .is_empty()
+        );
+        let mut synced = all.clone();
+        assert!(
+            !judge(base, have, &mut synced, Promise::Prefix { floor: 5 })
+                .errors
+                .is_empty()
+        );
+        let mut synced = all.clone();
+        let v = judge(base, have, &mut synced, Promise::Prefix { floor: 4 });
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
+        assert_eq!(synced, all[..4].to_vec(), "the lost tail is forgotten");
+
+        // A hole: #2 missing while #3 is there is no prefix.
+        let holed: Vec<FileState> = all
+            .iter()
+            .filter(|f| f.path != all[2].path)
+            .cloned()
+            .collect();
+        let mut synced = all.clone();
+        let v = judge(base, &holed, &mut synced, Promise::Prefix { floor: 0 });
+        assert!(
+            v.errors.iter().any(|e| e.contains("not a prefix")),
+            "{:?}",
+            v.errors
+        );
+
+        // A complete file with other bytes, a file larger than its name, a stranger.
+        for bad in [
+            FileState {
+                crc: all[0].crc ^ 1,
+                ..all[0].clone()
+            },
+            FileState {
+                size: all[0].size + 1,
+                ..all[0].clone()
+            },
+            FileState {
+                path: "r1/x".into(),
+                ..all[0].clone()
+            },
+        ] {
+            let mut have = all.clone();
+            have.push(bad.clone());
+            let mut synced = Vec::new();
+            let v = judge(base, &have, &mut synced, Promise::AllSynced);
+            assert!(!v.errors.is_empty(), "{bad:?} accepted");
+        }
+
+        // A short file that was never synced is only counted.
+        let mut have = all.clone();
+        have.push(FileState {
+            size: 10,
+            ..file(base, 2, 0, 5000)
+        });
+        let mut synced = all.clone();
+        let v = judge(base, &have, &mut synced, Promise::AllSynced);
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
+        assert_eq!(v.partial, 1);
+    }
 }
