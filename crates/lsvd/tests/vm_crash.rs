@@ -83,7 +83,7 @@ impl Plan {
             seed: content_seed(base_seed, round),
             kill_after,
             kill,
-            cache_lost: round % 2 == 0,
+            cache_lost: round.is_multiple_of(2),
             barrier,
         }
     }

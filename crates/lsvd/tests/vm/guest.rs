@@ -171,10 +171,10 @@ impl Guest {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let line = line.trim_end_matches('\r');
-                if let Some(rest) = line.strip_prefix("@@ ") {
-                    if tx.send(rest.to_string()).is_err() {
-                        break;
-                    }
+                if let Some(rest) = line.strip_prefix("@@ ")
+                    && tx.send(rest.to_string()).is_err()
+                {
+                    break;
                 }
             }
         });
