@@ -188,7 +188,12 @@ fn check_boot(
         v.unsynced_complete,
         have.len()
     );
-    (format!("clean ({fsck})"), verified)
+    let replayed = if fsck_out.iter().any(|l| l.contains("recovering journal")) {
+        "journal replayed"
+    } else {
+        "no journal replay"
+    };
+    (format!("clean, {replayed} ({fsck})"), verified)
 }
 
 #[test]
