@@ -55,6 +55,21 @@ if command -v nbdkit >/dev/null 2>&1 && ! nbdkit memory --dump-plugin >/dev/null
     missing[nbdkit]=1
 fi
 
+# --- VM crash test (crates/lsvd/tests/vm_crash.rs, scripts/vm/build-assets.sh) -------
+# qemu, a Debian cloud kernel for the guest, a static busybox and cpio to build its
+# initramfs (e2fsprogs is above).
+vm_missing() {
+    command -v qemu-system-x86_64 > /dev/null 2>&1 || echo qemu-system-x86
+    compgen -G '/boot/vmlinuz-*-cloud-amd64' > /dev/null || echo linux-image-cloud-amd64
+    dpkg-query -W -f='${Status}' busybox-static 2> /dev/null | grep -q 'ok installed' ||
+        echo busybox-static
+    command -v cpio > /dev/null 2>&1 || echo cpio
+}
+for p in $(vm_missing); do
+    missing[$p]=1
+done
+# --- end of the VM crash test block -----------------------------------------------
+
 install_versitygw() {
     local gw
     gw="$("$repo/scripts/install-versitygw.sh")"
@@ -89,6 +104,7 @@ for cmd in "${!PACKAGE_OF[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || still+=("$cmd")
 done
 /usr/bin/python3 -c 'import nbd' >/dev/null 2>&1 || still+=("python3 module nbd")
+for p in $(vm_missing); do still+=("$p (VM crash test)"); done
 if [ "${#still[@]}" -ne 0 ]; then
     echo "install-test-deps: still missing after install: ${still[*]}" >&2
     exit 1
