@@ -33,6 +33,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod pki;
+
 /// The binary under test.
 pub const LSVD: &str = env!("CARGO_BIN_EXE_lsvd");
 
