@@ -50,7 +50,7 @@ serve() { # MODE PORT
     [[ "$mode" == tls ]] && tls=(--tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
     "$lsvd" --data "$work/$mode" create bench --size 1G >/dev/null
     "$lsvd" --data "$work/$mode" serve bench --listen "127.0.0.1:$port" \
-        --socket "$work/$mode.sock" --log-size 2G --read-cache-size 64M \
+        --socket "$work/$mode.sock" --log-size 1G --read-cache-size 64M \
         "${tls[@]}" >"$work/$mode.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 300); do [[ -S "$work/$mode.sock" ]] && return; sleep 0.1; done
@@ -63,7 +63,7 @@ tls_port="$(free_port)"; serve tls "$tls_port"
 run_fio() { # URI
     fio --name=randwrite --ioengine=nbd --uri="$1" --rw=randwrite --bs=4k --iodepth=32 \
         --size=1G --time_based --runtime="$seconds" --ramp_time=2 --randrepeat=0 \
-        --output-format=json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["iops"]))'
+        --output-format=json | python3 -c 'import json,sys; t=sys.stdin.read(); print(round(json.loads(t[t.index("{"):])["jobs"][0]["write"]["iops"]))'
 }
 
 plain=(); tls=()

@@ -388,7 +388,7 @@ pub fn require_tools(names: &[&str]) {
         .collect();
     assert!(
         missing.is_empty(),
-        "missing test tools {missing:?}: run scripts/install-test-deps.sh (needs libnbd-bin, python3-libnbd, qemu-utils, fio, nbdkit, fuse3, e2fsprogs)"
+        "missing test tools {missing:?}: run scripts/install-test-deps.sh (needs libnbd-bin, python3-libnbd, qemu-utils, fio, nbdkit, fuse3, e2fsprogs, openssl)"
     );
 }
 
