@@ -36,8 +36,6 @@ pub struct TlsFiles {
 #[derive(Clone)]
 pub struct Acceptor {
     inner: tokio_rustls::TlsAcceptor,
-    /// Client certificates are checked against a CA.
-    pub verifies_clients: bool,
 }
 
 impl lsvd_nbd::TlsAcceptor for Acceptor {
@@ -121,7 +119,6 @@ impl TlsFiles {
         })?;
         Ok(Acceptor {
             inner: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            verifies_clients: self.client_ca.is_some(),
         })
     }
 }

@@ -294,4 +294,23 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
     let out = run_ok(tool("nbdinfo").arg("--size").arg(server.uri("vol")), SHORT);
     assert_eq!(stdout(&out).trim(), (4 * MIB).to_string());
     server.stop_clean();
+
+    // TLS without a client CA off loopback: allowed, with a warning that anyone may
+    // connect.
+    let mut server = lsvd.serve(
+        &socket,
+        &[
+            "vol",
+            "--listen",
+            "0.0.0.0:0",
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+        ],
+    );
+    let log = server.log();
+    assert!(log.contains("without --tls-client-ca"), "{log}");
+    assert!(!log.contains("--insecure"), "{log}");
+    server.stop_clean();
 }

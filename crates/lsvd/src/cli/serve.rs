@@ -103,15 +103,20 @@ async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<T
     let Some(addr) = listen else {
         return Ok(tls);
     };
-    let plain_served = tls.as_ref().is_none_or(|t| t.mode == TlsMode::Optional);
-    if !plain_served {
-        return Ok(tls);
-    }
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
         .await
         .map_err(|e| listen_error(format!("cannot listen on {addr}"), e))?
         .collect();
     if all_loopback(&addrs) {
+        return Ok(tls);
+    }
+    let plain_served = tls.as_ref().is_none_or(|t| t.mode == TlsMode::Optional);
+    if !plain_served {
+        if args.tls_client_ca.is_none() {
+            crate::log::warn(&format!(
+                "serving {addr} over TLS without --tls-client-ca: traffic is encrypted, but any client that reaches it can read and write every export"
+            ));
+        }
         return Ok(tls);
     }
     if !args.insecure {
