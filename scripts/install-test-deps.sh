@@ -38,6 +38,7 @@ declare -A PACKAGE_OF=(
     [sha256sum]=coreutils
     [sync]=coreutils
     [curl]=curl
+    [openssl]=openssl
 )
 
 declare -A missing=()

@@ -80,4 +80,5 @@ pub mod mem_device;
 pub mod proto;
 pub mod server;
 
-pub use server::{Export, Limits, Listener, Server};
+pub use server::tls::{Tls, TlsAcceptor, TlsMode};
+pub use server::{Export, Limits, Listener, Notices, Server};

@@ -20,3 +20,4 @@ pub mod size;
 pub mod store;
 #[cfg(test)]
 pub mod testutil;
+pub mod tls;

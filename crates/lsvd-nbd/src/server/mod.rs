@@ -2,16 +2,20 @@
 //! against a [`BlockDevice`].
 //!
 //! Split into the handshake driver (`negotiate`), pure request validation (`request`),
-//! and the transmission-phase loop (`session`). This file holds the public surface:
-//! [`Server`], [`Export`], [`Limits`] and the [`Listener`] abstraction that lets the same
-//! server accept on TCP and Unix sockets at once.
+//! the transmission-phase loop (`session`) and the TLS policy (`tls`). This file holds
+//! the public surface: [`Server`], [`Export`], [`Limits`] and the [`Listener`]
+//! abstraction that lets the same server accept on TCP and Unix sockets at once, each
+//! with or without TLS.
 //!
-//! Nothing is logged: a connection that fails is closed and its error is returned from
-//! [`Server::handle_connection`] (and dropped by [`Server::serve`]).
+//! Nothing is printed: a connection that fails is closed and its error is returned from
+//! [`Server::handle_connection`] (and dropped by [`Server::serve`]). Refusals an operator
+//! should see (a plain client where TLS is required, a failed TLS handshake) also go to
+//! the [`Notices`] hook, if one is set.
 
 mod negotiate;
 mod request;
 mod session;
+pub mod tls;
 
 use std::future::Future;
 use std::io;
@@ -23,7 +27,13 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use self::negotiate::Peer;
+use self::tls::{BoxStream, Tls, Upgrade};
 use crate::BlockDevice;
+
+/// Receives one line for each event worth a server log entry: a client refused because
+/// TLS is required, a failed TLS handshake (e.g. no or a wrong client certificate).
+pub type Notices = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// One named disk offered to clients.
 pub struct Export<D> {
@@ -84,6 +94,11 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 pub trait Listener: Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+    /// Who is on the other end of `stream`, for log lines.
+    fn peer_name(stream: &Self::Stream) -> String {
+        let _ = stream;
+        "a local client".to_string()
+    }
 }
 
 impl Listener for TcpListener {
@@ -94,6 +109,13 @@ impl Listener for TcpListener {
         // The spec asks both ends to disable Nagle; replies are already batched.
         stream.set_nodelay(true)?;
         Ok(stream)
+    }
+
+    fn peer_name(stream: &TcpStream) -> String {
+        match stream.peer_addr() {
+            Ok(addr) => addr.to_string(),
+            Err(_) => "an unknown TCP client".to_string(),
+        }
     }
 }
 
@@ -110,6 +132,7 @@ impl Listener for UnixListener {
 pub struct Server<D: BlockDevice> {
     exports: Vec<Export<D>>,
     limits: Limits,
+    notices: Option<Notices>,
 }
 
 impl<D: BlockDevice> Server<D> {
@@ -127,7 +150,17 @@ impl<D: BlockDevice> Server<D> {
             reply_queue: permits(limits.reply_queue, 1),
             ..limits
         };
-        Server { exports, limits }
+        Server {
+            exports,
+            limits,
+            notices: None,
+        }
+    }
+
+    /// Sends refusals and TLS failures to `notices` (see [`Notices`]).
+    pub fn with_notices(mut self, notices: Notices) -> Self {
+        self.notices = Some(notices);
+        self
     }
 
     pub fn exports(&self) -> &[Export<D>] {
@@ -145,6 +178,26 @@ impl<D: BlockDevice> Server<D> {
     pub async fn serve<L: Listener>(
         self: Arc<Self>,
         listener: L,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        self.serve_with(listener, None, shutdown).await
+    }
+
+    /// [`Server::serve`] with `NBD_OPT_STARTTLS` offered on every connection, and
+    /// required first if `tls.mode` is [`tls::TlsMode::Required`].
+    pub async fn serve_tls<L: Listener>(
+        self: Arc<Self>,
+        listener: L,
+        tls: Tls,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        self.serve_with(listener, Some(tls), shutdown).await
+    }
+
+    async fn serve_with<L: Listener>(
+        self: Arc<Self>,
+        listener: L,
+        tls: Option<Tls>,
         mut shutdown: watch::Receiver<bool>,
     ) -> io::Result<()> {
         let slots = Arc::new(Semaphore::new(self.limits.max_connections));
@@ -160,9 +213,18 @@ impl<D: BlockDevice> Server<D> {
                 Ok((stream, slot)) => {
                     let server = Arc::clone(&self);
                     let shutdown = shutdown.clone();
+                    let peer = L::peer_name(&stream);
+                    let tls = tls.clone();
                     connections.spawn(async move {
-                        // Connection errors only mean this client is gone.
-                        let _ = server.handle_connection(stream, shutdown).await;
+                        // Connection errors only mean this client is gone (refusals
+                        // went to the notices already).
+                        let _ = match tls {
+                            None => server.connection(stream, None, &peer, shutdown).await,
+                            Some(tls) => {
+                                let stream: BoxStream = Box::new(stream);
+                                server.connection(stream, Some(&tls), &peer, shutdown).await
+                            }
+                        };
                         drop(slot);
                     });
                 }
@@ -200,15 +262,44 @@ impl<D: BlockDevice> Server<D> {
     /// any; a clean `NBD_CMD_DISC`, `NBD_OPT_ABORT`, EOF or shutdown is `Ok`.
     pub async fn handle_connection<S>(
         self: Arc<Self>,
+        stream: S,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        self.connection(stream, None, "a client", shutdown).await
+    }
+
+    /// [`Server::handle_connection`] with the TLS policy `tls`; `peer` names the client
+    /// in notices.
+    pub async fn handle_connection_tls(
+        self: Arc<Self>,
+        stream: BoxStream,
+        tls: Tls,
+        peer: String,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()> {
+        self.connection(stream, Some(&tls), &peer, shutdown).await
+    }
+
+    async fn connection<S>(
+        self: Arc<Self>,
         mut stream: S,
+        tls: Option<&dyn Upgrade<S>>,
+        peer: &str,
         mut shutdown: watch::Receiver<bool>,
     ) -> io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let peer = Peer {
+            name: peer,
+            notices: self.notices.as_ref(),
+        };
         let negotiated = tokio::time::timeout(
             self.limits.handshake_timeout,
-            negotiate::negotiate(&self.exports, &mut stream, &mut shutdown),
+            negotiate::negotiate(&self.exports, &mut stream, tls, &peer, &mut shutdown),
         )
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "NBD handshake timed out"))??;

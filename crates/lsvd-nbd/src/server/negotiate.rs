@@ -3,7 +3,9 @@
 //! or leaves.
 //!
 //! It owns the per-connection negotiation state (structured replies, selected metadata
-//! context) and turns it into the [`ExportParams`] the transmission phase runs with.
+//! context, whether TLS is up) and turns it into the [`ExportParams`] the transmission
+//! phase runs with. With a TLS policy it also enforces the spec's FORCEDTLS rules and
+//! upgrades the stream in place at `NBD_OPT_STARTTLS` (see `tls.rs`).
 
 use std::io;
 
@@ -11,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::request::{ExportParams, sanitize_block_sizes};
-use super::{Export, MAX_OPTION_BYTES, MAX_OPTION_DISCARD_BYTES, shutdown_requested};
+use super::tls::{TlsMode, Upgrade};
+use super::{Export, MAX_OPTION_BYTES, MAX_OPTION_DISCARD_BYTES, Notices, shutdown_requested};
 use crate::BlockDevice;
 use crate::proto::consts::*;
 use crate::proto::handshake::*;
@@ -25,10 +28,29 @@ pub(crate) struct Negotiated {
     pub params: ExportParams,
 }
 
+/// Who is on the other end, and where to report what the server refused them.
+pub(crate) struct Peer<'a> {
+    /// e.g. `192.0.2.7:41234`, or `a local client` for a Unix socket.
+    pub name: &'a str,
+    pub notices: Option<&'a Notices>,
+}
+
+impl Peer<'_> {
+    fn note(&self, message: &str) {
+        if let Some(notices) = self.notices {
+            notices(message);
+        }
+    }
+}
+
 /// Per-connection handshake state.
 #[derive(Default)]
 struct State {
     no_zeroes: bool,
+    /// TLS is up (STARTTLS was acknowledged and the handshake succeeded).
+    tls: bool,
+    /// A refusal for lack of TLS was already reported for this connection.
+    refusal_noted: bool,
     structured: bool,
     /// Export index for which `base:allocation` was selected by the last
     /// `NBD_OPT_SET_META_CONTEXT`.
@@ -58,10 +80,12 @@ fn find_export<D>(exports: &[Export<D>], name: &str) -> Option<usize> {
 
 /// Runs the handshake. `Ok(None)` means the client (or shutdown) ended the session
 /// before transmission; errors are I/O failures or protocol violations that require
-/// hanging up.
+/// hanging up. With `tls`, STARTTLS replaces `stream` by its encrypted form.
 pub(crate) async fn negotiate<D, S>(
     exports: &[Export<D>],
     stream: &mut S,
+    tls: Option<&dyn Upgrade<S>>,
+    peer: &Peer<'_>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> io::Result<Option<Negotiated>>
 where
@@ -115,6 +139,32 @@ where
         let mut data = vec![0u8; hdr.length as usize];
         stream.read_exact(&mut data).await?;
 
+        if tls_required_first(tls, &state, hdr.option) {
+            if !state.refusal_noted {
+                state.refusal_noted = true;
+                peer.note(&format!(
+                    "refused a plain-text client ({}): TLS is required (it must send NBD_OPT_STARTTLS; \
+                     with libnbd use nbds:// URIs, with qemu tls-creds)",
+                    peer.name
+                ));
+            }
+            if hdr.option == OPT_EXPORT_NAME {
+                // This option cannot report errors: the spec says to hang up.
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "client asked for an export without TLS, which is required",
+                ));
+            }
+            encode_option_error(
+                &mut out,
+                hdr.option,
+                REP_ERR_TLS_REQD,
+                "TLS is required: send NBD_OPT_STARTTLS first",
+            );
+            send(stream, &out).await?;
+            continue;
+        }
+
         let option = match parse_option(hdr.option, &data) {
             Ok(option) => option,
             Err(e) if hdr.option == OPT_EXPORT_NAME => return Err(e.into()),
@@ -160,14 +210,36 @@ where
                 }
                 encode_option_reply(&mut out, opt, REP_ACK, &[]);
             }
-            ClientOption::StartTls => {
-                encode_option_error(
+            ClientOption::StartTls => match tls {
+                None => encode_option_error(
                     &mut out,
                     opt,
                     REP_ERR_POLICY,
-                    "TLS is not supported by this server",
-                );
-            }
+                    "TLS is not offered on this listener",
+                ),
+                Some(_) if state.tls => {
+                    encode_option_error(&mut out, opt, REP_ERR_INVALID, "TLS is already up");
+                }
+                Some(upgrade) => {
+                    encode_option_reply(&mut out, opt, REP_ACK, &[]);
+                    send(stream, &out).await?;
+                    if let Err(e) = upgrade.upgrade(stream).await {
+                        peer.note(&format!("TLS handshake with {} failed: {e}", peer.name));
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("TLS handshake failed: {e}"),
+                        ));
+                    }
+                    // Nothing said in plain text is trusted once TLS is up: the client
+                    // negotiates its features again over the encrypted stream.
+                    state = State {
+                        no_zeroes: state.no_zeroes,
+                        tls: true,
+                        ..State::default()
+                    };
+                    continue;
+                }
+            },
             ClientOption::Info(req) | ClientOption::Go(req) => {
                 match find_export(exports, &req.name) {
                     None => encode_option_error(&mut out, opt, REP_ERR_UNKNOWN, "unknown export"),
@@ -217,6 +289,13 @@ where
         }
         send(stream, &out).await?;
     }
+}
+
+/// True if `option` must be refused because TLS is required and not yet up. Only
+/// STARTTLS and ABORT are allowed in plain text then (the spec's FORCEDTLS mode).
+fn tls_required_first<S>(tls: Option<&dyn Upgrade<S>>, state: &State, option: u32) -> bool {
+    let required = tls.is_some_and(|t| t.mode() == TlsMode::Required);
+    required && !state.tls && option != OPT_STARTTLS && option != OPT_ABORT
 }
 
 /// Whether `base:allocation` is selected by `queries`. Listing with no queries lists

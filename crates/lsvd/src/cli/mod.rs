@@ -151,11 +151,36 @@ pub struct ServeArgs {
     /// With none, serves `disk0`, creating it (16 GiB) if the store has no volumes.
     pub names: Vec<String>,
     /// TCP address to listen on. Default 127.0.0.1:10809 unless only --socket is given.
+    /// A non-loopback address (e.g. 0.0.0.0:10809) needs TLS (--tls-cert, --tls-key) or
+    /// --insecure.
     #[arg(long)]
     pub listen: Option<String>,
     /// Unix socket path to listen on (a stale socket from a crashed server is replaced).
+    /// Always plain NBD: file permissions are its access control.
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// Serve NBD over TLS on --listen with this certificate (PEM; the chain, server
+    /// first). Clients connect with nbds:// URIs or qemu's tls-creds. Example:
+    /// --tls-cert /etc/lsvd/tls/server-cert.pem
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM: PKCS#8, RSA or EC). Example:
+    /// --tls-key /etc/lsvd/tls/server-key.pem
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require every TLS client to present a certificate signed by this CA (PEM): the
+    /// access control of a networked lsvd. Example: --tls-client-ca /etc/lsvd/tls/ca-cert.pem
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// `required` (the default with --tls-cert): clients must start TLS before anything
+    /// else, plain clients are refused. `optional`: plain clients are served too (on a
+    /// non-loopback address that needs --insecure). Example: --tls optional
+    #[arg(long, value_name = "MODE", value_parser = ["required", "optional"], requires = "tls_cert")]
+    pub tls: Option<String>,
+    /// Allow plain-text NBD on a non-loopback --listen address: anyone who can reach the
+    /// port can read and write every export. Prints a warning.
+    #[arg(long)]
+    pub insecure: bool,
     /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
     #[arg(long)]
     pub metrics: Option<String>,

@@ -1,11 +1,13 @@
 //! `lsvd serve`: open volumes, serve them over NBD, shut down cleanly on a signal.
 
 use std::fs::File;
+use std::net::SocketAddr;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
 use lsvd_nbd::server::{Export, Server};
+use lsvd_nbd::{Tls, TlsMode};
 
 use super::{Common, ServeArgs};
 use crate::engine::{self, Volume};
@@ -70,8 +72,83 @@ fn listen_error(what: String, e: std::io::Error) -> Error {
     Error::with_source(kind, what, e)
 }
 
+/// True if every address `--listen` resolved to is a loopback one: only then may plain
+/// NBD go without `--insecure`.
+fn all_loopback(addrs: &[SocketAddr]) -> bool {
+    !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+}
+
+/// The TLS settings of the TCP listener, with the files read and checked now (so a bad
+/// file fails the start, not the first connection), and the `--insecure` rule applied:
+/// plain NBD on a non-loopback address needs it, and gets a warning.
+async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<Tls>> {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let files = crate::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            };
+            let mode = match args.tls.as_deref() {
+                Some("optional") => TlsMode::Optional,
+                _ => TlsMode::Required,
+            };
+            Some(Tls {
+                mode,
+                acceptor: Arc::new(files.load()?),
+            })
+        }
+        _ => None,
+    };
+    let Some(addr) = listen else {
+        return Ok(tls);
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| listen_error(format!("cannot listen on {addr}"), e))?
+        .collect();
+    if all_loopback(&addrs) {
+        return Ok(tls);
+    }
+    let plain_served = tls.as_ref().is_none_or(|t| t.mode == TlsMode::Optional);
+    if !plain_served {
+        if args.tls_client_ca.is_none() {
+            crate::log::warn(&format!(
+                "serving {addr} over TLS without --tls-client-ca: traffic is encrypted, but any client that reaches it can read and write every export"
+            ));
+        }
+        return Ok(tls);
+    }
+    if !args.insecure {
+        let how = if tls.is_some() {
+            "use --tls required (the default with --tls-cert)"
+        } else {
+            "give --tls-cert FILE --tls-key FILE (see README \"Serving over the network\")"
+        };
+        return Err(Error::bad_input(format!(
+            "refusing to serve plain-text NBD on {addr}, which is not a loopback address: \
+             {how}, listen on 127.0.0.1, or add --insecure if every host that can reach the port may read and write the disks"
+        )));
+    }
+    crate::log::warn(&format!(
+        "serving plain-text NBD on {addr} (--insecure): anyone who can reach it can read and write every export"
+    ));
+    Ok(tls)
+}
+
 pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let config = args.engine.to_config()?;
+    let listen = match (&args.listen, &args.socket) {
+        (Some(l), _) => Some(l.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(DEFAULT_LISTEN.to_string()),
+    };
+    if listen.is_none() && args.tls_cert.is_some() {
+        return Err(Error::bad_input(
+            "--tls-cert applies to --listen (TCP); Unix sockets are always plain",
+        ));
+    }
+    let tls = tcp_security(&args, listen.as_deref()).await?;
     let _lock = lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
     if common.file.selftest_on_start() {
@@ -138,13 +215,9 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         volumes.push(volume);
     }
 
-    let server = Arc::new(Server::new(exports));
+    let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
+    let server = Arc::new(Server::new(exports).with_notices(notices));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let listen = match (&args.listen, &args.socket) {
-        (Some(l), _) => Some(l.clone()),
-        (None, Some(_)) => None,
-        (None, None) => Some(DEFAULT_LISTEN.to_string()),
-    };
     let mut tasks = Vec::new();
     if let Some(addr) = &listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -153,23 +226,19 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         let local = listener.local_addr().map_err(|e| Error::local_io("", e))?;
         let s = server.clone();
         let rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move { s.serve_tcp(listener, rx).await }));
-        eprintln!("lsvd: serving {} on nbd://{local}", names.join(", "));
-        eprintln!(
-            "  qemu:       qemu-system-x86_64 -drive file=nbd://{local}/{},format=raw,cache=none ...",
-            names[0]
-        );
-        eprintln!("  nbdinfo:    nbdinfo nbd://{local}/{}", names[0]);
-        eprintln!(
-            "  nbdfuse:    mkdir -p mnt && nbdfuse mnt/ nbd://{local}/{}   # then mnt/nbd is the disk",
-            names[0]
-        );
-        eprintln!(
-            "  nbd-client: nbd-client {} {} /dev/nbd0 -N {}",
-            local.ip(),
-            local.port(),
-            names[0]
-        );
+        match tls.clone() {
+            Some(tls) => {
+                let mode = tls.mode;
+                tasks.push(tokio::spawn(
+                    async move { s.serve_tls(listener, tls, rx).await },
+                ));
+                print_tls_hints(&names, local, mode, args.tls_client_ca.is_some());
+            }
+            None => {
+                tasks.push(tokio::spawn(async move { s.serve_tcp(listener, rx).await }));
+                print_plain_hints(&names, local);
+            }
+        }
     }
     if let Some(path) = &args.socket {
         let listener = bind_unix(path)?;
@@ -251,5 +320,72 @@ async fn wait_for_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term_fut => {}
+    }
+}
+
+/// How to connect to the plain TCP listener at `local`.
+fn print_plain_hints(names: &[String], local: SocketAddr) {
+    eprintln!("lsvd: serving {} on nbd://{local}", names.join(", "));
+    eprintln!(
+        "  qemu:       qemu-system-x86_64 -drive file=nbd://{local}/{},format=raw,cache=none ...",
+        names[0]
+    );
+    eprintln!("  nbdinfo:    nbdinfo nbd://{local}/{}", names[0]);
+    eprintln!(
+        "  nbdfuse:    mkdir -p mnt && nbdfuse mnt/ nbd://{local}/{}   # then mnt/nbd is the disk",
+        names[0]
+    );
+    eprintln!(
+        "  nbd-client: nbd-client {} {} /dev/nbd0 -N {}",
+        local.ip(),
+        local.port(),
+        names[0]
+    );
+}
+
+/// How to connect to the TLS listener at `local`. DIR holds the client's ca-cert.pem,
+/// client-cert.pem and client-key.pem (the layout libnbd and qemu both read).
+fn print_tls_hints(names: &[String], local: SocketAddr, mode: TlsMode, client_certs: bool) {
+    let mode = match mode {
+        TlsMode::Required => "TLS required",
+        TlsMode::Optional => "TLS optional, plain clients served too",
+    };
+    let who = if client_certs {
+        "clients need a certificate signed by --tls-client-ca"
+    } else {
+        "any client may connect (no --tls-client-ca)"
+    };
+    eprintln!(
+        "lsvd: serving {} on nbds://{local} ({mode}; {who})",
+        names.join(", ")
+    );
+    eprintln!(
+        "  nbdinfo:    nbdinfo 'nbds://{local}/{}?tls-certificates=DIR'   # DIR: ca-cert.pem client-cert.pem client-key.pem",
+        names[0]
+    );
+    eprintln!(
+        "  qemu:       -object tls-creds-x509,id=tls0,dir=DIR,endpoint=client \
+         -drive driver=nbd,host={},port={},export={},tls-creds=tls0",
+        local.ip(),
+        local.port(),
+        names[0]
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_addresses_may_serve_plain_text() {
+        let a = |s: &str| s.parse::<SocketAddr>().expect("address");
+        assert!(all_loopback(&[a("127.0.0.1:10809")]));
+        assert!(all_loopback(&[a("[::1]:10809"), a("127.0.0.2:1")]));
+        assert!(!all_loopback(&[]));
+        assert!(!all_loopback(&[a("0.0.0.0:10809")]));
+        assert!(!all_loopback(&[a("[::]:10809")]));
+        assert!(!all_loopback(&[a("192.0.2.7:10809")]));
+        // localhost resolving to a loopback and a routable address: not loopback.
+        assert!(!all_loopback(&[a("127.0.0.1:1"), a("10.0.0.1:1")]));
     }
 }

@@ -33,6 +33,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod pki;
+
 /// The binary under test.
 pub const LSVD: &str = env!("CARGO_BIN_EXE_lsvd");
 
@@ -386,7 +388,7 @@ pub fn require_tools(names: &[&str]) {
         .collect();
     assert!(
         missing.is_empty(),
-        "missing test tools {missing:?}: run scripts/install-test-deps.sh (needs libnbd-bin, python3-libnbd, qemu-utils, fio, nbdkit, fuse3, e2fsprogs)"
+        "missing test tools {missing:?}: run scripts/install-test-deps.sh (needs libnbd-bin, python3-libnbd, qemu-utils, fio, nbdkit, fuse3, e2fsprogs, openssl)"
     );
 }
 
