@@ -457,6 +457,61 @@ fn sessions(captures: &[(String, Vec<u8>)]) {
     }
 }
 
+/// Trace lines from lsvd-trace's own parser tests, one seed per format (the first byte
+/// is the index of the format in `Format::ALL`).
+fn traces() {
+    use lsvd_trace::Format;
+    let samples: [(Format, &str); 9] = [
+        (
+            Format::Msr,
+            "128166385295514663,hm,0,Write,9056014336,2048,2833\n128166385295514700,hm,1,Read,4096,512,10\n",
+        ),
+        (
+            Format::MsrCut,
+            "223.412 0 3159347200 36864 0\n224.0 0 4096 512 1\n",
+        ),
+        (
+            Format::Spc,
+            "0,303567,3584,w,0.026214\n1,2,512,R,1.5,extra,fields\n",
+        ),
+        (Format::Spc, "26214000 0 303567 7 0\n"),
+        (
+            Format::CloudPhysicsCsv,
+            "version,time,op,size,lbn\n1,5633898,2a,6656,40409911\n1,5633898,35,0,0\n",
+        ),
+        (Format::Tencent, "1538323200,4247200,128,1,1058\n"),
+        (
+            Format::Systor,
+            "Timestamp,Response,IOType,LUN,Offset,Size\n1455591804.310701000,0.006475000,R,0,203468398592,32768\n",
+        ),
+        (Format::Disksim, "938513000 4 264719034 16 0\n"),
+        (Format::Vscsi, ""),
+    ];
+    for (i, (format, text)) in samples.iter().enumerate() {
+        let index = Format::ALL
+            .iter()
+            .position(|f| f == format)
+            .expect("listed") as u8;
+        let mut bytes = text.as_bytes().to_vec();
+        if *format == Format::Vscsi {
+            // Two version-2 records (40 bytes each): zeros with a READ(10) opcode.
+            for n in 0..2u8 {
+                let mut rec = [0u8; 40];
+                rec[0] = 0x28;
+                rec[8] = n;
+                rec[16] = 8;
+                bytes.extend_from_slice(&rec);
+            }
+        }
+        put(
+            "trace_parse",
+            &format!("{}-{i}", format.name()),
+            &[index],
+            &bytes,
+        );
+    }
+}
+
 fn main() {
     let caps = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
     let mut captures = Vec::new();
@@ -480,5 +535,6 @@ fn main() {
     supers();
     proto(&captures);
     sessions(&captures);
+    traces();
     println!("seeds written under {}", dir().display());
 }
