@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift ;;
     --targets) IFS=, read -r -a selected <<<"$2"; shift ;;
     --list) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -60,8 +60,9 @@ if ! out=$(cargo afl config --build 2>&1); then
 fi
 
 target_dir="$repo/target/fuzz"
-(cd fuzz && cargo afl build --release --locked --target-dir "$target_dir" \
-    $(printf -- '--bin %s ' "${selected[@]}"))
+bins=()
+for t in "${selected[@]}"; do bins+=(--bin "$t"); done
+(cd fuzz && cargo afl build --release --locked --target-dir "$target_dir" "${bins[@]}")
 echo "fuzz: tools and instrumented build took $((SECONDS - start)) s" >&2
 
 # This is a shared machine: no CPU pinning, no frequency checks, no core dumps wanted.
@@ -69,7 +70,7 @@ export AFL_SKIP_CPUFREQ=1 AFL_NO_AFFINITY=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHE
 export AFL_NO_UI=1 AFL_QUIET=1
 [ "$long" -eq 1 ] || export AFL_FAST_CAL=1
 
-stat() { sed -n "s/^$1 *: *//p" "$2"; }
+afl_stat() { sed -n "s/^$1 *: *//p" "$2"; }
 failed=0
 report=()
 for t in "${selected[@]}"; do
@@ -86,12 +87,12 @@ for t in "${selected[@]}"; do
         continue
     }
     s="$out/default/fuzzer_stats"
-    crashes=$(stat saved_crashes "$s")
-    hangs=$(stat saved_hangs "$s")
+    crashes=$(afl_stat saved_crashes "$s")
+    hangs=$(afl_stat saved_hangs "$s")
     report+=("$(printf '%-18s %12s %9s %11s %8s %7s %5s %4s' "$t" \
-        "$(stat execs_done "$s")" "$(stat execs_per_sec "$s")" \
-        "$(stat edges_found "$s")/$(stat total_edges "$s")" "$(stat bitmap_cvg "$s")" \
-        "$(stat corpus_count "$s")" "$crashes" "$hangs") $((SECONDS - t0))s")
+        "$(afl_stat execs_done "$s")" "$(afl_stat execs_per_sec "$s")" \
+        "$(afl_stat edges_found "$s")/$(afl_stat total_edges "$s")" "$(afl_stat bitmap_cvg "$s")" \
+        "$(afl_stat corpus_count "$s")" "$crashes" "$hangs") $((SECONDS - t0))s")
     if [ "$crashes" != 0 ] || [ "$hangs" != 0 ]; then
         failed=1
         ls "$out"/default/crashes/id:* "$out"/default/hangs/id:* 2>/dev/null >&2 || true
