@@ -8,11 +8,12 @@
 #   scripts/fuzz.sh --list               the targets
 #
 # Installs cargo-afl (pinned) and builds AFL++ for this toolchain if they are missing,
-# builds the instrumented targets of fuzz/ into target/fuzz, runs each from its seed
-# corpus fuzz/corpus/<target> (fixed seed: -s 1), and prints per target the executions,
-# exec/s, edges found and map coverage, and crashes and hangs, from AFL's fuzzer_stats.
+# builds the instrumented targets of fuzz/ into target/fuzz, replays every seed of
+# fuzz/corpus/<target> through its target, then fuzzes each from that corpus (fixed
+# seed: -s 1), and prints per target the executions, exec/s, edges found and map
+# coverage, and crashes and hangs, from AFL's fuzzer_stats.
 # Runs are kept in target/fuzz/runs/<target>; new crashes and hangs are listed there.
-# Exits non-zero if any target found a crash or a hang. What each target checks:
+# Exits non-zero if a seed fails or a target found a crash or a hang. What each target checks:
 # docs/fuzzing.md.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift ;;
     --targets) IFS=, read -r -a selected <<<"$2"; shift ;;
     --list) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -77,6 +78,15 @@ for t in "${selected[@]}"; do
     out="$target_dir/runs/$t"
     rm -rf "$out"
     mkdir -p "$out"
+    # Replay every seed first: AFL++ only warns about (and skips) a seed that crashes,
+    # and the regression-* seeds are the inputs of bugs that were fixed.
+    for seed in "fuzz/corpus/$t"/*; do
+        if ! timeout 60 "$target_dir/release/$t" <"$seed" >"$out/seed.log" 2>&1; then
+            grep -m1 -A1 panicked "$out/seed.log" >&2 || tail -3 "$out/seed.log" >&2
+            echo "fuzz: seed $seed fails $t" >&2
+            failed=1
+        fi
+    done
     echo "fuzz: $t for ${seconds} s" >&2
     t0=$SECONDS
     cargo afl fuzz -i "fuzz/corpus/$t" -o "$out" -V "$seconds" -s 1 -t 2000 \
