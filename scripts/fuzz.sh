@@ -13,8 +13,8 @@
 # seed: -s 1), and prints per target the executions, exec/s, edges found and map
 # coverage, and crashes and hangs, from AFL's fuzzer_stats.
 # Runs are kept in target/fuzz/runs/<target>; new crashes and hangs are listed there.
-# Exits non-zero if a seed fails or a target found a crash or a hang. What each target checks:
-# docs/fuzzing.md.
+# Exits non-zero if a seed fails or a target found a crash or a hang. What each
+# target checks: docs/fuzzing.md.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
