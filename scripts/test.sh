@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test entry point: install the test tools, check formatting and lints,
-# run every test once, then run the end-to-end tests again against a real S3 server
-# (scripts/test-s3.sh).
+# run every test once, fuzz every parser briefly (scripts/fuzz.sh), then run the
+# end-to-end tests again against a real S3 server (scripts/test-s3.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,8 +10,16 @@ start=$SECONDS
 cargo fmt --all --check
 # Every lint, including the workspace's `unwrap_used = "deny"`, on tests too.
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The fuzz targets are a package outside the workspace (fuzz/Cargo.toml says why).
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+(cd fuzz && cargo clippy --all-targets --locked --target-dir ../target/fuzz-lint -- -D warnings)
 echo "test: fmt and clippy took $((SECONDS - start)) s" >&2
 start=$SECONDS
 cargo test --workspace --locked
 echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
+# Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
+# (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).
+start=$SECONDS
+bash scripts/fuzz.sh
+echo "test: short fuzz run took $((SECONDS - start)) s" >&2
 bash scripts/test-s3.sh

@@ -132,7 +132,7 @@ pub fn decode_log_index(buf: &[u8]) -> Result<LogIndex, FormatError> {
         }
         let header = decode_record_header(r.take(len)?)?;
         if let Some(prev) = records.last().map(|p: &IndexedRecord| &p.header)
-            && (header.seq != prev.seq + 1 || header.prev_crc != prev.crc)
+            && (prev.seq.checked_add(1) != Some(header.seq) || header.prev_crc != prev.crc)
         {
             return Err(invalid(WHAT, "records are not one chain"));
         }
@@ -243,6 +243,28 @@ mod tests {
             recs.iter().map(|(o, h)| (*o, h.as_slice())),
         );
         assert!(decode_log_index(&buf).is_err());
+    }
+
+    /// Found with the format_log_index fuzz target: a record with sequence number u64::MAX
+    /// followed by one with 0 made the chain check compute `u64::MAX + 1`, a panic in
+    /// checked builds and, wrapped, a "chain" in release ones. It is no chain.
+    #[test]
+    fn fuzz_regression_sequence_wrap_is_not_a_chain() {
+        let v = VolumeId([5; 16]);
+        let e = RecordExtent {
+            lba: 0,
+            sectors: 8,
+            kind: ExtentKind::Data,
+        };
+        let a = encode_record(v, u64::MAX, 0, &[e], &[1; 4096]);
+        let crc_a = u32::from_le_bytes([a[48], a[49], a[50], a[51]]);
+        let b = encode_record(v, 0, crc_a, &[e], &[2; 4096]);
+        let recs = [(8192u64, &a[..80]), (8192 + 4608, &b[..80])];
+        let buf = encode_log_index(v, 1, 9, recs.iter().map(|(o, h)| (*o, *h)));
+        assert!(matches!(
+            decode_log_index(&buf),
+            Err(FormatError::Invalid { .. })
+        ));
     }
 
     #[test]

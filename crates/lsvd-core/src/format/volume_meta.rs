@@ -21,6 +21,8 @@ use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_v
 pub const VOLUME_MAGIC: &[u8; 8] = b"LSVDVOL\0";
 pub const VOLUME_VERSION: u16 = 1;
 const CRC_AT: usize = 12;
+/// Longest name, in bytes (the length field could say more).
+const MAX_NAME_BYTES: usize = 255;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeMeta {
@@ -33,7 +35,7 @@ pub struct VolumeMeta {
 pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
     let name = m.name.as_bytes();
     assert!(
-        name.len() <= 255,
+        name.len() <= MAX_NAME_BYTES,
         "volume names are validated to at most 255 bytes"
     );
     let mut w = Writer::with_capacity(50 + name.len());
@@ -61,6 +63,12 @@ pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
     let size_bytes = r.u64()?;
     let created_unix_secs = r.u64()?;
     let n = r.u16()? as usize;
+    if n > MAX_NAME_BYTES {
+        return Err(invalid(
+            WHAT,
+            format!("name of {n} bytes, at most {MAX_NAME_BYTES}"),
+        ));
+    }
     let name = r.take(n)?;
     if r.pos() != buf.len() {
         return Err(invalid(WHAT, "trailing bytes"));
@@ -85,6 +93,36 @@ pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found with the format_supers fuzz target: the decoder took names of up to 65535
+    /// bytes (the length field is 16 bits), though the layout allows 255 and
+    /// `encode_volume_meta` panics on longer ones, so decoding then re-encoding such
+    /// metadata panicked. Names longer than 255 bytes are now refused on read.
+    #[test]
+    fn fuzz_regression_name_longer_than_255_bytes_is_refused() {
+        let name = "n".repeat(300);
+        let mut buf = Vec::new();
+        buf.extend_from_slice(VOLUME_MAGIC);
+        buf.extend_from_slice(&VOLUME_VERSION.to_le_bytes());
+        buf.extend_from_slice(&[0; 6]);
+        buf.extend_from_slice(&[9; 16]);
+        buf.extend_from_slice(&(1u64 << 30).to_le_bytes());
+        buf.extend_from_slice(&1_800_000_000u64.to_le_bytes());
+        buf.extend_from_slice(&300u16.to_le_bytes());
+        buf.extend_from_slice(name.as_bytes());
+        let crc = crc32c::crc32c(&buf);
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let got = decode_volume_meta(&buf);
+        assert!(matches!(got, Err(FormatError::Invalid { .. })), "{got:?}");
+        // 255 bytes is the longest name, and it round-trips.
+        let m = VolumeMeta {
+            volume: VolumeId([9; 16]),
+            size_bytes: 1 << 30,
+            created_unix_secs: 1,
+            name: "n".repeat(255),
+        };
+        assert_eq!(decode_volume_meta(&encode_volume_meta(&m)), Ok(m));
+    }
 
     #[test]
     fn round_trip_and_corruption() {

@@ -1,0 +1,540 @@
+//! Writes the seed corpora under fuzz/corpus/<target>/ from real encoded structures:
+//! the format encoders' output (the same shapes as the format tests' golden bytes),
+//! the NBD codec's messages, and client byte streams recorded from nbdinfo and qemu-io
+//! (fuzz/captures/, made with fuzz/tools/capture_nbd.py).
+//!
+//! `cargo run --manifest-path fuzz/Cargo.toml --example make_seeds` (deterministic: the
+//! same files every run). Each seed starts with the target's mode byte (see the
+//! targets' docs): 0 for "decode these bytes", 1 for "build a value from these bytes".
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use lsvd_core::format::VolumeId;
+use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
+use lsvd_core::format::checkpoint::{
+    Checkpoint, CheckpointExtent, CheckpointObject, Counters, encode_checkpoint,
+};
+use lsvd_core::format::log_index::encode_log_index;
+use lsvd_core::format::object::{
+    ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
+};
+use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
+use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
+use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
+use lsvd_fuzz::format_targets::fix_record;
+use lsvd_nbd::BlockSizes;
+use lsvd_nbd::proto::consts::*;
+use lsvd_nbd::proto::handshake::{
+    Info, InfoRequest, MetaContextRequest, encode_greeting, encode_info, encode_meta_context,
+    encode_option, encode_option_reply,
+};
+use lsvd_nbd::proto::transmission::{
+    Command, RequestHeader, encode_block_status_chunk, encode_error_chunk, encode_simple_reply,
+};
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+fn put(target: &str, name: &str, mode: &[u8], bytes: &[u8]) {
+    let d = dir().join(target);
+    fs::create_dir_all(&d).expect("create corpus dir");
+    let mut v = mode.to_vec();
+    v.extend_from_slice(bytes);
+    fs::write(d.join(name), v).expect("write seed");
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| seed.wrapping_add((i * 7) as u8)).collect()
+}
+
+fn records() {
+    let vol = VolumeId([9; 16]);
+    let extents = [
+        RecordExtent {
+            lba: 8,
+            sectors: 8,
+            kind: ExtentKind::Data,
+        },
+        RecordExtent {
+            lba: 100,
+            sectors: 16,
+            kind: ExtentKind::Zero,
+        },
+    ];
+    let rec = encode_record(vol, 11, 0xdead_beef, &extents, &pattern(4096, 1));
+    put("format_record", "v4-data-and-zero", &[0], &rec);
+    // Versions 1-3: the same header relabelled, padded to 4096, checksums refitted.
+    for version in 1u16..=3 {
+        let mut old = vec![0u8; 4096 + 4096];
+        old[..96].copy_from_slice(&rec[..96]);
+        old[8..10].copy_from_slice(&version.to_le_bytes());
+        old[12..16].copy_from_slice(&4096u32.to_le_bytes());
+        old[4096..].copy_from_slice(&pattern(4096, 1));
+        fix_record(&mut old);
+        put("format_record", &format!("v{version}"), &[0], &old);
+    }
+    put("format_record", "generate", &[1], &pattern(64, 3));
+}
+
+fn objects() {
+    let vol = VolumeId([7; 16]);
+    let data_extents = [
+        ObjectExtent {
+            lba: 0,
+            sectors: 8,
+            source: None,
+        },
+        ObjectExtent {
+            lba: 64,
+            sectors: 9,
+            source: None,
+        },
+    ];
+    let spec = ObjectSpec {
+        kind: ObjectKind::Data,
+        volume: vol,
+        seq: 5,
+        last_record_seq: 40,
+        extents: &data_extents,
+        trims: &[(1000, 8)],
+    };
+    put(
+        "format_object",
+        "data",
+        &[0],
+        &encode_object(&spec, &pattern(17 * 512, 2)),
+    );
+    let gc_extents = [ObjectExtent {
+        lba: 16,
+        sectors: 4,
+        source: Some(ExtentSource {
+            object_seq: 3,
+            object_offset: 4096,
+        }),
+    }];
+    let gc = ObjectSpec {
+        kind: ObjectKind::Gc,
+        extents: &gc_extents,
+        trims: &[],
+        ..spec
+    };
+    put(
+        "format_object",
+        "gc",
+        &[0],
+        &encode_object(&gc, &pattern(2048, 5)),
+    );
+    let ckp = ObjectSpec {
+        kind: ObjectKind::Checkpoint,
+        extents: &[],
+        trims: &[],
+        ..spec
+    };
+    put(
+        "format_object",
+        "checkpoint",
+        &[0],
+        &encode_object(&ckp, &pattern(300, 9)),
+    );
+    put("format_object", "generate", &[1], &pattern(96, 4));
+}
+
+fn checkpoints() {
+    let c = Checkpoint {
+        clean: true,
+        counters: Counters {
+            client_write_bytes: 1 << 20,
+            store_write_bytes: 1 << 21,
+            gc_passes: 2,
+            gc_moved_bytes: 4096,
+        },
+        volume_size_bytes: 1 << 30,
+        next_object_seq: 12,
+        last_record_seq: 99,
+        objects: vec![CheckpointObject {
+            seq: 3,
+            kind: 1,
+            header_bytes: 200,
+            total_bytes: 9000,
+            live_bytes: 4096,
+        }],
+        extents: vec![CheckpointExtent {
+            lba: 8,
+            sectors: 8,
+            object_seq: 3,
+            object_offset: 200,
+        }],
+    };
+    put(
+        "format_checkpoint",
+        "one-object",
+        &[0],
+        &encode_checkpoint(&c),
+    );
+    put("format_checkpoint", "generate", &[1], &pattern(80, 6));
+}
+
+fn log_indexes() {
+    let v = VolumeId([5; 16]);
+    let e = |lba| RecordExtent {
+        lba,
+        sectors: 8,
+        kind: ExtentKind::Data,
+    };
+    let a = encode_record(v, 10, 0, &[e(0)], &[1; 4096]);
+    let crc_a = u32::from_le_bytes([a[48], a[49], a[50], a[51]]);
+    let b = encode_record(v, 11, crc_a, &[e(8), e(64)], &[2; 8192]);
+    let headers = [(8192u64, &a[..80]), (8192 + 8704, &b[..96])];
+    let ix = encode_log_index(v, 4, 77, headers.iter().copied());
+    put("format_log_index", "two-records", &[0], &ix);
+    put("format_log_index", "generate", &[1], &pattern(120, 8));
+}
+
+fn supers() {
+    let cs = CacheSuper {
+        clean: false,
+        volume: VolumeId([3; 16]),
+        generation: 5,
+        file_bytes: 1 << 30,
+        log_start: 8192,
+        log_end: 1 << 30,
+        tail_offset: 8192,
+        tail_seq: 1,
+        index_epoch: 9,
+    };
+    put(
+        "format_supers",
+        "cache-super",
+        &[0, 0],
+        &encode_cache_super(&cs)[..88],
+    );
+    let vs = VolumeSuper {
+        volume: VolumeId([4; 16]),
+        generation: 3,
+        session: 2,
+        clean: true,
+        newest_checkpoint: Some(10),
+        previous_checkpoint: None,
+        durable_through: 40,
+        last_record_seq: 41,
+        written_unix_ms: 1_800_000_000_000,
+    };
+    put(
+        "format_supers",
+        "volume-super",
+        &[0, 1],
+        &encode_volume_super(&vs),
+    );
+    let vm = VolumeMeta {
+        volume: VolumeId([9; 16]),
+        size_bytes: 16 << 30,
+        created_unix_secs: 1_800_000_000,
+        name: "disk0".into(),
+    };
+    put(
+        "format_supers",
+        "volume-meta",
+        &[0, 2],
+        &encode_volume_meta(&vm),
+    );
+    for which in 0..3u8 {
+        put(
+            "format_supers",
+            &format!("generate-{which}"),
+            &[1, which],
+            &pattern(100, which),
+        );
+    }
+}
+
+fn proto(captures: &[(String, Vec<u8>)]) {
+    let t = "nbd_proto";
+    put(t, "greeting", &[0], &encode_greeting());
+    put(t, "client-flags", &[1], &3u32.to_be_bytes());
+    let mut opt = Vec::new();
+    encode_option(&mut opt, OPT_GO, &[]);
+    put(t, "option-header", &[2], &opt[..16]);
+    let mut go = Vec::new();
+    InfoRequest {
+        name: "disk".into(),
+        requests: vec![INFO_NAME, INFO_BLOCK_SIZE],
+    }
+    .encode(&mut go);
+    put(t, "option-go", &[3, OPT_GO as u8], &go);
+    let mut meta = Vec::new();
+    MetaContextRequest {
+        export_name: String::new(),
+        queries: vec![META_CONTEXT_BASE_ALLOCATION.into()],
+    }
+    .encode(&mut meta);
+    put(
+        t,
+        "option-set-meta",
+        &[3, OPT_SET_META_CONTEXT as u8],
+        &meta,
+    );
+    put(
+        t,
+        "option-export-name",
+        &[3, OPT_EXPORT_NAME as u8],
+        b"disk",
+    );
+    let mut reply = Vec::new();
+    encode_option_reply(&mut reply, OPT_GO, REP_ACK, &[]);
+    put(t, "option-reply", &[4], &reply);
+    for (i, info) in [
+        Info::Export {
+            size: 1 << 20,
+            transmission_flags: 0x1ed,
+        },
+        Info::Name("disk".into()),
+        Info::BlockSize(BlockSizes {
+            minimum_bytes: 512,
+            preferred_bytes: 4096,
+            maximum_bytes: 32 << 20,
+        }),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut out = Vec::new();
+        encode_info(&mut out, OPT_GO, info);
+        put(t, &format!("info-{i}"), &[5], &out[20..]);
+    }
+    let mut mc = Vec::new();
+    encode_meta_context(
+        &mut mc,
+        OPT_SET_META_CONTEXT,
+        1,
+        META_CONTEXT_BASE_ALLOCATION,
+    );
+    put(t, "meta-context", &[6], &mc[20..]);
+    let req = RequestHeader {
+        flags: CMD_FLAG_FUA,
+        command: Command::Write,
+        cookie: 9,
+        offset: 4096,
+        length: 512,
+    };
+    put(t, "request", &[7], &req.encode());
+    let mut simple = Vec::new();
+    encode_simple_reply(&mut simple, EINVAL, 9);
+    put(t, "simple-reply", &[8], &simple);
+    let mut err = Vec::new();
+    encode_error_chunk(&mut err, 9, EIO, "boom", true);
+    put(t, "chunk-header", &[9], &err[..20]);
+    put(t, "error-chunk", &[10], &err[20..]);
+    let mut bs = Vec::new();
+    let ext = lsvd_nbd::AllocationExtent {
+        length_bytes: 4096,
+        flags: 3,
+    };
+    encode_block_status_chunk(&mut bs, 9, 1, &[ext, ext], true);
+    put(t, "block-status", &[11], &bs[20..]);
+    // Real clients' options, as the option parser sees them (header stripped).
+    for (name, stream) in captures {
+        let mut at = 4; // client flags
+        let mut n = 0;
+        while at + 16 <= stream.len() && stream[at..at + 8] == IHAVEOPT.to_be_bytes() {
+            let opt = u32::from_be_bytes([
+                stream[at + 8],
+                stream[at + 9],
+                stream[at + 10],
+                stream[at + 11],
+            ]);
+            let len = u32::from_be_bytes([
+                stream[at + 12],
+                stream[at + 13],
+                stream[at + 14],
+                stream[at + 15],
+            ]) as usize;
+            let Some(data) = stream.get(at + 16..at + 16 + len) else {
+                break;
+            };
+            put(t, &format!("{name}-option-{n}"), &[3, opt as u8], data);
+            at += 16 + len;
+            n += 1;
+        }
+    }
+}
+
+/// Builds session scripts: each call mirrors one read the session target makes.
+#[derive(Default)]
+struct Script(Vec<u8>);
+
+impl Script {
+    fn n(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn b(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// Export sizes 64 KiB and 4 KiB, 512-byte minimum block, 32 MiB maximum.
+    fn setup(&mut self, no_zeroes: bool) -> &mut Self {
+        self.n(65535)
+            .n(4096)
+            .n(1)
+            .n(0)
+            .n(if no_zeroes { 2 } else { 1 })
+    }
+    /// An option with no data: op, not raw, not oversized.
+    fn plain_option(&mut self, op: u32) -> &mut Self {
+        self.n(op).n(1).n(1)
+    }
+    fn structured(&mut self) -> &mut Self {
+        self.plain_option(8)
+    }
+    fn set_meta(&mut self, name: u32) -> &mut Self {
+        // op 10, not raw, name, one query "base:allocation", not oversized
+        self.n(10).n(1).n(name).n(1).n(0).n(1)
+    }
+    /// GO (op 6) for export `name`, asking for NAME and BLOCK_SIZE.
+    fn go(&mut self, name: u32) -> &mut Self {
+        self.n(6)
+            .n(1)
+            .n(name)
+            .n(2)
+            .b(&1u16.to_le_bytes())
+            .b(&3u16.to_le_bytes())
+            .n(1)
+    }
+    /// A request: command choice, flags choice, range mode 3 (raw offset and length).
+    fn request(&mut self, cmd: u32, flags: u32, offset: u64, length: u32) -> &mut Self {
+        self.n(cmd).n(flags).n(3).b(&offset.to_le_bytes()).n(length);
+        if cmd == 2 || cmd == 3 {
+            self.b(&[0x41]);
+        }
+        self
+    }
+}
+
+fn sessions(captures: &[(String, Vec<u8>)]) {
+    let t = "nbd_session";
+    // nbdinfo --map-like: structured replies, base:allocation, GO, I/O, block status.
+    let mut s = Script::default();
+    s.setup(true).structured().set_meta(0).go(0);
+    s.request(2, 5, 0, 8192) // WRITE
+        .request(0, 5, 0, 8192) // READ
+        .request(8, 5, 0, 65536) // BLOCK_STATUS
+        .request(8, 2, 4096, 4096) // BLOCK_STATUS, REQ_ONE
+        .request(5, 0, 0, 4096) // TRIM
+        .request(7, 1, 4096, 512) // WRITE_ZEROES NO_HOLE
+        .request(0, 5, 0, 16384) // READ
+        .request(4, 0, 0, 0) // FLUSH
+        .request(2, 0, 65536 - 512, 1024) // WRITE past the end
+        .request(9, 5, 0, 0); // DISC
+    put(t, "structured-session", &[], &s.0);
+    // qemu-like: old-style EXPORT_NAME with zero padding, simple replies.
+    let mut s = Script::default();
+    s.setup(false).n(0).n(1).n(1).n(1); // EXPORT_NAME "disk", not oversized
+    s.request(2, 0, 512, 4096)
+        .request(0, 0, 0, 8192)
+        .request(6, 5, 0, 4096) // CACHE
+        .request(0, 5, 1 << 40, 512) // READ far past the end
+        // Unknown command 0x99: choice 10, "not raw", the code, flags 0, offset 0, length 0.
+        .n(10)
+        .b(&[0, 0x99, 0])
+        .n(5)
+        .n(3)
+        .b(&0u64.to_le_bytes())
+        .n(0);
+    put(t, "export-name-session", &[], &s.0);
+    // LIST, INFO, unknown option, STARTTLS, ABORT.
+    let mut s = Script::default();
+    s.setup(true).plain_option(2);
+    s.n(4).n(1).n(2).n(1).b(&2u16.to_le_bytes()).n(1); // INFO "other", DESCRIPTION
+    s.n(11).n(0x55).n(1).n(1).plain_option(3).plain_option(1);
+    put(t, "options-then-abort", &[], &s.0);
+    // Real clients' byte streams after their flags, sent raw (op 12).
+    for (name, stream) in captures {
+        let mut s = Script::default();
+        s.setup(true).n(12).b(stream.get(4..).unwrap_or(&[]));
+        put(t, &format!("{name}-capture"), &[], &s.0);
+    }
+}
+
+/// Trace lines from lsvd-trace's own parser tests, one seed per format (the first byte
+/// is the index of the format in `Format::ALL`).
+fn traces() {
+    use lsvd_trace::Format;
+    let samples: [(Format, &str); 9] = [
+        (
+            Format::Msr,
+            "128166385295514663,hm,0,Write,9056014336,2048,2833\n128166385295514700,hm,1,Read,4096,512,10\n",
+        ),
+        (
+            Format::MsrCut,
+            "223.412 0 3159347200 36864 0\n224.0 0 4096 512 1\n",
+        ),
+        (
+            Format::Spc,
+            "0,303567,3584,w,0.026214\n1,2,512,R,1.5,extra,fields\n",
+        ),
+        (Format::Spc, "26214000 0 303567 7 0\n"),
+        (
+            Format::CloudPhysicsCsv,
+            "version,time,op,size,lbn\n1,5633898,2a,6656,40409911\n1,5633898,35,0,0\n",
+        ),
+        (Format::Tencent, "1538323200,4247200,128,1,1058\n"),
+        (
+            Format::Systor,
+            "Timestamp,Response,IOType,LUN,Offset,Size\n1455591804.310701000,0.006475000,R,0,203468398592,32768\n",
+        ),
+        (Format::Disksim, "938513000 4 264719034 16 0\n"),
+        (Format::Vscsi, ""),
+    ];
+    for (i, (format, text)) in samples.iter().enumerate() {
+        let index = Format::ALL
+            .iter()
+            .position(|f| f == format)
+            .expect("listed") as u8;
+        let mut bytes = text.as_bytes().to_vec();
+        if *format == Format::Vscsi {
+            // Two version-2 records (40 bytes each): zeros with a READ(10) opcode.
+            for n in 0..2u8 {
+                let mut rec = [0u8; 40];
+                rec[0] = 0x28;
+                rec[8] = n;
+                rec[16] = 8;
+                bytes.extend_from_slice(&rec);
+            }
+        }
+        put(
+            "trace_parse",
+            &format!("{}-{i}", format.name()),
+            &[index],
+            &bytes,
+        );
+    }
+}
+
+fn main() {
+    let caps = Path::new(env!("CARGO_MANIFEST_DIR")).join("captures");
+    let mut captures = Vec::new();
+    let mut entries: Vec<_> = fs::read_dir(&caps)
+        .expect("fuzz/captures")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("capture")
+            .to_owned();
+        captures.push((name, fs::read(&p).expect("read capture")));
+    }
+    records();
+    objects();
+    checkpoints();
+    log_indexes();
+    supers();
+    proto(&captures);
+    sessions(&captures);
+    traces();
+    println!("seeds written under {}", dir().display());
+}

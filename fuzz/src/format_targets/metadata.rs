@@ -1,0 +1,325 @@
+//! Fuzz checks for the metadata decoders: checkpoints, the write-log index, the cache
+//! and volume superblocks and the volume metadata object. Same modes as the parent
+//! module's targets.
+
+use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
+use lsvd_core::format::checkpoint::{
+    Checkpoint, CheckpointExtent, CheckpointObject, Counters, decode_checkpoint, encode_checkpoint,
+};
+use lsvd_core::format::log_index::{
+    IndexedRecord, LOG_INDEX_FIXED_BYTES, LogIndex, decode_log_index, encode_log_index,
+    log_index_len,
+};
+use lsvd_core::format::record::{
+    ExtentKind, RecordExtent, decode_record_header, encode_header_prefix, encode_record,
+};
+use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
+use lsvd_core::format::volume_super::{
+    NO_CHECKPOINT, VolumeSuper, decode_volume_super, encode_volume_super,
+};
+
+use super::{corrupt, fix, split_mode, volume};
+use crate::bytes::Bytes;
+
+// checkpoints
+
+fn check_checkpoint_bytes(buf: &[u8]) {
+    if let Ok(c) = decode_checkpoint(buf) {
+        let again = decode_checkpoint(&encode_checkpoint(&c));
+        assert_eq!(again.as_ref(), Ok(&c), "checkpoint re-encodes differently");
+    }
+}
+
+fn generate_checkpoint(b: &mut Bytes<'_>) {
+    let clean = b.bool();
+    let counters = Counters {
+        client_write_bytes: b.u64(),
+        store_write_bytes: b.u64(),
+        gc_passes: b.u64(),
+        gc_moved_bytes: b.u64(),
+    };
+    let (volume_size_bytes, next_object_seq, last_record_seq) = (b.u64(), b.u64(), b.u64());
+    let objects = (0..b.below(8))
+        .map(|_| CheckpointObject {
+            seq: b.u64(),
+            kind: b.u16(),
+            header_bytes: b.u32(),
+            total_bytes: b.u64(),
+            live_bytes: b.u64(),
+        })
+        .collect();
+    let extents = (0..b.below(8))
+        .map(|_| CheckpointExtent {
+            lba: b.u64(),
+            sectors: b.u64(),
+            object_seq: b.u64(),
+            object_offset: b.u64(),
+        })
+        .collect();
+    let c = Checkpoint {
+        clean,
+        counters,
+        volume_size_bytes,
+        next_object_seq,
+        last_record_seq,
+        objects,
+        extents,
+    };
+    let mut buf = encode_checkpoint(&c);
+    assert_eq!(
+        decode_checkpoint(&buf).as_ref(),
+        Ok(&c),
+        "checkpoint round trip"
+    );
+    if let Some(at) = corrupt(b, &mut buf, usize::MAX) {
+        assert!(
+            decode_checkpoint(&buf).is_err(),
+            "corrupt byte {at} unnoticed"
+        );
+    }
+}
+
+/// Target `format_checkpoint`.
+pub fn checkpoint(data: &[u8]) {
+    let (generate, rest) = split_mode(data);
+    if generate {
+        return generate_checkpoint(&mut Bytes::new(rest));
+    }
+    check_checkpoint_bytes(rest);
+    let mut fixed = rest.to_vec();
+    let len = fixed.len();
+    fix::crc_at(&mut fixed, 12, len);
+    check_checkpoint_bytes(&fixed);
+}
+
+// write-log index
+
+fn reencode_index(ix: &LogIndex) -> Vec<u8> {
+    let headers: Vec<(u64, Vec<u8>)> = ix
+        .records
+        .iter()
+        .map(|r| (r.offset, encode_header_prefix(&r.header)))
+        .collect();
+    encode_log_index(
+        ix.volume,
+        ix.generation,
+        ix.epoch,
+        headers.iter().map(|(o, h)| (*o, h.as_slice())),
+    )
+}
+
+fn check_log_index_bytes(buf: &[u8]) {
+    let Ok(ix) = decode_log_index(buf) else {
+        return;
+    };
+    let len = log_index_len(&buf[..LOG_INDEX_FIXED_BYTES]).expect("fixed part of a valid index");
+    assert!(len <= buf.len() as u64, "index length past its buffer");
+    let again = decode_log_index(&reencode_index(&ix));
+    assert_eq!(again.as_ref(), Ok(&ix), "index re-encodes differently");
+}
+
+fn generate_log_index(b: &mut Bytes<'_>) {
+    let vol = volume(b);
+    let (generation, epoch) = (b.u64(), b.u64());
+    let mut seq = b.u64();
+    let mut prev_crc = b.u32();
+    let mut records = Vec::new();
+    for _ in 0..b.below(6) {
+        let extents: Vec<RecordExtent> = (0..b.below(4))
+            .map(|_| RecordExtent {
+                lba: b.u64(),
+                sectors: 1 + b.below(4),
+                kind: ExtentKind::Zero,
+            })
+            .collect();
+        let rec = encode_record(vol, seq, prev_crc, &extents, &[]);
+        let header = decode_record_header(&rec).expect("encoded record decodes");
+        prev_crc = header.crc;
+        records.push(IndexedRecord {
+            offset: b.u64(),
+            header,
+        });
+        seq = seq.wrapping_add(1);
+    }
+    // After u64::MAX the "next" sequence number wraps to 0: that is not a chain.
+    let wrapped = records.windows(2).any(|w| w[0].header.seq == u64::MAX);
+    let ix = LogIndex {
+        volume: vol,
+        generation,
+        epoch,
+        records,
+    };
+    let mut buf = reencode_index(&ix);
+    if wrapped {
+        assert!(
+            decode_log_index(&buf).is_err(),
+            "sequence wrap accepted as a chain"
+        );
+        return;
+    }
+    assert_eq!(decode_log_index(&buf).as_ref(), Ok(&ix), "index round trip");
+    if let Some(at) = corrupt(b, &mut buf, usize::MAX) {
+        assert!(
+            decode_log_index(&buf).is_err(),
+            "corrupt byte {at} unnoticed"
+        );
+    }
+}
+
+/// Target `format_log_index`.
+pub fn log_index(data: &[u8]) {
+    let (generate, rest) = split_mode(data);
+    if generate {
+        return generate_log_index(&mut Bytes::new(rest));
+    }
+    check_log_index_bytes(rest);
+    let mut fixed = rest.to_vec();
+    if let Some(entries) = fix::le_u64(&fixed, 48) {
+        let end = usize::try_from(entries)
+            .ok()
+            .and_then(|e| e.checked_add(LOG_INDEX_FIXED_BYTES));
+        if let Some(end) = end {
+            fix::crc_at(&mut fixed, 12, end);
+        }
+    }
+    check_log_index_bytes(&fixed);
+}
+
+// superblocks and volume metadata
+
+fn check_supers_bytes(which: u8, buf: &[u8]) {
+    match which % 3 {
+        0 => {
+            if let Ok(s) = decode_cache_super(buf) {
+                let again = decode_cache_super(&encode_cache_super(&s));
+                assert_eq!(again, Ok(s), "cache superblock re-encodes differently");
+            }
+        }
+        1 => {
+            if let Ok(s) = decode_volume_super(buf) {
+                let again = decode_volume_super(&encode_volume_super(&s));
+                assert_eq!(again, Ok(s), "volume superblock re-encodes differently");
+            }
+        }
+        _ => {
+            if let Ok(m) = decode_volume_meta(buf) {
+                let again = decode_volume_meta(&encode_volume_meta(&m));
+                assert_eq!(again, Ok(m), "volume metadata re-encodes differently");
+            }
+        }
+    }
+}
+
+fn fix_supers(which: u8, buf: &mut [u8]) {
+    let len = buf.len();
+    match which % 3 {
+        0 => fix::crc_at(buf, 12, 88),
+        _ => fix::crc_at(buf, 12, len),
+    }
+}
+
+fn generate_supers(which: u8, b: &mut Bytes<'_>) {
+    let mut buf = match which % 3 {
+        0 => {
+            let s = CacheSuper {
+                clean: b.bool(),
+                volume: volume(b),
+                generation: b.u64(),
+                file_bytes: b.u64(),
+                log_start: b.u64(),
+                log_end: b.u64(),
+                tail_offset: b.u64(),
+                tail_seq: b.u64(),
+                index_epoch: b.u64(),
+            };
+            let buf = encode_cache_super(&s);
+            let in_bounds = s.log_start <= s.tail_offset
+                && s.tail_offset < s.log_end
+                && s.log_end <= s.file_bytes;
+            let got = decode_cache_super(&buf);
+            if in_bounds {
+                assert_eq!(got, Ok(s), "cache superblock round trip");
+            } else {
+                assert!(got.is_err(), "out-of-bounds cache superblock accepted");
+                return;
+            }
+            buf
+        }
+        1 => {
+            // NO_CHECKPOINT (u64::MAX) is how "none" is stored, so it is no checkpoint.
+            let checkpoint = |b: &mut Bytes<'_>| {
+                let v = b.u64();
+                (b.bool() && v != NO_CHECKPOINT).then_some(v)
+            };
+            let s = VolumeSuper {
+                volume: volume(b),
+                generation: b.u64(),
+                session: b.u64(),
+                clean: b.bool(),
+                newest_checkpoint: checkpoint(b),
+                previous_checkpoint: checkpoint(b),
+                durable_through: b.u64(),
+                last_record_seq: b.u64(),
+                written_unix_ms: b.u64(),
+            };
+            let buf = encode_volume_super(&s);
+            assert_eq!(
+                decode_volume_super(&buf),
+                Ok(s),
+                "volume superblock round trip"
+            );
+            buf
+        }
+        _ => {
+            let raw = b.vec(300);
+            let name = String::from_utf8_lossy(&raw);
+            let mut end = name.len().min(255);
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            let m = VolumeMeta {
+                volume: volume(b),
+                size_bytes: b.u64(),
+                created_unix_secs: b.u64(),
+                name: name[..end].to_owned(),
+            };
+            let buf = encode_volume_meta(&m);
+            assert_eq!(
+                decode_volume_meta(&buf).as_ref(),
+                Ok(&m),
+                "volume metadata round trip"
+            );
+            buf
+        }
+    };
+    let within = if which.is_multiple_of(3) {
+        88
+    } else {
+        buf.len()
+    };
+    if let Some(at) = corrupt(b, &mut buf, within) {
+        let rejected = match which % 3 {
+            0 => decode_cache_super(&buf).is_err(),
+            1 => decode_volume_super(&buf).is_err(),
+            _ => decode_volume_meta(&buf).is_err(),
+        };
+        assert!(rejected, "corrupt byte {at} unnoticed");
+    }
+}
+
+/// Target `format_supers`: cache superblock, volume superblock, volume metadata. The
+/// second byte picks which.
+pub fn supers(data: &[u8]) {
+    let (generate, rest) = split_mode(data);
+    let (which, rest) = match rest.split_first() {
+        Some((&w, rest)) => (w, rest),
+        None => return,
+    };
+    if generate {
+        return generate_supers(which, &mut Bytes::new(rest));
+    }
+    check_supers_bytes(which, rest);
+    let mut fixed = rest.to_vec();
+    fix_supers(which, &mut fixed);
+    check_supers_bytes(which, &fixed);
+}
