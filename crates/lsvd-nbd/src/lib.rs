@@ -80,4 +80,4 @@ pub mod mem_device;
 pub mod proto;
 pub mod server;
 
-pub use server::{Export, Limits, Listener, Server};
+pub use server::{ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Server};

@@ -6,8 +6,10 @@
 //! [`Server`], [`Export`], [`Limits`] and the [`Listener`] abstraction that lets the same
 //! server accept on TCP and Unix sockets at once.
 //!
-//! Nothing is logged: a connection that fails is closed and its error is returned from
-//! [`Server::handle_connection`] (and dropped by [`Server::serve`]).
+//! Nothing is logged here: a connection that fails is closed and its error is returned
+//! from [`Server::handle_connection`]; [`Server::serve`] counts it in
+//! [`ConnectionStats`] and hands it to the hook set with [`Server::on_connection_error`]
+//! (lsvd logs it), so a client that vanishes mid-request is visible.
 
 mod negotiate;
 mod request;
@@ -16,6 +18,7 @@ mod session;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -105,11 +108,27 @@ impl Listener for UnixListener {
     }
 }
 
+/// Counters of the connections [`Server::serve`] handled.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections that ended with an error: the client broke the protocol, hung up in
+    /// the middle of a request's payload or with requests unanswered, stopped reading
+    /// replies, or the handshake timed out.
+    pub ended_with_error: AtomicU64,
+}
+
+/// Called with the error that ended a connection.
+pub type ConnectionErrorHook = Box<dyn Fn(&io::Error) + Send + Sync>;
+
 /// An NBD server for a fixed set of exports. The first export is also the default one,
 /// served to clients that ask for the empty name.
 pub struct Server<D: BlockDevice> {
     exports: Vec<Export<D>>,
     limits: Limits,
+    stats: Arc<ConnectionStats>,
+    on_error: Option<ConnectionErrorHook>,
 }
 
 impl<D: BlockDevice> Server<D> {
@@ -127,7 +146,23 @@ impl<D: BlockDevice> Server<D> {
             reply_queue: permits(limits.reply_queue, 1),
             ..limits
         };
-        Server { exports, limits }
+        Server {
+            exports,
+            limits,
+            stats: Arc::default(),
+            on_error: None,
+        }
+    }
+
+    /// Call `hook` with the error of every connection [`Server::serve`] sees end badly.
+    pub fn on_connection_error(mut self, hook: ConnectionErrorHook) -> Self {
+        self.on_error = Some(hook);
+        self
+    }
+
+    /// The connection counters of [`Server::serve`].
+    pub fn connection_stats(&self) -> Arc<ConnectionStats> {
+        Arc::clone(&self.stats)
     }
 
     pub fn exports(&self) -> &[Export<D>] {
@@ -160,9 +195,22 @@ impl<D: BlockDevice> Server<D> {
                 Ok((stream, slot)) => {
                     let server = Arc::clone(&self);
                     let shutdown = shutdown.clone();
+                    self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                     connections.spawn(async move {
-                        // Connection errors only mean this client is gone.
-                        let _ = server.handle_connection(stream, shutdown).await;
+                        // Connection errors only mean this client is gone: count and
+                        // report them, nothing more.
+                        if let Err(e) = Arc::clone(&server)
+                            .handle_connection(stream, shutdown)
+                            .await
+                        {
+                            server
+                                .stats
+                                .ended_with_error
+                                .fetch_add(1, Ordering::Relaxed);
+                            if let Some(hook) = &server.on_error {
+                                hook(&e);
+                            }
+                        }
                         drop(slot);
                     });
                 }

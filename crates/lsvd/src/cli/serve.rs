@@ -138,7 +138,11 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         volumes.push(volume);
     }
 
-    let server = Arc::new(Server::new(exports));
+    // A client that vanishes mid-request gets one line here and a count in
+    // lsvd_nbd_connections_aborted_total.
+    let server = Arc::new(Server::new(exports).on_connection_error(Box::new(|e| {
+        crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
+    })));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(l.clone()),
@@ -202,6 +206,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         tokio::spawn(crate::metrics::serve(
             listener,
             volumes.clone(),
+            server.connection_stats(),
             shutdown_rx.clone(),
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
