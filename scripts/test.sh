@@ -12,6 +12,8 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "test: fmt and clippy took $((SECONDS - start)) s" >&2
 start=$SECONDS
-cargo test --workspace --locked
+# The fault soak (crates/lsvd/tests/soak.rs, docs/soak.md) runs here, once, with its
+# own versitygw: required, not skipped, since install-test-deps.sh built it.
+LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
 echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
 bash scripts/test-s3.sh
