@@ -12,6 +12,9 @@
 #
 #   scripts/test-s3.sh
 #
+# Not the soak (crates/lsvd/tests/soak.rs): it runs in `cargo test --workspace` with a
+# versitygw of its own, which it kills and restarts.
+#
 # Starts versitygw through scripts/with-versitygw.sh (which builds it with Go the first
 # time; scripts/install-test-deps.sh installs what that needs).
 set -euo pipefail

@@ -15,7 +15,9 @@ cargo fmt --manifest-path fuzz/Cargo.toml --check
 (cd fuzz && cargo clippy --all-targets --locked --target-dir ../target/fuzz-lint -- -D warnings)
 echo "test: fmt and clippy took $((SECONDS - start)) s" >&2
 start=$SECONDS
-cargo test --workspace --locked
+# The fault soak (crates/lsvd/tests/soak.rs, docs/soak.md) runs here, once, with its
+# own versitygw: required, not skipped, since install-test-deps.sh built it.
+LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
 echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
 # Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
 # (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).

@@ -206,3 +206,98 @@ async fn absurd_limits_are_clamped() {
         1 << 20
     );
 }
+
+/// A client that hangs up halfway through a WRITE payload, or with a request still
+/// running, ends its connection with an error: counted, and handed to the hook with a
+/// message that says what happened. A port probe and a clean NBD_CMD_DISC are not.
+#[tokio::test]
+async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lsvd-nbd-hangup-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sock = dir.join("nbd.sock");
+    let mut dev = TestDevice::new(SIZE);
+    dev.slow_read = Some((0, Duration::from_millis(300)));
+    let messages = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&messages);
+    let server = Arc::new(
+        Server::new(vec![export("d", dev)]).on_connection_error(Box::new(move |e| {
+            seen.lock().expect("messages").push(e.to_string())
+        })),
+    );
+    let stats = server.connection_stats();
+    let (stop, shutdown) = watch::channel(false);
+    let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
+    let task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
+    let connect = || async {
+        let mut c = Client::new(
+            tokio::net::UnixStream::connect(&sock)
+                .await
+                .expect("connect"),
+        );
+        c.handshake().await;
+        c.go("", &[]).await;
+        c
+    };
+
+    // A probe: connect, close.
+    drop(tokio::net::UnixStream::connect(&sock).await.expect("probe"));
+    // Half a WRITE payload, then close.
+    let mut half = connect().await;
+    let hdr = RequestHeader {
+        flags: 0,
+        command: Command::Write,
+        cookie: 1,
+        offset: 4096,
+        length: 4096,
+    };
+    half.send_raw(hdr, &[7u8; 2048]).await;
+    drop(half);
+    // A slow READ, then close without reading its reply.
+    let mut gone = connect().await;
+    gone.send(Command::Read, 0, 0, 4096, &[]).await;
+    drop(gone);
+    // A polite client.
+    let mut polite = connect().await;
+    assert_eq!(
+        polite.call(Command::Read, 0, 4096, 512, &[]).await.data,
+        vec![0; 512]
+    );
+    polite.send(Command::Disc, 0, 0, 0, &[]).await;
+    assert!(polite.is_closed().await);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while stats.ended_with_error.load(Ordering::SeqCst) < 2
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing more is coming: the polite one closed before we looked.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(stats.accepted.load(Ordering::SeqCst), 4);
+    assert_eq!(stats.ended_with_error.load(Ordering::SeqCst), 2);
+    let messages = messages.lock().expect("messages").clone();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("WRITE of 4096 bytes at 4096 cut short")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("hung up without NBD_CMD_DISC with 1 requests")),
+        "{messages:?}"
+    );
+    stop.send(true).expect("server listening");
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("serve returned")
+        .expect("no panic")
+        .expect("ok");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use lsvd_nbd::ConnectionStats;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -187,8 +188,22 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
     metric(
         "store_put_retries_total",
         "counter",
-        "Failed object PUTs that were retried.",
+        "Failed store requests of an upload (the ownership check or the PUT), all \
+         retried: it grows while the store is unreachable.",
         &|v, _| v.stats().store_put_retries.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "log_full_waits_total",
+        "counter",
+        "Times client writes found the write log full and waited for uploads to free \
+         space (one per episode).",
+        &|v, _| v.stats().log_full_waits.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "log_full",
+        "gauge",
+        "1 while client writes wait for space in a full write log.",
+        &|v, _| f64::from(u8::from(v.stats().log_full.load(Ordering::Relaxed))),
     );
     metric(
         "store_gets_total",
@@ -199,10 +214,35 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
     out
 }
 
+/// The NBD server's connection counters (not per volume: a connection that breaks
+/// before or during the handshake has no volume).
+pub fn render_connections(stats: &ConnectionStats) -> String {
+    let mut out = String::new();
+    for (name, help, value) in [
+        (
+            "nbd_connections_total",
+            "NBD connections accepted.",
+            stats.accepted.load(Ordering::Relaxed),
+        ),
+        (
+            "nbd_connections_aborted_total",
+            "NBD connections that ended with an error: a client that hung up mid-request \
+             or with requests unanswered, broke the protocol, or stopped reading replies.",
+            stats.ended_with_error.load(Ordering::Relaxed),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP lsvd_{name} {help}");
+        let _ = writeln!(out, "# TYPE lsvd_{name} counter");
+        let _ = writeln!(out, "lsvd_{name} {value}");
+    }
+    out
+}
+
 /// Answer every HTTP request on `listener` with the metrics, until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     volumes: Vec<Arc<Volume>>,
+    connections: Arc<ConnectionStats>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let volumes = Arc::new(volumes);
@@ -215,6 +255,7 @@ pub async fn serve(
             continue;
         };
         let volumes = volumes.clone();
+        let connections = connections.clone();
         tokio::spawn(async move {
             // Read the request head (bounded), ignore it, answer.
             let mut buf = vec![0u8; 8192];
@@ -235,7 +276,8 @@ pub async fn serve(
                     }
                 }
             }
-            let body = render(&volumes);
+            let mut body = render(&volumes);
+            body.push_str(&render_connections(&connections));
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()

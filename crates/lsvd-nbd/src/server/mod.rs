@@ -7,10 +7,12 @@
 //! abstraction that lets the same server accept on TCP and Unix sockets at once, each
 //! with or without TLS.
 //!
-//! Nothing is printed: a connection that fails is closed and its error is returned from
-//! [`Server::handle_connection`] (and dropped by [`Server::serve`]). Refusals an operator
-//! should see (a plain client where TLS is required, a failed TLS handshake) also go to
-//! the [`Notices`] hook, if one is set.
+//! Nothing is logged here: a connection that fails is closed and its error is returned
+//! from [`Server::handle_connection`]; [`Server::serve`] counts it in
+//! [`ConnectionStats`] and hands it to the hook set with [`Server::on_connection_error`]
+//! (lsvd logs it), so a client that vanishes mid-request is visible. Refusals an
+//! operator should see (a plain client where TLS is required, a failed TLS handshake)
+//! also go to the [`Notices`] hook, if one is set.
 
 mod negotiate;
 mod request;
@@ -20,6 +22,7 @@ pub mod tls;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -127,12 +130,28 @@ impl Listener for UnixListener {
     }
 }
 
+/// Counters of the connections [`Server::serve`] handled.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections that ended with an error: the client broke the protocol, hung up in
+    /// the middle of a request's payload or with requests unanswered, stopped reading
+    /// replies, or the handshake timed out.
+    pub ended_with_error: AtomicU64,
+}
+
+/// Called with the error that ended a connection.
+pub type ConnectionErrorHook = Box<dyn Fn(&io::Error) + Send + Sync>;
+
 /// An NBD server for a fixed set of exports. The first export is also the default one,
 /// served to clients that ask for the empty name.
 pub struct Server<D: BlockDevice> {
     exports: Vec<Export<D>>,
     limits: Limits,
     notices: Option<Notices>,
+    stats: Arc<ConnectionStats>,
+    on_error: Option<ConnectionErrorHook>,
 }
 
 impl<D: BlockDevice> Server<D> {
@@ -154,6 +173,8 @@ impl<D: BlockDevice> Server<D> {
             exports,
             limits,
             notices: None,
+            stats: Arc::default(),
+            on_error: None,
         }
     }
 
@@ -161,6 +182,17 @@ impl<D: BlockDevice> Server<D> {
     pub fn with_notices(mut self, notices: Notices) -> Self {
         self.notices = Some(notices);
         self
+    }
+
+    /// Call `hook` with the error of every connection [`Server::serve`] sees end badly.
+    pub fn on_connection_error(mut self, hook: ConnectionErrorHook) -> Self {
+        self.on_error = Some(hook);
+        self
+    }
+
+    /// The connection counters of [`Server::serve`].
+    pub fn connection_stats(&self) -> Arc<ConnectionStats> {
+        Arc::clone(&self.stats)
     }
 
     pub fn exports(&self) -> &[Export<D>] {
@@ -215,16 +247,32 @@ impl<D: BlockDevice> Server<D> {
                     let shutdown = shutdown.clone();
                     let peer = L::peer_name(&stream);
                     let tls = tls.clone();
+                    self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                     connections.spawn(async move {
-                        // Connection errors only mean this client is gone (refusals
-                        // went to the notices already).
-                        let _ = match tls {
-                            None => server.connection(stream, None, &peer, shutdown).await,
+                        // Connection errors only mean this client is gone: count and
+                        // report them, nothing more (refusals went to the notices too).
+                        let result = match tls {
+                            None => {
+                                Arc::clone(&server)
+                                    .connection(stream, None, &peer, shutdown)
+                                    .await
+                            }
                             Some(tls) => {
                                 let stream: BoxStream = Box::new(stream);
-                                server.connection(stream, Some(&tls), &peer, shutdown).await
+                                Arc::clone(&server)
+                                    .connection(stream, Some(&tls), &peer, shutdown)
+                                    .await
                             }
                         };
+                        if let Err(e) = result {
+                            server
+                                .stats
+                                .ended_with_error
+                                .fetch_add(1, Ordering::Relaxed);
+                            if let Some(hook) = &server.on_error {
+                                hook(&e);
+                            }
+                        }
                         drop(slot);
                     });
                 }

@@ -92,10 +92,24 @@ where
     D: BlockDevice,
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    stream.write_all(&encode_greeting()).await?;
-    stream.flush().await?;
+    // A client that hangs up before sending its flags only checked that we listen (a
+    // port probe, a readiness check): not an error worth reporting.
+    let probe = |e: io::Error| match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset => Ok(None),
+        _ => Err(e),
+    };
+    if let Err(e) = stream.write_all(&encode_greeting()).await {
+        return probe(e);
+    }
+    if let Err(e) = stream.flush().await {
+        return probe(e);
+    }
     let mut flags = [0u8; 4];
-    stream.read_exact(&mut flags).await?;
+    if let Err(e) = stream.read_exact(&mut flags).await {
+        return probe(e);
+    }
     let flags = parse_client_flags(flags)?;
     let mut state = State {
         no_zeroes: flags.no_zeroes,

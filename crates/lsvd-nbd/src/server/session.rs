@@ -35,6 +35,9 @@ struct Reply {
 enum End {
     /// Graceful: finish in-flight requests, write their replies, close.
     Drain,
+    /// EOF without NBD_CMD_DISC while this many requests were still unanswered: drain
+    /// like [`End::Drain`] (the requests run to completion), then report the hang-up.
+    HungUp(usize),
     /// The writer is gone (client stopped reading or hung up).
     WriterGone,
     /// Protocol violation or read error: drop the connection now.
@@ -74,6 +77,7 @@ where
         tx,
         ops: Arc::new(Semaphore::new(limits.max_in_flight)),
         budget: Arc::new(Semaphore::new(limits.max_in_flight_bytes)),
+        max_in_flight: limits.max_in_flight,
     };
     let end = conn.read_requests(&mut reader, &mut shutdown).await;
     // Tasks still running hold clones of the sender; the writer ends after the last one.
@@ -83,9 +87,9 @@ where
             writer.abort();
             Err(e)
         }
-        End::Drain | End::WriterGone => {
+        End::Drain | End::WriterGone | End::HungUp(_) => {
             let grace = limits.shutdown_grace;
-            tokio::select! {
+            let drained = tokio::select! {
                 joined = &mut writer => joined.unwrap_or_else(|e| Err(io::Error::other(e))),
                 () = async {
                     shutdown_requested(&mut shutdown).await;
@@ -94,6 +98,16 @@ where
                     writer.abort();
                     Err(io::Error::new(io::ErrorKind::TimedOut, "in-flight requests outlived the shutdown grace"))
                 }
+            };
+            match end {
+                End::HungUp(unanswered) => Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    format!(
+                        "client hung up without NBD_CMD_DISC with {unanswered} requests unanswered \
+                         (they ran to completion)"
+                    ),
+                )),
+                _ => drained,
             }
         }
     }
@@ -105,6 +119,7 @@ struct Conn<D> {
     tx: mpsc::Sender<Reply>,
     ops: Arc<Semaphore>,
     budget: Arc<Semaphore>,
+    max_in_flight: usize,
 }
 
 impl<D: BlockDevice> Conn<D> {
@@ -121,7 +136,11 @@ impl<D: BlockDevice> Conn<D> {
                 () = self.tx.closed() => return End::WriterGone,
                 read = reader.read_exact(&mut buf) => match read {
                     Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return End::Drain,
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        let unanswered =
+                            self.max_in_flight.saturating_sub(self.ops.available_permits());
+                        return if unanswered == 0 { End::Drain } else { End::HungUp(unanswered) };
+                    }
                     Err(e) => return End::Abort(e),
                 },
             }
@@ -153,7 +172,13 @@ impl<D: BlockDevice> Conn<D> {
                     () = shutdown_requested(shutdown) => return End::Drain,
                     read = read_payload(reader, hdr.length as usize) => match read {
                         Ok(p) => payload = p,
-                        Err(e) => return End::Abort(e),
+                        Err(e) => return End::Abort(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "WRITE of {} bytes at {} cut short, not executed: {e}",
+                                hdr.length, hdr.offset
+                            ),
+                        )),
                     },
                 }
             }

@@ -27,6 +27,11 @@ pub struct FileCache {
 impl FileCache {
     /// Open `path`, creating and preallocating it to `size_bytes` if it does not exist.
     /// An existing file keeps its size.
+    ///
+    /// Preallocation is what makes a full filesystem harmless to a running volume: every
+    /// block of the file is allocated before it serves. If the filesystem has no room
+    /// (ENOSPC) the new file is removed and the error returned; only a filesystem that
+    /// cannot preallocate at all gets a sparse file.
     pub fn open_or_create(path: &Path, size_bytes: u64) -> io::Result<(Self, bool)> {
         let created = !path.exists();
         let file = OpenOptions::new()
@@ -39,9 +44,14 @@ impl FileCache {
             // SAFETY: plain syscall on a valid, owned file descriptor.
             let rc =
                 unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size_bytes as libc::off_t) };
-            if rc != 0 {
+            if rc == libc::EOPNOTSUPP || rc == libc::EINVAL {
                 // Filesystems without fallocate still get a file of the right size.
                 file.set_len(size_bytes)?;
+            } else if rc != 0 {
+                // A sparse file here would fail its writes later, while serving.
+                drop(file);
+                let _ = std::fs::remove_file(path);
+                return Err(io::Error::from_raw_os_error(rc));
             }
             file.sync_all()?;
             if let Some(dir) = path.parent() {
@@ -67,12 +77,28 @@ impl FileCache {
         }
         // Build it under a temporary name: a crash halfway leaves no short log behind.
         let tmp = path.with_extension("creating");
+        let built = Self::write_zeroed(&tmp, size_bytes);
+        if built.is_err() {
+            // Out of space, most likely: do not leave the partial file taking it up.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        built?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        let (cache, _) = Self::open_or_create(path, size_bytes)?;
+        Ok((cache, true))
+    }
+
+    /// Create `tmp` holding `size_bytes` of written zeros, synced.
+    fn write_zeroed(tmp: &Path, size_bytes: u64) -> io::Result<()> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)?;
+            .open(tmp)?;
         let zeros = vec![0u8; 1 << 20];
         let mut at = 0u64;
         while at < size_bytes {
@@ -80,14 +106,7 @@ impl FileCache {
             file.write_all_at(&zeros[..n], at)?;
             at += n as u64;
         }
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        let (cache, _) = Self::open_or_create(path, size_bytes)?;
-        Ok((cache, true))
+        file.sync_all()
     }
 }
 

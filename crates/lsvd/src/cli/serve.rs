@@ -216,7 +216,15 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     }
 
     let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
-    let server = Arc::new(Server::new(exports).with_notices(notices));
+    // A client that vanishes mid-request gets one line here and a count in
+    // lsvd_nbd_connections_aborted_total.
+    let server = Arc::new(
+        Server::new(exports)
+            .with_notices(notices)
+            .on_connection_error(Box::new(|e| {
+                crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
+            })),
+    );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     if let Some(addr) = &listen {
@@ -271,6 +279,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         tokio::spawn(crate::metrics::serve(
             listener,
             volumes.clone(),
+            server.connection_stats(),
             shutdown_rx.clone(),
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");

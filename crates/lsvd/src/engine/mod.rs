@@ -32,6 +32,8 @@ pub mod clock;
 pub mod config;
 #[cfg(test)]
 mod error_kind_tests;
+#[cfg(test)]
+mod fault_metrics_tests;
 mod gc;
 pub mod keys;
 pub(crate) mod log_index;

@@ -60,7 +60,12 @@ pub(crate) async fn upload_object(
                 return;
             }
             Err(e) => {
-                crate::log::warn(&format!("cannot check volume ownership before {key}: {e}"));
+                note_store_error(
+                    shared,
+                    attempt,
+                    &format!("cannot check volume ownership before {key}"),
+                    &e,
+                );
                 shared.clock().sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
@@ -72,7 +77,14 @@ pub(crate) async fn upload_object(
             .put(&key, bytes.clone(), PutMode::IfAbsent)
             .await
         {
-            Ok(()) => break,
+            Ok(()) => {
+                if attempt > 1 {
+                    crate::log::info(&format!(
+                        "store reachable again: {key} uploaded after {attempt} attempts"
+                    ));
+                }
+                break;
+            }
             // An earlier attempt landed but its answer was lost, or another process
             // writes this volume: only our own bytes count as landed.
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
@@ -95,15 +107,7 @@ pub(crate) async fn upload_object(
                 }
             }
             Err(e) => {
-                shared
-                    .stats
-                    .store_put_retries
-                    .fetch_add(1, Ordering::Relaxed);
-                if attempt == 1 || attempt.is_multiple_of(20) {
-                    crate::log::warn(&format!(
-                        "upload of {key} failed (attempt {attempt}), retrying: {e}"
-                    ));
-                }
+                note_store_error(shared, attempt, &format!("upload of {key} failed"), &e);
                 let jitter = FIRST_BACKOFF.mul_f64(shared.jitter_fraction());
                 shared.clock().sleep(backoff + jitter).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -166,4 +170,19 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
         }
         s.admissions_pending.fetch_sub(1, Ordering::AcqRel);
     });
+}
+
+/// Count a failed store request of an upload (the ownership check or the PUT) in
+/// `store_put_retries_total` and say so on the first attempt and every 20th after it:
+/// one line per outage and object, not one per retry.
+fn note_store_error(shared: &Shared, attempt: u32, what: &str, e: &crate::error::Error) {
+    shared
+        .stats
+        .store_put_retries
+        .fetch_add(1, Ordering::Relaxed);
+    if attempt == 1 || attempt.is_multiple_of(20) {
+        crate::log::warn(&format!(
+            "store unavailable: {what} (attempt {attempt}), retrying: {e}"
+        ));
+    }
 }

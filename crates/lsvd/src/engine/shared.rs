@@ -100,6 +100,11 @@ pub struct Stats {
     /// Uploaded objects not admitted to the read cache because too many admissions
     /// were pending.
     pub admissions_skipped: AtomicU64,
+    /// Times a client write found the write log full and had to wait for uploads to
+    /// free space (one per episode, not per write).
+    pub log_full_waits: AtomicU64,
+    /// True while a write waits for space in a full write log.
+    pub log_full: std::sync::atomic::AtomicBool,
 }
 
 /// The state behind the lock.

@@ -206,6 +206,7 @@ fn append(
                 return Err(Error::bad_input("write larger than half the write log"));
             }
             let mut waited_since: Option<Duration> = None;
+            let mut started_waiting: Option<Duration> = None;
             let offset = loop {
                 if let Some(off) = st.log.place(total) {
                     break off;
@@ -215,7 +216,22 @@ fn append(
                     return Err(failed());
                 }
                 let now = shared.clock().now();
-                let since = *waited_since.get_or_insert(now);
+                let since = match waited_since {
+                    Some(since) => since,
+                    None => {
+                        // The start of a full-log episode: one line and one count.
+                        shared.stats.log_full_waits.fetch_add(1, Ordering::Relaxed);
+                        shared.stats.log_full.store(true, Ordering::Relaxed);
+                        crate::log::warn(&format!(
+                            "write log full: client writes wait until uploads free space \
+                             ({} uploads pending)",
+                            st.pipeline.uploads_pending()
+                        ));
+                        waited_since = Some(now);
+                        started_waiting = Some(now);
+                        now
+                    }
+                };
                 if now.saturating_sub(since) > Duration::from_secs(5) {
                     crate::log::warn("write log full: writes are waiting for object uploads");
                     waited_since = Some(now);
@@ -224,6 +240,13 @@ fn append(
                 st.pipeline.close_batch();
                 st = st.wait_for_space(Duration::from_millis(200));
             };
+            if let Some(start) = started_waiting {
+                shared.stats.log_full.store(false, Ordering::Relaxed);
+                crate::log::info(&format!(
+                    "write log has room again after {} ms; writes resume",
+                    shared.clock().now().saturating_sub(start).as_millis()
+                ));
+            }
             let seq = st.next_record_seq;
             st.next_record_seq += 1;
             st.log.push(seq, offset, total);

@@ -1,0 +1,380 @@
+//! The soak's processes and filesystem: a versitygw that can be stopped and started
+//! again on the same port and data, `lsvd serve` with its log kept across restarts,
+//! and a small filesystem for `--data` that the test can fill.
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{LSVD, free_tcp_port};
+
+/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
+/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
+pub fn find_versitygw() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LSVD_VERSITYGW").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let tools = std::env::var_os("LSVD_TOOLS_DIR")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
+    let p = tools.join("bin/versitygw");
+    if p.is_file() {
+        return Some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("versitygw"))
+        .find(|p| p.is_file())
+}
+
+fn hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    crate::common::fill_random(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            ^ u64::from(std::process::id()),
+        &mut b,
+    );
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A throwaway versitygw (posix backend) on 127.0.0.1; killed on drop.
+pub struct Gateway {
+    bin: PathBuf,
+    root: PathBuf,
+    pub port: u16,
+    access: String,
+    secret: String,
+    pub bucket: String,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Gateway {
+    /// Start a gateway keeping its buckets under `root` (a bucket is a directory).
+    pub fn start(bin: PathBuf, root: &Path) -> Gateway {
+        let bucket = format!("soak-{}", hex(4));
+        std::fs::create_dir_all(root.join(&bucket)).expect("create bucket dir");
+        let mut gw = Gateway {
+            bin,
+            root: root.to_path_buf(),
+            port: 0,
+            access: format!("soak{}", hex(6)),
+            secret: hex(20),
+            bucket,
+            child: None,
+            starts: 0,
+        };
+        for _ in 0..10 {
+            gw.port = free_tcp_port();
+            if gw.spawn(Duration::from_secs(30)) {
+                return gw;
+            }
+        }
+        panic!("versitygw {} did not start", gw.bin.display());
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.root.join(format!("versitygw-{}.log", self.starts))
+    }
+
+    /// Start the server on `self.port`; true once it accepts connections.
+    fn spawn(&mut self, timeout: Duration) -> bool {
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path()).expect("gateway log");
+        let child = Command::new(&self.bin)
+            .env("ROOT_ACCESS_KEY", &self.access)
+            .env("ROOT_SECRET_KEY", &self.secret)
+            .arg("--port")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("posix")
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn versitygw");
+        self.child = Some(child);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return true;
+            }
+            if let Some(c) = self.child.as_mut()
+                && c.try_wait().ok().flatten().is_some()
+            {
+                self.child = None;
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.stop();
+        false
+    }
+
+    /// Stop the server (SIGKILL: the store vanishes mid-request).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start it again on the same port and data; retried while the port is busy.
+    pub fn restart(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self.spawn(Duration::from_secs(20)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        panic!("versitygw did not restart on port {}\n{log}", self.port);
+    }
+
+    pub fn store_url(&self) -> String {
+        format!("s3://{}/soak", self.bucket)
+    }
+
+    /// Point `cmd` (an lsvd command) at this server.
+    pub fn env(&self, cmd: &mut Command) {
+        for v in [
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "AWS_ENDPOINT",
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+        ] {
+            cmd.env_remove(v);
+        }
+        cmd.env(
+            "AWS_ENDPOINT_URL",
+            format!("http://127.0.0.1:{}", self.port),
+        )
+        .env("AWS_ACCESS_KEY_ID", &self.access)
+        .env("AWS_SECRET_ACCESS_KEY", &self.secret)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1");
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A tmpfs of a given size mounted on a directory, unmounted on drop (even when the
+/// test panics). `None` when mounting is not possible (not root, no tmpfs).
+pub struct SmallFs {
+    pub path: PathBuf,
+}
+
+impl SmallFs {
+    pub fn mount(path: &Path, size_mib: u64) -> Option<SmallFs> {
+        std::fs::create_dir_all(path).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size_mib}m"))
+            .arg("tmpfs")
+            .arg(path)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "soak: cannot mount a tmpfs ({}): the cache-filesystem-full fault is skipped",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(SmallFs {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Fill the filesystem with `filler` until ENOSPC; returns the bytes written.
+    pub fn fill(&self) -> u64 {
+        let path = self.path.join("filler");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open filler");
+        let mut written = 0u64;
+        for chunk in [1usize << 20, 4096, 512] {
+            let buf = vec![0x5au8; chunk];
+            loop {
+                match f.write(&buf) {
+                    Ok(0) => break,
+                    Ok(n) => written += n as u64,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling {}: {e}", path.display()),
+                }
+            }
+        }
+        written
+    }
+
+    /// True if a 4 KiB file cannot be created: the filesystem is full.
+    pub fn is_full(&self) -> bool {
+        let p = self.path.join("probe");
+        let full = std::fs::write(&p, vec![1u8; 4096]).is_err();
+        let _ = std::fs::remove_file(&p);
+        full
+    }
+
+    pub fn free(&self) {
+        let _ = std::fs::remove_file(self.path.join("filler"));
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}
+
+/// One `lsvd serve` incarnation after another on the same data dir and store, all
+/// logging to one file; SIGKILLed on drop.
+pub struct Lsvd {
+    pub data: PathBuf,
+    pub socket: PathBuf,
+    pub metrics: String,
+    store: String,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Lsvd {
+    pub fn new(data: &Path, socket: &Path, log: &Path, store: String, args: &[&str]) -> Lsvd {
+        Lsvd {
+            data: data.to_path_buf(),
+            socket: socket.to_path_buf(),
+            metrics: String::new(),
+            store,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            log: log.to_path_buf(),
+            child: None,
+        }
+    }
+
+    pub fn cmd(&self, gw: &Gateway, args: &[&str]) -> Command {
+        let mut c = Command::new(LSVD);
+        c.env_remove("LSVD_DATA")
+            .env_remove("LSVD_STORE")
+            .env_remove("LSVD_LOG")
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--store")
+            .arg(&self.store)
+            .args(args);
+        gw.env(&mut c);
+        c
+    }
+
+    /// Start `lsvd serve` and wait until it accepts connections.
+    pub fn start(&mut self, gw: &Gateway) {
+        self.metrics = format!("127.0.0.1:{}", free_tcp_port());
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("server log");
+        let _ = writeln!(log, "===== soak: lsvd serve starts =====");
+        let mut c = self.cmd(gw, &["serve"]);
+        c.args(&self.args)
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--metrics")
+            .arg(&self.metrics)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log);
+        let _ = std::fs::remove_file(&self.socket);
+        self.child = Some(c.spawn().expect("spawn lsvd serve"));
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+                && crate::soak_support::metrics_text(&self.metrics).is_some()
+            {
+                return;
+            }
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                panic!("lsvd serve exited ({st}) before serving\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lsvd serve did not start\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&mut self, sig: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("lsvd running");
+        // SAFETY: kill(2) on our own unreaped child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("lsvd did not exit after signal {sig}\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGINT: must exit 0 after "stopped cleanly".
+    pub fn stop_clean(&mut self) {
+        let st = self.signal(libc::SIGINT);
+        let log = self.log();
+        let last = log
+            .rsplit("===== soak: lsvd serve starts")
+            .next()
+            .unwrap_or("");
+        assert!(
+            st.success() && last.contains("lsvd: stopped cleanly"),
+            "lsvd did not stop cleanly ({st})\n{log}"
+        );
+    }
+
+    pub fn kill9(&mut self) {
+        let st = self.signal(libc::SIGKILL);
+        assert_eq!(st.signal(), Some(libc::SIGKILL));
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Lsvd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
