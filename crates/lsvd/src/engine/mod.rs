@@ -33,6 +33,8 @@ pub mod config;
 #[cfg(test)]
 mod error_kind_tests;
 mod gc;
+#[cfg(test)]
+mod integrity_tests;
 pub mod keys;
 pub(crate) mod log_index;
 #[cfg(test)]
