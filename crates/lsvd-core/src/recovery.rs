@@ -6,7 +6,8 @@
 //! every branch can be tested exhaustively and the simulator and the engine decide
 //! alike.
 //!
-//! Store side. The rule (LSVD section 3.3): start from the newest checkpoint and take
+//! Store side. The rule (LSVD section 3.3): start from the newest valid checkpoint
+//! ([`BaseChooser`] falls back past one that is corrupt or missing) and take
 //! the longest run of consecutive sequence numbers after it. Objects after the first
 //! gap were uploaded out of order while an earlier upload never landed; replaying them
 //! would break prefix consistency, so they are stranded and must be deleted before the
@@ -20,6 +21,9 @@
 //! or continue from what the store has and tell the operator what was lost.
 
 use std::fmt;
+
+mod base;
+pub use base::{Base, BaseChooser, Step};
 
 /// What a listing says about one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

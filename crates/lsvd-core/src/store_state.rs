@@ -302,6 +302,21 @@ impl StoreState {
         Some(a.header)
     }
 
+    /// Pass over checkpoint `seq` without applying it: recovery fell back past it
+    /// (unreadable or missing). A checkpoint changes nothing in the map, so the state
+    /// is what applying it would give, except that it is not listed as a checkpoint
+    /// (it cannot be a base).
+    pub fn skip_checkpoint(&mut self, seq: u64) -> Result<(), ApplyError> {
+        if self.applying.is_some() || seq != self.next_object_seq {
+            return Err(ApplyError::OutOfOrder {
+                expected: self.next_object_seq,
+                got: seq,
+            });
+        }
+        self.next_object_seq = seq + 1;
+        Ok(())
+    }
+
     /// Record that an older checkpoint object exists (found by listing), so that it is
     /// known and can be deleted once newer checkpoints exist.
     pub fn note_checkpoint(&mut self, seq: u64) {

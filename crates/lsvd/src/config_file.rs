@@ -34,6 +34,12 @@
 //! access_key_id = "..."
 //! secret_access_key = "..."
 //! session_token = "..."
+//! # Where credentials come from. Default "environment" (the keys above, else the
+//! # AWS_* key variables; missing keys are an error at startup). "static": the keys
+//! # above only. "instance": the cloud's chain (web identity, container credentials,
+//! # EC2 instance metadata), never used unless chosen here or with
+//! # LSVD_S3_CREDENTIALS=instance.
+//! credentials = "environment"
 //! # true: https://BUCKET.host/KEY requests. Default: path style (host/BUCKET/KEY),
 //! # which MinIO, versitygw and Ceph RGW expect and AWS accepts.
 //! virtual_hosted_style = false
@@ -73,6 +79,7 @@ use serde::Deserialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::retry::RetryPolicy;
 use crate::store::s3::{S3Settings, Secret};
+use crate::store::s3_credentials::CredentialSource;
 use crate::store::{DynStore, open_store};
 
 /// The default data directory (matches the CLI's `--data` default).
@@ -90,6 +97,10 @@ region = "us-east-1"
 # access_key_id = "..."
 # secret_access_key = "..."
 # session_token = "..."
+# "environment" (default): the keys above, else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+# "static": the keys above only. "instance": the cloud's credential chain (web
+# identity, container credentials, EC2 instance metadata), used only when chosen.
+credentials = "environment"
 virtual_hosted_style = false
 # allow_http = true
 connect_timeout_secs = 5
@@ -193,6 +204,8 @@ pub struct S3Section {
     pub access_key_id: Option<SecretString>,
     pub secret_access_key: Option<SecretString>,
     pub session_token: Option<SecretString>,
+    /// `"environment"`, `"static"` or `"instance"` (see `store::s3_credentials`).
+    pub credentials: Option<String>,
     pub virtual_hosted_style: Option<bool>,
     pub allow_http: Option<bool>,
     pub connect_timeout_secs: Option<u64>,
@@ -351,7 +364,19 @@ impl LsvdConfig {
                 ));
             }
         }
+        let credentials = s
+            .credentials
+            .as_deref()
+            .map(|c| CredentialSource::parse(c, "[s3] credentials"))
+            .transpose()?;
+        if credentials == Some(CredentialSource::Instance) && s.access_key_id.is_some() {
+            return Err(Error::bad_input(
+                "[s3] credentials = \"instance\" takes credentials from the cloud; \
+                 remove access_key_id / secret_access_key, or use credentials = \"static\"",
+            ));
+        }
         Ok(S3Settings {
+            credentials,
             endpoint: s.endpoint.clone(),
             region: s.region.clone(),
             access_key_id: s.access_key_id.as_ref().map(|x| x.0.clone()),
@@ -479,6 +504,16 @@ mod tests {
         assert_eq!(cfg.retry_policy().expect("retry"), RetryPolicy::default());
         assert!(cfg.selftest_on_start());
         assert_eq!(cfg.selftest_race_writers(), 8);
+        assert_eq!(
+            s3.credentials,
+            Some(crate::store::s3_credentials::CredentialSource::Environment)
+        );
+        let chain = LsvdConfig::parse("[s3]\ncredentials = \"instance\"\n", Path::new(""))
+            .expect("instance");
+        assert_eq!(
+            chain.s3_settings().expect("s3").credentials,
+            Some(crate::store::s3_credentials::CredentialSource::Instance)
+        );
     }
 
     #[test]
@@ -532,6 +567,11 @@ mod tests {
             ),
             ("[s3]\nconnect_timeout_secs = 0", "at least 1"),
             ("[s3]\naccess_key_id = \"AKIA\"", "both"),
+            ("[s3]\ncredentials = \"imds\"", "expected \"environment\""),
+            (
+                "[s3]\ncredentials = \"instance\"\naccess_key_id = \"AKIA\"\nsecret_access_key = \"s\"",
+                "remove access_key_id",
+            ),
             ("[retry]\nattempts = 0", "at least 1"),
             ("[selftest]\non_start = \"yes\"", "line 2"),
             ("store = \"\"", "empty"),

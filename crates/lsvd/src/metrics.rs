@@ -173,6 +173,13 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().log_write_bytes.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "log_records_corrupt_total",
+        "counter",
+        "Write-log records that failed their CRC32C or data hash when read back for \
+         upload: the cache device changed acknowledged data. Each fails the volume.",
+        &|v, _| v.stats().log_records_corrupt.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "read_cache_admissions_skipped_total",
         "counter",
         "Uploaded objects not copied into the read cache because too many copies were \

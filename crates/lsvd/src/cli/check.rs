@@ -3,7 +3,8 @@
 //! Reads every object the volume consists of in full and verifies its header and
 //! chunk checksums, rebuilds the map from the newest checkpoint and the objects after
 //! it, checks that every mapped extent lies inside an existing object and that live
-//! byte counts agree, and follows the write log's record chain if one is present.
+//! byte counts agree, and follows the write log's record chain if one is present,
+//! verifying every record it would still upload against its CRC32C and data hash.
 //! Reports every problem found; exits non-zero if there was any.
 
 use std::collections::BTreeSet;
@@ -15,7 +16,7 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use super::Common;
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
-use crate::engine::log_scan::scan_log;
+use crate::engine::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
 use crate::engine::read_meta;
 use crate::engine::store_recovery::recover_store;
 use crate::error::{Error, ErrorKind, Result};
@@ -233,6 +234,13 @@ fn check_log(
         );
     }
     problems.extend(index_problems);
+    problems.extend(corrupt_records(
+        &file,
+        &sb,
+        &chain,
+        index.as_ref(),
+        last_in_store,
+    ));
     let pending: Vec<_> = chain
         .iter()
         .filter(|r| r.header.seq > last_in_store)
@@ -259,4 +267,62 @@ fn check_log(
         ));
     }
     let _ = ObjectKind::Data;
+}
+
+/// Every record the log would still upload (past `last_in_store`) that fails its
+/// checksums, as problems: records the write-log index lists past the end of the
+/// verified chain (durable when the index was written, so acknowledged), and the
+/// record that ends the chain if the log was closed cleanly (so it is not a torn
+/// write). A record ending the chain after a crash is only noted: a torn write, or
+/// (if a valid record chained to it follows) possibly a changed one, but a power
+/// failure can leave an unsynced record torn and a later one whole.
+fn corrupt_records(
+    file: &dyn CacheDevice,
+    sb: &lsvd_core::format::cache_super::CacheSuper,
+    chain: &[FoundRecord],
+    index: Option<&lsvd_core::format::log_index::LogIndex>,
+    last_in_store: u64,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut reported = BTreeSet::new();
+    let chain_end = chain.last().map_or(sb.tail_seq, |c| c.header.seq + 1);
+    for r in index.map_or(&[][..], |i| &i.records[..]) {
+        if r.header.seq < chain_end || r.header.seq <= last_in_store {
+            continue;
+        }
+        let found = FoundRecord {
+            offset: r.offset,
+            header: r.header.clone(),
+        };
+        if let Some(c) = verify_found(file, &found) {
+            reported.insert(c.seq);
+            problems.push(format!(
+                "{c}; the write-log index lists it as durable, so it was acknowledged; it will not be uploaded"
+            ));
+        }
+    }
+    if let Some(b) = chain_break(file, sb, chain)
+        && b.record.seq > last_in_store
+        && !reported.contains(&b.record.seq)
+    {
+        if sb.clean {
+            problems.push(format!(
+                "{}; the log was closed cleanly, so it is not a torn write; recovery stops before it",
+                b.record
+            ));
+        } else if b.followed {
+            // A power failure can leave an unsynced record torn and a later one
+            // whole, so this alone does not prove the device changed synced data.
+            println!(
+                "  warning: {}; a valid record chained to it follows: power failed before it was synced, or the cache device changed it; recovery stops before it",
+                b.record
+            );
+        } else {
+            println!(
+                "  note: the log ends at record {} that fails verification: a write torn by a crash (never reported durable), not replayed",
+                b.record.seq
+            );
+        }
+    }
+    problems
 }

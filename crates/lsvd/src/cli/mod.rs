@@ -25,7 +25,9 @@ directory by default). A volume is defined by what is in the store; the local da
 cache that can be rebuilt from the store.\n\nQuick start:\n  lsvd serve                      # creates disk0 (16 GiB) on first start\n  nbdinfo nbd://127.0.0.1:10809/disk0",
     after_help = "Environment: LSVD_CONFIG sets --config, LSVD_DATA sets --data, LSVD_STORE sets --store, \
 LSVD_LOG=debug|info|warn|error sets the log level. For s3:// stores: AWS_ENDPOINT_URL, AWS_REGION, \
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file).\n\n\
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file); \
+LSVD_S3_CREDENTIALS=instance (or [s3] credentials = \"instance\") takes them from the cloud's \
+credential chain (web identity, container, instance metadata), never used otherwise.\n\n\
 Exit status: 0 on success; 2 for usage errors and invalid input (arguments, names, sizes, \
 options, config file); 1 for every other failure. Errors are printed as one line: \
 `lsvd: error: MESSAGE`."

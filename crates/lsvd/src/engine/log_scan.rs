@@ -5,7 +5,8 @@
 use lsvd_core::format::cache_super::CacheSuper;
 use lsvd_core::format::log_index::LogIndex;
 use lsvd_core::format::record::{
-    LOG_ALIGN_BYTES, RECORD_ALIGN_BYTES, RecordHeader, decode_record_header, verify_record,
+    ExtentKind, LOG_ALIGN_BYTES, RECORD_ALIGN_BYTES, RecordHeader, decode_record_header,
+    verify_record,
 };
 
 use crate::cache_dev::CacheDevice;
@@ -59,52 +60,10 @@ pub(crate) fn scan_log_with_index(
             });
         }
     }
-    let try_at = |offset: u64, expect: u64, prev_crc: Option<u32>| -> Option<FoundRecord> {
-        // Most headers fit the first 4 KiB; a record near the end of the log may be
-        // shorter than that (records are packed to 512 bytes).
-        let probe = LOG_ALIGN_BYTES.min(sb.log_end.saturating_sub(offset));
-        if probe < RECORD_ALIGN_BYTES {
-            return None;
-        }
-        let mut first = vec![0u8; probe as usize];
-        cache.read_at(&mut first, offset).ok()?;
-        let header = decode_record_header(&first).ok();
-        let header = match header {
-            Some(h) => h,
-            None => {
-                // Headers with many extents span several blocks (at most this, in
-                // any version).
-                let need = (64 + 16 * lsvd_core::format::record::MAX_RECORD_EXTENTS as u64)
-                    .div_ceil(LOG_ALIGN_BYTES)
-                    * LOG_ALIGN_BYTES;
-                let n = u32::from_le_bytes([first[12], first[13], first[14], first[15]]) as u64;
-                if &first[..8] != lsvd_core::format::record::RECORD_MAGIC
-                    || n > need
-                    || offset + n > sb.log_end
-                {
-                    return None;
-                }
-                let mut more = vec![0u8; n as usize];
-                cache.read_at(&mut more, offset).ok()?;
-                decode_record_header(&more).ok()?
-            }
-        };
-        if header.seq != expect
-            || header.volume != sb.volume
-            || offset + header.total_bytes() > sb.log_end
-            || prev_crc.is_some_and(|c| c != header.prev_crc)
-        {
-            return None;
-        }
-        let mut whole = vec![0u8; (header.header_bytes as u64 + header.data_bytes()) as usize];
-        cache.read_at(&mut whole, offset).ok()?;
-        verify_record(&header, &whole).ok()?;
-        Some(FoundRecord { offset, header })
-    };
     loop {
-        let found = try_at(offset, expect, prev_crc).or_else(|| {
+        let found = try_at(cache, sb, offset, expect, prev_crc).or_else(|| {
             if offset != sb.log_start {
-                try_at(sb.log_start, expect, prev_crc)
+                try_at(cache, sb, sb.log_start, expect, prev_crc)
             } else {
                 None
             }
@@ -122,6 +81,120 @@ pub(crate) fn scan_log_with_index(
         }
     }
     out
+}
+
+/// The record header at `offset`, if one decodes there (headers with many extents
+/// span several blocks).
+fn header_at(cache: &dyn CacheDevice, sb: &CacheSuper, offset: u64) -> Option<RecordHeader> {
+    // Most headers fit the first 4 KiB; a record near the end of the log may be
+    // shorter than that (records are packed to 512 bytes).
+    let probe = LOG_ALIGN_BYTES.min(sb.log_end.saturating_sub(offset));
+    if probe < RECORD_ALIGN_BYTES {
+        return None;
+    }
+    let mut first = vec![0u8; probe as usize];
+    cache.read_at(&mut first, offset).ok()?;
+    if let Ok(h) = decode_record_header(&first) {
+        return Some(h);
+    }
+    // At most this, in any version.
+    let need = (64 + 16 * lsvd_core::format::record::MAX_RECORD_EXTENTS as u64)
+        .div_ceil(LOG_ALIGN_BYTES)
+        * LOG_ALIGN_BYTES;
+    let n = u32::from_le_bytes([first[12], first[13], first[14], first[15]]) as u64;
+    if &first[..8] != lsvd_core::format::record::RECORD_MAGIC || n > need || offset + n > sb.log_end
+    {
+        return None;
+    }
+    let mut more = vec![0u8; n as usize];
+    cache.read_at(&mut more, offset).ok()?;
+    decode_record_header(&more).ok()
+}
+
+/// The header at `offset` if it is the chain's next record: sequence number
+/// `expect`, this volume, inside the log, chained to `prev_crc`. Not verified.
+fn next_header_at(
+    cache: &dyn CacheDevice,
+    sb: &CacheSuper,
+    offset: u64,
+    expect: u64,
+    prev_crc: Option<u32>,
+) -> Option<RecordHeader> {
+    header_at(cache, sb, offset).filter(|h| {
+        h.seq == expect
+            && h.volume == sb.volume
+            && offset + h.total_bytes() <= sb.log_end
+            && prev_crc.is_none_or(|c| c == h.prev_crc)
+    })
+}
+
+/// The chain's next record at `offset`, verified.
+fn try_at(
+    cache: &dyn CacheDevice,
+    sb: &CacheSuper,
+    offset: u64,
+    expect: u64,
+    prev_crc: Option<u32>,
+) -> Option<FoundRecord> {
+    let header = next_header_at(cache, sb, offset, expect, prev_crc)?;
+    let mut whole = vec![0u8; (header.header_bytes as u64 + header.data_bytes()) as usize];
+    cache.read_at(&mut whole, offset).ok()?;
+    verify_record(&header, &whole).ok()?;
+    Some(FoundRecord { offset, header })
+}
+
+/// Where the chain ended: the record that should have come next, if its header is
+/// there and names the right place in the chain but the record fails verification.
+/// After a crash that is a torn write (the last record, never acknowledged as
+/// durable); if a valid record chained to it follows, it is not: the record was
+/// whole once and the cache device changed it afterwards (`followed` is then true).
+pub(crate) struct ChainBreak {
+    pub record: CorruptRecord,
+    pub followed: bool,
+}
+
+/// What ended `chain` (as [`scan_log`] found it), if it is a record that fails
+/// verification (see [`ChainBreak`]).
+pub(crate) fn chain_break(
+    cache: &dyn CacheDevice,
+    sb: &CacheSuper,
+    chain: &[FoundRecord],
+) -> Option<ChainBreak> {
+    let (offset, expect, prev_crc) = match chain.last() {
+        Some(r) => {
+            let mut next = r.offset + r.header.total_bytes();
+            if next >= sb.log_end {
+                next = sb.log_start;
+            }
+            (next, r.header.seq + 1, Some(r.header.crc))
+        }
+        None => (sb.tail_offset, sb.tail_seq, None),
+    };
+    let mut candidates = vec![offset];
+    if offset != sb.log_start {
+        candidates.push(sb.log_start);
+    }
+    for pos in candidates {
+        let Some(header) = next_header_at(cache, sb, pos, expect, prev_crc) else {
+            continue;
+        };
+        let found = FoundRecord {
+            offset: pos,
+            header,
+        };
+        let Some(record) = verify_found(cache, &found) else {
+            continue;
+        };
+        let mut next = pos + found.header.total_bytes();
+        if next >= sb.log_end {
+            next = sb.log_start;
+        }
+        let successor = |at: u64| try_at(cache, sb, at, expect + 1, Some(found.header.crc));
+        let followed = successor(next).is_some()
+            || (next != sb.log_start && successor(sb.log_start).is_some());
+        return Some(ChainBreak { record, followed });
+    }
+    None
 }
 
 /// The newest valid cache superblock of this volume's write log; None for a new
@@ -157,5 +230,125 @@ pub(crate) fn read_cache_super(
                 "write log {cache_name} is not readable ({e}); move it away to start from the store"
             ),
         )),
+    }
+}
+
+/// A write-log record whose bytes no longer match the checksums it was written with:
+/// the cache device changed them after the write was acknowledged (or, at the end of
+/// the log after a crash, the record was torn).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CorruptRecord {
+    pub seq: u64,
+    pub offset: u64,
+    /// The record's data extents, `(first sector, sectors)`.
+    pub data_extents: Vec<(u64, u64)>,
+    pub why: String,
+}
+
+impl CorruptRecord {
+    fn new(header: &RecordHeader, offset: u64, why: String) -> CorruptRecord {
+        CorruptRecord {
+            seq: header.seq,
+            offset,
+            data_extents: header
+                .extents
+                .iter()
+                .filter(|e| e.kind == ExtentKind::Data)
+                .map(|e| (e.lba, e.sectors as u64))
+                .collect(),
+            why,
+        }
+    }
+
+    /// A batch piece that lies outside its record's data: the in-memory map and the
+    /// log disagree (a bug, reported as corruption so nothing is uploaded).
+    pub(crate) fn outside(
+        header: &RecordHeader,
+        offset: u64,
+        from: u64,
+        len: usize,
+    ) -> CorruptRecord {
+        CorruptRecord::new(
+            header,
+            offset,
+            format!("a batch piece of {len} bytes at offset {from} lies outside its data"),
+        )
+    }
+
+    /// The data extents as `LBA first..end` ranges (512-byte sectors, end exclusive),
+    /// at most 8 of them and a count of the rest.
+    pub fn lba_ranges(&self) -> String {
+        const SHOWN: usize = 8;
+        let mut s = self
+            .data_extents
+            .iter()
+            .take(SHOWN)
+            .map(|(lba, n)| format!("{lba}..{}", lba + n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.data_extents.len() > SHOWN {
+            s.push_str(&format!(" and {} more", self.data_extents.len() - SHOWN));
+        }
+        if s.is_empty() {
+            s.push_str("none (trims only)");
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for CorruptRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "write-log record {} at offset {} fails verification ({}); its data for LBAs {} (512-byte sectors) is corrupt on the cache device",
+            self.seq,
+            self.offset,
+            self.why,
+            self.lba_ranges()
+        )
+    }
+}
+
+/// Why [`read_verified`] refused a record.
+#[derive(Debug)]
+pub(crate) enum VerifyError {
+    /// The cache device could not be read.
+    Io(std::io::Error),
+    /// The record's bytes do not match its checksums (or its header changed).
+    Corrupt(CorruptRecord),
+}
+
+/// Read the record `expected` (the header it was written with) at `offset` into `buf`
+/// (header then data, `header_bytes + data_bytes` long) and check it against the
+/// checksums it was written with: the header on disk must be the one written, and
+/// its CRC32C and data hash must match header and data. On success the record's data
+/// starts at `buf[expected.header_bytes]`.
+pub(crate) fn read_verified(
+    cache: &dyn CacheDevice,
+    offset: u64,
+    expected: &RecordHeader,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<(), VerifyError> {
+    let len = (expected.header_bytes as u64 + expected.data_bytes()) as usize;
+    buf.clear();
+    buf.resize(len, 0);
+    cache.read_at(buf, offset).map_err(VerifyError::Io)?;
+    let corrupt = |why: String| VerifyError::Corrupt(CorruptRecord::new(expected, offset, why));
+    match decode_record_header(buf) {
+        Ok(h) if h == *expected => {}
+        Ok(_) => return Err(corrupt("its header is not the one written".into())),
+        Err(e) => return Err(corrupt(format!("its header does not decode: {e}"))),
+    }
+    verify_record(expected, buf).map_err(|e| corrupt(e.to_string()))
+}
+
+/// [`read_verified`] for records read from the index or the chain, in the form
+/// `lsvd check` reports: `None` if the record verifies (or cannot be read: that is
+/// reported elsewhere).
+pub(crate) fn verify_found(cache: &dyn CacheDevice, r: &FoundRecord) -> Option<CorruptRecord> {
+    let mut buf = Vec::new();
+    match read_verified(cache, r.offset, &r.header, &mut buf) {
+        Err(VerifyError::Corrupt(c)) => Some(c),
+        _ => None,
     }
 }

@@ -35,6 +35,8 @@ mod error_kind_tests;
 #[cfg(test)]
 mod fault_metrics_tests;
 mod gc;
+#[cfg(test)]
+mod integrity_tests;
 pub mod keys;
 pub(crate) mod log_index;
 #[cfg(test)]

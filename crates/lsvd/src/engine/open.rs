@@ -45,6 +45,8 @@ pub struct OpenReport {
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
+    /// Newer checkpoints recovery passed over (corrupt or missing), newest first.
+    pub checkpoints_skipped: Vec<u64>,
     pub stranded_deleted: Vec<u64>,
     /// The volume superblock generation this open claimed.
     pub superblock_generation: u64,
@@ -205,6 +207,7 @@ async fn open_inner(
         checkpoint_seq: rec.checkpoint_seq,
         checkpoint_clean: rec.checkpoint_clean,
         objects_replayed: rec.objects_replayed,
+        checkpoints_skipped: rec.skipped_checkpoints.clone(),
         ..Default::default()
     };
     report.stranded_deleted = settle_store(&store, name, &rec, config.recovery_mode).await?;
@@ -251,6 +254,17 @@ async fn open_inner(
                 .take_while(|r| i.records.iter().any(|x| x.header.seq == r.header.seq))
                 .count()
         }) as u64;
+        // A record that fails verification with a valid successor chained to it is
+        // not simply the torn end of the log: say so (the log still ends there).
+        if let Some(b) = super::log_scan::chain_break(cache.as_ref(), &sb, &chain)
+            && b.followed
+            && b.record.seq > last_in_store
+        {
+            crate::log::warn(&format!(
+                "volume {name}: {}, yet a valid record chained to it follows: power failed before it was synced, or the cache device changed it; the write log ends before it (records from {} on are not replayed; `lsvd check` lists them)",
+                b.record, b.record.seq
+            ));
+        }
     }
     let plan = plan_log(
         chain,
@@ -305,6 +319,7 @@ async fn open_inner(
         admissions_pending: Default::default(),
         read_cache,
         failed: AtomicBool::new(false),
+        failure: Mutex::new(None),
         volume_claimed: AtomicBool::new(false),
         volume_super_writes: tokio::sync::Mutex::new(()),
         log_start,

@@ -84,6 +84,9 @@ pub struct Stats {
     pub superblocks_written: AtomicU64,
     pub log_index_written: AtomicU64,
     pub log_index_skipped: AtomicU64,
+    /// Write-log records that failed verification when read back for upload (the
+    /// cache device changed them after the write); each fails the volume.
+    pub log_records_corrupt: AtomicU64,
     pub gc_passes: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     /// Bytes GC copied that a client overwrote (or trimmed) before the copy was
@@ -177,6 +180,8 @@ pub(crate) struct Shared {
     pub(crate) headers: HeaderCache,
     /// Set after an unrecoverable local I/O error; all later writes fail.
     pub(crate) failed: AtomicBool,
+    /// Why the volume failed (the first reason given to [`Shared::fail`]).
+    pub(crate) failure: Mutex<Option<String>>,
     pub(crate) log_start: u64,
     pub(crate) log_end: u64,
     /// Regions of the cache file (log, index slots).
@@ -213,12 +218,36 @@ impl Shared {
     }
 
     pub(crate) fn fail(&self, why: &str) {
+        {
+            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            failure.get_or_insert_with(|| why.to_string());
+        }
         if !self.failed.swap(true, Ordering::SeqCst) {
             crate::log::error(&format!(
                 "volume {} failed: {why}; refusing further writes",
                 self.meta.name
             ));
         }
+    }
+
+    /// Why the volume failed, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The error requests get once the volume has failed (`VolumeFailed`, EIO to
+    /// clients), naming why.
+    pub(crate) fn failed_error(&self) -> crate::error::Error {
+        let why = self
+            .failure()
+            .unwrap_or_else(|| "an earlier local I/O error".to_string());
+        crate::error::Error::new(
+            crate::error::ErrorKind::VolumeFailed,
+            format!("volume {} failed: {why}", self.meta.name),
+        )
     }
 
     /// A uniform random fraction in [0, 1), from the seeded jitter generator.

@@ -1,15 +1,16 @@
 //! The store side of recovery: rebuild the volume's state from the object store
 //! alone, without changing anything.
 //!
-//! `lsvd_core::recovery::plan_recovery` says which checkpoint to start from and which
-//! objects follow it without a gap; this module reads them (the checkpoint whole and
-//! verified, the others' headers with one ranged GET each), applies them, and reports
-//! what the newest volume superblock promises that the store no longer holds.
+//! `lsvd_core::recovery::BaseChooser` says which checkpoint to try, newest first, and
+//! which objects follow the one that verifies without a gap; this module reads them
+//! (the checkpoint whole and verified, the others' headers with one ranged GET each),
+//! applies them, and reports what the store no longer holds that it acknowledged. A
+//! corrupt or missing newest checkpoint is passed over with a warning naming it.
 
 use lsvd_core::format::checkpoint::decode_checkpoint;
 use lsvd_core::format::object::{ObjectKind, verify_chunks};
 use lsvd_core::format::volume_meta::VolumeMeta;
-use lsvd_core::recovery::{ListedObject, plan_recovery};
+use lsvd_core::recovery::{BaseChooser, ListedObject, Step};
 use lsvd_core::store_state::StoreState;
 
 use super::keys::{object_key, objects_prefix, parse_object_name};
@@ -31,10 +32,13 @@ pub(crate) struct StoreRecovery {
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
+    /// Newer checkpoints recovery passed over (corrupt or missing), newest first.
+    pub skipped_checkpoints: Vec<u64>,
     /// The newest volume superblock generation, if any.
     pub superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
-    /// What the superblock promises that the store no longer holds: a description
-    /// naming the missing object (strict recovery refuses to start on it).
+    /// What the store no longer holds that it acknowledged: objects a skipped
+    /// checkpoint covered, or what the superblock promises. A description naming the
+    /// missing object (strict recovery refuses to start on it).
     pub superblock_violation: Option<String>,
 }
 
@@ -63,59 +67,64 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         })
         .collect();
     let superblock = super::volume_super::read_newest(store, meta).await?;
-    let plan = plan_recovery(&listed);
-    let (mut state, replay, checkpoint_seq, checkpoint_clean, counters) =
-        match plan.checkpoint_candidates.first() {
-            Some(&c) => {
-                let key = object_key(name, c, ObjectKind::Checkpoint);
-                let bytes = store
-                    .get(&key)
-                    .await
-                    .map_err(|e| e.context(format!("reading checkpoint {key}")))?;
-                let is_corrupt = |e| {
-                    Error::with_source(
-                        ErrorKind::Corrupt,
-                        format!("checkpoint {key} is corrupt"),
-                        e,
-                    )
-                };
-                let header =
-                    lsvd_core::format::object::decode_object_header(&bytes).map_err(is_corrupt)?;
-                if header.volume != meta.volume || header.seq != c {
-                    return Err(corrupt(format!(
-                        "checkpoint {key} belongs to another volume or sequence"
-                    )));
-                }
-                let payload = &bytes[header.header_bytes as usize..];
-                verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload)
-                    .map_err(is_corrupt)?;
-                let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
-                let state = StoreState::from_checkpoint(c, &ck)
-                    .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
-                (
-                    state,
-                    plan.replay_after[0].clone(),
-                    Some(c),
-                    ck.clean,
-                    ck.counters,
-                )
-            }
-            None => (
-                StoreState::new(meta.size_bytes),
-                plan.replay_after.last().cloned().unwrap_or_default(),
-                None,
-                false,
-                Default::default(),
-            ),
+    let named: Vec<u64> = superblock
+        .iter()
+        .flat_map(|sb| [sb.newest_checkpoint, sb.previous_checkpoint])
+        .flatten()
+        .collect();
+    let chooser = BaseChooser::new(&listed, &named);
+    // The newest checkpoint that reads and verifies; corrupt or vanished ones are
+    // passed over (with a warning), any other error stops recovery.
+    let mut failed = Vec::new();
+    let mut skipped_why = Vec::new();
+    let loaded = loop {
+        let Some(c) = chooser.next_candidate(&failed) else {
+            break None;
         };
+        match load_checkpoint(store, meta, c).await {
+            Ok(l) => break Some((c, l)),
+            Err(e) if matches!(e.kind, ErrorKind::Corrupt | ErrorKind::NotFound) => {
+                skipped_why.push((c, e.to_string()));
+                failed.push(c);
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let base = chooser.base(loaded.as_ref().map(|(c, _)| *c));
+    for &c in &base.skipped {
+        let key = object_key(name, c, ObjectKind::Checkpoint);
+        let why = skipped_why.iter().find(|(s, _)| *s == c).map_or_else(
+            || "named by the volume superblock but missing from the store".to_string(),
+            |(_, why)| why.clone(),
+        );
+        let from = match base.checkpoint {
+            Some(b) => format!("checkpoint {}", object_key(name, b, ObjectKind::Checkpoint)),
+            None => "the first object (no usable checkpoint)".to_string(),
+        };
+        crate::log::warn(&format!(
+            "volume {name}: skipping checkpoint {key} ({why}); recovering from {from} and the objects after it"
+        ));
+    }
+    let (mut state, checkpoint_seq, checkpoint_clean, counters) = match loaded {
+        Some((c, (state, clean, counters))) => (state, Some(c), clean, counters),
+        None => (
+            StoreState::new(meta.size_bytes),
+            None,
+            false,
+            Default::default(),
+        ),
+    };
     if state.volume_size_bytes != meta.size_bytes {
         return Err(corrupt(format!(
             "checkpoint size {} differs from volume size {}",
             state.volume_size_bytes, meta.size_bytes
         )));
     }
-    for &c in plan.checkpoint_candidates.iter().skip(1) {
-        state.note_checkpoint(c);
+    // Older checkpoints that exist are known, so they are deleted in their turn.
+    for &c in chooser.candidates() {
+        if checkpoint_seq.is_some_and(|b| c < b) && !chooser.is_missing(c) {
+            state.note_checkpoint(c);
+        }
     }
     let orphans: Vec<(u64, ObjectKind)> = match checkpoint_seq {
         Some(c) => kinds
@@ -128,7 +137,16 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         None => Vec::new(),
     };
     let mut replayed = 0;
-    for seq in replay {
+    for step in &base.steps {
+        let seq = match *step {
+            Step::Skip(seq) => {
+                state.skip_checkpoint(seq).map_err(|e| {
+                    Error::with_source(ErrorKind::Corrupt, format!("checkpoint {seq:016x}"), e)
+                })?;
+                continue;
+            }
+            Step::Apply(seq) => seq,
+        };
         let kind = kinds[&seq];
         let key = object_key(name, seq, kind);
         let header = read_header(store, &key).await?;
@@ -142,17 +160,19 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
             .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
         replayed += 1;
     }
-    let stranded = plan.stranded.iter().map(|s| (*s, kinds[s])).collect();
-    let superblock_violation = superblock.and_then(|sb| {
+    let stranded = base.stranded.iter().map(|s| (*s, kinds[s])).collect();
+    let short = base.short_of.map(|missing| {
+        format!(
+            "checkpoint {} cannot be used and recovery from {} stops at object {missing:016x}, which is missing from the store (objects without live data are deleted once a newer checkpoint is named)",
+            object_key(name, base.skipped[0], ObjectKind::Checkpoint),
+            base.checkpoint.map_or_else(
+                || "the first object".to_string(),
+                |b| format!("checkpoint {}", object_key(name, b, ObjectKind::Checkpoint))
+            )
+        )
+    });
+    let superblock_violation = short.or_else(|| superblock.and_then(|sb| {
         let generation = sb.generation;
-        if let Some(c) = sb.newest_checkpoint
-            && kinds.get(&c) != Some(&ObjectKind::Checkpoint)
-        {
-            return Some(format!(
-                "checkpoint {} named by volume superblock generation {generation} is missing from the store",
-                object_key(name, c, ObjectKind::Checkpoint)
-            ));
-        }
         let next = state.next_object_seq();
         (next < sb.durable_through).then(|| {
             format!(
@@ -160,7 +180,7 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
                 sb.durable_through
             )
         })
-    });
+    }));
     Ok(StoreRecovery {
         superblock,
         superblock_violation,
@@ -169,7 +189,8 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         orphans,
         stranded,
         checkpoint_seq,
-        checkpoint_clean: checkpoint_clean && replayed == 0,
+        checkpoint_clean: checkpoint_clean && replayed == 0 && base.skipped.is_empty(),
+        skipped_checkpoints: base.skipped.clone(),
         objects_replayed: replayed,
     })
 }
@@ -242,4 +263,40 @@ pub(crate) async fn settle_store(
         }
     }
     Ok(deleted)
+}
+
+/// Read checkpoint `c` whole and verify it: the state it describes, whether the
+/// volume was closed cleanly, and its counters. A checkpoint that fails a check is
+/// `Corrupt`, a vanished one `NotFound`.
+async fn load_checkpoint(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    c: u64,
+) -> Result<(StoreState, bool, lsvd_core::format::checkpoint::Counters)> {
+    let key = object_key(&meta.name, c, ObjectKind::Checkpoint);
+    let bytes = store
+        .get(&key)
+        .await
+        .map_err(|e| e.context(format!("reading checkpoint {key}")))?;
+    let is_corrupt = |e| {
+        Error::with_source(
+            ErrorKind::Corrupt,
+            format!("checkpoint {key} is corrupt"),
+            e,
+        )
+    };
+    let header = lsvd_core::format::object::decode_object_header(&bytes).map_err(is_corrupt)?;
+    if header.volume != meta.volume || header.seq != c || header.kind != ObjectKind::Checkpoint {
+        return Err(corrupt(format!(
+            "checkpoint {key} belongs to another volume or sequence"
+        )));
+    }
+    let payload = bytes
+        .get(header.header_bytes as usize..)
+        .ok_or_else(|| corrupt(format!("checkpoint {key} is shorter than its header")))?;
+    verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload).map_err(is_corrupt)?;
+    let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
+    let state = StoreState::from_checkpoint(c, &ck)
+        .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
+    Ok((state, ck.clean, ck.counters))
 }

@@ -8,7 +8,6 @@
 //! order; `put::upload_object` hands them back to the pipeline, which applies them in
 //! sequence order. The task ends once writes have stopped and the pipeline is drained.
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -18,10 +17,12 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{
     ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
 };
+use lsvd_core::format::record::RecordHeader;
 use lsvd_core::pipeline::Upload;
 
 use super::checkpoint;
 use super::clock::timeout;
+use super::log_scan::{CorruptRecord, VerifyError, read_verified};
 use super::put::upload_object;
 use super::shared::{LogPos, Shared};
 
@@ -86,13 +87,48 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 }
 
 /// Read a closed batch's data back from the write log (its records stay allocated
-/// until this object is applied) straight into the object's data section, checksum it
-/// and write the header in front, off the runtime threads (8 MiB of copying and
-/// checksumming is milliseconds a client request would wait behind); then upload it.
+/// until this object is applied), verify every record that contributes data against
+/// the CRC32C and data hash it was written with, and copy the live pieces straight
+/// into the object's data section; checksum it and write the header in front, off the
+/// runtime threads (8 MiB of copying and checksumming is milliseconds a client request
+/// would wait behind); then upload it.
+///
+/// A record that fails verification (the cache device changed its bytes after the
+/// write was acknowledged) fails the volume: nothing of this batch, or of any later
+/// one, reaches the store, and writes and flushes fail from then on. The log line
+/// names the record and its LBAs; `log_records_corrupt` counts it.
 async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     let cache = shared.cache.clone();
     let volume = shared.meta.volume;
-    let bytes = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+    // The headers of the records the batch takes data from, as they were written.
+    let records: Result<Vec<(u64, RecordHeader)>, u64> = {
+        let st = shared.lock();
+        let mut seqs: Vec<u64> = batch
+            .extents
+            .iter()
+            .map(|p| p.location.record_seq)
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs.iter()
+            .map(|&s| {
+                st.log_headers
+                    .binary_search_by_key(&s, |(_, h)| h.seq)
+                    .map(|i| st.log_headers[i].clone())
+                    .map_err(|_| s)
+            })
+            .collect()
+    };
+    let records = match records {
+        Ok(r) => r,
+        Err(s) => {
+            shared.fail(&format!(
+                "batch {seq:016x} takes data from write-log record {s}, which the log no longer holds"
+            ));
+            return;
+        }
+    };
+    let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, VerifyError> {
         let extents = batch.object_extents();
         let spec = ObjectSpec {
             kind: ObjectKind::Data,
@@ -105,11 +141,33 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);
         let mut object = vec![0u8; header_len + data_bytes as usize];
+        // (record, log offset, bytes, place in the object), grouped by record.
+        let mut pieces = Vec::with_capacity(batch.extents.len());
         let mut at = header_len;
         for p in &batch.extents {
             let n = (p.sectors * SECTOR_BYTES) as usize;
-            cache.read_at(&mut object[at..at + n], p.location.offset)?;
+            pieces.push((p.location.record_seq, p.location.offset, n, at));
             at += n;
+        }
+        pieces.sort_unstable_by_key(|p| p.0);
+        let mut record = Vec::new();
+        let mut next = 0;
+        for (offset, header) in &records {
+            read_verified(cache.as_ref(), *offset, header, &mut record)?;
+            let data_start = offset + header.header_bytes as u64;
+            let data_end = data_start + header.data_bytes();
+            while let Some(&(s, from, n, to)) = pieces.get(next)
+                && s == header.seq
+            {
+                if from < data_start || from + n as u64 > data_end {
+                    return Err(VerifyError::Corrupt(CorruptRecord::outside(
+                        header, *offset, from, n,
+                    )));
+                }
+                let i = (from - offset) as usize;
+                object[to..to + n].copy_from_slice(&record[i..i + n]);
+                next += 1;
+            }
         }
         finish_object_in_place(&spec, &mut object, header_len);
         Ok(object)
@@ -117,9 +175,19 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     .await;
     let bytes = match bytes {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
+        Ok(Err(VerifyError::Io(e))) => {
             shared.fail(&format!(
                 "reading batch {seq:016x} back from the write log failed: {e}"
+            ));
+            return;
+        }
+        Ok(Err(VerifyError::Corrupt(c))) => {
+            shared
+                .stats
+                .log_records_corrupt
+                .fetch_add(1, Ordering::Relaxed);
+            shared.fail(&format!(
+                "{c}; not uploading batch {seq:016x} or anything after it"
             ));
             return;
         }

@@ -50,6 +50,8 @@ pub struct VolumeStatus {
     /// This session's GC reads served by the read cache (see `Stats`).
     pub gc_cache_read_bytes: u64,
     pub utilization: f64,
+    /// Why the volume failed (it takes no more writes), if it did.
+    pub failure: Option<String>,
     pub read_cache_hits: u64,
     pub read_cache_misses: u64,
     pub read_cache_entries: u64,
@@ -92,10 +94,7 @@ impl Volume {
 
     fn check_writable(&self) -> Result<()> {
         if self.shared.is_failed() {
-            return Err(Error::new(
-                ErrorKind::VolumeFailed,
-                "volume failed after a local I/O error",
-            ));
+            return Err(self.shared.failed_error());
         }
         Ok(())
     }
@@ -243,6 +242,7 @@ impl Volume {
                 .read_cache
                 .as_ref()
                 .map_or(0, |r| r.entries() as u64),
+            failure: self.shared.failure(),
             read_cache_admitted_chunks: self
                 .shared
                 .read_cache

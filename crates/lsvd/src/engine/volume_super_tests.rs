@@ -168,9 +168,13 @@ async fn a_lost_reply_is_not_mistaken_for_another_writer() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
-    let (dir, mem, store) = setup().await;
+/// Write 40 blocks and let them upload, then one more block, and shut down: the
+/// last data object sits between the previous checkpoint and the clean one.
+/// Returns the superblock naming both checkpoints.
+async fn two_checkpoints_and_an_object_between(
+    dir: &TempDir,
+    store: &DynStore,
+) -> lsvd_core::format::volume_super::VolumeSuper {
     let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
         .await
         .expect("open");
@@ -178,15 +182,106 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
     wait_idle(&vol).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let meta = read_meta(&store, "v").await.expect("meta");
-    let sb = read_newest(&store, &meta)
+    // No periodic checkpoint this time: one data object, then the clean checkpoint.
+    let rare = EngineConfig {
+        checkpoint_every_objects: 1000,
+        ..config()
+    };
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), rare)
+        .await
+        .expect("reopen");
+    write_blocks(&vol, 40, 1, 2).await;
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let meta = read_meta(store, "v").await.expect("meta");
+    read_newest(store, &meta)
         .await
         .expect("read")
-        .expect("exists");
+        .expect("exists")
+}
+
+async fn assert_blocks(vol: &Volume) {
+    for b in 0..41u64 {
+        let want = if b < 40 { 1 } else { 2 };
+        let got = vol.read(b * 4096, 4096).await.expect("read");
+        assert!(got.iter().all(|&x| x == want), "block {b}");
+    }
+}
+
+/// The newest checkpoint missing or corrupt: recovery starts from the previous one
+/// (strict mode included: nothing acknowledged is gone) and replays the objects
+/// after it; the data reads back the same.
+async fn newest_checkpoint_falls_back(corrupt: bool) {
+    let (dir, mem, store) = setup().await;
+    let sb = two_checkpoints_and_an_object_between(&dir, &store).await;
     let c = sb.newest_checkpoint.expect("checkpoint");
+    let previous = sb.previous_checkpoint.expect("a previous checkpoint");
     let key = object_key("v", c, ObjectKind::Checkpoint);
+    if corrupt {
+        let mut bytes = store.get(&key).await.expect("get");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        store
+            .put(&key, bytes.into(), crate::store::PutMode::Overwrite)
+            .await
+            .expect("overwrite");
+    } else {
+        store.delete(&key).await.expect("delete");
+        assert!(!mem.snapshot().iter().any(|(k, _)| *k == key));
+    }
+    // Cache lost too: the store alone must give the data back.
+    let fresh = TempDir::new("engine-vsuper-fresh");
+    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .expect("strict recovery falls back to the previous checkpoint");
+    assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
+    assert_eq!(rep.checkpoints_skipped, vec![c], "{rep:?}");
+    assert!(rep.objects_replayed > 0, "{rep:?}");
+    assert!(rep.stranded_deleted.is_empty(), "{rep:?}");
+    assert_blocks(&vol).await;
+    // It keeps working: new writes, a new checkpoint, a restart.
+    write_blocks(&vol, 50, 4, 3).await;
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .expect("reopen");
+    assert!(rep.checkpoint_seq > Some(c), "a newer checkpoint: {rep:?}");
+    assert_blocks(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_newest_checkpoint_falls_back_to_the_previous() {
+    newest_checkpoint_falls_back(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous() {
+    newest_checkpoint_falls_back(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
+    let (dir, mem, store) = setup().await;
+    let sb = two_checkpoints_and_an_object_between(&dir, &store).await;
+    let c = sb.newest_checkpoint.expect("checkpoint");
+    let previous = sb.previous_checkpoint.expect("a previous checkpoint");
+    let key = object_key("v", c, ObjectKind::Checkpoint);
+    // The newest checkpoint and a data object the fallback would need are gone.
+    let lost = mem
+        .snapshot()
+        .iter()
+        .filter_map(|(k, _)| parse_object_name(k))
+        .filter(|&(s, kind)| kind == ObjectKind::Data && s > previous && s < c)
+        .map(|(s, _)| s)
+        .max()
+        .expect("a data object between the checkpoints");
     store.delete(&key).await.expect("delete");
-    assert!(!mem.snapshot().iter().any(|(k, _)| *k == key));
+    store
+        .delete(&object_key("v", lost, ObjectKind::Data))
+        .await
+        .expect("delete");
     // Cache lost too, so nothing else can vouch for the data.
     let fresh = TempDir::new("engine-vsuper-fresh");
     let e = open_volume(store.clone(), "v", fresh.path(), config())
@@ -194,8 +289,10 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
         .err()
         .expect("strict recovery must refuse");
     assert!(
-        e.to_string().contains(&key) && e.to_string().contains("accept-prefix"),
-        "error names the missing checkpoint and the way out: {e}"
+        e.to_string().contains(&key)
+            && e.to_string().contains(&format!("{lost:016x}"))
+            && e.to_string().contains("accept-prefix"),
+        "error names the missing checkpoint, the missing object and the way out: {e}"
     );
     assert_eq!(e.kind, crate::error::ErrorKind::DataLoss, "{e}");
     let (vol, _) = open_volume(

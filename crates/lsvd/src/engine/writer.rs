@@ -187,12 +187,7 @@ fn append(
     need_sync: bool,
     dirty: &mut bool,
 ) -> Result<()> {
-    let failed = || {
-        Error::new(
-            ErrorKind::VolumeFailed,
-            "volume failed after a local I/O error",
-        )
-    };
+    let failed = || shared.failed_error();
     if shared.failed.load(Ordering::SeqCst) {
         return Err(failed());
     }

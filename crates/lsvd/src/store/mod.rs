@@ -11,6 +11,7 @@ pub mod fs;
 pub mod mem;
 pub mod retry;
 pub mod s3;
+pub mod s3_credentials;
 pub mod selftest;
 
 use std::future::Future;

@@ -20,8 +20,22 @@
 //! | `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` | `true` for `https://BUCKET.host/` URLs; default path style |
 //!
 //! Values given in [`S3Settings`] (for example from `lsvd.toml`) override the
-//! environment. Without credentials, `object_store` falls back to the AWS credential
-//! chain (web identity, container credentials, EC2 instance metadata).
+//! environment.
+//!
+//! Credentials come from the `[s3]` keys or the `AWS_*` key variables; the cloud's
+//! credential chain (web identity, container credentials, EC2 instance metadata) is
+//! used only when [`S3Settings::credentials`] (`[s3] credentials = "instance"`, or
+//! `LSVD_S3_CREDENTIALS=instance`) asks for it. Missing keys are a one-line error
+//! from [`S3Store::open`], before any request: see [`super::s3_credentials`].
+//!
+//! | `[s3]` key | meaning |
+//! |---|---|
+//! | `endpoint`, `region`, `virtual_hosted_style`, `allow_http` | as the variables above |
+//! | `access_key_id`, `secret_access_key`, `session_token` | static keys (both or neither) |
+//! | `credentials` | `"environment"` (default), `"static"` or `"instance"` |
+//! | `connect_timeout_secs`, `request_timeout_secs`, `bulk_timeout_secs` | timeouts |
+//! | `max_retries`, `retry_timeout_secs` | retries inside the S3 client |
+//! | `multipart_threshold`, `multipart_part_size` | multipart upload of overwrites |
 //!
 //! An `http://` endpoint is allowed automatically (loopback test servers); `https://`
 //! is used otherwise. Path-style requests (`http://host/BUCKET/KEY`) are the default
@@ -90,6 +104,7 @@ use object_store::{
 };
 
 use super::retry::{RetryPolicy, RetryStore};
+use super::s3_credentials::{CredentialSource, Credentials, is_key_variable};
 use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -126,6 +141,9 @@ pub struct S3Settings {
     pub secret_access_key: Option<Secret>,
     /// `None`: `AWS_SESSION_TOKEN` (temporary credentials only).
     pub session_token: Option<Secret>,
+    /// Where the credentials come from. `None`: `LSVD_S3_CREDENTIALS`, else
+    /// [`CredentialSource::Environment`] (never the cloud's chain unless asked).
+    pub credentials: Option<CredentialSource>,
     /// `Some(true)`: `https://BUCKET.host/KEY`. `None`: the environment, else path style.
     pub virtual_hosted_style: Option<bool>,
     /// Allow plain-HTTP endpoints. `None`: allowed when the endpoint is `http://`.
@@ -155,6 +173,7 @@ impl Default for S3Settings {
             access_key_id: None,
             secret_access_key: None,
             session_token: None,
+            credentials: None,
             virtual_hosted_style: None,
             allow_http: None,
             connect_timeout: Duration::from_secs(5),
@@ -279,7 +298,22 @@ impl S3Store {
                 "S3 multipart part size must be at least 5 MiB",
             ));
         }
-        let mut b = AmazonS3Builder::from_env().with_bucket_name(&parsed.bucket);
+        // Decided before anything else, so missing keys are the first (and only)
+        // complaint, and no request is made to find some.
+        let credentials = super::s3_credentials::resolve(settings, &env_nonempty)?;
+        // `AmazonS3Builder::from_env`, minus the key variables: the keys are set
+        // below from `credentials`, or left out so the chain runs.
+        let mut b = AmazonS3Builder::new();
+        for (key, value) in std::env::vars_os() {
+            if let (Some(key), Some(value)) = (key.to_str(), value.to_str())
+                && key.starts_with("AWS_")
+                && !is_key_variable(key)
+                && let Ok(config_key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+            {
+                b = b.with_config(config_key, value);
+            }
+        }
+        b = b.with_bucket_name(&parsed.bucket);
         if let Some(ep) = &settings.endpoint {
             b = b.with_endpoint(ep);
         }
@@ -293,22 +327,18 @@ impl S3Store {
             .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
             .unwrap_or_else(|| "us-east-1".to_string());
         b = b.with_region(&region);
-        match (&settings.access_key_id, &settings.secret_access_key) {
-            (Some(id), Some(secret)) => {
-                b = b
-                    .with_access_key_id(id.expose())
-                    .with_secret_access_key(secret.expose());
+        if let Credentials::Keys {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        } = &credentials
+        {
+            b = b
+                .with_access_key_id(access_key_id.expose())
+                .with_secret_access_key(secret_access_key.expose());
+            if let Some(t) = session_token {
+                b = b.with_token(t.expose());
             }
-            (None, None) => {}
-            _ => {
-                return Err(Error::bad_input(
-                    "S3 settings: give both access_key_id and secret_access_key, \
-                            or neither (to use AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
-                ));
-            }
-        }
-        if let Some(t) = &settings.session_token {
-            b = b.with_token(t.expose());
         }
         match settings.virtual_hosted_style {
             Some(v) => b = b.with_virtual_hosted_style_request(v),
