@@ -81,6 +81,4 @@ pub mod proto;
 pub mod server;
 
 pub use server::tls::{Tls, TlsAcceptor, TlsMode};
-pub use server::{
-    ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, Server,
-};
+pub use server::{ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, Server};
