@@ -104,29 +104,10 @@ use object_store::{
 };
 
 use super::retry::{RetryPolicy, RetryStore};
-use super::s3_credentials::{CredentialSource, Credentials, is_key_variable};
+pub use super::s3_credentials::Secret;
+use super::s3_credentials::{ConfiguredKeys, CredentialSource, Credentials, is_key_variable};
 use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
 use crate::error::{Error, ErrorKind, Result};
-
-/// A credential or other secret: never printed, not even by `{:?}`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-    /// The secret itself, for handing to the client library. Never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
 
 /// How to reach an S3-compatible service. `None` fields come from the environment.
 #[derive(Debug, Clone)]
@@ -300,7 +281,13 @@ impl S3Store {
         }
         // Decided before anything else, so missing keys are the first (and only)
         // complaint, and no request is made to find some.
-        let credentials = super::s3_credentials::resolve(settings, &env_nonempty)?;
+        let keys = ConfiguredKeys {
+            access_key_id: settings.access_key_id.clone(),
+            secret_access_key: settings.secret_access_key.clone(),
+            session_token: settings.session_token.clone(),
+            credentials: settings.credentials,
+        };
+        let credentials = super::s3_credentials::resolve(&keys, &env_nonempty)?;
         // `AmazonS3Builder::from_env`, minus the key variables: the keys are set
         // below from `credentials`, or left out so the chain runs.
         let mut b = AmazonS3Builder::new();

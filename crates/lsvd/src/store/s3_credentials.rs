@@ -17,8 +17,36 @@
 //! [`resolve`] is the decision, over an environment lookup, so it is tested without
 //! touching the process environment.
 
-use super::s3::{S3Settings, Secret};
 use crate::error::{Error, Result};
+
+/// A credential or other secret: never printed, not even by `{:?}`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    /// The secret itself, for handing to the client library. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// The credential settings of `[s3]` (the fields of the same names in `ConfiguredKeys`).
+#[derive(Debug, Clone, Default)]
+pub struct ConfiguredKeys {
+    pub access_key_id: Option<Secret>,
+    pub secret_access_key: Option<Secret>,
+    pub session_token: Option<Secret>,
+    pub credentials: Option<CredentialSource>,
+}
 
 /// Where the S3 credentials come from (`[s3] credentials`, `LSVD_S3_CREDENTIALS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +94,10 @@ pub enum Credentials {
 /// Decide the credentials from `settings` and the environment (`env` returns a
 /// variable's value, `None` if unset or empty). Missing keys are one `BadInput` line
 /// naming them and the options.
-pub fn resolve(settings: &S3Settings, env: &dyn Fn(&str) -> Option<String>) -> Result<Credentials> {
+pub fn resolve(
+    settings: &ConfiguredKeys,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Credentials> {
     let source = match settings.credentials {
         Some(s) => s,
         None => match env(CREDENTIALS_ENV) {
@@ -188,18 +219,18 @@ mod tests {
         }
     }
 
-    fn with_file_keys(source: Option<CredentialSource>) -> S3Settings {
-        S3Settings {
+    fn with_file_keys(source: Option<CredentialSource>) -> ConfiguredKeys {
+        ConfiguredKeys {
             access_key_id: Some(Secret::new("file-id")),
             secret_access_key: Some(Secret::new("file-secret")),
             credentials: source,
-            ..S3Settings::default()
+            ..ConfiguredKeys::default()
         }
     }
 
     #[test]
     fn environment_is_the_default_and_never_the_chain() {
-        let none = S3Settings::default();
+        let none = ConfiguredKeys::default();
         let e = resolve(&none, &env_of(&[])).expect_err("no keys anywhere");
         let msg = e.to_string();
         assert!(
@@ -269,9 +300,9 @@ mod tests {
 
     #[test]
     fn static_takes_the_file_only() {
-        let s = S3Settings {
+        let s = ConfiguredKeys {
             credentials: Some(CredentialSource::Static),
-            ..S3Settings::default()
+            ..ConfiguredKeys::default()
         };
         let env = env_of(&[
             ("AWS_ACCESS_KEY_ID", "env-id"),
@@ -287,9 +318,9 @@ mod tests {
 
     #[test]
     fn instance_is_the_chain_only_when_asked_for() {
-        let s = S3Settings {
+        let s = ConfiguredKeys {
             credentials: Some(CredentialSource::Instance),
-            ..S3Settings::default()
+            ..ConfiguredKeys::default()
         };
         assert_eq!(
             resolve(&s, &env_of(&[])).expect("chain"),
@@ -297,7 +328,7 @@ mod tests {
         );
         assert_eq!(
             resolve(
-                &S3Settings::default(),
+                &ConfiguredKeys::default(),
                 &env_of(&[("LSVD_S3_CREDENTIALS", "instance")])
             )
             .expect("chain"),
@@ -319,7 +350,7 @@ mod tests {
         .expect_err("both");
         assert!(e.to_string().contains("remove one"), "{e}");
         let e = resolve(
-            &S3Settings::default(),
+            &ConfiguredKeys::default(),
             &env_of(&[("LSVD_S3_CREDENTIALS", "imds")]),
         )
         .expect_err("unknown");
