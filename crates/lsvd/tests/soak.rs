@@ -118,6 +118,20 @@ fn schedule(rng: &mut Rng, secs: u64, outage: Duration) -> Vec<(Duration, Event)
     ev
 }
 
+/// Wait, up to `limit`, until `store_put_retries_total` counts a failed upload.
+/// Returns how long it waited.
+fn hold_outage_until_seen(metrics: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        let retries = metrics_text(metrics).and_then(|m| metric(&m, "store_put_retries_total"));
+        if retries.is_some_and(|r| r > 0.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t0.elapsed()
+}
+
 /// Read every block over a fresh connection (after a FLUSH) and check it: against the
 /// live window (acknowledged..=issued) when `exact` is None, else against exactly the
 /// versions given. Returns the version of every block.
@@ -262,6 +276,17 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
                 say(&format!("{:?}: store down", start.elapsed()));
             }
             Event::StoreUp => {
+                // The engine may make no store request for a while (client batches
+                // held behind a GC pass that reads from the read cache, say): keep the
+                // store down, up to 30 s more, until an upload has seen it missing, so
+                // the outage is one the engine lived through.
+                let extended = hold_outage_until_seen(&lsvd.metrics, Duration::from_secs(30));
+                if extended > Duration::from_millis(500) {
+                    say(&format!(
+                        "{:?}: outage extended by {extended:?} until an upload failed",
+                        start.elapsed()
+                    ));
+                }
                 gw.restart();
                 store_back_at = Some(Instant::now());
                 say(&format!("{:?}: store back", start.elapsed()));
