@@ -18,6 +18,9 @@ pub struct EngineConfig {
     pub log_size_bytes: u64,
     /// Most client bytes grouped into one log record. Default: 4 MiB.
     pub group_commit_max_bytes: u64,
+    /// Log writes issued at once (overlapped, their callers answered in log order).
+    /// Default: 1. Minimum: 1. `lsvd probe` measures what the device rewards.
+    pub log_writes_in_flight: usize,
     /// Write a checkpoint after this many objects. Default: 64.
     pub checkpoint_every_objects: u64,
     /// Also write a checkpoint when objects were written and this long has passed
@@ -70,6 +73,7 @@ impl Default for EngineConfig {
             uploads_in_flight: 4,
             log_size_bytes: 1 << 30,
             group_commit_max_bytes: 4 << 20,
+            log_writes_in_flight: 1,
             checkpoint_every_objects: 64,
             checkpoint_interval_ms: 300_000,
             recovery_mode: RecoveryMode::Strict,
