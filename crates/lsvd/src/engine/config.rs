@@ -33,6 +33,9 @@ pub struct EngineConfig {
     pub gc: lsvd_core::gc::GcConfig,
     /// Size of the read-cache file (0 disables it). Default: 1 GiB.
     pub read_cache_bytes: u64,
+    /// Bytes fetched from the store by one read miss (whole read-cache chunks, at least
+    /// one). Default: 64 KiB. `lsvd probe --store` measures what the store rewards.
+    pub read_fetch_bytes: u64,
     /// Copy uploaded objects' data into the read cache. Default: `Auto` (when the store
     /// is remote).
     pub read_cache_admit: Admission,
@@ -79,6 +82,7 @@ impl Default for EngineConfig {
             recovery_mode: RecoveryMode::Strict,
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
+            read_fetch_bytes: 64 << 10,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
             clock: SharedClock::default(),
