@@ -112,11 +112,19 @@ impl ObjectHeader {
 
     /// The chunk-aligned byte range of the object that covers `[offset, offset+len)`,
     /// clamped to the data section: what to fetch so the read can be verified.
+    /// Offsets outside the data section (a corrupt map) give a range clamped to it,
+    /// never an overflow: `start <= end` always, and the verification that follows
+    /// reports the short read.
     pub fn verifiable_range(&self, offset: u64, len: u64) -> (u64, u64) {
         let data_start = self.header_bytes as u64;
-        let rel_start = offset.saturating_sub(data_start) / CHUNK_BYTES * CHUNK_BYTES;
-        let rel_end =
-            ((offset + len - data_start).div_ceil(CHUNK_BYTES) * CHUNK_BYTES).min(self.data_bytes);
+        let rel_start =
+            (offset.saturating_sub(data_start) / CHUNK_BYTES * CHUNK_BYTES).min(self.data_bytes);
+        let rel_end = offset
+            .saturating_add(len)
+            .saturating_sub(data_start)
+            .div_ceil(CHUNK_BYTES)
+            .saturating_mul(CHUNK_BYTES)
+            .clamp(rel_start, self.data_bytes);
         (data_start + rel_start, data_start + rel_end)
     }
 
@@ -478,6 +486,31 @@ mod tests {
         assert_eq!(e - s, 17 * 512 - 8192);
         h.verify_data(s, &obj[s as usize..e as usize])
             .expect("short last chunk ok");
+    }
+
+    /// Regression: offsets before the data section, past its end or near u64::MAX
+    /// (a corrupt map) panicked with an arithmetic overflow.
+    #[test]
+    fn verifiable_range_never_overflows() {
+        let obj = data_object();
+        let h = decode_object_header(&obj).expect("decodes");
+        let data_start = h.header_bytes as u64;
+        let data_end = data_start + h.data_bytes;
+        for (offset, len) in [
+            (0, 0),
+            (0, 1),
+            (data_start, 0),
+            (data_end, 4096),
+            (data_end + (1 << 20), 512),
+            (u64::MAX - 1, 4096),
+            (u64::MAX, u64::MAX),
+        ] {
+            let (s, e) = h.verifiable_range(offset, len);
+            assert!(
+                data_start <= s && s <= e && e <= data_end,
+                "({offset}, {len}) gave {s}..{e}"
+            );
+        }
     }
 
     #[test]
