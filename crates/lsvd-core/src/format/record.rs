@@ -330,6 +330,10 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     let crc = r.u32()?;
     let prev_crc = r.u32()?;
     let data_hash = r.u64()?;
+    // The next record's sequence number must exist: readers compute `seq + 1`.
+    if seq == u64::MAX {
+        return Err(invalid(WHAT, "sequence number u64::MAX has no successor"));
+    }
     if extent_count > MAX_RECORD_EXTENTS {
         return Err(invalid(
             WHAT,
@@ -456,6 +460,27 @@ mod tests {
         assert_eq!(rec, encode_record(vol, 11, 0xdead_beef, &extents, &whole));
         assert_eq!(header, decode_record_header(&rec).expect("decodes"));
         verify_record(&header, &rec).expect("verifies");
+    }
+
+    /// Regression: a valid-CRC record with sequence number u64::MAX decoded, and the
+    /// log scan and `lsvd check` overflowed computing its successor.
+    #[test]
+    fn the_last_sequence_number_is_refused() {
+        let vol = VolumeId([3; 16]);
+        let data = vec![0x11u8; 512];
+        let ext = [RecordExtent {
+            lba: 0,
+            sectors: 1,
+            kind: ExtentKind::Data,
+        }];
+        let ok = encode_record(vol, u64::MAX - 1, 0, &ext, &data);
+        assert_eq!(
+            decode_record_header(&ok).expect("u64::MAX - 1 decodes").seq,
+            u64::MAX - 1
+        );
+        let rec = encode_record(vol, u64::MAX, 0, &ext, &data);
+        let e = decode_record_header(&rec).expect_err("u64::MAX is refused");
+        assert!(e.to_string().contains("no successor"), "{e}");
     }
 
     const SAMPLE_EXTENTS: [RecordExtent; 2] = [
