@@ -183,8 +183,9 @@ async fn simulator_matches_the_engine() {
     assert!(c.data_objects > 100, "several hundred objects: {c:?}");
     assert!(c.coalesced_bytes > 0 && c.trim_requests > 0);
 
-    // The objects left in the store: data objects still holding live data (dead ones
-    // were deleted at checkpoints) and the newest two checkpoints, with their sizes.
+    // The objects left in the store: data objects still holding live data, the dead
+    // ones the newest checkpoint left out (deleted once the next is named; older dead
+    // ones were deleted), and the newest two checkpoints, with their sizes.
     let mut expected: Vec<(u64, char, u64)> = sim
         .state()
         .objects()
@@ -193,6 +194,10 @@ async fn simulator_matches_the_engine() {
             assert_eq!(o.kind, ObjectKind::Data);
             (seq, 'd', o.total_bytes)
         })
+        .chain(sim.awaiting_delete().into_iter().map(|(seq, kind, bytes)| {
+            assert_eq!(kind, ObjectKind::Data);
+            (seq, 'd', bytes)
+        }))
         .chain(
             sim.retained_checkpoints()
                 .into_iter()

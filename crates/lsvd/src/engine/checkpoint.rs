@@ -10,6 +10,13 @@
 //! is checked at every slice). Once durable and applied, the checkpoint is named in
 //! the next volume superblock generation *before* anything is deleted: a process that
 //! has been superseded must not delete objects the volume's new owner may still need.
+//!
+//! Objects a checkpoint leaves out (no live data) leave the pipeline's accounting at
+//! once but stay in the store until the *next* checkpoint is named. Recovery falls
+//! back to the previous checkpoint when the newest is corrupt or missing, and the
+//! replay from there needs exactly those objects to reach the newest state. After a
+//! crash or a clean stop, the next open deletes them (below its checkpoint, not
+//! listed in it).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,7 +28,7 @@ use lsvd_core::pipeline::Upload;
 use super::keys::object_key;
 use super::log_tail::persist_tail_off_runtime;
 use super::put::upload_object;
-use super::shared::{Shared, State};
+use super::shared::{DeferredDelete, Shared, State};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Extents of the store map copied per hold of the state lock when a checkpoint is
@@ -102,9 +109,9 @@ async fn encode_off_runtime(shared: &Arc<Shared>, snapshot: CheckpointSnapshot) 
     }
 }
 
-/// Take, upload and name checkpoint `seq`, then delete the objects it left out
-/// (`dead`: they hold no live data) and older checkpoints; tell the pipeline it is
-/// finished either way.
+/// Take, upload and name checkpoint `seq`, then forget the objects it left out
+/// (`dead`: they hold no live data), delete the ones the previous checkpoint left out
+/// and older checkpoints; tell the pipeline it is finished either way.
 pub(crate) async fn run(
     shared: &Arc<Shared>,
     seq: u64,
@@ -116,29 +123,73 @@ pub(crate) async fn run(
         upload_object(shared, seq, ObjectKind::Checkpoint, bytes.into()).await;
         if !shared.is_failed() && name_in_volume_super(shared, seq, clean).await {
             delete_old_checkpoints(shared).await;
-            delete_dead(shared, dead).await;
+            forget_dead(shared, seq, &dead);
+            delete_deferred(shared, seq).await;
         }
     }
     shared.lock().pipeline.checkpoint_finished(seq);
 }
 
-/// Delete objects without live data (best effort: one left behind is found and
-/// removed at the next open, below the checkpoint and not listed in it).
-async fn delete_dead(shared: &Shared, dead: Vec<(u64, ObjectKind)>) {
-    for (victim, kind) in dead {
-        let key = object_key(&shared.meta.name, victim, kind);
+/// Objects without live data leave the pipeline's accounting, the read cache and the
+/// header cache (nothing reads them again) and wait in [`Shared::deferred_deletes`]
+/// for the next checkpoint. Forgotten and listed under one hold of the state lock, so
+/// that accounted plus deferred bytes always cover what the store holds.
+fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
+    for &(victim, kind) in dead {
+        {
+            let mut st = shared.lock();
+            let total_bytes = st
+                .pipeline
+                .store()
+                .objects()
+                .get(&victim)
+                .map_or(0, |o| o.total_bytes);
+            st.pipeline.forget_object(victim);
+            shared
+                .deferred_deletes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(DeferredDelete {
+                    seq: victim,
+                    kind,
+                    total_bytes,
+                    left_out_by: checkpoint,
+                });
+        }
+        if let Some(rc) = &shared.read_cache {
+            // Its number is never used again: nothing to make durable.
+            let _ = rc.forget_object(victim, false);
+        }
+        shared
+            .headers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&victim);
+    }
+}
+
+/// Delete the objects an earlier checkpoint than `checkpoint` (now named) left out:
+/// neither kept checkpoint needs them. One whose delete fails stays listed and is
+/// tried after the next checkpoint (one left behind by a crash is found and removed at
+/// the next open, below the checkpoint and not listed in it).
+async fn delete_deferred(shared: &Shared, checkpoint: u64) {
+    let due: Vec<DeferredDelete> = shared
+        .deferred_deletes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|d| d.left_out_by < checkpoint)
+        .copied()
+        .collect();
+    for d in due {
+        let key = object_key(&shared.meta.name, d.seq, d.kind);
         match shared.store.delete(&key).await {
             Ok(()) => {
-                shared.lock().pipeline.forget_object(victim);
-                if let Some(rc) = &shared.read_cache {
-                    // Its number is never used again: nothing to make durable.
-                    let _ = rc.forget_object(victim, false);
-                }
                 shared
-                    .headers
+                    .deferred_deletes
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .remove(&victim);
+                    .retain(|x| x.seq != d.seq);
                 shared.stats.objects_deleted.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => crate::log::warn(&format!("could not delete {key}: {e}")),

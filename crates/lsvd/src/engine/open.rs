@@ -322,6 +322,7 @@ async fn open_inner(
         failure: Mutex::new(None),
         volume_claimed: AtomicBool::new(false),
         volume_super_writes: tokio::sync::Mutex::new(()),
+        deferred_deletes: Mutex::new(Vec::new()),
         log_start,
         log_end,
         layout,

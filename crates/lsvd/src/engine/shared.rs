@@ -24,6 +24,7 @@ use std::time::Duration;
 use lsvd_core::extent_map::Location;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::checkpoint::Counters;
+use lsvd_core::format::object::ObjectKind;
 use lsvd_core::format::record::RecordHeader;
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::VolumeSuper;
@@ -166,6 +167,10 @@ pub(crate) struct Shared {
     pub(crate) volume_super: Mutex<VolumeSuper>,
     /// Serializes volume superblock writes after checkpoints.
     pub(crate) volume_super_writes: tokio::sync::Mutex<()>,
+    /// Objects the newest named checkpoint left out (no live data), deleted from the
+    /// store only once the next checkpoint is named: the previous checkpoint, which
+    /// recovery falls back to when the newest is corrupt, may still list them.
+    pub(crate) deferred_deletes: Mutex<Vec<DeferredDelete>>,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).
@@ -255,6 +260,16 @@ impl Shared {
         let mut rng = self.jitter.lock().unwrap_or_else(|p| p.into_inner());
         (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// An object a checkpoint left out, waiting in the store for the next checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeferredDelete {
+    pub seq: u64,
+    pub kind: ObjectKind,
+    pub total_bytes: u64,
+    /// The checkpoint that left it out: deleted once a later one is named.
+    pub left_out_by: u64,
 }
 
 /// The state lock, held. Dropping it delivers the pipeline's wake-ups.

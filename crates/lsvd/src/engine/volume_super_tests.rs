@@ -261,6 +261,92 @@ async fn a_corrupt_newest_checkpoint_falls_back_to_the_previous() {
     newest_checkpoint_falls_back(true).await;
 }
 
+/// Data objects of `mem`'s volume `v` (sequence numbers).
+fn data_objects(mem: &MemStore) -> Vec<u64> {
+    mem.snapshot()
+        .iter()
+        .filter_map(|(k, _)| parse_object_name(k))
+        .filter(|&(_, kind)| kind == ObjectKind::Data)
+        .map(|(s, _)| s)
+        .collect()
+}
+
+/// Regression: objects that died between the two kept checkpoints were deleted as
+/// soon as the newest was named, so when the newest was then lost, the replay from
+/// the previous one missed them and strict recovery refused. They now stay until the
+/// next checkpoint is named, and the fallback reaches the newest state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
+    let (dir, mem, store) = setup().await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_blocks(&vol, 0, 40, 1).await;
+    wait_idle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let first = data_objects(&mem);
+    // Overwrite every block: the first objects die, and the clean checkpoint at
+    // shutdown leaves them out. No checkpoint in between (no GC pass either: its
+    // checkpoint would be the one to leave them out).
+    let rare = EngineConfig {
+        checkpoint_every_objects: 1000,
+        gc: lsvd_core::gc::GcConfig {
+            start_utilization: 0.0,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), rare)
+        .await
+        .expect("reopen");
+    write_blocks(&vol, 0, 41, 2).await;
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let meta = read_meta(&store, "v").await.expect("meta");
+    let sb = read_newest(&store, &meta)
+        .await
+        .expect("read")
+        .expect("exists");
+    let c = sb.newest_checkpoint.expect("checkpoint");
+    let previous = sb.previous_checkpoint.expect("a previous checkpoint");
+    assert!(
+        first.iter().all(|s| *s < previous),
+        "{first:?} before {previous}"
+    );
+    let still = data_objects(&mem);
+    assert!(
+        first.iter().all(|s| still.contains(s)),
+        "objects dead at checkpoint {c} are kept until the next: {first:?} vs {still:?}"
+    );
+    // The newest checkpoint is lost, and the cache with it.
+    store
+        .delete(&object_key("v", c, ObjectKind::Checkpoint))
+        .await
+        .expect("delete");
+    let fresh = TempDir::new("engine-vsuper-fresh");
+    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .expect("strict recovery reaches the newest state from the previous checkpoint");
+    assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
+    for b in 0..41u64 {
+        let got = vol.read(b * 4096, 4096).await.expect("read");
+        assert!(got.iter().all(|&x| x == 2), "block {b}");
+    }
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    // The space comes back: the next open deletes what no checkpoint needs.
+    let (vol, _) = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .expect("reopen");
+    vol.shutdown().await.expect("shutdown");
+    let left = data_objects(&mem);
+    assert!(
+        first.iter().all(|s| !left.contains(s)),
+        "dead objects are deleted eventually: {first:?} in {left:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
     let (dir, mem, store) = setup().await;

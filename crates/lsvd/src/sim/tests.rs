@@ -150,7 +150,7 @@ fn trims_remove_data_and_dead_objects_are_deleted_at_checkpoints() {
     let mut sim = VolumeSim::new(cfg);
     // Object 1: blocks 0..16. Then a trim of blocks 0..16 and 16 new blocks: object 2
     // holds the trim and blocks 100..116; object 1 is dead. Checkpoint 3 leaves object
-    // 1 out and deletes it.
+    // 1 out; it stays in the store until the next checkpoint (5) is written.
     for b in 0..16 {
         write_block(&mut sim, b);
     }
@@ -162,8 +162,15 @@ fn trims_remove_data_and_dead_objects_are_deleted_at_checkpoints() {
     assert_eq!((c.data_objects, c.checkpoint_objects), (2, 1));
     assert_eq!(c.trim_requests, 1);
     assert_eq!(c.trim_bytes, 16 * BLOCK);
-    assert_eq!(c.deleted_objects, 1);
+    assert_eq!(c.deleted_objects, 0);
     assert!(!sim.state().objects().contains_key(&1));
+    assert_eq!(
+        sim.awaiting_delete()
+            .iter()
+            .map(|&(s, _, _)| s)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
     assert_eq!(
         sim.state()
             .checkpoints()
@@ -175,6 +182,13 @@ fn trims_remove_data_and_dead_objects_are_deleted_at_checkpoints() {
     // Object 2's header carries the trim: 80 + 16 extents * 20 + one 16-byte trim.
     assert_eq!(c.data_object_bytes, 2 * data_object_bytes(16) + 16);
     assert_eq!(sim.live_bytes(), 16 * BLOCK);
+    // The next checkpoint deletes it.
+    for b in 200..232 {
+        write_block(&mut sim, b);
+    }
+    assert!(sim.counters().checkpoint_objects >= 2);
+    assert_eq!(sim.counters().deleted_objects, 1);
+    assert!(sim.awaiting_delete().iter().all(|&(s, _, _)| s != 1));
     // A trim and a write inside one batch: coalescing counts the trimmed bytes.
     let mut sim = VolumeSim::new(config(1 << 20));
     sim.request(&req(0, Op::Write, 0, 8 * BLOCK));

@@ -164,7 +164,8 @@ pub struct SeriesPoint {
     /// Objects in the store now (retained checkpoints included).
     pub store_bytes: u64,
     pub live_bytes: u64,
-    /// Live over stored bytes of data and GC objects (what GC looks at).
+    /// Live over stored bytes of data and GC objects the volume still needs (what GC
+    /// looks at; objects awaiting deletion are in `store_bytes` only).
     pub utilization: f64,
     /// Cumulative write amplification so far.
     pub write_amplification: f64,
@@ -239,7 +240,7 @@ pub struct VolumeReport {
     /// Data, GC and retained checkpoint objects in the store at the end.
     pub final_store_bytes: u64,
     pub final_objects: u64,
-    /// Live over stored bytes of data and GC objects.
+    /// Live over stored bytes of data and GC objects the volume still needs.
     pub final_utilization: f64,
 }
 
@@ -252,6 +253,10 @@ pub struct VolumeSim {
     next_record_seq: u64,
     /// Checkpoints still in the store: seq -> total bytes.
     retained_checkpoints: BTreeMap<u64, u64>,
+    /// Objects the newest checkpoint left out, still in the store until the next one
+    /// (like the engine: the fallback to the previous checkpoint needs them):
+    /// seq -> (kind, total bytes).
+    awaiting_delete: BTreeMap<u64, (ObjectKind, u64)>,
     counters: Counters,
     series: Series,
     finished: bool,
@@ -347,6 +352,7 @@ impl VolumeSim {
             cfg,
             next_record_seq: 1,
             retained_checkpoints: BTreeMap::new(),
+            awaiting_delete: BTreeMap::new(),
             counters: Counters::default(),
             series: Series::new(cfg.series_points),
             finished: false,
@@ -374,14 +380,34 @@ impl VolumeSim {
             .collect()
     }
 
-    /// Bytes of data and GC objects in the store.
+    /// Objects the newest checkpoint left out, still in the store: (seq, kind, bytes).
+    pub fn awaiting_delete(&self) -> Vec<(u64, ObjectKind, u64)> {
+        self.awaiting_delete
+            .iter()
+            .map(|(&s, &(k, b))| (s, k, b))
+            .collect()
+    }
+
+    /// Bytes of data and GC objects in the store (those awaiting deletion included).
     fn object_bytes(&self) -> u64 {
-        self.state().stored_bytes()
+        self.state().stored_bytes() + self.awaiting_delete.values().map(|&(_, b)| b).sum::<u64>()
     }
 
     /// Bytes the store holds now: data, GC and retained checkpoint objects.
     pub fn store_bytes(&self) -> u64 {
         self.object_bytes() + self.retained_checkpoints.values().sum::<u64>()
+    }
+
+    /// Live over stored bytes of data and GC objects the volume still needs (objects
+    /// awaiting deletion left out): what GC looks at, like the engine's
+    /// `lsvd_utilization`.
+    fn gc_utilization(&self) -> f64 {
+        let stored = self.state().stored_bytes();
+        if stored == 0 {
+            1.0
+        } else {
+            ratio(self.live_bytes(), stored)
+        }
     }
 
     pub fn live_bytes(&self) -> u64 {
@@ -515,7 +541,6 @@ impl VolumeSim {
         // Client batches GC let go of.
         data_objects += self.upload_all();
         self.pipeline.take_wakes();
-        debug_assert_eq!(self.object_bytes(), self.state().stored_bytes());
         for _ in 0..data_objects.min(1) {
             let point = self.point();
             self.series.offer(|| point);
@@ -561,17 +586,14 @@ impl VolumeSim {
             store_write_bytes: c.store_write_bytes(),
             store_bytes: self.store_bytes(),
             live_bytes: self.live_bytes(),
-            utilization: if self.object_bytes() == 0 {
-                1.0
-            } else {
-                ratio(self.live_bytes(), self.object_bytes())
-            },
+            utilization: self.gc_utilization(),
             write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
         }
     }
 
-    /// Write checkpoint `seq` describing the state now, delete the objects it leaves
-    /// out (`dead`), and keep the newest two checkpoints.
+    /// Write checkpoint `seq` describing the state now, delete the objects the previous
+    /// one left out, keep those it leaves out (`dead`) until the next, and keep the
+    /// newest two checkpoints.
     fn write_checkpoint(&mut self, seq: u64, dead: Vec<(u64, ObjectKind)>) {
         let (header_bytes, payload) = checkpoint_object_size(self.state());
         let total = header_bytes + payload;
@@ -592,8 +614,11 @@ impl VolumeSim {
         self.counters.checkpoint_bytes += total;
         self.retained_checkpoints.insert(seq, total);
         self.note_peak();
-        self.counters.deleted_objects += dead.len() as u64;
-        for (d, _) in dead {
+        self.counters.deleted_objects += self.awaiting_delete.len() as u64;
+        self.awaiting_delete.clear();
+        for (d, kind) in dead {
+            let bytes = self.state().objects().get(&d).map_or(0, |o| o.total_bytes);
+            self.awaiting_delete.insert(d, (kind, bytes));
             self.pipeline.forget_object(d);
         }
         // Like the engine: delete every older checkpoint but the newest one.
@@ -649,11 +674,7 @@ impl VolumeSim {
             live_bytes: self.live_bytes(),
             final_store_bytes: self.store_bytes(),
             final_objects: (self.state().objects().len() + self.retained_checkpoints.len()) as u64,
-            final_utilization: if self.object_bytes() == 0 {
-                1.0
-            } else {
-                ratio(self.live_bytes(), self.object_bytes())
-            },
+            final_utilization: self.gc_utilization(),
         }
     }
 }
