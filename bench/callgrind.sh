@@ -38,6 +38,7 @@ fi
 
 scratch=$(mktemp -d /var/tmp/lsvd-callgrind.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT TERM HUP
 
 # Total instructions of one serve run with $1 writes.
 count() {
