@@ -43,8 +43,11 @@ async fn read_block(vol: &Volume, b: u64) -> Vec<u8> {
     vol.read(b * 4096, 4096).await.expect("read")
 }
 
-/// Offsets of the one-write records written to `cache`, in issue order.
-fn record_writes(cache: &FaultyCache) -> Arc<Mutex<Vec<(u64, Vec<u8>)>>> {
+/// One-write records written to a device: (offset, the block), in issue order.
+type Seen = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+/// Watch the one-write records written to `cache`.
+fn record_writes(cache: &FaultyCache) -> Seen {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     cache.set_write_hook(Box::new(move |ev| {
