@@ -204,6 +204,11 @@ pub struct EngineArgs {
     /// Object uploads in flight per volume.
     #[arg(long, default_value_t = 4)]
     pub uploads: usize,
+    /// Write-log records written at once (overlapped; callers are still answered in
+    /// log order, and a FLUSH still covers every earlier write). 1 writes one record
+    /// at a time; `lsvd probe` says how many the log's device rewards.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub log_writes_in_flight: usize,
     /// Write a checkpoint every this many objects.
     #[arg(long, default_value_t = 64)]
     pub checkpoint_every: u64,
@@ -253,6 +258,11 @@ impl EngineArgs {
         if self.uploads == 0 || self.uploads > 256 {
             return Err(Error::bad_input("--uploads must be between 1 and 256"));
         }
+        if self.log_writes_in_flight == 0 || self.log_writes_in_flight > 64 {
+            return Err(Error::bad_input(
+                "--log-writes-in-flight must be between 1 and 64",
+            ));
+        }
         let gc = lsvd_core::gc::GcConfig {
             start_utilization: self.gc_start,
             stop_utilization: self.gc_stop,
@@ -271,6 +281,7 @@ impl EngineArgs {
             batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             uploads_in_flight: self.uploads,
+            log_writes_in_flight: self.log_writes_in_flight,
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),
             checkpoint_interval_ms: self.checkpoint_interval.max(1).saturating_mul(1000),

@@ -41,6 +41,9 @@ pub mod keys;
 pub(crate) mod log_index;
 #[cfg(test)]
 mod log_index_tests;
+mod log_order;
+#[cfg(test)]
+mod log_order_tests;
 pub(crate) mod log_scan;
 pub mod log_space;
 mod log_tail;

@@ -1,11 +1,13 @@
 //! The log writer: the only thread that appends to the write log.
 //!
 //! It takes every queued operation at once (group commit), turns the writes and zeroed
-//! ranges into one record, appends it with one write, and if any operation asked for
-//! durability (FLUSH or FUA) issues one `fdatasync` for all of them. Only then are the
-//! maps updated and the callers answered. Because it is the only appender and handles
-//! operations in arrival order, a FLUSH covers every write acknowledged before it, on
-//! every connection.
+//! ranges into one record, numbers it, places it in the log and issues it as one
+//! write; up to `log_writes_in_flight` records are written at once (`log_order`). A
+//! group retires in log order, once its record and every earlier one have landed: if
+//! any operation asked for durability (FLUSH or FUA) one `fdatasync` covers all of
+//! them, and only then are the maps updated and the callers answered. Because it is
+//! the only appender and handles operations in arrival order, a FLUSH covers every
+//! write acknowledged before it, on every connection.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,6 +18,7 @@ use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record_parts, r
 use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
+use super::log_order::{Group, LogWrites, PlacedRecord};
 use super::shared::{LogPos, Shared, State};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -51,7 +54,12 @@ pub(crate) fn run(
     runtime: tokio::runtime::Handle,
 ) {
     let _runtime = runtime.enter();
-    let mut dirty = false;
+    let (mut chain_crc, landed_through) = {
+        let st = shared.lock();
+        (st.last_record_crc, st.next_record_seq - 1)
+    };
+    let in_flight = shared.config.log_writes_in_flight;
+    let writes = LogWrites::start(shared.clone(), in_flight, landed_through);
     // A record carries at most a batch of data (unless one write is larger), so that
     // objects stay within the batch size (`Batcher::would_overflow`).
     let max_bytes = shared
@@ -85,7 +93,7 @@ pub(crate) fn run(
                 Err(_) => break,
             }
         }
-        let shutdown = process(&shared, ops, &mut dirty);
+        let shutdown = process(&shared, &writes, &mut chain_crc, ops);
         if shutdown {
             break;
         }
@@ -124,13 +132,13 @@ fn reply(op: LogOp, r: Result<()>) {
     }
 }
 
-/// Handle one group. Returns true when the writer should stop.
-fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
+/// Handle one group: number it, place and encode its record, and issue it. Returns
+/// true when the writer should stop.
+fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<LogOp>) -> bool {
     let mut extents = Vec::with_capacity(ops.len());
     // The writes' data, in extent order: copied once, into the record.
     let mut parts: Vec<&[u8]> = Vec::with_capacity(ops.len());
     let mut need_sync = false;
-    let mut shutdown = false;
     for op in &ops {
         match op {
             LogOp::Write {
@@ -162,146 +170,135 @@ fn process(shared: &Shared, ops: Vec<LogOp>, dirty: &mut bool) -> bool {
                 }
                 need_sync |= *fua;
             }
-            LogOp::Flush { .. } => need_sync = true,
-            LogOp::Shutdown { .. } => {
-                need_sync = true;
-                shutdown = true;
-            }
+            LogOp::Flush { .. } | LogOp::Shutdown { .. } => need_sync = true,
         }
     }
-    let result = append(shared, &extents, &parts, need_sync, dirty);
-    if shutdown {
-        // Everything written goes up now; nothing is held back any more.
-        shared.lock().pipeline.stop_writes();
+    let mut group = Group {
+        record: None,
+        error: None,
+        need_sync,
+        replies: Vec::with_capacity(ops.len()),
+    };
+    let mut bytes = Vec::new();
+    match place(shared, &extents, &parts, *chain_crc) {
+        Ok(Some((record, placed))) => {
+            *chain_crc = placed.header.crc;
+            bytes = record;
+            group.record = Some(placed);
+        }
+        Ok(None) => {}
+        Err(e) => group.error = Some(e),
     }
+    drop(parts);
+    // The data is in the record now: keep only the callers to answer.
+    let mut shutdown = None;
     for op in ops {
-        reply(op, result.clone());
+        match op {
+            LogOp::Write { done, .. } | LogOp::Zero { done, .. } | LogOp::Flush { done } => {
+                group.replies.push(done);
+            }
+            LogOp::Shutdown { done } => shutdown = Some(done),
+        }
     }
-    shutdown
+    let Some(shutdown) = shutdown else {
+        writes.issue(group, bytes);
+        return false;
+    };
+    let (tx, rx) = oneshot::channel();
+    group.replies.push(tx);
+    writes.issue(group, bytes);
+    let result = rx
+        .blocking_recv()
+        .unwrap_or_else(|_| Err(shared.failed_error()));
+    writes.drain();
+    // Everything written goes up now; nothing is held back any more.
+    shared.lock().pipeline.stop_writes();
+    let _ = shutdown.send(result);
+    true
 }
 
-fn append(
+/// Reserve log space and a sequence number for a record of `extents`, and encode it
+/// chained to `prev_crc`. None if there is nothing to write.
+fn place(
     shared: &Shared,
     extents: &[RecordExtent],
     parts: &[&[u8]],
-    need_sync: bool,
-    dirty: &mut bool,
-) -> Result<()> {
+    prev_crc: u32,
+) -> Result<Option<(Vec<u8>, PlacedRecord)>> {
     let failed = || shared.failed_error();
     if shared.failed.load(Ordering::SeqCst) {
         return Err(failed());
     }
-    if !extents.is_empty() {
-        let data_bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let total = record_bytes_for(extents.len(), data_bytes);
-        // Reserve space and a sequence number.
-        let (seq, offset, prev_crc) = {
-            let mut st = shared.lock();
-            if total > st.log.max_record_bytes() {
-                return Err(Error::bad_input("write larger than half the write log"));
-            }
-            let mut waited_since: Option<Duration> = None;
-            let mut started_waiting: Option<Duration> = None;
-            let offset = loop {
-                if let Some(off) = st.log.place(total) {
-                    break off;
-                }
-                // A failed volume uploads nothing more, so no space will be freed.
-                if shared.is_failed() {
-                    return Err(failed());
-                }
-                let now = shared.clock().now();
-                let since = match waited_since {
-                    Some(since) => since,
-                    None => {
-                        // The start of a full-log episode: one line and one count.
-                        shared.stats.log_full_waits.fetch_add(1, Ordering::Relaxed);
-                        shared.stats.log_full.store(true, Ordering::Relaxed);
-                        crate::log::warn(&format!(
-                            "write log full: client writes wait until uploads free space \
-                             ({} uploads pending)",
-                            st.pipeline.uploads_pending()
-                        ));
-                        waited_since = Some(now);
-                        started_waiting = Some(now);
-                        now
-                    }
-                };
-                if now.saturating_sub(since) > Duration::from_secs(5) {
-                    crate::log::warn("write log full: writes are waiting for object uploads");
-                    waited_since = Some(now);
-                }
-                // Make sure a partial batch does not hold the log hostage.
-                st.pipeline.close_batch();
-                st = st.wait_for_space(Duration::from_millis(200));
-            };
-            if let Some(start) = started_waiting {
-                shared.stats.log_full.store(false, Ordering::Relaxed);
-                crate::log::info(&format!(
-                    "write log has room again after {} ms; writes resume",
-                    shared.clock().now().saturating_sub(start).as_millis()
-                ));
-            }
-            let seq = st.next_record_seq;
-            st.next_record_seq += 1;
-            st.log.push(seq, offset, total);
-            (seq, offset, st.last_record_crc)
-        };
-        let (record, header) =
-            encode_record_parts(shared.meta.volume, seq, prev_crc, extents, parts);
-        if let Err(e) = shared.cache.write_at(&record, offset) {
-            let e = Error::local_io("write-log write failed", e);
-            shared.fail(&e.to_string());
-            return Err(e);
-        }
-        *dirty = true;
-        shared.stats.log_records.fetch_add(1, Ordering::Relaxed);
-        shared
-            .stats
-            .log_write_bytes
-            .fetch_add(record.len() as u64, Ordering::Relaxed);
-        shared
-            .stats
-            .client_write_bytes
-            .fetch_add(data_bytes, Ordering::Relaxed);
-        let now_ns = shared.now_ns();
-        {
-            // The record is in the log: chain the next one to it, list it for the
-            // write-log index (written in `sync`), and make its data readable.
-            let mut st = shared.lock();
-            st.last_record_crc = header.crc;
-            st.log_bytes_since_index += total;
-            let header_bytes = header.header_bytes;
-            st.log_headers.push_back((offset, header));
-            apply_record(&mut st, now_ns, seq, offset, header_bytes, extents);
-        }
-        if need_sync {
-            sync(shared, dirty)?;
-        }
-        return Ok(());
+    if extents.is_empty() {
+        return Ok(None);
     }
-    if need_sync && *dirty {
-        sync(shared, dirty)?;
-    }
-    Ok(())
-}
-
-fn sync(shared: &Shared, dirty: &mut bool) -> Result<()> {
-    if let Err(e) = shared.cache.sync() {
-        // After a failed fdatasync the page cache state is unknown: stop.
-        let e = Error::local_io("write-log fdatasync failed", e);
-        shared.fail(&e.to_string());
-        return Err(e);
-    }
-    *dirty = false;
-    {
-        // Only this thread appends, so every record reserved so far is written.
+    let data_bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    let total = record_bytes_for(extents.len(), data_bytes);
+    // Reserve space and a sequence number.
+    let (seq, offset) = {
         let mut st = shared.lock();
-        st.log_synced_through = st.next_record_seq - 1;
-    }
-    shared.stats.log_syncs.fetch_add(1, Ordering::Relaxed);
-    super::log_index::maybe_write(shared);
-    Ok(())
+        if total > st.log.max_record_bytes() {
+            return Err(Error::bad_input("write larger than half the write log"));
+        }
+        let mut waited_since: Option<Duration> = None;
+        let mut started_waiting: Option<Duration> = None;
+        let offset = loop {
+            if let Some(off) = st.log.place(total) {
+                break off;
+            }
+            // A failed volume uploads nothing more, so no space will be freed.
+            if shared.is_failed() {
+                return Err(failed());
+            }
+            let now = shared.clock().now();
+            let since = match waited_since {
+                Some(since) => since,
+                None => {
+                    // The start of a full-log episode: one line and one count.
+                    shared.stats.log_full_waits.fetch_add(1, Ordering::Relaxed);
+                    shared.stats.log_full.store(true, Ordering::Relaxed);
+                    crate::log::warn(&format!(
+                        "write log full: client writes wait until uploads free space \
+                         ({} uploads pending)",
+                        st.pipeline.uploads_pending()
+                    ));
+                    waited_since = Some(now);
+                    started_waiting = Some(now);
+                    now
+                }
+            };
+            if now.saturating_sub(since) > Duration::from_secs(5) {
+                crate::log::warn("write log full: writes are waiting for object uploads");
+                waited_since = Some(now);
+            }
+            // Make sure a partial batch does not hold the log hostage.
+            st.pipeline.close_batch();
+            st = st.wait_for_space(Duration::from_millis(200));
+        };
+        if let Some(start) = started_waiting {
+            shared.stats.log_full.store(false, Ordering::Relaxed);
+            crate::log::info(&format!(
+                "write log has room again after {} ms; writes resume",
+                shared.clock().now().saturating_sub(start).as_millis()
+            ));
+        }
+        let seq = st.next_record_seq;
+        st.next_record_seq += 1;
+        st.log.push(seq, offset, total);
+        (seq, offset)
+    };
+    let (record, header) = encode_record_parts(shared.meta.volume, seq, prev_crc, extents, parts);
+    Ok(Some((
+        record,
+        PlacedRecord {
+            seq,
+            offset,
+            header,
+            extents: extents.to_vec(),
+            data_bytes,
+            total_bytes: total,
+        },
+    )))
 }
 
 /// Put a record's extents into the overlay map and hand them to the pipeline's open

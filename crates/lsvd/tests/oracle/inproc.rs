@@ -209,6 +209,9 @@ fn random_config(rng: &mut Rng, kind: Kind) -> EngineConfig {
         checkpoint_every_objects: 3,
         recovery_mode: RecoveryMode::Strict,
         gc: random_gc(rng, kind != Kind::StoreFaults),
+        // Overlapped log writes: with more than one in flight a later record can be
+        // on the device while an earlier one is torn.
+        log_writes_in_flight: *rng.pick(&[1, 2, 4, 16]),
         ..EngineConfig::default()
     }
 }
