@@ -359,6 +359,11 @@ async fn read_via_cache(
                     inflight::wait(rx).await;
                     continue;
                 }
+                // Cached by a fetch that ended since we looked: read it from there.
+                ClaimResult::Claimed(_) if rc.contains(header.seq, c) => {
+                    waits += 1;
+                    continue;
+                }
                 ClaimResult::Claimed(claim) => Some(claim),
             }
         } else {
