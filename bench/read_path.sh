@@ -23,7 +23,8 @@ gets() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^lsvd_store_gets_total/ {
 serve() { # BINARY DATA PORT ARGS... ; sets $pid
   local bin=$1 data=$2 p=$3; shift 3
   "$bin" --data "$data" --store "$store" serve vol --socket "$data/nbd.sock" \
-    --metrics "127.0.0.1:$p" --log-size 64M "$@" >"$data/server.log" 2>&1 &
+    --metrics "127.0.0.1:$p" --log-size 64M --read-cache-size "${READ_PATH_CACHE:-1G}" "$@" \
+    >"$data/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     grep -q "metrics on" "$data/server.log" && [ -S "$data/nbd.sock" ] && return 0
@@ -32,10 +33,11 @@ serve() { # BINARY DATA PORT ARGS... ; sets $pid
   echo "serve did not start: $(cat "$data/server.log")" >&2; exit 1
 }
 stop() { kill -INT "$pid"; wait "$pid"; }
-fio_run() { # SOCKET ARGS... -> JSON on stdout
+fio_run() { # SOCKET ARGS... -> JSON on stdout (fio's nbd engine prints a line first)
   local s=$1; shift
-  fio --name=job --output-format=json --ioengine=nbd "--uri=nbd+unix:///vol?socket=$s" \
-    --direct=1 "--size=$size" "$@"
+  fio --name=job --output-format=json --output="$tmp/fio.json" --ioengine=nbd \
+    "--uri=nbd+unix:///vol?socket=$s" --direct=1 "--size=$size" "$@" >/dev/null &&
+    cat "$tmp/fio.json"
 }
 
 # Fill the volume once; a clean stop uploads everything.
