@@ -148,6 +148,25 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.read_cache_admitted_chunks as f64,
     );
     metric(
+        "read_prefetch_bytes_total",
+        "counter",
+        "Bytes cached before a client asked for them: the rest of a read miss's fetch \
+         (--read-fetch-size) and read-ahead.",
+        &|_, s| s.read_prefetch_bytes as f64,
+    );
+    metric(
+        "read_prefetch_hit_bytes_total",
+        "counter",
+        "Bytes of prefetched chunks a client then read (each chunk counted once).",
+        &|_, s| s.read_prefetch_hit_bytes as f64,
+    );
+    metric(
+        "read_ahead_bytes_total",
+        "counter",
+        "Bytes fetched ahead of sequential readers (--read-ahead).",
+        &|_, s| s.read_ahead_bytes as f64,
+    );
+    metric(
         "client_read_bytes_total",
         "counter",
         "Bytes read by clients.",

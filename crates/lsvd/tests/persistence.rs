@@ -651,3 +651,74 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
         server.stop_clean();
     }
 }
+
+/// The read cache's index survives SIGKILL, not only a clean stop: data a client read
+/// (so the cache fetched it from the store) before the kill is read after the restart
+/// without a single GET (`lsvd_store_gets_total` does not move).
+#[test]
+fn read_cache_survives_sigkill() {
+    require_tools(TOOLS);
+    let dir = TempDir::new("sigkill_rcache");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    let socket = dir.join("nbd.sock");
+    let addr = format!("127.0.0.1:{}", free_tcp_port());
+    // No admission: the first reads must miss and go to the store, also on S3.
+    let args = [
+        "vol",
+        "--metrics",
+        &addr,
+        "--batch-timeout-ms",
+        "200",
+        "--read-cache-admit",
+        "never",
+    ];
+    let gets = |server: &mut Server| -> f64 {
+        let mut v = None;
+        assert!(
+            wait_until(SHORT, || {
+                v = metric(&addr, "store_gets_total", "vol");
+                v.is_some()
+            }),
+            "no metrics\n{}",
+            server.log()
+        );
+        v.unwrap_or_default()
+    };
+    let write = r#"
+import random
+rng = random.Random(7)
+M = 1 << 20
+h = connect()
+h.pwrite(rng.randbytes(4 * M), 8 * M)
+h.flush()
+"#;
+    let read = r#"
+import random
+rng = random.Random(7)
+M = 1 << 20
+h = connect()
+want = rng.randbytes(4 * M)
+for i in range(64):
+    assert h.pread(65536, 8 * M + i * 65536) == want[i * 65536:(i + 1) * 65536], i
+"#;
+    // Written and uploaded; a clean stop empties the write log.
+    let mut server = lsvd.serve(&socket, &args);
+    nbdsh(&server.uri("vol"), write);
+    server.stop_clean();
+    // Read: from the store, through the read cache. Then SIGKILL.
+    let mut server = lsvd.serve(&socket, &args);
+    let before = gets(&mut server);
+    nbdsh(&server.uri("vol"), read);
+    assert!(
+        gets(&mut server) > before,
+        "test precondition: the reads went to the store"
+    );
+    server.kill9();
+    // After the restart the same reads need no GET.
+    let mut server = lsvd.serve(&socket, &args);
+    let before = gets(&mut server);
+    nbdsh(&server.uri("vol"), read);
+    assert_eq!(gets(&mut server), before, "the read cache survived SIGKILL");
+    server.stop_clean();
+}

@@ -228,6 +228,15 @@ pub struct EngineArgs {
     /// or `never`. Uploaded data nobody has read takes at most half of the cache.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub read_cache_admit: String,
+    /// Bytes one read-cache miss fetches from the store (rounded up to whole 64 KiB
+    /// chunks, clipped to the object): larger suits stores with a high cost per GET.
+    #[arg(long, default_value = "64K")]
+    pub read_fetch_size: String,
+    /// Fetch this far ahead of a sequential reader, in the background (at most this
+    /// much in flight; 0 disables it). `auto`: 4M when the store is remote, 0 when it
+    /// is local.
+    #[arg(long, default_value = "auto")]
+    pub read_ahead: String,
     /// Start garbage collection when live/stored bytes falls below this (0 disables GC).
     #[arg(long, default_value_t = 0.70)]
     pub gc_start: f64,
@@ -273,7 +282,14 @@ impl EngineArgs {
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
+        let read_fetch_bytes = crate::size::parse_size(&self.read_fetch_size)?;
+        let read_ahead_bytes = match self.read_ahead.as_str() {
+            "auto" => None,
+            size => Some(crate::size::parse_size(size)?),
+        };
         Ok(EngineConfig {
+            read_fetch_bytes,
+            read_ahead_bytes,
             gc,
             read_cache_bytes,
             read_cache_admit: self.read_cache_admit.parse().map_err(Error::bad_input)?,

@@ -36,6 +36,10 @@ pub struct EngineConfig {
     /// Bytes fetched from the store by one read miss (whole read-cache chunks, at least
     /// one). Default: 64 KiB. `lsvd probe --store` measures what the store rewards.
     pub read_fetch_bytes: u64,
+    /// Most bytes fetched ahead of a sequential reader, and in flight for read-ahead
+    /// at once. None (the default): 4 MiB when the store is remote, none when it is
+    /// local (its objects are on local disk already). `Some(0)` disables it.
+    pub read_ahead_bytes: Option<u64>,
     /// Copy uploaded objects' data into the read cache. Default: `Auto` (when the store
     /// is remote).
     pub read_cache_admit: Admission,
@@ -83,6 +87,7 @@ impl Default for EngineConfig {
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
             read_fetch_bytes: 64 << 10,
+            read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
             clock: SharedClock::default(),
@@ -90,6 +95,9 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Read-ahead when the store is remote and `EngineConfig::read_ahead_bytes` is None.
+pub const DEFAULT_READ_AHEAD_BYTES: u64 = 4 << 20;
 
 pub const MIN_LOG_SIZE_BYTES: u64 = 16 << 20;
 

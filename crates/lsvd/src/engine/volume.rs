@@ -57,6 +57,12 @@ pub struct VolumeStatus {
     pub read_cache_entries: u64,
     /// Chunks of uploaded objects copied into the read cache.
     pub read_cache_admitted_chunks: u64,
+    /// Bytes cached before any client asked for them (the rest of a miss's fetch,
+    /// read-ahead), and of those, bytes of chunks a client then read.
+    pub read_prefetch_bytes: u64,
+    pub read_prefetch_hit_bytes: u64,
+    /// Bytes read-ahead fetched for sequential readers.
+    pub read_ahead_bytes: u64,
 }
 
 pub struct Volume {
@@ -196,6 +202,12 @@ impl Volume {
         let put = stats.store_put_bytes.load(Ordering::Relaxed);
         let counters = st.counters(stats);
         let store = st.pipeline.store();
+        let rc_counter = |f: fn(&super::read_cache::ReadCache) -> &std::sync::atomic::AtomicU64| {
+            self.shared
+                .read_cache
+                .as_ref()
+                .map_or(0, |r| f(r).load(Ordering::Relaxed))
+        };
         VolumeStatus {
             name: self.shared.meta.name.clone(),
             volume_id: self.shared.meta.volume.to_string(),
@@ -248,6 +260,9 @@ impl Volume {
                 .read_cache
                 .as_ref()
                 .map_or(0, |r| r.admitted_chunks.load(Ordering::Relaxed)),
+            read_prefetch_bytes: rc_counter(|r| &r.prefetched_bytes),
+            read_prefetch_hit_bytes: rc_counter(|r| &r.prefetch_hit_bytes),
+            read_ahead_bytes: rc_counter(|r| &r.read_ahead_bytes),
         }
     }
 

@@ -4,12 +4,18 @@
 //! slots, found through an in-memory index. Two ways in:
 //!
 //! - a read miss fetches whole chunks (more than the request: cheap prefetch) and
-//!   caches them ([`ReadCache::insert`]);
+//!   caches them ([`ReadCache::insert`] for the chunks the client asked for,
+//!   [`ReadCache::prefetch`] for the rest of the fetch and for read-ahead);
 //! - an uploaded object's data, which was local anyway, is *admitted* when the store is
 //!   remote ([`ReadCache::admit`]), so reads of recently written data after it left the
 //!   write log need no GET. Admitted chunks nobody has read yet take at most half of
 //!   the cache; past that, admission replaces the oldest of them. Admission never
 //!   evicts a chunk clients read recently (one whose CLOCK reference bit is set).
+//!   Prefetched chunks (fetched before any client asked for them) follow the same
+//!   rules: speculation never evicts data clients read.
+//!
+//! Concurrent misses on one chunk share one GET through the table of chunks in flight
+//! ([`inflight`]).
 //!
 //! Chunks clients read are evicted by CLOCK (a read sets the reference bit; the hand
 //! clears it once before evicting).
@@ -27,7 +33,9 @@
 //! writes was lost) fails its hashes and is dropped on first use. Nothing needs the
 //! object's header on a hit.
 
+pub(crate) mod inflight;
 mod slot_table;
+pub(crate) mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -53,8 +61,10 @@ struct Slot {
     len: u32,
     hashes: [u64; BLOCKS_PER_SLOT],
     referenced: bool,
-    /// Written by upload admission and not read since.
+    /// Written by upload admission or prefetch and not read since.
     admitted: bool,
+    /// Prefetched and not read since (counted as a prefetch hit when first read).
+    prefetched: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,14 +159,16 @@ impl Index {
         None
     }
 
-    fn place(&mut self, slot: usize, entry: &Entry, admitted: bool) {
+    fn place(&mut self, slot: usize, entry: &Entry, mode: PutMode) {
         let key = (entry.object_seq, entry.chunk);
+        let admitted = mode != PutMode::Read;
         self.slots[slot] = SlotState::Used(Slot {
             key,
             len: entry.len,
             hashes: entry.hashes,
             referenced: false,
             admitted,
+            prefetched: mode == PutMode::Prefetch,
         });
         self.map.insert(key, slot as u32);
         if admitted {
@@ -166,14 +178,37 @@ impl Index {
     }
 }
 
+/// Why a chunk is put in the cache, which decides what it may evict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PutMode {
+    /// A client asked for it: CLOCK.
+    Read,
+    /// Uploaded data: admission rules.
+    Admit,
+    /// Fetched ahead of any client: admission rules, and counted when first read.
+    Prefetch,
+}
+
 pub(crate) struct ReadCache {
     dev: Arc<dyn CacheDevice>,
     table: SlotTable,
     index: Mutex<Index>,
+    /// Chunks being fetched now (concurrent misses share one GET).
+    pub(crate) inflight: Arc<inflight::InFlight>,
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     /// Chunks of uploaded objects admitted.
     pub admitted_chunks: AtomicU64,
+    /// Bytes of prefetched chunks cached (fetched before a client asked for them).
+    pub prefetched_bytes: AtomicU64,
+    /// Bytes of prefetched chunks a client then read (each chunk counted once).
+    pub prefetch_hit_bytes: AtomicU64,
+    /// Sequential readers seen lately (read-ahead).
+    streams: Mutex<streams::Streams>,
+    /// Bytes of read-ahead windows being fetched (bounded by the read-ahead size).
+    pub(crate) ahead_in_flight_bytes: AtomicU64,
+    /// Bytes read-ahead fetched.
+    pub read_ahead_bytes: AtomicU64,
 }
 
 impl ReadCache {
@@ -193,21 +228,32 @@ impl ReadCache {
         };
         for (slot, entry) in entries {
             if !index.map.contains_key(&(entry.object_seq, entry.chunk)) {
-                index.place(slot, &entry, false);
+                index.place(slot, &entry, PutMode::Read);
             }
         }
         Ok(ReadCache {
             dev,
             table,
             index: Mutex::new(index),
+            inflight: Default::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             admitted_chunks: AtomicU64::new(0),
+            prefetched_bytes: AtomicU64::new(0),
+            prefetch_hit_bytes: AtomicU64::new(0),
+            streams: Default::default(),
+            ahead_in_flight_bytes: AtomicU64::new(0),
+            read_ahead_bytes: AtomicU64::new(0),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sequential-stream table (read-ahead).
+    pub(crate) fn streams(&self) -> std::sync::MutexGuard<'_, streams::Streams> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn contains(&self, seq: u64, chunk: u64) -> bool {
@@ -233,6 +279,10 @@ impl ReadCache {
             };
             s.referenced = true;
             let (hashes, len) = (s.hashes, s.len as u64);
+            if std::mem::take(&mut s.prefetched) {
+                self.prefetch_hit_bytes
+                    .fetch_add(u64::from(s.len), Ordering::Relaxed);
+            }
             if std::mem::take(&mut s.admitted) {
                 // Read by a client: from now on it is read data, under CLOCK.
                 idx.admitted_count -= 1;
@@ -271,17 +321,29 @@ impl ReadCache {
     /// Cache `data` (at most one chunk), read from the store by a client, as chunk
     /// `chunk` of object `seq`.
     pub fn insert(&self, seq: u64, chunk: u64, data: &[u8]) {
-        self.put(seq, chunk, data, false);
+        self.put(seq, chunk, data, PutMode::Read);
     }
 
     /// Admit `data` (at most one chunk) of an object just uploaded.
     pub fn admit(&self, seq: u64, chunk: u64, data: &[u8]) {
-        if self.put(seq, chunk, data, true) {
+        if self.put(seq, chunk, data, PutMode::Admit) {
             self.admitted_chunks.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    fn put(&self, seq: u64, chunk: u64, data: &[u8], admitted: bool) -> bool {
+    /// Cache `data` (at most one chunk), fetched before any client asked for it
+    /// (the rest of a miss's fetch, read-ahead): it evicts nothing clients read
+    /// recently. True if it was cached.
+    pub fn prefetch(&self, seq: u64, chunk: u64, data: &[u8]) -> bool {
+        let cached = self.put(seq, chunk, data, PutMode::Prefetch);
+        if cached {
+            self.prefetched_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        cached
+    }
+
+    fn put(&self, seq: u64, chunk: u64, data: &[u8], mode: PutMode) -> bool {
         if data.is_empty() || data.len() as u64 > READ_CACHE_CHUNK_BYTES {
             return false;
         }
@@ -290,10 +352,10 @@ impl ReadCache {
             if idx.slots.is_empty() || idx.map.contains_key(&(seq, chunk)) {
                 return false;
             }
-            let victim = if admitted {
-                idx.victim_for_admission()
-            } else {
+            let victim = if mode == PutMode::Read {
                 idx.victim_for_read()
+            } else {
+                idx.victim_for_admission()
             };
             let Some(v) = victim else { return false };
             idx.slots[v] = SlotState::Writing;
@@ -309,7 +371,7 @@ impl ReadCache {
         let mut idx = self.lock();
         match written {
             Ok(()) if !idx.map.contains_key(&(seq, chunk)) => {
-                idx.place(slot, &entry, admitted);
+                idx.place(slot, &entry, mode);
                 true
             }
             _ => {

@@ -125,6 +125,38 @@ fn admitted_chunks_take_at_most_half_and_never_push_out_read_data() {
     assert!(rc.contains(2, 192));
 }
 
+#[test]
+fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
+    let dir = TempDir::new("rcache-prefetch");
+    let (dev, table) = devices(&dir, 4);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    // Four chunks clients read, read again (referenced): the cache is full.
+    for i in 0..4 {
+        rc.insert(1, i, &chunk((1, i)));
+        assert!(whole(&rc, (1, i)).is_some());
+    }
+    for i in 0..16 {
+        assert!(!rc.prefetch(2, i, &chunk((2, i))), "no room: chunk {i}");
+    }
+    for i in 0..4 {
+        assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))), "read chunk {i}");
+    }
+    // With room, prefetched chunks come in; the first read of one counts as a hit of
+    // its whole length, later reads do not count again.
+    let (dev, table) = devices(&TempDir::new("rcache-prefetch2"), 8);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    assert!(rc.prefetch(3, 0, &chunk((3, 0))));
+    assert!(rc.prefetch(3, 1, &chunk((3, 1))[..5000]));
+    assert_eq!(rc.prefetched_bytes.load(Ordering::Relaxed), CHUNK + 5000);
+    assert_eq!(rc.get(3, 0, 0, 4096), Some(chunk((3, 0))[..4096].to_vec()));
+    assert_eq!(
+        rc.get(3, 0, 4096, 8192),
+        Some(chunk((3, 0))[4096..8192].to_vec())
+    );
+    assert_eq!(rc.prefetch_hit_bytes.load(Ordering::Relaxed), CHUNK);
+}
+
 /// A cache device that loses writes when told to: each write is dropped with the given
 /// probability (as if the process died before the page cache wrote it back).
 struct Lossy {
