@@ -284,6 +284,72 @@ async fn many_requests_in_flight_beyond_the_limit() {
     drop(sender.await.expect("sender"));
 }
 
+/// The reader takes requests out of a read buffer: headers and payloads that arrive
+/// split at any byte, several requests in one read, and payloads larger than the buffer
+/// must all come out intact, each answered exactly once.
+#[tokio::test]
+async fn pipelined_requests_split_at_odd_boundaries() {
+    const COUNT: u64 = 40;
+    const STRIDE: u64 = 128 << 10;
+    let server = Arc::new(Server::new(vec![export("d", TestDevice::new(8 << 20))]));
+    let c = connect_go(&server, false).await;
+    let sizes = [512usize, 4096, 100 << 10, 1536];
+    let payload = |i: u64| -> Vec<u8> {
+        let len = sizes[i as usize % sizes.len()];
+        (0..len).map(|b| (b as u64 * 31 + i * 7) as u8).collect()
+    };
+    let mut stream = Vec::new();
+    for i in 0..COUNT {
+        let data = payload(i);
+        let hdr = RequestHeader {
+            flags: 0,
+            command: Command::Write,
+            cookie: 1000 + i,
+            offset: i * STRIDE,
+            length: data.len() as u32,
+        };
+        stream.extend_from_slice(&hdr.encode());
+        stream.extend_from_slice(&data);
+    }
+    let (mut rd, mut wr) = tokio::io::split(c.client.stream);
+    let sender = tokio::spawn(async move {
+        // Chunk sizes that cut headers and payloads everywhere, and join requests.
+        let chunks = [1usize, 5, 27, 28, 29, 4095, 70_000, 3, 200_000];
+        let mut at = 0;
+        let mut k = 0;
+        while at < stream.len() {
+            let n = chunks[k % chunks.len()].min(stream.len() - at);
+            wr.write_all(&stream[at..at + n]).await.expect("send");
+            wr.flush().await.expect("flush");
+            tokio::task::yield_now().await;
+            at += n;
+            k += 1;
+        }
+        wr
+    });
+    let mut seen = vec![false; COUNT as usize];
+    for _ in 0..COUNT {
+        let mut h = [0u8; 16];
+        rd.read_exact(&mut h).await.expect("reply");
+        let (error, cookie) =
+            lsvd_nbd::proto::transmission::parse_simple_reply(&h).expect("simple reply");
+        assert_eq!(error, 0);
+        let i = cookie.checked_sub(1000).expect("known cookie") as usize;
+        assert!(!seen[i], "cookie {cookie} answered twice");
+        seen[i] = true;
+    }
+    let wr = sender.await.expect("sender");
+    let mut client = common::Client::new(rd.unsplit(wr));
+    for i in 0..COUNT {
+        let want = payload(i);
+        let r = client
+            .call(Command::Read, 0, i * STRIDE, want.len() as u32, &[])
+            .await;
+        assert_eq!(r.error, 0);
+        assert!(r.data == want, "request {i} read back different data");
+    }
+}
+
 #[tokio::test]
 async fn absurd_write_length_closes_the_connection() {
     let server = two_export_server();
