@@ -238,7 +238,16 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     }
     let tls = tcp_security(&args, listen.as_deref()).await?;
     let _lock = lock_data_dir(&common.data)?;
-    // Under the lock: two servers never probe one directory at once.
+    let store = super::admin::store(common)?;
+    if common.file.selftest_on_start() {
+        // Refuse to serve from a store that would break the design's assumptions
+        // (above all: put-if-absent must be atomic).
+        let report =
+            crate::store::selftest::run_with(&*store, common.file.selftest_race_writers()).await?;
+        crate::log::debug(&report.to_string());
+    }
+    // Under the lock (two servers never probe one directory at once) and after the
+    // store is known to work (a bad store fails the start before anything is measured).
     let use_ = if args.no_probe {
         ProfileUse::Ignore
     } else {
@@ -248,14 +257,6 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         tokio::task::block_in_place(|| resolve_tuning(common, &args.engine.tuning, use_))?;
     eprintln!("{}", settings_line(&resolved.tuning));
     let config = args.engine.to_config_tuned(&resolved.tuning)?;
-    let store = super::admin::store(common)?;
-    if common.file.selftest_on_start() {
-        // Refuse to serve from a store that would break the design's assumptions
-        // (above all: put-if-absent must be atomic).
-        let report =
-            crate::store::selftest::run_with(&*store, common.file.selftest_race_writers()).await?;
-        crate::log::debug(&report.to_string());
-    }
     let mut names = args.names.clone();
     if names.is_empty() {
         names.push(DEFAULT_VOLUME.to_string());
