@@ -192,8 +192,16 @@ fn first_start_probe_and_profiles_set_what_serve_and_info_use() {
     let out = lsvd.run_ok(&["list"]);
     assert_eq!(stdout(&out).lines().count(), 1, "{}", stdout(&out));
 
-    // Neither PATH nor --store: a usage error.
-    let out = Lsvd::new(tmp.join("other")).run(&["probe"]);
+    // Neither PATH nor --store: a usage error (no `Lsvd`: under S3 it gives --store).
+    let out = run_timeout(
+        std::process::Command::new(LSVD)
+            .env_remove("LSVD_STORE")
+            .env_remove("LSVD_CONFIG")
+            .arg("--data")
+            .arg(tmp.join("other"))
+            .arg("probe"),
+        SHORT,
+    );
     assert_eq!(out.status.code(), Some(2), "{}", show("probe", &out));
 }
 
