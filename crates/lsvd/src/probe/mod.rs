@@ -94,7 +94,8 @@ scratch prefix .lsvd-probe-<time>-<pid>- that it deletes afterwards:\n\
   3. PUT bandwidth of 1, 2, 4, 8, 16 streams of the decided batch size.\n\
 Each test runs --seconds-per-test (default 1 s, --quick 0.2 s); --max-object-size and \
 --max-streams make it smaller. Decisions:\n\
-  read fetch size     largest GET range at most 1.5x the latency of a 4 KiB GET, in whole \
+  read fetch size     largest GET range at most 1.5x the latency of a small GET (the fastest \
+median of 4..64 KiB, so one noisy size does not move the baseline), in whole \
 64 KiB chunks, 64 KiB..1 MiB;\n\
   batch size          smallest object reaching 90% of the best one-stream PUT bandwidth, \
 4..32 MiB;\n\

@@ -202,7 +202,7 @@ pub fn render_store(profile: &super::store_profile::StoreProfile, saved: Option<
     line(String::new());
     line("decisions".into());
     line(format!(
-        "  read fetch size     {:>10}   largest GET at most 1.5x a 4 KiB GET's latency, 64 KiB..1 MiB",
+        "  read fetch size     {:>10}   largest GET at most 1.5x a small GET's latency, 64 KiB..1 MiB",
         format_size(d.read_fetch_bytes)
     ));
     line(format!(

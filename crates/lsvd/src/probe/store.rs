@@ -31,7 +31,10 @@
 //! # Decision rules
 //!
 //! * **Read fetch size**: the largest GET range whose median latency is at most 1.5x
-//!   that of a 4 KiB GET (up to there, neighbours come almost free with a miss),
+//!   that of a small GET (up to there, neighbours come almost free with a miss). The
+//!   small GET's latency is the fastest median of the ranges up to 64 KiB, not the
+//!   4 KiB one alone: on a busy machine one noisy size would otherwise move every
+//!   ratio,
 //!   rounded down to whole 64 KiB read-cache chunks and clamped to 64 KiB..1 MiB
 //!   (larger fetches fill the read cache with data random reads never ask for).
 //! * **Batch size**: the smallest object size whose one-stream PUT bandwidth is at
@@ -59,9 +62,11 @@ pub const GET_SIZES_BYTES: [u64; 6] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1
 pub const PUT_SIZES_BYTES: [u64; 6] = [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20];
 /// Stream counts of the concurrency test.
 pub const PUT_STREAMS: [u32; 5] = [1, 2, 4, 8, 16];
-/// A fetch may cost this much more than a 4 KiB GET.
+/// A fetch may cost this much more than a small GET.
 pub const FETCH_LATENCY_RATIO: f64 = 1.5;
 pub const MIN_FETCH_BYTES: u64 = 64 << 10;
+/// GETs up to this size are "small": their fastest median is the baseline.
+pub const SMALL_GET_BYTES: u64 = 64 << 10;
 pub const MAX_FETCH_BYTES: u64 = 1 << 20;
 pub const FETCH_UNIT_BYTES: u64 = 64 << 10;
 /// One-stream PUT bandwidth counted as saturated.
@@ -112,9 +117,14 @@ pub struct StoreDecisions {
 pub fn read_fetch_size(gets: &[GetPoint]) -> u64 {
     let mut sorted = gets.to_vec();
     sorted.sort_by_key(|g| g.range_bytes);
-    let Some(base) = sorted.first().map(|g| g.latency.median_us) else {
+    let Some(smallest) = sorted.first().map(|g| g.range_bytes) else {
         return MIN_FETCH_BYTES;
     };
+    let base = sorted
+        .iter()
+        .filter(|g| g.range_bytes <= SMALL_GET_BYTES.max(smallest))
+        .map(|g| g.latency.median_us)
+        .fold(f64::INFINITY, f64::min);
     let best = sorted
         .iter()
         .filter(|g| g.latency.median_us <= base * FETCH_LATENCY_RATIO)
@@ -504,6 +514,14 @@ pub(crate) mod tests {
         let steep: Vec<GetPoint> = [4u64, 16, 64].iter().map(|&k| get(k, k as f64)).collect();
         assert_eq!(read_fetch_size(&steep), 64 << 10);
         assert_eq!(read_fetch_size(&[]), 64 << 10);
+        // A noisy 4 KiB GET (3x its neighbours) does not make 4 MiB look cheap: the
+        // baseline is the fastest small GET.
+        let noisy: Vec<GetPoint> = [(4u64, 3000.0), (16, 1000.0), (64, 1100.0), (256, 1400.0)]
+            .iter()
+            .chain(&[(1024, 2000.0), (4096, 4000.0)])
+            .map(|&(k, us)| get(k, us))
+            .collect();
+        assert_eq!(read_fetch_size(&noisy), 256 << 10);
         // Flat PUT bandwidth: the smallest size, clamped up to 4 MiB.
         let flat: Vec<PutPoint> = [1u64, 2, 4].iter().map(|&m| put(m, 1, 500.0)).collect();
         assert_eq!(batch_size(&flat), 4 << 20);
