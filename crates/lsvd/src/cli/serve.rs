@@ -255,7 +255,6 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     };
     let resolved =
         tokio::task::block_in_place(|| resolve_tuning(common, &args.engine.tuning, use_))?;
-    eprintln!("{}", settings_line(&resolved.tuning));
     let config = args.engine.to_config_tuned(&resolved.tuning)?;
     let mut names = args.names.clone();
     if names.is_empty() {
@@ -383,6 +382,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
     }
+    // Said once serving, so that a failed start stays one error line.
+    eprintln!("{}", settings_line(&resolved.tuning));
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
 
     wait_for_signal().await;
