@@ -8,6 +8,8 @@
 #   cli, nbd_clients, persistence, ext4
 #                 real clients, restarts, SIGKILL, rebuild from the store, GC
 #   integrity     a record corrupted on the cache device is refused and reported
+#   probe_settings  `lsvd probe --store` against versitygw (tiny, --quick), and the
+#                 profiles driving serve and info
 #   crash_oracle  the process-level kinds (process_sigkill, process_cache_deleted),
 #                 LSVD_S3_ORACLE_POINTS crash points each (default 20)
 #
@@ -30,7 +32,7 @@ start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
     --test s3_store --test cli --test nbd_clients --test persistence --test ext4 \
-    --test integrity
+    --test integrity --test probe_settings
 LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_
 echo "test-s3: the S3 pass took $((SECONDS - start)) s" >&2

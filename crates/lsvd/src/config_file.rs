@@ -68,6 +68,17 @@
 //! on_start = true
 //! # Concurrent put-if-absent writers in the race check (0 skips it). Default: 8.
 //! race_writers = 8
+//!
+//! [tuning]
+//! # Settings `lsvd probe` decides. Each key set here wins over the probe profiles
+//! # (<data>/probe-profile, <data>/store-profiles/) and loses to its `lsvd serve`
+//! # flag; unset keys come from a profile, else the default. `lsvd info` shows
+//! # what is in force and where it came from.
+//! log_writes_in_flight = 1      # 1..64; device profile
+//! group_commit_max = "4M"       # 64K..4M; device profile
+//! batch_size = "8M"             # 4K..1G; store profile
+//! uploads = 4                   # 1..256; store profile
+//! read_fetch = "64K"            # whole 64K chunks, 64K..16M; store profile
 //! ```
 
 use std::fmt;
@@ -121,6 +132,14 @@ attempt_timeout_secs = 120
 [selftest]
 on_start = true
 race_writers = 8
+
+# Leave these out to use the probe profiles (lsvd probe); `lsvd info` shows the result.
+[tuning]
+# log_writes_in_flight = 1
+# group_commit_max = "4M"
+# batch_size = "8M"
+# uploads = 4
+# read_fetch = "64K"
 "#;
 
 /// A string that is never printed, even when deserialization fails on it.
@@ -191,9 +210,22 @@ pub struct LsvdConfig {
     pub retry: RetrySection,
     #[serde(default)]
     pub selftest: SelfTestSection,
+    #[serde(default)]
+    pub tuning: TuningSection,
     /// Things the operator should hear about (e.g. a secret in a world-readable file).
     #[serde(skip)]
     pub warnings: Vec<String>,
+}
+
+/// `[tuning]`: the settings `lsvd probe` decides (see `probe::settings`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuningSection {
+    pub log_writes_in_flight: Option<usize>,
+    pub group_commit_max: Option<String>,
+    pub batch_size: Option<String>,
+    pub uploads: Option<usize>,
+    pub read_fetch: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -324,6 +356,7 @@ impl LsvdConfig {
         // Validate now, so a bad value is reported at startup with the file's name.
         cfg.s3_settings()?;
         cfg.retry_policy()?;
+        cfg.tuning_layer()?;
         Ok(cfg)
     }
 
@@ -444,6 +477,29 @@ impl LsvdConfig {
         Ok(policy)
     }
 
+    /// The `[tuning]` section as a settings layer; values outside the settings' limits
+    /// are `BadInput`.
+    pub fn tuning_layer(&self) -> Result<crate::probe::settings::Layer> {
+        use crate::probe::settings::{CONFIG_NAMES, Layer, validate};
+        let t = &self.tuning;
+        let size = |v: &Option<String>, name: &str| -> Result<Option<u64>> {
+            v.as_deref()
+                .map(|s| {
+                    crate::size::parse_size(s).map_err(|e| Error::bad_input(format!("{name}: {e}")))
+                })
+                .transpose()
+        };
+        let layer = Layer {
+            log_writes_in_flight: t.log_writes_in_flight,
+            group_commit_max_bytes: size(&t.group_commit_max, CONFIG_NAMES.group_commit_max)?,
+            batch_size_bytes: size(&t.batch_size, CONFIG_NAMES.batch_size)?,
+            uploads_in_flight: t.uploads,
+            read_fetch_bytes: size(&t.read_fetch, CONFIG_NAMES.read_fetch)?,
+        };
+        validate(&layer, &CONFIG_NAMES)?;
+        Ok(layer)
+    }
+
     /// Run the store self-test at `lsvd serve` startup? Default: yes.
     pub fn selftest_on_start(&self) -> bool {
         self.selftest.on_start.unwrap_or(true)
@@ -487,6 +543,34 @@ impl LsvdConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuning_section() {
+        let cfg = LsvdConfig::parse(
+            "[tuning]\nlog_writes_in_flight = 8\ngroup_commit_max = \"1M\"\nread_fetch = \"256K\"\n",
+            Path::new(""),
+        )
+        .expect("parses");
+        let l = cfg.tuning_layer().expect("valid");
+        assert_eq!(l.log_writes_in_flight, Some(8));
+        assert_eq!(l.group_commit_max_bytes, Some(1 << 20));
+        assert_eq!(l.read_fetch_bytes, Some(256 << 10));
+        assert_eq!((l.batch_size_bytes, l.uploads_in_flight), (None, None));
+        for bad in [
+            "[tuning]\nlog_writes_in_flight = 0\n",
+            "[tuning]\nread_fetch = \"100K\"\n",
+            "[tuning]\nbatch_size = \"lots\"\n",
+            "[tuning]\nfetch = \"64K\"\n",
+        ] {
+            let e = LsvdConfig::parse(bad, Path::new("")).expect_err(bad);
+            assert_eq!(e.kind, ErrorKind::BadInput, "{bad}");
+        }
+        let empty = LsvdConfig::parse(EXAMPLE, Path::new("")).expect("example");
+        assert_eq!(
+            empty.tuning_layer().expect("valid"),
+            crate::probe::settings::Layer::default()
+        );
+    }
 
     #[test]
     fn example_parses_and_round_trips_defaults() {

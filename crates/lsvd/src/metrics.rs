@@ -151,7 +151,7 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "read_prefetch_bytes_total",
         "counter",
         "Bytes cached before a client asked for them: the rest of a read miss's fetch \
-         (--read-fetch-size) and read-ahead.",
+         (--read-fetch) and read-ahead.",
         &|_, s| s.read_prefetch_bytes as f64,
     );
     metric(

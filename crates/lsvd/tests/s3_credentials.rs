@@ -87,6 +87,7 @@ fn serve_without_keys(dir: &TempDir, s3: &Counter, metadata: &Counter) -> Comman
             "--store",
             "s3://lsvd-test-bucket/creds",
             "serve",
+            "--no-probe",
             "--socket",
         ])
         .arg(dir.join("sock"))

@@ -510,7 +510,7 @@ fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
     let socket = dir.join("s.sock");
     let free_before = free_bytes(&fs.path);
     // The write log (16 MiB) fits, the read cache (64 MiB) does not.
-    let mut serve = lsvd.cmd(["serve", "v", "--socket"]);
+    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
     serve
         .arg(&socket)
         .args(["--log-size", "16M", "--read-cache-size", "64M"]);
@@ -526,7 +526,7 @@ fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
         "a sparse read cache was left behind"
     );
     // The write log, too big for what is left: no partial file left either.
-    let mut serve = lsvd.cmd(["serve", "v", "--socket"]);
+    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
     serve
         .arg(&socket)
         .args(["--log-size", "64M", "--read-cache-size", "0"]);

@@ -56,11 +56,35 @@ pub async fn list(common: &Common) -> Result<()> {
     Ok(())
 }
 
-pub async fn info(common: &Common, name: &str, json: bool) -> Result<()> {
+pub async fn info(
+    common: &Common,
+    name: &str,
+    json: bool,
+    tuning: &super::TuningArgs,
+) -> Result<()> {
     let store = store(common)?;
     let info = engine::inspect_volume(&store, name).await?;
+    let resolved =
+        super::serve::resolve_tuning(common, tuning, super::serve::ProfileUse::LoadOnly)?;
     if json {
-        let text = serde_json::to_string_pretty(&info).map_err(|e| {
+        let mut value = serde_json::to_value(&info).map_err(|e| {
+            Error::with_source(
+                crate::error::ErrorKind::Unsupported,
+                "cannot encode JSON",
+                e,
+            )
+        })?;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert(
+                "settings".into(),
+                serde_json::json!({
+                    "tuning": resolved.tuning,
+                    "probe_profile": resolved.device_profile,
+                    "store_profile": resolved.store_profile,
+                }),
+            );
+        }
+        let text = serde_json::to_string_pretty(&value).map_err(|e| {
             Error::with_source(
                 crate::error::ErrorKind::Unsupported,
                 "cannot encode JSON",
@@ -111,5 +135,14 @@ pub async fn info(common: &Common, name: &str, json: bool) -> Result<()> {
             info.stranded_objects.len()
         );
     }
+    println!(
+        "settings of `lsvd serve` on {} (flag > config > probe profile > default):",
+        common.data.display()
+    );
+    for (setting, value, origin) in resolved.tuning.rows() {
+        println!("  {setting:<21} {value:>10}  ({origin})");
+    }
+    println!("  probe profile:  {}", resolved.device_profile);
+    println!("  store profile:  {}", resolved.store_profile);
     Ok(())
 }

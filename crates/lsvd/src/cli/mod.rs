@@ -106,12 +106,17 @@ pub enum Command {
     Serve(ServeArgs),
     /// List the volumes in the store.
     List,
-    /// Show a volume's size, space use and recovery state, read from the store.
+    /// Show a volume's size, space use and recovery state, read from the store, and
+    /// the tuned settings `serve` would use on this data directory, with where each
+    /// comes from (flag, config, probe profile, default). Give `serve`'s tuning flags
+    /// to see their effect.
     Info {
         name: String,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        tuning: TuningArgs,
     },
     /// Verify every checksum and map invariant of a volume (reads all its objects).
     Check { name: String },
@@ -186,29 +191,68 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// Do not measure the disk on a first start without a probe profile, and ignore
+    /// saved probe profiles (device and store): the built-in defaults, under flags and
+    /// the config file's [tuning].
+    #[arg(long)]
+    pub no_probe: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
 
+/// The settings `lsvd probe` decides. Each flag wins over the config file's
+/// `[tuning]`, which wins over the probe profiles, which win over the defaults.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TuningArgs {
+    /// Client bytes per object before it is uploaded (4K..1G) [default: store
+    /// profile, else 8M].
+    #[arg(long, value_name = "SIZE")]
+    pub batch_size: Option<String>,
+    /// Object uploads in flight per volume (1..256) [default: store profile, else 4].
+    #[arg(long, value_name = "N")]
+    pub uploads: Option<usize>,
+    /// Write-log writes issued at once (1..64) [default: probe profile, else 1].
+    #[arg(long, value_name = "N")]
+    pub log_writes_in_flight: Option<usize>,
+    /// Most client bytes grouped into one write-log record (64K..4M) [default: probe
+    /// profile, else 4M].
+    #[arg(long, value_name = "SIZE")]
+    pub group_commit_max: Option<String>,
+    /// Bytes one read-cache miss fetches from the store, whole 64K chunks (64K..16M)
+    /// [default: store profile, else 64K].
+    #[arg(long, value_name = "SIZE")]
+    pub read_fetch: Option<String>,
+}
+
+impl TuningArgs {
+    /// These flags as a settings layer; an invalid value is `BadInput`.
+    pub fn layer(&self) -> Result<crate::probe::settings::Layer> {
+        use crate::probe::settings::{FLAG_NAMES, Layer, validate};
+        let size = |v: &Option<String>| -> Result<Option<u64>> {
+            v.as_deref().map(crate::size::parse_size).transpose()
+        };
+        let layer = Layer {
+            log_writes_in_flight: self.log_writes_in_flight,
+            group_commit_max_bytes: size(&self.group_commit_max)?,
+            batch_size_bytes: size(&self.batch_size)?,
+            uploads_in_flight: self.uploads,
+            read_fetch_bytes: size(&self.read_fetch)?,
+        };
+        validate(&layer, &FLAG_NAMES)?;
+        Ok(layer)
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Client bytes per object before it is uploaded.
-    #[arg(long, default_value = "8M")]
-    pub batch_size: String,
+    #[command(flatten)]
+    pub tuning: TuningArgs,
     /// Upload a partial batch after this many milliseconds.
     #[arg(long, default_value_t = 2000)]
     pub batch_timeout_ms: u64,
     /// Size of each volume's write-log file (made on first start).
     #[arg(long, default_value = "1G")]
     pub log_size: String,
-    /// Object uploads in flight per volume.
-    #[arg(long, default_value_t = 4)]
-    pub uploads: usize,
-    /// Write-log records written at once (overlapped; callers are still answered in
-    /// log order, and a FLUSH still covers every earlier write). 1 writes one record
-    /// at a time; `lsvd probe` says how many the log's device rewards.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub log_writes_in_flight: usize,
     /// Write a checkpoint every this many objects.
     #[arg(long, default_value_t = 64)]
     pub checkpoint_every: u64,
@@ -228,10 +272,6 @@ pub struct EngineArgs {
     /// or `never`. Uploaded data nobody has read takes at most half of the cache.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub read_cache_admit: String,
-    /// Bytes one read-cache miss fetches from the store (rounded up to whole 64 KiB
-    /// chunks, clipped to the object): larger suits stores with a high cost per GET.
-    #[arg(long, default_value = "64K")]
-    pub read_fetch_size: String,
     /// Fetch this far ahead of a sequential reader, in the background (at most this
     /// much in flight; 0 disables it). `auto`: 4M when the store is remote, 0 when it
     /// is local.
@@ -254,23 +294,23 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// The engine configuration these options ask for; an invalid one is `BadInput`.
+    /// The engine configuration these options ask for, with the tuned settings from
+    /// the flags alone (no config file, no profile); an invalid one is `BadInput`.
     pub fn to_config(&self) -> Result<EngineConfig> {
-        let batch_size_bytes = crate::size::parse_size(&self.batch_size)?;
-        if !(4096..=1 << 30).contains(&batch_size_bytes) {
-            return Err(Error::bad_input("--batch-size must be between 4K and 1G"));
-        }
+        let layers = crate::probe::settings::Layers {
+            flags: self.tuning.layer()?,
+            ..Default::default()
+        };
+        self.to_config_tuned(&crate::probe::settings::resolve(&layers))
+    }
+
+    /// The engine configuration with the tuned settings of `tuning` (see
+    /// `probe::settings`); an invalid option is `BadInput`.
+    pub fn to_config_tuned(&self, tuning: &crate::probe::settings::Tuning) -> Result<EngineConfig> {
+        let batch_size_bytes = tuning.batch_size_bytes.value;
         let log_size_bytes = crate::size::parse_size(&self.log_size)?;
         if log_size_bytes < crate::engine::config::MIN_LOG_SIZE_BYTES {
             return Err(Error::bad_input("--log-size must be at least 16M"));
-        }
-        if self.uploads == 0 || self.uploads > 256 {
-            return Err(Error::bad_input("--uploads must be between 1 and 256"));
-        }
-        if self.log_writes_in_flight == 0 || self.log_writes_in_flight > 64 {
-            return Err(Error::bad_input(
-                "--log-writes-in-flight must be between 1 and 64",
-            ));
         }
         let gc = lsvd_core::gc::GcConfig {
             start_utilization: self.gc_start,
@@ -282,22 +322,17 @@ impl EngineArgs {
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
-        let read_fetch_bytes = crate::size::parse_size(&self.read_fetch_size)?;
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
         };
-        Ok(EngineConfig {
-            read_fetch_bytes,
+        let mut config = EngineConfig {
             read_ahead_bytes,
             gc,
             read_cache_bytes,
             read_cache_admit: self.read_cache_admit.parse().map_err(Error::bad_input)?,
             gc_min_rate_bytes,
-            batch_size_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
-            uploads_in_flight: self.uploads,
-            log_writes_in_flight: self.log_writes_in_flight,
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),
             checkpoint_interval_ms: self.checkpoint_interval.max(1).saturating_mul(1000),
@@ -307,7 +342,9 @@ impl EngineArgs {
                 RecoveryMode::Strict
             },
             ..EngineConfig::default()
-        })
+        };
+        tuning.apply(&mut config);
+        Ok(config)
     }
 }
 
@@ -319,8 +356,9 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         return crate::sim::run(args);
     }
     if let Command::Probe(args) = cli.command {
-        // Blocking I/O on its own threads: no runtime needed.
-        return crate::probe::run(&cli.common.resolve()?.data, args);
+        // Blocking I/O on its own threads (the store probe starts its own runtime).
+        let store_given = cli.common.store.is_some();
+        return crate::probe::run(&cli.common.resolve()?, store_given, args);
     }
     if let Command::ConfigExample = cli.command {
         print!("{}", crate::config_file::EXAMPLE);
@@ -337,7 +375,9 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Create { name, size } => admin::create(&common, &name, &size).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
-            Command::Info { name, json } => admin::info(&common, &name, json).await,
+            Command::Info { name, json, tuning } => {
+                admin::info(&common, &name, json, &tuning).await
+            }
             Command::Check { name } => check::check(&common, &name).await,
             Command::Inspect(what) => inspect::inspect(&common, what).await,
             Command::Replay(args) => crate::replay::run(args).await,

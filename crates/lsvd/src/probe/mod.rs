@@ -8,14 +8,17 @@
 //! how many writes the device serves in parallel (8-16 on a datacenter SSD). lsvd's
 //! write log today fixes these choices (one log write in flight, buffered I/O plus
 //! fdatasync, a fixed record alignment); the layer above the device should measure
-//! them instead of assuming. This module measures and decides; using the decisions in
-//! `lsvd serve` is later work, which will read them with [`load_profile`].
+//! them instead of assuming. This module measures and decides; `lsvd serve` reads the
+//! saved profile and uses the decisions the engine has settings for (log writes in
+//! flight, group-commit cap), under flags and the config file ([`settings`]). It
+//! probes briefly itself on a first start without a profile ([`first_start_probe`]).
 //!
 //! Pieces: [`measure`] does the timed I/O on a scratch file (the only code here that
 //! touches the disk), this file holds the arguments and the decision rules (pure
 //! functions of the measurements, unit-tested on synthetic numbers), [`profile`] the
 //! saved profile (`<data>/probe-profile`, magic + version + CRC32C) and [`report`] the
-//! table.
+//! table. `lsvd probe --store URL` is [`store`] (measurements and rules) and
+//! [`store_profile`] (its saved profile); [`settings`] resolves what `serve` uses.
 //!
 //! # Decision rules
 //!
@@ -39,6 +42,9 @@
 pub mod measure;
 pub mod profile;
 pub mod report;
+pub mod settings;
+pub mod store;
+pub mod store_profile;
 
 use std::path::{Path, PathBuf};
 
@@ -74,15 +80,34 @@ most 16;\n\
   log I/O             direct if O_DIRECT works and its 4 KiB write + fdatasync is not >10% \
 slower than buffered.\n\n\
 The result is saved to <DATA>/probe-profile (--data; magic, version and CRC32C, see \
-docs/format/probe-profile.md) unless --no-save. MB/s are 10^6 bytes per second. Nothing \
-uses the profile yet. Killing the probe (Ctrl-C) leaves its scratch file, \
-PATH/.lsvd-probe-*.tmp, behind: delete it.";
+docs/format/probe-profile.md) unless --no-save. `lsvd serve` on that data directory uses \
+its log writes in flight and group-commit cap (a flag or the config file's [tuning] \
+section wins; `lsvd info` shows what is in force and why); a profile measured under \
+another directory is not used. Log alignment is fixed at 512 B by the record format and \
+the log's direct I/O has no setting yet: those two decisions are advice. MB/s are 10^6 \
+bytes per second. Killing the probe (Ctrl-C) leaves its scratch file, \
+PATH/.lsvd-probe-*.tmp, behind: delete it.\n\n\
+lsvd probe --store URL (no PATH) measures the object store instead, writing only under a \
+scratch prefix .lsvd-probe-<time>-<pid>- that it deletes afterwards:\n\
+  1. GET latency of ranges of 4 KiB .. 4 MiB (median, p99);\n\
+  2. PUT bandwidth of objects of 1 .. 32 MiB, one at a time;\n\
+  3. PUT bandwidth of 1, 2, 4, 8, 16 streams of the decided batch size.\n\
+Each test runs --seconds-per-test (default 1 s, --quick 0.2 s); --max-object-size and \
+--max-streams make it smaller. Decisions:\n\
+  read fetch size     largest GET range at most 1.5x the latency of a small GET (the fastest \
+median of 4..64 KiB, so one noisy size does not move the baseline), in whole \
+64 KiB chunks, 64 KiB..1 MiB;\n\
+  batch size          smallest object reaching 90% of the best one-stream PUT bandwidth, \
+4..32 MiB;\n\
+  uploads in flight   fewest streams no more streams beat by >10% in bandwidth, at most 16.\n\
+Saved to <DATA>/store-profiles/<hash of URL> (magic LSVDSPR1, CRC32C) unless --no-save; \
+`lsvd serve` with that store uses them under flags and the config file.";
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
     /// Directory on the device to measure (e.g. the data directory). A scratch file is
-    /// created in it and removed afterwards.
-    pub path: PathBuf,
+    /// created in it and removed afterwards. Without PATH, --store URL is measured.
+    pub path: Option<PathBuf>,
     /// Print the profile as one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -96,9 +121,16 @@ pub struct ProbeArgs {
     /// [default: 256M, --quick 64M].
     #[arg(long, value_name = "SIZE")]
     pub file_size: Option<String>,
-    /// Do not save the profile to <DATA>/probe-profile.
+    /// Do not save the profile to <DATA>/probe-profile (or <DATA>/store-profiles/).
     #[arg(long)]
     pub no_save: bool,
+    /// Store probe only: largest object and GET range used [default: 32M; the GET
+    /// test stops at 4M].
+    #[arg(long, value_name = "SIZE")]
+    pub max_object_size: Option<String>,
+    /// Store probe only: most PUT streams [default: 16].
+    #[arg(long, value_name = "N")]
+    pub max_streams: Option<u32>,
 }
 
 const DEFAULT_SECONDS_PER_TEST: f64 = 0.5;
@@ -288,9 +320,67 @@ const TIMED_TESTS: usize = measure::SWEEP_SIZES_BYTES.len()
     + 1;
 
 /// Run `lsvd probe`; the profile is saved under `data_dir` (the global `--data`).
-pub fn run(data_dir: &Path, args: ProbeArgs) -> Result<()> {
+/// `store_url` is an explicitly given `--store` (flag or `LSVD_STORE`): measured when
+/// there is no PATH.
+pub fn run(common: &crate::cli::Common, store_given: bool, args: ProbeArgs) -> Result<()> {
+    let Some(dir) = args.path.clone() else {
+        if !store_given {
+            return Err(Error::bad_input(
+                "probe: give a directory to measure the device (lsvd probe PATH) or \
+                 --store URL to measure the object store",
+            ));
+        }
+        return run_store(common, &args);
+    };
     let settings = Settings::from_args(&args)?;
-    let dir = &args.path;
+    let profile = probe_device(&dir, settings, !args.json)?;
+    let saved = if args.no_save {
+        None
+    } else {
+        Some(save_profile(&common.data, &profile)?)
+    };
+    if args.json {
+        let text = serde_json::to_string_pretty(&profile).map_err(|e| {
+            Error::with_source(crate::error::ErrorKind::Unsupported, "cannot print JSON", e)
+        })?;
+        println!("{text}");
+    } else {
+        print!("{}", report::render(&profile, saved.as_deref()));
+    }
+    Ok(())
+}
+
+/// Seconds per test and scratch-file size of the probe `serve` runs on a first start
+/// without a profile: 33 tests of 0.05 s, a 32 MiB file, a few seconds in all.
+const FIRST_START_SECONDS_PER_TEST: f64 = 0.05;
+const FIRST_START_FILE_SIZE_BYTES: u64 = 32 << 20;
+
+/// The brief probe of `lsvd serve`'s first start: measures `data_dir`, saves the
+/// profile there and returns it. Says what it does in one line on the terminal.
+pub fn first_start_probe(data_dir: &Path) -> Result<ProbeProfile> {
+    let settings = Settings {
+        seconds_per_test: FIRST_START_SECONDS_PER_TEST,
+        file_size_bytes: FIRST_START_FILE_SIZE_BYTES,
+    };
+    std::fs::create_dir_all(data_dir).map_err(|e| {
+        Error::local_io(
+            format!("cannot create data directory {}", data_dir.display()),
+            e,
+        )
+    })?;
+    eprintln!(
+        "lsvd: no probe profile in {}: measuring the disk for about {:.0} s (lsvd probe; \
+         --no-probe skips this)",
+        data_dir.display(),
+        settings.seconds_per_test * TIMED_TESTS as f64 + 1.0
+    );
+    let profile = probe_device(data_dir, settings, false)?;
+    save_profile(data_dir, &profile)?;
+    Ok(profile)
+}
+
+/// Measure the device under `dir` and decide; `say` prints what is being done.
+fn probe_device(dir: &Path, settings: Settings, say: bool) -> Result<ProbeProfile> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
@@ -307,8 +397,8 @@ pub fn run(data_dir: &Path, args: ProbeArgs) -> Result<()> {
         }
         Err(e) => return Err(Error::local_io(format!("probe: {}", dir.display()), e)),
     }
-    let shown_path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-    if !args.json {
+    let shown_path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if say {
         eprintln!(
             "probing {} with a {} scratch file, {} tests of {} s (about {:.0} s plus the pre-write)...",
             shown_path.display(),
@@ -327,22 +417,102 @@ pub fn run(data_dir: &Path, args: ProbeArgs) -> Result<()> {
     drop(scratch); // removes the scratch file, also when a measurement failed
     let measurements = measured?;
     let decisions = decide(&measurements, direct);
-    let profile = ProbeProfile {
+    Ok(ProbeProfile {
         lsvd_version: env!("CARGO_PKG_VERSION").to_string(),
-        created_unix_secs: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_secs: now_unix_secs(),
         path: shown_path.display().to_string(),
         direct,
         file_size_bytes: settings.file_size_bytes,
         seconds_per_test: settings.seconds_per_test,
         measurements,
         decisions,
+    })
+}
+
+fn now_unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+const STORE_SECONDS_PER_TEST: f64 = 1.0;
+const STORE_QUICK_SECONDS_PER_TEST: f64 = 0.2;
+const STORE_MAX_OBJECT_BYTES: u64 = 32 << 20;
+const STORE_MIN_OBJECT_BYTES: u64 = 4 << 10;
+
+/// The store probe's budget from the flags.
+fn store_budget(args: &ProbeArgs) -> Result<store::StoreBudget> {
+    if args.file_size.is_some() {
+        return Err(Error::bad_input(
+            "--file-size applies to the device probe (lsvd probe PATH), not --store",
+        ));
+    }
+    let seconds_per_test = args.seconds_per_test.unwrap_or(if args.quick {
+        STORE_QUICK_SECONDS_PER_TEST
+    } else {
+        STORE_SECONDS_PER_TEST
+    });
+    if !(seconds_per_test > 0.0 && seconds_per_test <= MAX_SECONDS_PER_TEST) {
+        return Err(Error::bad_input(format!(
+            "--seconds-per-test must be more than 0 and at most {MAX_SECONDS_PER_TEST}"
+        )));
+    }
+    let max_object_bytes = match &args.max_object_size {
+        Some(s) => crate::size::parse_size(s)?,
+        None => STORE_MAX_OBJECT_BYTES,
+    };
+    if !(STORE_MIN_OBJECT_BYTES..=STORE_MAX_OBJECT_BYTES).contains(&max_object_bytes) {
+        return Err(Error::bad_input(
+            "--max-object-size must be between 4K and 32M",
+        ));
+    }
+    let max_streams = args.max_streams.unwrap_or(store::MAX_UPLOADS);
+    if !(1..=store::MAX_UPLOADS).contains(&max_streams) {
+        return Err(Error::bad_input("--max-streams must be between 1 and 16"));
+    }
+    Ok(store::StoreBudget {
+        seconds_per_test,
+        max_object_bytes,
+        max_streams,
+    })
+}
+
+/// `lsvd probe --store URL`.
+fn run_store(common: &crate::cli::Common, args: &ProbeArgs) -> Result<()> {
+    let budget = store_budget(args)?;
+    let url = common.store_url();
+    let store = common.open_store()?;
+    let prefix = store::scratch_prefix();
+    if !args.json {
+        eprintln!(
+            "probing {} under {prefix} (removed afterwards): GETs of 4K..{}, PUTs of 1M..{} \
+             with 1..{} streams, {} s per test...",
+            store.describe(),
+            crate::size::format_size(budget.max_object_bytes.min(4 << 20)),
+            crate::size::format_size(budget.max_object_bytes),
+            budget.max_streams,
+            budget.seconds_per_test
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::local_io("cannot start runtime", e))?;
+    let measurements = runtime.block_on(store::measure_store(&store, &prefix, budget))?;
+    let decisions = store::decide(&measurements, args.quick);
+    let profile = store_profile::StoreProfile {
+        lsvd_version: env!("CARGO_PKG_VERSION").to_string(),
+        created_unix_secs: now_unix_secs(),
+        store_url: url,
+        quick: args.quick,
+        measurements,
+        decisions,
     };
     let saved = if args.no_save {
         None
     } else {
-        Some(save_profile(data_dir, &profile)?)
+        Some(store_profile::save_store_profile(&common.data, &profile)?)
     };
     if args.json {
         let text = serde_json::to_string_pretty(&profile).map_err(|e| {
@@ -350,7 +520,7 @@ pub fn run(data_dir: &Path, args: ProbeArgs) -> Result<()> {
         })?;
         println!("{text}");
     } else {
-        print!("{}", report::render(&profile, saved.as_deref()));
+        print!("{}", report::render_store(&profile, saved.as_deref()));
     }
     Ok(())
 }
@@ -564,7 +734,9 @@ pub(crate) mod tests {
     #[test]
     fn settings_from_flags() {
         let args = |quick: bool, secs: Option<f64>, size: Option<&str>| ProbeArgs {
-            path: PathBuf::from("/x"),
+            path: Some(PathBuf::from("/x")),
+            max_object_size: None,
+            max_streams: None,
             json: false,
             quick,
             seconds_per_test: secs,

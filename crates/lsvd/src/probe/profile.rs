@@ -118,8 +118,14 @@ pub fn encode(profile: &ProbeProfile) -> Result<Vec<u8>> {
 
 /// The envelope around `payload` with a given version (tests write foreign versions).
 fn encode_payload(version: u32, payload: &[u8]) -> Vec<u8> {
+    envelope(PROFILE_MAGIC, version, payload)
+}
+
+/// `magic`, `version`, length, `payload`, CRC32C: the envelope of every probe profile
+/// (the store profile uses it with its own magic).
+pub(super) fn envelope(magic: &[u8; 8], version: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
-    out.extend_from_slice(PROFILE_MAGIC);
+    out.extend_from_slice(magic);
     out.extend_from_slice(&version.to_le_bytes());
     let len = u32::try_from(payload.len()).expect("a profile payload is a few KiB");
     out.extend_from_slice(&len.to_le_bytes());
@@ -137,16 +143,26 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 
 /// Verify magic, version, length and CRC32C, then parse the payload.
 pub fn decode(bytes: &[u8]) -> Result<ProbeProfile, ProfileDecodeError> {
+    let payload = open_envelope(PROFILE_MAGIC, PROFILE_VERSION, bytes)?;
+    serde_json::from_slice(payload).map_err(|e| ProfileDecodeError::BadPayload(e.to_string()))
+}
+
+/// The payload of an [`envelope`] after checking magic, version, length and CRC32C.
+pub(super) fn open_envelope<'a>(
+    magic: &[u8; 8],
+    expected_version: u32,
+    bytes: &'a [u8],
+) -> Result<&'a [u8], ProfileDecodeError> {
     if bytes.len() < HEADER_BYTES + TRAILER_BYTES {
         return Err(ProfileDecodeError::Truncated {
             len_bytes: bytes.len(),
         });
     }
-    if &bytes[..8] != PROFILE_MAGIC {
+    if &bytes[..8] != magic {
         return Err(ProfileDecodeError::BadMagic);
     }
     let version = u32_at(bytes, 8);
-    if version != PROFILE_VERSION {
+    if version != expected_version {
         return Err(ProfileDecodeError::UnsupportedVersion(version));
     }
     let declared = u32_at(bytes, 12);
@@ -163,8 +179,7 @@ pub fn decode(bytes: &[u8]) -> Result<ProbeProfile, ProfileDecodeError> {
     if stored != computed {
         return Err(ProfileDecodeError::BadChecksum { stored, computed });
     }
-    serde_json::from_slice(&bytes[HEADER_BYTES..body_end])
-        .map_err(|e| ProfileDecodeError::BadPayload(e.to_string()))
+    Ok(&bytes[HEADER_BYTES..body_end])
 }
 
 /// Where the profile of data directory `data_dir` lives.
@@ -176,33 +191,38 @@ pub fn profile_path(data_dir: &Path) -> PathBuf {
 /// rename over the old one, fsync the directory. Creates `data_dir` if needed.
 pub fn save_profile(data_dir: &Path, profile: &ProbeProfile) -> Result<PathBuf> {
     let bytes = encode(profile)?;
-    fs::create_dir_all(data_dir).map_err(|e| {
-        Error::local_io(
-            format!("cannot create data directory {}", data_dir.display()),
-            e,
-        )
-    })?;
     let path = profile_path(data_dir);
-    let tmp = data_dir.join(format!(".{PROFILE_FILE_NAME}.tmp.{}", std::process::id()));
+    write_atomically(&path, &bytes)?;
+    Ok(path)
+}
+
+/// Write `bytes` to `path` atomically (temporary file, fsync, rename, fsync the
+/// directory), creating the directory if needed.
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)
+        .map_err(|e| Error::local_io(format!("cannot create directory {}", dir.display()), e))?;
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = fs::File::create(&tmp)
             .map_err(|e| Error::local_io(format!("cannot create {}", tmp.display()), e))?;
-        f.write_all(&bytes)
+        f.write_all(bytes)
             .map_err(|e| Error::local_io(format!("cannot write {}", tmp.display()), e))?;
         f.sync_all()
             .map_err(|e| Error::local_io(format!("cannot fsync {}", tmp.display()), e))?;
-        fs::rename(&tmp, &path)
+        fs::rename(&tmp, path)
             .map_err(|e| Error::local_io(format!("cannot rename to {}", path.display()), e))?;
-        fs::File::open(data_dir)
+        fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| {
-                Error::local_io(format!("cannot fsync directory {}", data_dir.display()), e)
-            })
+            .map_err(|e| Error::local_io(format!("cannot fsync directory {}", dir.display()), e))
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map(|()| path)
+    result
 }
 
 /// The profile saved in `data_dir` by `lsvd probe`, if there is one. A file that fails
@@ -210,7 +230,22 @@ pub fn save_profile(data_dir: &Path, profile: &ProbeProfile) -> Result<PathBuf> 
 /// is `LocalIo`.
 pub fn load_profile(data_dir: &Path) -> Result<Option<ProbeProfile>> {
     let path = profile_path(data_dir);
-    let file = match fs::File::open(&path) {
+    let Some(bytes) = read_bounded(&path)? else {
+        return Ok(None);
+    };
+    decode(&bytes).map(Some).map_err(|e| {
+        Error::with_source(
+            ErrorKind::Corrupt,
+            format!("probe profile {} is unusable", path.display()),
+            e,
+        )
+    })
+}
+
+/// The bytes of `path` (None if it does not exist), never more than the largest valid
+/// profile plus one byte.
+pub(super) fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>> {
+    let file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
@@ -220,19 +255,12 @@ pub fn load_profile(data_dir: &Path) -> Result<Option<ProbeProfile>> {
             ));
         }
     };
-    // Bounded: never read more than the largest valid profile plus one byte.
     let limit = (HEADER_BYTES + MAX_PAYLOAD_BYTES as usize + TRAILER_BYTES + 1) as u64;
     let mut bytes = Vec::new();
     file.take(limit)
         .read_to_end(&mut bytes)
         .map_err(|e| Error::local_io(format!("cannot read {}", path.display()), e))?;
-    decode(&bytes).map(Some).map_err(|e| {
-        Error::with_source(
-            ErrorKind::Corrupt,
-            format!("probe profile {} is unusable", path.display()),
-            e,
-        )
-    })
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]

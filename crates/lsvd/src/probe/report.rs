@@ -118,7 +118,7 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         d.log_align_bytes
     ));
     line(format!(
-        "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16",
+        "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16; advice: serve keeps 1 until the log uses O_DIRECT",
         d.log_writes_in_flight, d.useful_parallelism
     ));
     line(format!(
@@ -132,6 +132,86 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         } else {
             "buffered"
         }
+    ));
+    for n in &d.notes {
+        line(format!("  note: {n}"));
+    }
+    match saved {
+        Some(p) => line(format!("saved to {}", p.display())),
+        None => line("not saved (--no-save)".into()),
+    }
+    out
+}
+
+/// The report of `lsvd probe --store`.
+pub fn render_store(profile: &super::store_profile::StoreProfile, saved: Option<&Path>) -> String {
+    let m = &profile.measurements;
+    let d = &profile.decisions;
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!(
+        "lsvd probe --store {}{}",
+        profile.store_url,
+        if profile.quick { " (--quick)" } else { "" }
+    ));
+    line(String::new());
+    line("ranged GET latency (one at a time)".into());
+    line(format!(
+        "  {:>9}  {:>11}  {:>11}  {:>7}",
+        "range", "median us", "p99 us", "samples"
+    ));
+    for g in &m.gets {
+        line(format!(
+            "  {:>9}  {:>11.0}  {:>11.0}  {:>7}",
+            format_size(g.range_bytes),
+            g.latency.median_us,
+            g.latency.p99_us,
+            g.latency.samples
+        ));
+    }
+    line(String::new());
+    line("PUT bandwidth, one stream".into());
+    line(format!("  {:>8}  {:>9}  {:>5}", "object", "MB/s", "PUTs"));
+    for p in &m.put_sizes {
+        line(format!(
+            "  {:>8}  {:>9.1}  {:>5}",
+            format_size(p.object_bytes),
+            mb_per_sec(p.bytes_per_sec),
+            p.puts
+        ));
+    }
+    line(String::new());
+    if let Some(first) = m.put_streams.first() {
+        line(format!(
+            "PUT bandwidth of {} objects, by streams",
+            format_size(first.object_bytes)
+        ));
+    }
+    line(format!("  {:>8}  {:>9}  {:>5}", "streams", "MB/s", "PUTs"));
+    for p in &m.put_streams {
+        line(format!(
+            "  {:>8}  {:>9.1}  {:>5}",
+            p.streams,
+            mb_per_sec(p.bytes_per_sec),
+            p.puts
+        ));
+    }
+    line(String::new());
+    line("decisions".into());
+    line(format!(
+        "  read fetch size     {:>10}   largest GET at most 1.5x a small GET's latency, 64 KiB..1 MiB",
+        format_size(d.read_fetch_bytes)
+    ));
+    line(format!(
+        "  batch size          {:>10}   smallest object at >=90% of the best one-stream MB/s, 4..32 MiB",
+        format_size(d.batch_size_bytes)
+    ));
+    line(format!(
+        "  uploads in flight   {:>10}   fewest streams no more streams beat by >10% MB/s, at most 16",
+        d.uploads_in_flight
     ));
     for n in &d.notes {
         line(format!("  note: {n}"));
@@ -159,6 +239,22 @@ mod tests {
             "group-commit cap          1.0 MiB",
             "log I/O                  direct",
             "saved to /d/probe-profile",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn store_report_names_every_decision() {
+        let p = super::super::store::tests::sample_store_profile("s3://b/p");
+        let text = render_store(&p, None);
+        for want in [
+            "lsvd probe --store s3://b/p",
+            "ranged GET latency",
+            "read fetch size      256.0 KiB",
+            "batch size            16.0 MiB",
+            "uploads in flight            8",
+            "not saved",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -461,9 +461,20 @@ impl Lsvd {
             .unwrap_or_else(|e| panic!("info --json is not JSON: {e}\n{}", stdout(&out)))
     }
 
-    /// `lsvd serve ARGS --socket SOCKET --log-size 64M --read-cache-size 64M`.
+    /// `lsvd serve ARGS --socket SOCKET --log-size 64M --read-cache-size 64M`, and
+    /// `--no-probe` (no disk measurement on first start, the built-in defaults) unless
+    /// ARGS has `--probe-profiles` (which is taken out): tests/probe_settings.rs.
     pub fn serve_cmd(&self, socket: &Path, args: &[&str]) -> Command {
         let mut cmd = self.cmd(["serve"]);
+        let use_profiles = args.contains(&"--probe-profiles");
+        let args: Vec<&str> = args
+            .iter()
+            .copied()
+            .filter(|a| *a != "--probe-profiles")
+            .collect();
+        if !use_profiles {
+            cmd.arg("--no-probe");
+        }
         cmd.args(args).arg("--socket").arg(socket).args([
             "--log-size",
             LOG_SIZE,

@@ -157,7 +157,7 @@ impl Server {
             .arg(&self.data)
             .arg("--store")
             .arg(&self.store_url)
-            .args(["serve", VOLUME, "--socket"])
+            .args(["serve", VOLUME, "--no-probe", "--socket"])
             .arg(&self.socket)
             .args(["--log-size", "16M", "--batch-size", &self.args.batch_size])
             .args([
