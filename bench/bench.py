@@ -249,6 +249,31 @@ def start_s3backer(cred, mnt, prefix, vol_size, block_size="4k", log=None, **kw)
     return p, bs_bytes
 
 
+PROBED = "lsvd local store (probed)"
+
+
+def serve_help(lsvd):
+    return subprocess.run([lsvd, "serve", "--help"], capture_output=True, text=True).stdout
+
+
+def default_settings_args(lsvd):
+    """`lsvd serve` arguments that keep the built-in defaults even where a probe
+    profile exists (--no-probe, if this lsvd has it)."""
+    return ["--no-probe"] if "--no-probe" in serve_help(lsvd) else []
+
+
+def start_lsvd_probed(lsvd, data, sock, port, vol_size, extra=()):
+    """lsvd on the local store after `lsvd probe --quick` of its data directory (the
+    profile is saved there, where `serve` looks for it), plus extra serve arguments
+    (e.g. the settings the probe printed, for a serve that does not read profiles)."""
+    os.makedirs(data)
+    subprocess.run([lsvd, "--data", data, "probe", data, "--quick"], check=True, capture_output=True)
+    if "--no-probe" not in serve_help(lsvd) and not extra:
+        print(f"   note: this lsvd serve does not read the probe profile and no --probe-serve-arg was given: "
+              f"'{PROBED}' runs the default settings (an A/A comparison)", file=sys.stderr)
+    return start_lsvd(lsvd, data, None, sock, port, vol_size, extra=extra)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lsvd", required=True)
@@ -256,6 +281,10 @@ def main():
     ap.add_argument("--s3", action="store_true",
                     help="also lsvd and s3backer on versitygw (needs the scripts/with-versitygw.sh environment)")
     ap.add_argument("--s3backer-block-size", default="4k", help="s3backer --blockSize (default 4k)")
+    ap.add_argument("--probe", action="store_true",
+                    help="also lsvd on the local store with the settings `lsvd probe` chose (see start_lsvd_probed)")
+    ap.add_argument("--probe-serve-arg", action="append", default=[],
+                    help="extra `lsvd serve` argument for the probed target only (repeatable)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--dir", default=None, help="scratch directory on the disk to test (default: under /var/tmp)")
     a = ap.parse_args()
@@ -281,10 +310,19 @@ def main():
         targets.append(Target("qemu-nbd raw", ["--ioengine=nbd", f"--uri=nbd+unix:///?socket={qsock}"]))
         lsock = os.path.join(scratch, "lsvd.sock")
         port = free_port()
-        procs.append(start_lsvd(a.lsvd, os.path.join(scratch, "lsvd-data"), None, lsock, port, vol_size))
+        procs.append(start_lsvd(a.lsvd, os.path.join(scratch, "lsvd-data"), None, lsock, port, vol_size,
+                                extra=default_settings_args(a.lsvd) if a.probe else ()))
         targets.append(Target("lsvd local store", ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={lsock}"],
                               backend=lambda port=port: lsvd_counters(port),
                               settled=lambda port=port: lsvd_settled(port)))
+        if a.probe:
+            psock = os.path.join(scratch, "lsvd-probed.sock")
+            pport = free_port()
+            procs.append(start_lsvd_probed(a.lsvd, os.path.join(scratch, "lsvd-probed-data"), psock, pport,
+                                           vol_size, a.probe_serve_arg))
+            targets.append(Target(PROBED, ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={psock}"],
+                                  backend=lambda port=pport: lsvd_counters(port),
+                                  settled=lambda port=pport: lsvd_settled(port)))
         if a.s3:
             bucket = s3_env()[3]
             # lsvd with its volume in the versitygw bucket (write log and read cache local).
@@ -413,7 +451,22 @@ def render(results):
                     f"{b.get('client_write_bytes', 0) / 1e6:.1f} | {b.get('store_write_bytes', 0) / 1e6:.1f} | "
                     f"{b['store_bytes_per_client_byte']:.2f} | {cache} | {b.get('catch_up_s', 0):.1f} |\n")
     out += goals(results)
+    out += probed_vs_defaults(results)
     return out
+
+
+def probed_vs_defaults(results):
+    """--probe: each job's IOPS with the probed settings over the defaults, same run."""
+    probed, default = results.get(PROBED), results.get("lsvd local store")
+    if not probed or not default:
+        return ""
+    rows = []
+    for job, _ in JOBS:
+        if job in probed and job in default:
+            p, d = headline(probed[job])[0], headline(default[job])[0]
+            rows.append(f"| {job} | {d:.0f} | {p:.0f} | {p / max(d, 1e-9):.2f}x |")
+    return ("\nProbed settings vs defaults, lsvd local store (same run):\n\n"
+            "| job | defaults IOPS | probed IOPS | probed / defaults |\n|---|---:|---:|---:|\n" + "\n".join(rows) + "\n")
 
 
 # The goals of issue 17, each checked in the same run: (how the goal reads, job, the lsvd
