@@ -279,6 +279,7 @@ def run_target(key, rnd, a, bindir, scratch):
         log(f"{TARGETS[key]}: round {rnd}: loaded scale {a.scale} in {res['init_s']:.1f} s; "
             f"running {a.seconds} s, {a.clients} clients")
         prefix = os.path.join(sockdir, "tx")
+        res["loadavg_1m_before"] = loadavg()
         out = run(as_pg([os.path.join(bindir, "pgbench")] + conn + [
             "-c", str(a.clients), "-j", str(a.threads), "-T", str(a.seconds), "-P", "5",
             "-l", f"--log-prefix={prefix}", "bench"]), timeout=a.seconds + 600, both=True, cwd=sockdir)
@@ -296,10 +297,20 @@ def run_target(key, rnd, a, bindir, scratch):
         res["max_ms"] = (lat[-1] / 1000) if lat else 0.0
         progress = [float(x) for x in re.findall(r"progress: [0-9.]+ s, ([0-9.]+) tps", out)]
         res["min_5s_tps"] = min(progress) if progress else None
+        res["loadavg_1m_after"] = loadavg()
         log(f"{TARGETS[key]}: round {rnd}: {res['tps']:.1f} TPS, p99 {res['p99_ms']:.1f} ms")
         return res
     finally:
         cl.run()
+
+
+def loadavg():
+    """The 1-minute load average: how busy the (shared) machine was around a run."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def median(xs):
@@ -342,11 +353,12 @@ def render(a, rounds, summary, meta):
                      f"{f(s['p99_vs_ref'], '{:.2f}x')} | {f(s['init_s'])} |")
     if len(rounds) > 1:
         lines += ["", "Each round (targets in rotated order):", "",
-                  "| round | target | TPS | p99 ms | transactions | failed |", "|---:|---|---:|---:|---:|---:|"]
+                  "| round | target | TPS | p99 ms | transactions | failed | load average after |",
+                  "|---:|---|---:|---:|---:|---:|---:|"]
         for i, r in enumerate(rounds, 1):
             for k, x in r.items():
                 lines.append(f"| {i} | {TARGETS[k]} | {x['tps']:.1f} | {x['p99_ms']:.2f} | {x['transactions']} | "
-                             f"{x['failed']} |")
+                             f"{x['failed']} | {f(x.get('loadavg_1m_after'))} |")
     goals = []
     ref = summary.get(REFERENCE)
     for k in ("lsvd", "lsvd-s3"):
