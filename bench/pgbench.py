@@ -300,8 +300,33 @@ def run_target(key, rnd, a, bindir, scratch):
         res["loadavg_1m_after"] = loadavg()
         log(f"{TARGETS[key]}: round {rnd}: {res['tps']:.1f} TPS, p99 {res['p99_ms']:.1f} ms")
         return res
+    except BaseException:
+        show_logs(d)
+        raise
     finally:
         cl.run()
+        # The disks (a raw file, lsvd's write log and read cache, its store) take GBs
+        # per target: remove them before the next, unless something is still mounted.
+        if not any(m == d or m.startswith(d + "/") for m in mount_points()):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def mount_points():
+    with open("/proc/mounts") as f:
+        return [line.split()[1] for line in f]
+
+
+def show_logs(d, lines=15):
+    """The last lines of a failed target's logs (the scratch directory goes away)."""
+    for name in ("server.log", "nbdfuse.log", os.path.join("pgsock", "postgres.log")):
+        path = os.path.join(d, name)
+        try:
+            with open(path, errors="replace") as f:
+                tail = f.readlines()[-lines:]
+        except OSError:
+            continue
+        if tail:
+            log(f"last lines of {path}:\n" + "".join(tail).rstrip())
 
 
 def loadavg():
@@ -417,6 +442,13 @@ def main():
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, on_signal)
 
+    need = 2 * bench_size_bytes(a.vol_size) + (4 << 30)
+    free = shutil.disk_usage(scratch).free
+    if free < need:
+        sys.exit(f"pgbench: {free / 2**30:.1f} GiB free under {scratch}; one target needs up to "
+                 f"{need / 2**30:.1f} GiB (a {a.vol_size} disk, lsvd's 2 GiB log and 1 GiB read cache, its store)")
+    meta = {"postgres": pg_version, "scale": a.scale, "clients": a.clients, "threads": a.threads,
+            "seconds": a.seconds, "vol_size": a.vol_size, "connections": a.connections, "serve_args": a.serve_arg}
     rounds = []
     for rnd in range(1, a.rounds + 1):
         order = keys[(rnd - 1) % len(keys):] + keys[:(rnd - 1) % len(keys)]
@@ -424,16 +456,28 @@ def main():
         for k in order:
             results[k] = run_target(k, rnd, a, bindir, scratch)
         rounds.append(results)
+        # After every round, so a failure later still leaves the rounds done.
+        table = write_results(a, rounds, keys, meta)
+    print(table)
+
+
+def bench_size_bytes(size):
+    """'4G' -> bytes (K, M, G, T suffixes, powers of 1024)."""
+    m = re.fullmatch(r"(\d+)([KMGT]?)i?B?", size.strip(), re.IGNORECASE)
+    if not m:
+        sys.exit(f"pgbench: bad size {size!r} (e.g. 4G)")
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2).upper() or " "))
+
+
+def write_results(a, rounds, keys, meta):
     summary = summarize(rounds, keys)
-    meta = {"postgres": pg_version, "scale": a.scale, "clients": a.clients, "threads": a.threads,
-            "seconds": a.seconds, "vol_size": a.vol_size, "connections": a.connections, "serve_args": a.serve_arg}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "pgbench.json"), "w") as f:
         json.dump({"meta": meta, "rounds": rounds, "summary": summary}, f, indent=2)
     table = render(a, rounds, summary, meta)
     with open(os.path.join(a.out, "pgbench.md"), "w") as f:
         f.write(table)
-    print(table)
+    return table
 
 
 if __name__ == "__main__":
