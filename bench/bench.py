@@ -81,8 +81,13 @@ class Target:
         return time.time() - t0
 
 
-def start(cmd, **kw):
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+def start(cmd, log=None, **kw):
+    """Start cmd in the background; its stderr goes to the file log, or to a pipe (read
+    if it exits early) when there is none."""
+    if log is None:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    with open(log, "ab") as f:
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=f, **kw)
 
 
 def stop_proc(p):
@@ -178,6 +183,97 @@ def free_port():
     return p
 
 
+def wait_or_kill(p, path, timeout=30):
+    """Wait for the socket path of process p; kill p if it does not appear."""
+    try:
+        wait_for(path, timeout)
+    except BaseException:
+        p.kill()
+        p.wait()
+        raise
+
+
+def start_qemu_nbd(image, sock, vol_size, log=None, **kw):
+    """qemu-nbd on a new raw file of vol_size (no host page cache, native AIO, up to 4
+    clients); returns once it listens on the Unix socket."""
+    subprocess.run(["fallocate", "-l", vol_size, image], check=True)
+    p = start(["qemu-nbd", "-f", "raw", "--cache=none", "--aio=native", "-k", sock, "-t", "-e", "4", image], log, **kw)
+    wait_or_kill(p, sock)
+    return p
+
+
+def start_lsvd(lsvd, data, store, sock, port, vol_size, extra=(), log=None, **kw):
+    """A new volume `bench` of vol_size in data (on store, if given), served on the Unix
+    socket with a 2 GiB write log, a 1 GiB read cache and metrics on 127.0.0.1:port;
+    returns once the socket exists."""
+    st = ["--store", store] if store else []
+    subprocess.run([lsvd, "--data", data] + st + ["create", "bench", "--size", vol_size],
+                   check=True, capture_output=True)
+    p = start([lsvd, "--data", data] + st + ["serve", "bench", "--socket", sock, "--log-size", "2G",
+                                             "--read-cache-size", "1G", "--metrics", f"127.0.0.1:{port}"]
+              + list(extra), log, **kw)
+    wait_or_kill(p, sock, timeout=120)
+    return p
+
+
+def start_s3backer(cred, mnt, prefix, vol_size, block_size="4k", log=None, **kw):
+    """s3backer on the versitygw of scripts/with-versitygw.sh: one FUSE file,
+    mnt/file, one object per block under prefix. Returns (process, block size in
+    bytes) once mnt is mounted.
+
+    The store is strongly consistent, so s3backer's eventual-consistency guards (MD5
+    cache, minimum delay between writes of a block) are off; they would cap writes at
+    --md5CacheSize per --md5CacheTime. Block cache: 1 GiB in memory, like lsvd's read
+    cache; write-back after 250 ms (its default)."""
+    endpoint, key_id, secret, bucket = s3_env()
+    bs = block_size
+    bs_bytes = int(bs[:-1]) * {"k": 1 << 10, "m": 1 << 20}[bs[-1].lower()] if bs[-1].isalpha() else int(bs)
+    os.makedirs(mnt)
+    with open(os.open(cred, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(f"{key_id}:{secret}\n")
+    p = start([
+        "s3backer", "-f", f"--baseURL={endpoint.rstrip('/')}/", f"--accessFile={cred}",
+        "--authVersion=aws4", f"--size={vol_size}", f"--blockSize={bs}", f"--prefix={prefix}",
+        "--md5CacheSize=0", "--md5CacheTime=0", "--minWriteDelay=0",
+        f"--blockCacheSize={(1 << 30) // bs_bytes}", "--blockCacheThreads=32",
+        "--directIO", "--quiet", bucket, mnt], log, **kw)
+    t0 = time.time()
+    while not mounted(mnt):
+        if p.poll() is not None:
+            why = p.stderr.read().decode(errors="replace") if p.stderr else f"see {log}"
+            raise RuntimeError(f"s3backer exited: {why}")
+        if time.time() - t0 > 60:
+            p.kill()
+            raise RuntimeError("s3backer did not mount within 60 s")
+        time.sleep(0.1)
+    return p, bs_bytes
+
+
+PROBED = "lsvd local store (probed)"
+
+
+def serve_help(lsvd):
+    return subprocess.run([lsvd, "serve", "--help"], capture_output=True, text=True).stdout
+
+
+def default_settings_args(lsvd):
+    """`lsvd serve` arguments that keep the built-in defaults even where a probe
+    profile exists (--no-probe, if this lsvd has it)."""
+    return ["--no-probe"] if "--no-probe" in serve_help(lsvd) else []
+
+
+def start_lsvd_probed(lsvd, data, sock, port, vol_size, extra=()):
+    """lsvd on the local store after `lsvd probe --quick` of its data directory (the
+    profile is saved there, where `serve` looks for it), plus extra serve arguments
+    (e.g. the settings the probe printed, for a serve that does not read profiles)."""
+    os.makedirs(data)
+    subprocess.run([lsvd, "--data", data, "probe", data, "--quick"], check=True, capture_output=True)
+    if "--no-probe" not in serve_help(lsvd) and not extra:
+        print(f"   note: this lsvd serve does not read the probe profile and no --probe-serve-arg was given: "
+              f"'{PROBED}' runs the default settings (an A/A comparison)", file=sys.stderr)
+    return start_lsvd(lsvd, data, None, sock, port, vol_size, extra=extra)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lsvd", required=True)
@@ -185,6 +281,10 @@ def main():
     ap.add_argument("--s3", action="store_true",
                     help="also lsvd and s3backer on versitygw (needs the scripts/with-versitygw.sh environment)")
     ap.add_argument("--s3backer-block-size", default="4k", help="s3backer --blockSize (default 4k)")
+    ap.add_argument("--probe", action="store_true",
+                    help="also lsvd on the local store with the settings `lsvd probe` chose (see start_lsvd_probed)")
+    ap.add_argument("--probe-serve-arg", action="append", default=[],
+                    help="extra `lsvd serve` argument for the probed target only (repeatable)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--dir", default=None, help="scratch directory on the disk to test (default: under /var/tmp)")
     a = ap.parse_args()
@@ -205,63 +305,38 @@ def main():
         procs.append(start(["nbdkit", "-f", "-U", sock, "memory", vol_size]))
         wait_for(sock)
         targets.append(Target("nbdkit memory", ["--ioengine=nbd", f"--uri=nbd+unix:///?socket={sock}"]))
-        qraw = os.path.join(scratch, "qemu.img")
-        subprocess.run(["fallocate", "-l", vol_size, qraw], check=True)
         qsock = os.path.join(scratch, "qemu.sock")
-        procs.append(start(["qemu-nbd", "-f", "raw", "--cache=none", "--aio=native", "-k", qsock, "-t", "-e", "4", qraw]))
-        wait_for(qsock)
+        procs.append(start_qemu_nbd(os.path.join(scratch, "qemu.img"), qsock, vol_size))
         targets.append(Target("qemu-nbd raw", ["--ioengine=nbd", f"--uri=nbd+unix:///?socket={qsock}"]))
-        data = os.path.join(scratch, "lsvd-data")
-        subprocess.run([a.lsvd, "--data", data, "create", "bench", "--size", vol_size], check=True, capture_output=True)
         lsock = os.path.join(scratch, "lsvd.sock")
         port = free_port()
-        lp = start([a.lsvd, "--data", data, "serve", "bench", "--socket", lsock, "--log-size", "2G",
-                    "--read-cache-size", "1G", "--metrics", f"127.0.0.1:{port}"])
-        procs.append(lp)
-        wait_for(lsock)
+        procs.append(start_lsvd(a.lsvd, os.path.join(scratch, "lsvd-data"), None, lsock, port, vol_size,
+                                extra=default_settings_args(a.lsvd) if a.probe else ()))
         targets.append(Target("lsvd local store", ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={lsock}"],
                               backend=lambda port=port: lsvd_counters(port),
                               settled=lambda port=port: lsvd_settled(port)))
+        if a.probe:
+            psock = os.path.join(scratch, "lsvd-probed.sock")
+            pport = free_port()
+            procs.append(start_lsvd_probed(a.lsvd, os.path.join(scratch, "lsvd-probed-data"), psock, pport,
+                                           vol_size, a.probe_serve_arg))
+            targets.append(Target(PROBED, ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={psock}"],
+                                  backend=lambda port=pport: lsvd_counters(port),
+                                  settled=lambda port=pport: lsvd_settled(port)))
         if a.s3:
-            endpoint, key_id, secret, bucket = s3_env()
+            bucket = s3_env()[3]
             # lsvd with its volume in the versitygw bucket (write log and read cache local).
-            store = f"s3://{bucket}/bench-lsvd"
-            sdata = os.path.join(scratch, "lsvd-s3-data")
-            subprocess.run([a.lsvd, "--data", sdata, "--store", store, "create", "bench", "--size", vol_size],
-                           check=True, capture_output=True)
             ssock = os.path.join(scratch, "lsvd-s3.sock")
             sport = free_port()
-            procs.append(start([a.lsvd, "--data", sdata, "--store", store, "serve", "bench", "--socket", ssock,
-                                "--log-size", "2G", "--read-cache-size", "1G", "--metrics", f"127.0.0.1:{sport}"]))
-            wait_for(ssock, timeout=120)
+            procs.append(start_lsvd(a.lsvd, os.path.join(scratch, "lsvd-s3-data"), f"s3://{bucket}/bench-lsvd",
+                                    ssock, sport, vol_size))
             targets.append(Target("lsvd on versitygw", ["--ioengine=nbd", f"--uri=nbd+unix:///bench?socket={ssock}"],
                                   backend=lambda port=sport: lsvd_counters(port),
                                   settled=lambda port=sport: lsvd_settled(port)))
-            # s3backer: one FUSE file, one object per block, in the same bucket. The
-            # store is strongly consistent, so its eventual-consistency guards (MD5
-            # cache, minimum delay between writes of a block) are off; they would cap
-            # writes at --md5CacheSize per --md5CacheTime. Block cache: 1 GiB in memory,
-            # like lsvd's read cache; write-back after 250 ms (its default).
-            bs = a.s3backer_block_size
-            bs_bytes = int(bs[:-1]) * {"k": 1 << 10, "m": 1 << 20}[bs[-1].lower()] if bs[-1].isalpha() else int(bs)
             mnt = os.path.join(scratch, "s3backer-mnt")
-            os.makedirs(mnt)
-            cred = os.path.join(scratch, "s3backer-passwd")
-            with open(os.open(cred, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                f.write(f"{key_id}:{secret}\n")
-            procs.append(start([
-                "s3backer", "-f", f"--baseURL={endpoint.rstrip('/')}/", f"--accessFile={cred}",
-                "--authVersion=aws4", f"--size={vol_size}", f"--blockSize={bs}", "--prefix=bench-s3backer/",
-                "--md5CacheSize=0", "--md5CacheTime=0", "--minWriteDelay=0",
-                f"--blockCacheSize={(1 << 30) // bs_bytes}", "--blockCacheThreads=32",
-                "--directIO", "--quiet", bucket, mnt]))
-            t0 = time.time()
-            while not mounted(mnt):
-                if procs[-1].poll() is not None:
-                    raise RuntimeError(f"s3backer exited: {procs[-1].stderr.read().decode(errors='replace')}")
-                if time.time() - t0 > 60:
-                    raise RuntimeError("s3backer did not mount within 60 s")
-                time.sleep(0.1)
+            sb, bs_bytes = start_s3backer(os.path.join(scratch, "s3backer-passwd"), mnt, "bench-s3backer/",
+                                          vol_size, a.s3backer_block_size)
+            procs.append(sb)
             mounts.append(mnt)
             targets.append(Target("s3backer on versitygw",
                                   ["--ioengine=libaio", "--direct=1", f"--filename={os.path.join(mnt, 'file')}"],
@@ -376,7 +451,22 @@ def render(results):
                     f"{b.get('client_write_bytes', 0) / 1e6:.1f} | {b.get('store_write_bytes', 0) / 1e6:.1f} | "
                     f"{b['store_bytes_per_client_byte']:.2f} | {cache} | {b.get('catch_up_s', 0):.1f} |\n")
     out += goals(results)
+    out += probed_vs_defaults(results)
     return out
+
+
+def probed_vs_defaults(results):
+    """--probe: each job's IOPS with the probed settings over the defaults, same run."""
+    probed, default = results.get(PROBED), results.get("lsvd local store")
+    if not probed or not default:
+        return ""
+    rows = []
+    for job, _ in JOBS:
+        if job in probed and job in default:
+            p, d = headline(probed[job])[0], headline(default[job])[0]
+            rows.append(f"| {job} | {d:.0f} | {p:.0f} | {p / max(d, 1e-9):.2f}x |")
+    return ("\nProbed settings vs defaults, lsvd local store (same run):\n\n"
+            "| job | defaults IOPS | probed IOPS | probed / defaults |\n|---|---:|---:|---:|\n" + "\n".join(rows) + "\n")
 
 
 # The goals of issue 17, each checked in the same run: (how the goal reads, job, the lsvd
