@@ -46,7 +46,7 @@ count() {
     mkdir -p "$dir"
     "$lsvd" --data "$dir/data" create vol --size 1G >/dev/null
     valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
-        "$lsvd" --data "$dir/data" serve vol --socket "$dir/nbd.sock" "${serve_args[@]}" \
+        "$lsvd" --data "$dir/data" serve vol --socket "$dir/nbd.sock" --no-probe "${serve_args[@]}" \
         >"$dir/serve.log" 2>&1 &
     local pid=$!
     for _ in $(seq 600); do
