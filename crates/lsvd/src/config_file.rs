@@ -737,3 +737,23 @@ mod tests {
         assert!(cfg.open_store("gs://bkt").is_err());
     }
 }
+
+/// Global options with the config file applied: the data directory, the store URL and
+/// the file itself (what `lsvd` commands and the probe share).
+#[derive(Debug, Clone)]
+pub struct Common {
+    pub data: PathBuf,
+    pub store: String,
+    pub file: LsvdConfig,
+}
+
+impl Common {
+    pub fn store_url(&self) -> String {
+        self.store.clone()
+    }
+
+    /// Open the store (S3 settings and retry policy from the config file).
+    pub fn open_store(&self) -> Result<crate::store::DynStore> {
+        self.file.open_store(&self.store)
+    }
+}

@@ -65,7 +65,7 @@ pub async fn info(
     let store = store(common)?;
     let info = engine::inspect_volume(&store, name).await?;
     let resolved =
-        super::serve::resolve_tuning(common, tuning, super::serve::ProfileUse::LoadOnly)?;
+        super::tuning::resolve_tuning(common, tuning, super::tuning::ProfileUse::LoadOnly)?;
     if json {
         let mut value = serde_json::to_value(&info).map_err(|e| {
             Error::with_source(

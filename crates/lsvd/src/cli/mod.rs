@@ -4,6 +4,7 @@ mod admin;
 mod check;
 mod inspect;
 mod serve;
+mod tuning;
 
 use std::path::PathBuf;
 
@@ -12,7 +13,6 @@ use clap::{Args, Parser, Subcommand};
 use crate::config_file::LsvdConfig;
 use crate::engine::{EngineConfig, RecoveryMode};
 use crate::error::{Error, Result};
-use crate::store::DynStore;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,24 +73,7 @@ impl CommonArgs {
     }
 }
 
-/// Global options with the config file applied.
-#[derive(Debug, Clone)]
-pub struct Common {
-    pub data: PathBuf,
-    pub store: String,
-    pub file: LsvdConfig,
-}
-
-impl Common {
-    pub fn store_url(&self) -> String {
-        self.store.clone()
-    }
-
-    /// Open the store (S3 settings and retry policy from the config file).
-    pub fn open_store(&self) -> Result<DynStore> {
-        self.file.open_store(&self.store)
-    }
-}
+pub use crate::config_file::Common;
 
 #[derive(Subcommand, Debug)]
 pub enum Command {

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use lsvd_nbd::server::{Export, Server};
 use lsvd_nbd::{Tls, TlsMode};
 
-use super::{Common, ServeArgs, TuningArgs};
+use super::tuning::{ProfileUse, resolve_tuning};
+use super::{Common, ServeArgs};
 use crate::engine::{self, Volume};
 use crate::error::{Error, ErrorKind, Result};
 use crate::nbd_device::NbdVolume;
-use crate::probe::settings::{self, Layers, LoadedLayer, Tuning};
+use crate::probe::settings::Tuning;
 use crate::size::format_size;
 
 const DEFAULT_VOLUME: &str = "disk0";
@@ -135,82 +136,6 @@ async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<T
         "serving plain-text NBD on {addr} (--insecure): anyone who can reach it can read and write every export"
     ));
     Ok(tls)
-}
-
-/// The tuned settings in force and a line about each profile (for `info`).
-pub(super) struct Resolved {
-    pub tuning: Tuning,
-    pub device_profile: String,
-    pub store_profile: String,
-}
-
-/// When to probe the data directory if it has no device profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ProfileUse {
-    /// Use saved profiles; measure the disk if there is none (`serve`).
-    ProbeIfMissing,
-    /// Use saved profiles, measure nothing (`info`).
-    LoadOnly,
-    /// Neither (`serve --no-probe`).
-    Ignore,
-}
-
-/// Resolve the tuned settings: flags > config `[tuning]` > probe profiles > defaults.
-/// Bad flags or config are errors; a profile that cannot be used (corrupt, measured
-/// elsewhere, a failed first-start probe) is one warning line and the defaults.
-pub(super) fn resolve_tuning(
-    common: &Common,
-    flags: &TuningArgs,
-    use_: ProfileUse,
-) -> Result<Resolved> {
-    let flags = flags.layer()?;
-    let config = common.file.tuning_layer()?;
-    let ignored = || LoadedLayer {
-        status: "not used (--no-probe)".to_string(),
-        ..LoadedLayer::default()
-    };
-    let (mut device, store) = match use_ {
-        ProfileUse::Ignore => (ignored(), ignored()),
-        _ => (
-            settings::load_device_layer(&common.data),
-            settings::load_store_layer(&common.data, &common.store),
-        ),
-    };
-    let missing = !crate::probe::profile::profile_path(&common.data).exists();
-    if use_ == ProfileUse::ProbeIfMissing && missing {
-        device = match crate::probe::first_start_probe(&common.data) {
-            Ok(p) => LoadedLayer {
-                layer: settings::device_layer(&p.decisions),
-                status: format!(
-                    "{} (measured now, on first start)",
-                    crate::probe::profile::profile_path(&common.data).display()
-                ),
-                warning: None,
-            },
-            Err(e) => {
-                let why = format!("the first-start probe failed ({e}): using the defaults");
-                LoadedLayer {
-                    status: format!("unusable: {why}"),
-                    warning: Some(why),
-                    ..LoadedLayer::default()
-                }
-            }
-        };
-    }
-    for w in [&device.warning, &store.warning].into_iter().flatten() {
-        crate::log::warn(w);
-    }
-    let tuning = settings::resolve(&Layers {
-        flags,
-        config,
-        device_profile: device.layer,
-        store_profile: store.layer,
-    });
-    Ok(Resolved {
-        tuning,
-        device_profile: device.status,
-        store_profile: store.status,
-    })
 }
 
 /// One line naming each tuned setting, its value and its origin.

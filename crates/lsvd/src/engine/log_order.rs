@@ -26,11 +26,12 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use lsvd_core::format::record::{RecordExtent, RecordHeader};
+use lsvd_core::format::SECTOR_BYTES;
+use lsvd_core::format::record::{ExtentKind, RecordExtent, RecordHeader};
+use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
-use super::shared::Shared;
-use super::writer::apply_record;
+use super::shared::{LogPos, Shared, State};
 use crate::error::{Error, Result};
 
 /// A record placed in the log and encoded, on its way to the device.
@@ -310,4 +311,43 @@ fn sync(shared: &Shared, rs: &mut RetireState) -> Result<()> {
     shared.stats.log_syncs.fetch_add(1, Ordering::Relaxed);
     super::log_index::maybe_write(shared);
     Ok(())
+}
+
+/// Put a record's extents into the overlay map and hand them to the pipeline's open
+/// batch. Also used by recovery to replay records.
+pub(crate) fn apply_record(
+    st: &mut State,
+    now_ns: u64,
+    seq: u64,
+    offset: u64,
+    header_bytes: u32,
+    extents: &[RecordExtent],
+) {
+    let mut data_at = offset + u64::from(header_bytes);
+    let mut items = Vec::with_capacity(extents.len());
+    for e in extents {
+        let sectors = e.sectors as u64;
+        match e.kind {
+            ExtentKind::Data => {
+                st.log_map.write(e.lba, sectors, seq, data_at);
+                items.push(BatchItem::Data {
+                    lba: e.lba,
+                    sectors,
+                    at: LogPos {
+                        record_seq: seq,
+                        offset: data_at,
+                    },
+                });
+                data_at += sectors * SECTOR_BYTES;
+            }
+            ExtentKind::Zero => {
+                st.log_map.zero(e.lba, sectors, seq);
+                items.push(BatchItem::Zero {
+                    lba: e.lba,
+                    sectors,
+                });
+            }
+        }
+    }
+    st.pipeline.record(now_ns, seq, &items);
 }

@@ -28,6 +28,7 @@ use super::cache_layout::CacheLayout;
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::validate_volume_name;
 use super::log_index;
+use super::log_order;
 use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
@@ -348,7 +349,7 @@ async fn open_inner(
             let bytes = r.header.total_bytes();
             log.push(r.header.seq, r.offset, bytes);
             st.log_headers.push_back((r.offset, r.header.clone()));
-            writer::apply_record(
+            log_order::apply_record(
                 &mut st,
                 now_ns,
                 r.header.seq,

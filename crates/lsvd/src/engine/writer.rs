@@ -15,11 +15,10 @@ use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record_parts, record_bytes_for};
-use lsvd_core::pipeline::BatchItem;
 use tokio::sync::oneshot;
 
 use super::log_order::{Group, LogWrites, PlacedRecord};
-use super::shared::{LogPos, Shared, State};
+use super::shared::Shared;
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) enum LogOp {
@@ -299,43 +298,4 @@ fn place(
             total_bytes: total,
         },
     )))
-}
-
-/// Put a record's extents into the overlay map and hand them to the pipeline's open
-/// batch. Also used by recovery to replay records.
-pub(crate) fn apply_record(
-    st: &mut State,
-    now_ns: u64,
-    seq: u64,
-    offset: u64,
-    header_bytes: u32,
-    extents: &[RecordExtent],
-) {
-    let mut data_at = offset + u64::from(header_bytes);
-    let mut items = Vec::with_capacity(extents.len());
-    for e in extents {
-        let sectors = e.sectors as u64;
-        match e.kind {
-            ExtentKind::Data => {
-                st.log_map.write(e.lba, sectors, seq, data_at);
-                items.push(BatchItem::Data {
-                    lba: e.lba,
-                    sectors,
-                    at: LogPos {
-                        record_seq: seq,
-                        offset: data_at,
-                    },
-                });
-                data_at += sectors * SECTOR_BYTES;
-            }
-            ExtentKind::Zero => {
-                st.log_map.zero(e.lba, sectors, seq);
-                items.push(BatchItem::Zero {
-                    lba: e.lba,
-                    sectors,
-                });
-            }
-        }
-    }
-    st.pipeline.record(now_ns, seq, &items);
 }

@@ -322,7 +322,7 @@ const TIMED_TESTS: usize = measure::SWEEP_SIZES_BYTES.len()
 /// Run `lsvd probe`; the profile is saved under `data_dir` (the global `--data`).
 /// `store_url` is an explicitly given `--store` (flag or `LSVD_STORE`): measured when
 /// there is no PATH.
-pub fn run(common: &crate::cli::Common, store_given: bool, args: ProbeArgs) -> Result<()> {
+pub fn run(common: &crate::config_file::Common, store_given: bool, args: ProbeArgs) -> Result<()> {
     let Some(dir) = args.path.clone() else {
         if !store_given {
             return Err(Error::bad_input(
@@ -478,7 +478,7 @@ fn store_budget(args: &ProbeArgs) -> Result<store::StoreBudget> {
 }
 
 /// `lsvd probe --store URL`.
-fn run_store(common: &crate::cli::Common, args: &ProbeArgs) -> Result<()> {
+fn run_store(common: &crate::config_file::Common, args: &ProbeArgs) -> Result<()> {
     let budget = store_budget(args)?;
     let url = common.store_url();
     let store = common.open_store()?;

@@ -348,6 +348,27 @@ pub fn device_layer(d: &super::Decisions) -> Layer {
     }
 }
 
+/// The settings a store profile's decisions give.
+pub fn store_layer(d: &super::store::StoreDecisions) -> Layer {
+    let fetch =
+        (d.read_fetch_bytes / limits::READ_FETCH_UNIT_BYTES * limits::READ_FETCH_UNIT_BYTES).clamp(
+            *limits::READ_FETCH_BYTES.start(),
+            *limits::READ_FETCH_BYTES.end(),
+        );
+    Layer {
+        read_fetch_bytes: Some(fetch),
+        batch_size_bytes: Some(d.batch_size_bytes.clamp(
+            *limits::BATCH_SIZE_BYTES.start(),
+            *limits::BATCH_SIZE_BYTES.end(),
+        )),
+        uploads_in_flight: Some(usize::try_from(d.uploads_in_flight).unwrap_or(1).clamp(
+            *limits::UPLOADS_IN_FLIGHT.start(),
+            *limits::UPLOADS_IN_FLIGHT.end(),
+        )),
+        ..Layer::default()
+    }
+}
+
 /// The store profile for `store_url` in `data_dir` as a layer; never fails (as
 /// [`load_device_layer`]).
 pub fn load_store_layer(data_dir: &Path, store_url: &str) -> LoadedLayer {
@@ -368,7 +389,7 @@ pub fn load_store_layer(data_dir: &Path, store_url: &str) -> LoadedLayer {
             }
         }
         Ok(Some(p)) => LoadedLayer {
-            layer: super::store::store_layer(&p.decisions),
+            layer: store_layer(&p.decisions),
             status: format!("{} (measured by lsvd {})", path.display(), p.lsvd_version),
             warning: None,
         },
@@ -395,6 +416,19 @@ mod tests {
         let layer = device_layer(&d);
         assert_eq!(layer.log_writes_in_flight, None);
         assert_eq!(layer.group_commit_max_bytes, Some(1 << 20));
+    }
+
+    #[test]
+    fn a_store_layer_stays_inside_the_limits() {
+        let l = store_layer(&crate::probe::store::StoreDecisions {
+            read_fetch_bytes: 100 << 10,
+            batch_size_bytes: 1,
+            uploads_in_flight: 0,
+            notes: vec![],
+        });
+        assert_eq!(l.read_fetch_bytes, Some(64 << 10));
+        assert_eq!(l.batch_size_bytes, Some(4096));
+        assert_eq!(l.uploads_in_flight, Some(1));
     }
 
     #[test]

@@ -52,7 +52,6 @@ use lsvd_trace::synthetic::prng::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::measure::Latency;
-use super::settings::Layer;
 use crate::error::{Error, Result};
 use crate::store::{DynStore, PutMode};
 
@@ -191,27 +190,6 @@ pub fn decide(m: &StoreMeasurements, quick: bool) -> StoreDecisions {
         batch_size_bytes: batch_size(&m.put_sizes),
         uploads_in_flight: uploads_in_flight(&m.put_streams),
         notes,
-    }
-}
-
-/// The settings a store profile's decisions give.
-pub fn store_layer(d: &StoreDecisions) -> Layer {
-    use super::settings::limits;
-    let fetch = (d.read_fetch_bytes / FETCH_UNIT_BYTES * FETCH_UNIT_BYTES).clamp(
-        *limits::READ_FETCH_BYTES.start(),
-        *limits::READ_FETCH_BYTES.end(),
-    );
-    Layer {
-        read_fetch_bytes: Some(fetch),
-        batch_size_bytes: Some(d.batch_size_bytes.clamp(
-            *limits::BATCH_SIZE_BYTES.start(),
-            *limits::BATCH_SIZE_BYTES.end(),
-        )),
-        uploads_in_flight: Some(usize::try_from(d.uploads_in_flight).unwrap_or(1).clamp(
-            *limits::UPLOADS_IN_FLIGHT.start(),
-            *limits::UPLOADS_IN_FLIGHT.end(),
-        )),
-        ..Layer::default()
     }
 }
 
@@ -532,16 +510,6 @@ pub(crate) mod tests {
         let noisy = vec![put(8, 1, 100.0), put(8, 2, 105.0), put(8, 4, 300.0)];
         assert_eq!(uploads_in_flight(&noisy), 4);
         assert_eq!(uploads_in_flight(&[]), 1);
-        // A store layer stays inside the settings' limits.
-        let l = store_layer(&StoreDecisions {
-            read_fetch_bytes: 100 << 10,
-            batch_size_bytes: 1,
-            uploads_in_flight: 0,
-            notes: vec![],
-        });
-        assert_eq!(l.read_fetch_bytes, Some(64 << 10));
-        assert_eq!(l.batch_size_bytes, Some(4096));
-        assert_eq!(l.uploads_in_flight, Some(1));
     }
 
     #[tokio::test]
