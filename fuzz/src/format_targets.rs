@@ -182,6 +182,14 @@ fn generate_record(b: &mut Bytes<'_>) {
         "encode_record_parts differs from encode_record"
     );
     assert_eq!(buf.len() as u64, record_bytes_for(n, data.len() as u64));
+    if seq == u64::MAX {
+        // The last sequence number has no successor: refused at decode.
+        assert!(
+            decode_record_header(&buf).is_err(),
+            "a record numbered u64::MAX decodes"
+        );
+        return;
+    }
     let decoded = decode_record_header(&buf).expect("encoded record decodes");
     assert_eq!(decoded, header, "decoded header differs");
     verify_record(&decoded, &buf).expect("encoded record verifies");

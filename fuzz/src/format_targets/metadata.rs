@@ -133,6 +133,15 @@ fn generate_log_index(b: &mut Bytes<'_>) {
             })
             .collect();
         let rec = encode_record(vol, seq, prev_crc, &extents, &[]);
+        if seq == u64::MAX {
+            // The last sequence number has no successor: refused at decode, so no
+            // index can list it (the chain ends before it).
+            assert!(
+                decode_record_header(&rec).is_err(),
+                "a record numbered u64::MAX decodes"
+            );
+            break;
+        }
         let header = decode_record_header(&rec).expect("encoded record decodes");
         prev_crc = header.crc;
         records.push(IndexedRecord {
@@ -141,7 +150,8 @@ fn generate_log_index(b: &mut Bytes<'_>) {
         });
         seq = seq.wrapping_add(1);
     }
-    // After u64::MAX the "next" sequence number wraps to 0: that is not a chain.
+    // After u64::MAX the "next" sequence number would wrap to 0: that is not a chain
+    // (and u64::MAX itself no longer decodes, so the generator stops before it).
     let wrapped = records.windows(2).any(|w| w[0].header.seq == u64::MAX);
     let ix = LogIndex {
         volume: vol,
