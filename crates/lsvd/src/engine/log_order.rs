@@ -38,8 +38,8 @@ use crate::error::{Error, Result};
 pub(crate) struct PlacedRecord {
     pub seq: u64,
     pub offset: u64,
+    /// Its header (extents included).
     pub header: RecordHeader,
-    pub extents: Vec<RecordExtent>,
     /// Client data bytes in it.
     pub data_bytes: u64,
     /// Log bytes it takes (header and data).
@@ -276,9 +276,9 @@ impl LogOrder {
                 let mut st = shared.lock();
                 st.last_record_crc = r.header.crc;
                 st.log_bytes_since_index += r.total_bytes;
-                let header_bytes = r.header.header_bytes;
+                let h = &r.header;
+                apply_record(&mut st, now_ns, r.seq, r.offset, h.header_bytes, &h.extents);
                 st.log_headers.push_back((r.offset, r.header));
-                apply_record(&mut st, now_ns, r.seq, r.offset, header_bytes, &r.extents);
                 drop(st);
                 rs.dirty = true;
                 rs.landed_through = r.seq;

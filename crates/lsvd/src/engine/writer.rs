@@ -293,7 +293,6 @@ fn place(
             seq,
             offset,
             header,
-            extents: extents.to_vec(),
             data_bytes,
             total_bytes: total,
         },
