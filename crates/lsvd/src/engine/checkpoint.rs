@@ -135,9 +135,13 @@ pub(crate) async fn run(
 /// for the next checkpoint. Forgotten and listed under one hold of the state lock, so
 /// that accounted plus deferred bytes always cover what the store holds.
 fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
-    for &(victim, kind) in dead {
-        {
-            let mut st = shared.lock();
+    {
+        let mut st = shared.lock();
+        let mut deferred = shared
+            .deferred_deletes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for &(victim, kind) in dead {
             let total_bytes = st
                 .pipeline
                 .store()
@@ -145,26 +149,23 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
                 .get(&victim)
                 .map_or(0, |o| o.total_bytes);
             st.pipeline.forget_object(victim);
-            shared
-                .deferred_deletes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(DeferredDelete {
-                    seq: victim,
-                    kind,
-                    total_bytes,
-                    left_out_by: checkpoint,
-                });
+            deferred.push(DeferredDelete {
+                seq: victim,
+                kind,
+                total_bytes,
+                left_out_by: checkpoint,
+            });
         }
-        if let Some(rc) = &shared.read_cache {
+    }
+    if let Some(rc) = &shared.read_cache {
+        for &(victim, _) in dead {
             // Its number is never used again: nothing to make durable.
             let _ = rc.forget_object(victim, false);
         }
-        shared
-            .headers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&victim);
+    }
+    let mut headers = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
+    for &(victim, _) in dead {
+        headers.remove(&victim);
     }
 }
 
