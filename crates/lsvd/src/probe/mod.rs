@@ -281,18 +281,23 @@ struct Settings {
     file_size_bytes: u64,
 }
 
+/// `--seconds-per-test`, or the default for `--quick` or not, checked.
+fn seconds_per_test(args: &ProbeArgs, quick: f64, default: f64) -> Result<f64> {
+    let s = args
+        .seconds_per_test
+        .unwrap_or(if args.quick { quick } else { default });
+    if !(s > 0.0 && s <= MAX_SECONDS_PER_TEST) {
+        return Err(Error::bad_input(format!(
+            "--seconds-per-test must be more than 0 and at most {MAX_SECONDS_PER_TEST}"
+        )));
+    }
+    Ok(s)
+}
+
 impl Settings {
     fn from_args(args: &ProbeArgs) -> Result<Settings> {
-        let seconds_per_test = args.seconds_per_test.unwrap_or(if args.quick {
-            QUICK_SECONDS_PER_TEST
-        } else {
-            DEFAULT_SECONDS_PER_TEST
-        });
-        if !(seconds_per_test > 0.0 && seconds_per_test <= MAX_SECONDS_PER_TEST) {
-            return Err(Error::bad_input(format!(
-                "--seconds-per-test must be more than 0 and at most {MAX_SECONDS_PER_TEST}"
-            )));
-        }
+        let seconds_per_test =
+            seconds_per_test(args, QUICK_SECONDS_PER_TEST, DEFAULT_SECONDS_PER_TEST)?;
         let file_size_bytes = match &args.file_size {
             Some(s) => crate::size::parse_size(s)?,
             None if args.quick => QUICK_FILE_SIZE_BYTES,
@@ -447,16 +452,8 @@ fn store_budget(args: &ProbeArgs) -> Result<store::StoreBudget> {
             "--file-size applies to the device probe (lsvd probe PATH), not --store",
         ));
     }
-    let seconds_per_test = args.seconds_per_test.unwrap_or(if args.quick {
-        STORE_QUICK_SECONDS_PER_TEST
-    } else {
-        STORE_SECONDS_PER_TEST
-    });
-    if !(seconds_per_test > 0.0 && seconds_per_test <= MAX_SECONDS_PER_TEST) {
-        return Err(Error::bad_input(format!(
-            "--seconds-per-test must be more than 0 and at most {MAX_SECONDS_PER_TEST}"
-        )));
-    }
+    let seconds_per_test =
+        seconds_per_test(args, STORE_QUICK_SECONDS_PER_TEST, STORE_SECONDS_PER_TEST)?;
     let max_object_bytes = match &args.max_object_size {
         Some(s) => crate::size::parse_size(s)?,
         None => STORE_MAX_OBJECT_BYTES,
