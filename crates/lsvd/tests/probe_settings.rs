@@ -251,9 +251,10 @@ fn no_probe_and_unusable_profiles_fall_back_to_defaults() {
         "a corrupt profile is not replaced\n{log}"
     );
     let info = info_with(&lsvd, &[]);
+    // The group-commit cap is what a device profile sets: the default shows it unused.
     assert_eq!(
-        setting(&info, "log_writes_in_flight"),
-        (1, "default".into())
+        setting(&info, "group_commit_max_bytes"),
+        (4 << 20, "default".into())
     );
     let status = info["settings"]["probe_profile"].as_str().expect("status");
     assert!(status.starts_with("unusable"), "{status}");
