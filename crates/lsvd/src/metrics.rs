@@ -106,6 +106,13 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.gc_passes as f64,
     );
     metric(
+        "gc_passes_failed_total",
+        "counter",
+        "Garbage-collection passes given up (a victim could not be read from the \
+         store, say) and tried again later.",
+        &|v, _| v.stats().gc_passes_failed.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "gc_moved_bytes_total",
         "counter",
         "Bytes relocated by GC (volume lifetime).",
@@ -217,6 +224,14 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "Failed store requests of an upload (the ownership check or the PUT), all \
          retried: it grows while the store is unreachable.",
         &|v, _| v.stats().store_put_retries.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "store_get_failures_total",
+        "counter",
+        "Ranged GETs that failed after the store client's retries: each one a client \
+         read answered with an error or a GC pass given up and tried later. It grows \
+         while the store is unreachable.",
+        &|v, _| v.stats().store_get_failures.load(Ordering::Relaxed) as f64,
     );
     metric(
         "log_full_waits_total",

@@ -68,3 +68,84 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
     }
     vol.shutdown().await.expect("shutdown");
 }
+
+/// Wait (a bound for a hang, not a timing assertion) until `done`.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..6000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what} did not happen within 60 s");
+}
+
+/// The store away for object reads only: GC passes (which GET their victims' live data) are
+/// given up and counted, a client read miss fails and is counted; once reads work again
+/// GC completes and every block reads back. The soak test found the engine living
+/// through an outage with no upload attempted (client batches held behind a GC pass
+/// that could not read), which `store_put_retries` alone did not show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_gets_and_given_up_gc_passes_are_counted() {
+    const MIB: u64 = 1 << 20;
+    let dir = TempDir::new("engine-get-failures");
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 8 * MIB).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 32 * MIB,
+        // No read cache: every read of uploaded data, GC's too, is a GET.
+        read_cache_bytes: 0,
+        gc_min_rate_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    let stats = vol.stats();
+    faulty.set_range_reads_failing(true);
+    // Every 256 KiB, then the first half of each again: a third of what is stored is
+    // dead, spread over every first-round object, and GC wants to run.
+    for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
+        for i in 0..8 * 4u64 {
+            vol.write(
+                i * (256 << 10),
+                vec![round * 10 + (i % 7) as u8; len as usize],
+                false,
+            )
+            .await
+            .expect("write");
+        }
+        vol.flush().await.expect("flush");
+    }
+    wait_until("a GC pass given up", || {
+        stats.gc_passes_failed.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    assert!(stats.store_get_failures.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        vol.status().gc_passes,
+        0,
+        "a GC pass completed without reads"
+    );
+    // The second half of each chunk is first-round data, uploaded (its log space
+    // freed) and in no cache: a read of it is a GET, and fails.
+    let before = stats.store_get_failures.load(Ordering::Relaxed);
+    vol.read(128 << 10, 4096)
+        .await
+        .expect_err("a read miss with the store away for reads");
+    assert!(stats.store_get_failures.load(Ordering::Relaxed) > before);
+
+    faulty.set_range_reads_failing(false);
+    wait_until("a GC pass once reads work", || vol.status().gc_passes > 0).await;
+    for i in 0..8 * 4u64 {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        let (new, old) = got.split_at(128 << 10);
+        assert!(new.iter().all(|b| *b == 20 + (i % 7) as u8), "chunk {i}");
+        assert!(old.iter().all(|b| *b == 10 + (i % 7) as u8), "chunk {i}");
+    }
+    vol.shutdown().await.expect("shutdown");
+}

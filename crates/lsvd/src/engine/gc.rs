@@ -143,6 +143,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         return;
     }
     let mut pacer = Pacer::new(shared.config.gc_min_rate_bytes, shared.config.clock.clone());
+    // Passes given up in a row (the store away, say): a line for the first and every
+    // 20th, and a wait that doubles from 1 s up to 8 s between them.
+    let mut failed_in_a_row = 0u32;
     loop {
         let _ = timeout(
             shared.clock(),
@@ -192,6 +195,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
+                if failed_in_a_row > 0 {
+                    crate::log::info(&format!(
+                        "gc: a pass completed after {failed_in_a_row} failed"
+                    ));
+                    failed_in_a_row = 0;
+                }
                 shared.stats.gc_passes.fetch_add(1, Ordering::Relaxed);
                 shared
                     .stats
@@ -212,9 +221,19 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 pacer.take(checkpoint, client, || stopping(&shared)).await;
             }
             Err(e) => {
-                crate::log::warn(&format!("gc pass failed, will retry: {e}"));
+                failed_in_a_row = failed_in_a_row.saturating_add(1);
+                if failed_in_a_row == 1 || failed_in_a_row.is_multiple_of(20) {
+                    crate::log::warn(&format!(
+                        "gc pass failed ({failed_in_a_row} in a row), will retry: {e}"
+                    ));
+                }
+                shared
+                    .stats
+                    .gc_passes_failed
+                    .fetch_add(1, Ordering::Relaxed);
                 shared.lock().pipeline.gc_abandon();
-                shared.clock().sleep(Duration::from_secs(1)).await;
+                let wait = Duration::from_secs(1 << (failed_in_a_row - 1).min(3));
+                shared.clock().sleep(wait).await;
             }
         }
     }

@@ -80,6 +80,8 @@ pub struct Stats {
     pub store_puts: AtomicU64,
     pub store_put_retries: AtomicU64,
     pub store_gets: AtomicU64,
+    /// GETs that failed after the store client's own retries.
+    pub store_get_failures: AtomicU64,
     pub objects_written: AtomicU64,
     pub checkpoints_written: AtomicU64,
     pub superblocks_written: AtomicU64,
@@ -89,6 +91,8 @@ pub struct Stats {
     /// cache device changed them after the write); each fails the volume.
     pub log_records_corrupt: AtomicU64,
     pub gc_passes: AtomicU64,
+    /// GC passes given up (a victim could not be read, say) and tried again later.
+    pub gc_passes_failed: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
     /// Bytes GC copied that a client overwrote (or trimmed) before the copy was
     /// applied: the copy was discarded (GC objects apply only where the map still

@@ -59,6 +59,8 @@ pub struct FaultyStore {
     /// While set, every PUT fails (a store outage).
     pub outage: AtomicBool,
     killed: AtomicBool,
+    /// While set, every ranged GET fails.
+    range_reads_failing: AtomicBool,
     /// Kill the store when this many more PUTs or DELETEs have been issued.
     kill_after: Mutex<Option<u64>>,
     /// Delay before every GET (slow reads that race with other work).
@@ -90,6 +92,7 @@ impl FaultyStore {
             rng: Mutex::new(seed | 1),
             outage: AtomicBool::new(false),
             killed: AtomicBool::new(false),
+            range_reads_failing: AtomicBool::new(false),
             kill_after: Mutex::new(None),
             get_delay_ms: AtomicU64::new(0),
             counters: Counters::default(),
@@ -99,6 +102,20 @@ impl FaultyStore {
     /// Start or end an outage: while on, every PUT fails without landing.
     pub fn set_outage(&self, on: bool) {
         self.outage.store(on, Ordering::SeqCst);
+    }
+
+    /// Start or end failing object reads: while on, every ranged GET fails.
+    pub fn set_range_reads_failing(&self, on: bool) {
+        self.range_reads_failing.store(on, Ordering::SeqCst);
+    }
+
+    fn range_read_failure(&self, key: &str) -> Option<Error> {
+        self.range_reads_failing.load(Ordering::SeqCst).then(|| {
+            Error::new(
+                ErrorKind::Transient,
+                format!("injected failure getting {key}"),
+            )
+        })
     }
 
     /// The process died: from now on every operation fails, and PUTs still waiting
@@ -208,6 +225,9 @@ impl ObjectStore for FaultyStore {
         self.faulty_read(key, |inner, key| inner.get(key))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        if let Some(e) = self.range_read_failure(key) {
+            return Box::pin(async move { Err(e) });
+        }
         self.faulty_read(key, move |inner, key| inner.get_range(key, range))
     }
     fn get_range_background(
@@ -215,6 +235,9 @@ impl ObjectStore for FaultyStore {
         key: &str,
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        if let Some(e) = self.range_read_failure(key) {
+            return Box::pin(async move { Err(e) });
+        }
         // The inner store's own background path (the local store's blocking pool), so
         // GC under test reads as it does live.
         self.faulty_read(key, move |inner, key| {

@@ -21,7 +21,12 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// A store error reading `key`, keeping its kind ("not found" tells the read loop that
 /// GC moved the data).
-fn store_read_error(key: &str, e: Error) -> Error {
+/// A failed GET of `key`, counted in `store_get_failures_total`.
+fn store_read_error(shared: &Shared, key: &str, e: Error) -> Error {
+    shared
+        .stats
+        .store_get_failures
+        .fetch_add(1, Ordering::Relaxed);
     e.context(format!("reading {key}"))
 }
 
@@ -105,7 +110,7 @@ async fn object_header(
 
 /// Read and decode an object's header with one ranged GET (two if it is large).
 async fn fetch_header(shared: &Shared, key: &str, background: bool) -> Result<ObjectHeader> {
-    let store_err = |e| store_read_error(key, e);
+    let store_err = |e| store_read_error(shared, key, e);
     let bad = |e| corrupt(key, e);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let mut buf = get_range(shared, key, 0..HEADER_PROBE_BYTES, background)
@@ -203,7 +208,7 @@ pub(crate) async fn read_object_background(
         .store
         .get_range_background(&key, start..end)
         .await
-        .map_err(|e| store_read_error(&key, e))?;
+        .map_err(|e| store_read_error(shared, &key, e))?;
     tokio::task::spawn_blocking(move || {
         check_fetched(&key, &header, start, end, &bytes)?;
         if (start, end) == (from, to) {
@@ -254,7 +259,7 @@ async fn fetch_verified(
         .store
         .get_range(key, start..end)
         .await
-        .map_err(|e| store_read_error(key, e))?;
+        .map_err(|e| store_read_error(shared, key, e))?;
     check_fetched(key, header, start, end, &bytes)?;
     Ok(bytes)
 }
