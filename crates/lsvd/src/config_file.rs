@@ -736,6 +736,28 @@ mod tests {
         assert_eq!(s.describe(), "s3://bkt/pre (endpoint http://127.0.0.1:1)");
         assert!(cfg.open_store("gs://bkt").is_err());
     }
+
+    /// `chain:a,b` once opened a relative directory named `chain:a,b`: a scheme lsvd
+    /// does not know is an error naming the ones it knows.
+    #[test]
+    fn an_unknown_scheme_is_an_error_not_a_directory() {
+        let dir = crate::testutil::TempDir::new("config-scheme");
+        let cfg = LsvdConfig::default();
+        for url in ["chain:/a,/b", "chain:x", "gecko+local:y", "S3:bkt"] {
+            let Err(e) = cfg.open_store(url) else {
+                panic!("{url} opened as a store");
+            };
+            assert_eq!(e.kind, crate::error::ErrorKind::BadInput, "{url}: {e}");
+            assert!(e.to_string().contains("s3://BUCKET/PREFIX"), "{url}: {e}");
+        }
+        assert!(!std::path::Path::new("chain:x").exists());
+        // A path with a colon past its first character stays a path.
+        let colon = dir.path().join("a:b");
+        let s = cfg
+            .open_store(&colon.display().to_string())
+            .expect("an absolute path with a colon");
+        assert!(s.describe().contains("a:b"), "{}", s.describe());
+    }
 }
 
 /// Global options with the config file applied: the data directory, the store URL and

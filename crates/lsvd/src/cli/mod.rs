@@ -50,8 +50,9 @@ pub struct CommonArgs {
     /// volume. Default: `data` from the config file, else ./lsvd-data.
     #[arg(long, global = true, env = "LSVD_DATA")]
     pub data: Option<PathBuf>,
-    /// Where volumes live: s3://BUCKET/PREFIX, file:///path or a plain path. Default:
-    /// `store` from the config file, else file://<DATA>/store.
+    /// Where volumes live: s3://BUCKET/PREFIX, file:///path or a plain path (one that
+    /// starts like `name:` is taken for a URL scheme: write ./name:x). Default: `store`
+    /// from the config file, else file://<DATA>/store.
     #[arg(long, global = true, env = "LSVD_STORE")]
     pub store: Option<String>,
 }

@@ -101,7 +101,7 @@ pub fn open_store(url: &str) -> Result<DynStore> {
             &retry::RetryPolicy::default(),
         );
     }
-    if let Some((scheme, _)) = url.split_once("://") {
+    if let Some(scheme) = url_scheme(url) {
         let hint = match scheme {
             "gs" | "az" | "abfs" | "abfss" | "azure" => {
                 " (Google Cloud Storage and Azure would work through object_store's `gcp`/`azure` \
@@ -118,10 +118,23 @@ pub fn open_store(url: &str) -> Result<DynStore> {
         return Err(Error::new(
             kind,
             format!(
-                "store URL scheme '{scheme}://' is not supported by this build{hint} \
-                 (supported: file://PATH, a plain path, s3://BUCKET/PREFIX)"
+                "store URL scheme '{scheme}:' is not supported by this build{hint} \
+                 (supported: file://PATH, a plain path, s3://BUCKET/PREFIX; a directory \
+                 whose name has a colon: ./{url})"
             ),
         ));
     }
     Ok(Arc::new(fs::FsStore::open(std::path::Path::new(url))?))
+}
+
+/// The scheme of a store URL (`s3` of `s3://b/p`, `chain` of `chain:a,b`): letters,
+/// digits, `+ - .` starting with a letter, then a colon. None for a plain path (which
+/// may still hold a colon after a `/` or a `.`: `./a:b`, `/srv/a:b`).
+fn url_scheme(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
 }
