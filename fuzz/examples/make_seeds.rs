@@ -215,6 +215,7 @@ fn supers() {
         generation: 3,
         session: 2,
         clean: true,
+        deleting: false,
         newest_checkpoint: Some(10),
         previous_checkpoint: None,
         durable_through: 40,

@@ -36,7 +36,9 @@ fn help_of_every_subcommand_lists_its_options() {
     let cases: &[(&[&str], &[&str])] = &[
         (
             &["--help"],
-            &["create", "serve", "list", "info", "--data", "--store"],
+            &[
+                "create", "delete", "serve", "list", "info", "--data", "--store",
+            ],
         ),
         (&["create", "--help"], &["--size", "<NAME>"]),
         (
@@ -60,6 +62,7 @@ fn help_of_every_subcommand_lists_its_options() {
         ),
         (&["list", "--help"], &["--data"]),
         (&["info", "--help"], &["--json", "<NAME>"]),
+        (&["delete", "--help"], &["--yes", "<NAME>", "tombstone"]),
         (&["help", "serve"], &["--socket"]),
     ];
     for (args, needles) in cases {
@@ -543,4 +546,80 @@ fn replay_precondition_makes_reads_go_through_the_read_cache() {
     );
     assert_eq!(num(&cold, "verified_pattern_bytes"), 0.0, "{cold:#}");
     server.stop_clean();
+}
+
+#[test]
+fn delete_asks_for_yes_then_removes_the_volume_and_its_local_files() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_delete");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    lsvd.create("keep", "16M");
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x07' * (1 << 20), 0)\nh.flush()\n",
+    );
+    // A server on this data directory holds it: stop it first.
+    let msg = assert_one_line_error(&lsvd.run(&["delete", "vol", "--yes"]), "delete, served");
+    assert!(
+        msg.contains("in use") && msg.contains("stop it first"),
+        "{msg}"
+    );
+    server.stop_clean();
+    let wlog = dir.join("data").join("vol.wlog");
+    assert!(wlog.exists());
+
+    // Without --yes: says what would go, deletes nothing.
+    let msg = assert_one_line_error(&lsvd.run(&["delete", "vol"]), "delete without --yes");
+    assert!(msg.contains("--yes") && msg.contains("vol.wlog"), "{msg}");
+    assert!(stdout(&lsvd.run_ok(&["list"])).contains("vol\t"));
+
+    let out = lsvd.run_ok(&["delete", "vol", "--yes"]);
+    assert!(
+        stdout(&out).starts_with("deleted volume 'vol'"),
+        "{}",
+        show("delete", &out)
+    );
+    let listed = stdout(&lsvd.run_ok(&["list"]));
+    assert!(
+        !listed.contains("vol\t") && listed.contains("keep\t"),
+        "{listed}"
+    );
+    assert!(!wlog.exists(), "the write log stayed");
+    if !store_is_s3() {
+        let left: Vec<_> = walk_files(&dir.join("data").join("store").join("vol"));
+        assert_eq!(left.len(), 1, "only the tombstone stays: {left:?}");
+    }
+    let msg = assert_one_line_error(&lsvd.run(&["delete", "vol", "--yes"]), "delete twice");
+    assert!(msg.contains("no volume 'vol'"), "{msg}");
+    let msg = assert_one_line_error(&lsvd.run(&["info", "vol"]), "info after delete");
+    assert!(msg.contains("no volume 'vol'"), "{msg}");
+
+    // The name is free again: a new, empty volume.
+    lsvd.create("vol", "16M");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert h.pread(1 << 20, 0) == bytes(1 << 20)\n",
+    );
+    server.stop_clean();
+}
+
+/// Every file under `dir` (none if it does not exist).
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -266,6 +266,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 generation: b.u64(),
                 session: b.u64(),
                 clean: b.bool(),
+                deleting: b.bool(),
                 newest_checkpoint: checkpoint(b),
                 previous_checkpoint: checkpoint(b),
                 durable_through: b.u64(),

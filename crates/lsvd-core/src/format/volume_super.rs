@@ -11,7 +11,7 @@
 //! offset size field
 //!      0    8 magic "LSVDVSB\0"
 //!      8    2 version (1)
-//!     10    2 flags: bit 0 = written at clean shutdown
+//!     10    2 flags: bit 0 = written at clean shutdown, bit 1 = written by `lsvd delete`
 //!     12    4 crc32c over bytes 0..96 (this field zero)
 //!     16   16 volume id
 //!     32    8 generation
@@ -34,6 +34,7 @@ pub const VOLUME_SUPER_BYTES: usize = 96;
 pub const NO_CHECKPOINT: u64 = u64::MAX;
 const CRC_AT: usize = 12;
 const FLAG_CLEAN: u16 = 1;
+const FLAG_DELETING: u16 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VolumeSuper {
@@ -41,6 +42,10 @@ pub struct VolumeSuper {
     pub generation: u64,
     pub session: u64,
     pub clean: bool,
+    /// Written by `lsvd delete` before it deletes anything: the volume is going away,
+    /// and no process may open it (an interrupted delete is finished by running it
+    /// again).
+    pub deleting: bool,
     pub newest_checkpoint: Option<u64>,
     pub previous_checkpoint: Option<u64>,
     pub durable_through: u64,
@@ -52,7 +57,8 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
     let mut w = Writer::with_capacity(VOLUME_SUPER_BYTES);
     w.bytes(VOLUME_SUPER_MAGIC);
     w.u16(VOLUME_SUPER_VERSION);
-    w.u16(if s.clean { FLAG_CLEAN } else { 0 });
+    let flags = if s.clean { FLAG_CLEAN } else { 0 } | if s.deleting { FLAG_DELETING } else { 0 };
+    w.u16(flags);
     w.u32(0);
     w.bytes(&s.volume.0);
     w.u64(s.generation);
@@ -88,7 +94,7 @@ pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
             computed,
         });
     }
-    if flags & !FLAG_CLEAN != 0 {
+    if flags & !(FLAG_CLEAN | FLAG_DELETING) != 0 {
         return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
     }
     let volume = VolumeId(r.array()?);
@@ -102,6 +108,7 @@ pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
         generation,
         session,
         clean: flags & FLAG_CLEAN != 0,
+        deleting: flags & FLAG_DELETING != 0,
         newest_checkpoint,
         previous_checkpoint,
         durable_through: r.u64()?,
@@ -120,6 +127,7 @@ mod tests {
             generation: 5,
             session: 0x1122_3344_5566_7788,
             clean: true,
+            deleting: false,
             newest_checkpoint: Some(0x40),
             previous_checkpoint: None,
             durable_through: 0x41,
@@ -150,4 +158,22 @@ mod tests {
         assert!(decode_volume_super(&buf[..95]).is_err());
     }
     const GOLDEN_CRC: u32 = 0x324d_5541;
+
+    #[test]
+    fn the_deleting_flag_round_trips_and_other_flags_are_refused() {
+        let s = VolumeSuper {
+            clean: false,
+            deleting: true,
+            ..sample()
+        };
+        let buf = encode_volume_super(&s);
+        assert_eq!(&buf[10..12], &[2, 0]);
+        assert_eq!(decode_volume_super(&buf).expect("decodes"), s);
+        let mut unknown = buf.clone();
+        unknown[10] = 4;
+        let crc = crc_with_hole(&unknown, CRC_AT);
+        unknown[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let e = decode_volume_super(&unknown).expect_err("unknown flag bit 2");
+        assert!(e.to_string().contains("unknown flags"), "{e}");
+    }
 }

@@ -1,4 +1,4 @@
-//! `lsvd create`, `lsvd list`, `lsvd info`.
+//! `lsvd create`, `lsvd list`, `lsvd info`, `lsvd selftest`.
 
 use super::Common;
 use crate::engine;
@@ -40,18 +40,29 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
 
 pub async fn list(common: &Common) -> Result<()> {
     let store = store(common)?;
-    let names = engine::list_volumes(&store).await?;
-    if names.is_empty() {
+    let (names, leftovers) = engine::list_volumes_and_leftovers(&store).await?;
+    if names.is_empty() && leftovers.is_empty() {
         eprintln!(
             "no volumes in {} (create one with: lsvd create NAME --size 20G)",
             store.describe()
         );
     }
+    let finish = |name: &str| format!("finish with: lsvd delete {name} --yes");
     for name in names {
         match engine::read_meta(&store, &name).await {
-            Ok(meta) => println!("{name}\t{}", format_size(meta.size_bytes)),
+            Ok(meta) => match engine::is_being_deleted(&store, &meta).await {
+                Ok(true) => println!(
+                    "{name}\t{}\t(being deleted: {})",
+                    format_size(meta.size_bytes),
+                    finish(&name)
+                ),
+                _ => println!("{name}\t{}", format_size(meta.size_bytes)),
+            },
             Err(e) => println!("{name}\t(unreadable: {e})"),
         }
+    }
+    for name in leftovers {
+        println!("{name}\t-\t(keys but no volume metadata: remove with lsvd delete {name} --yes)");
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod admin;
 mod check;
+mod delete;
 mod inspect;
 mod serve;
 mod tuning;
@@ -85,6 +86,19 @@ pub enum Command {
         /// Size, e.g. 20G, 512M (binary units). Must be a multiple of 4 KiB.
         #[arg(long)]
         size: String,
+    },
+    /// Delete a volume: its objects, checkpoints and metadata in the store, and its
+    /// write log and read cache in the data directory. Data not yet uploaded is lost
+    /// with it. Stop a server using this data directory first; a server elsewhere that
+    /// still serves the volume stops at its next upload (a 96-byte tombstone stays in
+    /// the store for that until the name is created again). An interrupted delete
+    /// leaves the volume unopenable; run the command again to finish it.
+    Delete {
+        /// The volume to delete.
+        name: String,
+        /// Really delete (without it, only say what would go).
+        #[arg(long)]
+        yes: bool,
     },
     /// Serve volumes over NBD until interrupted (Ctrl-C drains and shuts down cleanly).
     Serve(ServeArgs),
@@ -357,6 +371,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
     runtime.block_on(async move {
         match cli.command {
             Command::Create { name, size } => admin::create(&common, &name, &size).await,
+            Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json, tuning } => {

@@ -23,7 +23,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
 /// Hold an exclusive lock on the data directory for the life of the process. Held
 /// by another process: `Conflict`.
-fn lock_data_dir(dir: &Path) -> Result<File> {
+pub(super) fn lock_data_dir(dir: &Path) -> Result<File> {
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::local_io(format!("cannot create data directory {}", dir.display()), e)
     })?;

@@ -54,6 +54,32 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
             .unwrap_or(0),
         name: name.to_string(),
     };
+    // A deleted volume of this name leaves its tombstone (removed here); any other
+    // keys without metadata are not ours to start a volume among.
+    let prefix = format!("{name}/");
+    let leftovers = store
+        .list(&prefix)
+        .await
+        .map_err(|e| e.context(format!("cannot list {prefix}")))?;
+    if !leftovers.is_empty() && !leftovers.iter().any(|e| e.key == meta_key(name)) {
+        if !super::delete::is_tombstone(store, name, &leftovers).await? {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!(
+                    "{} keys under '{prefix}' in {} belong to no volume; remove them \
+                     before creating '{name}'",
+                    leftovers.len(),
+                    store.describe()
+                ),
+            ));
+        }
+        for e in &leftovers {
+            store
+                .delete(&e.key)
+                .await
+                .map_err(|err| err.context(format!("cannot remove tombstone {}", e.key)))?;
+        }
+    }
     match store
         .put(
             &meta_key(name),
@@ -169,17 +195,30 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
 
 /// Names of the volumes in a store.
 pub async fn list_volumes(store: &DynStore) -> Result<Vec<String>> {
+    Ok(list_volumes_and_leftovers(store).await?.0)
+}
+
+/// Names of the volumes in a store, and names with keys (other than a deleted
+/// volume's tombstone) but no metadata.
+pub async fn list_volumes_and_leftovers(store: &DynStore) -> Result<(Vec<String>, Vec<String>)> {
     let entries = store
         .list("")
         .await
         .map_err(|e| e.context(format!("cannot list {}", store.describe())))?;
-    Ok(entries
-        .into_iter()
-        .filter_map(|e| {
-            e.key
-                .strip_suffix("/meta")
-                .filter(|n| !n.contains('/'))
-                .map(str::to_string)
-        })
-        .collect())
+    let mut volumes = std::collections::BTreeSet::new();
+    let mut prefixes = std::collections::BTreeSet::new();
+    for e in &entries {
+        if let Some(n) = e.key.strip_suffix("/meta").filter(|n| !n.contains('/')) {
+            volumes.insert(n.to_string());
+        }
+        // Superblock generations alone are what a finished delete leaves.
+        if let Some((n, _)) = e.key.split_once('/')
+            && validate_volume_name(n).is_ok()
+            && super::keys::parse_super_name(&e.key).is_none()
+        {
+            prefixes.insert(n.to_string());
+        }
+    }
+    let leftovers = prefixes.difference(&volumes).cloned().collect();
+    Ok((volumes.into_iter().collect(), leftovers))
 }

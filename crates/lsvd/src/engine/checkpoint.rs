@@ -219,6 +219,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
         lsvd_core::format::volume_super::VolumeSuper {
             generation: last.generation + 1,
             clean,
+            deleting: false,
             previous_checkpoint: last.newest_checkpoint.filter(|&c| c != seq),
             newest_checkpoint: Some(seq),
             durable_through: store.next_object_seq().max(seq + 1),

@@ -30,6 +30,9 @@ mod checkpoint;
 mod checkpoint_tests;
 pub mod clock;
 pub mod config;
+mod delete;
+#[cfg(test)]
+mod delete_tests;
 #[cfg(test)]
 mod error_kind_tests;
 #[cfg(test)]
@@ -62,8 +65,11 @@ pub(crate) mod volume_super;
 mod volume_super_tests;
 mod writer;
 
-pub use admin::{VolumeInfo, create_volume, inspect_volume, list_volumes, read_meta};
+pub use admin::{
+    VolumeInfo, create_volume, inspect_volume, list_volumes, list_volumes_and_leftovers, read_meta,
+};
 pub use config::{EngineConfig, RecoveryMode};
+pub use delete::{DeletePlan, delete_volume, is_being_deleted, plan_delete};
 pub use open::{OpenReport, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
 pub use volume::{Volume, VolumeStatus};

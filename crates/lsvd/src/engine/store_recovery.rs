@@ -67,6 +67,9 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         })
         .collect();
     let superblock = super::volume_super::read_newest(store, meta).await?;
+    if superblock.is_some_and(|sb| sb.deleting) {
+        return Err(super::delete::being_deleted(&meta.name));
+    }
     let named: Vec<u64> = superblock
         .iter()
         .flat_map(|sb| [sb.newest_checkpoint, sb.previous_checkpoint])

@@ -147,6 +147,7 @@ async fn a_lost_reply_is_not_mistaken_for_another_writer() {
         generation: 7,
         session: 11,
         clean: false,
+        deleting: false,
         newest_checkpoint: None,
         previous_checkpoint: None,
         durable_through: 1,

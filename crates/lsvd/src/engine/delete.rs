@@ -1,0 +1,245 @@
+//! `lsvd delete`: removing a volume from the store, safe against a process that still
+//! serves it and against being interrupted.
+//!
+//! Why an order matters: a store has no transactions, and a delete of thousands of
+//! objects can stop anywhere. The steps:
+//!
+//! 1. Claim the next volume superblock generation with the `deleting` flag. A process
+//!    serving the volume finds that generation before its next upload or checkpoint
+//!    and stops (the fencing every upload does); no process opens the volume from then
+//!    on (recovery refuses a volume whose newest generation is deleting).
+//! 2. Delete the objects, then every other key but the metadata and the fence.
+//! 3. Delete the metadata. The fence stays, as a 96-byte tombstone, so a server that
+//!    still holds the volume stops at its next upload even after the delete is done;
+//!    `lsvd create` of the same name removes it.
+//!
+//! Stopped anywhere after step 1, the volume refuses to open and `lsvd delete` run
+//! again finishes the job.
+
+use std::sync::Arc;
+
+use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super};
+
+use super::admin::{random_session_id, read_meta};
+use super::keys::{meta_key, parse_super_name, super_key, validate_volume_name};
+use super::volume_super::{WriteError, read_newest, write};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::DynStore;
+
+/// Deletes in flight at once.
+const DELETES_IN_FLIGHT: usize = 16;
+
+/// What deleting a volume will remove (or removed).
+#[derive(Debug, Clone)]
+pub struct DeletePlan {
+    pub name: String,
+    /// None: the metadata is gone already (an interrupted delete).
+    pub meta: Option<VolumeMeta>,
+    /// Every key under `<name>/`.
+    pub keys: Vec<String>,
+    /// Their total size.
+    pub bytes: u64,
+    /// An earlier `lsvd delete` claimed the volume (and stopped before the end).
+    pub resuming: bool,
+}
+
+/// List what deleting volume `name` would remove. `NotFound` if the store holds
+/// nothing of that name.
+pub async fn plan_delete(store: &DynStore, name: &str) -> Result<DeletePlan> {
+    validate_volume_name(name)?;
+    let prefix = format!("{name}/");
+    let listing = store
+        .list(&prefix)
+        .await
+        .map_err(|e| e.context(format!("cannot list {prefix}")))?;
+    if listing.is_empty() || is_tombstone(store, name, &listing).await? {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("no volume '{name}' in {}", store.describe()),
+        ));
+    }
+    let meta = match read_meta(store, name).await {
+        Ok(m) => Some(m),
+        // Keys but no metadata and no tombstone: not a volume lsvd wrote.
+        Err(e) if e.kind == ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let resuming = match &meta {
+        Some(m) => is_being_deleted(store, m).await?,
+        None => true,
+    };
+    Ok(DeletePlan {
+        name: name.to_string(),
+        meta,
+        bytes: listing.iter().map(|e| e.size_bytes).sum(),
+        keys: listing.into_iter().map(|e| e.key).collect(),
+        resuming,
+    })
+}
+
+/// Is volume `name` claimed by an `lsvd delete` that has not finished?
+pub async fn is_being_deleted(store: &DynStore, meta: &VolumeMeta) -> Result<bool> {
+    Ok(read_newest(store, meta)
+        .await?
+        .is_some_and(|sb| sb.deleting))
+}
+
+/// The error recovery gives for a volume whose newest superblock generation was
+/// written by `lsvd delete`.
+pub(crate) fn being_deleted(name: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "volume '{name}' is being deleted (an `lsvd delete` claimed it and has not \
+             finished); finish with: lsvd delete {name} --yes"
+        ),
+    )
+}
+
+/// Delete everything `plan` lists, in the order the module doc gives. `progress` is
+/// called with (keys deleted, keys in all) now and then.
+pub async fn delete_volume(
+    store: &DynStore,
+    plan: &DeletePlan,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<()> {
+    let name = &plan.name;
+    let mut fence = None;
+    if let Some(meta) = &plan.meta
+        && !plan.resuming
+    {
+        fence = Some(claim(store, meta).await?);
+    }
+    let meta = meta_key(name);
+    let fence_key = fence.map(|g| super_key(name, g));
+    let is_super = |k: &str| parse_super_name(k).is_some();
+    // Objects and anything else first, then the older superblocks, then the metadata;
+    // the fence (or, resuming, the newest superblock) stays as the tombstone.
+    let newest_super = plan
+        .keys
+        .iter()
+        .filter_map(|k| parse_super_name(k).map(|g| (g, k)))
+        .max()
+        .map(|(_, k)| k.clone());
+    // Keys without metadata are not a volume lsvd wrote: they all go.
+    let last = if plan.meta.is_some() {
+        fence_key.or(newest_super)
+    } else {
+        None
+    };
+    let mut first: Vec<String> = Vec::new();
+    let mut supers: Vec<String> = Vec::new();
+    for k in &plan.keys {
+        if *k == meta || Some(k) == last.as_ref() {
+            continue;
+        }
+        if is_super(k) {
+            supers.push(k.clone());
+        } else {
+            first.push(k.clone());
+        }
+    }
+    let total = plan.keys.len();
+    let mut done = 0;
+    for batch in [first, supers, vec![meta]] {
+        done = delete_keys(store, batch, done, total, progress).await?;
+    }
+    progress(total, total);
+    Ok(())
+}
+
+/// Are `listing`'s keys (everything under `<name>/`) only superblock generations, the
+/// newest written by `lsvd delete`: what a finished delete leaves?
+pub(crate) async fn is_tombstone(
+    store: &DynStore,
+    name: &str,
+    listing: &[crate::store::ListEntry],
+) -> Result<bool> {
+    let mut newest = None;
+    for e in listing {
+        match parse_super_name(&e.key) {
+            Some(g) => newest = newest.max(Some(g)),
+            None => return Ok(false),
+        }
+    }
+    let Some(g) = newest else { return Ok(false) };
+    let key = super_key(name, g);
+    let bytes = store
+        .get(&key)
+        .await
+        .map_err(|e| e.context(format!("reading {key}")))?;
+    Ok(decode_volume_super(&bytes).is_ok_and(|sb| sb.deleting))
+}
+
+/// Write the next superblock generation with the deleting flag; returns it. A server
+/// claiming the same generation at the same moment makes this try the next one.
+async fn claim(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
+    let clock = super::clock::SystemClock::new();
+    for _ in 0..4 {
+        let newest = read_newest(store, meta).await?;
+        let sb = VolumeSuper {
+            volume: meta.volume,
+            generation: newest.map_or(0, |s| s.generation) + 1,
+            session: random_session_id(),
+            clean: false,
+            deleting: true,
+            newest_checkpoint: newest.and_then(|s| s.newest_checkpoint),
+            previous_checkpoint: newest.and_then(|s| s.previous_checkpoint),
+            durable_through: newest.map_or(0, |s| s.durable_through),
+            last_record_seq: newest.map_or(0, |s| s.last_record_seq),
+            written_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        };
+        match write(store, &meta.name, &sb, 12, &clock).await {
+            Ok(()) => return Ok(sb.generation),
+            Err(WriteError::Superseded { .. }) => continue,
+            Err(WriteError::Store(e)) => return Err(e),
+        }
+    }
+    Err(Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "volume '{}' kept changing hands while `lsvd delete` tried to claim it: is \
+             it being opened in a loop?",
+            meta.name
+        ),
+    ))
+}
+
+/// Delete `keys`, [`DELETES_IN_FLIGHT`] at a time. Returns `done` plus their count.
+async fn delete_keys(
+    store: &DynStore,
+    keys: Vec<String>,
+    mut done: usize,
+    total: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<usize> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut keys = keys.into_iter();
+    loop {
+        while tasks.len() < DELETES_IN_FLIGHT {
+            let Some(key) = keys.next() else { break };
+            let store = Arc::clone(store);
+            tasks.spawn(async move {
+                match store.delete(&key).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.is_not_found() => Ok(()),
+                    Err(e) => Err(e.context(format!("cannot delete {key}"))),
+                }
+            });
+        }
+        let Some(joined) = tasks.join_next().await else {
+            return Ok(done);
+        };
+        joined.map_err(|e| {
+            Error::with_source(ErrorKind::Transient, "a delete task did not finish", e)
+        })??;
+        done += 1;
+        if done.is_multiple_of(1000) {
+            progress(done, total);
+        }
+    }
+}
