@@ -226,6 +226,20 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().store_put_retries.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "objects_deleted_total",
+        "counter",
+        "Dead objects deleted from the store (each after the checkpoint that follows the \
+         one that left it out).",
+        &|v, _| v.stats().objects_deleted.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "object_deletes_failed_total",
+        "counter",
+        "Deletes of dead objects that failed (the store away, or refusing DELETE): \
+         tried again after the next checkpoint; the next open removes what is left.",
+        &|v, _| v.stats().object_deletes_failed.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "store_get_failures_total",
         "counter",
         "Ranged GETs that failed after the store client's retries: each one a client \

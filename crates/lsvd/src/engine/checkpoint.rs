@@ -133,6 +133,9 @@ pub(crate) async fn run(
 /// Objects without live data leave the pipeline's accounting, the read cache and the
 /// header cache (nothing reads them again) and wait in [`Shared::deferred_deletes`]
 /// for the next checkpoint. Forgotten and listed under one hold of the state lock, so
+/// Most dead objects waiting for their delete (about 32 bytes each).
+pub(crate) const MAX_DEFERRED_DELETES: usize = 1 << 16;
+
 /// that accounted plus deferred bytes always cover what the store holds.
 fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
     {
@@ -155,6 +158,16 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
                 total_bytes,
                 left_out_by: checkpoint,
             });
+        }
+        // Deletes that keep failing must not grow this without bound: past the cap the
+        // oldest are forgotten, and found again as orphans at the next open.
+        if deferred.len() > MAX_DEFERRED_DELETES {
+            let excess = deferred.len() - MAX_DEFERRED_DELETES;
+            deferred.drain(..excess);
+            crate::log::warn(&format!(
+                "{excess} dead objects could not be deleted and are left in the store \
+                 (deletes keep failing); the next open removes them"
+            ));
         }
     }
     if let Some(rc) = &shared.read_cache {
@@ -193,7 +206,25 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
                     .retain(|x| x.seq != d.seq);
                 shared.stats.objects_deleted.fetch_add(1, Ordering::Relaxed);
             }
-            Err(e) => crate::log::warn(&format!("could not delete {key}: {e}")),
+            // The store refuses or is away: the rest waits for the next checkpoint too
+            // (each delete would fail the same way, each after its retries).
+            Err(e) => {
+                shared
+                    .stats
+                    .object_deletes_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::log::warn(&format!(
+                    "could not delete {key} (and {} more due), trying after the next \
+                     checkpoint: {e}",
+                    shared
+                        .deferred_deletes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .len()
+                        .saturating_sub(1)
+                ));
+                return;
+            }
         }
     }
 }

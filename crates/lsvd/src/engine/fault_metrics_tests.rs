@@ -149,3 +149,77 @@ async fn failed_gets_and_given_up_gc_passes_are_counted() {
     }
     vol.shutdown().await.expect("shutdown");
 }
+
+/// Data objects of volume "v" in the store.
+fn data_objects(mem: &MemStore) -> usize {
+    mem.snapshot()
+        .iter()
+        .filter(|(k, _)| k.starts_with("v/obj/") && k.ends_with(".d"))
+        .count()
+}
+
+/// A store that refuses DELETE: dead objects stay (counted), one failed delete per
+/// checkpoint rather than one per object, and once deletes work again the next
+/// checkpoints delete them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
+    let dir = TempDir::new("engine-delete-fail");
+    let mem = MemStore::new();
+    let inner: DynStore = Arc::new(mem.clone());
+    create_volume(&inner, "v", 8 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 64 << 10,
+        batch_timeout_ms: 20,
+        checkpoint_every_objects: 2,
+        log_size_bytes: 16 << 20,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    let stats = vol.stats();
+    // Each round overwrites the same 64 KiB: one object, and the one before is dead.
+    let round = |fill: u8| {
+        let vol = vol.clone();
+        async move {
+            vol.write(0, vec![fill; 64 << 10], false)
+                .await
+                .expect("write");
+            vol.flush().await.expect("flush");
+            wait_until("uploads", || vol.status().uploads_pending == 0).await;
+        }
+    };
+    faulty.set_deletes_failing(true);
+    for fill in 1..=20u8 {
+        round(fill).await;
+    }
+    let failed = stats.object_deletes_failed.load(Ordering::Relaxed);
+    assert!(failed > 0, "no delete was tried");
+    assert_eq!(stats.objects_deleted.load(Ordering::Relaxed), 0);
+    assert!(
+        data_objects(&mem) >= 20,
+        "{} data objects",
+        data_objects(&mem)
+    );
+    // One failed delete per checkpoint at most, not one per dead object.
+    let checkpoints = stats.checkpoints_written.load(Ordering::Relaxed);
+    assert!(
+        failed <= checkpoints,
+        "{failed} failed deletes for {checkpoints} checkpoints"
+    );
+
+    faulty.set_deletes_failing(false);
+    for fill in 21..=26u8 {
+        round(fill).await;
+    }
+    wait_until("the dead objects deleted", || data_objects(&mem) <= 4).await;
+    assert!(stats.objects_deleted.load(Ordering::Relaxed) >= 20);
+    assert_eq!(
+        vol.read(0, 64 << 10).await.expect("read"),
+        vec![26; 64 << 10]
+    );
+    vol.shutdown().await.expect("shutdown");
+}

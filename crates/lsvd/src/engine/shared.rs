@@ -101,6 +101,8 @@ pub struct Stats {
     /// Bytes of victims' live data GC took from the read cache instead of a GET.
     pub gc_cache_read_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
+    /// Deletes of dead objects the store refused or failed (each retried later).
+    pub object_deletes_failed: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
     pub uploader_wakeups: AtomicU64,
     /// Iterations of the GC loop (likewise).

@@ -61,6 +61,8 @@ pub struct FaultyStore {
     killed: AtomicBool,
     /// While set, every ranged GET fails.
     range_reads_failing: AtomicBool,
+    /// While set, every DELETE fails (a store policy without delete permission).
+    deletes_failing: AtomicBool,
     /// Kill the store when this many more PUTs or DELETEs have been issued.
     kill_after: Mutex<Option<u64>>,
     /// Delay before every GET (slow reads that race with other work).
@@ -93,6 +95,7 @@ impl FaultyStore {
             outage: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             range_reads_failing: AtomicBool::new(false),
+            deletes_failing: AtomicBool::new(false),
             kill_after: Mutex::new(None),
             get_delay_ms: AtomicU64::new(0),
             counters: Counters::default(),
@@ -107,6 +110,11 @@ impl FaultyStore {
     /// Start or end failing object reads: while on, every ranged GET fails.
     pub fn set_range_reads_failing(&self, on: bool) {
         self.range_reads_failing.store(on, Ordering::SeqCst);
+    }
+
+    /// Start or end failing deletes: while on, every DELETE fails.
+    pub fn set_deletes_failing(&self, on: bool) {
+        self.deletes_failing.store(on, Ordering::SeqCst);
     }
 
     fn range_read_failure(&self, key: &str) -> Option<Error> {
@@ -255,6 +263,13 @@ impl ObjectStore for FaultyStore {
         self.mutation();
         if self.is_killed() {
             let e = Self::killed_err("deleting", key);
+            return Box::pin(async move { Err(e) });
+        }
+        if self.deletes_failing.load(Ordering::SeqCst) {
+            let e = Error::new(
+                ErrorKind::Permanent,
+                format!("injected failure deleting {key}: access denied"),
+            );
             return Box::pin(async move { Err(e) });
         }
         self.inner.delete(key)
