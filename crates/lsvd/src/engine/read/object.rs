@@ -140,15 +140,21 @@ pub(crate) async fn read_object(
     dst: &mut [u8],
     want_last: u64,
 ) -> Result<()> {
+    // The cached prefix first (no header needed); the rest through the store.
+    let mut done = 0;
     if let Some(rc) = &shared.read_cache
         && data_start > 0
         && offset >= data_start
-        && read_cached(rc, seq, offset - data_start, dst)
     {
-        let chunks = chunks_spanned(offset - data_start, dst.len() as u64);
+        done = read_cached(rc, seq, offset - data_start, dst);
+        let chunks = chunks_spanned(offset - data_start, done as u64);
         rc.hits.fetch_add(chunks, Ordering::Relaxed);
-        return Ok(());
+        if done == dst.len() {
+            return Ok(());
+        }
     }
+    let offset = offset + done as u64;
+    let dst = &mut dst[done..];
     let key = object_key(&shared.meta.name, seq, kind);
     let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
@@ -172,8 +178,9 @@ fn chunks_spanned(rel: u64, len: u64) -> u64 {
 }
 
 /// Fill `dst` with data-section bytes `[rel, rel + dst.len())` of object `seq` from the
-/// read cache alone; false (with `dst` partly written) if any part is not cached.
-fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> bool {
+/// read cache, up to the first chunk it does not hold. Returns the bytes filled (from
+/// the start of `dst`; all of it on a full hit, ending at a chunk boundary otherwise).
+fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> usize {
     let end = rel + dst.len() as u64;
     let mut at = rel;
     while at < end {
@@ -181,12 +188,12 @@ fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> bool {
         let chunk_start = chunk * READ_CACHE_CHUNK_BYTES;
         let to = end.min(chunk_start + READ_CACHE_CHUNK_BYTES);
         let Some(bytes) = rc.get(seq, chunk, at - chunk_start, to - chunk_start) else {
-            return false;
+            break;
         };
         dst[(at - rel) as usize..(to - rel) as usize].copy_from_slice(&bytes);
         at = to;
     }
-    true
+    (at - rel) as usize
 }
 
 /// Bytes `[from, to)` of an object, bypassing the read cache (GC's bulk reads of cold
@@ -242,7 +249,7 @@ impl CachedObjectReader {
         let rc = shared.read_cache.as_ref()?;
         let rel = offset.checked_sub(self.data_start)?;
         let mut dst = vec![0u8; len as usize];
-        read_cached(rc, self.seq, rel, &mut dst).then_some(dst)
+        (read_cached(rc, self.seq, rel, &mut dst) == dst.len()).then_some(dst)
     }
 }
 

@@ -246,3 +246,24 @@ async fn read_ahead_runs_ahead_of_a_sequential_reader_and_stops_with_it() {
     assert_eq!(v.status().read_ahead_bytes, before);
     v.shutdown().await.expect("shutdown");
 }
+
+/// A read whose first chunks are cached and the rest not: the cached prefix is taken
+/// once (counted as hits), only the rest is fetched (one GET, counted as misses), and
+/// the data is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_with_a_cached_prefix_fetches_only_the_rest() {
+    let dir = TempDir::new("read-partial");
+    let store: DynStore = Arc::new(MemStore::new());
+    let v = volume_in_store(&dir, &store, 4 * MIB, MIB, config(64 * KIB, 0)).await;
+    // Cache the first two 64 KiB chunks of the first object.
+    read_sequentially(&v, 0, 128 * KIB, 128 * KIB).await;
+    let (hits, misses) = (v.status().read_cache_hits, v.status().read_cache_misses);
+    let before = gets(&v);
+    let got = v.read(0, 256 * KIB).await.expect("read");
+    assert!(got == pattern(0, 256 * KIB, 1), "data");
+    let s = v.status();
+    assert_eq!(s.read_cache_hits - hits, 2, "the cached prefix");
+    assert_eq!(s.read_cache_misses - misses, 2, "the rest");
+    assert_eq!(gets(&v) - before, 1, "one GET for the two missing chunks");
+    v.shutdown().await.expect("shutdown");
+}
