@@ -8,6 +8,7 @@
 pub mod cache_dev;
 pub mod cli;
 pub mod config_file;
+pub mod control;
 pub mod engine;
 pub mod error;
 pub mod log;

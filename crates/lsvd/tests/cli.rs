@@ -63,6 +63,7 @@ fn help_of_every_subcommand_lists_its_options() {
         (&["list", "--help"], &["--data"]),
         (&["info", "--help"], &["--json", "<NAME>"]),
         (&["delete", "--help"], &["--yes", "<NAME>", "tombstone"]),
+        (&["sync", "--help"], &["<NAME>", "control socket"]),
         (&["help", "serve"], &["--socket"]),
     ];
     for (args, needles) in cases {
@@ -622,4 +623,42 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn sync_puts_what_a_server_acknowledged_into_the_store() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_sync");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let msg = assert_one_line_error(&lsvd.run(&["sync", "vol"]), "sync, no server");
+    assert!(msg.contains("no lsvd serve uses"), "{msg}");
+
+    // A batch timeout of 10 minutes: nothing leaves the write log by itself.
+    let socket = dir.join("nbd.sock");
+    let args = ["vol", "--batch-timeout-ms", "600000", "--batch-size", "64M"];
+    let mut server = lsvd.serve(&socket, &args);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x5a' * (1 << 20), 1 << 20)\nh.flush()\n",
+    );
+    let msg = assert_one_line_error(&lsvd.run(&["sync", "other"]), "sync, not served");
+    assert!(msg.contains("not served here"), "{msg}");
+    let out = lsvd.run_ok(&["sync", "vol"]);
+    assert!(
+        stdout(&out).contains("is in the store"),
+        "{}",
+        show("sync", &out)
+    );
+    // Lose the server and its whole cache: the store alone has the data.
+    server.kill9();
+    for ext in ["wlog", "rcache", "rcache.slots"] {
+        let _ = std::fs::remove_file(dir.join("data").join(format!("vol.{ext}")));
+    }
+    let mut server = lsvd.serve(&socket, &args);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert h.pread(1 << 20, 1 << 20) == b'\\x5a' * (1 << 20)\n",
+    );
+    server.stop_clean();
 }

@@ -1,4 +1,4 @@
-//! `lsvd create`, `lsvd list`, `lsvd info`, `lsvd selftest`.
+//! `lsvd create`, `lsvd list`, `lsvd info`, `lsvd sync`, `lsvd selftest`.
 
 use super::Common;
 use crate::engine;
@@ -18,6 +18,41 @@ pub async fn selftest(common: &Common) -> Result<()> {
             .await?;
     println!("{report}");
     Ok(())
+}
+
+/// `lsvd sync NAME`: ask the server on this data directory to put everything `NAME`
+/// acknowledged into the store.
+pub async fn sync(common: &Common, name: &str) -> Result<()> {
+    engine::keys::validate_volume_name(name)?;
+    let request = crate::control::Request::Sync {
+        volume: name.to_string(),
+    };
+    let Some(reply) = crate::control::request(&common.data, &request).await? else {
+        return Err(Error::new(
+            crate::error::ErrorKind::NotFound,
+            format!(
+                "no lsvd serve uses {} (a volume stopped cleanly has everything in the \
+                 store already; after a crash, `lsvd serve {name}` uploads what its write \
+                 log held, and a clean stop finishes)",
+                common.data.display()
+            ),
+        ));
+    };
+    match (reply.ok, reply.records_through) {
+        (true, Some(through)) => {
+            println!(
+                "{name}: every write acknowledged before this command is in the store \
+                 (write-log records through {through})"
+            );
+            Ok(())
+        }
+        _ => Err(Error::new(
+            crate::error::ErrorKind::Conflict,
+            reply
+                .error
+                .unwrap_or_else(|| "the server refused without saying why".to_string()),
+        )),
+    }
 }
 
 pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {

@@ -100,6 +100,14 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Make every write a served volume acknowledged so far durable in the store, not
+    /// only in the write log (before copying the store, or moving the volume to another
+    /// host). Asks the `lsvd serve` that uses this data directory, through its control
+    /// socket; waits until the objects are uploaded.
+    Sync {
+        /// The served volume.
+        name: String,
+    },
     /// Serve volumes over NBD until interrupted (Ctrl-C drains and shuts down cleanly).
     Serve(ServeArgs),
     /// List the volumes in the store.
@@ -372,6 +380,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
         match cli.command {
             Command::Create { name, size } => admin::create(&common, &name, &size).await,
             Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
+            Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json, tuning } => {

@@ -307,6 +307,17 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
     }
+    // `lsvd sync` (and later snapshots) reach this process here. Without it the
+    // volumes are still served: say why and go on.
+    let control = match crate::control::start(&common.data, volumes.clone(), shutdown_rx.clone()) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            crate::log::warn(&format!(
+                "no control socket (lsvd sync will not reach this server): {e}"
+            ));
+            None
+        }
+    };
     // Said once serving, so that a failed start stays one error line.
     eprintln!("{}", settings_line(&resolved.tuning));
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
@@ -331,7 +342,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             )));
         }
     }
-    if let Some(path) = &args.socket {
+    for path in args.socket.iter().chain(control.iter()) {
         let _ = std::fs::remove_file(path);
     }
     if result.is_ok() {

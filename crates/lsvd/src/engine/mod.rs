@@ -57,6 +57,8 @@ mod read_cache;
 mod shared;
 pub(crate) mod store_recovery;
 #[cfg(test)]
+mod sync_tests;
+#[cfg(test)]
 mod tests;
 mod uploader;
 mod volume;

@@ -300,6 +300,31 @@ impl Volume {
             .collect()
     }
 
+    /// Make every write acknowledged before this call durable in the store, not only
+    /// in the write log: FLUSH, close the open batch, and wait until every write-log
+    /// record up to this moment is in an uploaded, applied object (behind GC, if the
+    /// store bound holds client objects back). Returns the newest such record's
+    /// sequence number. `lsvd sync` asks for this (before copying a store, or moving a
+    /// volume to another host).
+    pub async fn sync_to_store(&self) -> Result<u64> {
+        // Every record placed so far: those acknowledged, and those in flight (the
+        // FLUSH below retires them too).
+        let through = self.shared.lock().next_record_seq.saturating_sub(1);
+        self.flush().await?;
+        self.shared.lock().pipeline.close_batch();
+        loop {
+            self.check_writable()?;
+            if self.shared.lock().pipeline.freeable_through() >= through {
+                return Ok(through);
+            }
+            self.shared.upload_wake.notify_one();
+            self.shared
+                .clock()
+                .sleep(std::time::Duration::from_millis(10))
+                .await;
+        }
+    }
+
     /// Drain writes, upload everything, write a clean checkpoint and mark the cache
     /// clean. Safe to call more than once. A volume that failed (or fails now) is not
     /// marked clean: `VolumeFailed`.

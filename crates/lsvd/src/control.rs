@@ -1,0 +1,238 @@
+//! The control socket: how `lsvd` commands reach the server that holds a volume.
+//!
+//! Why: some operations need the process that serves a volume (only it knows what is
+//! in its write log and can close its open batch): `lsvd sync` today, snapshots of a
+//! served volume later. `lsvd serve` listens on `<data>/control.sock` (mode 0600: the
+//! data directory's owner only) for as long as it serves; a command finds the server
+//! through the data directory it shares with it.
+//!
+//! Protocol: one JSON request line, one JSON reply line, then the server closes.
+//! Requests are at most [`MAX_REQUEST_BYTES`]; a reply is `{"ok":true,...}` or
+//! `{"ok":false,"error":"..."}`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::engine::Volume;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Longest request line accepted.
+pub const MAX_REQUEST_BYTES: u64 = 4096;
+
+/// The control socket of a data directory.
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("control.sock")
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Make every write acknowledged so far durable in the store.
+    Sync { volume: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Reply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Sync: the newest write-log record now in the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_through: Option<u64>,
+}
+
+impl Reply {
+    fn failed(e: impl std::fmt::Display) -> Reply {
+        Reply {
+            ok: false,
+            error: Some(e.to_string()),
+            records_through: None,
+        }
+    }
+}
+
+/// Listen on `data_dir`'s control socket (the caller holds the data directory's lock,
+/// so a socket file there is a dead server's) and answer for `volumes` until
+/// `shutdown`. Returns the socket's path, to remove at the end.
+pub fn start(
+    data_dir: &Path,
+    volumes: Vec<Arc<Volume>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = socket_path(data_dir);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::local_io(
+                format!("cannot remove {}", path.display()),
+                e,
+            ));
+        }
+    }
+    let listener = UnixListener::bind(&path)
+        .map_err(|e| Error::local_io(format!("cannot listen on {}", path.display()), e))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::local_io(format!("cannot restrict {}", path.display()), e))?;
+    let volumes = Arc::new(volumes);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    tokio::spawn(answer(stream, volumes.clone()));
+                }
+            }
+        }
+    });
+    Ok(path)
+}
+
+async fn answer(stream: UnixStream, volumes: Arc<Vec<Arc<Volume>>>) {
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read.take(MAX_REQUEST_BYTES));
+    let reply = match reader.read_line(&mut line).await {
+        Err(e) => Reply::failed(format!("cannot read the request: {e}")),
+        Ok(_) if !line.ends_with('\n') => Reply::failed(format!(
+            "a request is one line of at most {MAX_REQUEST_BYTES} bytes"
+        )),
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Err(e) => Reply::failed(format!("bad request: {e}")),
+            Ok(request) => handle(request, &volumes).await,
+        },
+    };
+    let mut out = serde_json::to_vec(&reply).unwrap_or_else(|_| b"{\"ok\":false}".to_vec());
+    out.push(b'\n');
+    // The client may have gone (Ctrl-C): nothing to do about it.
+    let _ = write.write_all(&out).await;
+}
+
+async fn handle(request: Request, volumes: &[Arc<Volume>]) -> Reply {
+    match request {
+        Request::Sync { volume } => {
+            let Some(v) = volumes.iter().find(|v| v.meta().name == volume) else {
+                let served: Vec<&str> = volumes.iter().map(|v| v.meta().name.as_str()).collect();
+                return Reply::failed(format!(
+                    "volume '{volume}' is not served here (this server serves {})",
+                    served.join(", ")
+                ));
+            };
+            match v.sync_to_store().await {
+                Ok(through) => Reply {
+                    ok: true,
+                    error: None,
+                    records_through: Some(through),
+                },
+                Err(e) => Reply::failed(e),
+            }
+        }
+    }
+}
+
+/// Send `request` to the server on `data_dir`. None if no server listens there.
+pub async fn request(data_dir: &Path, request: &Request) -> Result<Option<Reply>> {
+    let path = socket_path(data_dir);
+    let mut stream = match UnixStream::connect(&path).await {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(Error::local_io(
+                format!("cannot reach the server on {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let mut line = serde_json::to_vec(request).map_err(|e| {
+        Error::with_source(ErrorKind::Unsupported, "cannot encode a control request", e)
+    })?;
+    line.push(b'\n');
+    let io = |e| Error::local_io(format!("talking to the server on {}", path.display()), e);
+    stream.write_all(&line).await.map_err(io)?;
+    let mut reply = String::new();
+    BufReader::new(stream.take(1 << 20))
+        .read_line(&mut reply)
+        .await
+        .map_err(io)?;
+    let reply: Reply = serde_json::from_str(&reply).map_err(|e| {
+        Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "the server on {} answered something else: {e}",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(Some(reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn raw(path: &Path, bytes: &[u8]) -> Reply {
+        let mut s = UnixStream::connect(path).await.expect("connect");
+        // The server may answer (and close) before reading all of an oversized line.
+        let _ = s.write_all(bytes).await;
+        let mut line = String::new();
+        BufReader::new(s)
+            .read_line(&mut line)
+            .await
+            .expect("read reply");
+        serde_json::from_str(&line).expect("a JSON reply")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_requests_get_an_error_reply_and_the_server_goes_on() {
+        let dir = crate::testutil::TempDir::new("control");
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        // A dead server's socket file is replaced.
+        std::fs::write(socket_path(dir.path()), b"stale").expect("stale file");
+        let path = start(dir.path(), Vec::new(), rx).expect("start");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let r = raw(&path, b"not json\n").await;
+        assert!(
+            !r.ok
+                && r.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("bad request"))
+        );
+        let r = raw(&path, &vec![b'x'; 2 * MAX_REQUEST_BYTES as usize]).await;
+        assert!(!r.ok && r.error.as_deref().is_some_and(|e| e.contains("one line")));
+        let r = raw(&path, b"{\"op\":\"sync\",\"volume\":\"v\"}\n").await;
+        assert!(
+            !r.ok
+                && r.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("not served here"))
+        );
+        let r = request(dir.path(), &Request::Sync { volume: "v".into() })
+            .await
+            .expect("request")
+            .expect("a server answers");
+        assert!(!r.ok);
+
+        tx.send(true).expect("shutdown");
+        std::fs::remove_file(&path).expect("remove");
+        let none = request(dir.path(), &Request::Sync { volume: "v".into() })
+            .await
+            .expect("no server is not an error");
+        assert!(none.is_none());
+    }
+}
