@@ -662,3 +662,21 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     );
     server.stop_clean();
 }
+
+/// A SIGINT the moment the NBD socket appears drains and stops cleanly. Before the
+/// fix, signals were caught only once everything had started, and a SIGINT in that
+/// window (the metrics and control listeners starting) killed the server: the S3
+/// pass failed that way once. The window is narrow, so this catches it only on a
+/// loaded machine; ten tries make that likelier.
+#[test]
+fn sigint_as_soon_as_the_socket_appears_stops_cleanly() {
+    let dir = TempDir::new("cli_early_sigint");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    for _ in 0..10 {
+        let mut server = lsvd.serve(&socket, &["vol", "--metrics", "127.0.0.1:0"]);
+        let log = server.stop_clean();
+        assert!(log.contains("stopped cleanly"), "{log}");
+    }
+}

@@ -248,6 +248,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
             })),
     );
+    let mut signals = StopSignals::catch();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     if let Some(addr) = &listen {
@@ -322,7 +323,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     eprintln!("{}", settings_line(&resolved.tuning));
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
 
-    wait_for_signal().await;
+    signals.wait().await;
     eprintln!("lsvd: shutting down: draining connections");
     let _ = shutdown_tx.send(true);
     for t in tasks {
@@ -351,20 +352,36 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     result
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let term_fut = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
+/// SIGINT and SIGTERM, caught from the moment this is made: a signal that arrives
+/// while the listeners start (a test, or a quick Ctrl-C, as soon as the socket
+/// appears) still drains and stops cleanly instead of killing the process.
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn catch() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term_fut => {}
+    }
+
+    async fn wait(&mut self) {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            _ = recv(&mut self.interrupt) => {}
+            _ = recv(&mut self.terminate) => {}
+        }
     }
 }
 
