@@ -97,7 +97,8 @@ pub(crate) fn being_deleted(name: &str) -> Error {
     )
 }
 
-/// Delete everything `plan` lists, in the order the module doc gives. `progress` is
+/// Delete volume `plan.name`: fence it (unless resuming), list its keys again and
+/// delete them in the order the module doc gives. `progress` is
 /// called with (keys deleted, keys in all) now and then.
 pub async fn delete_volume(
     store: &DynStore,
@@ -111,13 +112,22 @@ pub async fn delete_volume(
     {
         fence = Some(claim(store, meta).await?);
     }
+    // Listed again now that the volume is fenced: an object a server uploaded after
+    // the plan was made goes too.
+    let prefix = format!("{name}/");
+    let keys: Vec<String> = store
+        .list(&prefix)
+        .await
+        .map_err(|e| e.context(format!("cannot list {prefix}")))?
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
     let meta = meta_key(name);
     let fence_key = fence.map(|g| super_key(name, g));
     let is_super = |k: &str| parse_super_name(k).is_some();
     // Objects and anything else first, then the older superblocks, then the metadata;
     // the fence (or, resuming, the newest superblock) stays as the tombstone.
-    let newest_super = plan
-        .keys
+    let newest_super = keys
         .iter()
         .filter_map(|k| parse_super_name(k).map(|g| (g, k)))
         .max()
@@ -130,7 +140,7 @@ pub async fn delete_volume(
     };
     let mut first: Vec<String> = Vec::new();
     let mut supers: Vec<String> = Vec::new();
-    for k in &plan.keys {
+    for k in &keys {
         if *k == meta || Some(k) == last.as_ref() {
             continue;
         }
@@ -140,7 +150,7 @@ pub async fn delete_volume(
             first.push(k.clone());
         }
     }
-    let total = plan.keys.len();
+    let total = keys.len();
     let mut done = 0;
     for batch in [first, supers, vec![meta]] {
         done = delete_keys(store, batch, done, total, progress).await?;
