@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use lsvd_core::gc::{GcConfig, GcPolicy};
-use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader};
+use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader, Units};
 
 use report::{InputReport, RunReport, VolumeResult};
 use volume::{SimConfig, VolumeSim};
@@ -37,6 +37,12 @@ pub struct SimArgs {
     /// auto (from the file name and first lines).
     #[arg(long, default_value = "auto")]
     pub format: String,
+    /// Units of offsets and sizes for the 5-column `time device offset size type`
+    /// formats: bytes (msr-cut's default, the MSR cuts) or sectors (512-byte; disksim's
+    /// default, classic DiskSim and other replayers' traces). Other formats fix their
+    /// units. A trace that looks like it is in the other unit gets a warning line.
+    #[arg(long, value_name = "bytes|sectors")]
+    pub units: Option<String>,
     /// Simulate only this volume of each trace: its name (hm_0, asu1, vol1058) or its
     /// number in order of first appearance.
     #[arg(long, value_name = "ID|NAME")]
@@ -416,6 +422,14 @@ fn replay(
     n
 }
 
+/// The `--units` value, if given; a bad one is `BadInput`.
+pub(crate) fn parse_units(units: Option<&str>) -> Result<Option<Units>> {
+    units
+        .map(|u| u.parse::<Units>())
+        .transpose()
+        .map_err(|e| Error::from(e).context("--units"))
+}
+
 /// Replay one trace file.
 fn run_trace(
     args: &SimArgs,
@@ -431,6 +445,9 @@ fn run_trace(
     let mut reader = TraceReader::open(path, format)
         .map_err(in_trace)?
         .strict(args.strict);
+    if let Some(units) = parse_units(args.units.as_deref())? {
+        reader = reader.units(units).map_err(in_trace)?;
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -438,7 +455,7 @@ fn run_trace(
     let mut sims = InputSims::new(configs);
     let mut progress = Progress::new(name, None);
     let want = args.volume.clone();
-    let (names, stats) = if args.preload {
+    let (names, stats, units_warning) = if args.preload {
         let requests: Vec<Request> = reader.by_ref().collect();
         if let Some(e) = reader.error() {
             return Err(in_trace(e.clone()));
@@ -451,8 +468,9 @@ fn run_trace(
             })
         });
         watch.stop(n, timing);
+        let warning = reader.units_warning();
         let stats = reader.finish().map_err(in_trace)?;
-        (names, stats)
+        (names, stats, warning)
     } else {
         let watch = Stopwatch::start();
         let mut n = 0u64;
@@ -477,10 +495,14 @@ fn run_trace(
         }
         watch.stop(n, timing);
         let names = reader.volumes().to_vec();
+        let warning = reader.units_warning();
         let stats = reader.finish().map_err(in_trace)?;
-        (names, stats)
+        (names, stats, warning)
     };
     progress.clear();
+    if let Some(w) = units_warning {
+        eprintln!("lsvd: warning: {}: {w}", path.display());
+    }
     let results = sims.finish(index, &names, args.series || args.plot.is_some());
     if let Some(w) = &want
         && results.is_empty()
@@ -582,6 +604,11 @@ pub fn simulate(args: &SimArgs) -> Result<RunReport> {
     if args.synthetic.is_some() != args.traces.is_empty() {
         return Err(Error::bad_input(
             "give trace files or --synthetic PATTERN (not both)",
+        ));
+    }
+    if args.synthetic.is_some() && args.units.is_some() {
+        return Err(Error::bad_input(
+            "--units applies to trace files, not to --synthetic workloads",
         ));
     }
     let fixed_size = match (&args.synthetic, &args.volume_size) {
