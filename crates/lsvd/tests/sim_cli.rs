@@ -58,7 +58,10 @@ fn units_warn_on_sectors_read_as_bytes_and_give_the_same_simulation() {
     let sectors = sectors.to_str().expect("utf-8 path");
 
     let (as_bytes, err) = sim_json(&lsvd, &[real]);
-    assert!(!err.contains("warning"), "the real MSR cut is in bytes:\n{err}");
+    assert!(
+        !err.contains("warning"),
+        "the real MSR cut is in bytes:\n{err}"
+    );
 
     let (_, err) = sim_json(&lsvd, &["--format", "msr-cut", sectors]);
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
@@ -87,7 +90,12 @@ fn bad_units_are_one_clear_error() {
     let real = cut();
     let real = real.to_str().expect("utf-8 path");
     let out = lsvd.run(&["sim", "--units", "blocks", real]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("sim --units blocks", &out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        show("sim --units blocks", &out)
+    );
     let err = stderr(&out);
     assert!(
         err.contains("--units") && err.contains("bytes or sectors") && err.lines().count() == 1,
@@ -98,10 +106,126 @@ fn bad_units_are_one_clear_error() {
         "/../../../shared/traces/msr_hm0_head1k/msr-cambridge1-sample.csv"
     );
     let out = lsvd.run(&["sim", "--units", "sectors", msr]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("sim msr --units", &out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        show("sim msr --units", &out)
+    );
     assert!(
         stderr(&out).contains("msr-cut and disksim"),
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn layout_help_teaches_the_models() {
+    let dir = TempDir::new("sim_layout_help");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let out = lsvd.run_ok(&["sim", "--help"]);
+    let help = stdout(&out);
+    for want in [
+        "--layout",
+        "--disk",
+        "--utilization",
+        "--segment-size",
+        "--hot-fraction",
+        "--cleaning",
+        "--units",
+        "overwrite",
+        "2.3 MB/s",
+    ] {
+        assert!(help.contains(want), "sim --help lacks {want}:\n{help}");
+    }
+}
+
+#[test]
+fn layout_sweep_reports_the_crossover_and_throughputs() {
+    let dir = TempDir::new("sim_layout");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let plot = dir.join("crossover.svg");
+    let (json, _) = sim_json(
+        &lsvd,
+        &[
+            "--layout",
+            "overwrite,lfs,hylog",
+            "--disk",
+            "1991,2003",
+            "--synthetic",
+            "uniform",
+            "--io-size",
+            "8K",
+            "--utilization",
+            "0.5..0.98",
+            "--plot",
+            plot.to_str().expect("utf-8 path"),
+        ],
+    );
+    let disks = json["disks"].as_array().expect("disks");
+    assert_eq!(disks.len(), 2);
+    for (d, (want_u, want_disk_u)) in disks.iter().zip([(0.604, 0.785), (0.938, 0.969)]) {
+        let c = d["crossover"].as_array().expect("a crossover");
+        let u = c[0].as_f64().expect("number");
+        let disk_u = c[1].as_f64().expect("number");
+        assert!((u - want_u).abs() < 0.002 && (disk_u - want_disk_u).abs() < 0.002);
+        let rows = d["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 13);
+        for r in rows {
+            let disk_u = r["disk_utilization"].as_f64().expect("number");
+            let pps: Vec<f64> = r["pages_per_second"]
+                .as_array()
+                .expect("pairs")
+                .iter()
+                .map(|p| p[1].as_f64().expect("number"))
+                .collect();
+            let (ow, lfs, hy) = (pps[0], pps[1], pps[2]);
+            // Below the crossover LFS wins, above it overwrite; HyLog never loses.
+            if disk_u < want_disk_u - 0.01 {
+                assert!(lfs > ow, "{r}");
+            } else if disk_u > want_disk_u + 0.01 {
+                assert!(lfs < ow, "{r}");
+            }
+            assert!(hy >= ow.max(lfs) - 1e-6, "{r}");
+        }
+    }
+    let svg = std::fs::read_to_string(&plot).expect("plot written");
+    assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.contains("hylog"));
+}
+
+#[test]
+fn bad_layout_options_are_one_clear_error() {
+    let dir = TempDir::new("sim_layout_bad");
+    let lsvd = Lsvd::new(dir.join("data"));
+    for (args, want) in [
+        (&["--layout", "wolf"][..], "overwrite, lfs or hylog"),
+        (
+            &["--layout", "lfs", "--disk", "1995"][..],
+            "POSITIONING_MS:MB_PER_S",
+        ),
+        (
+            &["--layout", "lfs", "--utilization", "0.9..0.5"][..],
+            "FROM",
+        ),
+        (
+            &["--layout", "lfs", "--cleaning", "exact"][..],
+            "analytic or sim",
+        ),
+        (
+            &["--layout", "lfs", "--synthetic", "zipf:0.9"][..],
+            "uniform",
+        ),
+    ] {
+        let mut argv = vec!["sim"];
+        argv.extend_from_slice(args);
+        let out = lsvd.run(&argv);
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            show(&argv.join(" "), &out)
+        );
+        assert!(err.contains(want) && err.lines().count() == 1, "{err}");
+    }
 }

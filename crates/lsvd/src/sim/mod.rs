@@ -10,6 +10,7 @@
 //! per configuration: `--batch-size`, `--gc-start`/`--gc-stop` and `--gc-policy` take
 //! comma-separated lists and every combination is simulated in the same pass.
 
+pub mod layout;
 pub mod plot;
 pub mod report;
 pub mod volume;
@@ -55,7 +56,7 @@ pub struct SimArgs {
     /// hotcold:FRACTION:SHARE (hotcold:0.2:0.8 is 80/20) or zipf:THETA.
     #[arg(long, value_name = "PATTERN")]
     pub synthetic: Option<String>,
-    /// Synthetic: request size.
+    /// Synthetic: request size (with --layout: the page size; HyLog uses 8K).
     #[arg(long, default_value = "4K")]
     pub io_size: String,
     /// Synthetic: number of requests (after preconditioning).
@@ -119,6 +120,9 @@ pub struct SimArgs {
     /// replay alone (without parsing).
     #[arg(long)]
     pub preload: bool,
+
+    #[command(flatten)]
+    pub layout: layout::cli::LayoutArgs,
 }
 
 /// CPU time of the calling thread, in seconds (0 if unavailable). The replay runs on
@@ -662,6 +666,9 @@ pub fn simulate(args: &SimArgs) -> Result<RunReport> {
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
+    if args.layout.layout.is_some() {
+        return layout::cli::run(&args);
+    }
     let report = simulate(&args)?;
     if let Some(path) = &args.plot {
         let svg = plot::chart(&report, 8);
