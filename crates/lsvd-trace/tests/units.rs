@@ -102,7 +102,10 @@ fn a_sector_trace_read_as_bytes_is_named_in_one_line() {
     assert_eq!(requests.len(), 10_000);
     let w = warning.expect("a sector trace read as bytes warns");
     assert_eq!(w.lines().count(), 1, "{w}");
-    assert!(w.contains("sectors") && w.contains("--units sectors"), "{w}");
+    assert!(
+        w.contains("sectors") && w.contains("--units sectors"),
+        "{w}"
+    );
     assert!(w.contains("of 10000 requests"), "{w}");
 }
 
@@ -132,7 +135,10 @@ fn units_on_a_format_that_fixes_them_is_a_clear_error() {
     let err = r.units(Units::Sectors).expect_err("msr fixes its units");
     assert!(matches!(err, Error::InvalidArgument(_)));
     let msg = err.to_string();
-    assert!(msg.contains("msr-cut and disksim") && msg.contains("msr"), "{msg}");
+    assert!(
+        msg.contains("msr-cut and disksim") && msg.contains("msr"),
+        "{msg}"
+    );
     let bad = "kilobytes".parse::<Units>().expect_err("bad unit");
     assert!(bad.to_string().contains("bytes or sectors"), "{bad}");
 }
