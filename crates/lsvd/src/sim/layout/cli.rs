@@ -76,6 +76,10 @@ pub struct DiskReport {
     pub crossover: Option<(f64, f64)>,
     /// The same from HyLog's table, for the preset disks.
     pub hylog_table: Option<(f64, f64)>,
+    /// With `--cleaning sim`: the measured disk utilization at which the measured
+    /// cleaning utilization reaches the model's crossover (linear interpolation
+    /// between sweep points; `None` outside the sweep).
+    pub measured_crossover_disk_utilization: Option<f64>,
     pub rows: Vec<Row>,
 }
 
@@ -242,7 +246,7 @@ pub fn simulate(args: &SimArgs) -> Result<LayoutReport> {
             page_bytes,
             segment_bytes,
         };
-        let rows = utils
+        let rows: Vec<Row> = utils
             .iter()
             .zip(&measured)
             .map(|(&disk_u, m)| {
@@ -283,7 +287,11 @@ pub fn simulate(args: &SimArgs) -> Result<LayoutReport> {
                 }
             })
             .collect();
+        let measured_crossover_disk_utilization = model
+            .crossover_cleaning_utilization()
+            .and_then(|u| measured_crossing(&rows, u));
         out.push(DiskReport {
+            measured_crossover_disk_utilization,
             overwrite_page_ms: model.overwrite_page_ms(),
             segment_io_ms: model.segment_io_ms(),
             segment_efficiency: model.segment_efficiency(),
@@ -296,6 +304,17 @@ pub fn simulate(args: &SimArgs) -> Result<LayoutReport> {
     Ok(LayoutReport {
         cleaning: if simulated { "sim" } else { "analytic" }.to_string(),
         disks: out,
+    })
+}
+
+/// Where the rows' measured cleaning utilization crosses `u`, as a measured disk
+/// utilization (linear interpolation between neighbouring rows).
+pub(super) fn measured_crossing(rows: &[Row], u: f64) -> Option<f64> {
+    rows.windows(2).find_map(|w| {
+        let (a, b) = (&w[0], &w[1]);
+        let (da, db) = (a.measured_disk_utilization?, b.measured_disk_utilization?);
+        let (ua, ub) = (a.cleaning_utilization, b.cleaning_utilization);
+        (ua <= u && u <= ub && ub > ua).then(|| da + (u - ua) / (ub - ua) * (db - da))
     })
 }
 
@@ -338,6 +357,12 @@ pub fn text(report: &LayoutReport) -> String {
                     "LFS never beats overwrite (segment I/O efficiency <= 2){paper}"
                 );
             }
+        }
+        if let Some(du) = d.measured_crossover_disk_utilization {
+            let _ = writeln!(
+                s,
+                "with the cleaning utilization measured by lsvd's GC: at disk utilization {du:.3}"
+            );
         }
         let _ = write!(s, "{:>7} {:>8}", "disk_u", "clean_u");
         if report.cleaning == "sim" {

@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use super::cli::LayoutReport;
 
-const WIDTH: f64 = 640.0;
+const WIDTH: f64 = 700.0;
 const PANEL: f64 = 220.0;
 const LEFT: f64 = 60.0;
-const RIGHT: f64 = 110.0;
+const RIGHT: f64 = 150.0;
 const TOP: f64 = 30.0;
 const GAP: f64 = 50.0;
 const COLORS: [&str; 3] = ["#d62728", "#1f77b4", "#2ca02c"];
@@ -42,7 +42,7 @@ pub fn svg(report: &LayoutReport) -> String {
         let py = |v: f64| y0 - v.min(ymax) / ymax * (y0 - y1);
         let _ = writeln!(
             s,
-            r#"<text x="{x0}" y="{}" font-size="13">disk {} ({} KiB pages, {} KiB segments): page writes/s</text>"#,
+            r#"<text x="{x0}" y="{}" font-size="13">disk {}, {} KiB pages, {} KiB segments: page writes per second</text>"#,
             top - 8.0,
             d.model.disk,
             d.model.page_bytes / 1024,

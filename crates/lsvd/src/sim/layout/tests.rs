@@ -192,3 +192,19 @@ fn utilization_ranges_parse() {
         assert!(cli::utilizations(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn the_measured_crossing_interpolates_between_sweep_points() {
+    let row = |disk_u: f64, u: f64| cli::Row {
+        disk_utilization: disk_u,
+        cleaning_utilization: u,
+        analytic_cleaning_utilization: u,
+        measured_disk_utilization: Some(disk_u + 0.01),
+        pages_per_second: Vec::new(),
+        hylog_hot_fraction: 0.0,
+    };
+    let rows = [row(0.7, 0.4), row(0.8, 0.6), row(0.9, 0.8)];
+    let x = cli::measured_crossing(&rows, 0.5).expect("inside the sweep");
+    assert!(close(x, 0.76, 1e-12), "{x}");
+    assert_eq!(cli::measured_crossing(&rows, 0.9), None);
+}
