@@ -20,8 +20,8 @@ mkdir -p "$OUT"
 
 # 3. The 1999 disk (HyLog's table has it; the sweep does not) and the segment
 #    size's effect on the 1991 crossover.
-"$LSVD" sim --layout overwrite,lfs --disk 1999 --synthetic uniform --io-size 8K \
-    --utilization 0.9..0.98:0.02 > "$OUT/crossover-1999.txt"
+"$LSVD" sim --layout overwrite,lfs,hylog --disk 1999 --synthetic uniform --io-size 8K \
+    --utilization 0.9..0.98:0.02 --cleaning sim > "$OUT/crossover-1999.txt"
 for seg in 256K 512K 4M 64M; do
     echo "== --segment-size $seg"
     "$LSVD" sim --layout overwrite,lfs --disk 1991,2003 --synthetic uniform \
