@@ -229,3 +229,33 @@ fn bad_layout_options_are_one_clear_error() {
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
 }
+
+#[test]
+fn replay_checks_units_before_connecting() {
+    let dir = TempDir::new("replay_units_bad");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let real = cut();
+    let real = real.to_str().expect("utf-8 path");
+    let msr = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces/msr_hm0_head1k/msr-cambridge1-sample.csv"
+    );
+    // Nothing listens on port 1: a units error must come first.
+    let export = "nbd://127.0.0.1:1/none";
+    for (args, want) in [
+        (&["--units", "blocks", real][..], "bytes or sectors"),
+        (&["--units", "sectors", msr][..], "msr-cut and disksim"),
+    ] {
+        let mut argv = vec!["replay", "--export", export];
+        argv.extend_from_slice(args);
+        let out = lsvd.run(&argv);
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            show(&argv.join(" "), &out)
+        );
+        assert!(err.contains(want) && err.lines().count() == 1, "{err}");
+    }
+}
