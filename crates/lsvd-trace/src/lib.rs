@@ -36,12 +36,14 @@ mod input;
 mod numbers;
 mod reader;
 pub mod synthetic;
+mod units;
 mod volumes;
 
 pub use error::Error;
 pub use format::{Format, FormatChoice, detect_format};
 pub use reader::{MAX_BAD_LINES_KEPT, ParseStats, TraceReader};
 pub use synthetic::{Pattern, Synthetic, SyntheticSpec, synthetic};
+pub use units::{MIN_REQUESTS_TO_JUDGE, SECTOR_BYTES, Units, units_warning};
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

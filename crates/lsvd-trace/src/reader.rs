@@ -15,7 +15,7 @@ use crate::formats::vscsi::{self, MAX_RECORD};
 use crate::formats::{self, Line, LineParser, Record};
 use crate::input::{self, Input};
 use crate::volumes::Volumes;
-use crate::{Error, Format, Request, Result};
+use crate::{Error, Format, Request, Result, SECTOR_BYTES, Units};
 
 /// How many bad lines [`ParseStats::first_bad`] keeps.
 pub const MAX_BAD_LINES_KEPT: usize = 10;
@@ -39,6 +39,14 @@ pub struct ParseStats {
     /// Requests whose timestamp is earlier than the previous request's
     /// (their order is kept; see [`crate::formats`] for their times).
     pub unordered: u64,
+    /// Requests whose offset or length (in bytes) is not a multiple of 512,
+    /// including every request shorter than a sector. Nearly all of them
+    /// means a sector-unit trace read as bytes ([`crate::units_warning`]).
+    pub misaligned: u64,
+    /// Requests whose length (in bytes) is a multiple of 256 KiB (512
+    /// sectors). Nearly all of them, read in sectors, means a byte-unit
+    /// trace read as sectors.
+    pub multiple_of_256k: u64,
 }
 
 /// Where the bytes come from and how they are cut into records.
@@ -61,6 +69,8 @@ enum Source {
 /// errors directly instead.
 pub struct TraceReader {
     format: Format,
+    /// The units of offsets and sizes, for formats that take a choice.
+    units: Option<Units>,
     path: Option<PathBuf>,
     source: Source,
     strict: bool,
@@ -108,6 +118,37 @@ impl TraceReader {
         Self::with_input(input::decompress(reader)?, format)
     }
 
+    /// Reads offsets and sizes in `units` instead of the format's default,
+    /// for the formats that circulate in both ([`Units::default_for`]:
+    /// msr-cut, in bytes by default, and disksim, in sectors). Call before
+    /// reading. Another format is an [`Error::InvalidArgument`].
+    pub fn units(mut self, units: Units) -> Result<Self> {
+        let parser = formats::line_parser_in(self.format, units).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "--units applies to {} traces only; {} traces fix their own units",
+                Units::FORMATS.map(Format::name).join(" and "),
+                self.format
+            ))
+        })?;
+        if let Source::Text { parse, .. } = &mut self.source {
+            *parse = parser;
+        }
+        self.units = Some(units);
+        Ok(self)
+    }
+
+    /// The units offsets and sizes are read in, for formats that take a
+    /// choice (`None` for the others).
+    pub fn units_in_use(&self) -> Option<Units> {
+        self.units
+    }
+
+    /// One warning line if the requests read so far look like the trace is
+    /// in the other unit ([`crate::units_warning`]); `None` otherwise.
+    pub fn units_warning(&self) -> Option<String> {
+        crate::units_warning(self.format, self.units?, &self.stats)
+    }
+
     /// Sets strict mode: the first bad line ends reading with an error.
     #[must_use]
     pub fn strict(mut self, strict: bool) -> Self {
@@ -144,6 +185,7 @@ impl TraceReader {
         };
         Ok(TraceReader {
             format,
+            units: Units::default_for(format),
             path: None,
             source,
             strict: false,
@@ -268,6 +310,12 @@ impl TraceReader {
             }
             *last_ns = record.time_ns;
             stats.requests += 1;
+            if !(record.offset | record.length).is_multiple_of(SECTOR_BYTES) {
+                stats.misaligned += 1;
+            }
+            if record.length.is_multiple_of(SECTOR_BYTES * SECTOR_BYTES) {
+                stats.multiple_of_256k += 1;
+            }
             return Ok(Some(Request {
                 time_ns: record.time_ns.saturating_sub(base),
                 volume: volumes.id(record.volume),

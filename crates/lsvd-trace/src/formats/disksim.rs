@@ -6,7 +6,8 @@
 //! * arrival_time: integer nanoseconds (MQSim's `Time_Unit` NANOSECOND;
 //!   classic DiskSim uses milliseconds, which this parser does not accept).
 //! * Volume key: `device` (integer), named `dev{n}`.
-//! * lba and size: 512 B sectors → ×512 bytes.
+//! * lba and size: 512 B sectors → ×512 bytes ([`parse`]); bytes with
+//!   `--units bytes` ([`parse_in`]`::<1>`).
 //! * type: `0` = write, `1` = read (MQSim's codes).
 //!
 //! Bad: not exactly 5 fields, a non-integer (including a decimal time), a
@@ -20,14 +21,20 @@ use crate::volumes::VolumeKey;
 /// Bytes per sector.
 pub(crate) const SECTOR: u64 = 512;
 
+/// Parses a line whose lba and size are in 512-byte sectors.
 pub(crate) fn parse(line: &[u8]) -> Result<Line<'_>, Why> {
+    parse_in::<SECTOR>(line)
+}
+
+/// Parses a line whose lba and size are in units of `UNIT_BYTES` bytes.
+pub(crate) fn parse_in<const UNIT_BYTES: u64>(line: &[u8]) -> Result<Line<'_>, Why> {
     let [time, device, lba, size, kind] = split_ws_exact::<5>(line)?;
     Ok(Line::Record(Record {
         time_ns: u64_field(time, "arrival time (ns)")?,
         volume: VolumeKey::Num(u64_field(device, "device")?),
         op: binary_op(kind, Op::Read, Op::Write, "type")?,
-        offset: scaled(u64_field(lba, "lba")?, SECTOR, "lba")?,
-        length: scaled(u64_field(size, "size")?, SECTOR, "size")?,
+        offset: scaled(u64_field(lba, "lba")?, UNIT_BYTES, "lba")?,
+        length: scaled(u64_field(size, "size")?, UNIT_BYTES, "size")?,
     }))
 }
 

@@ -34,7 +34,7 @@ pub mod vscsi;
 
 use crate::numbers::Why;
 use crate::volumes::VolumeKey;
-use crate::{Format, Op};
+use crate::{Format, Op, Units};
 
 /// One parsed request, before time normalization and volume numbering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,19 @@ pub(crate) fn line_parser(format: Format) -> Option<LineParser> {
         Format::Systor => systor::parse,
         Format::Disksim => disksim::parse,
         Format::Vscsi => return None,
+    })
+}
+
+/// The line parser of `format` reading offsets and sizes in `units`, for the
+/// formats that take a units choice ([`Units::default_for`]); `None` for the
+/// others.
+pub(crate) fn line_parser_in(format: Format, units: Units) -> Option<LineParser> {
+    Some(match (format, units) {
+        (Format::MsrCut, Units::Bytes) => msr_cut::parse,
+        (Format::MsrCut, Units::Sectors) => msr_cut::parse_in::<{ disksim::SECTOR }>,
+        (Format::Disksim, Units::Sectors) => disksim::parse,
+        (Format::Disksim, Units::Bytes) => disksim::parse_in::<1>,
+        _ => return None,
     })
 }
 

@@ -40,6 +40,11 @@ pub struct ReplayArgs {
     /// Trace format: msr, msr-cut, spc, cloudphysics, vscsi, tencent, systor, disksim, auto.
     #[arg(long, default_value = "auto")]
     pub format: String,
+    /// Units of offsets and sizes for the 5-column `time device offset size type`
+    /// formats: bytes (msr-cut's default) or sectors (512-byte; disksim's default).
+    /// Other formats fix their units.
+    #[arg(long, value_name = "bytes|sectors")]
+    pub units: Option<String>,
     /// NBD URI of the export: nbd://HOST:PORT/EXPORT or nbd+unix:///EXPORT?socket=PATH.
     #[arg(long)]
     pub export: String,
@@ -199,8 +204,11 @@ struct Requests {
 
 impl Requests {
     fn open(args: &ReplayArgs, format: Format, size: u64) -> Result<Requests> {
-        let reader = TraceReader::open(&args.trace, format)
-            .map_err(|e| Error::from(e).context(args.trace.display()))?;
+        let in_trace = |e: lsvd_trace::Error| Error::from(e).context(args.trace.display());
+        let mut reader = TraceReader::open(&args.trace, format).map_err(in_trace)?;
+        if let Some(units) = crate::sim::parse_units(args.units.as_deref())? {
+            reader = reader.units(units).map_err(in_trace)?;
+        }
         Ok(Requests {
             reader,
             size,
@@ -235,6 +243,11 @@ impl Requests {
 
     fn bad_lines(&self) -> u64 {
         self.reader.stats().bad_lines
+    }
+
+    /// One line if the trace looks like it is in the other unit.
+    fn units_warning(&self) -> Option<String> {
+        self.reader.units_warning()
     }
 }
 
@@ -303,6 +316,14 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
         .parse()
         .map_err(|e| Error::from(e).context("--format"))?;
     let format = choice.resolve(&args.trace)?;
+    // A bad --units fails before connecting (the reader checks it again).
+    if crate::sim::parse_units(args.units.as_deref())?.is_some()
+        && lsvd_trace::Units::default_for(format).is_none()
+    {
+        return Err(Error::bad_input(format!(
+            "--units applies to msr-cut and disksim traces only; {format} traces fix their own units"
+        )));
+    }
     let target = Target::parse(&args.export).map_err(Error::bad_input)?;
     let client = Arc::new(Client::connect(&target).await.map_err(|e| {
         Error::with_source(
@@ -419,6 +440,9 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
     report.iops = report.requests as f64 / report.elapsed_secs.max(1e-9);
     report.errors = errors.load(Ordering::Relaxed);
     report.bad_trace_lines = requests.bad_lines();
+    if let Some(w) = requests.units_warning() {
+        eprintln!("lsvd: warning: {}: {w}", args.trace.display());
+    }
     if let (Some(b), Some(u)) = (before, &args.metrics) {
         let a = cache_counts(&scrape(u).await?, volume.as_deref());
         let hits = a.0 - b.0;

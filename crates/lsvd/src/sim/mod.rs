@@ -10,6 +10,7 @@
 //! per configuration: `--batch-size`, `--gc-start`/`--gc-stop` and `--gc-policy` take
 //! comma-separated lists and every combination is simulated in the same pass.
 
+pub mod layout;
 pub mod plot;
 pub mod report;
 pub mod volume;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use lsvd_core::gc::{GcConfig, GcPolicy};
-use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader};
+use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader, Units};
 
 use report::{InputReport, RunReport, VolumeResult};
 use volume::{SimConfig, VolumeSim};
@@ -37,6 +38,12 @@ pub struct SimArgs {
     /// auto (from the file name and first lines).
     #[arg(long, default_value = "auto")]
     pub format: String,
+    /// Units of offsets and sizes for the 5-column `time device offset size type`
+    /// formats: bytes (msr-cut's default, the MSR cuts) or sectors (512-byte; disksim's
+    /// default, classic DiskSim and other replayers' traces). Other formats fix their
+    /// units. A trace that looks like it is in the other unit gets a warning line.
+    #[arg(long, value_name = "bytes|sectors")]
+    pub units: Option<String>,
     /// Simulate only this volume of each trace: its name (hm_0, asu1, vol1058) or its
     /// number in order of first appearance.
     #[arg(long, value_name = "ID|NAME")]
@@ -49,7 +56,7 @@ pub struct SimArgs {
     /// hotcold:FRACTION:SHARE (hotcold:0.2:0.8 is 80/20) or zipf:THETA.
     #[arg(long, value_name = "PATTERN")]
     pub synthetic: Option<String>,
-    /// Synthetic: request size.
+    /// Synthetic: request size (with --layout: the page size; HyLog uses 8K).
     #[arg(long, default_value = "4K")]
     pub io_size: String,
     /// Synthetic: number of requests (after preconditioning).
@@ -113,6 +120,9 @@ pub struct SimArgs {
     /// replay alone (without parsing).
     #[arg(long)]
     pub preload: bool,
+
+    #[command(flatten)]
+    pub layout: layout::cli::LayoutArgs,
 }
 
 /// CPU time of the calling thread, in seconds (0 if unavailable). The replay runs on
@@ -416,6 +426,14 @@ fn replay(
     n
 }
 
+/// The `--units` value, if given; a bad one is `BadInput`.
+pub(crate) fn parse_units(units: Option<&str>) -> Result<Option<Units>> {
+    units
+        .map(|u| u.parse::<Units>())
+        .transpose()
+        .map_err(|e| Error::from(e).context("--units"))
+}
+
 /// Replay one trace file.
 fn run_trace(
     args: &SimArgs,
@@ -431,6 +449,9 @@ fn run_trace(
     let mut reader = TraceReader::open(path, format)
         .map_err(in_trace)?
         .strict(args.strict);
+    if let Some(units) = parse_units(args.units.as_deref())? {
+        reader = reader.units(units).map_err(in_trace)?;
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -438,7 +459,7 @@ fn run_trace(
     let mut sims = InputSims::new(configs);
     let mut progress = Progress::new(name, None);
     let want = args.volume.clone();
-    let (names, stats) = if args.preload {
+    let (names, stats, units_warning) = if args.preload {
         let requests: Vec<Request> = reader.by_ref().collect();
         if let Some(e) = reader.error() {
             return Err(in_trace(e.clone()));
@@ -451,8 +472,9 @@ fn run_trace(
             })
         });
         watch.stop(n, timing);
+        let warning = reader.units_warning();
         let stats = reader.finish().map_err(in_trace)?;
-        (names, stats)
+        (names, stats, warning)
     } else {
         let watch = Stopwatch::start();
         let mut n = 0u64;
@@ -477,10 +499,14 @@ fn run_trace(
         }
         watch.stop(n, timing);
         let names = reader.volumes().to_vec();
+        let warning = reader.units_warning();
         let stats = reader.finish().map_err(in_trace)?;
-        (names, stats)
+        (names, stats, warning)
     };
     progress.clear();
+    if let Some(w) = units_warning {
+        eprintln!("lsvd: warning: {}: {w}", path.display());
+    }
     let results = sims.finish(index, &names, args.series || args.plot.is_some());
     if let Some(w) = &want
         && results.is_empty()
@@ -584,6 +610,11 @@ pub fn simulate(args: &SimArgs) -> Result<RunReport> {
             "give trace files or --synthetic PATTERN (not both)",
         ));
     }
+    if args.synthetic.is_some() && args.units.is_some() {
+        return Err(Error::bad_input(
+            "--units applies to trace files, not to --synthetic workloads",
+        ));
+    }
     let fixed_size = match (&args.synthetic, &args.volume_size) {
         (None, Some(s)) => {
             let v = parse_size(s)?;
@@ -635,6 +666,9 @@ pub fn simulate(args: &SimArgs) -> Result<RunReport> {
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
+    if args.layout.layout.is_some() {
+        return layout::cli::run(&args);
+    }
     let report = simulate(&args)?;
     if let Some(path) = &args.plot {
         let svg = plot::chart(&report, 8);
