@@ -8,22 +8,34 @@
 //! bytes written, not by a clock, so the simulator and the engine, fed the same
 //! writes, hold the same counters.
 //!
-//! Memory: one `u32` per region. Regions are 1 MiB by default, so **4 KiB per GiB of
-//! volume** (4 MiB for a 1 TiB volume). The number of regions is capped
-//! (`max_regions`, default 2^20 = 4 MiB of counters): a volume larger than
-//! `max_regions` MiB gets larger regions (the next power of two that fits), and with
-//! no volume size known the tracker grows as writes arrive and doubles its region size
-//! (merging neighbours) whenever a write lands beyond the cap.
+//! Granularity: regions are 4 KiB (a block) by default. Coarser regions average hot
+//! and cold blocks together: with hot 4 KiB blocks scattered over the volume (the
+//! synthetic workloads of `lsvd sim` do that, and so do many databases), 1 MiB
+//! regions all look alike and nothing can be separated.
+//!
+//! Memory: one `u32` per region, so **1 MiB per GiB of volume** at 4 KiB regions, and
+//! never more than `max_regions` counters (default 2^20 = **4 MiB**, reached at a 4 GiB
+//! volume): a larger volume gets larger regions (the next power of two that fits, so
+//! 256 KiB regions for 1 TiB, still 4 MiB of counters), and with no volume size known
+//! the tracker grows as writes arrive and doubles its region size (merging
+//! neighbours) whenever a write lands beyond the cap.
+//!
+//! Half-life: [`HALF_LIFE_SPANS`] times the tracked span (regions × region size, at
+//! least [`MIN_HALF_LIFE_BYTES`]). A decayed count then holds about 11 writes' worth
+//! of a block written at the average rate, so the sampling noise of a uniform workload
+//! (relative spread about 1/sqrt(11) = 0.3) is not mistaken for skew.
 //!
 //! A counter is 0 for a region never written and at least 1 for one ever written (the
 //! decay stops at 1), so cold data that was written once stays distinguishable from
 //! space that holds nothing.
 
-/// Default region size: 1 MiB.
-pub const DEFAULT_REGION_BYTES: u64 = 1 << 20;
+/// Default region size: 4 KiB.
+pub const DEFAULT_REGION_BYTES: u64 = 4096;
 /// Default cap on the number of regions (4 MiB of counters).
 pub const DEFAULT_MAX_REGIONS: usize = 1 << 20;
-/// The decay half-life is the tracked span (regions × region size), but at least this.
+/// The decay half-life is this many times the tracked span (regions × region size)...
+pub const HALF_LIFE_SPANS: u64 = 8;
+/// ...but at least this.
 pub const MIN_HALF_LIFE_BYTES: u64 = 64 << 20;
 
 const SECTOR_SHIFT: u32 = 9;
@@ -42,8 +54,8 @@ pub struct HeatTracker {
     fixed_regions: Option<usize>,
     /// Decayed sectors written per region.
     counts: Vec<u32>,
-    /// Halve every this many bytes written; `None`: the tracked span (at least
-    /// [`MIN_HALF_LIFE_BYTES`]).
+    /// Halve every this many bytes written; `None`: [`HALF_LIFE_SPANS`] times the
+    /// tracked span (at least [`MIN_HALF_LIFE_BYTES`]).
     half_life_bytes: Option<u64>,
     since_decay_bytes: u64,
     decays: u64,
@@ -57,7 +69,7 @@ impl Default for HeatTracker {
 
 impl HeatTracker {
     /// A tracker for a volume of `volume_size_bytes` (`None` or 0: unknown, grow as
-    /// needed) with 1 MiB regions, [`DEFAULT_MAX_REGIONS`] and the span as half-life.
+    /// needed) with 4 KiB regions, [`DEFAULT_MAX_REGIONS`] and the default half-life.
     pub fn new(volume_size_bytes: Option<u64>) -> Self {
         HeatTracker::with_limits(
             volume_size_bytes,
@@ -69,7 +81,7 @@ impl HeatTracker {
 
     /// A tracker with explicit limits. `region_bytes` is rounded up to a power of two
     /// of at least one sector; `max_regions` is at least 1; `half_life_bytes` of
-    /// `None` (or 0) means the tracked span.
+    /// `None` (or 0) means [`HALF_LIFE_SPANS`] times the tracked span.
     pub fn with_limits(
         volume_size_bytes: Option<u64>,
         region_bytes: u64,
@@ -127,6 +139,7 @@ impl HeatTracker {
         self.half_life_bytes.unwrap_or_else(|| {
             (self.counts.len() as u64)
                 .saturating_mul(1u64 << self.region_shift)
+                .saturating_mul(HALF_LIFE_SPANS)
                 .max(MIN_HALF_LIFE_BYTES)
         })
     }
@@ -224,13 +237,30 @@ impl HeatTracker {
         v
     }
 
-    /// The heats of written regions, hottest first: the distribution the cost model
-    /// reads ([`crate::hylog::choose`]).
+    /// The heats of written regions, hottest first.
     pub fn sorted_heats(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self.counts.iter().copied().filter(|&c| c > 0).collect();
         v.sort_unstable_by(|a, b| b.cmp(a));
         v
     }
+
+    /// The distribution the cost model reads ([`crate::hylog::choose`]): (heat,
+    /// written regions with that heat), hottest first.
+    pub fn distribution(&self) -> Vec<(u32, u64)> {
+        histogram(&self.sorted_heats())
+    }
+}
+
+/// Run-length histogram of heats sorted hottest first: (heat, count).
+pub fn histogram(sorted_heats: &[u32]) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = Vec::new();
+    for &h in sorted_heats {
+        match out.last_mut() {
+            Some((v, n)) if *v == h => *n += 1,
+            _ => out.push((h, 1)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -271,15 +301,21 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_by_volume_size_or_cap() {
-        // 1 GiB volume: 1024 regions of 1 MiB, 4 KiB of counters at most.
+        // 1 GiB volume: 2^18 regions of 4 KiB, 1 MiB of counters at most.
         let mut t = HeatTracker::new(Some(1 << 30));
-        assert_eq!(t.region_bytes(), 1 << 20);
-        assert_eq!(t.memory_bytes().1, 4096);
+        assert_eq!(t.region_bytes(), 4096);
+        assert_eq!(t.memory_bytes().1, 1 << 20);
         t.record_write(0, (1 << 30) / 512);
-        assert_eq!(t.memory_bytes(), (4096, 4096));
+        assert_eq!(t.memory_bytes(), (1 << 20, 1 << 20));
         // Writes beyond a fixed size are ignored, not tracked.
         t.record_write((1 << 30) / 512, 8);
-        assert_eq!(t.regions(), 1024);
+        assert_eq!(t.regions(), 1 << 18);
+        // The default cap: 4 MiB of counters whatever the size.
+        for size in [1u64 << 32, 1 << 40, 1 << 50] {
+            assert_eq!(HeatTracker::new(Some(size)).memory_bytes().1, 4 << 20);
+        }
+        assert_eq!(HeatTracker::new(Some(1 << 40)).region_bytes(), 1 << 20);
+        assert_eq!(HeatTracker::new(None).memory_bytes().1, 4 << 20);
 
         // A volume too big for the cap gets larger regions.
         let t = HeatTracker::with_limits(Some(1 << 40), 1 << 20, 1024, None);
@@ -305,7 +341,7 @@ mod tests {
 
     #[test]
     fn ranking_is_hottest_first_with_ties_by_region() {
-        let mut t = HeatTracker::new(Some(16 << 20));
+        let mut t = HeatTracker::with_limits(Some(16 << 20), 1 << 20, 1 << 20, None);
         for (region, times) in [(3u64, 5), (1, 9), (7, 5), (0, 1)] {
             for _ in 0..times {
                 t.record_write(region * MIB_SECTORS, 8);
@@ -313,6 +349,7 @@ mod tests {
         }
         assert_eq!(t.ranked(), vec![(1, 72), (3, 40), (7, 40), (0, 8)]);
         assert_eq!(t.sorted_heats(), vec![72, 40, 40, 8]);
+        assert_eq!(t.distribution(), vec![(72, 1), (40, 2), (8, 1)]);
     }
 
     #[test]
@@ -320,6 +357,6 @@ mod tests {
         let mut t = HeatTracker::new(None);
         assert_eq!(t.half_life_bytes(), MIN_HALF_LIFE_BYTES);
         t.record_write(255 * MIB_SECTORS, 8);
-        assert_eq!(t.half_life_bytes(), 256 << 20);
+        assert_eq!(t.half_life_bytes(), 8 * (255 << 20) + 8 * 4096);
     }
 }

@@ -151,42 +151,45 @@ impl HotChoice {
     }
 }
 
-/// Choose the hot fraction for region heats `sorted_heats` (hottest first, as
-/// [`crate::heat::HeatTracker::sorted_heats`] gives them; every region is taken to
-/// hold the same live data) at store utilization `disk_u`.
-pub fn choose(sorted_heats: &[u32], disk_u: f64) -> HotChoice {
+/// Choose the hot fraction for the heat distribution `histogram` ((heat, regions),
+/// hottest first, as [`crate::heat::HeatTracker::distribution`] gives it; every
+/// region is taken to hold the same live data) at store utilization `disk_u`. The
+/// hot set is always a whole number of heat values (regions of equal heat are on the
+/// same side), at most [`MAX_CANDIDATES`] of the boundaries are tried, evenly spread
+/// over the regions.
+pub fn choose(histogram: &[(u32, u64)], disk_u: f64) -> HotChoice {
     let mut best = HotChoice::none(disk_u);
-    let n = sorted_heats.len();
-    let total: f64 = sorted_heats.iter().map(|&x| x as f64).sum();
-    if n < 2 || total <= 0.0 {
+    let n: u64 = histogram.iter().map(|&(_, c)| c).sum();
+    let total: f64 = histogram.iter().map(|&(h, c)| h as f64 * c as f64).sum();
+    if histogram.len() < 2 || n < 2 || total <= 0.0 {
         return best;
     }
-    let mut prefix = Vec::with_capacity(n + 1);
-    prefix.push(0.0f64);
-    for &x in sorted_heats {
-        let last = prefix.last().copied().unwrap_or(0.0);
-        prefix.push(last + x as f64);
-    }
-    let steps = (n - 1).min(MAX_CANDIDATES);
-    let mut found: Option<(f64, usize, f64)> = None; // (cost, k, f)
-    for i in 1..=steps {
-        // k hot regions, 1..n-1, evenly spaced.
-        let k = (i * (n - 1)).div_ceil(steps).clamp(1, n - 1);
+    let step = (n / MAX_CANDIDATES as u64).max(1);
+    let mut next_rank = 0u64;
+    let (mut k, mut writes) = (0u64, 0.0f64);
+    let mut found: Option<(f64, f64, f64, f64, u32)> = None; // (cost, h, w, f, threshold)
+    for &(heat, count) in &histogram[..histogram.len() - 1] {
+        k += count;
+        writes += heat as f64 * count as f64;
+        if k < next_rank {
+            continue;
+        }
+        next_rank = k + step;
         let h = k as f64 / n as f64;
-        let w = prefix[k] / total;
+        let w = writes / total;
         let (cost, f) = separated_cost(h, w, disk_u);
-        if found.is_none_or(|(c, _, _)| cost < c) {
-            found = Some((cost, k, f));
+        if found.is_none_or(|(c, ..)| cost < c) {
+            found = Some((cost, h, w, f, heat));
         }
     }
-    if let Some((cost, k, f)) = found
+    if let Some((cost, h, w, f, threshold)) = found
         && cost < best.unseparated_cost * (1.0 - MIN_MODEL_GAIN)
     {
-        best.hot_fraction = k as f64 / n as f64;
-        best.hot_write_share = prefix[k] / total;
+        best.hot_fraction = h;
+        best.hot_write_share = w;
         best.hot_space_share = f;
         best.cost = cost;
-        best.hot_threshold = sorted_heats[k - 1].max(1);
+        best.hot_threshold = threshold.max(1);
     }
     best
 }
@@ -210,16 +213,14 @@ mod tests {
         assert_eq!(cleaning_utilization(f64::NAN), 0.0);
     }
 
-    fn step(hot_regions: usize, cold_regions: usize, hot_heat: u32, cold_heat: u32) -> Vec<u32> {
-        let mut v = vec![hot_heat; hot_regions];
-        v.extend(std::iter::repeat_n(cold_heat, cold_regions));
-        v
+    fn step(hot_regions: u64, cold_regions: u64, hot_heat: u32, cold_heat: u32) -> Vec<(u32, u64)> {
+        vec![(hot_heat, hot_regions), (cold_heat, cold_regions)]
     }
 
     #[test]
     fn uniform_gains_nothing() {
         for u in [0.5, 0.7, 0.8, 0.9, 0.95] {
-            let c = choose(&vec![1000; 1024], u);
+            let c = choose(&[(1000, 1024)], u);
             assert!(!c.separates(), "u {u}: {c:?}");
             assert!(!c.is_hot(1000) && !c.is_hot(u32::MAX - 1));
             // Any split of a uniform workload costs the same as none, at best.
@@ -261,10 +262,44 @@ mod tests {
     }
 
     #[test]
+    fn sampling_noise_of_a_uniform_workload_is_not_skew() {
+        // Poisson-distributed counts with mean 11 (what the tracker's half-life gives
+        // a uniform workload): no separation at the bands the experiments use.
+        let mut hist = Vec::new();
+        let mean = 11.0f64;
+        let mut p = (-mean).exp();
+        let mut pmf = vec![p];
+        for x in 1..40 {
+            p *= mean / x as f64;
+            pmf.push(p);
+        }
+        for (x, p) in pmf.iter().enumerate().rev() {
+            let regions = (p * 262_144.0).round() as u64;
+            if regions > 0 && x > 0 {
+                hist.push((x as u32, regions));
+            }
+        }
+        for u in [0.7, 0.75, 0.8, 0.85, 0.9, 0.93] {
+            let c = choose(&hist, u);
+            assert!(!c.separates(), "u {u}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn many_heat_values_are_sampled_not_all_tried() {
+        // 10,000 distinct heats, a zipf-like 1/rank: a hot head is found.
+        let hist: Vec<(u32, u64)> = (1..=10_000u32).map(|r| (1_000_000 / r, 1)).collect();
+        let c = choose(&hist, 0.8);
+        assert!(c.separates() && c.hot_fraction < 0.5, "{c:?}");
+        assert!(c.hot_write_share > c.hot_fraction, "{c:?}");
+    }
+
+    #[test]
     fn degenerate_inputs_do_not_separate() {
         assert!(!choose(&[], 0.8).separates());
-        assert!(!choose(&[5], 0.8).separates());
-        assert!(!choose(&[0, 0, 0], 0.8).separates());
+        assert!(!choose(&[(5, 1)], 0.8).separates());
+        assert!(!choose(&[(5, 1000)], 0.8).separates());
+        assert!(!choose(&[(0, 3), (0, 4)], 0.8).separates());
         // Utilization out of range is clamped, never a panic or NaN.
         for u in [-1.0, 0.0, 1.0, 2.0, f64::NAN] {
             let c = choose(&step(10, 90, 81, 1), u);
