@@ -470,15 +470,15 @@ async fn overwrites_with_gc_keep_data_and_bound_the_store() {
     overwrite_and_check(spec).await;
 }
 
-/// The same checks for uniform and 80/20 hot/cold overwrites under both victim
-/// policies: 64 MiB volumes in CI, 1 GiB with `LSVD_SOAK=1` (about 5 minutes). Prints a
+/// The same checks for uniform and 80/20 hot/cold overwrites under each GC policy
+/// (greedy, cost-benefit, hylog): 64 MiB volumes in CI, 1 GiB with `LSVD_SOAK=1` (about 5 minutes). Prints a
 /// table of write amplification and steady-state store size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overwrites_by_workload_and_policy_keep_data_and_bound_the_store() {
     let bytes = if soak() { 1 << 30 } else { 64 << 20 };
     let mut rows = Vec::new();
     for workload in [Workload::Uniform, Workload::HotCold80_20] {
-        for policy in [GcPolicy::Greedy, GcPolicy::CostBenefit] {
+        for policy in [GcPolicy::Greedy, GcPolicy::CostBenefit, GcPolicy::HyLog] {
             let mut spec = OverwriteSpec::new(bytes, workload, policy);
             // The reopen is covered by the 1 GiB test; keep this one shorter.
             spec.reopen = false;
