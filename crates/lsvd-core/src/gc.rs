@@ -7,11 +7,19 @@
 //! objects of its own (never mixed with fresh client writes: cold data stays with cold
 //! data), and each relocated extent carries its source so it applies only where the
 //! map still points there. The live engine and the simulator both use this module.
+//!
+//! The `hylog` policy also separates what GC moves by how hot it is (see
+//! [`crate::hylog`], `docs/sim/hylog.md`): relocated data in regions the write-frequency
+//! tracker ([`crate::heat`]) ranks hot goes into hot GC objects, the rest into cold
+//! ones ([`split_by_heat`], [`group_relocations_by_class`]), so hot and cold data never
+//! share a GC object.
 
 use std::collections::BTreeSet;
 
 use crate::format::SECTOR_BYTES;
 use crate::format::object::{ExtentSource, ObjectExtent, ObjectHeader, ObjectKind};
+use crate::heat::HeatTracker;
+use crate::hylog::HotChoice;
 use crate::store_state::{ObjLoc, StoreState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +29,13 @@ pub enum GcPolicy {
     /// LFS cost-benefit: (1 - u) * age / (1 + u), highest first. Prefers old, cold
     /// objects that will stay clean once compacted.
     CostBenefit,
+    /// HyLog: each pass chooses, from the measured write frequencies and the
+    /// utilization, the hot fraction that minimizes modelled write cost, and writes
+    /// relocated hot and cold data into separate GC objects. Victims are taken like
+    /// cost-benefit while hot and cold are separated (the LFS pairing: cold objects
+    /// are dense and age, hot ones empty fast), like greedy when the model finds
+    /// nothing to separate (a uniform workload).
+    HyLog,
 }
 
 impl std::str::FromStr for GcPolicy {
@@ -29,8 +44,9 @@ impl std::str::FromStr for GcPolicy {
         match s {
             "greedy" => Ok(GcPolicy::Greedy),
             "cost-benefit" | "costbenefit" => Ok(GcPolicy::CostBenefit),
+            "hylog" => Ok(GcPolicy::HyLog),
             _ => Err(format!(
-                "unknown GC policy '{s}' (use greedy or cost-benefit)"
+                "unknown GC policy '{s}' (use greedy, cost-benefit or hylog)"
             )),
         }
     }
@@ -41,6 +57,7 @@ impl std::fmt::Display for GcPolicy {
         f.write_str(match self {
             GcPolicy::Greedy => "greedy",
             GcPolicy::CostBenefit => "cost-benefit",
+            GcPolicy::HyLog => "hylog",
         })
     }
 }
@@ -64,6 +81,24 @@ impl Default for GcConfig {
             stop_utilization: 0.75,
             policy: GcPolicy::Greedy,
             pass_bytes: 32 << 20,
+        }
+    }
+}
+
+impl GcPolicy {
+    /// Does this policy separate hot from cold data (and so need a
+    /// [`HeatTracker`] fed with every client write)?
+    pub fn tracks_heat(&self) -> bool {
+        matches!(self, GcPolicy::HyLog)
+    }
+
+    /// The victim order to use now: hylog orders like cost-benefit while it separates
+    /// hot from cold data and like greedy otherwise; the others are their own order.
+    pub fn victim_order(&self, separating: bool) -> GcPolicy {
+        match self {
+            GcPolicy::HyLog if separating => GcPolicy::CostBenefit,
+            GcPolicy::HyLog => GcPolicy::Greedy,
+            p => *p,
         }
     }
 }
@@ -166,7 +201,8 @@ pub fn select_victims(
         let data = o.total_bytes.max(1) as f64;
         let u = o.live_bytes as f64 / data;
         let key = match cfg.policy {
-            GcPolicy::Greedy => u,
+            // Callers resolve hylog with `victim_order`; unresolved it is greedy.
+            GcPolicy::Greedy | GcPolicy::HyLog => u,
             GcPolicy::CostBenefit => {
                 let age = now_seq.saturating_sub(seq).max(1) as f64;
                 -((1.0 - u) * age / (1.0 + u))
@@ -268,6 +304,81 @@ pub fn group_relocations(relocations: &[Relocation], object_bytes: u64) -> Vec<V
         groups.push(current);
     }
     groups
+}
+
+/// Which GC objects a relocated extent goes into under hylog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HeatClass {
+    Hot,
+    Cold,
+}
+
+/// Split relocations into (hot, cold) by the heat of the region each sector is in,
+/// per `choice`. An extent crossing regions of different classes is cut where the
+/// class changes (its source advanced); otherwise it stays whole. Order is kept.
+pub fn split_by_heat(
+    relocations: &[Relocation],
+    tracker: &HeatTracker,
+    choice: &HotChoice,
+) -> (Vec<Relocation>, Vec<Relocation>) {
+    let mut hot = Vec::new();
+    let mut cold = Vec::new();
+    if !choice.separates() {
+        return (hot, relocations.to_vec());
+    }
+    let region_sectors = (tracker.region_bytes() / SECTOR_BYTES).max(1);
+    for r in relocations {
+        let mut r = *r;
+        while r.sectors > 0 {
+            let class_hot = choice.is_hot(tracker.heat_at(r.lba));
+            // Extend the run over following regions of the same class.
+            let mut run = (region_sectors - r.lba % region_sectors).min(r.sectors);
+            while run < r.sectors && choice.is_hot(tracker.heat_at(r.lba + run)) == class_hot {
+                run = (run + region_sectors).min(r.sectors);
+            }
+            let piece = Relocation {
+                lba: r.lba,
+                sectors: run,
+                source: r.source,
+            };
+            if class_hot {
+                hot.push(piece);
+            } else {
+                cold.push(piece);
+            }
+            r = Relocation {
+                lba: r.lba + run,
+                sectors: r.sectors - run,
+                source: r.source.advance_sectors(run),
+            };
+        }
+    }
+    (hot, cold)
+}
+
+/// [`group_relocations`] per class: hot and cold data never share a GC object. Each
+/// group is one GC object, labelled with its class (cold groups first). With no
+/// tracker or a choice that does not separate, everything is cold, grouped exactly as
+/// [`group_relocations`] would.
+pub fn group_relocations_by_class(
+    relocations: &[Relocation],
+    object_bytes: u64,
+    heat: Option<(&HeatTracker, &HotChoice)>,
+) -> Vec<(HeatClass, Vec<Relocation>)> {
+    let (hot, cold) = match heat {
+        Some((tracker, choice)) => split_by_heat(relocations, tracker, choice),
+        None => (Vec::new(), relocations.to_vec()),
+    };
+    let mut out: Vec<(HeatClass, Vec<Relocation>)> = group_relocations(&cold, object_bytes)
+        .into_iter()
+        .map(|g| (HeatClass::Cold, g))
+        .collect();
+    out.extend(
+        group_relocations(&hot, object_bytes)
+            .into_iter()
+            .map(|g| (HeatClass::Hot, g)),
+    );
+    out
 }
 
 /// Object extents (with sources) for one GC group.
@@ -457,5 +568,137 @@ mod tests {
             },
             true
         ));
+    }
+
+    /// 8 MiB of data in 1 MiB regions; regions 0, 1 and 5 are hot.
+    fn heat_setup() -> (StoreState, HeatTracker, HotChoice) {
+        let mib = 2048u64;
+        let mut s = StoreState::new(64 << 20);
+        // Object 1: all 8 MiB in two extents; object 2 overwrites bits of it, so
+        // object 1 has garbage and its live extents cross region edges.
+        s.apply(&data(
+            1,
+            &[(0, (4 * mib) as u32), (4 * mib, (4 * mib) as u32)],
+        ))
+        .expect("apply");
+        s.apply(&data(2, &[(mib / 2, 16), (3 * mib, 64), (6 * mib + 5, 8)]))
+            .expect("apply");
+        let mut t = HeatTracker::with_limits(Some(64 << 20), 1 << 20, 1 << 20, None);
+        for region in 0..8u64 {
+            let times = if [0, 1, 5].contains(&region) { 50 } else { 1 };
+            for _ in 0..times {
+                t.record_write(region * mib, 8);
+            }
+        }
+        let choice = crate::hylog::choose(&t.distribution(), 0.8);
+        assert!(choice.separates(), "{choice:?}");
+        (s, t, choice)
+    }
+
+    fn sectors_of(rel: &[Relocation]) -> Vec<(u64, u64, u64)> {
+        let mut v: Vec<(u64, u64, u64)> = rel
+            .iter()
+            .flat_map(|r| {
+                (0..r.sectors).map(move |i| {
+                    let src = r.source.advance_sectors(i);
+                    (r.lba + i, src.object_seq, src.offset)
+                })
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn hot_and_cold_never_share_a_gc_object() {
+        let (s, t, choice) = heat_setup();
+        let victims: BTreeSet<u64> = [1].into_iter().collect();
+        let rel = live_extents(&s, &victims);
+        // Small objects so that each class spans several.
+        let groups = group_relocations_by_class(&rel, 512 << 10, Some((&t, &choice)));
+        let mut hot_groups = 0;
+        for (class, g) in &groups {
+            let sectors: u64 = g.iter().map(|r| r.sectors).sum();
+            assert!(sectors * SECTOR_BYTES <= 512 << 10);
+            for r in g {
+                for lba in [r.lba, r.lba + r.sectors - 1] {
+                    let hot = choice.is_hot(t.heat_at(lba));
+                    assert_eq!(
+                        hot,
+                        *class == HeatClass::Hot,
+                        "lba {lba} in a {class:?} group"
+                    );
+                }
+                // No extent crosses a region of the other class in between either.
+                let region_sectors = t.region_bytes() / SECTOR_BYTES;
+                let mut lba = r.lba;
+                while lba < r.lba + r.sectors {
+                    assert_eq!(choice.is_hot(t.heat_at(lba)), *class == HeatClass::Hot);
+                    lba = (lba / region_sectors + 1) * region_sectors;
+                }
+            }
+            hot_groups += usize::from(*class == HeatClass::Hot);
+        }
+        assert!(
+            hot_groups >= 2 && groups.len() - hot_groups >= 2,
+            "{}",
+            groups.len()
+        );
+        // Every live sector is moved exactly once, from where it is.
+        let all: Vec<Relocation> = groups.iter().flat_map(|(_, g)| g.clone()).collect();
+        assert_eq!(sectors_of(&all), sectors_of(&rel));
+        // Without separation: exactly the plain grouping, all cold.
+        let plain = group_relocations_by_class(&rel, 512 << 10, None);
+        assert!(plain.iter().all(|(c, _)| *c == HeatClass::Cold));
+        let plain: Vec<Vec<Relocation>> = plain.into_iter().map(|(_, g)| g).collect();
+        assert_eq!(plain, group_relocations(&rel, 512 << 10));
+        let none = HotChoice::none(0.8);
+        let unsplit = group_relocations_by_class(&rel, 512 << 10, Some((&t, &none)));
+        assert_eq!(unsplit.len(), plain.len());
+    }
+
+    #[test]
+    fn class_split_gc_objects_apply_only_where_the_map_still_points_at_the_source() {
+        let (mut s, t, choice) = heat_setup();
+        let victims: BTreeSet<u64> = [1].into_iter().collect();
+        let rel = live_extents(&s, &victims);
+        let groups = group_relocations_by_class(&rel, 1 << 20, Some((&t, &choice)));
+        // A client write lands after planning: 64 sectors in a hot region and 64 in a
+        // cold one, both still mapped to the victim when the pass read them.
+        s.apply(&data(3, &[(100, 64), (2 * 2048 + 100, 64)]))
+            .expect("apply");
+        for (i, (_, g)) in groups.iter().enumerate() {
+            let h = gc_object_header(4 + i as u64, 3, g);
+            s.apply(&h).expect("apply gc");
+        }
+        assert_eq!(s.objects()[&1].live_bytes, 0, "the victim is empty");
+        for lba in [100u64, 163, 2 * 2048 + 100, 2 * 2048 + 163] {
+            let p = s.map().lookup(lba, 1);
+            let loc = p.first().and_then(|p| p.location).expect("mapped");
+            assert_eq!(loc.object_seq, 3, "lba {lba}: the newer client write stays");
+        }
+        // Everything else of the volume is mapped, to GC objects or object 2.
+        for p in s.map().lookup(0, 8 * 2048) {
+            let seq = p.location.expect("mapped").object_seq;
+            assert!(seq >= 2, "lba {} in {seq}", p.lba);
+        }
+    }
+
+    #[test]
+    fn hylog_parses_and_orders_victims_by_what_it_does() {
+        let p: GcPolicy = "hylog".parse().expect("parse");
+        assert_eq!(p, GcPolicy::HyLog);
+        assert_eq!(p.to_string(), "hylog");
+        assert!(p.tracks_heat() && !GcPolicy::Greedy.tracks_heat());
+        assert_eq!(p.victim_order(true), GcPolicy::CostBenefit);
+        assert_eq!(p.victim_order(false), GcPolicy::Greedy);
+        assert_eq!(GcPolicy::Greedy.victim_order(true), GcPolicy::Greedy);
+        let e = "lfs".parse::<GcPolicy>().expect_err("unknown");
+        assert!(e.contains("hylog"), "{e}");
+        let cfg = GcConfig {
+            policy: p,
+            ..GcConfig::default()
+        };
+        assert!(cfg.validate().is_ok());
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Everything here is deterministic and does no I/O: the extent maps, the persisted
 //! formats, batching and coalescing, the store state with its live-byte accounting,
-//! recovery planning and GC planning. The live engine (crate `lsvd`) and the
+//! recovery planning, GC planning and the write-frequency model GC uses. The live engine (crate `lsvd`) and the
 //! trace-driven simulator (`lsvd sim`) both drive this code, so what the simulator
 //! predicts is what the engine does.
 
@@ -10,6 +10,8 @@ pub mod batcher;
 pub mod extent_map;
 pub mod format;
 pub mod gc;
+pub mod heat;
+pub mod hylog;
 pub mod log_map;
 pub mod pipeline;
 pub mod recovery;

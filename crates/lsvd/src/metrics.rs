@@ -119,6 +119,25 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.gc_moved_bytes as f64,
     );
     metric(
+        "gc_hot_fraction",
+        "gauge",
+        "hylog: the share of the data the latest GC pass treated as hot (0: no \
+         separation, or another policy).",
+        &|v, _| v.stats().gc_hot_fraction_ppm.load(Ordering::Relaxed) as f64 / 1e6,
+    );
+    metric(
+        "gc_hot_moved_bytes_total",
+        "counter",
+        "hylog: bytes GC relocated into hot GC objects (this session).",
+        &|v, _| v.stats().gc_hot_moved_bytes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "gc_cold_moved_bytes_total",
+        "counter",
+        "hylog: bytes GC relocated into cold GC objects (this session).",
+        &|v, _| v.stats().gc_cold_moved_bytes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "gc_pass_in_flight",
         "gauge",
         "1 while a GC pass is relocating data or waiting for its checkpoint.",

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 use crate::extent_map::Location;
-use crate::gc::{select_victims, should_collect};
+use crate::gc::{GcConfig, select_victims, should_collect};
 
 use super::{Pipeline, Queued};
 
@@ -41,7 +41,11 @@ impl<L: Location, G> Pipeline<L, G> {
             self.gc.stalled = false;
             return None;
         }
-        let victims = select_victims(&self.store, &self.cfg.gc, self.next_object_seq, |_| false);
+        let cfg = GcConfig {
+            policy: self.cfg.gc.policy.victim_order(self.gc.separating),
+            ..self.cfg.gc
+        };
+        let victims = select_victims(&self.store, &cfg, self.next_object_seq, |_| false);
         if victims.is_empty() {
             self.gc.active = false;
             if !self.gc.stalled {
@@ -57,6 +61,13 @@ impl<L: Location, G> Pipeline<L, G> {
         Some(GcPass {
             victims: self.gc.busy.clone(),
         })
+    }
+
+    /// Under the hylog policy: does the latest choice separate hot from cold data?
+    /// (The driver sets this after each pass's choice; it orders the next pass's
+    /// victims, see [`crate::gc::GcPolicy::victim_order`].)
+    pub fn set_gc_separating(&mut self, separating: bool) {
+        self.gc.separating = separating;
     }
 
     /// The pass has read its victims and will make `objects` GC objects: number them

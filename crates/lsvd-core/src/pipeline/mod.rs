@@ -155,6 +155,9 @@ struct GcState {
     /// A pass took sequence numbers and has not queued its objects yet: nothing else
     /// may be numbered meanwhile.
     reserved: Option<std::ops::Range<u64>>,
+    /// The hylog policy separates hot from cold data now (set by the driver after
+    /// each pass's choice): victims are then taken in cost-benefit order.
+    separating: bool,
 }
 
 /// The upload pipeline of one volume. `L` is where a batched extent's data is (the

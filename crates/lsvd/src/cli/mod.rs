@@ -289,9 +289,10 @@ pub struct EngineArgs {
     /// Stop garbage collection when live/stored bytes rises above this.
     #[arg(long, default_value_t = 0.75)]
     pub gc_stop: f64,
-    /// Victim selection: `greedy` (least live first) or `cost-benefit` (LFS: live
-    /// fraction and age).
-    #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit"])]
+    /// Victim selection: `greedy` (least live first), `cost-benefit` (LFS: live
+    /// fraction and age) or `hylog` (measures write frequencies and moves hot and cold
+    /// data into separate GC objects; see docs/sim/hylog.md).
+    #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit", "hylog"])]
     pub gc_policy: String,
     /// GC moves at most this many bytes per second, or four times the rate clients
     /// write if that is more (0: as fast as it can).

@@ -30,7 +30,9 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{
     ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
 };
-use lsvd_core::gc::{Relocation, gc_object_extents, group_relocations, live_extents_in};
+use lsvd_core::gc::{
+    Relocation, gc_object_extents, group_relocations, live_extents_in, split_by_heat,
+};
 
 use super::clock::{SharedClock, timeout};
 use super::read;
@@ -191,7 +193,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             lba += n;
             tokio::task::yield_now().await;
         }
-        match run_pass(&shared, &relocations, &kinds, &mut pacer).await {
+        let (relocations, cold) = classify(&shared, relocations);
+        match run_pass(&shared, &relocations, cold, &kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
@@ -239,11 +242,41 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
+/// Under hylog: choose the hot fraction from the write frequencies and the
+/// utilization, tell the pipeline (it orders the next pass's victims), and put the
+/// relocations in class order, cold first. Returns them and how many are cold; with
+/// any other policy they are returned as they are, all "cold".
+fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, usize) {
+    // A copy of the counters (4 bytes per region, at most 4 MiB): the distribution is
+    // sorted without the lock every client write takes.
+    let (tracker, utilization) = {
+        let st = shared.lock();
+        let Some(tracker) = st.heat.clone() else {
+            let n = relocations.len();
+            return (relocations, n);
+        };
+        (tracker, lsvd_core::gc::utilization(st.pipeline.store()))
+    };
+    let choice = lsvd_core::hylog::choose(&tracker.distribution(), utilization);
+    shared.lock().pipeline.set_gc_separating(choice.separates());
+    shared.stats.gc_hot_fraction_ppm.store(
+        (choice.hot_fraction * 1e6).round() as u64,
+        Ordering::Relaxed,
+    );
+    let (hot, mut cold) = split_by_heat(&relocations, &tracker, &choice);
+    let n = cold.len();
+    cold.extend(hot);
+    (cold, n)
+}
+
 /// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
-/// Returns the bytes moved, or None if writes stopped meanwhile (nothing queued).
+/// The first `cold` relocations and the rest go into separate GC objects (hylog's
+/// classes; other policies pass them all as cold). Returns the bytes moved, or None
+/// if writes stopped meanwhile (nothing queued).
 async fn run_pass(
     shared: &Arc<Shared>,
     relocations: &[Relocation],
+    cold: usize,
     kinds: &BTreeMap<u64, (ObjectKind, u64)>,
     pacer: &mut Pacer,
 ) -> crate::error::Result<Option<u64>> {
@@ -317,7 +350,15 @@ async fn run_pass(
     // (tens of megabytes copied and checksummed) without the state lock and off the
     // runtime's threads. Client batches closing meanwhile wait unnumbered, so the
     // upload queue stays in sequence order.
-    let groups = group_relocations(relocations, shared.config.batch_size_bytes);
+    // Cold groups, then hot ones: the same order as `relocations`, which the layout
+    // below walks in step.
+    let cold = cold.min(relocations.len());
+    let mut groups = group_relocations(&relocations[..cold], shared.config.batch_size_bytes);
+    let cold_groups = groups.len();
+    groups.extend(group_relocations(
+        &relocations[cold..],
+        shared.config.batch_size_bytes,
+    ));
     let (first_seq, last_record_seq) = {
         let mut st = shared.lock();
         // Once writes have stopped the uploader may finish at any moment: the pipeline
@@ -378,6 +419,17 @@ async fn run_pass(
     // Queue them even if writes stopped meanwhile: their numbers are taken (and the
     // drain waits for them).
     let moved = encoded.iter().map(|(data, _)| data).sum();
+    if shared.config.gc.policy.tracks_heat() {
+        let cold_bytes: u64 = encoded[..cold_groups.min(encoded.len())]
+            .iter()
+            .map(|(data, _)| data)
+            .sum();
+        let s = &shared.stats;
+        s.gc_cold_moved_bytes
+            .fetch_add(cold_bytes, Ordering::Relaxed);
+        s.gc_hot_moved_bytes
+            .fetch_add(moved - cold_bytes, Ordering::Relaxed);
+    }
     shared.lock().pipeline.gc_queue(
         encoded
             .into_iter()

@@ -330,6 +330,9 @@ pub(crate) fn apply_record(
         match e.kind {
             ExtentKind::Data => {
                 st.log_map.write(e.lba, sectors, seq, data_at);
+                if let Some(heat) = &mut st.heat {
+                    heat.record_write(e.lba, sectors);
+                }
                 items.push(BatchItem::Data {
                     lba: e.lba,
                     sectors,

@@ -299,6 +299,11 @@ async fn open_inner(
             log_index_generation: log_index.as_ref().map_or(0, |i| i.generation),
             cache_super_generation: existing.map_or(0, |sb| sb.generation),
             base_counters,
+            heat: config
+                .gc
+                .policy
+                .tracks_heat()
+                .then(|| lsvd_core::heat::HeatTracker::new(Some(meta.size_bytes))),
         }),
         space_freed: Condvar::new(),
         upload_wake: tokio::sync::Notify::new(),

@@ -94,6 +94,11 @@ pub struct Stats {
     /// GC passes given up (a victim could not be read, say) and tried again later.
     pub gc_passes_failed: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
+    /// hylog (this session): bytes GC put into hot and into cold GC objects, and the
+    /// hot fraction the latest pass chose, in millionths.
+    pub gc_hot_moved_bytes: AtomicU64,
+    pub gc_cold_moved_bytes: AtomicU64,
+    pub gc_hot_fraction_ppm: AtomicU64,
     /// Bytes GC copied that a client overwrote (or trimmed) before the copy was
     /// applied: the copy was discarded (GC objects apply only where the map still
     /// points at their source).
@@ -138,6 +143,10 @@ pub(crate) struct State {
     pub(crate) cache_super_generation: u64,
     /// Lifetime counters as of the checkpoint the volume was opened from.
     pub(crate) base_counters: Counters,
+    /// Write frequencies per region, kept when the GC policy uses them (hylog): fed
+    /// by every client write, read by each GC pass. Not persisted: a restart starts
+    /// from zero.
+    pub(crate) heat: Option<lsvd_core::heat::HeatTracker>,
 }
 
 impl State {

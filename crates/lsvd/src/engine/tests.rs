@@ -167,6 +167,9 @@ struct OverwriteReport {
     /// Cleaning cost alone: 1 + GC moved bytes / client bytes.
     relocation: f64,
     gc_passes: u64,
+    /// hylog: bytes GC put into hot and into cold GC objects (this session).
+    gc_hot_moved_bytes: u64,
+    gc_cold_moved_bytes: u64,
     checkpoints: u64,
     /// Store samples checked against the bound.
     samples: usize,
@@ -406,6 +409,14 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
         relocation: 1.0
             + (end.gc_moved_bytes - start.gc_moved_bytes) as f64 / client_bytes.max(1) as f64,
         gc_passes: end.gc_passes - start.gc_passes,
+        gc_hot_moved_bytes: volume
+            .stats()
+            .gc_hot_moved_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        gc_cold_moved_bytes: volume
+            .stats()
+            .gc_cold_moved_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
         checkpoints: volume
             .stats()
             .checkpoints_written
@@ -470,19 +481,26 @@ async fn overwrites_with_gc_keep_data_and_bound_the_store() {
     overwrite_and_check(spec).await;
 }
 
-/// The same checks for uniform and 80/20 hot/cold overwrites under both victim
-/// policies: 64 MiB volumes in CI, 1 GiB with `LSVD_SOAK=1` (about 5 minutes). Prints a
+/// The same checks for uniform and 80/20 hot/cold overwrites under each GC policy
+/// (greedy, cost-benefit, hylog): 64 MiB volumes in CI, 1 GiB with `LSVD_SOAK=1` (about 5 minutes). Prints a
 /// table of write amplification and steady-state store size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overwrites_by_workload_and_policy_keep_data_and_bound_the_store() {
     let bytes = if soak() { 1 << 30 } else { 64 << 20 };
     let mut rows = Vec::new();
     for workload in [Workload::Uniform, Workload::HotCold80_20] {
-        for policy in [GcPolicy::Greedy, GcPolicy::CostBenefit] {
+        for policy in [GcPolicy::Greedy, GcPolicy::CostBenefit, GcPolicy::HyLog] {
             let mut spec = OverwriteSpec::new(bytes, workload, policy);
             // The reopen is covered by the 1 GiB test; keep this one shorter.
             spec.reopen = false;
             let r = overwrite_and_check(spec).await;
+            let (hot, cold) = (r.gc_hot_moved_bytes, r.gc_cold_moved_bytes);
+            if policy != GcPolicy::HyLog {
+                assert_eq!((hot, cold), (0, 0), "{policy} has no classes");
+            } else if workload == Workload::HotCold80_20 {
+                // The hot fifth is found and GC writes both kinds of objects.
+                assert!(hot > 0 && cold > 0, "hylog 80/20: hot {hot} cold {cold}");
+            }
             rows.push(format!(
                 "| {} MiB x5 | {workload:?} | {policy} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {:+} |",
                 bytes >> 20,

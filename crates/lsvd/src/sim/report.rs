@@ -76,6 +76,8 @@ pub fn aggregate(reports: &[&VolumeReport]) -> VolumeReport {
         final_store_bytes: 0,
         final_objects: 0,
         final_utilization: 0.0,
+        gc_hot_fraction_last: 0.0,
+        gc_hot_fraction_mean: 0.0,
     };
     let mut stored_objects = 0u64;
     for r in reports {
@@ -98,6 +100,9 @@ pub fn aggregate(reports: &[&VolumeReport]) -> VolumeReport {
         c.checkpoint_bytes += x.checkpoint_bytes;
         c.gc_passes += x.gc_passes;
         c.gc_bytes_moved += x.gc_bytes_moved;
+        c.gc_hot_bytes_moved += x.gc_hot_bytes_moved;
+        c.gc_cold_bytes_moved += x.gc_cold_bytes_moved;
+        c.gc_separating_passes += x.gc_separating_passes;
         c.gc_victims += x.gc_victims;
         c.deleted_objects += x.deleted_objects;
         c.timeout_batches += x.timeout_batches;
@@ -269,6 +274,9 @@ pub fn text(report: &RunReport) -> String {
             }
         }
         out.push_str(&table(&header, &rows));
+        for v in shown_rows.iter().filter(|v| v.gc_policy == "hylog") {
+            out.push_str(&hylog_line(v, show_config));
+        }
         if volume_count > names.len() {
             out.push_str(&format!(
                 "({} smaller volume(s) not listed; --json lists all)\n",
@@ -305,6 +313,26 @@ pub fn text(report: &RunReport) -> String {
         }
     ));
     out
+}
+
+/// One line per hylog volume: the hot fraction chosen and GC bytes moved per class.
+fn hylog_line(v: &VolumeResult, show_config: bool) -> String {
+    let r = &v.report;
+    let c = &r.counters;
+    let label = if show_config && !v.config.is_empty() {
+        format!("{} [{}]", v.volume, v.config)
+    } else {
+        v.volume.clone()
+    };
+    format!(
+        "hylog {label}: hot fraction {:.3} last, {:.3} mean; {} of {} GC passes separated; GC moved {} hot, {} cold\n",
+        r.gc_hot_fraction_last,
+        r.gc_hot_fraction_mean,
+        c.gc_separating_passes,
+        c.gc_passes,
+        size(c.gc_hot_bytes_moved),
+        size(c.gc_cold_bytes_moved),
+    )
 }
 
 fn volume_bytes(all: &[&VolumeResult], volume: &str) -> u64 {

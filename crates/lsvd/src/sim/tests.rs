@@ -386,6 +386,71 @@ fn cost_benefit_beats_greedy_on_hot_cold() {
     assert!(cb < greedy * 0.95, "cost-benefit {cb} vs greedy {greedy}");
 }
 
+/// hylog against the policies it must beat or match, in the steady state.
+#[test]
+fn hylog_separates_skewed_workloads_and_leaves_uniform_alone() {
+    let hot = Pattern::HotCold {
+        hot_fraction: 0.1,
+        hot_share: 0.9,
+    };
+    let (cb, _) = steady_gc_waf(GcPolicy::CostBenefit, hot, 0.80, 0.85);
+    let (hy, _) = steady_gc_waf(GcPolicy::HyLog, hot, 0.80, 0.85);
+    eprintln!("hot/cold 90/10 at 0.80/0.85: cost-benefit WA {cb:.3}, hylog WA {hy:.3}");
+    // Not a performance assertion: separating 90/10 must not make GC move more than
+    // cost-benefit does (the goal, 15% less, is measured in docs/sim/hylog.md).
+    assert!(hy <= cb, "hylog {hy} vs cost-benefit {cb}");
+    let (greedy_u, _) = steady_gc_waf(GcPolicy::Greedy, Pattern::Uniform, 0.80, 0.85);
+    let (hy_u, _) = steady_gc_waf(GcPolicy::HyLog, Pattern::Uniform, 0.80, 0.85);
+    eprintln!("uniform at 0.80/0.85: greedy WA {greedy_u:.3}, hylog WA {hy_u:.3}");
+    // Nothing to separate: hylog is greedy but for the passes where sampling noise in
+    // the young counters looked like skew (0.7% more moved here).
+    assert!(hy_u <= greedy_u * 1.02, "hylog {hy_u} vs greedy {greedy_u}");
+}
+
+#[test]
+fn hylog_moves_hot_and_cold_into_their_own_gc_objects() {
+    let r = run_sim(&[
+        "--synthetic",
+        "hotcold:0.1:0.9",
+        "--volume-size",
+        "16M",
+        "--requests",
+        "40000",
+        "--precondition",
+        "--batch-size",
+        "256K",
+        "--gc-policy",
+        "hylog",
+        "--gc-start",
+        "0.8",
+        "--gc-stop",
+        "0.85",
+        "--gc-pass",
+        "1M",
+        "--series",
+    ]);
+    let v = &r.volumes[0];
+    assert_eq!(v.gc_policy, "hylog");
+    let c = &v.report.counters;
+    assert!(c.gc_passes > 0 && c.gc_separating_passes > 0, "{c:?}");
+    assert!(
+        c.gc_hot_bytes_moved > 0 && c.gc_cold_bytes_moved > 0,
+        "{c:?}"
+    );
+    assert_eq!(
+        c.gc_hot_bytes_moved + c.gc_cold_bytes_moved,
+        c.gc_bytes_moved
+    );
+    // The hot tenth is found (the choice is a whole number of heat values).
+    let h = v.report.gc_hot_fraction_last;
+    assert!(h > 0.05 && h < 0.2, "hot fraction {h}");
+    assert!(v.series.iter().any(|p| p.gc_hot_fraction > 0.0));
+    let text = super::report::text(&r);
+    assert!(text.contains("hylog synthetic: hot fraction"), "{text}");
+    // The data is all there: every block was written, and all of it is live.
+    assert_eq!(v.report.live_bytes, 16 << 20);
+}
+
 /// The shared traces (`shared/traces` beside the repository), their formats, and how
 /// to sum their write bytes independently of lsvd-trace where the file is plain text.
 const TRACES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/traces");

@@ -27,6 +27,11 @@
 //!    above. The engine runs GC in the background, paced, so its passes interleave
 //!    with client objects at timing-dependent points; the simulator runs each pass at
 //!    once, right after the objects that called for it.
+//!    Under `--gc-policy hylog` every client write also feeds a write-frequency tracker
+//!    ([`HeatTracker`]); each pass chooses the hot fraction from it and the
+//!    utilization ([`hylog::choose`]) and groups relocations by class
+//!    ([`gc::group_relocations_by_class`]), so hot and cold data go into separate GC
+//!    objects. The choice also sets the next pass's victim order.
 //! 4. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
 //!    its checkpoint and GC, if due), writes stop, and a clean checkpoint is written.
 //!
@@ -44,7 +49,9 @@ use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
 };
 use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
-use lsvd_core::gc::{self, GcConfig};
+use lsvd_core::gc::{self, GcConfig, HeatClass};
+use lsvd_core::heat::HeatTracker;
+use lsvd_core::hylog::{self, HotChoice};
 use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
 use lsvd_core::store_state::StoreState;
 use lsvd_trace::{Op, Request};
@@ -138,6 +145,11 @@ pub struct Counters {
     pub gc_passes: u64,
     /// Live data bytes copied by GC.
     pub gc_bytes_moved: u64,
+    /// Of those, bytes put into hot GC objects (hylog; everything else is cold).
+    pub gc_hot_bytes_moved: u64,
+    pub gc_cold_bytes_moved: u64,
+    /// GC passes that separated hot from cold data (hylog).
+    pub gc_separating_passes: u64,
     pub gc_victims: u64,
     /// Objects deleted because they held no live data (GC victims and objects whose
     /// data was all overwritten or trimmed), at the checkpoint that left them out.
@@ -169,6 +181,8 @@ pub struct SeriesPoint {
     pub utilization: f64,
     /// Cumulative write amplification so far.
     pub write_amplification: f64,
+    /// The hot fraction the latest GC pass chose (hylog; 0 otherwise).
+    pub gc_hot_fraction: f64,
 }
 
 /// A bounded time series: when full, every other point is dropped and the sampling
@@ -242,6 +256,10 @@ pub struct VolumeReport {
     pub final_objects: u64,
     /// Live over stored bytes of data and GC objects the volume still needs.
     pub final_utilization: f64,
+    /// hylog: the hot fraction chosen by the last GC pass, and its mean over passes
+    /// (0 for other policies or with no GC pass).
+    pub gc_hot_fraction_last: f64,
+    pub gc_hot_fraction_mean: f64,
 }
 
 /// The simulator state of one volume under one configuration.
@@ -263,6 +281,11 @@ pub struct VolumeSim {
     /// Without a fixed volume size: the largest request end rounded up to 1 GiB, known
     /// once the run is finished.
     reported_volume_size_bytes: Option<u64>,
+    /// Write frequencies, kept only when the GC policy uses them (hylog).
+    heat: Option<HeatTracker>,
+    /// The latest GC pass's hot-fraction choice, and the sum over passes.
+    hot_choice: Option<HotChoice>,
+    hot_fraction_sum: f64,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -357,6 +380,13 @@ impl VolumeSim {
             series: Series::new(cfg.series_points),
             finished: false,
             reported_volume_size_bytes: None,
+            heat: cfg
+                .gc
+                .policy
+                .tracks_heat()
+                .then(|| HeatTracker::new(cfg.volume_size_bytes)),
+            hot_choice: None,
+            hot_fraction_sum: 0.0,
         }
     }
 
@@ -368,6 +398,14 @@ impl VolumeSim {
     }
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+    /// The write-frequency tracker (hylog only).
+    pub fn heat(&self) -> Option<&HeatTracker> {
+        self.heat.as_ref()
+    }
+    /// The latest GC pass's hot-fraction choice (hylog only).
+    pub fn hot_choice(&self) -> Option<&HotChoice> {
+        self.hot_choice.as_ref()
     }
     pub fn series(&self) -> &[SeriesPoint] {
         &self.series.points
@@ -461,6 +499,9 @@ impl VolumeSim {
     pub fn write(&mut self, now_ns: u64, lba: u64, sectors: u64) {
         self.counters.write_requests += 1;
         self.counters.client_write_bytes += sectors * SECTOR_BYTES;
+        if let Some(heat) = &mut self.heat {
+            heat.record_write(lba, sectors);
+        }
         let seq = self.next_record();
         let at = RecordPos {
             record_seq: seq,
@@ -520,16 +561,37 @@ impl VolumeSim {
                 break;
             };
             let relocations = gc::live_extents(self.state(), &pass.victims);
-            let groups = gc::group_relocations(&relocations, self.cfg.batch_size_bytes);
+            let choice = self
+                .heat
+                .as_ref()
+                .map(|heat| hylog::choose(&heat.distribution(), gc::utilization(self.state())));
+            let groups = gc::group_relocations_by_class(
+                &relocations,
+                self.cfg.batch_size_bytes,
+                self.heat.as_ref().zip(choice.as_ref()),
+            );
             let Some(first) = self.pipeline.gc_reserve(groups.len()) else {
                 break;
             };
+            if let Some(c) = choice {
+                self.pipeline.set_gc_separating(c.separates());
+                self.hot_fraction_sum += c.hot_fraction;
+                self.counters.gc_separating_passes += u64::from(c.separates());
+                self.hot_choice = Some(c);
+            }
+            for (class, g) in &groups {
+                let bytes = g.iter().map(|r| r.sectors).sum::<u64>() * SECTOR_BYTES;
+                match class {
+                    HeatClass::Hot => self.counters.gc_hot_bytes_moved += bytes,
+                    HeatClass::Cold => self.counters.gc_cold_bytes_moved += bytes,
+                }
+            }
             let last_record = self.state().last_record_seq();
             let objects = groups
                 .iter()
                 .enumerate()
                 .map(|(i, g)| {
-                    let h = gc::gc_object_header(first + i as u64, last_record, g);
+                    let h = gc::gc_object_header(first + i as u64, last_record, &g.1);
                     (h.total_bytes(), h)
                 })
                 .collect();
@@ -588,6 +650,7 @@ impl VolumeSim {
             live_bytes: self.live_bytes(),
             utilization: self.gc_utilization(),
             write_amplification: ratio(c.store_write_bytes(), c.client_write_bytes),
+            gc_hot_fraction: self.hot_choice.map_or(0.0, |h| h.hot_fraction),
         }
     }
 
@@ -675,6 +738,12 @@ impl VolumeSim {
             final_store_bytes: self.store_bytes(),
             final_objects: (self.state().objects().len() + self.retained_checkpoints.len()) as u64,
             final_utilization: self.gc_utilization(),
+            gc_hot_fraction_last: self.hot_choice.map_or(0.0, |h| h.hot_fraction),
+            gc_hot_fraction_mean: if self.heat.is_some() && c.gc_passes > 0 {
+                self.hot_fraction_sum / c.gc_passes as f64
+            } else {
+                0.0
+            },
         }
     }
 }

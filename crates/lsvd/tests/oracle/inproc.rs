@@ -230,11 +230,7 @@ pub fn random_gc(rng: &mut Rng, eager: bool) -> GcConfig {
     GcConfig {
         start_utilization: start,
         stop_utilization: if start == 0.0 { 0.75 } else { start + 0.08 },
-        policy: if rng.chance(0.5) {
-            GcPolicy::Greedy
-        } else {
-            GcPolicy::CostBenefit
-        },
+        policy: *rng.pick(&[GcPolicy::Greedy, GcPolicy::CostBenefit, GcPolicy::HyLog]),
         pass_bytes: *rng.pick(&[256 << 10, 1 << 20, 4 << 20]),
     }
 }
