@@ -99,7 +99,9 @@ pub struct SimArgs {
     /// with --gc-start).
     #[arg(long)]
     pub gc_stop: Option<String>,
-    /// Victim policy: greedy or cost-benefit (comma-separated list to compare both).
+    /// Victim policy: greedy, cost-benefit or hylog (hot and cold data moved into
+    /// separate GC objects by measured write frequency); a comma-separated list
+    /// compares them.
     #[arg(long, default_value = "greedy")]
     pub gc_policy: String,
     /// Live bytes copied per GC pass, at most.
