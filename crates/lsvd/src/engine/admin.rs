@@ -62,7 +62,7 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
         .await
         .map_err(|e| e.context(format!("cannot list {prefix}")))?;
     if !leftovers.is_empty() && !leftovers.iter().any(|e| e.key == meta_key(name)) {
-        if !super::delete::is_tombstone(store, name, &leftovers).await? {
+        if !super::volume_super::is_tombstone(store, name, &leftovers).await? {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
                 format!(

@@ -19,11 +19,11 @@
 use std::sync::Arc;
 
 use lsvd_core::format::volume_meta::VolumeMeta;
-use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super};
+use lsvd_core::format::volume_super::VolumeSuper;
 
 use super::admin::{random_session_id, read_meta};
 use super::keys::{meta_key, parse_super_name, super_key, validate_volume_name};
-use super::volume_super::{WriteError, read_newest, write};
+use super::volume_super::{WriteError, is_tombstone, read_newest, write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
@@ -83,18 +83,6 @@ pub async fn is_being_deleted(store: &DynStore, meta: &VolumeMeta) -> Result<boo
     Ok(read_newest(store, meta)
         .await?
         .is_some_and(|sb| sb.deleting))
-}
-
-/// The error recovery gives for a volume whose newest superblock generation was
-/// written by `lsvd delete`.
-pub(crate) fn being_deleted(name: &str) -> Error {
-    Error::new(
-        ErrorKind::Conflict,
-        format!(
-            "volume '{name}' is being deleted (an `lsvd delete` claimed it and has not \
-             finished); finish with: lsvd delete {name} --yes"
-        ),
-    )
 }
 
 /// Delete volume `plan.name`: fence it (unless resuming), list its keys again and
@@ -157,29 +145,6 @@ pub async fn delete_volume(
     }
     progress(total, total);
     Ok(())
-}
-
-/// Are `listing`'s keys (everything under `<name>/`) only superblock generations, the
-/// newest written by `lsvd delete`: what a finished delete leaves?
-pub(crate) async fn is_tombstone(
-    store: &DynStore,
-    name: &str,
-    listing: &[crate::store::ListEntry],
-) -> Result<bool> {
-    let mut newest = None;
-    for e in listing {
-        match parse_super_name(&e.key) {
-            Some(g) => newest = newest.max(Some(g)),
-            None => return Ok(false),
-        }
-    }
-    let Some(g) = newest else { return Ok(false) };
-    let key = super_key(name, g);
-    let bytes = store
-        .get(&key)
-        .await
-        .map_err(|e| e.context(format!("reading {key}")))?;
-    Ok(decode_volume_super(&bytes).is_ok_and(|sb| sb.deleting))
 }
 
 /// Write the next superblock generation with the deleting flag; returns it. A server

@@ -68,7 +68,7 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         .collect();
     let superblock = super::volume_super::read_newest(store, meta).await?;
     if superblock.is_some_and(|sb| sb.deleting) {
-        return Err(super::delete::being_deleted(&meta.name));
+        return Err(super::volume_super::being_deleted(&meta.name));
     }
     let named: Vec<u64> = superblock
         .iter()

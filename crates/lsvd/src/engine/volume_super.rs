@@ -163,3 +163,38 @@ async fn delete_old(store: &DynStore, name: &str, newest: u64) {
         }
     }
 }
+
+/// The error recovery gives for a volume whose newest superblock generation was
+/// written by `lsvd delete`.
+pub(crate) fn being_deleted(name: &str) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "volume '{name}' is being deleted (an `lsvd delete` claimed it and has not \
+             finished); finish with: lsvd delete {name} --yes"
+        ),
+    )
+}
+
+/// Are `listing`'s keys (everything under `<name>/`) only superblock generations, the
+/// newest written by `lsvd delete`: what a finished delete leaves?
+pub(crate) async fn is_tombstone(
+    store: &DynStore,
+    name: &str,
+    listing: &[crate::store::ListEntry],
+) -> Result<bool> {
+    let mut newest = None;
+    for e in listing {
+        match parse_super_name(&e.key) {
+            Some(g) => newest = newest.max(Some(g)),
+            None => return Ok(false),
+        }
+    }
+    let Some(g) = newest else { return Ok(false) };
+    let key = super_key(name, g);
+    let bytes = store
+        .get(&key)
+        .await
+        .map_err(|e| e.context(format!("reading {key}")))?;
+    Ok(decode_volume_super(&bytes).is_ok_and(|sb| sb.deleting))
+}

@@ -34,6 +34,7 @@
 pub mod cleaning;
 pub mod cli;
 pub mod plot;
+pub mod report;
 
 use std::fmt;
 use std::str::FromStr;
@@ -162,38 +163,9 @@ impl FromStr for Layout {
     }
 }
 
-/// The analytical disk utilization at which uniform updates clean segments of
-/// utilization `u`: `U = (u - 1) / ln u` (0 at `u = 0`, 1 as `u` → 1).
-pub fn disk_utilization(u: f64) -> f64 {
-    if u <= 0.0 {
-        0.0
-    } else if u >= 1.0 {
-        1.0
-    } else {
-        (u - 1.0) / u.ln()
-    }
-}
-
-/// The inverse of [`disk_utilization`]: the cleaning utilization at disk utilization
-/// `disk_u` (bisection; `U` is increasing in `u`). Clamped to `[0, 1]`.
-pub fn cleaning_utilization(disk_u: f64) -> f64 {
-    if disk_u.is_nan() || disk_u <= 0.0 {
-        return 0.0;
-    }
-    if disk_u >= 1.0 {
-        return 1.0;
-    }
-    let (mut lo, mut hi) = (0.0f64, 1.0f64);
-    for _ in 0..100 {
-        let mid = 0.5 * (lo + hi);
-        if disk_utilization(mid) < disk_u {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    0.5 * (lo + hi)
-}
+/// The analytical relation between cleaning and disk utilization, `U = (u - 1) / ln u`
+/// and its inverse: the core's, which the live hylog policy uses too.
+pub use lsvd_core::hylog::{cleaning_utilization, disk_utilization};
 
 /// HyLog's choice at one utilization.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::cli::LayoutReport;
+use super::report::LayoutReport;
 
 const WIDTH: f64 = 700.0;
 const PANEL: f64 = 220.0;

@@ -195,7 +195,7 @@ fn utilization_ranges_parse() {
 
 #[test]
 fn the_measured_crossing_interpolates_between_sweep_points() {
-    let row = |disk_u: f64, u: f64| cli::Row {
+    let row = |disk_u: f64, u: f64| report::Row {
         disk_utilization: disk_u,
         cleaning_utilization: u,
         analytic_cleaning_utilization: u,
