@@ -228,6 +228,18 @@ fn bad_layout_options_are_one_clear_error() {
         );
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
+    // A layout option without --layout is refused, not silently ignored.
+    for flag in [
+        "--disk",
+        "--utilization",
+        "--segment-size",
+        "--hot-fraction",
+        "--cleaning",
+    ] {
+        let out = lsvd.run(&["sim", "--synthetic", "uniform", flag, "1"]);
+        assert_eq!(out.status.code(), Some(2), "{}", show(flag, &out));
+        assert!(stderr(&out).contains("--layout"), "{}", show(flag, &out));
+    }
 }
 
 #[test]

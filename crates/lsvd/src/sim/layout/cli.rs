@@ -28,24 +28,44 @@ pub struct LayoutArgs {
     pub layout: Option<String>,
     /// Disk models (comma-separated): 1991 (15 ms positioning, 2.3 MB/s), 1999 (8 ms,
     /// 18 MB/s), 2003 (5.6 ms, 61 MB/s), or POSITIONING_MS:MB_PER_S (e.g. 4:200).
-    #[arg(long, default_value = "1991,2003", value_name = "DISKS")]
+    #[arg(
+        long,
+        requires = "layout",
+        default_value = "1991,2003",
+        value_name = "DISKS"
+    )]
     pub disk: String,
     /// Disk utilizations (live data / disk space): a list (0.6,0.8) or a range
     /// FROM..TO with an optional step (0.5..0.98, 0.5..0.98:0.01; default step 0.04
     /// plus TO).
-    #[arg(long, default_value = "0.5..0.98", value_name = "LIST|FROM..TO[:STEP]")]
+    #[arg(
+        long,
+        requires = "layout",
+        default_value = "0.5..0.98",
+        value_name = "LIST|FROM..TO[:STEP]"
+    )]
     pub utilization: String,
     /// LFS segment size (one sequential write).
-    #[arg(long, default_value = "1M")]
+    #[arg(long, requires = "layout", default_value = "1M")]
     pub segment_size: String,
     /// HyLog's share of pages logged: auto (the share that minimizes the modelled
     /// write cost, as HyLog chooses it) or a fraction.
-    #[arg(long, default_value = "auto", value_name = "auto|FRACTION")]
+    #[arg(
+        long,
+        requires = "layout",
+        default_value = "auto",
+        value_name = "auto|FRACTION"
+    )]
     pub hot_fraction: String,
     /// Where LFS's cleaning utilization comes from: analytic (u from U = (u-1)/ln u,
     /// the relation HyLog's table follows) or sim (measured with lsvd's greedy GC on a
     /// --volume-size volume, default 64M, with --segment-size objects; slower).
-    #[arg(long, default_value = "analytic", value_name = "analytic|sim")]
+    #[arg(
+        long,
+        requires = "layout",
+        default_value = "analytic",
+        value_name = "analytic|sim"
+    )]
     pub cleaning: String,
 }
 
