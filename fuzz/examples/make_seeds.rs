@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use lsvd_core::format::VolumeId;
 use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
 use lsvd_core::format::checkpoint::{
-    Checkpoint, CheckpointExtent, CheckpointObject, Counters, encode_checkpoint,
+    Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, encode_checkpoint,
 };
 use lsvd_core::format::log_index::encode_log_index;
 use lsvd_core::format::object::{
@@ -149,6 +149,8 @@ fn checkpoints() {
             store_write_bytes: 1 << 21,
             gc_passes: 2,
             gc_moved_bytes: 4096,
+            gc_hot_moved_bytes: 0,
+            gc_cold_moved_bytes: 0,
         },
         volume_size_bytes: 1 << 30,
         next_object_seq: 12,
@@ -166,12 +168,33 @@ fn checkpoints() {
             object_seq: 3,
             object_offset: 200,
         }],
+        heat: None,
     };
     put(
         "format_checkpoint",
         "one-object",
         &[0],
         &encode_checkpoint(&c),
+    );
+    let hylog = Checkpoint {
+        counters: Counters {
+            gc_hot_moved_bytes: 1024,
+            gc_cold_moved_bytes: 3072,
+            ..c.counters
+        },
+        heat: Some(CheckpointHeat {
+            since_decay_bytes: 12_288,
+            decays: 3,
+            region_shift: 12,
+            counts: vec![0, 1, 127, 128, 300, u32::MAX],
+        }),
+        ..c.clone()
+    };
+    put(
+        "format_checkpoint",
+        "with-heat",
+        &[0],
+        &encode_checkpoint(&hylog),
     );
     put("format_checkpoint", "generate", &[1], &pattern(80, 6));
 }

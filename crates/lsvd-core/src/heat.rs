@@ -38,6 +38,8 @@ pub const HALF_LIFE_SPANS: u64 = 8;
 /// ...but at least this.
 pub const MIN_HALF_LIFE_BYTES: u64 = 64 << 20;
 
+use crate::format::checkpoint::CheckpointHeat;
+
 const SECTOR_SHIFT: u32 = 9;
 /// Region sizes stop doubling here (2^62 bytes); far beyond any LBA a u64 of sectors
 /// can address in bytes.
@@ -244,6 +246,53 @@ impl HeatTracker {
         v
     }
 
+    /// The tracker's state as a checkpoint carries it.
+    pub fn to_checkpoint(&self) -> CheckpointHeat {
+        CheckpointHeat {
+            since_decay_bytes: self.since_decay_bytes,
+            decays: self.decays,
+            region_shift: self.region_shift as u8,
+            counts: self.counts.clone(),
+        }
+    }
+
+    /// Bytes the tracker adds to a checkpoint payload now.
+    pub fn checkpoint_bytes(&self) -> u64 {
+        crate::format::checkpoint::heat_section_bytes(&self.counts)
+    }
+
+    /// Take over the counters a checkpoint carried, if they fit this tracker: the
+    /// same region size (for a tracker that grows, at least its own, as coarsening
+    /// only ever doubles it) and no more regions than it may hold. On a mismatch
+    /// (another volume size, other limits) the tracker is left as it was and the
+    /// reason returned: starting from zero costs only some separation until writes
+    /// have built a distribution again.
+    pub fn restore(&mut self, saved: &CheckpointHeat) -> Result<(), String> {
+        let shift = u32::from(saved.region_shift);
+        let shift_fits = match self.fixed_regions {
+            Some(_) => shift == self.region_shift,
+            None => (self.region_shift..=MAX_REGION_SHIFT).contains(&shift),
+        };
+        if !shift_fits {
+            return Err(format!(
+                "saved regions are 2^{shift} bytes, this tracker's 2^{}",
+                self.region_shift
+            ));
+        }
+        let cap = self.fixed_regions.unwrap_or(self.max_regions);
+        if saved.counts.len() > cap {
+            return Err(format!(
+                "{} saved regions, this tracker holds at most {cap}",
+                saved.counts.len()
+            ));
+        }
+        self.region_shift = shift;
+        self.counts.clone_from(&saved.counts);
+        self.since_decay_bytes = saved.since_decay_bytes;
+        self.decays = saved.decays;
+        Ok(())
+    }
+
     /// The distribution the cost model reads ([`crate::hylog::choose`]): (heat,
     /// written regions with that heat), hottest first.
     pub fn distribution(&self) -> Vec<(u32, u64)> {
@@ -350,6 +399,47 @@ mod tests {
         assert_eq!(t.ranked(), vec![(1, 72), (3, 40), (7, 40), (0, 8)]);
         assert_eq!(t.sorted_heats(), vec![72, 40, 40, 8]);
         assert_eq!(t.distribution(), vec![(72, 1), (40, 2), (8, 1)]);
+    }
+
+    #[test]
+    fn a_saved_tracker_restores_exactly_and_a_mismatched_one_is_refused() {
+        let mut t = HeatTracker::new(Some(64 << 20));
+        for i in 0..5000u64 {
+            t.record_write((i * 7919) % (64 * MIB_SECTORS), 8);
+        }
+        let saved = t.to_checkpoint();
+        let mut fresh = HeatTracker::new(Some(64 << 20));
+        fresh.restore(&saved).expect("same volume size");
+        assert_eq!(fresh, t);
+        // After restoring, both go on identically.
+        t.record_write(0, 8);
+        fresh.record_write(0, 8);
+        assert_eq!(fresh, t);
+
+        // A 1 TiB volume has 1 MiB regions: 4 KiB counters do not fit.
+        let mut big = HeatTracker::new(Some(1 << 40));
+        let before = big.clone();
+        let err = big.restore(&saved).expect_err("other region size");
+        assert!(err.contains("2^12"), "{err}");
+        assert_eq!(big, before);
+        // More regions than a small volume holds.
+        let mut small = HeatTracker::new(Some(1 << 20));
+        assert!(
+            small
+                .restore(&saved)
+                .expect_err("too many")
+                .contains("at most 256")
+        );
+        // A growing tracker takes coarser regions than its own, never finer.
+        let mut growing = HeatTracker::new(None);
+        let coarse = CheckpointHeat {
+            region_shift: 16,
+            ..saved.clone()
+        };
+        growing.restore(&coarse).expect("coarser is fine");
+        assert_eq!(growing.region_bytes(), 1 << 16);
+        let mut growing = HeatTracker::with_limits(None, 1 << 16, 1 << 20, None);
+        assert!(growing.restore(&saved).is_err());
     }
 
     #[test]

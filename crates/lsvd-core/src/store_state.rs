@@ -407,6 +407,9 @@ impl StoreState {
             // Sized up front: growing a vector of 200,000 extents by doubling copies
             // it about 18 times.
             extents: Vec::with_capacity(self.map.extent_count()),
+            // The write-frequency tracker is not part of the store state: the
+            // engine and the simulator add it (`HeatTracker::to_checkpoint`).
+            heat: None,
         }
     }
 

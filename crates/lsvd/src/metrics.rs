@@ -128,14 +128,14 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
     metric(
         "gc_hot_moved_bytes_total",
         "counter",
-        "hylog: bytes GC relocated into hot GC objects (this session).",
-        &|v, _| v.stats().gc_hot_moved_bytes.load(Ordering::Relaxed) as f64,
+        "hylog: bytes GC relocated into hot GC objects (lifetime, carried in checkpoints).",
+        &|_, s| s.gc_hot_moved_bytes as f64,
     );
     metric(
         "gc_cold_moved_bytes_total",
         "counter",
-        "hylog: bytes GC relocated into cold GC objects (this session).",
-        &|v, _| v.stats().gc_cold_moved_bytes.load(Ordering::Relaxed) as f64,
+        "hylog: bytes GC relocated into cold GC objects (lifetime, carried in checkpoints).",
+        &|_, s| s.gc_cold_moved_bytes as f64,
     );
     metric(
         "gc_pass_in_flight",

@@ -4,7 +4,8 @@
 
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
 use lsvd_core::format::checkpoint::{
-    Checkpoint, CheckpointExtent, CheckpointObject, Counters, decode_checkpoint, encode_checkpoint,
+    Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, decode_checkpoint,
+    encode_checkpoint,
 };
 use lsvd_core::format::log_index::{
     IndexedRecord, LOG_INDEX_FIXED_BYTES, LogIndex, decode_log_index, encode_log_index,
@@ -37,6 +38,8 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
         store_write_bytes: b.u64(),
         gc_passes: b.u64(),
         gc_moved_bytes: b.u64(),
+        gc_hot_moved_bytes: b.u64(),
+        gc_cold_moved_bytes: b.u64(),
     };
     let (volume_size_bytes, next_object_seq, last_record_seq) = (b.u64(), b.u64(), b.u64());
     let objects = (0..b.below(8))
@@ -56,6 +59,13 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
             object_offset: b.u64(),
         })
         .collect();
+    let heat = b.bool().then(|| CheckpointHeat {
+        since_decay_bytes: b.u64(),
+        decays: b.u64(),
+        // Region sizes 2^9..=2^62 bytes, as the format allows.
+        region_shift: 9 + b.below(54) as u8,
+        counts: (0..b.below(16)).map(|_| b.u32()).collect(),
+    });
     let c = Checkpoint {
         clean,
         counters,
@@ -64,6 +74,7 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
         last_record_seq,
         objects,
         extents,
+        heat,
     };
     let mut buf = encode_checkpoint(&c);
     assert_eq!(

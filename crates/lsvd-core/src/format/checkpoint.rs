@@ -9,7 +9,7 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDCKP\0"
-//!      8    2 version (1)
+//!      8    2 version (2; version 1 is still read)
 //!     10    2 flags: bit 0 = volume closed cleanly
 //!     12    4 payload crc32c (this field zero)
 //!     16    8 volume size in bytes
@@ -19,17 +19,39 @@
 //!     48    8 extent count
 //!     56   32 lifetime counters: client bytes written, store bytes written,
 //!               GC passes, GC bytes moved (u64 each)
-//!     88 32*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
+//!     88   16 (version 2) lifetime counters: GC bytes moved as hot, as cold
+//!    104    8 (version 2) heat section length in bytes (0: none)
+//!    112 32*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
 //!                      total_bytes u64, live_bytes u64
 //!      . 32*m extents: lba u64, sectors u64, object seq u64, byte offset u64
+//!      . heat section (version 2, when its length is not 0):
+//!           0  8 bytes written since the last decay
+//!           8  8 decays so far
+//!          16  1 log2 of the region size in bytes (9..=62)
+//!          17  3 reserved (0)
+//!          20  4 region count r
+//!          24  . r counters, unsigned LEB128 each (1-5 bytes, < 2^32)
 //! ```
+//!
+//! Version 1 is the same without the fields marked version 2 (its header is 88
+//! bytes); it decodes with those counters zero and no heat section.
+//!
+//! The heat section carries the `hylog` GC policy's write-frequency tracker
+//! ([`crate::heat`]) so a restart does not forget which data is hot. Counters are
+//! small after decay, so LEB128 keeps a 4 GiB volume's 2^20 counters near 1 MiB
+//! instead of 4 MiB.
 
-use super::{FormatError, Reader, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, Reader, Writer, crc_with_hole, invalid};
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"LSVDCKP\0";
-pub const CHECKPOINT_VERSION: u16 = 1;
+pub const CHECKPOINT_VERSION: u16 = 2;
 const CRC_AT: usize = 12;
-const HEADER_BYTES: usize = 88;
+const HEADER_BYTES_V1: usize = 88;
+const HEADER_BYTES: usize = 112;
+/// The heat section's fixed part, before the counters.
+const HEAT_HEAD_BYTES: usize = 24;
+/// Region sizes a heat section may name: a sector up to 2^62 bytes.
+const HEAT_REGION_SHIFTS: std::ops::RangeInclusive<u8> = 9..=62;
 pub const FLAG_CLEAN: u16 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +79,22 @@ pub struct Counters {
     pub store_write_bytes: u64,
     pub gc_passes: u64,
     pub gc_moved_bytes: u64,
+    /// Of `gc_moved_bytes`, what the `hylog` policy moved as hot, and as cold
+    /// (version 2; other policies leave both 0).
+    pub gc_hot_moved_bytes: u64,
+    pub gc_cold_moved_bytes: u64,
+}
+
+/// The `hylog` write-frequency tracker's state ([`crate::heat::HeatTracker`]), as
+/// persisted; the tracker validates it against the volume when restoring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointHeat {
+    pub since_decay_bytes: u64,
+    pub decays: u64,
+    /// log2 of the region size in bytes.
+    pub region_shift: u8,
+    /// Decayed count per region, region 0 first.
+    pub counts: Vec<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,10 +106,97 @@ pub struct Checkpoint {
     pub last_record_seq: u64,
     pub objects: Vec<CheckpointObject>,
     pub extents: Vec<CheckpointExtent>,
+    /// The write-frequency tracker, when the volume's GC policy keeps one.
+    pub heat: Option<CheckpointHeat>,
+}
+
+/// Bytes of a heat section holding `counts` (what `encode_checkpoint` adds for it).
+pub fn heat_section_bytes(counts: &[u32]) -> u64 {
+    let leb128 = |c: u32| u64::from((32 - c.leading_zeros()).max(1).div_ceil(7));
+    HEAT_HEAD_BYTES as u64 + counts.iter().map(|&c| leb128(c)).sum::<u64>()
+}
+
+fn encode_heat(h: &CheckpointHeat) -> Vec<u8> {
+    let mut w = Writer::with_capacity(HEAT_HEAD_BYTES + h.counts.len() * 2);
+    w.u64(h.since_decay_bytes);
+    w.u64(h.decays);
+    w.bytes(&[h.region_shift, 0, 0, 0]);
+    w.u32(u32::try_from(h.counts.len()).unwrap_or(u32::MAX));
+    for &c in h.counts.iter().take(u32::MAX as usize) {
+        let mut v = c;
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                w.bytes(&[byte]);
+                break;
+            }
+            w.bytes(&[byte | 0x80]);
+        }
+    }
+    w.buf
+}
+
+fn decode_heat(buf: &[u8]) -> Result<CheckpointHeat, FormatError> {
+    const WHAT: &str = "checkpoint heat section";
+    let mut r = Reader::new(buf, WHAT);
+    let since_decay_bytes = r.u64()?;
+    let decays = r.u64()?;
+    let [region_shift, _, _, _] = r.array::<4>()?;
+    if !HEAT_REGION_SHIFTS.contains(&region_shift) {
+        return Err(invalid(
+            WHAT,
+            format!("region size 2^{region_shift} bytes is outside 2^9..2^62"),
+        ));
+    }
+    let count = r.u32()? as usize;
+    // Every counter takes at least a byte: the length bounds the allocation.
+    if count > buf.len() - r.pos() {
+        return Err(invalid(
+            WHAT,
+            format!(
+                "{count} counters cannot fit in {} bytes",
+                buf.len() - r.pos()
+            ),
+        ));
+    }
+    let mut counts = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut v: u64 = 0;
+        let mut shift = 0;
+        loop {
+            let [byte] = r.array::<1>()?;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+            if shift > 28 {
+                return Err(invalid(WHAT, format!("counter {i} is longer than 5 bytes")));
+            }
+        }
+        let v = u32::try_from(v)
+            .map_err(|_| invalid(WHAT, format!("counter {i} ({v}) exceeds 2^32 - 1")))?;
+        counts.push(v);
+    }
+    if r.pos() != buf.len() {
+        return Err(invalid(
+            WHAT,
+            format!("{} bytes after the last counter", buf.len() - r.pos()),
+        ));
+    }
+    Ok(CheckpointHeat {
+        since_decay_bytes,
+        decays,
+        region_shift,
+        counts,
+    })
 }
 
 pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
-    let mut w = Writer::with_capacity(HEADER_BYTES + 32 * (c.objects.len() + c.extents.len()));
+    let heat = c.heat.as_ref().map(encode_heat).unwrap_or_default();
+    let mut w =
+        Writer::with_capacity(HEADER_BYTES + 32 * (c.objects.len() + c.extents.len()) + heat.len());
     w.bytes(CHECKPOINT_MAGIC);
     w.u16(CHECKPOINT_VERSION);
     w.u16(if c.clean { FLAG_CLEAN } else { 0 });
@@ -85,6 +210,9 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
     w.u64(c.counters.store_write_bytes);
     w.u64(c.counters.gc_passes);
     w.u64(c.counters.gc_moved_bytes);
+    w.u64(c.counters.gc_hot_moved_bytes);
+    w.u64(c.counters.gc_cold_moved_bytes);
+    w.u64(heat.len() as u64);
     for o in &c.objects {
         w.u64(o.seq);
         w.u16(o.kind);
@@ -99,6 +227,7 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
         w.u64(e.object_seq);
         w.u64(e.object_offset);
     }
+    w.bytes(&heat);
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.buf
@@ -107,7 +236,20 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
 pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     const WHAT: &str = "checkpoint";
     let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, WHAT)?;
+    if &r.array::<8>()? != CHECKPOINT_MAGIC {
+        return Err(FormatError::BadMagic { what: WHAT });
+    }
+    let version = r.u16()?;
+    let header_bytes = match version {
+        1 => HEADER_BYTES_V1,
+        CHECKPOINT_VERSION => HEADER_BYTES,
+        _ => {
+            return Err(FormatError::UnsupportedVersion {
+                what: WHAT,
+                version,
+            });
+        }
+    };
     let flags = r.u16()?;
     let stored = r.u32()?;
     let volume_size_bytes = r.u64()?;
@@ -115,10 +257,24 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     let last_record_seq = r.u64()?;
     let object_count = r.u64()?;
     let extent_count = r.u64()?;
+    // The heat section's length sits after the counters (version 2).
+    let heat_len = if version == 1 {
+        0
+    } else {
+        let at = HEADER_BYTES - 8;
+        buf.get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or(FormatError::Truncated {
+                what: WHAT,
+                need: HEADER_BYTES,
+                have: buf.len(),
+            })?
+    };
     let expected_len = object_count
         .checked_add(extent_count)
         .and_then(|n| n.checked_mul(32))
-        .and_then(|n| n.checked_add(HEADER_BYTES as u64))
+        .and_then(|n| n.checked_add(header_bytes as u64))
+        .and_then(|n| n.checked_add(heat_len))
         .ok_or_else(|| invalid(WHAT, "counts overflow"))?;
     if expected_len != buf.len() as u64 {
         return Err(invalid(
@@ -142,7 +298,12 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
         store_write_bytes: r.u64()?,
         gc_passes: r.u64()?,
         gc_moved_bytes: r.u64()?,
+        gc_hot_moved_bytes: if version == 1 { 0 } else { r.u64()? },
+        gc_cold_moved_bytes: if version == 1 { 0 } else { r.u64()? },
     };
+    if version != 1 {
+        r.u64()?; // the heat section's length, read above
+    }
     let mut objects = Vec::with_capacity(object_count as usize);
     for _ in 0..object_count {
         let seq = r.u64()?;
@@ -168,6 +329,12 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
             object_offset: r.u64()?,
         });
     }
+    let heat = if heat_len == 0 {
+        None
+    } else {
+        let section = r.take(heat_len as usize)?;
+        Some(decode_heat(section)?)
+    };
     Ok(Checkpoint {
         clean: flags & FLAG_CLEAN != 0,
         counters,
@@ -176,6 +343,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
         last_record_seq,
         objects,
         extents,
+        heat,
     })
 }
 
@@ -191,6 +359,8 @@ mod tests {
                 store_write_bytes: 2,
                 gc_passes: 3,
                 gc_moved_bytes: 4,
+                gc_hot_moved_bytes: 5,
+                gc_cold_moved_bytes: 6,
             },
             volume_size_bytes: 1 << 30,
             next_object_seq: 12,
@@ -208,25 +378,134 @@ mod tests {
                 object_seq: 3,
                 object_offset: 200,
             }],
+            heat: None,
+        }
+    }
+
+    fn sample_with_heat() -> Checkpoint {
+        Checkpoint {
+            heat: Some(CheckpointHeat {
+                since_decay_bytes: 7,
+                decays: 2,
+                region_shift: 12,
+                counts: vec![0, 1, 127, 128, 300, u32::MAX],
+            }),
+            ..sample()
         }
     }
 
     #[test]
     fn round_trip_and_golden_prefix() {
         let buf = encode_checkpoint(&sample());
-        assert_eq!(buf.len(), 88 + 64);
-        assert_eq!(&buf[..12], b"LSVDCKP\0\x01\x00\x01\x00");
+        assert_eq!(buf.len(), 112 + 64);
+        assert_eq!(&buf[..12], b"LSVDCKP\0\x02\x00\x01\x00");
+        assert_eq!(
+            &buf[88..112],
+            &[
+                5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+            ]
+        );
         assert_eq!(decode_checkpoint(&buf).expect("decodes"), sample());
     }
 
     #[test]
+    fn the_heat_section_round_trips_in_leb128() {
+        let c = sample_with_heat();
+        let buf = encode_checkpoint(&c);
+        // Counters 0, 1, 127 take a byte each, 128 and 300 two, 2^32-1 five.
+        let section = 24 + 3 + 2 + 2 + 5;
+        let counts = &c.heat.as_ref().expect("has heat").counts;
+        assert_eq!(heat_section_bytes(counts), section as u64);
+        assert_eq!(buf.len(), 112 + 64 + section);
+        assert_eq!(&buf[104..112], &(section as u64).to_le_bytes());
+        assert_eq!(
+            &buf[buf.len() - 12..],
+            &[
+                0, 1, 0x7f, 0x80, 0x01, 0xac, 0x02, 0xff, 0xff, 0xff, 0xff, 0x0f
+            ]
+        );
+        assert_eq!(decode_checkpoint(&buf).expect("decodes"), c);
+    }
+
+    /// A version 1 payload (88-byte header, no heat) as earlier releases wrote it.
+    fn version_1_bytes(c: &Checkpoint) -> Vec<u8> {
+        let v2 = encode_checkpoint(c);
+        let mut v1 = v2[..88].to_vec();
+        v1[8] = 1;
+        v1.extend_from_slice(&v2[112..]);
+        let crc = crc_with_hole(&v1, CRC_AT);
+        v1[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        v1
+    }
+
+    #[test]
+    fn version_1_still_decodes_without_the_new_counters() {
+        let v1 = version_1_bytes(&sample());
+        assert_eq!(v1.len(), 88 + 64);
+        let mut expected = sample();
+        expected.counters.gc_hot_moved_bytes = 0;
+        expected.counters.gc_cold_moved_bytes = 0;
+        assert_eq!(decode_checkpoint(&v1).expect("decodes"), expected);
+        let mut v3 = encode_checkpoint(&sample());
+        v3[8] = 3;
+        assert!(matches!(
+            decode_checkpoint(&v3),
+            Err(FormatError::UnsupportedVersion { version: 3, .. })
+        ));
+    }
+
+    #[test]
     fn every_flip_detected() {
-        let buf = encode_checkpoint(&sample());
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 4;
-            assert!(decode_checkpoint(&bad).is_err(), "flip at {pos}");
+        for c in [sample(), sample_with_heat()] {
+            let buf = encode_checkpoint(&c);
+            for pos in 0..buf.len() {
+                let mut bad = buf.clone();
+                bad[pos] ^= 4;
+                assert!(decode_checkpoint(&bad).is_err(), "flip at {pos}");
+            }
+            assert!(decode_checkpoint(&buf[..buf.len() - 1]).is_err());
         }
-        assert!(decode_checkpoint(&buf[..buf.len() - 1]).is_err());
+    }
+
+    /// Re-encode `section` as the heat section of `sample()` with a valid CRC.
+    fn with_heat_section(section: &[u8]) -> Vec<u8> {
+        let mut buf = encode_checkpoint(&sample());
+        buf[104..112].copy_from_slice(&(section.len() as u64).to_le_bytes());
+        buf.extend_from_slice(section);
+        let crc = crc_with_hole(&buf, CRC_AT);
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    #[test]
+    fn malformed_heat_sections_are_rejected_with_a_reason() {
+        let head = |shift: u8, count: u32| {
+            let mut h = vec![0u8; 16];
+            h.extend_from_slice(&[shift, 0, 0, 0]);
+            h.extend_from_slice(&count.to_le_bytes());
+            h
+        };
+        let good = [head(12, 1), vec![5]].concat();
+        assert!(decode_checkpoint(&with_heat_section(&good)).is_ok());
+        let cases: [(Vec<u8>, &str); 6] = [
+            ([head(8, 1), vec![5]].concat(), "region size"),
+            ([head(63, 1), vec![5]].concat(), "region size"),
+            ([head(12, 9), vec![5]].concat(), "cannot fit"),
+            (
+                [head(12, 1), vec![0x80, 0x80, 0x80, 0x80, 0x80, 0]].concat(),
+                "longer than 5",
+            ),
+            (
+                [head(12, 1), vec![0xff, 0xff, 0xff, 0xff, 0x10]].concat(),
+                "exceeds",
+            ),
+            ([head(12, 1), vec![5, 6]].concat(), "after the last"),
+        ];
+        for (section, why) in cases {
+            let err = decode_checkpoint(&with_heat_section(&section)).expect_err(why);
+            assert!(err.to_string().contains(why), "{err} should say {why}");
+        }
+        // Shorter than its fixed part.
+        assert!(decode_checkpoint(&with_heat_section(&[0u8; 10])).is_err());
     }
 }

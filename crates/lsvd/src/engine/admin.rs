@@ -6,6 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lsvd_core::VolumeId;
+use lsvd_core::format::checkpoint::CheckpointHeat;
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 
 use super::keys::{meta_key, validate_volume_name};
@@ -155,6 +156,45 @@ pub struct VolumeInfo {
     pub write_amplification: f64,
     pub gc_passes: u64,
     pub gc_moved_bytes: u64,
+    /// Of `gc_moved_bytes`, what the hylog policy moved as hot and as cold.
+    pub gc_hot_moved_bytes: u64,
+    pub gc_cold_moved_bytes: u64,
+    /// The hylog write-frequency tracker the checkpoint carries (none under other
+    /// policies).
+    pub heat: Option<HeatInfo>,
+}
+
+/// What the checkpoint's write-frequency tracker says.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeatInfo {
+    pub region_bytes: u64,
+    /// Regions written at least once.
+    pub regions_written: u64,
+    /// The hot fraction a GC pass would choose from these counters at the volume's
+    /// utilization now (0: it would not separate).
+    pub hot_fraction: f64,
+    /// The hot regions' share of the (decayed) writes.
+    pub hot_write_share: f64,
+}
+
+fn heat_info(saved: &CheckpointHeat, size_bytes: u64, utilization: f64) -> HeatInfo {
+    // Counters kept under other limits than this version's are described as they
+    // are (a tracker that grows takes any region size of at least 4 KiB).
+    let tracker = [Some(size_bytes), None]
+        .into_iter()
+        .find_map(|size| {
+            let mut t = lsvd_core::heat::HeatTracker::new(size);
+            t.restore(saved).ok().map(|()| t)
+        })
+        .unwrap_or_default();
+    let distribution = tracker.distribution();
+    let choice = lsvd_core::hylog::choose(&distribution, utilization);
+    HeatInfo {
+        region_bytes: 1u64 << saved.region_shift,
+        regions_written: distribution.iter().map(|&(_, n)| n).sum(),
+        hot_fraction: choice.hot_fraction,
+        hot_write_share: choice.hot_write_share,
+    }
 }
 
 pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> {
@@ -162,6 +202,11 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
     let rec = recover_store(store, &meta).await?;
     let s = &rec.state;
     let store_bytes = s.stored_bytes();
+    let utilization = if store_bytes == 0 {
+        1.0
+    } else {
+        s.live_bytes() as f64 / store_bytes as f64
+    };
     Ok(VolumeInfo {
         name: meta.name.clone(),
         volume_id: meta.volume.to_string(),
@@ -169,11 +214,7 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
         created_unix_secs: meta.created_unix_secs,
         live_bytes: s.live_bytes(),
         store_bytes,
-        utilization: if store_bytes == 0 {
-            1.0
-        } else {
-            s.live_bytes() as f64 / store_bytes as f64
-        },
+        utilization,
         objects: s.objects().len() as u64,
         checkpoint_seq: rec.checkpoint_seq,
         closed_cleanly: rec.checkpoint_clean && rec.stranded.is_empty(),
@@ -190,6 +231,12 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
         },
         gc_passes: rec.counters.gc_passes,
         gc_moved_bytes: rec.counters.gc_moved_bytes,
+        gc_hot_moved_bytes: rec.counters.gc_hot_moved_bytes,
+        gc_cold_moved_bytes: rec.counters.gc_cold_moved_bytes,
+        heat: rec
+            .heat
+            .as_ref()
+            .map(|h| heat_info(h, meta.size_bytes, utilization)),
     })
 }
 

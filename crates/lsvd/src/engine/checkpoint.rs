@@ -49,8 +49,14 @@ pub(crate) struct CheckpointSnapshot {
 pub(crate) fn snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> CheckpointSnapshot {
     let store = st.pipeline.store();
     debug_assert_eq!(store.next_object_seq(), seq);
+    let mut checkpoint = store.to_checkpoint_head(clean, st.counters(&shared.stats));
+    // The write frequencies as they are now (up to 4 MiB copied under the lock, once
+    // per checkpoint). They may count a few client writes newer than the checkpoint;
+    // recovery replays those from the log and counts them again: heat is a decayed
+    // estimate, and a few batches' double count is noise beside its half-life.
+    checkpoint.heat = st.heat.as_ref().map(|h| h.to_checkpoint());
     CheckpointSnapshot {
-        checkpoint: store.to_checkpoint_head(clean, st.counters(&shared.stats)),
+        checkpoint,
         volume: shared.meta.volume,
         seq,
         last_record_seq: store.last_record_seq(),

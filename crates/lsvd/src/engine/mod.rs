@@ -39,6 +39,8 @@ mod error_kind_tests;
 mod fault_metrics_tests;
 mod gc;
 #[cfg(test)]
+mod heat_tests;
+#[cfg(test)]
 mod integrity_tests;
 pub mod keys;
 pub(crate) mod log_index;

@@ -213,6 +213,11 @@ async fn open_inner(
     };
     report.stranded_deleted = settle_store(&store, name, &rec, config.recovery_mode).await?;
     let base_counters = rec.counters;
+    let heat = config
+        .gc
+        .policy
+        .tracks_heat()
+        .then(|| restored_heat(&meta, rec.heat.as_ref()));
     let newest_super = rec.superblock;
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
@@ -299,11 +304,7 @@ async fn open_inner(
             log_index_generation: log_index.as_ref().map_or(0, |i| i.generation),
             cache_super_generation: existing.map_or(0, |sb| sb.generation),
             base_counters,
-            heat: config
-                .gc
-                .policy
-                .tracks_heat()
-                .then(|| lsvd_core::heat::HeatTracker::new(Some(meta.size_bytes))),
+            heat,
         }),
         space_freed: Condvar::new(),
         upload_wake: tokio::sync::Notify::new(),
@@ -508,4 +509,23 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
         uploader: Mutex::new(Some(uploader_task)),
         gc: Mutex::new(Some(gc_task)),
     })
+}
+
+/// The hylog write-frequency tracker for `meta`'s volume, with the counters its
+/// checkpoint carried when they fit (same region size, as long as the volume size and
+/// the tracker's limits did not change); otherwise from zero, said once in the log.
+fn restored_heat(
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    saved: Option<&lsvd_core::format::checkpoint::CheckpointHeat>,
+) -> lsvd_core::heat::HeatTracker {
+    let mut tracker = lsvd_core::heat::HeatTracker::new(Some(meta.size_bytes));
+    if let Some(saved) = saved
+        && let Err(why) = tracker.restore(saved)
+    {
+        crate::log::warn(&format!(
+            "volume {}: the checkpoint's write frequencies do not fit ({why}); hylog starts from zero counts",
+            meta.name
+        ));
+    }
+    tracker
 }

@@ -144,8 +144,8 @@ pub(crate) struct State {
     /// Lifetime counters as of the checkpoint the volume was opened from.
     pub(crate) base_counters: Counters,
     /// Write frequencies per region, kept when the GC policy uses them (hylog): fed
-    /// by every client write, read by each GC pass. Not persisted: a restart starts
-    /// from zero.
+    /// by every client write, read by each GC pass, saved in every checkpoint and
+    /// restored at open.
     pub(crate) heat: Option<lsvd_core::heat::HeatTracker>,
 }
 
@@ -159,6 +159,10 @@ impl State {
             store_write_bytes: b.store_write_bytes + stats.store_put_bytes.load(Ordering::Relaxed),
             gc_passes: b.gc_passes + stats.gc_passes.load(Ordering::Relaxed),
             gc_moved_bytes: b.gc_moved_bytes + stats.gc_moved_bytes.load(Ordering::Relaxed),
+            gc_hot_moved_bytes: b.gc_hot_moved_bytes
+                + stats.gc_hot_moved_bytes.load(Ordering::Relaxed),
+            gc_cold_moved_bytes: b.gc_cold_moved_bytes
+                + stats.gc_cold_moved_bytes.load(Ordering::Relaxed),
         }
     }
 }

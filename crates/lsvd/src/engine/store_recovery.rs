@@ -7,7 +7,7 @@
 //! applies them, and reports what the store no longer holds that it acknowledged. A
 //! corrupt or missing newest checkpoint is passed over with a warning naming it.
 
-use lsvd_core::format::checkpoint::decode_checkpoint;
+use lsvd_core::format::checkpoint::{CheckpointHeat, decode_checkpoint};
 use lsvd_core::format::object::{ObjectKind, verify_chunks};
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::recovery::{BaseChooser, ListedObject, Step};
@@ -25,6 +25,8 @@ fn corrupt(msg: impl Into<String>) -> Error {
 pub(crate) struct StoreRecovery {
     pub state: StoreState,
     pub counters: lsvd_core::format::checkpoint::Counters,
+    /// The hylog write-frequency tracker the base checkpoint carried, if any.
+    pub heat: Option<CheckpointHeat>,
     /// Data and GC objects below the base checkpoint that it does not list: garbage
     /// whose deletion was interrupted.
     pub orphans: Vec<(u64, ObjectKind)>,
@@ -108,13 +110,14 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
             "volume {name}: skipping checkpoint {key} ({why}); recovering from {from} and the objects after it"
         ));
     }
-    let (mut state, checkpoint_seq, checkpoint_clean, counters) = match loaded {
-        Some((c, (state, clean, counters))) => (state, Some(c), clean, counters),
+    let (mut state, checkpoint_seq, checkpoint_clean, counters, heat) = match loaded {
+        Some((c, l)) => (l.state, Some(c), l.clean, l.counters, l.heat),
         None => (
             StoreState::new(meta.size_bytes),
             None,
             false,
             Default::default(),
+            None,
         ),
     };
     if state.volume_size_bytes != meta.size_bytes {
@@ -189,6 +192,7 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         superblock_violation,
         state,
         counters,
+        heat,
         orphans,
         stranded,
         checkpoint_seq,
@@ -268,14 +272,19 @@ pub(crate) async fn settle_store(
     Ok(deleted)
 }
 
+/// What a checkpoint restores.
+struct LoadedCheckpoint {
+    state: StoreState,
+    /// Written at a clean shutdown.
+    clean: bool,
+    counters: lsvd_core::format::checkpoint::Counters,
+    heat: Option<CheckpointHeat>,
+}
+
 /// Read checkpoint `c` whole and verify it: the state it describes, whether the
-/// volume was closed cleanly, and its counters. A checkpoint that fails a check is
-/// `Corrupt`, a vanished one `NotFound`.
-async fn load_checkpoint(
-    store: &DynStore,
-    meta: &VolumeMeta,
-    c: u64,
-) -> Result<(StoreState, bool, lsvd_core::format::checkpoint::Counters)> {
+/// volume was closed cleanly, its counters and write frequencies. A checkpoint that
+/// fails a check is `Corrupt`, a vanished one `NotFound`.
+async fn load_checkpoint(store: &DynStore, meta: &VolumeMeta, c: u64) -> Result<LoadedCheckpoint> {
     let key = object_key(&meta.name, c, ObjectKind::Checkpoint);
     let bytes = store
         .get(&key)
@@ -301,5 +310,10 @@ async fn load_checkpoint(
     let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
     let state = StoreState::from_checkpoint(c, &ck)
         .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
-    Ok((state, ck.clean, ck.counters))
+    Ok(LoadedCheckpoint {
+        state,
+        clean: ck.clean,
+        counters: ck.counters,
+        heat: ck.heat,
+    })
 }

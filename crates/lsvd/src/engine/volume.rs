@@ -43,6 +43,9 @@ pub struct VolumeStatus {
     pub lifetime_store_write_bytes: u64,
     pub gc_passes: u64,
     pub gc_moved_bytes: u64,
+    /// Of `gc_moved_bytes` (lifetime, checkpointed): what hylog moved as hot, as cold.
+    pub gc_hot_moved_bytes: u64,
+    pub gc_cold_moved_bytes: u64,
     /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
     pub gc_pass_in_flight: bool,
     /// This session's GC copies superseded by client writes (see `Stats`).
@@ -235,6 +238,8 @@ impl Volume {
             lifetime_store_write_bytes: counters.store_write_bytes,
             gc_passes: counters.gc_passes,
             gc_moved_bytes: counters.gc_moved_bytes,
+            gc_hot_moved_bytes: counters.gc_hot_moved_bytes,
+            gc_cold_moved_bytes: counters.gc_cold_moved_bytes,
             gc_pass_in_flight: st.pipeline.gc_pass_in_flight(),
             gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
             gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),

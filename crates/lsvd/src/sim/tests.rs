@@ -72,12 +72,12 @@ fn coalescing_within_a_batch_gives_the_merge_ratio() {
     assert_eq!(r.merge_ratio, 3.0 / 16.0);
     // In the store map the 13 extents are contiguous in LBA and in the object: one.
     assert_eq!(r.map_extents, 1);
-    // The clean checkpoint: 88 fixed + 32 per object and per extent, and a header of
+    // The clean checkpoint: 112 fixed + 32 per object and per extent, and a header of
     // 80 bytes plus one chunk checksum.
-    assert_eq!(r.counters.checkpoint_bytes, 80 + 4 + 88 + 32 * 2);
+    assert_eq!(r.counters.checkpoint_bytes, 80 + 4 + 112 + 32 * 2);
     assert_eq!(
         r.write_amplification,
-        (data_object_bytes(13) + 84 + 88 + 64) as f64 / (16 * BLOCK) as f64
+        (data_object_bytes(13) + 84 + 112 + 64) as f64 / (16 * BLOCK) as f64
     );
     assert_eq!(r.live_bytes, 13 * BLOCK);
 }
@@ -126,7 +126,7 @@ fn checkpoint_size_matches_the_encoder() {
     }
     sim.request(&req(0, Op::Trim, 0, 64 * BLOCK));
     let state = sim.state();
-    let (header, payload) = checkpoint_object_size(state);
+    let (header, payload) = checkpoint_object_size(state, 0);
     let encoded = encode_checkpoint(&state.to_checkpoint(false, Default::default()));
     assert_eq!(encoded.len() as u64, payload);
     let spec = ObjectSpec {
@@ -137,6 +137,20 @@ fn checkpoint_size_matches_the_encoder() {
         extents: &[],
         trims: &[],
     };
+    assert_eq!(
+        encode_object(&spec, &encoded).len() as u64,
+        header + payload
+    );
+    // With hylog's write frequencies (counters of 1 to 5 LEB128 bytes).
+    let mut heat = lsvd_core::heat::HeatTracker::new(Some(64 << 20));
+    for i in 0..2000u64 {
+        heat.record_write((i * 7919) % 4096, 8 + (i % 3) * 4096);
+    }
+    let mut with_heat = state.to_checkpoint(false, Default::default());
+    with_heat.heat = Some(heat.to_checkpoint());
+    let encoded = encode_checkpoint(&with_heat);
+    let (header, payload) = checkpoint_object_size(state, heat.checkpoint_bytes());
+    assert_eq!(encoded.len() as u64, payload);
     assert_eq!(
         encode_object(&spec, &encoded).len() as u64,
         header + payload

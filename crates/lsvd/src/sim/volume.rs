@@ -319,6 +319,7 @@ fn checkpoint_layout() -> (u64, u64, u64) {
             last_record_seq: 0,
             objects: Vec::new(),
             extents: Vec::new(),
+            heat: None,
         };
         let fixed = encode_checkpoint(&empty).len() as u64;
         let one_object = Checkpoint {
@@ -349,16 +350,19 @@ fn checkpoint_layout() -> (u64, u64, u64) {
 }
 
 /// Header and payload bytes of the checkpoint object the engine would write for
-/// `state` now: it lists the objects with live data and every map extent.
-pub fn checkpoint_object_size(state: &StoreState) -> (u64, u64) {
+/// `state` now: it lists the objects with live data and every map extent, and carries
+/// `heat_bytes` of write frequencies (hylog; 0 for other policies).
+pub fn checkpoint_object_size(state: &StoreState, heat_bytes: u64) -> (u64, u64) {
     let (fixed, per_object, per_extent) = checkpoint_layout();
     let live_objects = state
         .objects()
         .values()
         .filter(|o| o.live_bytes > 0)
         .count() as u64;
-    let payload =
-        fixed + per_object * live_objects + per_extent * state.map().extent_count() as u64;
+    let payload = fixed
+        + per_object * live_objects
+        + per_extent * state.map().extent_count() as u64
+        + heat_bytes;
     (
         header_bytes_for(ObjectKind::Checkpoint, 0, 0, payload),
         payload,
@@ -658,7 +662,8 @@ impl VolumeSim {
     /// one left out, keep those it leaves out (`dead`) until the next, and keep the
     /// newest two checkpoints.
     fn write_checkpoint(&mut self, seq: u64, dead: Vec<(u64, ObjectKind)>) {
-        let (header_bytes, payload) = checkpoint_object_size(self.state());
+        let heat_bytes = self.heat.as_ref().map_or(0, HeatTracker::checkpoint_bytes);
+        let (header_bytes, payload) = checkpoint_object_size(self.state(), heat_bytes);
         let total = header_bytes + payload;
         let h = ObjectHeader {
             kind: ObjectKind::Checkpoint,
