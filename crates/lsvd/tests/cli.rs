@@ -680,3 +680,53 @@ fn sigint_as_soon_as_the_socket_appears_stops_cleanly() {
         assert!(log.contains("stopped cleanly"), "{log}");
     }
 }
+
+/// `lsvd info` shows hylog's write frequencies from the checkpoint: the tracker
+/// survives a restart through the checkpoint, and a volume served under another
+/// policy shows none.
+#[test]
+fn info_shows_the_hylog_write_frequencies_the_checkpoint_carries() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_heat");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    assert!(
+        lsvd.info_json("vol")["heat"].is_null(),
+        "no heat before hylog"
+    );
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol", "--gc-policy", "hylog"]);
+    // 16 hot blocks written 20 times, the other 4080 once.
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\n\
+         for m in range(16):\n    h.pwrite(b'\\x01' * (1 << 20), m << 20)\n\
+         for i in range(19):\n    h.pwrite(bytes([i + 2]) * (64 << 10), 0)\n\
+         h.flush()\n",
+    );
+    server.stop_clean();
+    let info = lsvd.info_json("vol");
+    let heat = &info["heat"];
+    assert_eq!(heat["region_bytes"], 4096, "{info}");
+    assert_eq!(heat["regions_written"], 4096, "{info}");
+    let text = stdout(&lsvd.run_ok(&["info", "vol"]));
+    assert!(
+        text.contains("heat:          4096 regions of 4.0 KiB written"),
+        "{text}"
+    );
+    assert!(text.contains("gc hylog:"), "{text}");
+
+    // Served again under hylog: the counters are restored and saved again.
+    let mut server = lsvd.serve(&socket, &["vol", "--gc-policy", "hylog"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert h.pread(64 << 10, 0) == bytes([20]) * (64 << 10)\n",
+    );
+    server.stop_clean();
+    assert_eq!(lsvd.info_json("vol")["heat"], *heat);
+
+    // Under greedy there is no tracker.
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    server.stop_clean();
+    assert!(lsvd.info_json("vol")["heat"].is_null());
+}

@@ -175,6 +175,27 @@ pub async fn info(
         info.gc_passes,
         format_size(info.gc_moved_bytes)
     );
+    if let Some(heat) = &info.heat {
+        println!(
+            "gc hylog:      {} moved as hot, {} as cold",
+            format_size(info.gc_hot_moved_bytes),
+            format_size(info.gc_cold_moved_bytes)
+        );
+        let now = if heat.hot_fraction > 0.0 {
+            format!(
+                "a GC pass now would treat {:.1}% of the written data as hot ({:.1}% of the writes)",
+                heat.hot_fraction * 100.0,
+                heat.hot_write_share * 100.0
+            )
+        } else {
+            "a GC pass now would not separate hot from cold".to_string()
+        };
+        println!(
+            "heat:          {} regions of {} written; {now}",
+            heat.regions_written,
+            format_size(heat.region_bytes)
+        );
+    }
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

@@ -99,6 +99,15 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
                     ck.objects.len(),
                     ck.extents.len()
                 );
+                if let Some(heat) = &ck.heat {
+                    println!(
+                        "    heat: {} regions of {} bytes, {} decays, {} bytes since the last",
+                        heat.counts.len(),
+                        1u64 << heat.region_shift,
+                        heat.decays,
+                        heat.since_decay_bytes
+                    );
+                }
                 for o in &ck.objects {
                     println!(
                         "    object {:016x} kind {} total {} live {}",
