@@ -223,3 +223,87 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
     );
     vol.shutdown().await.expect("shutdown");
 }
+
+/// GC passes given up in a row wait 1 s, 2 s, 4 s, then 8 s between them (plus up to
+/// the GC loop's 1 s poll), as docs/SEMANTICS.md says: on a manual clock, the clock
+/// time between consecutive failed passes follows that schedule, and a pass retried
+/// every second (the behaviour before the backoff) would fail this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
+    use super::clock::{Clock, ManualClock, SharedClock};
+    const MIB: u64 = 1 << 20;
+    let dir = TempDir::new("engine-gc-backoff");
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 8 * MIB).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let clock = ManualClock::new();
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 32 * MIB,
+        read_cache_bytes: 0,
+        gc_min_rate_bytes: 0,
+        clock: SharedClock(clock.clone()),
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    let stats = vol.stats();
+    faulty.set_range_reads_failing(true);
+    for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
+        for i in 0..8 * 4u64 {
+            vol.write(i * (256 << 10), vec![round; len as usize], false)
+                .await
+                .expect("write");
+        }
+        vol.flush().await.expect("flush");
+    }
+    // Clock time of each failed pass, stepping 50 ms at a time with real time in
+    // between for the tasks to act on it.
+    let step = Duration::from_millis(50);
+    let mut failures: Vec<Duration> = Vec::new();
+    let mut seen = 0;
+    for _ in 0..2400 {
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let n = stats.gc_passes_failed.load(Ordering::Relaxed);
+        if n > seen {
+            assert_eq!(n, seen + 1, "two passes failed within one step");
+            seen = n;
+            failures.push(clock.now());
+        }
+        if failures.len() == 7 {
+            break;
+        }
+    }
+    assert_eq!(failures.len(), 7, "failed passes at {failures:?}");
+    let gaps: Vec<f64> = failures
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    for (i, gap) in gaps.iter().enumerate() {
+        let wait = f64::from(1u32 << i.min(3));
+        assert!(
+            // Each failure is seen within one 50 ms step of when it happened.
+            *gap >= wait - 0.1 && *gap <= wait + 1.0 + 0.1,
+            "gap {i} between failed passes is {gap:.2} s, expected {wait} s plus at most the 1 s poll: {gaps:?}"
+        );
+    }
+    // Shutting down waits for the GC task, asleep on the manual clock: keep time
+    // moving until it is done.
+    faulty.set_range_reads_failing(false);
+    let shutdown = tokio::spawn(async move { vol.shutdown().await });
+    for _ in 0..6000 {
+        if shutdown.is_finished() {
+            break;
+        }
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    shutdown
+        .await
+        .expect("shutdown task")
+        .expect("shutdown within 300 s of clock time");
+}
