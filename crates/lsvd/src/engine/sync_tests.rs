@@ -64,3 +64,69 @@ async fn after_sync_the_store_alone_holds_every_acknowledged_write() {
     let unsynced = blocks_in_the_store_alone(false).await;
     assert!(unsynced.iter().all(|b| b.iter().all(|x| *x == 0)));
 }
+
+/// With the store away, `sync_to_store` waits (it does not answer early, nor fail);
+/// once the store is back it answers, and the store alone then holds the writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_waits_while_the_store_is_away() {
+    use crate::store::faulty::{FaultPlan, FaultyStore};
+    use std::time::Duration;
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 4 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let dir = TempDir::new("engine-sync-outage");
+    let (vol, _) = open_volume(store, "v", dir.path(), config())
+        .await
+        .expect("open");
+    faulty.set_outage(true);
+    for b in 0..64u64 {
+        vol.write(b * 4096, vec![b as u8 + 1; 4096], false)
+            .await
+            .expect("write");
+    }
+    let sync = {
+        let vol = vol.clone();
+        tokio::spawn(async move { vol.sync_to_store().await })
+    };
+    // Until uploads have failed and been retried a few times, and then a while
+    // longer: the sync must still be waiting.
+    let stats = vol.stats();
+    for _ in 0..3000 {
+        if stats
+            .store_put_retries
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 3
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !sync.is_finished(),
+        "sync answered with the store away: {:?}",
+        vol.status()
+    );
+    faulty.set_outage(false);
+    let through = tokio::time::timeout(Duration::from_secs(60), sync)
+        .await
+        .expect("sync answers once the store is back")
+        .expect("sync task")
+        .expect("sync");
+    assert!(through >= 64, "records through {through}");
+    vol.crash();
+    drop(vol);
+    let elsewhere = TempDir::new("engine-sync-outage-elsewhere");
+    let (vol, _) = open_volume(mem, "v", elsewhere.path(), config())
+        .await
+        .expect("open from the store alone");
+    for b in 0..64u64 {
+        assert_eq!(
+            vol.read(b * 4096, 4096).await.expect("read"),
+            vec![b as u8 + 1; 4096],
+            "block {b}"
+        );
+    }
+    vol.shutdown().await.expect("shutdown");
+}
