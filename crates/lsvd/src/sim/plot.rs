@@ -1,8 +1,13 @@
 //! A hand-written SVG chart of a run's time series: store size, utilization and
 //! cumulative write amplification against client bytes written, one line per simulated
-//! volume and configuration.
+//! volume and configuration. When a charted configuration ran `--gc-policy hylog`, a
+//! fourth panel shows the hot fraction its GC passes chose over the same axis (only
+//! the hylog lines: the other policies choose none), so one chart shows both what the
+//! policy decided and what it cost.
 
 use std::fmt::Write as _;
+
+use lsvd_core::gc::GcPolicy;
 
 use super::report::RunReport;
 use super::volume::SeriesPoint;
@@ -59,6 +64,8 @@ fn escape(s: &str) -> String {
 struct Line<'a> {
     name: String,
     points: &'a [SeriesPoint],
+    /// The configuration ran hylog (so its points carry a chosen hot fraction).
+    hylog: bool,
 }
 
 struct Panel {
@@ -68,7 +75,12 @@ struct Panel {
     y_max: Option<f64>,
     /// Draw a 1.0 reference line.
     unit_line: bool,
+    /// Only the hylog lines (the hot fraction chosen; 0 for every other policy).
+    hylog_only: bool,
 }
+
+/// The title of the hot-fraction panel (also what the tests look for).
+pub const HOT_FRACTION_TITLE: &str = "hylog: hot fraction chosen by the latest GC pass";
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -100,29 +112,42 @@ pub fn chart(report: &RunReport, max_lines: usize) -> String {
             Line {
                 name,
                 points: &v.series,
+                hylog: matches!(v.gc_policy.parse::<GcPolicy>(), Ok(GcPolicy::HyLog)),
             }
         })
         .collect();
-    let panels = [
+    let mut panels = vec![
         Panel {
             title: "store size (GiB)",
             y: |p| p.store_bytes as f64 / GIB,
             y_max: None,
             unit_line: false,
+            hylog_only: false,
         },
         Panel {
             title: "utilization (live / stored)",
             y: |p| p.utilization,
             y_max: Some(1.0),
             unit_line: false,
+            hylog_only: false,
         },
         Panel {
             title: "write amplification (cumulative)",
             y: |p| p.write_amplification,
             y_max: None,
             unit_line: true,
+            hylog_only: false,
         },
     ];
+    if lines.iter().any(|l| l.hylog) {
+        panels.push(Panel {
+            title: HOT_FRACTION_TITLE,
+            y: |p| p.gc_hot_fraction,
+            y_max: Some(1.0),
+            unit_line: false,
+            hylog_only: true,
+        });
+    }
     let legend_height = 18.0 * lines.len() as f64 + 10.0;
     let height = TOP + panels.len() as f64 * (PANEL_HEIGHT + GAP) + legend_height;
     let plot_w = WIDTH - LEFT - RIGHT;
@@ -143,8 +168,10 @@ pub fn chart(report: &RunReport, max_lines: usize) -> String {
     );
     for (pi, panel) in panels.iter().enumerate() {
         let y0 = TOP + pi as f64 * (PANEL_HEIGHT + GAP);
+        let shown = |l: &&Line<'_>| l.hylog || !panel.hylog_only;
         let y_raw = lines
             .iter()
+            .filter(shown)
             .flat_map(|l| l.points.iter())
             .map(panel.y)
             .filter(|v| v.is_finite())
@@ -192,6 +219,9 @@ pub fn chart(report: &RunReport, max_lines: usize) -> String {
             r##"<rect x="{LEFT}" y="{y0:.1}" width="{plot_w:.1}" height="{PANEL_HEIGHT}" fill="none" stroke="#444"/>"##
         );
         for (li, line) in lines.iter().enumerate() {
+            if !shown(&line) {
+                continue;
+            }
             let mut d = String::new();
             for (i, p) in line.points.iter().enumerate() {
                 let y = (panel.y)(p);
@@ -245,5 +275,75 @@ mod tests {
         assert_eq!(label(1.0), "1");
         assert_eq!(label(20.0), "20");
         assert_eq!(label(12.5), "12.5");
+    }
+
+    /// A small skewed run with the given policies, with series.
+    fn run(policies: &str) -> RunReport {
+        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from([
+            "lsvd",
+            "sim",
+            "--synthetic",
+            "hotcold:0.1:0.9",
+            "--volume-size",
+            "16M",
+            "--requests",
+            "40000",
+            "--precondition",
+            "--batch-size",
+            "256K",
+            "--gc-pass",
+            "1M",
+            "--gc-start",
+            "0.8",
+            "--gc-policy",
+            policies,
+            "--series",
+        ])
+        .expect("parse");
+        let crate::cli::Command::Sim(a) = cli.command else {
+            panic!("not sim");
+        };
+        super::super::simulate(&a).expect("simulate")
+    }
+
+    #[test]
+    fn hot_fraction_panel_only_when_hylog_ran() {
+        let r = run("greedy,hylog");
+        let hylog = r
+            .volumes
+            .iter()
+            .find(|v| v.gc_policy == "hylog")
+            .expect("a hylog run");
+        assert!(
+            hylog.series.iter().any(|p| p.gc_hot_fraction > 0.0),
+            "hylog separated at some point of the series"
+        );
+        let svg = chart(&r, 8);
+        assert!(svg.contains(HOT_FRACTION_TITLE));
+        // Three panels for both lines, the hot-fraction panel for hylog's only.
+        assert_eq!(svg.matches("<path").count(), 3 * 2 + 1);
+        // The hylog line in the last panel reaches above its zero line: the chosen
+        // fraction is drawn, not a flat 0.
+        let last = svg
+            .rsplit("<path d=\"")
+            .next()
+            .expect("a path")
+            .split('"')
+            .next()
+            .expect("path data");
+        let ys: Vec<f64> = last
+            .split(['M', 'L', ' '])
+            .filter_map(|pt| pt.split_once(','))
+            .map(|(_, y)| y.parse::<f64>().expect("y"))
+            .collect();
+        let zero = TOP + 3.0 * (PANEL_HEIGHT + GAP) + PANEL_HEIGHT;
+        assert!(ys.iter().all(|y| *y <= zero + 0.1), "{last}");
+        assert!(ys.iter().any(|y| *y < zero - 1.0), "{last}");
+
+        let r = run("greedy,cost-benefit");
+        let svg = chart(&r, 8);
+        assert!(!svg.contains(HOT_FRACTION_TITLE));
+        assert!(!svg.contains("hot fraction"));
+        assert_eq!(svg.matches("<path").count(), 3 * 2);
     }
 }
