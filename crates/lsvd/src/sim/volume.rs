@@ -49,7 +49,7 @@ use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
 };
 use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
-use lsvd_core::gc::{self, GcConfig, HeatClass};
+use lsvd_core::gc::{self, GcConfig};
 use lsvd_core::heat::HeatTracker;
 use lsvd_core::hylog::{self, HotChoice};
 use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
@@ -581,9 +581,10 @@ impl VolumeSim {
             }
             for (class, g) in &groups {
                 let bytes = g.iter().map(|r| r.sectors).sum::<u64>() * SECTOR_BYTES;
-                match class {
-                    HeatClass::Hot => self.counters.gc_hot_bytes_moved += bytes,
-                    HeatClass::Cold => self.counters.gc_cold_bytes_moved += bytes,
+                if class.is_hot() {
+                    self.counters.gc_hot_bytes_moved += bytes;
+                } else {
+                    self.counters.gc_cold_bytes_moved += bytes;
                 }
             }
             let last_record = self.state().last_record_seq();
