@@ -630,7 +630,9 @@ mod tests {
         let region_sectors = t.region_bytes() / SECTOR_BYTES;
         let class_at = |lba: u64| HeatClass(choice.class_of(t.heat_at(lba)) as u8);
         assert_eq!(
-            (0..8).map(|r| class_at(r * region_sectors).0).collect::<Vec<_>>(),
+            (0..8)
+                .map(|r| class_at(r * region_sectors).0)
+                .collect::<Vec<_>>(),
             vec![2, 2, 0, 0, 0, 1, 0, 0]
         );
         // Small objects so that each class spans several.
@@ -653,7 +655,10 @@ mod tests {
             }
             groups_per_class[usize::from(class.0)] += 1;
         }
-        assert!(groups_per_class.iter().all(|&n| n >= 2), "{groups_per_class:?}");
+        assert!(
+            groups_per_class.iter().all(|&n| n >= 2),
+            "{groups_per_class:?}"
+        );
         // Every live sector is moved exactly once, from where it is.
         let all: Vec<Relocation> = groups.iter().flat_map(|(_, g)| g.clone()).collect();
         assert_eq!(sectors_of(&all), sectors_of(&rel));

@@ -518,16 +518,31 @@ mod tests {
                 assert!((got - want).abs() < 1e-9, "u {u}: {live:?}");
             }
             assert!((c.hot_fraction - 0.25).abs() < 1e-9, "u {u}: {c:?}");
-            for (heat, class) in [(404, 2), (396, 2), (40, 1), (41, 1), (39, 1), (3, 0), (4, 0)] {
+            for (heat, class) in [
+                (404, 2),
+                (396, 2),
+                (40, 1),
+                (41, 1),
+                (39, 1),
+                (3, 0),
+                (4, 0),
+            ] {
                 assert_eq!(c.class_of(heat), class, "u {u} heat {heat}");
             }
             // Hotter classes get more free space per live byte, and each class
             // beyond the first pays for itself.
             let m = c.class_models();
             let per_live = |i: usize| m[i].space_share / m[i].live_share;
-            assert!(per_live(2) > per_live(1) && per_live(1) > per_live(0), "{m:?}");
+            assert!(
+                per_live(2) > per_live(1) && per_live(1) > per_live(0),
+                "{m:?}"
+            );
             let (two, _) = separated_cost(0.25, m[1].write_share + m[2].write_share, u);
-            assert!(c.cost < two * (1.0 - MIN_MODEL_GAIN), "u {u}: {} vs {two}", c.cost);
+            assert!(
+                c.cost < two * (1.0 - MIN_MODEL_GAIN),
+                "u {u}: {} vs {two}",
+                c.cost
+            );
         }
     }
 
@@ -540,9 +555,7 @@ mod tests {
             let (cost, space) = classes_cost(&classes, disk_u);
             assert!((space.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{space:?}");
             let free = 1.0 / disk_u - 1.0;
-            let class_cost = |(h, w): (f64, f64), f: f64| {
-                w * write_cost(h / (h + f * free))
-            };
+            let class_cost = |(h, w): (f64, f64), f: f64| w * write_cost(h / (h + f * free));
             let mut brute = f64::INFINITY;
             for i in 1..500 {
                 for j in 1..(500 - i) {
@@ -553,7 +566,10 @@ mod tests {
                     brute = brute.min(c);
                 }
             }
-            assert!(cost <= brute * (1.0 + 1e-6), "u {disk_u}: {cost} vs {brute}");
+            assert!(
+                cost <= brute * (1.0 + 1e-6),
+                "u {disk_u}: {cost} vs {brute}"
+            );
             assert!(cost > brute * 0.99, "u {disk_u}: {cost} vs {brute}");
         }
     }
