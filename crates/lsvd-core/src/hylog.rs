@@ -106,7 +106,8 @@ fn log_cleaning_u_at(a: f64) -> f64 {
             break;
         }
         let next = t - q / dq;
-        if !(next < 0.0) || (next - t).abs() <= 1e-14 * t.abs() {
+        // Not below 0 (or NaN): t is as close as floating point gets.
+        if next.is_nan() || next >= 0.0 || (next - t).abs() <= 1e-14 * t.abs() {
             t = next.min(t);
             break;
         }
