@@ -633,6 +633,51 @@ mod tests {
         let c = choose(&hist, 0.8);
         assert!(c.separates() && c.hot_fraction < 0.5, "{c:?}");
         assert!(c.hot_write_share > c.hot_fraction, "{c:?}");
+        // A smooth fall-off has no single step: more than two classes pay.
+        assert!(c.classes >= 3, "{c:?}");
+    }
+
+    #[test]
+    fn random_distributions_give_consistent_choices() {
+        // Seeded pseudo-random histograms (sorted or not, heats up to u32::MAX):
+        // never a panic, the cost never above not separating, classes ordered by heat.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..200 {
+            let len = (next() % 300) as usize;
+            let mut hist: Vec<(u32, u64)> = (0..len)
+                .map(|_| {
+                    let heat = match next() % 3 {
+                        0 => (next() % 16) as u32,
+                        1 => (next() % 10_000) as u32,
+                        _ => next() as u32,
+                    };
+                    (heat, next() % 5000 + 1)
+                })
+                .collect();
+            if round % 2 == 0 {
+                hist.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            }
+            let u = (next() % 1000) as f64 / 1000.0;
+            let c = choose(&hist, u);
+            assert!(c.cost.is_finite() && c.cost <= c.unseparated_cost, "{c:?}");
+            assert!((1..=MAX_CLASSES).contains(&c.classes), "{c:?}");
+            let live: f64 = c.class_models().iter().map(|m| m.live_share).sum();
+            assert!((live - 1.0).abs() < 1e-9, "{c:?}");
+            if round % 2 == 0 {
+                let mut last = 0;
+                for &(heat, _) in hist.iter().rev() {
+                    let class = c.class_of(heat);
+                    assert!(class >= last && class < c.classes, "{c:?}");
+                    last = class;
+                }
+            }
+        }
     }
 
     #[test]
