@@ -661,7 +661,7 @@ mod tests {
                 })
                 .collect();
             if round % 2 == 0 {
-                hist.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+                hist.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
             }
             let u = (next() % 1000) as f64 / 1000.0;
             let c = choose(&hist, u);
