@@ -9,10 +9,11 @@
 //! map still points there. The live engine and the simulator both use this module.
 //!
 //! The `hylog` policy also separates what GC moves by how hot it is (see
-//! [`crate::hylog`], `docs/sim/hylog.md`): relocated data in regions the write-frequency
-//! tracker ([`crate::heat`]) ranks hot goes into hot GC objects, the rest into cold
-//! ones ([`split_by_heat`], [`group_relocations_by_class`]), so hot and cold data never
-//! share a GC object.
+//! [`crate::hylog`], `docs/sim/hylog.md`): the model cuts the data into up to
+//! [`crate::hylog::MAX_CLASSES`] heat classes by the write-frequency tracker's counts
+//! ([`crate::heat`]), and relocated data of each class goes into GC objects of its own
+//! ([`split_by_heat`], [`group_relocations_by_class`]), so data of different classes
+//! never shares a GC object.
 
 use std::collections::BTreeSet;
 
@@ -29,9 +30,10 @@ pub enum GcPolicy {
     /// LFS cost-benefit: (1 - u) * age / (1 + u), highest first. Prefers old, cold
     /// objects that will stay clean once compacted.
     CostBenefit,
-    /// HyLog: each pass chooses, from the measured write frequencies and the
-    /// utilization, the hot fraction that minimizes modelled write cost, and writes
-    /// relocated hot and cold data into separate GC objects. Victims are taken like
+    /// HyLog: each pass cuts the data into heat classes (up to
+    /// [`crate::hylog::MAX_CLASSES`]) so that, by the measured write frequencies and
+    /// the utilization, the modelled write cost is smallest, and writes relocated data
+    /// of each class into GC objects of its own. Victims are taken like
     /// cost-benefit while hot and cold are separated (the LFS pairing: cold objects
     /// are dense and age, hot ones empty fast), like greedy when the model finds
     /// nothing to separate (a uniform workload).
@@ -306,46 +308,52 @@ pub fn group_relocations(relocations: &[Relocation], object_bytes: u64) -> Vec<V
     groups
 }
 
-/// Which GC objects a relocated extent goes into under hylog.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HeatClass {
-    Hot,
-    Cold,
+/// Which GC objects a relocated extent goes into under hylog: its heat class, from
+/// 0, the coldest (everything, when nothing is separated), to the hottest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HeatClass(pub u8);
+
+impl HeatClass {
+    /// The coldest class: all data when the model does not separate.
+    pub const COLDEST: HeatClass = HeatClass(0);
+
+    /// Is this any class but the coldest (counted as "hot" in metrics)?
+    pub fn is_hot(self) -> bool {
+        self.0 > 0
+    }
 }
 
-/// Split relocations into (hot, cold) by the heat of the region each sector is in,
-/// per `choice`. An extent crossing regions of different classes is cut where the
-/// class changes (its source advanced); otherwise it stays whole. Order is kept.
+/// Split relocations by heat class (the class of the region each sector is in, per
+/// `choice`): one list per class, coldest first (`choice.classes` lists). An extent
+/// crossing regions of different classes is cut where the class changes (its source
+/// advanced); otherwise it stays whole. Order is kept within each class.
 pub fn split_by_heat(
     relocations: &[Relocation],
     tracker: &HeatTracker,
     choice: &HotChoice,
-) -> (Vec<Relocation>, Vec<Relocation>) {
-    let mut hot = Vec::new();
-    let mut cold = Vec::new();
+) -> Vec<Vec<Relocation>> {
+    let classes = choice.class_models().len();
+    let mut out = vec![Vec::new(); classes];
     if !choice.separates() {
-        return (hot, relocations.to_vec());
+        out[0] = relocations.to_vec();
+        return out;
     }
+    let class_at = |lba: u64| choice.class_of(tracker.heat_at(lba)).min(classes - 1);
     let region_sectors = (tracker.region_bytes() / SECTOR_BYTES).max(1);
     for r in relocations {
         let mut r = *r;
         while r.sectors > 0 {
-            let class_hot = choice.is_hot(tracker.heat_at(r.lba));
+            let class = class_at(r.lba);
             // Extend the run over following regions of the same class.
             let mut run = (region_sectors - r.lba % region_sectors).min(r.sectors);
-            while run < r.sectors && choice.is_hot(tracker.heat_at(r.lba + run)) == class_hot {
+            while run < r.sectors && class_at(r.lba + run) == class {
                 run = (run + region_sectors).min(r.sectors);
             }
-            let piece = Relocation {
+            out[class].push(Relocation {
                 lba: r.lba,
                 sectors: run,
                 source: r.source,
-            };
-            if class_hot {
-                hot.push(piece);
-            } else {
-                cold.push(piece);
-            }
+            });
             r = Relocation {
                 lba: r.lba + run,
                 sectors: r.sectors - run,
@@ -353,31 +361,31 @@ pub fn split_by_heat(
             };
         }
     }
-    (hot, cold)
+    out
 }
 
-/// [`group_relocations`] per class: hot and cold data never share a GC object. Each
-/// group is one GC object, labelled with its class (cold groups first). With no
-/// tracker or a choice that does not separate, everything is cold, grouped exactly as
-/// [`group_relocations`] would.
+/// [`group_relocations`] per class: data of different classes never shares a GC
+/// object. Each group is one GC object, labelled with its class, coldest class first.
+/// With no tracker or a choice that does not separate, everything is in the coldest
+/// class, grouped exactly as [`group_relocations`] would.
 pub fn group_relocations_by_class(
     relocations: &[Relocation],
     object_bytes: u64,
     heat: Option<(&HeatTracker, &HotChoice)>,
 ) -> Vec<(HeatClass, Vec<Relocation>)> {
-    let (hot, cold) = match heat {
+    let classes = match heat {
         Some((tracker, choice)) => split_by_heat(relocations, tracker, choice),
-        None => (Vec::new(), relocations.to_vec()),
+        None => vec![relocations.to_vec()],
     };
-    let mut out: Vec<(HeatClass, Vec<Relocation>)> = group_relocations(&cold, object_bytes)
-        .into_iter()
-        .map(|g| (HeatClass::Cold, g))
-        .collect();
-    out.extend(
-        group_relocations(&hot, object_bytes)
-            .into_iter()
-            .map(|g| (HeatClass::Hot, g)),
-    );
+    let mut out = Vec::new();
+    for (class, rel) in classes.iter().enumerate() {
+        let class = HeatClass(u8::try_from(class).unwrap_or(u8::MAX));
+        out.extend(
+            group_relocations(rel, object_bytes)
+                .into_iter()
+                .map(|g| (class, g)),
+        );
+    }
     out
 }
 
@@ -570,7 +578,8 @@ mod tests {
         ));
     }
 
-    /// 8 MiB of data in 1 MiB regions; regions 0, 1 and 5 are hot.
+    /// 8 MiB of data in 1 MiB regions; regions 0 and 1 are hot, 5 is warm, the rest
+    /// cold: three classes.
     fn heat_setup() -> (StoreState, HeatTracker, HotChoice) {
         let mib = 2048u64;
         let mut s = StoreState::new(64 << 20);
@@ -585,13 +594,17 @@ mod tests {
             .expect("apply");
         let mut t = HeatTracker::with_limits(Some(64 << 20), 1 << 20, 1 << 20, None);
         for region in 0..8u64 {
-            let times = if [0, 1, 5].contains(&region) { 50 } else { 1 };
+            let times = match region {
+                0 | 1 => 400,
+                5 => 40,
+                _ => 1,
+            };
             for _ in 0..times {
                 t.record_write(region * mib, 8);
             }
         }
         let choice = crate::hylog::choose(&t.distribution(), 0.8);
-        assert!(choice.separates(), "{choice:?}");
+        assert_eq!(choice.classes, 3, "{choice:?}");
         (s, t, choice)
     }
 
@@ -610,51 +623,54 @@ mod tests {
     }
 
     #[test]
-    fn hot_and_cold_never_share_a_gc_object() {
+    fn classes_never_share_a_gc_object() {
         let (s, t, choice) = heat_setup();
         let victims: BTreeSet<u64> = [1].into_iter().collect();
         let rel = live_extents(&s, &victims);
+        let region_sectors = t.region_bytes() / SECTOR_BYTES;
+        let class_at = |lba: u64| HeatClass(choice.class_of(t.heat_at(lba)) as u8);
+        assert_eq!(
+            (0..8)
+                .map(|r| class_at(r * region_sectors).0)
+                .collect::<Vec<_>>(),
+            vec![2, 2, 0, 0, 0, 1, 0, 0]
+        );
         // Small objects so that each class spans several.
         let groups = group_relocations_by_class(&rel, 512 << 10, Some((&t, &choice)));
-        let mut hot_groups = 0;
+        let mut groups_per_class = [0usize; 3];
+        let mut last_class = HeatClass::COLDEST;
         for (class, g) in &groups {
+            assert!(*class >= last_class, "coldest class first");
+            last_class = *class;
             let sectors: u64 = g.iter().map(|r| r.sectors).sum();
             assert!(sectors * SECTOR_BYTES <= 512 << 10);
             for r in g {
-                for lba in [r.lba, r.lba + r.sectors - 1] {
-                    let hot = choice.is_hot(t.heat_at(lba));
-                    assert_eq!(
-                        hot,
-                        *class == HeatClass::Hot,
-                        "lba {lba} in a {class:?} group"
-                    );
-                }
-                // No extent crosses a region of the other class in between either.
-                let region_sectors = t.region_bytes() / SECTOR_BYTES;
+                // Every region an extent touches is of the group's class.
                 let mut lba = r.lba;
                 while lba < r.lba + r.sectors {
-                    assert_eq!(choice.is_hot(t.heat_at(lba)), *class == HeatClass::Hot);
+                    assert_eq!(class_at(lba), *class, "lba {lba} in a {class:?} group");
                     lba = (lba / region_sectors + 1) * region_sectors;
                 }
+                assert_eq!(class_at(r.lba + r.sectors - 1), *class);
             }
-            hot_groups += usize::from(*class == HeatClass::Hot);
+            groups_per_class[usize::from(class.0)] += 1;
         }
         assert!(
-            hot_groups >= 2 && groups.len() - hot_groups >= 2,
-            "{}",
-            groups.len()
+            groups_per_class.iter().all(|&n| n >= 2),
+            "{groups_per_class:?}"
         );
         // Every live sector is moved exactly once, from where it is.
         let all: Vec<Relocation> = groups.iter().flat_map(|(_, g)| g.clone()).collect();
         assert_eq!(sectors_of(&all), sectors_of(&rel));
-        // Without separation: exactly the plain grouping, all cold.
+        // Without separation: exactly the plain grouping, all in the coldest class.
         let plain = group_relocations_by_class(&rel, 512 << 10, None);
-        assert!(plain.iter().all(|(c, _)| *c == HeatClass::Cold));
+        assert!(plain.iter().all(|(c, _)| *c == HeatClass::COLDEST));
         let plain: Vec<Vec<Relocation>> = plain.into_iter().map(|(_, g)| g).collect();
         assert_eq!(plain, group_relocations(&rel, 512 << 10));
         let none = HotChoice::none(0.8);
         let unsplit = group_relocations_by_class(&rel, 512 << 10, Some((&t, &none)));
         assert_eq!(unsplit.len(), plain.len());
+        assert!(unsplit.iter().all(|(c, _)| !c.is_hot()));
     }
 
     #[test]

@@ -193,8 +193,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             lba += n;
             tokio::task::yield_now().await;
         }
-        let (relocations, cold) = classify(&shared, relocations);
-        match run_pass(&shared, &relocations, cold, &kinds, &mut pacer).await {
+        let (relocations, classes) = classify(&shared, relocations);
+        match run_pass(&shared, &relocations, &classes, &kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
@@ -242,18 +242,18 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// Under hylog: choose the hot fraction from the write frequencies and the
+/// Under hylog: choose the heat classes from the write frequencies and the
 /// utilization, tell the pipeline (it orders the next pass's victims), and put the
-/// relocations in class order, cold first. Returns them and how many are cold; with
-/// any other policy they are returned as they are, all "cold".
-fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, usize) {
+/// relocations in class order, coldest first. Returns them and how many there are of
+/// each class; with any other policy they are returned as they are, all in one class.
+fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, Vec<usize>) {
     // A copy of the counters (4 bytes per region, at most 4 MiB): the distribution is
     // sorted without the lock every client write takes.
     let (tracker, utilization) = {
         let st = shared.lock();
         let Some(tracker) = st.heat.clone() else {
             let n = relocations.len();
-            return (relocations, n);
+            return (relocations, vec![n]);
         };
         (tracker, lsvd_core::gc::utilization(st.pipeline.store()))
     };
@@ -263,20 +263,20 @@ fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, 
         (choice.hot_fraction * 1e6).round() as u64,
         Ordering::Relaxed,
     );
-    let (hot, mut cold) = split_by_heat(&relocations, &tracker, &choice);
-    let n = cold.len();
-    cold.extend(hot);
-    (cold, n)
+    let classes = split_by_heat(&relocations, &tracker, &choice);
+    let counts = classes.iter().map(Vec::len).collect();
+    (classes.into_iter().flatten().collect(), counts)
 }
 
 /// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
-/// The first `cold` relocations and the rest go into separate GC objects (hylog's
-/// classes; other policies pass them all as cold). Returns the bytes moved, or None
-/// if writes stopped meanwhile (nothing queued).
+/// `classes` counts the relocations of each heat class in turn, coldest first; each
+/// class goes into GC objects of its own (hylog's classes; other policies pass one
+/// class). Returns the bytes moved, or None if writes stopped meanwhile (nothing
+/// queued).
 async fn run_pass(
     shared: &Arc<Shared>,
     relocations: &[Relocation],
-    cold: usize,
+    classes: &[usize],
     kinds: &BTreeMap<u64, (ObjectKind, u64)>,
     pacer: &mut Pacer,
 ) -> crate::error::Result<Option<u64>> {
@@ -350,15 +350,27 @@ async fn run_pass(
     // (tens of megabytes copied and checksummed) without the state lock and off the
     // runtime's threads. Client batches closing meanwhile wait unnumbered, so the
     // upload queue stays in sequence order.
-    // Cold groups, then hot ones: the same order as `relocations`, which the layout
-    // below walks in step.
-    let cold = cold.min(relocations.len());
-    let mut groups = group_relocations(&relocations[..cold], shared.config.batch_size_bytes);
-    let cold_groups = groups.len();
-    groups.extend(group_relocations(
-        &relocations[cold..],
-        shared.config.batch_size_bytes,
-    ));
+    // Each class's groups in turn, coldest first: the same order as `relocations`,
+    // which the layout below walks in step. (Counts beyond the relocations are cut
+    // short; relocations beyond the counts form one more class.)
+    let mut groups = Vec::new();
+    let mut cold_groups = 0;
+    let mut at = 0usize;
+    for (i, &n) in classes
+        .iter()
+        .chain(std::iter::once(&usize::MAX))
+        .enumerate()
+    {
+        let end = at.saturating_add(n).min(relocations.len());
+        groups.extend(group_relocations(
+            &relocations[at..end],
+            shared.config.batch_size_bytes,
+        ));
+        if i == 0 {
+            cold_groups = groups.len();
+        }
+        at = end;
+    }
     let (first_seq, last_record_seq) = {
         let mut st = shared.lock();
         // Once writes have stopped the uploader may finish at any moment: the pipeline

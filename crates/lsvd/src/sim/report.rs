@@ -103,6 +103,9 @@ pub fn aggregate(reports: &[&VolumeReport]) -> VolumeReport {
         c.gc_hot_bytes_moved += x.gc_hot_bytes_moved;
         c.gc_cold_bytes_moved += x.gc_cold_bytes_moved;
         c.gc_separating_passes += x.gc_separating_passes;
+        for (sum, n) in c.gc_class_passes.iter_mut().zip(x.gc_class_passes) {
+            *sum += n;
+        }
         c.gc_victims += x.gc_victims;
         c.deleted_objects += x.deleted_objects;
         c.timeout_batches += x.timeout_batches;

@@ -455,6 +455,14 @@ fn hylog_moves_hot_and_cold_into_their_own_gc_objects() {
         c.gc_hot_bytes_moved + c.gc_cold_bytes_moved,
         c.gc_bytes_moved
     );
+    // Every pass is counted once by its number of heat classes; those that separated
+    // have two or more.
+    assert_eq!(c.gc_class_passes.iter().sum::<u64>(), c.gc_passes, "{c:?}");
+    assert_eq!(
+        c.gc_passes - c.gc_class_passes[0],
+        c.gc_separating_passes,
+        "{c:?}"
+    );
     // The hot tenth is found (the choice is a whole number of heat values).
     let h = v.report.gc_hot_fraction_last;
     assert!(h > 0.05 && h < 0.2, "hot fraction {h}");

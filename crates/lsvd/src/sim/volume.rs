@@ -28,10 +28,10 @@
 //!    with client objects at timing-dependent points; the simulator runs each pass at
 //!    once, right after the objects that called for it.
 //!    Under `--gc-policy hylog` every client write also feeds a write-frequency tracker
-//!    ([`HeatTracker`]); each pass chooses the hot fraction from it and the
+//!    ([`HeatTracker`]); each pass cuts the data into heat classes from it and the
 //!    utilization ([`hylog::choose`]) and groups relocations by class
-//!    ([`gc::group_relocations_by_class`]), so hot and cold data go into separate GC
-//!    objects. The choice also sets the next pass's victim order.
+//!    ([`gc::group_relocations_by_class`]), so data of different classes goes into
+//!    separate GC objects. The choice also sets the next pass's victim order.
 //! 4. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
 //!    its checkpoint and GC, if due), writes stop, and a clean checkpoint is written.
 //!
@@ -49,7 +49,7 @@ use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
 };
 use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
-use lsvd_core::gc::{self, GcConfig, HeatClass};
+use lsvd_core::gc::{self, GcConfig};
 use lsvd_core::heat::HeatTracker;
 use lsvd_core::hylog::{self, HotChoice};
 use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
@@ -145,11 +145,15 @@ pub struct Counters {
     pub gc_passes: u64,
     /// Live data bytes copied by GC.
     pub gc_bytes_moved: u64,
-    /// Of those, bytes put into hot GC objects (hylog; everything else is cold).
+    /// Of those, bytes put into GC objects of any class but the coldest ("hot"; hylog)
+    /// and of the coldest class (everything, for other policies).
     pub gc_hot_bytes_moved: u64,
     pub gc_cold_bytes_moved: u64,
     /// GC passes that separated hot from cold data (hylog).
     pub gc_separating_passes: u64,
+    /// hylog: GC passes that cut the data into 1, 2, ... [`hylog::MAX_CLASSES`] heat
+    /// classes (the first entry counts passes that did not separate).
+    pub gc_class_passes: [u64; hylog::MAX_CLASSES],
     pub gc_victims: u64,
     /// Objects deleted because they held no live data (GC victims and objects whose
     /// data was all overwritten or trimmed), at the checkpoint that left them out.
@@ -181,7 +185,8 @@ pub struct SeriesPoint {
     pub utilization: f64,
     /// Cumulative write amplification so far.
     pub write_amplification: f64,
-    /// The hot fraction the latest GC pass chose (hylog; 0 otherwise).
+    /// The hot fraction the latest GC pass chose: the share of the written regions
+    /// not in the coldest heat class (hylog; 0 otherwise).
     pub gc_hot_fraction: f64,
 }
 
@@ -256,7 +261,8 @@ pub struct VolumeReport {
     pub final_objects: u64,
     /// Live over stored bytes of data and GC objects the volume still needs.
     pub final_utilization: f64,
-    /// hylog: the hot fraction chosen by the last GC pass, and its mean over passes
+    /// hylog: the hot fraction (share of the written regions not in the coldest heat
+    /// class) chosen by the last GC pass, and its mean over passes
     /// (0 for other policies or with no GC pass).
     pub gc_hot_fraction_last: f64,
     pub gc_hot_fraction_mean: f64,
@@ -581,13 +587,21 @@ impl VolumeSim {
                 self.pipeline.set_gc_separating(c.separates());
                 self.hot_fraction_sum += c.hot_fraction;
                 self.counters.gc_separating_passes += u64::from(c.separates());
+                if let Some(n) = self
+                    .counters
+                    .gc_class_passes
+                    .get_mut(c.class_models().len() - 1)
+                {
+                    *n += 1;
+                }
                 self.hot_choice = Some(c);
             }
             for (class, g) in &groups {
                 let bytes = g.iter().map(|r| r.sectors).sum::<u64>() * SECTOR_BYTES;
-                match class {
-                    HeatClass::Hot => self.counters.gc_hot_bytes_moved += bytes,
-                    HeatClass::Cold => self.counters.gc_cold_bytes_moved += bytes,
+                if class.is_hot() {
+                    self.counters.gc_hot_bytes_moved += bytes;
+                } else {
+                    self.counters.gc_cold_bytes_moved += bytes;
                 }
             }
             let last_record = self.state().last_record_seq();
