@@ -186,7 +186,7 @@ fn checkpoints() {
             since_decay_bytes: 12_288,
             decays: 3,
             region_shift: 12,
-            counts: vec![0, 1, 127, 128, 300, u32::MAX],
+            counts: vec![0, 1, 127, 0, 0, 0, 128, 300, u32::MAX, 0],
         }),
         ..c.clone()
     };

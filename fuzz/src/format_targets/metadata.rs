@@ -64,7 +64,10 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
         decays: b.u64(),
         // Region sizes 2^9..=2^62 bytes, as the format allows.
         region_shift: 9 + b.below(54) as u8,
-        counts: (0..b.below(16)).map(|_| b.u32()).collect(),
+        // Half of them zero: runs of never-written regions.
+        counts: (0..b.below(16))
+            .map(|_| if b.bool() { 0 } else { b.u32() })
+            .collect(),
     });
     let c = Checkpoint {
         clean,

@@ -30,7 +30,9 @@
 //!          16  1 log2 of the region size in bytes (9..=62)
 //!          17  3 reserved (0)
 //!          20  4 region count r
-//!          24  . r counters, unsigned LEB128 each (1-5 bytes, < 2^32)
+//!          24  . r counters in tokens: a counter c > 0 as unsigned LEB128
+//!                (1-5 bytes, c < 2^32); a run of n zero counters (regions never
+//!                written) as a 0 byte then n in LEB128 (1-4 bytes, n >= 1)
 //! ```
 //!
 //! Version 1 is the same without the fields marked version 2 (its header is 88
@@ -39,7 +41,8 @@
 //! The heat section carries the `hylog` GC policy's write-frequency tracker
 //! ([`crate::heat`]) so a restart does not forget which data is hot. Counters are
 //! small after decay, so LEB128 keeps a 4 GiB volume's 2^20 counters near 1 MiB
-//! instead of 4 MiB.
+//! instead of 4 MiB, and runs of never-written regions take 2-5 bytes each: the
+//! section's size follows the data written, not the volume's size.
 
 use super::{FormatError, Reader, Writer, crc_with_hole, invalid};
 
@@ -52,6 +55,9 @@ const HEADER_BYTES: usize = 112;
 const HEAT_HEAD_BYTES: usize = 24;
 /// Region sizes a heat section may name: a sector up to 2^62 bytes.
 const HEAT_REGION_SHIFTS: std::ops::RangeInclusive<u8> = 9..=62;
+/// Most regions a heat section may describe (64 MiB of counters decoded; the tracker
+/// itself keeps at most 2^20 by default).
+pub const MAX_HEAT_REGIONS: usize = 1 << 24;
 pub const FLAG_CLEAN: u16 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,28 +116,83 @@ pub struct Checkpoint {
     pub heat: Option<CheckpointHeat>,
 }
 
+fn leb128_bytes(v: u64) -> u64 {
+    u64::from((64 - v.leading_zeros()).max(1).div_ceil(7))
+}
+
+fn put_leb128(w: &mut Writer, mut v: u64) {
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            w.bytes(&[byte]);
+            return;
+        }
+        w.bytes(&[byte | 0x80]);
+    }
+}
+
+/// One LEB128 number of at most `max_bytes` bytes; `what` names it in errors.
+fn get_leb128(r: &mut Reader<'_>, max_bytes: u32, what: &str) -> Result<u64, FormatError> {
+    let mut v: u64 = 0;
+    for i in 0..max_bytes {
+        let [byte] = r.array::<1>()?;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(invalid(
+        "checkpoint heat section",
+        format!("{what} is longer than {max_bytes} bytes"),
+    ))
+}
+
+/// The counters as tokens: a run of zeros (regions never written) is one token.
+fn heat_tokens(counts: &[u32]) -> impl Iterator<Item = HeatToken> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let &c = counts.get(i)?;
+        if c != 0 {
+            i += 1;
+            return Some(HeatToken::Count(c));
+        }
+        let run = counts[i..].iter().take_while(|&&c| c == 0).count();
+        i += run;
+        Some(HeatToken::Zeros(run as u64))
+    })
+}
+
+enum HeatToken {
+    Count(u32),
+    Zeros(u64),
+}
+
 /// Bytes of a heat section holding `counts` (what `encode_checkpoint` adds for it).
 pub fn heat_section_bytes(counts: &[u32]) -> u64 {
-    let leb128 = |c: u32| u64::from((32 - c.leading_zeros()).max(1).div_ceil(7));
-    HEAT_HEAD_BYTES as u64 + counts.iter().map(|&c| leb128(c)).sum::<u64>()
+    HEAT_HEAD_BYTES as u64
+        + heat_tokens(counts)
+            .map(|t| match t {
+                HeatToken::Count(c) => leb128_bytes(u64::from(c)),
+                HeatToken::Zeros(n) => 1 + leb128_bytes(n),
+            })
+            .sum::<u64>()
 }
 
 fn encode_heat(h: &CheckpointHeat) -> Vec<u8> {
-    let mut w = Writer::with_capacity(HEAT_HEAD_BYTES + h.counts.len() * 2);
+    let counts = &h.counts[..h.counts.len().min(MAX_HEAT_REGIONS)];
+    let mut w = Writer::with_capacity(heat_section_bytes(counts) as usize);
     w.u64(h.since_decay_bytes);
     w.u64(h.decays);
     w.bytes(&[h.region_shift, 0, 0, 0]);
-    w.u32(u32::try_from(h.counts.len()).unwrap_or(u32::MAX));
-    for &c in h.counts.iter().take(u32::MAX as usize) {
-        let mut v = c;
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                w.bytes(&[byte]);
-                break;
+    w.u32(counts.len() as u32);
+    for t in heat_tokens(counts) {
+        match t {
+            HeatToken::Count(c) => put_leb128(&mut w, u64::from(c)),
+            HeatToken::Zeros(n) => {
+                w.bytes(&[0]);
+                put_leb128(&mut w, n);
             }
-            w.bytes(&[byte | 0x80]);
         }
     }
     w.buf
@@ -150,30 +211,26 @@ fn decode_heat(buf: &[u8]) -> Result<CheckpointHeat, FormatError> {
         ));
     }
     let count = r.u32()? as usize;
-    // Every counter takes at least a byte: the length bounds the allocation.
-    if count > buf.len() - r.pos() {
+    if count > MAX_HEAT_REGIONS {
         return Err(invalid(
             WHAT,
-            format!(
-                "{count} counters cannot fit in {} bytes",
-                buf.len() - r.pos()
-            ),
+            format!("{count} regions, more than the {MAX_HEAT_REGIONS} a section may hold"),
         ));
     }
     let mut counts = Vec::with_capacity(count);
-    for i in 0..count {
-        let mut v: u64 = 0;
-        let mut shift = 0;
-        loop {
-            let [byte] = r.array::<1>()?;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                break;
+    while counts.len() < count {
+        let i = counts.len();
+        let v = get_leb128(&mut r, 5, &format!("counter {i}"))?;
+        if v == 0 {
+            let run = get_leb128(&mut r, 4, &format!("the zero run at region {i}"))?;
+            if run == 0 || run > (count - i) as u64 {
+                return Err(invalid(
+                    WHAT,
+                    format!("a run of {run} zeros at region {i} of {count} is empty or too long"),
+                ));
             }
-            shift += 7;
-            if shift > 28 {
-                return Err(invalid(WHAT, format!("counter {i} is longer than 5 bytes")));
-            }
+            counts.resize(i + run as usize, 0);
+            continue;
         }
         let v = u32::try_from(v)
             .map_err(|_| invalid(WHAT, format!("counter {i} ({v}) exceeds 2^32 - 1")))?;
@@ -412,19 +469,43 @@ mod tests {
     fn the_heat_section_round_trips_in_leb128() {
         let c = sample_with_heat();
         let buf = encode_checkpoint(&c);
-        // Counters 0, 1, 127 take a byte each, 128 and 300 two, 2^32-1 five.
-        let section = 24 + 3 + 2 + 2 + 5;
+        // A run of one zero takes two bytes, counters 1 and 127 a byte each, 128 and
+        // 300 two, 2^32-1 five.
+        let section = 24 + 2 + 2 + 2 + 2 + 5;
         let counts = &c.heat.as_ref().expect("has heat").counts;
         assert_eq!(heat_section_bytes(counts), section as u64);
         assert_eq!(buf.len(), 112 + 64 + section);
         assert_eq!(&buf[104..112], &(section as u64).to_le_bytes());
         assert_eq!(
-            &buf[buf.len() - 12..],
+            &buf[buf.len() - 13..],
             &[
-                0, 1, 0x7f, 0x80, 0x01, 0xac, 0x02, 0xff, 0xff, 0xff, 0xff, 0x0f
+                0, 1, 1, 0x7f, 0x80, 0x01, 0xac, 0x02, 0xff, 0xff, 0xff, 0xff, 0x0f
             ]
         );
         assert_eq!(decode_checkpoint(&buf).expect("decodes"), c);
+    }
+
+    #[test]
+    fn never_written_regions_cost_a_few_bytes_per_run() {
+        // A 4 GiB volume with two regions written, at both ends: 2^20 counters.
+        let mut counts = vec![0u32; 1 << 20];
+        counts[0] = 3;
+        counts[(1 << 20) - 1] = 9;
+        let c = Checkpoint {
+            heat: Some(CheckpointHeat {
+                since_decay_bytes: 0,
+                decays: 0,
+                region_shift: 12,
+                counts,
+            }),
+            ..sample()
+        };
+        let buf = encode_checkpoint(&c);
+        // 3, then 2^20 - 2 zeros (a 0 byte and 3 bytes of LEB128), then 9.
+        assert_eq!(buf.len(), 112 + 64 + 24 + 1 + 4 + 1);
+        assert_eq!(decode_checkpoint(&buf).expect("decodes"), c);
+        let counts = &c.heat.as_ref().expect("heat").counts;
+        assert_eq!(heat_section_bytes(counts), 24 + 1 + 4 + 1);
     }
 
     /// A version 1 payload (88-byte header, no heat) as earlier releases wrote it.
@@ -487,10 +568,13 @@ mod tests {
         };
         let good = [head(12, 1), vec![5]].concat();
         assert!(decode_checkpoint(&with_heat_section(&good)).is_ok());
-        let cases: [(Vec<u8>, &str); 6] = [
+        let cases: [(Vec<u8>, &str); 8] = [
             ([head(8, 1), vec![5]].concat(), "region size"),
             ([head(63, 1), vec![5]].concat(), "region size"),
-            ([head(12, 9), vec![5]].concat(), "cannot fit"),
+            (
+                [head(12, (1 << 24) + 1), vec![0, 0x80, 0x80, 0x80, 0x08]].concat(),
+                "more than",
+            ),
             (
                 [head(12, 1), vec![0x80, 0x80, 0x80, 0x80, 0x80, 0]].concat(),
                 "longer than 5",
@@ -500,12 +584,18 @@ mod tests {
                 "exceeds",
             ),
             ([head(12, 1), vec![5, 6]].concat(), "after the last"),
+            ([head(12, 2), vec![0, 0]].concat(), "empty or too long"),
+            ([head(12, 2), vec![0, 3]].concat(), "empty or too long"),
         ];
         for (section, why) in cases {
             let err = decode_checkpoint(&with_heat_section(&section)).expect_err(why);
             assert!(err.to_string().contains(why), "{err} should say {why}");
         }
-        // Shorter than its fixed part.
+        // Shorter than its fixed part; fewer counters than it says.
         assert!(decode_checkpoint(&with_heat_section(&[0u8; 10])).is_err());
+        assert!(decode_checkpoint(&with_heat_section(&[head(12, 9), vec![5]].concat())).is_err());
+        let ok = [head(12, 5), vec![0, 4, 7]].concat();
+        let c = decode_checkpoint(&with_heat_section(&ok)).expect("a run then a counter");
+        assert_eq!(c.heat.expect("heat").counts, vec![0, 0, 0, 0, 7]);
     }
 }
