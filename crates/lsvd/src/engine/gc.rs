@@ -193,7 +193,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             lba += n;
             tokio::task::yield_now().await;
         }
-        let (relocations, classes) = classify(&shared, relocations);
+        let Some((relocations, classes)) = classify_off_runtime(&shared, relocations).await else {
+            shared.lock().pipeline.gc_abandon();
+            continue;
+        };
         match run_pass(&shared, &relocations, &classes, &kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
@@ -266,6 +269,27 @@ fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, 
     let classes = split_by_heat(&relocations, &tracker, &choice);
     let counts = classes.iter().map(Vec::len).collect();
     (classes.into_iter().flatten().collect(), counts)
+}
+
+/// [`classify`], under hylog on the blocking pool: sorting up to 2^20 counters and
+/// choosing the classes take milliseconds, too long for a runtime worker that also
+/// serves client requests. None if that task died (the pass is given up).
+async fn classify_off_runtime(
+    shared: &Arc<Shared>,
+    relocations: Vec<Relocation>,
+) -> Option<(Vec<Relocation>, Vec<usize>)> {
+    if !shared.config.gc.policy.tracks_heat() {
+        let n = relocations.len();
+        return Some((relocations, vec![n]));
+    }
+    let s = shared.clone();
+    match tokio::task::spawn_blocking(move || classify(&s, relocations)).await {
+        Ok(classified) => Some(classified),
+        Err(e) => {
+            crate::log::warn(&format!("gc: choosing heat classes failed: {e}"));
+            None
+        }
+    }
 }
 
 /// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
