@@ -202,20 +202,6 @@ pub fn classes_cost(classes: &[(f64, f64)], disk_u: f64) -> (f64, Vec<f64>) {
     (cost, space)
 }
 
-/// The modelled cost with hot data `hot_live` of the live bytes taking `hot_writes` of
-/// the writes, at overall utilization `disk_u`, with the free space split at its best
-/// (two classes of [`classes_cost`]). Returns (cost, the hot partition's share of the
-/// free space).
-pub fn separated_cost(hot_live: f64, hot_writes: f64, disk_u: f64) -> (f64, f64) {
-    let h = hot_live.clamp(0.0, 1.0);
-    let w = hot_writes.clamp(0.0, 1.0);
-    if h <= 0.0 || h >= 1.0 {
-        return (write_cost(disk_u.clamp(0.0, MAX_UTILIZATION)), h);
-    }
-    let (cost, space) = classes_cost(&[(h, w), (1.0 - h, 1.0 - w)], disk_u);
-    (cost, space.first().copied().unwrap_or(0.0))
-}
-
 /// One heat class of a [`HotChoice`], as the model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ClassModel {
@@ -244,9 +230,6 @@ pub struct HotChoice {
     /// Modelled cost with this choice, and without separation.
     pub cost: f64,
     pub unseparated_cost: f64,
-    /// A region is hot (not in the coldest class) when its heat is at least this
-    /// (`u32::MAX` when nothing is).
-    pub hot_threshold: u32,
     /// Number of classes (1: no separation).
     pub classes: usize,
     /// The classes, coldest first; entries from `classes` on are unused.
@@ -270,7 +253,6 @@ impl HotChoice {
             hot_space_share: 0.0,
             cost: c,
             unseparated_cost: c,
-            hot_threshold: u32::MAX,
             classes: 1,
             class_models,
         }
@@ -292,11 +274,6 @@ impl HotChoice {
             .skip(1)
             .take_while(|c| heat >= c.min_heat)
             .count()
-    }
-
-    /// Is data in a region of this heat hot (in any class but the coldest)?
-    pub fn is_hot(&self, heat: u32) -> bool {
-        self.class_of(heat) > 0
     }
 }
 
@@ -411,13 +388,31 @@ pub fn choose(histogram: &[(u32, u64)], disk_u: f64) -> HotChoice {
     best.hot_write_share = lowest.writes;
     best.hot_space_share = 1.0 - best.class_models[0].space_share;
     best.cost = cost;
-    best.hot_threshold = lowest.heat;
     best
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The modelled cost with hot data `hot_live` of the live bytes taking `hot_writes` of
+    /// the writes, at overall utilization `disk_u`, with the free space split at its best
+    /// (two classes of [`classes_cost`]). Returns (cost, the hot partition's share of the
+    /// free space).
+    fn separated_cost(hot_live: f64, hot_writes: f64, disk_u: f64) -> (f64, f64) {
+        let h = hot_live.clamp(0.0, 1.0);
+        let w = hot_writes.clamp(0.0, 1.0);
+        if h <= 0.0 || h >= 1.0 {
+            return (write_cost(disk_u.clamp(0.0, MAX_UTILIZATION)), h);
+        }
+        let (cost, space) = classes_cost(&[(h, w), (1.0 - h, 1.0 - w)], disk_u);
+        (cost, space.first().copied().unwrap_or(0.0))
+    }
+
+    /// Is data in a region of this heat in any class but the coldest?
+    fn is_hot(c: &HotChoice, heat: u32) -> bool {
+        c.class_of(heat) > 0
+    }
 
     #[test]
     fn the_model_reproduces_hylogs_crossover_pairs() {
@@ -443,7 +438,7 @@ mod tests {
         for u in [0.5, 0.7, 0.8, 0.9, 0.95] {
             let c = choose(&[(1000, 1024)], u);
             assert!(!c.separates(), "u {u}: {c:?}");
-            assert!(!c.is_hot(1000) && !c.is_hot(u32::MAX - 1));
+            assert!(!is_hot(&c, 1000) && !is_hot(&c, u32::MAX - 1));
             // Any split of a uniform workload costs the same as none, at best.
             for h in [0.1, 0.3, 0.5] {
                 let (cost, f) = separated_cost(h, h, u);
@@ -469,7 +464,7 @@ mod tests {
             assert!((c.hot_fraction - 0.10).abs() < 0.011, "u {u}: {c:?}");
             assert!((c.hot_write_share - 0.90).abs() < 0.01, "u {u}: {c:?}");
             assert!(c.cost < 0.8 * c.unseparated_cost, "u {u}: {c:?}");
-            assert!(c.is_hot(81) && !c.is_hot(1));
+            assert!(is_hot(&c, 81) && !is_hot(&c, 1));
         }
     }
 
@@ -599,7 +594,7 @@ mod tests {
         let heats = step(200, 800, 16, 1);
         let c = choose(&heats, 0.8);
         assert!((c.hot_fraction - 0.20).abs() < 0.011, "{c:?}");
-        assert!(c.is_hot(16) && !c.is_hot(1));
+        assert!(is_hot(&c, 16) && !is_hot(&c, 1));
     }
 
     #[test]

@@ -31,7 +31,7 @@ use lsvd_core::format::object::{
     ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
 };
 use lsvd_core::gc::{
-    Relocation, gc_object_extents, group_relocations, live_extents_in, split_by_heat,
+    HeatClass, Relocation, gc_object_extents, group_relocations_by_class, live_extents_in,
 };
 
 use super::clock::{SharedClock, timeout};
@@ -193,11 +193,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             lba += n;
             tokio::task::yield_now().await;
         }
-        let Some((relocations, classes)) = classify_off_runtime(&shared, relocations).await else {
+        let Some(groups) = group_off_runtime(&shared, relocations).await else {
             shared.lock().pipeline.gc_abandon();
             continue;
         };
-        match run_pass(&shared, &relocations, &classes, &kinds, &mut pacer).await {
+        match run_pass(&shared, groups, &kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
@@ -245,18 +245,19 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// Under hylog: choose the heat classes from the write frequencies and the
-/// utilization, tell the pipeline (it orders the next pass's victims), and put the
-/// relocations in class order, coldest first. Returns them and how many there are of
-/// each class; with any other policy they are returned as they are, all in one class.
-fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, Vec<usize>) {
+/// The pass's GC objects: its relocations grouped per heat class, coldest first
+/// (`lsvd_core::gc::group_relocations_by_class`, as in the simulator). Under hylog the
+/// classes are chosen from the write frequencies and the utilization, and the
+/// pipeline is told (it orders the next pass's victims); with any other policy there
+/// is one class.
+fn group(shared: &Shared, relocations: Vec<Relocation>) -> Vec<(HeatClass, Vec<Relocation>)> {
+    let object_bytes = shared.config.batch_size_bytes;
     // A copy of the counters (4 bytes per region, at most 4 MiB): the distribution is
     // sorted without the lock every client write takes.
     let (tracker, utilization) = {
         let st = shared.lock();
         let Some(tracker) = st.heat.clone() else {
-            let n = relocations.len();
-            return (relocations, vec![n]);
+            return group_relocations_by_class(&relocations, object_bytes, None);
         };
         (tracker, lsvd_core::gc::utilization(st.pipeline.store()))
     };
@@ -266,25 +267,22 @@ fn classify(shared: &Shared, relocations: Vec<Relocation>) -> (Vec<Relocation>, 
         (choice.hot_fraction * 1e6).round() as u64,
         Ordering::Relaxed,
     );
-    let classes = split_by_heat(&relocations, &tracker, &choice);
-    let counts = classes.iter().map(Vec::len).collect();
-    (classes.into_iter().flatten().collect(), counts)
+    group_relocations_by_class(&relocations, object_bytes, Some((&tracker, &choice)))
 }
 
-/// [`classify`], under hylog on the blocking pool: sorting up to 2^20 counters and
+/// [`group`] on the blocking pool: under hylog, sorting up to 2^20 counters and
 /// choosing the classes take milliseconds, too long for a runtime worker that also
 /// serves client requests. None if that task died (the pass is given up).
-async fn classify_off_runtime(
+async fn group_off_runtime(
     shared: &Arc<Shared>,
     relocations: Vec<Relocation>,
-) -> Option<(Vec<Relocation>, Vec<usize>)> {
+) -> Option<Vec<(HeatClass, Vec<Relocation>)>> {
     if !shared.config.gc.policy.tracks_heat() {
-        let n = relocations.len();
-        return Some((relocations, vec![n]));
+        return Some(group(shared, relocations));
     }
     let s = shared.clone();
-    match tokio::task::spawn_blocking(move || classify(&s, relocations)).await {
-        Ok(classified) => Some(classified),
+    match tokio::task::spawn_blocking(move || group(&s, relocations)).await {
+        Ok(groups) => Some(groups),
         Err(e) => {
             crate::log::warn(&format!("gc: choosing heat classes failed: {e}"));
             None
@@ -292,18 +290,18 @@ async fn classify_off_runtime(
     }
 }
 
-/// Read the relocated data, encode GC objects, queue them and the closing checkpoint.
-/// `classes` counts the relocations of each heat class in turn, coldest first; each
-/// class goes into GC objects of its own (hylog's classes; other policies pass one
-/// class). Returns the bytes moved, or None if writes stopped meanwhile (nothing
-/// queued).
+/// Read the relocated data, encode the GC objects (`groups`: one object each, with
+/// its heat class), queue them and the closing checkpoint. Returns the bytes moved,
+/// or None if writes stopped meanwhile (nothing queued).
 async fn run_pass(
     shared: &Arc<Shared>,
-    relocations: &[Relocation],
-    classes: &[usize],
+    groups: Vec<(HeatClass, Vec<Relocation>)>,
     kinds: &BTreeMap<u64, (ObjectKind, u64)>,
     pacer: &mut Pacer,
 ) -> crate::error::Result<Option<u64>> {
+    // The relocations in the groups' order, which the layout below walks in step.
+    let relocations: Vec<Relocation> = groups.iter().flat_map(|(_, g)| g.iter().copied()).collect();
+    let relocations = &relocations[..];
     // Fetch each victim's live data in runs (extents less than a gap apart share one
     // ranged GET), then lay it out in the relocations' LBA order.
     let mut data_of: Vec<Vec<u8>> = vec![Vec::new(); relocations.len()];
@@ -374,27 +372,7 @@ async fn run_pass(
     // (tens of megabytes copied and checksummed) without the state lock and off the
     // runtime's threads. Client batches closing meanwhile wait unnumbered, so the
     // upload queue stays in sequence order.
-    // Each class's groups in turn, coldest first: the same order as `relocations`,
-    // which the layout below walks in step. (Counts beyond the relocations are cut
-    // short; relocations beyond the counts form one more class.)
-    let mut groups = Vec::new();
-    let mut cold_groups = 0;
-    let mut at = 0usize;
-    for (i, &n) in classes
-        .iter()
-        .chain(std::iter::once(&usize::MAX))
-        .enumerate()
-    {
-        let end = at.saturating_add(n).min(relocations.len());
-        groups.extend(group_relocations(
-            &relocations[at..end],
-            shared.config.batch_size_bytes,
-        ));
-        if i == 0 {
-            cold_groups = groups.len();
-        }
-        at = end;
-    }
+    let hot_groups: Vec<bool> = groups.iter().map(|(class, _)| class.is_hot()).collect();
     let (first_seq, last_record_seq) = {
         let mut st = shared.lock();
         // Once writes have stopped the uploader may finish at any moment: the pipeline
@@ -409,7 +387,7 @@ async fn run_pass(
         let mut encoded = Vec::with_capacity(groups.len());
         let mut next = 0usize; // index into relocations (and data_of)
         let mut consumed = 0usize; // bytes of data_of[next] already placed
-        for (i, group) in groups.iter().enumerate() {
+        for (i, (_, group)) in groups.iter().enumerate() {
             let seq = first_seq + i as u64;
             let extents = gc_object_extents(group);
             let spec = ObjectSpec {
@@ -456,15 +434,16 @@ async fn run_pass(
     // drain waits for them).
     let moved = encoded.iter().map(|(data, _)| data).sum();
     if shared.config.gc.policy.tracks_heat() {
-        let cold_bytes: u64 = encoded[..cold_groups.min(encoded.len())]
+        let hot_bytes: u64 = encoded
             .iter()
-            .map(|(data, _)| data)
+            .zip(&hot_groups)
+            .filter(|(_, hot)| **hot)
+            .map(|((data, _), _)| data)
             .sum();
         let s = &shared.stats;
+        s.gc_hot_moved_bytes.fetch_add(hot_bytes, Ordering::Relaxed);
         s.gc_cold_moved_bytes
-            .fetch_add(cold_bytes, Ordering::Relaxed);
-        s.gc_hot_moved_bytes
-            .fetch_add(moved - cold_bytes, Ordering::Relaxed);
+            .fetch_add(moved - hot_bytes, Ordering::Relaxed);
     }
     shared.lock().pipeline.gc_queue(
         encoded
