@@ -80,35 +80,35 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
     panic!("{what} did not happen within 60 s");
 }
 
-/// The store away for object reads only: GC passes (which GET their victims' live data) are
-/// given up and counted, a client read miss fails and is counted; once reads work again
-/// GC completes and every block reads back. The soak test found the engine living
-/// through an outage with no upload attempted (client batches held behind a GC pass
-/// that could not read), which `store_put_retries` alone did not show.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_gets_and_given_up_gc_passes_are_counted() {
+/// A volume whose store fails ranged reads (object data) and that wants GC: every
+/// 256 KiB of 8 MiB written, then the first half of each again, so a third of what
+/// is stored is dead, spread over every first-round object. No read cache: every
+/// read of uploaded data, GC's too, is a GET. On `clock` if given.
+async fn gc_wanted_with_reads_failing(
+    name: &str,
+    clock: Option<Arc<super::clock::ManualClock>>,
+) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
     const MIB: u64 = 1 << 20;
-    let dir = TempDir::new("engine-get-failures");
+    let dir = TempDir::new(name);
     let mem: DynStore = Arc::new(MemStore::new());
     create_volume(&mem, "v", 8 * MIB).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let faulty = Arc::new(FaultyStore::new(mem, FaultPlan::default(), 1));
     let store: DynStore = faulty.clone();
-    let config = EngineConfig {
+    let mut config = EngineConfig {
         batch_size_bytes: 256 << 10,
         batch_timeout_ms: 20,
         log_size_bytes: 32 * MIB,
-        // No read cache: every read of uploaded data, GC's too, is a GET.
         read_cache_bytes: 0,
         gc_min_rate_bytes: 0,
         ..EngineConfig::default()
     };
+    if let Some(clock) = clock {
+        config.clock = super::clock::SharedClock(clock);
+    }
     let (vol, _) = open_volume(store, "v", dir.path(), config)
         .await
         .expect("open");
-    let stats = vol.stats();
     faulty.set_range_reads_failing(true);
-    // Every 256 KiB, then the first half of each again: a third of what is stored is
-    // dead, spread over every first-round object, and GC wants to run.
     for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
         for i in 0..8 * 4u64 {
             vol.write(
@@ -121,6 +121,18 @@ async fn failed_gets_and_given_up_gc_passes_are_counted() {
         }
         vol.flush().await.expect("flush");
     }
+    (vol, faulty, dir)
+}
+
+/// The store away for object reads only: GC passes (which GET their victims' live data) are
+/// given up and counted, a client read miss fails and is counted; once reads work again
+/// GC completes and every block reads back. The soak test found the engine living
+/// through an outage with no upload attempted (client batches held behind a GC pass
+/// that could not read), which `store_put_retries` alone did not show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_gets_and_given_up_gc_passes_are_counted() {
+    let (vol, faulty, _dir) = gc_wanted_with_reads_failing("engine-get-failures", None).await;
+    let stats = vol.stats();
     wait_until("a GC pass given up", || {
         stats.gc_passes_failed.load(Ordering::Relaxed) > 0
     })
@@ -230,36 +242,11 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
 /// every second (the behaviour before the backoff) would fail this.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
-    use super::clock::{Clock, ManualClock, SharedClock};
-    const MIB: u64 = 1 << 20;
-    let dir = TempDir::new("engine-gc-backoff");
-    let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 8 * MIB).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
+    use super::clock::{Clock, ManualClock};
     let clock = ManualClock::new();
-    let config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 32 * MIB,
-        read_cache_bytes: 0,
-        gc_min_rate_bytes: 0,
-        clock: SharedClock(clock.clone()),
-        ..EngineConfig::default()
-    };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, faulty, _dir) =
+        gc_wanted_with_reads_failing("engine-gc-backoff", Some(clock.clone())).await;
     let stats = vol.stats();
-    faulty.set_range_reads_failing(true);
-    for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
-        for i in 0..8 * 4u64 {
-            vol.write(i * (256 << 10), vec![round; len as usize], false)
-                .await
-                .expect("write");
-        }
-        vol.flush().await.expect("flush");
-    }
     // Clock time of each failed pass, stepping 50 ms at a time with real time in
     // between for the tasks to act on it.
     let step = Duration::from_millis(50);
