@@ -42,6 +42,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// True if FLUSH on one connection makes writes completed on every connection
     /// durable (then the server advertises NBD_FLAG_CAN_MULTI_CONN).
     fn flush_is_global(&self) -> bool;
+    /// True if the export takes no writes: the server advertises NBD_FLAG_READ_ONLY
+    /// and answers WRITE, TRIM and WRITE_ZEROES with EPERM without calling the device.
+    fn read_only(&self) -> bool {
+        false
+    }
     fn read(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<Vec<u8>>> + Send;
     fn write(
         &self,

@@ -33,6 +33,10 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
 pub enum Request {
     /// Make every write acknowledged so far durable in the store.
     Sync { volume: String },
+    /// Take a snapshot of a served volume.
+    SnapshotCreate { volume: String, snapshot: String },
+    /// Delete a snapshot of a served volume (and the objects only it kept).
+    SnapshotDelete { volume: String, snapshot: String },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -43,6 +47,16 @@ pub struct Reply {
     /// Sync: the newest write-log record now in the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records_through: Option<u64>,
+    /// Snapshot create: the snapshot holds the objects below this sequence number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_seq: Option<u64>,
+    /// Snapshot delete: objects deleted with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects_deleted: Option<u64>,
+    /// The error's kind (`ErrorKind`'s name), so the command exits as it would have
+    /// without a server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 impl Reply {
@@ -50,8 +64,40 @@ impl Reply {
         Reply {
             ok: false,
             error: Some(e.to_string()),
-            records_through: None,
+            ..Reply::ok()
         }
+    }
+
+    fn of_error(e: &Error) -> Reply {
+        Reply {
+            kind: Some(format!("{:?}", e.kind)),
+            ..Reply::failed(e)
+        }
+    }
+
+    fn ok() -> Reply {
+        Reply {
+            ok: true,
+            error: None,
+            records_through: None,
+            through_seq: None,
+            objects_deleted: None,
+            kind: None,
+        }
+    }
+
+    /// The error a failed reply stands for (`Conflict` when its kind is unknown).
+    pub fn into_error(self) -> Error {
+        let kind = self
+            .kind
+            .as_deref()
+            .and_then(ErrorKind::from_name)
+            .unwrap_or(ErrorKind::Conflict);
+        Error::new(
+            kind,
+            self.error
+                .unwrap_or_else(|| "the server refused without saying why".to_string()),
+        )
     }
 }
 
@@ -115,25 +161,52 @@ async fn answer(stream: UnixStream, volumes: Arc<Vec<Arc<Volume>>>) {
 }
 
 async fn handle(request: Request, volumes: &[Arc<Volume>]) -> Reply {
-    match request {
-        Request::Sync { volume } => {
-            let Some(v) = volumes.iter().find(|v| v.meta().name == volume) else {
-                let served: Vec<&str> = volumes.iter().map(|v| v.meta().name.as_str()).collect();
-                return Reply::failed(format!(
-                    "volume '{volume}' is not served here (this server serves {})",
-                    served.join(", ")
-                ));
-            };
-            match v.sync_to_store().await {
-                Ok(through) => Reply {
-                    ok: true,
-                    error: None,
-                    records_through: Some(through),
-                },
-                Err(e) => Reply::failed(e),
-            }
+    let name = match &request {
+        Request::Sync { volume }
+        | Request::SnapshotCreate { volume, .. }
+        | Request::SnapshotDelete { volume, .. } => volume.clone(),
+    };
+    // Snapshot exports share their volume's name: requests go to the volume itself.
+    let Some(v) = volumes
+        .iter()
+        .find(|v| v.meta().name == name && v.snapshot_name().is_none())
+    else {
+        let served: Vec<String> = volumes.iter().map(|v| v.export_name()).collect();
+        return Reply::failed(format!(
+            "volume '{name}' is not served here (this server serves {})",
+            served.join(", ")
+        ));
+    };
+    let result = match request {
+        Request::Sync { .. } => v.sync_to_store().await.map(|through| Reply {
+            records_through: Some(through),
+            ..Reply::ok()
+        }),
+        Request::SnapshotCreate { snapshot, .. } => {
+            v.create_snapshot(&snapshot).await.map(|r| Reply {
+                records_through: Some(r.last_record_seq),
+                through_seq: Some(r.through_seq),
+                ..Reply::ok()
+            })
         }
-    }
+        Request::SnapshotDelete { snapshot, .. }
+            if volumes
+                .iter()
+                .any(|s| s.meta().name == name && s.snapshot_name() == Some(snapshot.as_str())) =>
+        {
+            Err(Error::new(
+                ErrorKind::Conflict,
+                format!("snapshot {name}@{snapshot} is being served here: stop serving it first"),
+            ))
+        }
+        Request::SnapshotDelete { snapshot, .. } => {
+            v.delete_snapshot(&snapshot).await.map(|n| Reply {
+                objects_deleted: Some(n),
+                ..Reply::ok()
+            })
+        }
+    };
+    result.unwrap_or_else(|e| Reply::of_error(&e))
 }
 
 /// Send `request` to the server on `data_dir`. None if no server listens there.

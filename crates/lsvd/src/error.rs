@@ -104,6 +104,13 @@ impl ErrorKind {
         ErrorKind::Unsupported,
     ];
 
+    /// The kind whose `Debug` name is `name` (how the control socket carries kinds).
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL
+            .into_iter()
+            .find(|k| format!("{k:?}") == name)
+    }
+
     /// The `io::ErrorKind` an `Error` of this kind becomes in an `io::Error`, which the
     /// NBD server turns into an errno: `EINVAL`, `EPERM`, `ENOTSUP`, `ESHUTDOWN`, and
     /// `EIO` for everything else.

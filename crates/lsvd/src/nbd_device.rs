@@ -22,8 +22,13 @@ pub struct NbdVolume {
 
 impl NbdVolume {
     pub fn new(volume: Arc<Volume>, log_capacity_bytes: u64) -> Self {
-        // A request must fit in one log record, which may use at most half the log.
-        let limit = (log_capacity_bytes / 4).min(MAX_REQUEST_BYTES as u64) as u32;
+        // A request must fit in one log record, which may use at most half the log
+        // (a snapshot export writes nothing: only reads are bounded).
+        let limit = if volume.snapshot_name().is_some() {
+            MAX_REQUEST_BYTES
+        } else {
+            (log_capacity_bytes / 4).min(MAX_REQUEST_BYTES as u64) as u32
+        };
         let max_request_bytes = if limit.is_power_of_two() {
             limit
         } else {
@@ -47,6 +52,10 @@ impl BlockDevice for NbdVolume {
             preferred_bytes: 4096,
             maximum_bytes: self.max_request_bytes,
         }
+    }
+
+    fn read_only(&self) -> bool {
+        self.volume.snapshot_name().is_some()
     }
 
     fn flush_is_global(&self) -> bool {

@@ -663,6 +663,104 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     server.stop_clean();
 }
 
+/// `lsvd snapshot` on a served volume (through the control socket) and on one no
+/// server uses; `lsvd serve VOL@SNAP` serves the snapshot read-only next to the
+/// volume: READ_ONLY advertised, writes refused with EPERM by the server, the data as
+/// of the snapshot while the volume reads its newer data.
+#[test]
+fn snapshots_are_served_read_only_next_to_the_volume() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_snapshot");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    // No server: the command opens the volume itself.
+    let out = lsvd.run_ok(&["snapshot", "create", "vol", "empty"]);
+    assert!(
+        stdout(&out).contains("created snapshot vol@empty"),
+        "{}",
+        show("create", &out)
+    );
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x11' * (4 << 20), 0)\nh.flush()\n",
+    );
+    lsvd.run_ok(&["snapshot", "create", "vol", "one"]);
+    let msg = assert_one_line_error(
+        &lsvd.run(&["snapshot", "create", "vol", "one"]),
+        "snapshot name taken",
+    );
+    assert!(msg.contains("already has a snapshot"), "{msg}");
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x22' * (4 << 20), 0)\nh.flush()\n",
+    );
+    server.stop_clean();
+
+    let mut server = lsvd.serve(&socket, &["vol", "vol@one", "vol@empty"]);
+    nbdsh(
+        &server.uri("vol@one"),
+        r#"
+h = connect(strict=False)
+assert h.is_read_only()
+assert h.pread(4 << 20, 0) == b'\x11' * (4 << 20)
+for op in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(512, 0), lambda: h.zero(512, 0)):
+    try:
+        op()
+        raise AssertionError("a read-only export took a write")
+    except nbd.Error as e:
+        assert e.errnum == errno.EPERM, e
+"#,
+    );
+    nbdsh(
+        &server.uri("vol@empty"),
+        "h = connect()\nassert h.pread(1 << 20, 0) == bytes(1 << 20)\n",
+    );
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert not h.is_read_only()\nassert h.pread(4 << 20, 0) == b'\\x22' * (4 << 20)\n",
+    );
+    let listed = lsvd.run_ok(&["snapshot", "list", "vol", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&listed)).expect("JSON");
+    let names: Vec<&str> = rows
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["empty", "one"]);
+    let msg = assert_one_line_error(
+        &lsvd.run(&["snapshot", "delete", "vol", "one"]),
+        "delete a served snapshot",
+    );
+    assert!(msg.contains("being served"), "{msg}");
+    server.stop_clean();
+
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    lsvd.run_ok(&["snapshot", "delete", "vol", "one"]);
+    server.stop_clean();
+    let msg = assert_one_line_error(
+        &lsvd.run(&[
+            "serve",
+            "vol@one",
+            "--no-probe",
+            "--socket",
+            &socket.display().to_string(),
+        ]),
+        "serve a deleted snapshot",
+    );
+    assert!(msg.contains("no snapshot 'one'"), "{msg}");
+    // No server: deleted by opening the volume.
+    lsvd.run_ok(&["snapshot", "delete", "vol", "empty"]);
+    let listed = lsvd.run_ok(&["snapshot", "list", "vol"]);
+    assert!(
+        stdout(&listed).contains("has no snapshots"),
+        "{}",
+        show("list", &listed)
+    );
+}
+
 /// A SIGINT the moment the NBD socket appears drains and stops cleanly. Before the
 /// fix, signals were caught only once everything had started, and a SIGINT in that
 /// window (the metrics and control listeners starting) killed the server: the S3

@@ -68,6 +68,9 @@ pub(crate) fn transmission_flags<D: BlockDevice>(device: &D) -> u16 {
     if device.flush_is_global() {
         flags |= FLAG_CAN_MULTI_CONN;
     }
+    if device.read_only() {
+        flags |= FLAG_READ_ONLY;
+    }
     flags
 }
 
@@ -361,6 +364,7 @@ fn enter<D: BlockDevice>(exports: &[Export<D>], index: usize, state: &State) -> 
             sizes: sanitize_block_sizes(device.block_sizes()),
             structured: state.structured,
             allocation_context: state.structured && state.allocation_for == Some(index),
+            read_only: device.read_only(),
         },
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct ExportParams {
     pub structured: bool,
     /// `base:allocation` was selected for this export, so BLOCK_STATUS is allowed.
     pub allocation_context: bool,
+    /// The export is read-only: WRITE, TRIM and WRITE_ZEROES get EPERM.
+    pub read_only: bool,
 }
 
 /// A request that passed validation.
@@ -103,6 +105,14 @@ pub(crate) fn validate(hdr: &RequestHeader, p: &ExportParams) -> Result<Op, Reje
     if hdr.command == Command::Flush {
         return Ok(Op::Flush);
     }
+    if p.read_only
+        && matches!(
+            hdr.command,
+            Command::Write | Command::Trim | Command::WriteZeroes
+        )
+    {
+        return Err(reject(EPERM, "the export is read-only"));
+    }
     if hdr.command == Command::BlockStatus && !p.allocation_context {
         return Err(reject(EINVAL, "no metadata context was negotiated"));
     }
@@ -171,6 +181,7 @@ mod tests {
             },
             structured: true,
             allocation_context: true,
+            read_only: false,
         }
     }
 
@@ -182,6 +193,24 @@ mod tests {
             offset,
             length,
         }
+    }
+
+    #[test]
+    fn a_read_only_export_refuses_writes_trims_and_zeroes_with_eperm() {
+        let p = ExportParams {
+            read_only: true,
+            ..params()
+        };
+        for command in [Command::Write, Command::Trim, Command::WriteZeroes] {
+            assert_eq!(
+                validate(&hdr(command, 0, 0, 512), &p).map_err(|r| r.error),
+                Err(EPERM),
+                "{command:?}"
+            );
+        }
+        assert!(validate(&hdr(Command::Read, 0, 0, 512), &p).is_ok());
+        assert_eq!(validate(&hdr(Command::Flush, 0, 0, 0), &p), Ok(Op::Flush));
+        assert!(validate(&hdr(Command::Write, 0, 0, 512), &params()).is_ok());
     }
 
     #[test]

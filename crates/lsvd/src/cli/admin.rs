@@ -46,12 +46,7 @@ pub async fn sync(common: &Common, name: &str) -> Result<()> {
             );
             Ok(())
         }
-        _ => Err(Error::new(
-            crate::error::ErrorKind::Conflict,
-            reply
-                .error
-                .unwrap_or_else(|| "the server refused without saying why".to_string()),
-        )),
+        _ => Err(reply.into_error()),
     }
 }
 

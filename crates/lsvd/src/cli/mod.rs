@@ -5,6 +5,7 @@ mod check;
 mod delete;
 mod inspect;
 mod serve;
+mod snapshot;
 mod tuning;
 
 use std::path::PathBuf;
@@ -108,6 +109,9 @@ pub enum Command {
         /// The served volume.
         name: String,
     },
+    /// Take, list and delete snapshots of a volume.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Serve volumes over NBD until interrupted (Ctrl-C drains and shuts down cleanly).
     Serve(ServeArgs),
     /// List the volumes in the store.
@@ -162,6 +166,8 @@ pub enum InspectWhat {
 pub struct ServeArgs {
     /// Volumes to serve, one NBD export each; the first is also the default export.
     /// With none, serves `disk0`, creating it (16 GiB) if the store has no volumes.
+    /// `VOL@SNAP` serves snapshot SNAP of VOL read-only (export `VOL@SNAP`), next to
+    /// VOL itself if both are named.
     pub names: Vec<String>,
     /// TCP address to listen on. Default 127.0.0.1:10809 unless only --socket is given.
     /// A non-loopback address (e.g. 0.0.0.0:10809) needs TLS (--tls-cert, --tls-key) or
@@ -382,6 +388,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Create { name, size } => admin::create(&common, &name, &size).await,
             Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
             Command::Sync { name } => admin::sync(&common, &name).await,
+            Command::Snapshot(c) => snapshot::run(&common, c).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json, tuning } => {

@@ -207,7 +207,21 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut volumes: Vec<Arc<Volume>> = Vec::new();
     let mut exports = Vec::new();
     for name in &names {
-        let opened = engine::open_volume(store.clone(), name, &common.data, config.clone()).await;
+        let opened = match engine::split_export_name(name) {
+            (volume, Some(snapshot)) => {
+                engine::open_snapshot(
+                    store.clone(),
+                    volume,
+                    snapshot,
+                    &common.data,
+                    config.clone(),
+                )
+                .await
+            }
+            (volume, None) => {
+                engine::open_volume(store.clone(), volume, &common.data, config.clone()).await
+            }
+        };
         let (volume, report) = match opened {
             Ok(v) => v,
             Err(e) => {

@@ -128,6 +128,8 @@ pub(crate) async fn run(
     if let Some(bytes) = encode_off_runtime(shared, snapshot).await {
         upload_object(shared, seq, ObjectKind::Checkpoint, bytes.into()).await;
         if !shared.is_failed() && name_in_volume_super(shared, seq, clean).await {
+            // A snapshot being taken chooses its checkpoint under this lock.
+            let _deletions = shared.deletions.lock().await;
             delete_old_checkpoints(shared).await;
             forget_dead(shared, seq, &dead);
             delete_deferred(shared, seq).await;
@@ -202,6 +204,20 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
         .copied()
         .collect();
     for d in due {
+        if shared
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .holds(d.seq)
+        {
+            // A snapshot keeps it; deleting the snapshot deletes it.
+            shared
+                .deferred_deletes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|x| x.seq != d.seq);
+            continue;
+        }
         let key = object_key(&shared.meta.name, d.seq, d.kind);
         match shared.store.delete(&key).await {
             Ok(()) => {
@@ -314,6 +330,16 @@ async fn delete_old_checkpoints(shared: &Shared) {
             .collect()
     };
     for c in old {
+        if shared
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .holds(c)
+        {
+            // A snapshot's base: kept until the snapshot is deleted.
+            shared.lock().pipeline.forget_object(c);
+            continue;
+        }
         let key = object_key(&shared.meta.name, c, ObjectKind::Checkpoint);
         match shared.store.delete(&key).await {
             Ok(()) => shared.lock().pipeline.forget_object(c),

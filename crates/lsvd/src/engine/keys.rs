@@ -6,6 +6,7 @@
 //! <volume>/obj/<seq:016x>.g         GC output object
 //! <volume>/obj/<seq:016x>.c         checkpoint object
 //! <volume>/super/<generation:016x>  volume superblock (put-if-absent, one per generation)
+//! <volume>/snap/<name>              snapshot record (put-if-absent, never changed)
 //! ```
 //! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
 
@@ -36,6 +37,14 @@ pub fn super_prefix(volume: &str) -> String {
 
 pub fn super_key(volume: &str, generation: u64) -> String {
     format!("{volume}/super/{generation:016x}")
+}
+
+pub fn snapshots_prefix(volume: &str) -> String {
+    format!("{volume}/snap/")
+}
+
+pub fn snapshot_key(volume: &str, snapshot: &str) -> String {
+    format!("{volume}/snap/{snapshot}")
 }
 
 /// The generation named by a superblock key.

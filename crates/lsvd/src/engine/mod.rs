@@ -57,6 +57,9 @@ mod put;
 mod read;
 mod read_cache;
 mod shared;
+mod snapshot;
+#[cfg(test)]
+mod snapshot_tests;
 pub(crate) mod store_recovery;
 #[cfg(test)]
 mod sync_tests;
@@ -72,8 +75,9 @@ mod writer;
 pub use admin::{
     VolumeInfo, create_volume, inspect_volume, list_volumes, list_volumes_and_leftovers, read_meta,
 };
-pub use config::{EngineConfig, RecoveryMode};
+pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 pub use delete::{DeletePlan, delete_volume, is_being_deleted, plan_delete};
-pub use open::{OpenReport, open_volume, open_volume_on};
+pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
+pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use volume::{Volume, VolumeStatus};

@@ -33,7 +33,7 @@ use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::shared::{Shared, State, Stats};
-use super::store_recovery::{recover_store, settle_store};
+use super::store_recovery::{StoreRecovery, recover_store, settle_store};
 use super::volume::Volume;
 use super::{gc, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
@@ -71,9 +71,51 @@ pub async fn open_volume(
     config: EngineConfig,
 ) -> Result<(Arc<Volume>, OpenReport)> {
     validate_volume_name(name)?;
+    open_files_and_volume(store, name, None, data_dir, config).await
+}
+
+/// Open snapshot `snapshot` of volume `name` read-only (export `name@snapshot`): its
+/// state is rebuilt from the store; writes, trims and zeroes fail with `ReadOnly`;
+/// nothing is uploaded, collected or deleted, and the volume itself is not claimed
+/// (it may be served at the same time, here or elsewhere). A small write log that
+/// stays empty and a read cache live under `data_dir` as `name@snapshot.*`.
+/// Errors: those of [`open_volume`], and `NotFound` naming the snapshots there are.
+pub async fn open_snapshot(
+    store: DynStore,
+    name: &str,
+    snapshot: &str,
+    data_dir: &Path,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    validate_volume_name(name)?;
+    let meta = read_meta(&store, name).await?;
+    if super::delete::is_being_deleted(&store, &meta).await? {
+        return Err(super::volume_super::being_deleted(name));
+    }
+    let record = super::snapshot::read_snapshot(&store, &meta, snapshot).await?;
+    let config = EngineConfig {
+        log_size_bytes: MIN_LOG_SIZE_BYTES,
+        ..config
+    };
+    open_files_and_volume(store, name, Some(record), data_dir, config).await
+}
+
+/// The write log and read cache files of a volume (or of a snapshot export, named
+/// `name@snapshot`), then the volume itself.
+async fn open_files_and_volume(
+    store: DynStore,
+    name: &str,
+    snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
+    data_dir: &Path,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| Error::local_io(format!("cannot create {}", data_dir.display()), e))?;
-    let log_path = data_dir.join(format!("{name}.wlog"));
+    let stem = match &snapshot {
+        Some(r) => format!("{name}@{}", r.name),
+        None => name.to_string(),
+    };
+    let log_path = data_dir.join(format!("{stem}.wlog"));
     let log_size =
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
     // Check the volume exists before making a log file for it.
@@ -92,15 +134,23 @@ pub async fn open_volume(
     let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
         Some(read_cache::open_files(
             data_dir,
-            name,
+            &stem,
             config.read_cache_bytes,
             meta.volume,
         )?)
     } else {
         None
     };
-    let (volume, mut report) =
-        open_inner(store, name, Arc::new(file), &cache_name, read_cache, config).await?;
+    let (volume, mut report) = open_inner(
+        store,
+        name,
+        Arc::new(file),
+        &cache_name,
+        read_cache,
+        config,
+        snapshot,
+    )
+    .await?;
     report.cache_created = created;
     Ok((volume, report))
 }
@@ -114,7 +164,7 @@ pub async fn open_volume_on(
     cache_name: &str,
     config: EngineConfig,
 ) -> Result<(Arc<Volume>, OpenReport)> {
-    open_inner(store, name, cache, cache_name, None, config).await
+    open_inner(store, name, cache, cache_name, None, config, None).await
 }
 
 /// What the log side of recovery decided.
@@ -200,10 +250,19 @@ async fn open_inner(
     cache_name: &str,
     read_cache: Option<ReadCache>,
     config: EngineConfig,
+    snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
 ) -> Result<(Arc<Volume>, OpenReport)> {
-    // 1. The store side.
+    // 1. The store side (what the snapshots keep is not garbage).
     let meta = read_meta(&store, name).await?;
-    let rec = recover_store(&store, &meta).await?;
+    let pins = super::snapshot::load_pins(&store, &meta).await?;
+    let mut rec = match &snapshot {
+        None => recover_store(&store, &meta).await?,
+        Some(record) => StoreRecovery::of_snapshot(
+            super::snapshot::snapshot_state(&store, &meta, record).await?,
+            record,
+        ),
+    };
+    rec.orphans.retain(|&(seq, _)| !pins.holds(seq));
     let mut report = OpenReport {
         checkpoint_seq: rec.checkpoint_seq,
         checkpoint_clean: rec.checkpoint_clean,
@@ -213,10 +272,7 @@ async fn open_inner(
     };
     report.stranded_deleted = settle_store(&store, name, &rec, config.recovery_mode).await?;
     let base_counters = rec.counters;
-    let heat = config
-        .gc
-        .policy
-        .tracks_heat()
+    let heat = (config.gc.policy.tracks_heat() && snapshot.is_none())
         .then(|| restored_heat(&meta, rec.heat.as_ref()));
     let newest_super = rec.superblock;
     let store_state = rec.state;
@@ -331,6 +387,9 @@ async fn open_inner(
         volume_claimed: AtomicBool::new(false),
         volume_super_writes: tokio::sync::Mutex::new(()),
         deferred_deletes: Mutex::new(Vec::new()),
+        pins: Mutex::new(pins),
+        deletions: tokio::sync::Mutex::new(()),
+        snapshot: snapshot.as_ref().map(|r| r.name.clone()),
         log_start,
         log_end,
         layout,
@@ -406,7 +465,9 @@ async fn open_inner(
         .map_err(write_failed)?;
     cache.sync().map_err(write_failed)?;
 
-    report.superblock_generation = claim(&shared, newest_super).await?;
+    if shared.snapshot.is_none() {
+        report.superblock_generation = claim(&shared, newest_super).await?;
+    }
     Ok((Arc::new(start_tasks(shared)?), report))
 }
 
@@ -499,15 +560,21 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
         .name(format!("lsvd-log-{}", shared.meta.name))
         .spawn(move || writer::run(writer_shared, log_rx, runtime))
         .map_err(|e| Error::local_io("cannot start log writer", e))?;
-    let uploader_task = tokio::spawn(uploader::run(shared.clone()));
-    let gc_task = tokio::spawn(gc::run(shared.clone()));
+    // A snapshot export writes nothing: no uploads, no GC.
+    let (uploader_task, gc_task) = match shared.snapshot {
+        Some(_) => (None, None),
+        None => (
+            Some(tokio::spawn(uploader::run(shared.clone()))),
+            Some(tokio::spawn(gc::run(shared.clone()))),
+        ),
+    };
     shared.upload_wake.notify_one();
     Ok(Volume {
         shared,
         log_tx,
         writer_thread: Mutex::new(Some(writer_thread)),
-        uploader: Mutex::new(Some(uploader_task)),
-        gc: Mutex::new(Some(gc_task)),
+        uploader: Mutex::new(uploader_task),
+        gc: Mutex::new(gc_task),
     })
 }
 

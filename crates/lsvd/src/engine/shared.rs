@@ -190,6 +190,14 @@ pub(crate) struct Shared {
     /// store only once the next checkpoint is named: the previous checkpoint, which
     /// recovery falls back to when the newest is corrupt, may still list them.
     pub(crate) deferred_deletes: Mutex<Vec<DeferredDelete>>,
+    /// What the volume's snapshots keep in the store: every delete asks it first.
+    pub(crate) pins: Mutex<super::snapshot::Pins>,
+    /// Held while objects are deleted after a checkpoint and while a snapshot chooses
+    /// its checkpoint and records its pin ([`super::snapshot`]).
+    pub(crate) deletions: tokio::sync::Mutex<()>,
+    /// Set when this is a read-only export of snapshot `<volume>@<name>`: nothing is
+    /// written, uploaded, collected or deleted.
+    pub(crate) snapshot: Option<String>,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).

@@ -44,6 +44,28 @@ pub(crate) struct StoreRecovery {
     pub superblock_violation: Option<String>,
 }
 
+impl StoreRecovery {
+    /// The view of a snapshot export: `state` as of `record`, nothing to settle.
+    pub(crate) fn of_snapshot(
+        state: StoreState,
+        record: &lsvd_core::format::snapshot::SnapshotRecord,
+    ) -> StoreRecovery {
+        StoreRecovery {
+            state,
+            counters: Default::default(),
+            heat: None,
+            orphans: Vec::new(),
+            stranded: Vec::new(),
+            checkpoint_seq: record.base_checkpoint,
+            checkpoint_clean: true,
+            objects_replayed: 0,
+            skipped_checkpoints: Vec::new(),
+            superblock: None,
+            superblock_violation: None,
+        }
+    }
+}
+
 /// Rebuild the store's view of volume `meta`. Store errors keep their kind (with
 /// context); objects that fail their checks or do not match their names are `Corrupt`.
 pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result<StoreRecovery> {
@@ -273,8 +295,8 @@ pub(crate) async fn settle_store(
 }
 
 /// What a checkpoint restores.
-struct LoadedCheckpoint {
-    state: StoreState,
+pub(super) struct LoadedCheckpoint {
+    pub(super) state: StoreState,
     /// Written at a clean shutdown.
     clean: bool,
     counters: lsvd_core::format::checkpoint::Counters,
@@ -284,7 +306,11 @@ struct LoadedCheckpoint {
 /// Read checkpoint `c` whole and verify it: the state it describes, whether the
 /// volume was closed cleanly, its counters and write frequencies. A checkpoint that
 /// fails a check is `Corrupt`, a vanished one `NotFound`.
-async fn load_checkpoint(store: &DynStore, meta: &VolumeMeta, c: u64) -> Result<LoadedCheckpoint> {
+pub(super) async fn load_checkpoint(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    c: u64,
+) -> Result<LoadedCheckpoint> {
     let key = object_key(&meta.name, c, ObjectKind::Checkpoint);
     let bytes = store
         .get(&key)

@@ -85,6 +85,19 @@ impl Volume {
         &self.shared.meta
     }
 
+    /// The snapshot this export serves read-only, if it is one (`<volume>@<name>`).
+    pub fn snapshot_name(&self) -> Option<&str> {
+        self.shared.snapshot.as_deref()
+    }
+
+    /// The NBD export name: the volume's, or `<volume>@<snapshot>`.
+    pub fn export_name(&self) -> String {
+        match &self.shared.snapshot {
+            Some(s) => format!("{}@{s}", self.shared.meta.name),
+            None => self.shared.meta.name.clone(),
+        }
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.shared.meta.size_bytes
     }
@@ -102,6 +115,15 @@ impl Volume {
     }
 
     fn check_writable(&self) -> Result<()> {
+        if let Some(snap) = &self.shared.snapshot {
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                format!(
+                    "{}@{snap} is a snapshot: it is read-only",
+                    self.shared.meta.name
+                ),
+            ));
+        }
         if self.shared.is_failed() {
             return Err(self.shared.failed_error());
         }
@@ -161,6 +183,9 @@ impl Volume {
 
     /// Make every write acknowledged before this call durable on the cache device.
     pub async fn flush(&self) -> Result<()> {
+        if self.shared.snapshot.is_some() {
+            return Ok(()); // nothing was written
+        }
         self.check_writable()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.submit(writer::LogOp::Flush { done: tx }, rx).await
@@ -371,7 +396,9 @@ impl Volume {
                 "volume failed; not marked clean",
             ));
         }
-        checkpoint::write_clean(&self.shared).await?;
+        if self.shared.snapshot.is_none() {
+            checkpoint::write_clean(&self.shared).await?;
+        }
         if let Some(rc) = &self.shared.read_cache
             && let Err(e) = rc.sync()
         {

@@ -1,0 +1,199 @@
+//! `lsvd snapshot create|list|delete`.
+//!
+//! Create and delete go to the `lsvd serve` that uses this data directory when there
+//! is one (only it knows what its write log holds, and its GC must learn of the
+//! change); otherwise the command opens the volume itself for the moment it takes
+//! (recovery, the operation, a clean stop), exactly as a server would. List only
+//! reads the store.
+
+use std::path::Path;
+
+use clap::Subcommand;
+
+use super::Common;
+use crate::control::{Reply, Request};
+use crate::engine::{self, EngineConfig};
+use crate::error::{Error, Result};
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Take a snapshot: it holds every write acknowledged before the command, and reads
+    /// back unchanged however the volume is written afterwards (`lsvd serve VOL@SNAP`
+    /// serves it read-only). GC keeps the objects it needs until it is deleted.
+    Create {
+        /// The volume.
+        volume: String,
+        /// The snapshot's name: 1-64 characters of A-Z a-z 0-9 . _ -
+        snapshot: String,
+    },
+    /// List a volume's snapshots, oldest first.
+    List {
+        volume: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a snapshot and the objects only it kept.
+    Delete { volume: String, snapshot: String },
+}
+
+pub async fn run(common: &Common, command: SnapshotCommand) -> Result<()> {
+    match command {
+        SnapshotCommand::Create { volume, snapshot } => create(common, &volume, &snapshot).await,
+        SnapshotCommand::List { volume, json } => list(common, &volume, json).await,
+        SnapshotCommand::Delete { volume, snapshot } => delete(common, &volume, &snapshot).await,
+    }
+}
+
+async fn create(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
+    engine::keys::validate_volume_name(volume)?;
+    engine::validate_snapshot_name(snapshot)?;
+    let request = Request::SnapshotCreate {
+        volume: volume.to_string(),
+        snapshot: snapshot.to_string(),
+    };
+    let through = match ask_server(&common.data, &request).await? {
+        Some(reply) => reply.through_seq.unwrap_or(0),
+        None => {
+            with_volume(common, volume, async |v| {
+                Ok(v.create_snapshot(snapshot).await?.through_seq)
+            })
+            .await?
+        }
+    };
+    println!(
+        "created snapshot {volume}@{snapshot} (objects below {through:016x}); serve it read-only with `lsvd serve {volume}@{snapshot}`"
+    );
+    Ok(())
+}
+
+async fn delete(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
+    engine::keys::validate_volume_name(volume)?;
+    engine::validate_snapshot_name(snapshot)?;
+    let request = Request::SnapshotDelete {
+        volume: volume.to_string(),
+        snapshot: snapshot.to_string(),
+    };
+    let deleted = match ask_server(&common.data, &request).await? {
+        Some(reply) => reply.objects_deleted.unwrap_or(0),
+        None => with_volume(common, volume, async |v| v.delete_snapshot(snapshot).await).await?,
+    };
+    println!("deleted snapshot {volume}@{snapshot} ({deleted} objects only it kept deleted)");
+    Ok(())
+}
+
+async fn list(common: &Common, volume: &str, json: bool) -> Result<()> {
+    let store = super::admin::store(common)?;
+    let meta = engine::read_meta(&store, volume).await?;
+    let snapshots = engine::list_snapshots(&store, &meta).await?;
+    if json {
+        let rows: Vec<serde_json::Value> = snapshots
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "export": format!("{volume}@{}", s.name),
+                    "created_unix_ms": s.created_unix_ms,
+                    "base_checkpoint": s.base_checkpoint,
+                    "through_seq": s.through_seq,
+                    "last_record_seq": s.last_record_seq,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| Error::bad_input(e.to_string()))?
+        );
+        return Ok(());
+    }
+    if snapshots.is_empty() {
+        println!("volume {volume} has no snapshots");
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<26} {:>18}",
+        "SNAPSHOT", "CREATED (UTC)", "OBJECTS BELOW"
+    );
+    for s in &snapshots {
+        println!(
+            "{:<24} {:<26} {:>18}",
+            s.name,
+            utc(s.created_unix_ms),
+            format!("{:016x}", s.through_seq)
+        );
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS` for milliseconds since the Unix epoch.
+fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The server's answer, or None when no server uses `data`. A refusal is an error of
+/// the kind the server gave.
+async fn ask_server(data: &Path, request: &Request) -> Result<Option<Reply>> {
+    match crate::control::request(data, request).await? {
+        None => Ok(None),
+        Some(reply) if reply.ok => Ok(Some(reply)),
+        Some(reply) => Err(reply.into_error()),
+    }
+}
+
+/// Open `volume` on this data directory (no server uses it), run `f`, stop cleanly.
+/// A write log made only for this is removed again.
+async fn with_volume<T>(
+    common: &Common,
+    volume: &str,
+    f: impl AsyncFnOnce(&engine::Volume) -> Result<T>,
+) -> Result<T> {
+    let _lock = super::serve::lock_data_dir(&common.data)?;
+    let store = super::admin::store(common)?;
+    let log_path = common.data.join(format!("{volume}.wlog"));
+    let config = EngineConfig {
+        // No write log here yet: nothing to upload, a small one will do.
+        log_size_bytes: if log_path.exists() {
+            EngineConfig::default().log_size_bytes
+        } else {
+            engine::MIN_LOG_SIZE_BYTES
+        },
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let (vol, report) = engine::open_volume(store, volume, &common.data, config).await?;
+    let result = f(&vol).await;
+    let closed = vol.shutdown().await;
+    if report.cache_created && closed.is_ok() {
+        let _ = std::fs::remove_file(&log_path);
+    }
+    let out = result?;
+    closed?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(super::utc(1_795_000_000_000), "2026-11-18 07:06:40");
+    }
+}

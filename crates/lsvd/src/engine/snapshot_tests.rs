@@ -1,0 +1,213 @@
+//! Snapshots (`Volume::create_snapshot`, `open_snapshot`, `Volume::delete_snapshot`):
+//! a snapshot taken while writes are in flight reads back the volume as of its point,
+//! through two whole overwrites with GC running and a restart; deleting it frees what
+//! only it kept.
+
+use std::sync::Arc;
+
+use super::{EngineConfig, Volume, create_volume, open_snapshot, open_volume};
+use crate::error::ErrorKind;
+use crate::store::DynStore;
+use crate::store::mem::MemStore;
+use crate::testutil::TempDir;
+
+const BLOCK: u64 = 4096;
+const BLOCKS: u64 = 1024; // 4 MiB
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 128 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 16 << 20,
+        checkpoint_every_objects: 4,
+        read_cache_bytes: 0,
+        gc: lsvd_core::gc::GcConfig {
+            pass_bytes: 1 << 20,
+            ..Default::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+/// A block stamped with (block, version), as the crash oracle stamps them.
+fn stamp(block: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; BLOCK as usize];
+    for chunk in v.chunks_mut(16) {
+        chunk[..8].copy_from_slice(&block.to_le_bytes());
+        chunk[8..16].copy_from_slice(&version.to_le_bytes());
+    }
+    v
+}
+
+/// The version every block holds (0: never written), checking each block is whole and
+/// its own.
+async fn versions(volume: &Volume) -> Vec<u64> {
+    let mut out = Vec::new();
+    for first in (0..BLOCKS).step_by(64) {
+        let bytes = volume.read(first * BLOCK, 64 * BLOCK).await.expect("read");
+        for (i, block) in bytes.chunks(BLOCK as usize).enumerate() {
+            let b = first + i as u64;
+            if block.iter().all(|&x| x == 0) {
+                out.push(0);
+                continue;
+            }
+            let version = u64::from_le_bytes(block[8..16].try_into().expect("8 bytes"));
+            assert_eq!(block, stamp(b, version).as_slice(), "block {b} is torn");
+            out.push(version);
+        }
+    }
+    out
+}
+
+async fn write_all(volume: &Volume, version: u64) {
+    for b in 0..BLOCKS {
+        volume
+            .write(b * BLOCK, stamp(b, version), false)
+            .await
+            .expect("write");
+    }
+}
+
+fn assert_kind<T>(r: crate::error::Result<T>, kind: ErrorKind) {
+    match r {
+        Ok(_) => panic!("expected a {kind:?} error, got success"),
+        Err(e) => assert_eq!(e.kind, kind, "{e}"),
+    }
+}
+
+async fn object_count(store: &DynStore) -> usize {
+    store
+        .list(&super::keys::objects_prefix("v"))
+        .await
+        .expect("list")
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees_space() {
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let dir = TempDir::new("engine-snapshot");
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_all(&vol, 1).await;
+    // Version 2 of every other block is acknowledged before the snapshot; version 3
+    // of every block is being written while it is taken.
+    for b in (0..BLOCKS).step_by(2) {
+        vol.write(b * BLOCK, stamp(b, 2), false)
+            .await
+            .expect("write");
+    }
+    let acknowledged: Vec<u64> = (0..BLOCKS)
+        .map(|b| if b % 2 == 0 { 2 } else { 1 })
+        .collect();
+    let writer = {
+        let vol = vol.clone();
+        tokio::spawn(async move { write_all(&vol, 3).await })
+    };
+    let record = vol.create_snapshot("before").await.expect("snapshot");
+    writer.await.expect("writer");
+    assert!(record.through_seq > 1, "{record:?}");
+
+    let (snap, _) = open_snapshot(store.clone(), "v", "before", dir.path(), config())
+        .await
+        .expect("open the snapshot");
+    let at_snapshot = versions(&snap).await;
+    for (b, (&got, &acked)) in at_snapshot.iter().zip(&acknowledged).enumerate() {
+        assert!(
+            got == acked || got == 3,
+            "block {b}: the snapshot holds version {got}, acknowledged before it was {acked}"
+        );
+    }
+    assert_kind(snap.write(0, stamp(0, 9), false).await, ErrorKind::ReadOnly);
+    assert_kind(
+        snap.write_zeroes(0, BLOCK, false).await,
+        ErrorKind::ReadOnly,
+    );
+    assert_kind(snap.create_snapshot("x").await, ErrorKind::ReadOnly);
+    snap.shutdown().await.expect("snapshot shutdown");
+
+    // Overwrite everything twice with GC running: GC rewrites the live data and
+    // deletes its victims, except what the snapshot keeps.
+    write_all(&vol, 4).await;
+    write_all(&vol, 5).await;
+    vol.sync_to_store().await.expect("sync");
+    assert!(
+        vol.status().gc_passes > 0,
+        "GC never ran: {:?}",
+        vol.status()
+    );
+    assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
+    let (snap, _) = open_snapshot(store.clone(), "v", "before", dir.path(), config())
+        .await
+        .expect("open the snapshot after GC");
+    assert_eq!(versions(&snap).await, at_snapshot, "after GC");
+    snap.shutdown().await.expect("snapshot shutdown");
+
+    // A restart settles garbage without touching what the snapshot keeps.
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("reopen");
+    let (snap, _) = open_snapshot(store.clone(), "v", "before", dir.path(), config())
+        .await
+        .expect("open the snapshot after a restart");
+    assert_eq!(versions(&snap).await, at_snapshot, "after a restart");
+    snap.shutdown().await.expect("snapshot shutdown");
+
+    let before_delete = object_count(&store).await;
+    let freed = vol
+        .delete_snapshot("before")
+        .await
+        .expect("delete snapshot");
+    assert!(freed > 0, "deleting the snapshot freed nothing");
+    assert_eq!(object_count(&store).await, before_delete - freed as usize);
+    assert_kind(
+        open_snapshot(store.clone(), "v", "before", dir.path(), config()).await,
+        ErrorKind::NotFound,
+    );
+    assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
+    vol.shutdown().await.expect("shutdown");
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("reopen after the delete");
+    assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
+    vol.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_names_are_checked_and_taken_once() {
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let dir = TempDir::new("engine-snapshot-names");
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    // A snapshot of a volume nobody wrote: reads zeros.
+    vol.create_snapshot("empty").await.expect("snapshot");
+    assert_kind(vol.create_snapshot("empty").await, ErrorKind::AlreadyExists);
+    assert_kind(vol.create_snapshot("a/b").await, ErrorKind::BadInput);
+    assert_kind(vol.create_snapshot("").await, ErrorKind::BadInput);
+    assert_kind(vol.delete_snapshot("nope").await, ErrorKind::NotFound);
+    let missing = open_snapshot(store.clone(), "v", "nope", dir.path(), config()).await;
+    let e = missing.err().expect("no such snapshot");
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(e.to_string().contains("empty"), "{e}");
+    let (snap, _) = open_snapshot(store.clone(), "v", "empty", dir.path(), config())
+        .await
+        .expect("open");
+    assert_eq!(versions(&snap).await, vec![0; BLOCKS as usize]);
+    snap.shutdown().await.expect("shutdown");
+    let listed = super::list_snapshots(&store, &super::read_meta(&store, "v").await.expect("meta"))
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "empty");
+    vol.shutdown().await.expect("shutdown");
+}
