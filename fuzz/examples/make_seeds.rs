@@ -21,6 +21,7 @@ use lsvd_core::format::object::{
 };
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
+use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
 use lsvd_fuzz::format_targets::fix_record;
 use lsvd_nbd::BlockSizes;
@@ -263,7 +264,21 @@ fn supers() {
         &[0, 2],
         &encode_volume_meta(&vm),
     );
-    for which in 0..3u8 {
+    let snap = SnapshotRecord {
+        volume: VolumeId([9; 16]),
+        name: "before-upgrade".into(),
+        base_checkpoint: Some(10),
+        through_seq: 14,
+        last_record_seq: 41,
+        created_unix_ms: 1_800_000_000_000,
+    };
+    put(
+        "format_supers",
+        "snapshot",
+        &[0, 3],
+        &encode_snapshot(&snap).expect("a valid record"),
+    );
+    for which in 0..4u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

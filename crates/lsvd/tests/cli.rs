@@ -730,6 +730,10 @@ for op in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(512, 0), lambda: h.ze
         .map(|r| r["name"].as_str().expect("name"))
         .collect();
     assert_eq!(names, ["empty", "one"]);
+    assert_eq!(
+        lsvd.info_json("vol")["snapshots"],
+        serde_json::json!(["empty", "one"])
+    );
     let msg = assert_one_line_error(
         &lsvd.run(&["snapshot", "delete", "vol", "one"]),
         "delete a served snapshot",

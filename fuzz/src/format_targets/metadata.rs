@@ -1,6 +1,6 @@
 //! Fuzz checks for the metadata decoders: checkpoints, the write-log index, the cache
 //! and volume superblocks and the volume metadata object. Same modes as the parent
-//! module's targets.
+//! module's targets. Snapshot records share the `format_supers` target.
 
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
 use lsvd_core::format::checkpoint::{
@@ -15,6 +15,7 @@ use lsvd_core::format::record::{
     ExtentKind, RecordExtent, decode_record_header, encode_header_prefix, encode_record,
 };
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
+use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
 use lsvd_core::format::volume_super::{
     NO_CHECKPOINT, VolumeSuper, decode_volume_super, encode_volume_super,
 };
@@ -212,7 +213,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 3 {
+    match which % 4 {
         0 => {
             if let Ok(s) = decode_cache_super(buf) {
                 let again = decode_cache_super(&encode_cache_super(&s));
@@ -225,10 +226,20 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
                 assert_eq!(again, Ok(s), "volume superblock re-encodes differently");
             }
         }
-        _ => {
+        2 => {
             if let Ok(m) = decode_volume_meta(buf) {
                 let again = decode_volume_meta(&encode_volume_meta(&m));
                 assert_eq!(again, Ok(m), "volume metadata re-encodes differently");
+            }
+        }
+        _ => {
+            if let Ok(r) = decode_snapshot(buf) {
+                let bytes = encode_snapshot(&r).expect("a decoded record encodes");
+                assert_eq!(
+                    decode_snapshot(&bytes),
+                    Ok(r),
+                    "snapshot record re-encodes differently"
+                );
             }
         }
     }
@@ -236,14 +247,14 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 3 {
+    match which % 4 {
         0 => fix::crc_at(buf, 12, 88),
         _ => fix::crc_at(buf, 12, len),
     }
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 3 {
+    let mut buf = match which % 4 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -295,6 +306,25 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             );
             buf
         }
+        3 => {
+            let len = 1 + b.below(64) as usize;
+            let name: String = (0..len)
+                .map(|_| char::from(b"abcXYZ019._-"[b.below(12) as usize]))
+                .collect();
+            let through_seq = b.u64();
+            let base = b.u64();
+            let r = SnapshotRecord {
+                volume: volume(b),
+                name,
+                base_checkpoint: (b.bool() && base < through_seq).then_some(base),
+                through_seq,
+                last_record_seq: b.u64(),
+                created_unix_ms: b.u64(),
+            };
+            let buf = encode_snapshot(&r).expect("a valid name encodes");
+            assert_eq!(decode_snapshot(&buf), Ok(r), "snapshot record round trip");
+            buf
+        }
         _ => {
             let raw = b.vec(300);
             let name = String::from_utf8_lossy(&raw);
@@ -317,23 +347,24 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(3) {
+    let within = if which.is_multiple_of(4) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 3 {
+        let rejected = match which % 4 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
-            _ => decode_volume_meta(&buf).is_err(),
+            2 => decode_volume_meta(&buf).is_err(),
+            _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
     }
 }
 
-/// Target `format_supers`: cache superblock, volume superblock, volume metadata. The
-/// second byte picks which.
+/// Target `format_supers`: cache superblock, volume superblock, volume metadata,
+/// snapshot record. The second byte picks which.
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {

@@ -191,6 +191,13 @@ pub async fn info(
             format_size(heat.region_bytes)
         );
     }
+    if !info.snapshots.is_empty() {
+        println!(
+            "snapshots:     {} (serve one read-only as {}@NAME)",
+            info.snapshots.join(", "),
+            info.name
+        );
+    }
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

@@ -162,6 +162,8 @@ pub struct VolumeInfo {
     /// The hylog write-frequency tracker the checkpoint carries (none under other
     /// policies).
     pub heat: Option<HeatInfo>,
+    /// The volume's snapshots, oldest first.
+    pub snapshots: Vec<String>,
 }
 
 /// What the checkpoint's write-frequency tracker says.
@@ -237,6 +239,11 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
             .heat
             .as_ref()
             .map(|h| heat_info(h, meta.size_bytes, utilization)),
+        snapshots: super::snapshot::list_snapshots(store, &meta)
+            .await?
+            .into_iter()
+            .map(|r| r.name)
+            .collect(),
     })
 }
 
