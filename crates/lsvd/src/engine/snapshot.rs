@@ -269,6 +269,15 @@ impl Volume {
         };
         let pin = pin_for(&shared.store, &shared.meta, record.clone()).await?;
         let bytes = encode_snapshot(&record).map_err(|e| Error::bad_input(e.to_string()))?;
+        // Pinned before the put: a put that fails may still have landed, and then the
+        // snapshot exists and needs its objects. A pin left by a put that did not land
+        // only keeps objects until the next open rebuilds the pins from the records.
+        shared
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .push(pin);
         match shared
             .store
             .put(&key, Bytes::from(bytes.clone()), PutMode::IfAbsent)
@@ -280,14 +289,12 @@ impl Volume {
                 Ok(found) if found == bytes => {}
                 _ => return Err(taken(&shared.meta.name, name)),
             },
-            Err(e) => return Err(e.context(format!("cannot write {key}"))),
+            Err(e) => {
+                return Err(e.context(format!(
+                    "cannot write {key} (it may have landed all the same: `lsvd snapshot list` tells)"
+                )));
+            }
         }
-        shared
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .push(pin);
         crate::log::info(&format!(
             "snapshot {}@{name}: objects below {through_seq:016x} (write-log records through {last_record_seq})",
             shared.meta.name

@@ -211,3 +211,88 @@ async fn snapshot_names_are_checked_and_taken_once() {
     assert_eq!(listed[0].name, "empty");
     vol.shutdown().await.expect("shutdown");
 }
+
+/// A store whose PUTs of snapshot records land but report failure (a lost reply).
+struct LostSnapshotReplies(DynStore);
+
+impl crate::store::ObjectStore for LostSnapshotReplies {
+    fn put(
+        &self,
+        key: &str,
+        data: bytes::Bytes,
+        mode: crate::store::PutMode,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        let key = key.to_string();
+        Box::pin(async move {
+            self.0.put(&key, data, mode).await?;
+            if key.contains("/snap/") {
+                return Err(crate::error::Error::new(
+                    ErrorKind::Transient,
+                    format!("injected lost reply putting {key}"),
+                ));
+            }
+            Ok(())
+        })
+    }
+    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.0.get(key)
+    }
+    fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.0.get_range(key, range)
+    }
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
+        self.0.list(prefix)
+    }
+    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.0.delete(key)
+    }
+    fn describe(&self) -> String {
+        "lost snapshot replies".into()
+    }
+}
+
+/// A snapshot record whose PUT landed but reported failure is a snapshot: the
+/// command failed, yet the objects the record needs must stay. Before the fix the pin
+/// was added only after a successful PUT, and the deferred deletes after the next
+/// checkpoints removed the snapshot's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let store: DynStore = Arc::new(LostSnapshotReplies(mem.clone()));
+    let dir = TempDir::new("engine-snapshot-lost-reply");
+    let (vol, _) = open_volume(store, "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_all(&vol, 1).await;
+    assert_kind(vol.create_snapshot("s").await, ErrorKind::Transient);
+    // Whole overwrites: every object the snapshot needs becomes dead and is deleted
+    // after the next checkpoints, unless something keeps it.
+    for version in 2..=4 {
+        write_all(&vol, version).await;
+    }
+    vol.sync_to_store().await.expect("sync");
+    let deleted = || {
+        vol.stats()
+            .objects_deleted
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    write_all(&vol, 5).await;
+    vol.sync_to_store().await.expect("sync");
+    assert!(deleted() > 0, "nothing was deleted: {:?}", vol.status());
+    let (snap, _) = open_snapshot(mem.clone(), "v", "s", dir.path(), config())
+        .await
+        .expect("the record landed: the snapshot exists");
+    assert_eq!(versions(&snap).await, vec![1; BLOCKS as usize]);
+    snap.shutdown().await.expect("shutdown");
+    vol.shutdown().await.expect("shutdown");
+}
