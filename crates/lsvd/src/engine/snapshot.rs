@@ -146,18 +146,23 @@ pub async fn read_snapshot(
     }
 }
 
-/// What `record` keeps: its base checkpoint's list is read from the store.
+/// What `record` keeps: its base checkpoint's list is read from the store. A base
+/// checkpoint that is gone or corrupt makes the snapshot unreadable, not the volume:
+/// a warning, and the snapshot keeps its replay range only.
 async fn pin_for(store: &DynStore, meta: &VolumeMeta, record: SnapshotRecord) -> Result<Pin> {
     let listed = match record.base_checkpoint {
         None => BTreeSet::new(),
-        Some(c) => load_checkpoint(store, meta, c)
-            .await
-            .map_err(|e| e.context(format!("snapshot '{}'", record.name)))?
-            .state
-            .objects()
-            .keys()
-            .copied()
-            .collect(),
+        Some(c) => match load_checkpoint(store, meta, c).await {
+            Ok(loaded) => loaded.state.objects().keys().copied().collect(),
+            Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::Corrupt) => {
+                crate::log::warn(&format!(
+                    "snapshot {}@{} cannot be read ({e}); `lsvd snapshot delete {} {}` removes it",
+                    meta.name, record.name, meta.name, record.name
+                ));
+                BTreeSet::new()
+            }
+            Err(e) => return Err(e.context(format!("snapshot '{}'", record.name))),
+        },
     };
     Ok(Pin { record, listed })
 }

@@ -295,4 +295,30 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     assert_eq!(versions(&snap).await, vec![1; BLOCKS as usize]);
     snap.shutdown().await.expect("shutdown");
     vol.shutdown().await.expect("shutdown");
+
+    // A snapshot whose base checkpoint the store lost is unreadable, but the volume
+    // still opens (with a warning naming the command that removes it).
+    let meta = super::read_meta(&mem, "v").await.expect("meta");
+    let record = super::read_snapshot(&mem, &meta, "s")
+        .await
+        .expect("record");
+    let base = record.base_checkpoint.expect("a base checkpoint");
+    mem.delete(&super::keys::object_key(
+        "v",
+        base,
+        lsvd_core::format::object::ObjectKind::Checkpoint,
+    ))
+    .await
+    .expect("delete the base");
+    let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
+        .await
+        .expect("the volume opens without its snapshot's base");
+    assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
+    assert!(
+        open_snapshot(mem.clone(), "v", "s", dir.path(), config())
+            .await
+            .is_err()
+    );
+    assert!(vol.delete_snapshot("s").await.is_ok());
+    vol.shutdown().await.expect("shutdown");
 }
