@@ -283,23 +283,7 @@ impl Volume {
             .unwrap_or_else(|p| p.into_inner())
             .0
             .push(pin);
-        match shared
-            .store
-            .put(&key, Bytes::from(bytes.clone()), PutMode::IfAbsent)
-            .await
-        {
-            Ok(()) => {}
-            // A retry of a put that had landed finds its own bytes.
-            Err(e) if e.kind == ErrorKind::AlreadyExists => match shared.store.get(&key).await {
-                Ok(found) if found == bytes => {}
-                _ => return Err(taken(&shared.meta.name, name)),
-            },
-            Err(e) => {
-                return Err(e.context(format!(
-                    "cannot write {key} (it may have landed all the same: `lsvd snapshot list` tells)"
-                )));
-            }
-        }
+        put_record(shared, &key, bytes, name).await?;
         crate::log::info(&format!(
             "snapshot {}@{name}: objects below {through_seq:016x} (write-log records through {last_record_seq})",
             shared.meta.name
@@ -384,6 +368,44 @@ impl Volume {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// Write the record with put-if-absent, retrying a store that fails for now a few
+/// times. A retry that finds its own bytes (the earlier put landed) succeeded.
+async fn put_record(
+    shared: &super::shared::Shared,
+    key: &str,
+    bytes: Vec<u8>,
+    name: &str,
+) -> Result<()> {
+    const ATTEMPTS: u32 = 6;
+    let mut backoff = std::time::Duration::from_millis(50);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match shared
+            .store
+            .put(key, Bytes::from(bytes.clone()), PutMode::IfAbsent)
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                return match shared.store.get(key).await {
+                    Ok(found) if found == bytes => Ok(()),
+                    _ => Err(taken(&shared.meta.name, name)),
+                };
+            }
+            Err(e) if e.kind == ErrorKind::Transient && attempt < ATTEMPTS => {
+                shared.clock().sleep(backoff).await;
+                backoff *= 2;
+            }
+            Err(e) => {
+                return Err(e.context(format!(
+                    "cannot write {key} (it may have landed all the same: `lsvd snapshot list` tells)"
+                )));
+            }
+        }
     }
 }
 

@@ -212,7 +212,8 @@ async fn snapshot_names_are_checked_and_taken_once() {
     vol.shutdown().await.expect("shutdown");
 }
 
-/// A store whose PUTs of snapshot records land but report failure (a lost reply).
+/// A store whose PUTs of snapshot records land but report a failure that is not
+/// retried.
 struct LostSnapshotReplies(DynStore);
 
 impl crate::store::ObjectStore for LostSnapshotReplies {
@@ -227,7 +228,7 @@ impl crate::store::ObjectStore for LostSnapshotReplies {
             self.0.put(&key, data, mode).await?;
             if key.contains("/snap/") {
                 return Err(crate::error::Error::new(
-                    ErrorKind::Transient,
+                    ErrorKind::Permanent,
                     format!("injected lost reply putting {key}"),
                 ));
             }
@@ -274,7 +275,7 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
         .await
         .expect("open");
     write_all(&vol, 1).await;
-    assert_kind(vol.create_snapshot("s").await, ErrorKind::Transient);
+    assert_kind(vol.create_snapshot("s").await, ErrorKind::Permanent);
     // Whole overwrites: every object the snapshot needs becomes dead and is deleted
     // after the next checkpoints, unless something keeps it.
     for version in 2..=4 {
