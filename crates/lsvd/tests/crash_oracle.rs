@@ -54,6 +54,11 @@
 //!    find the same disk the first recovery served, when it was read; at the end of an
 //!    episode a clean shutdown and reopen must give back exactly the same disk.
 //!
+//! 6. *Snapshots* (in-process kinds except store faults): a third of the rounds start
+//!    with a snapshot of the idle volume; at the end of the episode each must read
+//!    back exactly the base of the round it was taken in, after every later crash,
+//!    recovery and GC pass; then each is deleted and the volume must be unchanged.
+//!
 //! The recovered state becomes the base of the next round (the volume lives on
 //! through several crashes: log wrap-around, many checkpoints, stranded objects).
 //! Rounds judged by the cache-lost rule first wait until the store holds the base.

@@ -284,7 +284,7 @@ impl Volume {
             .0
             .push(pin);
         put_record(shared, &key, bytes, name).await?;
-        crate::log::info(&format!(
+        crate::log::debug(&format!(
             "snapshot {}@{name}: objects below {through_seq:016x} (write-log records through {last_record_seq})",
             shared.meta.name
         ));

@@ -600,8 +600,28 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
     .map_err(fail0)?;
     let ids = Arc::new(AtomicU64::new(1));
     let mut contents = vec![Content::Zero; nblocks as usize];
+    // Snapshots taken at round starts, with what each must read back at the end.
+    let mut snapshots: Vec<(String, Vec<Content>)> = Vec::new();
     for round in 0..rounds {
         let mut notes = Vec::new();
+        // A third of the rounds start with a snapshot of the idle volume (its contents
+        // are the round's base); it must live through every later crash, recovery and
+        // GC pass unchanged. Not under store faults, which delete objects on purpose.
+        if kind != Kind::StoreFaults && rng.chance(0.35) {
+            let name = format!("r{round}");
+            match inc.vol.create_snapshot(&name).await {
+                Ok(_) => {
+                    stats.add("snapshots_taken", 1);
+                    snapshots.push((name, contents.clone()));
+                }
+                Err(e) => {
+                    return Err(Failure::new(
+                        round,
+                        format!("{ctx}\ntaking snapshot {name} of the idle volume failed: {e}"),
+                    ));
+                }
+            }
+        }
         let r = match kind {
             Kind::PowerLoss => {
                 power_loss_round(
@@ -721,10 +741,72 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
             diff.join("\n  ")
         )));
     }
+    check_snapshots(
+        &base, &inc.vol, &snapshots, &contents, nblocks, &config, &tmp, &stats,
+    )
+    .await
+    .map_err(fail_end)?;
     inc.vol
         .shutdown()
         .await
         .map_err(|e| fail_end(format!("second clean shutdown failed: {e}")))?;
+    Ok(())
+}
+
+/// Every snapshot reads back exactly the contents it was taken with; then each is
+/// deleted, and the volume still reads `contents`.
+#[allow(clippy::too_many_arguments)]
+async fn check_snapshots(
+    base: &DynStore,
+    vol: &Arc<Volume>,
+    snapshots: &[(String, Vec<Content>)],
+    contents: &[Content],
+    nblocks: u64,
+    config: &EngineConfig,
+    tmp: &TempDir,
+    stats: &Stats,
+) -> Result<(), String> {
+    for (name, expected) in snapshots {
+        let (snap, _) = engine::open_snapshot(base.clone(), NAME, name, tmp.path(), config.clone())
+            .await
+            .map_err(|e| format!("opening snapshot {name} failed: {e}"))?;
+        let seen = read_state(&snap, nblocks)
+            .await
+            .map_err(|e| format!("reading snapshot {name} failed: {e}"))?;
+        let _ = snap.shutdown().await;
+        if checker::contents(&seen).as_deref() != Some(&expected[..]) {
+            let diff: Vec<String> = seen
+                .iter()
+                .zip(expected)
+                .enumerate()
+                .filter(|(_, (s, c))| match (s, c) {
+                    (Seen::Zero, Content::Zero) => false,
+                    (Seen::Write(a), Content::Write(b)) => a != b,
+                    _ => true,
+                })
+                .take(10)
+                .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
+                .collect();
+            return Err(format!(
+                "snapshot {name} changed after the crashes that followed it:\n  {}",
+                diff.join("\n  ")
+            ));
+        }
+        stats.add("snapshots_verified", 1);
+    }
+    for (name, _) in snapshots {
+        vol.delete_snapshot(name)
+            .await
+            .map_err(|e| format!("deleting snapshot {name} failed: {e}"))?;
+    }
+    if !snapshots.is_empty() {
+        let seen = read_state(vol, nblocks)
+            .await
+            .map_err(|e| format!("read after deleting the snapshots: {e}"))?;
+        if checker::contents(&seen).as_deref() != Some(contents) {
+            return Err("deleting the snapshots changed the volume".to_string());
+        }
+    }
     Ok(())
 }
 
