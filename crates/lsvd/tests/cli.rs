@@ -686,6 +686,20 @@ fn snapshots_are_served_read_only_next_to_the_volume() {
         &server.uri("vol"),
         "h = connect()\nh.pwrite(b'\\x11' * (4 << 20), 0)\nh.flush()\n",
     );
+    // Another host (another data directory, same store) must not take the served
+    // volume over to snapshot it.
+    let elsewhere = Lsvd::with_store(dir.join("other-host"), &dir.join("data").join("store"));
+    let msg = assert_one_line_error(
+        &elsewhere.run(&["snapshot", "create", "vol", "x"]),
+        "snapshot of a volume served elsewhere",
+    );
+    assert!(msg.contains("served by another lsvd"), "{msg}");
+    for bad in [
+        &["snapshot", "create", "vol", "a@b"][..],
+        &["snapshot", "create", "no-such", "s"],
+    ] {
+        assert_one_line_error(&lsvd.run(bad), "bad snapshot input");
+    }
     lsvd.run_ok(&["snapshot", "create", "vol", "one"]);
     let msg = assert_one_line_error(
         &lsvd.run(&["snapshot", "create", "vol", "one"]),

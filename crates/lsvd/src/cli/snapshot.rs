@@ -167,6 +167,22 @@ async fn with_volume<T>(
     let _lock = super::serve::lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
     let log_path = common.data.join(format!("{volume}.wlog"));
+    // Opening the volume claims it: a server elsewhere would be fenced out. A volume
+    // not stopped cleanly, whose write log is not here, is served (or was last served)
+    // on another host: the command belongs there.
+    let meta = engine::read_meta(&store, volume).await?;
+    let newest = engine::newest_volume_super(&store, &meta).await?;
+    if newest.is_some_and(|sb| !sb.clean) && !log_path.exists() {
+        return Err(Error::new(
+            crate::error::ErrorKind::Conflict,
+            format!(
+                "volume '{volume}' is served by another lsvd (or its server stopped without \
+                 a clean shutdown) and its write log is not in {}: run this command on the \
+                 host that serves it, with that server's --data",
+                common.data.display()
+            ),
+        ));
+    }
     let config = EngineConfig {
         // No write log here yet: nothing to upload, a small one will do.
         log_size_bytes: if log_path.exists() {

@@ -81,3 +81,4 @@ pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use volume::{Volume, VolumeStatus};
+pub use volume_super::read_newest as newest_volume_super;

@@ -323,3 +323,76 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     assert!(vol.delete_snapshot("s").await.is_ok());
     vol.shutdown().await.expect("shutdown");
 }
+
+/// After a crash, a snapshot is whole (it reads back what it was taken with) or
+/// absent; the volume reads what it held either way. `delete`: stop a snapshot delete
+/// at every store mutation (else stop its creation).
+async fn stopped_at_every_mutation(delete: bool) {
+    use crate::store::faulty::{FaultPlan, FaultyStore};
+    let mut finished = false;
+    for n in 0..64u64 {
+        let mem: DynStore = Arc::new(MemStore::new());
+        create_volume(&mem, "v", BLOCKS * BLOCK)
+            .await
+            .expect("create");
+        let dir = TempDir::new("engine-snapshot-stopped");
+        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
+        let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
+            .await
+            .expect("open");
+        write_all(&vol, 1).await;
+        vol.sync_to_store().await.expect("sync");
+        if delete {
+            vol.create_snapshot("s").await.expect("snapshot");
+            // The snapshot now keeps objects nothing else needs.
+            write_all(&vol, 2).await;
+            write_all(&vol, 3).await;
+            vol.sync_to_store().await.expect("sync");
+        }
+        faulty.kill_after_mutations(n);
+        let result = if delete {
+            vol.delete_snapshot("s").await.map(|_| ())
+        } else {
+            vol.create_snapshot("s").await.map(|_| ())
+        };
+        finished = result.is_ok() && !faulty.is_killed();
+        vol.crash();
+        drop(vol);
+        let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
+            .await
+            .expect("reopen");
+        // More overwrites: whatever the snapshot keeps must survive GC from here on.
+        write_all(&vol, 4).await;
+        write_all(&vol, 5).await;
+        vol.sync_to_store().await.expect("sync");
+        assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize], "n={n}");
+        let meta = super::read_meta(&mem, "v").await.expect("meta");
+        match super::read_snapshot(&mem, &meta, "s").await {
+            Err(e) => assert_eq!(e.kind, ErrorKind::NotFound, "n={n}: {e}"),
+            Ok(_) => {
+                assert!(!(delete && finished), "n={n}: deleted, yet still there");
+                let other = TempDir::new("engine-snapshot-stopped-read");
+                let (snap, _) = open_snapshot(mem.clone(), "v", "s", other.path(), config())
+                    .await
+                    .unwrap_or_else(|e| panic!("n={n}: the snapshot exists but is not whole: {e}"));
+                assert_eq!(versions(&snap).await, vec![1; BLOCKS as usize], "n={n}");
+                snap.shutdown().await.expect("shutdown");
+            }
+        }
+        vol.shutdown().await.expect("shutdown");
+        if finished {
+            break;
+        }
+    }
+    assert!(finished, "the operation never finished within 64 mutations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_creation_stopped_at_any_store_mutation_leaves_it_whole_or_absent() {
+    stopped_at_every_mutation(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_delete_stopped_at_any_store_mutation_leaves_it_whole_or_absent() {
+    stopped_at_every_mutation(true).await;
+}
