@@ -97,7 +97,8 @@ impl GcPolicy {
     }
 
     /// The victim order to use now: hylog orders like cost-benefit while it separates
-    /// hot from cold data and like greedy otherwise; the others are their own order.
+    /// hot from cold data (given write rates, [`select_victims_by_rate`], by rate
+    /// rather than age) and like greedy otherwise; the others are their own order.
     pub fn victim_order(&self, separating: bool) -> GcPolicy {
         match self {
             GcPolicy::HyLog if separating => GcPolicy::CostBenefit,
