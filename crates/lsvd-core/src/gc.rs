@@ -21,6 +21,7 @@ use crate::format::SECTOR_BYTES;
 use crate::format::object::{ExtentSource, ObjectExtent, ObjectHeader, ObjectKind};
 use crate::heat::HeatTracker;
 use crate::hylog::HotChoice;
+use crate::live_rates::LiveWriteRates;
 use crate::store_state::{ObjLoc, StoreState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +35,9 @@ pub enum GcPolicy {
     /// [`crate::hylog::MAX_CLASSES`]) so that, by the measured write frequencies and
     /// the utilization, the modelled write cost is smallest, and writes relocated data
     /// of each class into GC objects of its own. Victims are taken like
-    /// cost-benefit while hot and cold are separated (the LFS pairing: cold objects
-    /// are dense and age, hot ones empty fast), like greedy when the model finds
+    /// cost-benefit while hot and cold are separated, with the live data's measured
+    /// write rate in place of the object's age ([`crate::live_rates`]: cold data is
+    /// cleaned dense, hot data left to empty), like greedy when the model finds
     /// nothing to separate (a uniform workload).
     HyLog,
 }
@@ -95,7 +97,8 @@ impl GcPolicy {
     }
 
     /// The victim order to use now: hylog orders like cost-benefit while it separates
-    /// hot from cold data and like greedy otherwise; the others are their own order.
+    /// hot from cold data (given write rates, [`select_victims_by_rate`], by rate
+    /// rather than age) and like greedy otherwise; the others are their own order.
     pub fn victim_order(&self, separating: bool) -> GcPolicy {
         match self {
             GcPolicy::HyLog if separating => GcPolicy::CostBenefit,
@@ -187,6 +190,20 @@ pub fn select_victims(
     now_seq: u64,
     busy: impl Fn(u64) -> bool,
 ) -> Vec<u64> {
+    select_victims_by_rate(state, cfg, now_seq, busy, None)
+}
+
+/// [`select_victims`]; with `rates` the cost-benefit order takes each object's
+/// expected life by its live data's write rate
+/// ([`LiveWriteRates::expected_life`]) in place of its age (hylog while it
+/// separates). Greedy ignores `rates`.
+pub fn select_victims_by_rate(
+    state: &StoreState,
+    cfg: &GcConfig,
+    now_seq: u64,
+    busy: impl Fn(u64) -> bool,
+    rates: Option<&LiveWriteRates>,
+) -> Vec<u64> {
     let mut candidates: Vec<(f64, u64, u64)> = Vec::new(); // (sort key, seq, live)
     let mut empty = Vec::new();
     for (&seq, o) in state.objects() {
@@ -206,7 +223,10 @@ pub fn select_victims(
             // Callers resolve hylog with `victim_order`; unresolved it is greedy.
             GcPolicy::Greedy | GcPolicy::HyLog => u,
             GcPolicy::CostBenefit => {
-                let age = now_seq.saturating_sub(seq).max(1) as f64;
+                let age = match rates {
+                    Some(r) => r.expected_life(seq),
+                    None => now_seq.saturating_sub(seq).max(1) as f64,
+                };
                 -((1.0 - u) * age / (1.0 + u))
             }
         };

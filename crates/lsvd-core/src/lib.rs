@@ -12,6 +12,7 @@ pub mod format;
 pub mod gc;
 pub mod heat;
 pub mod hylog;
+pub mod live_rates;
 pub mod log_map;
 pub mod pipeline;
 pub mod recovery;

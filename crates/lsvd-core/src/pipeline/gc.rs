@@ -11,7 +11,8 @@
 use std::collections::BTreeSet;
 
 use crate::extent_map::Location;
-use crate::gc::{GcConfig, select_victims, should_collect};
+use crate::gc::{GcConfig, select_victims_by_rate, should_collect};
+use crate::live_rates::LiveWriteRates;
 
 use super::{Pipeline, Queued};
 
@@ -29,11 +30,14 @@ impl<L: Location, G> Pipeline<L, G> {
     /// collect but finds no victims it is *stalled*: client batches are no longer held
     /// for it.
     pub fn gc_plan(&mut self) -> Option<GcPass> {
-        if self.writes_stopped
-            || !self.gc.busy.is_empty()
-            || self.gc.reserved.is_some()
-            || self.queue.len() > self.cfg.gc_max_backlog
-        {
+        self.gc_plan_with_rates(None)
+    }
+
+    /// [`gc_plan`](Self::gc_plan) with the write rates of the objects' live data
+    /// (used only where [`gc_wants_write_rates`](Self::gc_wants_write_rates) says so:
+    /// hylog while it separates; ignored otherwise).
+    pub fn gc_plan_with_rates(&mut self, rates: Option<&LiveWriteRates>) -> Option<GcPass> {
+        if !self.gc_may_start() {
             return None;
         }
         if !should_collect(&self.store, &self.cfg.gc, self.gc.active) {
@@ -45,7 +49,9 @@ impl<L: Location, G> Pipeline<L, G> {
             policy: self.cfg.gc.policy.victim_order(self.gc.separating),
             ..self.cfg.gc
         };
-        let victims = select_victims(&self.store, &cfg, self.next_object_seq, |_| false);
+        let rates = rates.filter(|_| self.uses_write_rates());
+        let victims =
+            select_victims_by_rate(&self.store, &cfg, self.next_object_seq, |_| false, rates);
         if victims.is_empty() {
             self.gc.active = false;
             if !self.gc.stalled {
@@ -63,9 +69,32 @@ impl<L: Location, G> Pipeline<L, G> {
         })
     }
 
+    /// Would [`gc_plan_with_rates`](Self::gc_plan_with_rates) start a pass now and
+    /// order its victims by write rate ([`crate::live_rates`])? Then the driver
+    /// measures the rates first (a walk over the map, so only when they are used).
+    pub fn gc_wants_write_rates(&self) -> bool {
+        self.uses_write_rates()
+            && self.gc_may_start()
+            && should_collect(&self.store, &self.cfg.gc, self.gc.active)
+    }
+
+    /// hylog orders victims by write rate while it separates.
+    fn uses_write_rates(&self) -> bool {
+        self.cfg.gc.policy.tracks_heat() && self.gc.separating
+    }
+
+    /// Writes go on, no pass is in progress and client objects do not wait.
+    fn gc_may_start(&self) -> bool {
+        !(self.writes_stopped
+            || !self.gc.busy.is_empty()
+            || self.gc.reserved.is_some()
+            || self.queue.len() > self.cfg.gc_max_backlog)
+    }
+
     /// Under the hylog policy: does the latest choice separate hot from cold data?
     /// (The driver sets this after each pass's choice; it orders the next pass's
-    /// victims, see [`crate::gc::GcPolicy::victim_order`].)
+    /// victims, see [`crate::gc::GcPolicy::victim_order`] and
+    /// [`gc_wants_write_rates`](Self::gc_wants_write_rates).)
     pub fn set_gc_separating(&mut self, separating: bool) {
         self.gc.separating = separating;
     }

@@ -156,7 +156,8 @@ struct GcState {
     /// may be numbered meanwhile.
     reserved: Option<std::ops::Range<u64>>,
     /// The hylog policy separates hot from cold data now (set by the driver after
-    /// each pass's choice): victims are then taken in cost-benefit order.
+    /// each pass's choice): victims are then taken in cost-benefit order with the
+    /// live data's write rate in place of the age (`crate::live_rates`).
     separating: bool,
 }
 

@@ -33,6 +33,7 @@ use lsvd_core::format::object::{
 use lsvd_core::gc::{
     HeatClass, Relocation, gc_object_extents, group_relocations_by_class, live_extents_in,
 };
+use lsvd_core::live_rates::LiveWriteRates;
 
 use super::clock::{SharedClock, timeout};
 use super::read;
@@ -157,12 +158,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         .await;
         shared.stats.gc_wakeups.fetch_add(1, Ordering::Relaxed);
         tokio::task::coop::consume_budget().await;
+        let rates = write_rates(&shared).await;
         let (victims, kinds) = {
             let mut st = shared.lock();
             if st.pipeline.writes_stopped() || shared.is_failed() {
                 return;
             }
-            let Some(pass) = st.pipeline.gc_plan() else {
+            let Some(pass) = st.pipeline.gc_plan_with_rates(rates.as_ref()) else {
                 continue;
             };
             let store = st.pipeline.store();
@@ -243,6 +245,31 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Under hylog while it separates, when a pass is about to start: the write rate of
+/// every object's live data (`lsvd_core::live_rates`, the simulator measures the
+/// same), which orders the pass's victims. Measured a slice of the volume at a time,
+/// like the pass's live extents, letting go of the lock in between: the map may
+/// change meanwhile, which only makes the ranking a little stale. None otherwise.
+async fn write_rates(shared: &Shared) -> Option<LiveWriteRates> {
+    if !shared.lock().pipeline.gc_wants_write_rates() {
+        return None;
+    }
+    let volume_sectors = shared.meta.size_bytes / SECTOR_BYTES;
+    let mut rates = LiveWriteRates::default();
+    let mut lba = 0;
+    while lba < volume_sectors {
+        let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
+        {
+            let st = shared.lock();
+            let heat = st.heat.as_ref()?;
+            rates.add_range(st.pipeline.store(), heat, lba, n);
+        }
+        lba += n;
+        tokio::task::yield_now().await;
+    }
+    Some(rates)
 }
 
 /// The pass's GC objects: its relocations grouped per heat class, coldest first

@@ -52,6 +52,7 @@ use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, head
 use lsvd_core::gc::{self, GcConfig};
 use lsvd_core::heat::HeatTracker;
 use lsvd_core::hylog::{self, HotChoice};
+use lsvd_core::live_rates::LiveWriteRates;
 use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
 use lsvd_core::store_state::StoreState;
 use lsvd_trace::{Op, Request};
@@ -567,7 +568,16 @@ impl VolumeSim {
         let mut guard = self.state().objects().len() + 2;
         while guard > 0 {
             guard -= 1;
-            let Some(pass) = self.pipeline.gc_plan() else {
+            // hylog while it separates: victims by their live data's write rate.
+            let rates = match &self.heat {
+                Some(heat) if self.pipeline.gc_wants_write_rates() => {
+                    let mut r = LiveWriteRates::default();
+                    r.add_all(self.state(), heat);
+                    Some(r)
+                }
+                _ => None,
+            };
+            let Some(pass) = self.pipeline.gc_plan_with_rates(rates.as_ref()) else {
                 break;
             };
             let relocations = gc::live_extents(self.state(), &pass.victims);
