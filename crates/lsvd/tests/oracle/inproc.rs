@@ -724,21 +724,9 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
         .map_err(|e| fail_end(format!("read after clean reopen: {e}")))?;
     let now = checker::contents(&seen);
     if now.as_deref() != Some(&contents[..]) {
-        let diff: Vec<String> = seen
-            .iter()
-            .zip(&contents)
-            .enumerate()
-            .filter(|(_, (s, c))| match (s, c) {
-                (Seen::Zero, Content::Zero) => false,
-                (Seen::Write(a), Content::Write(b)) => a != b,
-                _ => true,
-            })
-            .take(10)
-            .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
-            .collect();
         return Err(fail_end(format!(
             "a clean shutdown and reopen changed the disk:\n  {}",
-            diff.join("\n  ")
+            content_diff(&seen, &contents).join("\n  ")
         )));
     }
     check_snapshots(
@@ -751,6 +739,21 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
         .await
         .map_err(|e| fail_end(format!("second clean shutdown failed: {e}")))?;
     Ok(())
+}
+
+/// The first ten blocks where `seen` differs from `expected`, one line each.
+fn content_diff(seen: &[Seen], expected: &[Content]) -> Vec<String> {
+    seen.iter()
+        .zip(expected)
+        .enumerate()
+        .filter(|(_, (s, c))| match (s, c) {
+            (Seen::Zero, Content::Zero) => false,
+            (Seen::Write(a), Content::Write(b)) => a != b,
+            _ => true,
+        })
+        .take(10)
+        .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
+        .collect()
 }
 
 /// Every snapshot reads back exactly the contents it was taken with; then each is
@@ -775,21 +778,9 @@ async fn check_snapshots(
             .map_err(|e| format!("reading snapshot {name} failed: {e}"))?;
         let _ = snap.shutdown().await;
         if checker::contents(&seen).as_deref() != Some(&expected[..]) {
-            let diff: Vec<String> = seen
-                .iter()
-                .zip(expected)
-                .enumerate()
-                .filter(|(_, (s, c))| match (s, c) {
-                    (Seen::Zero, Content::Zero) => false,
-                    (Seen::Write(a), Content::Write(b)) => a != b,
-                    _ => true,
-                })
-                .take(10)
-                .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
-                .collect();
             return Err(format!(
                 "snapshot {name} changed after the crashes that followed it:\n  {}",
-                diff.join("\n  ")
+                content_diff(&seen, expected).join("\n  ")
             ));
         }
         stats.add("snapshots_verified", 1);
