@@ -396,3 +396,82 @@ async fn a_snapshot_creation_stopped_at_any_store_mutation_leaves_it_whole_or_ab
 async fn a_snapshot_delete_stopped_at_any_store_mutation_leaves_it_whole_or_absent() {
     stopped_at_every_mutation(true).await;
 }
+
+/// Bytes of data, GC and checkpoint objects volume "v" has in the store.
+async fn object_bytes(store: &DynStore) -> u64 {
+    store
+        .list(&super::keys::objects_prefix("v"))
+        .await
+        .expect("list")
+        .iter()
+        .map(|e| e.size_bytes)
+        .sum()
+}
+
+/// Write 1..=4 to every block (the last three in a shuffled order), with a snapshot
+/// after the first if `snapshot`; stop cleanly and open again (deletes settle), and
+/// return the store's object bytes. Deletes the snapshot at the end and returns the
+/// bytes after that too.
+async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let dir = TempDir::new("engine-snapshot-space");
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_all(&vol, 1).await;
+    if snapshot {
+        vol.create_snapshot("s").await.expect("snapshot");
+    }
+    let mut order: Vec<u64> = (0..BLOCKS).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for version in 2..=4 {
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for &b in &order {
+            vol.write(b * BLOCK, stamp(b, version), false)
+                .await
+                .expect("write");
+        }
+    }
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("reopen");
+    assert_eq!(versions(&vol).await, vec![4; BLOCKS as usize]);
+    let with = object_bytes(&store).await;
+    if snapshot {
+        vol.delete_snapshot("s").await.expect("delete snapshot");
+    }
+    vol.shutdown().await.expect("shutdown");
+    (with, object_bytes(&store).await)
+}
+
+/// A snapshot costs about its own data in the store, over what the volume alone uses
+/// under the same overwrites; deleting it gives that back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_costs_its_data_and_its_delete_gives_it_back() {
+    let (alone, _) = bytes_after_three_overwrites(false).await;
+    let (with, after_delete) = bytes_after_three_overwrites(true).await;
+    let snapshot_data = BLOCKS * BLOCK;
+    eprintln!(
+        "object bytes: volume alone {alone}, with a snapshot {with}, after its delete {after_delete}"
+    );
+    let slack = 1 << 20; // a few batches and checkpoints of difference
+    assert!(
+        with >= alone + snapshot_data - slack
+            && with <= alone + snapshot_data + snapshot_data / 10 + slack,
+        "volume alone {alone} bytes, with a snapshot of {snapshot_data} bytes {with}"
+    );
+    assert!(
+        after_delete <= alone + alone / 10 + slack,
+        "volume alone {alone} bytes, after deleting the snapshot {after_delete}"
+    );
+}
