@@ -20,8 +20,8 @@ use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
 };
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
-use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
+use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
 use lsvd_fuzz::format_targets::fix_record;
 use lsvd_nbd::BlockSizes;

@@ -14,8 +14,8 @@ use lsvd_core::format::log_index::{
 use lsvd_core::format::record::{
     ExtentKind, RecordExtent, decode_record_header, encode_header_prefix, encode_record,
 };
-use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
+use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 use lsvd_core::format::volume_super::{
     NO_CHECKPOINT, VolumeSuper, decode_volume_super, encode_volume_super,
 };
