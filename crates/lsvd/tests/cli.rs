@@ -779,6 +779,72 @@ for op in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(512, 0), lambda: h.ze
     );
 }
 
+/// `lsvd clone VOL@SNAP NEW`: a writable volume that starts as the snapshot; writes
+/// on either side never show on the other; the parent refuses to lose what the clone
+/// needs; `lsvd check`, `info` and `delete` know clones.
+#[test]
+fn clones_are_writable_and_isolated_from_their_parent() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_clone");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x11' * (4 << 20), 0)\nh.flush()\n",
+    );
+    lsvd.run_ok(&["snapshot", "create", "vol", "s"]);
+    server.stop_clean();
+    let out = lsvd.run_ok(&["clone", "vol@s", "c"]);
+    assert!(
+        stdout(&out).contains("writable clone of vol@s"),
+        "{}",
+        show("clone", &out)
+    );
+    for bad in [
+        &["clone", "vol", "c2"][..],
+        &["clone", "vol@s", "c"],
+        &["clone", "vol@nope", "c3"],
+    ] {
+        assert_one_line_error(&lsvd.run(bad), "bad clone input");
+    }
+    let mut server = lsvd.serve(&socket, &["vol", "c"]);
+    nbdsh(
+        &server.uri("c"),
+        "h = connect()\nassert h.pread(4 << 20, 0) == b'\\x11' * (4 << 20)\nh.pwrite(b'\\x33' * (1 << 20), 0)\nh.flush()\n",
+    );
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x22' * (4 << 20), 0)\nh.flush()\n",
+    );
+    nbdsh(
+        &server.uri("c"),
+        "h = connect()\nassert h.pread(1 << 20, 0) == b'\\x33' * (1 << 20)\nassert h.pread(3 << 20, 1 << 20) == b'\\x11' * (3 << 20)\n",
+    );
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert h.pread(4 << 20, 0) == b'\\x22' * (4 << 20)\n",
+    );
+    let msg = assert_one_line_error(
+        &lsvd.run(&["snapshot", "delete", "vol", "s"]),
+        "delete a snapshot a clone needs",
+    );
+    assert!(msg.contains("c (from vol@s)"), "{msg}");
+    server.stop_clean();
+    assert_eq!(lsvd.info_json("c")["parent"], "vol@s");
+    assert_eq!(
+        lsvd.info_json("vol")["clones"],
+        serde_json::json!(["c (from @s)"])
+    );
+    lsvd.run_ok(&["check", "c"]);
+    let msg = assert_one_line_error(&lsvd.run(&["delete", "vol", "--yes"]), "delete a parent");
+    assert!(msg.contains("clones still depend"), "{msg}");
+    lsvd.run_ok(&["delete", "c", "--yes"]);
+    lsvd.run_ok(&["snapshot", "delete", "vol", "s"]);
+    lsvd.run_ok(&["delete", "vol", "--yes"]);
+}
+
 /// `lsvd serve` killed (SIGKILL) while `lsvd snapshot create` runs, at several
 /// moments of it (8 MiB pending upload): after the restart the snapshot either does
 /// not exist or holds exactly what was acknowledged before the command.

@@ -7,6 +7,7 @@
 
 pub mod cache_super;
 pub mod checkpoint;
+pub mod clone_link;
 pub mod keyed_hash;
 pub mod log_index;
 pub mod object;

@@ -198,6 +198,12 @@ pub async fn info(
             info.name
         );
     }
+    if let Some(parent) = &info.parent {
+        println!("clone of:      {parent}");
+    }
+    if !info.clones.is_empty() {
+        println!("clones:        {}", info.clones.join(", "));
+    }
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

@@ -115,6 +115,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                         .collect::<Vec<_>>()
                 ));
             }
+            let lineage = crate::engine::load_lineage(&store, &meta).await?;
             let mut live_from_map = std::collections::BTreeMap::<u64, u64>::new();
             for p in st.map().iter() {
                 let seq = p.location.object_seq;
@@ -128,7 +129,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                         if p.location.offset < o.header_bytes as u64 || end > o.total_bytes {
                             problems.push(format!("lba {} maps outside object {seq:016x}", p.lba));
                         }
-                        if !verified.contains(&seq) {
+                        if !verified.contains(&seq) && lineage.owner(seq).is_none() {
                             problems.push(format!(
                                 "lba {} maps to object {seq:016x}, which is missing or corrupt",
                                 p.lba
@@ -155,9 +156,18 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                 rec.checkpoint_seq
                     .map_or("none".to_string(), |c| format!("{c:016x}"))
             );
-            // Keys of objects in the table must exist.
+            // Keys of objects in the table must exist (a clone's shared objects are its
+            // ancestors', checked with them).
+            let shared = st
+                .objects()
+                .keys()
+                .filter(|&&s| lineage.owner(s).is_some())
+                .count();
+            if shared > 0 {
+                println!("  {shared} objects shared with the volumes this one is a clone of");
+            }
             for &seq in st.objects().keys() {
-                if !verified.contains(&seq) {
+                if !verified.contains(&seq) && lineage.owner(seq).is_none() {
                     let key = object_key(name, seq, st.objects()[&seq].kind);
                     problems.push(format!("{key}: in the object table but missing or corrupt"));
                 }

@@ -109,6 +109,15 @@ pub enum Command {
         /// The served volume.
         name: String,
     },
+    /// Make a writable volume from a snapshot: NEW starts as VOL@SNAP and shares its
+    /// data in the store (only what NEW writes is stored again). Clones of clones work.
+    /// VOL refuses to delete SNAP, or itself, while NEW exists.
+    Clone {
+        /// The snapshot to start from: VOL@SNAP (`lsvd snapshot create` makes one).
+        source: String,
+        /// The new volume's name.
+        name: String,
+    },
     /// Take, list and delete snapshots of a volume.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
@@ -389,6 +398,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
+            Command::Clone { source, name } => snapshot::clone(&common, &source, &name).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json, tuning } => {

@@ -1,4 +1,4 @@
-//! `lsvd snapshot create|list|delete`.
+//! `lsvd snapshot create|list|delete` and `lsvd clone`.
 //!
 //! Create and delete go to the `lsvd serve` that uses this data directory when there
 //! is one (only it knows what its write log holds, and its GC must learn of the
@@ -79,6 +79,23 @@ async fn delete(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
         None => with_volume(common, volume, async |v| v.delete_snapshot(snapshot).await).await?,
     };
     println!("deleted snapshot {volume}@{snapshot} ({deleted} objects only it kept deleted)");
+    Ok(())
+}
+
+/// `lsvd clone VOL@SNAP NEW`: only the store is involved (the snapshot's objects are
+/// there already), so no server is asked.
+pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
+    let (volume, Some(snapshot)) = engine::split_export_name(source) else {
+        return Err(Error::bad_input(format!(
+            "'{source}': clone a snapshot, VOL@SNAP (lsvd snapshot create VOL SNAP makes one)"
+        )));
+    };
+    let store = super::admin::store(common)?;
+    let meta = engine::create_clone(&store, volume, snapshot, name).await?;
+    println!(
+        "created volume {name}: a writable clone of {volume}@{snapshot} (id {}); serve it with `lsvd serve {name}`",
+        meta.volume
+    );
     Ok(())
 }
 
@@ -210,6 +227,6 @@ mod tests {
     fn utc_formats_known_instants() {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00");
         assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(super::utc(1_795_000_000_000), "2026-11-18 07:06:40");
+        assert_eq!(super::utc(1_795_000_000_000), "2026-11-18 11:06:40");
     }
 }

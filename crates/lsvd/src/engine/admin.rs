@@ -21,7 +21,7 @@ pub(crate) fn random_session_id() -> u64 {
     u64::from_le_bytes(b)
 }
 
-fn random_volume_id() -> VolumeId {
+pub(crate) fn random_volume_id() -> VolumeId {
     let mut id = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;
@@ -81,15 +81,22 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
                 .map_err(|err| err.context(format!("cannot remove tombstone {}", e.key)))?;
         }
     }
+    write_meta(store, &meta).await?;
+    Ok(meta)
+}
+
+/// Write `meta` with put-if-absent: the moment the volume exists.
+pub(crate) async fn write_meta(store: &DynStore, meta: &VolumeMeta) -> Result<()> {
+    let name = &meta.name;
     match store
         .put(
             &meta_key(name),
-            encode_volume_meta(&meta).into(),
+            encode_volume_meta(meta).into(),
             PutMode::IfAbsent,
         )
         .await
     {
-        Ok(()) => Ok(meta),
+        Ok(()) => Ok(()),
         Err(e) if e.kind == ErrorKind::AlreadyExists => Err(Error::new(
             ErrorKind::AlreadyExists,
             format!("volume '{name}' already exists in {}", store.describe()),
@@ -164,6 +171,10 @@ pub struct VolumeInfo {
     pub heat: Option<HeatInfo>,
     /// The volume's snapshots, oldest first.
     pub snapshots: Vec<String>,
+    /// For a clone: the snapshot it was made from, `parent@snapshot`.
+    pub parent: Option<String>,
+    /// The clones made from this volume's snapshots.
+    pub clones: Vec<String>,
 }
 
 /// What the checkpoint's write-frequency tracker says.
@@ -243,6 +254,12 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
             .await?
             .into_iter()
             .map(|r| r.name)
+            .collect(),
+        parent: super::clone::load_lineage(store, &meta).await?.parent(),
+        clones: super::clone::list_clones(store, &meta.name)
+            .await?
+            .into_iter()
+            .map(|l| format!("{} (from @{})", l.clone, l.snapshot))
             .collect(),
     })
 }

@@ -204,13 +204,15 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
         .copied()
         .collect();
     for d in due {
-        if shared
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .holds(d.seq)
+        if !shared.owns(d.seq)
+            || shared
+                .pins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .holds(d.seq)
         {
-            // A snapshot keeps it; deleting the snapshot deletes it.
+            // A snapshot keeps it (deleting the snapshot deletes it), or it is an
+            // ancestor's, shared by this clone.
             shared
                 .deferred_deletes
                 .lock()
@@ -330,6 +332,10 @@ async fn delete_old_checkpoints(shared: &Shared) {
             .collect()
     };
     for c in old {
+        if !shared.owns(c) {
+            shared.lock().pipeline.forget_object(c);
+            continue;
+        }
         if shared
             .pins
             .lock()

@@ -13,6 +13,9 @@
 //!    still holds the volume stops at its next upload even after the delete is done;
 //!    `lsvd create` of the same name removes it.
 //!
+//! A volume that clones depend on is refused (naming them); deleting a clone removes
+//! its link in the parent right after step 1.
+//!
 //! Stopped anywhere after step 1, the volume refuses to open and `lsvd delete` run
 //! again finishes the job.
 
@@ -69,6 +72,11 @@ pub async fn plan_delete(store: &DynStore, name: &str) -> Result<DeletePlan> {
         Some(m) => is_being_deleted(store, m).await?,
         None => true,
     };
+    if !resuming {
+        super::clone::refuse_if_cloned(store, name, None)
+            .await
+            .map_err(|e| e.context(format!("cannot delete volume '{name}'")))?;
+    }
     Ok(DeletePlan {
         name: name.to_string(),
         meta,
@@ -99,6 +107,11 @@ pub async fn delete_volume(
         && !plan.resuming
     {
         fence = Some(claim(store, meta).await?);
+    }
+    // A clone: its parent no longer needs to keep the snapshot for it (fenced, the
+    // clone never opens again).
+    if let Some(link) = super::clone::parent_link(store, name).await? {
+        super::clone::unlink_from_parent(store, &link).await;
     }
     // Listed again now that the volume is fenced: an object a server uploaded after
     // the plan was made goes too.

@@ -29,6 +29,9 @@ mod checkpoint;
 #[cfg(test)]
 mod checkpoint_tests;
 pub mod clock;
+pub(crate) mod clone;
+#[cfg(test)]
+mod clone_tests;
 pub mod config;
 mod delete;
 #[cfg(test)]
@@ -75,6 +78,8 @@ mod writer;
 pub use admin::{
     VolumeInfo, create_volume, inspect_volume, list_volumes, list_volumes_and_leftovers, read_meta,
 };
+pub(crate) use clone::load_lineage;
+pub use clone::{create_clone, list_clones, refuse_if_cloned};
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 pub use delete::{DeletePlan, delete_volume, is_being_deleted, plan_delete};
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};

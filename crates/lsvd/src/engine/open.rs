@@ -255,6 +255,7 @@ async fn open_inner(
     // 1. The store side (what the snapshots keep is not garbage).
     let meta = read_meta(&store, name).await?;
     let pins = super::snapshot::load_pins(&store, &meta).await?;
+    let lineage = super::clone::load_lineage(&store, &meta).await?;
     let mut rec = match &snapshot {
         None => recover_store(&store, &meta).await?,
         Some(record) => StoreRecovery::of_snapshot(
@@ -390,6 +391,7 @@ async fn open_inner(
         pins: Mutex::new(pins),
         deletions: tokio::sync::Mutex::new(()),
         snapshot: snapshot.as_ref().map(|r| r.name.clone()),
+        lineage,
         log_start,
         log_end,
         layout,

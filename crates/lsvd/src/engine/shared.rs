@@ -198,6 +198,9 @@ pub(crate) struct Shared {
     /// Set when this is a read-only export of snapshot `<volume>@<name>`: nothing is
     /// written, uploaded, collected or deleted.
     pub(crate) snapshot: Option<String>,
+    /// The ancestors that own the objects below this clone's start (empty unless the
+    /// volume is a clone, [`super::clone`]).
+    pub(crate) lineage: super::clone::Lineage,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).
@@ -225,6 +228,32 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The store key of object `seq`: this volume's, or the ancestor's that owns it.
+    pub(crate) fn object_key(
+        &self,
+        seq: u64,
+        kind: lsvd_core::format::object::ObjectKind,
+    ) -> String {
+        let owner = self
+            .lineage
+            .owner(seq)
+            .map_or(self.meta.name.as_str(), |a| a.name.as_str());
+        super::keys::object_key(owner, seq, kind)
+    }
+
+    /// The volume id object `seq`'s header carries.
+    pub(crate) fn volume_of(&self, seq: u64) -> lsvd_core::format::VolumeId {
+        self.lineage
+            .owner(seq)
+            .map_or(self.meta.volume, |a| a.volume)
+    }
+
+    /// Does this volume own object `seq` (may it delete it)? A clone shares its
+    /// ancestors' objects and never deletes them.
+    pub(crate) fn owns(&self, seq: u64) -> bool {
+        self.lineage.owner(seq).is_none()
+    }
+
     /// Take the state lock. Released with the guard, which then wakes what the
     /// pipeline asked for.
     pub(crate) fn lock(&self) -> StateGuard<'_> {

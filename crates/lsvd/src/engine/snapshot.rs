@@ -303,6 +303,14 @@ impl Volume {
             ));
         }
         let record = read_snapshot(&shared.store, &shared.meta, name).await?;
+        super::clone::refuse_if_cloned(&shared.store, &shared.meta.name, Some(name))
+            .await
+            .map_err(|e| {
+                e.context(format!(
+                    "cannot delete snapshot {}@{name}",
+                    shared.meta.name
+                ))
+            })?;
         let _deletions = shared.deletions.lock().await;
         let key = snapshot_key(&shared.meta.name, name);
         shared

@@ -11,10 +11,10 @@ use crate::store::DynStore;
 use crate::store::mem::MemStore;
 use crate::testutil::TempDir;
 
-const BLOCK: u64 = 4096;
-const BLOCKS: u64 = 1024; // 4 MiB
+pub(super) const BLOCK: u64 = 4096;
+pub(super) const BLOCKS: u64 = 1024; // 4 MiB
 
-fn config() -> EngineConfig {
+pub(super) fn config() -> EngineConfig {
     EngineConfig {
         batch_size_bytes: 128 << 10,
         batch_timeout_ms: 20,
@@ -30,7 +30,7 @@ fn config() -> EngineConfig {
 }
 
 /// A block stamped with (block, version), as the crash oracle stamps them.
-fn stamp(block: u64, version: u64) -> Vec<u8> {
+pub(super) fn stamp(block: u64, version: u64) -> Vec<u8> {
     let mut v = vec![0u8; BLOCK as usize];
     for chunk in v.chunks_mut(16) {
         chunk[..8].copy_from_slice(&block.to_le_bytes());
@@ -41,7 +41,7 @@ fn stamp(block: u64, version: u64) -> Vec<u8> {
 
 /// The version every block holds (0: never written), checking each block is whole and
 /// its own.
-async fn versions(volume: &Volume) -> Vec<u64> {
+pub(super) async fn versions(volume: &Volume) -> Vec<u64> {
     let mut out = Vec::new();
     for first in (0..BLOCKS).step_by(64) {
         let bytes = volume.read(first * BLOCK, 64 * BLOCK).await.expect("read");
@@ -59,7 +59,7 @@ async fn versions(volume: &Volume) -> Vec<u64> {
     out
 }
 
-async fn write_all(volume: &Volume, version: u64) {
+pub(super) async fn write_all(volume: &Volume, version: u64) {
     for b in 0..BLOCKS {
         volume
             .write(b * BLOCK, stamp(b, version), false)
@@ -68,7 +68,7 @@ async fn write_all(volume: &Volume, version: u64) {
     }
 }
 
-fn assert_kind<T>(r: crate::error::Result<T>, kind: ErrorKind) {
+pub(super) fn assert_kind<T>(r: crate::error::Result<T>, kind: ErrorKind) {
     match r {
         Ok(_) => panic!("expected a {kind:?} error, got success"),
         Err(e) => assert_eq!(e.kind, kind, "{e}"),

@@ -13,7 +13,6 @@ use lsvd_core::format::object::{
     HEADER_PROBE_BYTES, ObjectHeader, ObjectKind, decode_object_header, peek_header_bytes,
 };
 
-use crate::engine::keys::object_key;
 use crate::engine::read_cache::inflight::{self, ClaimResult};
 use crate::engine::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
 use crate::engine::shared::Shared;
@@ -98,7 +97,7 @@ async fn object_header(
         }
     }
     let h = Arc::new(fetch_header(shared, key, background).await?);
-    if h.seq != seq || h.volume != shared.meta.volume {
+    if h.seq != seq || h.volume != shared.volume_of(seq) {
         return Err(Error::new(
             ErrorKind::Corrupt,
             format!("object {key} is not the object its name says"),
@@ -155,7 +154,7 @@ pub(crate) async fn read_object(
     }
     let offset = offset + done as u64;
     let dst = &mut dst[done..];
-    let key = object_key(&shared.meta.name, seq, kind);
+    let key = shared.object_key(seq, kind);
     let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, want_last).await,
@@ -207,7 +206,7 @@ pub(crate) async fn read_object_background(
     from: u64,
     to: u64,
 ) -> Result<Vec<u8>> {
-    let key = object_key(&shared.meta.name, seq, kind);
+    let key = shared.object_key(seq, kind);
     let header = object_header(shared, &key, seq, true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
@@ -419,7 +418,7 @@ pub(super) async fn prefetch_chunks(
     if (first..=last).all(|c| rc.contains(seq, c)) {
         return Ok(0);
     }
-    let key = object_key(&shared.meta.name, seq, kind);
+    let key = shared.object_key(seq, kind);
     let header = object_header(shared, &key, seq, false).await?;
     if header.data_bytes == 0 {
         return Ok(0);
