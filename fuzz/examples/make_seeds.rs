@@ -15,6 +15,7 @@ use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, encode_checkpoint,
 };
+use lsvd_core::format::clone_link::{CloneLink, encode_clone_link};
 use lsvd_core::format::log_index::encode_log_index;
 use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
@@ -278,7 +279,22 @@ fn supers() {
         &[0, 3],
         &encode_snapshot(&snap).expect("a valid record"),
     );
-    for which in 0..4u8 {
+    let link = CloneLink {
+        parent: "golden".into(),
+        parent_volume: VolumeId([9; 16]),
+        snapshot: "v1".into(),
+        clone: "vm-17".into(),
+        clone_volume: VolumeId([10; 16]),
+        through_seq: 14,
+        created_unix_ms: 1_800_000_000_000,
+    };
+    put(
+        "format_supers",
+        "clone-link",
+        &[0, 4],
+        &encode_clone_link(&link).expect("a valid link"),
+    );
+    for which in 0..5u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

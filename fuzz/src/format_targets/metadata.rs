@@ -1,12 +1,13 @@
 //! Fuzz checks for the metadata decoders: checkpoints, the write-log index, the cache
 //! and volume superblocks and the volume metadata object. Same modes as the parent
-//! module's targets. Snapshot records share the `format_supers` target.
+//! module's targets. Snapshot records and clone links share the `format_supers` target.
 
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, decode_checkpoint,
     encode_checkpoint,
 };
+use lsvd_core::format::clone_link::{CloneLink, decode_clone_link, encode_clone_link};
 use lsvd_core::format::log_index::{
     IndexedRecord, LOG_INDEX_FIXED_BYTES, LogIndex, decode_log_index, encode_log_index,
     log_index_len,
@@ -213,7 +214,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 4 {
+    match which % 5 {
         0 => {
             if let Ok(s) = decode_cache_super(buf) {
                 let again = decode_cache_super(&encode_cache_super(&s));
@@ -232,6 +233,16 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
                 assert_eq!(again, Ok(m), "volume metadata re-encodes differently");
             }
         }
+        4 => {
+            if let Ok(l) = decode_clone_link(buf) {
+                let bytes = encode_clone_link(&l).expect("a decoded link encodes");
+                assert_eq!(
+                    decode_clone_link(&bytes),
+                    Ok(l),
+                    "clone link re-encodes differently"
+                );
+            }
+        }
         _ => {
             if let Ok(r) = decode_snapshot(buf) {
                 let bytes = encode_snapshot(&r).expect("a decoded record encodes");
@@ -247,14 +258,14 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 4 {
+    match which % 5 {
         0 => fix::crc_at(buf, 12, 88),
         _ => fix::crc_at(buf, 12, len),
     }
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 4 {
+    let mut buf = match which % 5 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -306,6 +317,26 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             );
             buf
         }
+        4 => {
+            let name = |b: &mut Bytes<'_>| -> String {
+                let len = 1 + b.below(64) as usize;
+                (0..len)
+                    .map(|_| char::from(b"abcXYZ019._-"[b.below(12) as usize]))
+                    .collect()
+            };
+            let l = CloneLink {
+                parent: name(b),
+                parent_volume: volume(b),
+                snapshot: name(b),
+                clone: name(b),
+                clone_volume: volume(b),
+                through_seq: b.u64(),
+                created_unix_ms: b.u64(),
+            };
+            let buf = encode_clone_link(&l).expect("valid names encode");
+            assert_eq!(decode_clone_link(&buf), Ok(l), "clone link round trip");
+            buf
+        }
         3 => {
             let len = 1 + b.below(64) as usize;
             let name: String = (0..len)
@@ -347,16 +378,17 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(4) {
+    let within = if which.is_multiple_of(5) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 4 {
+        let rejected = match which % 5 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
             2 => decode_volume_meta(&buf).is_err(),
+            4 => decode_clone_link(&buf).is_err(),
             _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
@@ -364,7 +396,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
 }
 
 /// Target `format_supers`: cache superblock, volume superblock, volume metadata,
-/// snapshot record. The second byte picks which.
+/// snapshot record, clone link. The second byte picks which.
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {

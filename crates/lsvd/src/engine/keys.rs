@@ -7,6 +7,8 @@
 //! <volume>/obj/<seq:016x>.c         checkpoint object
 //! <volume>/super/<generation:016x>  volume superblock (put-if-absent, one per generation)
 //! <volume>/snap/<name>              snapshot record (put-if-absent, never changed)
+//! <volume>/parent                   clone link of a clone (put-if-absent)
+//! <volume>/clones/<clone>           clone link, one per clone (put-if-absent)
 //! ```
 //! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
 
