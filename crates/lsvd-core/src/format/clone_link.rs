@@ -29,7 +29,7 @@
 //!    200   64 clone volume name (zero-padded)
 //! ```
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record};
 
 pub const CLONE_LINK_MAGIC: &[u8; 8] = b"LSVDCLN\0";
 pub const CLONE_LINK_VERSION: u16 = 1;
@@ -82,27 +82,14 @@ pub fn encode_clone_link(l: &CloneLink) -> Result<Vec<u8>, FormatError> {
 
 pub fn decode_clone_link(buf: &[u8]) -> Result<CloneLink, FormatError> {
     const WHAT: &str = "clone link";
-    if buf.len() != CLONE_LINK_BYTES {
-        return Err(invalid(
-            WHAT,
-            format!("{} bytes, expected {CLONE_LINK_BYTES}", buf.len()),
-        ));
-    }
-    let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, CLONE_LINK_MAGIC, CLONE_LINK_VERSION, WHAT)?;
-    let flags = r.u16()?;
-    let stored = r.u32()?;
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
-    if flags != 0 {
-        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
-    }
+    let (mut r, _flags) = open_fixed_record(
+        buf,
+        WHAT,
+        CLONE_LINK_BYTES,
+        CLONE_LINK_MAGIC,
+        CLONE_LINK_VERSION,
+        0,
+    )?;
     let parent_volume = VolumeId(r.array()?);
     let clone_volume = VolumeId(r.array()?);
     let through_seq = r.u64()?;

@@ -181,6 +181,44 @@ pub(crate) fn expect_magic_version(
     Ok(())
 }
 
+/// The common head of the small fixed-size store records (volume superblock, snapshot
+/// record, clone link): exactly `len` bytes, then magic (8), version (2), flags (2)
+/// and a CRC32C (4, at offset 12) over the whole record with that field zero. Returns
+/// a reader positioned after the CRC, and the flags, which are refused if any bit
+/// outside `known_flags` is set.
+pub(crate) fn open_fixed_record<'a>(
+    buf: &'a [u8],
+    what: &'static str,
+    len: usize,
+    magic: &[u8; 8],
+    version: u16,
+    known_flags: u16,
+) -> Result<(Reader<'a>, u16), FormatError> {
+    const CRC_AT: usize = 12;
+    if buf.len() != len {
+        return Err(invalid(
+            what,
+            format!("{} bytes, expected {len}", buf.len()),
+        ));
+    }
+    let mut r = Reader::new(buf, what);
+    expect_magic_version(&mut r, magic, version, what)?;
+    let flags = r.u16()?;
+    let stored = r.u32()?;
+    let computed = crc_with_hole(buf, CRC_AT);
+    if computed != stored {
+        return Err(FormatError::BadChecksum {
+            what,
+            stored,
+            computed,
+        });
+    }
+    if flags & !known_flags != 0 {
+        return Err(invalid(what, format!("unknown flags {flags:#06x}")));
+    }
+    Ok((r, flags))
+}
+
 /// CRC32C of `buf` computed as if the 4 bytes at `crc_at` were zero.
 pub(crate) fn crc_with_hole(buf: &[u8], crc_at: usize) -> u32 {
     let c = crc32c::crc32c(&buf[..crc_at]);

@@ -25,7 +25,7 @@
 //!     72   64 name (ASCII, zero-padded)
 //! ```
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LSVDSNP\0";
 pub const SNAPSHOT_VERSION: u16 = 1;
@@ -78,27 +78,14 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
 
 pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
     const WHAT: &str = "snapshot record";
-    if buf.len() != SNAPSHOT_BYTES {
-        return Err(invalid(
-            WHAT,
-            format!("{} bytes, expected {SNAPSHOT_BYTES}", buf.len()),
-        ));
-    }
-    let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, WHAT)?;
-    let flags = r.u16()?;
-    let stored = r.u32()?;
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
-    if flags != 0 {
-        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
-    }
+    let (mut r, _flags) = open_fixed_record(
+        buf,
+        WHAT,
+        SNAPSHOT_BYTES,
+        SNAPSHOT_MAGIC,
+        SNAPSHOT_VERSION,
+        0,
+    )?;
     let volume = VolumeId(r.array()?);
     let base = r.u64()?;
     let through_seq = r.u64()?;

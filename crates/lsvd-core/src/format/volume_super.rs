@@ -25,7 +25,7 @@
 //!     88    8 reserved (0)
 //! ```
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, VolumeId, Writer, open_fixed_record};
 
 pub const VOLUME_SUPER_MAGIC: &[u8; 8] = b"LSVDVSB\0";
 pub const VOLUME_SUPER_VERSION: u16 = 1;
@@ -76,27 +76,14 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
 
 pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
     const WHAT: &str = "volume superblock";
-    if buf.len() != VOLUME_SUPER_BYTES {
-        return Err(invalid(
-            WHAT,
-            format!("{} bytes, expected {VOLUME_SUPER_BYTES}", buf.len()),
-        ));
-    }
-    let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, VOLUME_SUPER_MAGIC, VOLUME_SUPER_VERSION, WHAT)?;
-    let flags = r.u16()?;
-    let stored = r.u32()?;
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
-    if flags & !(FLAG_CLEAN | FLAG_DELETING) != 0 {
-        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
-    }
+    let (mut r, flags) = open_fixed_record(
+        buf,
+        WHAT,
+        VOLUME_SUPER_BYTES,
+        VOLUME_SUPER_MAGIC,
+        VOLUME_SUPER_VERSION,
+        FLAG_CLEAN | FLAG_DELETING,
+    )?;
     let volume = VolumeId(r.array()?);
     let generation = r.u64()?;
     let session = r.u64()?;
@@ -171,7 +158,7 @@ mod tests {
         assert_eq!(decode_volume_super(&buf).expect("decodes"), s);
         let mut unknown = buf.clone();
         unknown[10] = 4;
-        let crc = crc_with_hole(&unknown, CRC_AT);
+        let crc = crate::format::crc_with_hole(&unknown, CRC_AT);
         unknown[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
         let e = decode_volume_super(&unknown).expect_err("unknown flag bit 2");
         assert!(e.to_string().contains("unknown flags"), "{e}");
