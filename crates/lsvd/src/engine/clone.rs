@@ -191,10 +191,12 @@ pub(crate) async fn parent_link(store: &DynStore, clone: &str) -> Result<Option<
 }
 
 /// Make volume `name`, a writable clone of snapshot `parent@snapshot`. In order: the
-/// link in the parent (from then on the parent refuses to delete the snapshot), the
-/// link in the clone, the clone's first checkpoint (the snapshot's state), and last
+/// link in the clone, the link in the parent (from then on the parent refuses to
+/// delete the snapshot), the clone's first checkpoint (the snapshot's state), and last
 /// the metadata, which makes the volume exist. Stopped halfway, it leaves keys
-/// without metadata (`lsvd list` names them, `lsvd delete NAME --yes` removes them).
+/// without metadata (`lsvd list` names them, `lsvd delete NAME --yes` removes them and
+/// the link in the parent). Not guarded: a `snapshot delete` of the same snapshot
+/// running at the same moment may miss the new link (the store has no transactions).
 pub async fn create_clone(
     store: &DynStore,
     parent: &str,
@@ -244,7 +246,9 @@ pub async fn create_clone(
     };
     let link_bytes =
         Bytes::from(encode_clone_link(&link).map_err(|e| Error::bad_input(e.to_string()))?);
-    for key in [child_key(parent, name), parent_key(name)] {
+    // The clone's own link first: stopped after it, `lsvd delete NAME` finds the
+    // keys and removes both links.
+    for key in [parent_key(name), child_key(parent, name)] {
         store
             .put(&key, link_bytes.clone(), PutMode::IfAbsent)
             .await

@@ -147,3 +147,58 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     assert_eq!(versions(&base).await, vec![4; BLOCKS as usize]);
     base.shutdown().await.expect("shutdown base");
 }
+
+/// `create_clone` stopped at every store mutation: the clone either exists whole
+/// (reads the snapshot) or not at all, and `delete` of the name then removes what was
+/// left, after which the parent may delete the snapshot again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_stopped_at_any_store_mutation_is_whole_or_removable() {
+    use crate::store::faulty::{FaultPlan, FaultyStore};
+    let mut finished = false;
+    for n in 0..16u64 {
+        let store: DynStore = Arc::new(MemStore::new());
+        create_volume(&store, "base", BLOCKS * BLOCK)
+            .await
+            .expect("create");
+        let dir = TempDir::new("engine-clone-stopped");
+        let (base, _) = open_volume(store.clone(), "base", dir.path(), config())
+            .await
+            .expect("open base");
+        write_all(&base, 1).await;
+        base.create_snapshot("s").await.expect("snapshot");
+        let faulty = Arc::new(FaultyStore::new(store.clone(), FaultPlan::default(), n));
+        faulty.kill_after_mutations(n);
+        let faulty_dyn: DynStore = faulty.clone();
+        finished = create_clone(&faulty_dyn, "base", "s", "c").await.is_ok();
+        match super::read_meta(&store, "c").await {
+            Ok(_) => {
+                let other = TempDir::new("engine-clone-stopped-c");
+                let (c, _) = open_volume(store.clone(), "c", other.path(), config())
+                    .await
+                    .unwrap_or_else(|e| panic!("n={n}: the clone exists but does not open: {e}"));
+                assert_eq!(versions(&c).await, vec![1; BLOCKS as usize], "n={n}");
+                c.shutdown().await.expect("shutdown");
+            }
+            Err(e) => {
+                assert_eq!(e.kind, ErrorKind::NotFound, "n={n}: {e}");
+                assert!(!finished, "n={n}: finished but no metadata");
+            }
+        }
+        // Whatever is left goes with `delete` (nothing at all: NotFound).
+        match super::plan_delete(&store, "c").await {
+            Ok(plan) => super::delete_volume(&store, &plan, &|_, _| {})
+                .await
+                .expect("delete the leftovers"),
+            Err(e) => assert_eq!(e.kind, ErrorKind::NotFound, "n={n}: {e}"),
+        }
+        base.delete_snapshot("s")
+            .await
+            .unwrap_or_else(|e| panic!("n={n}: the snapshot is still held: {e}"));
+        assert_eq!(versions(&base).await, vec![1; BLOCKS as usize]);
+        base.shutdown().await.expect("shutdown");
+        if finished {
+            break;
+        }
+    }
+    assert!(finished, "create_clone never finished");
+}
