@@ -210,6 +210,17 @@ async fn snapshot_names_are_checked_and_taken_once() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name, "empty");
     vol.shutdown().await.expect("shutdown");
+    // Deleting the volume takes its snapshot records with it (SEMANTICS, "Deleting a
+    // volume").
+    let plan = super::plan_delete(&store, "v").await.expect("plan");
+    super::delete_volume(&store, &plan, &|_, _| {})
+        .await
+        .expect("delete");
+    let left = store
+        .list(&super::keys::snapshots_prefix("v"))
+        .await
+        .expect("list");
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A store whose PUTs of snapshot records land but report a failure that is not
