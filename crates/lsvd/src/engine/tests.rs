@@ -679,7 +679,20 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
         volume.status()
     );
     verify_all(&volume, &model).await;
+    // The clock keeps moving while the volume shuts down: a pass's last paced step
+    // (its checkpoint's share) may still be sleeping on it, and only time ends that
+    // sleep. A clock stopped here hung the test.
+    let ticker = {
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            loop {
+                clock.advance(step);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
     volume.shutdown().await.expect("shutdown");
+    ticker.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
