@@ -21,6 +21,7 @@ use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
 };
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
+use lsvd_core::format::replica_status::{ReplicaStatus, encode_replica_status};
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
@@ -294,7 +295,24 @@ fn supers() {
         &[0, 4],
         &encode_clone_link(&link).expect("a valid link"),
     );
-    for which in 0..5u8 {
+    let status = ReplicaStatus {
+        volume: VolumeId([9; 16]),
+        updated_unix_ms: 1_800_000_005_000,
+        current_as_of_unix_ms: 1_800_000_000_000,
+        lag_objects: 3,
+        replica_next_seq: 40,
+        source_next_seq: 41,
+        bytes_copied: 1 << 20,
+        generation: Some(5),
+        peer: "file:///replica".into(),
+    };
+    put(
+        "format_supers",
+        "replica-status",
+        &[0, 5],
+        &encode_replica_status(&status).expect("a valid status"),
+    );
+    for which in 0..6u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

@@ -317,9 +317,23 @@ pub async fn serve(
     listener: TcpListener,
     volumes: Vec<Arc<Volume>>,
     connections: Arc<ConnectionStats>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let render = move || {
+        let mut body = render(&volumes);
+        body.push_str(&render_connections(&connections));
+        body
+    };
+    serve_text(listener, Arc::new(render), shutdown).await;
+}
+
+/// Answer every HTTP request on `listener` with what `render` returns (Prometheus
+/// text), until `shutdown`.
+pub async fn serve_text(
+    listener: TcpListener,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let volumes = Arc::new(volumes);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.changed() => return,
@@ -328,8 +342,7 @@ pub async fn serve(
         let Ok((mut stream, _)) = accepted else {
             continue;
         };
-        let volumes = volumes.clone();
-        let connections = connections.clone();
+        let render = render.clone();
         tokio::spawn(async move {
             // Read the request head (bounded), ignore it, answer.
             let mut buf = vec![0u8; 8192];
@@ -350,8 +363,7 @@ pub async fn serve(
                     }
                 }
             }
-            let mut body = render(&volumes);
-            body.push_str(&render_connections(&connections));
+            let body = render();
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()

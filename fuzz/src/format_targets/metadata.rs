@@ -1,6 +1,7 @@
 //! Fuzz checks for the metadata decoders: checkpoints, the write-log index, the cache
 //! and volume superblocks and the volume metadata object. Same modes as the parent
-//! module's targets. Snapshot records and clone links share the `format_supers` target.
+//! module's targets. Snapshot records, clone links and replica status records share the `format_supers`
+//! target.
 
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
 use lsvd_core::format::checkpoint::{
@@ -14,6 +15,9 @@ use lsvd_core::format::log_index::{
 };
 use lsvd_core::format::record::{
     ExtentKind, RecordExtent, decode_record_header, encode_header_prefix, encode_record,
+};
+use lsvd_core::format::replica_status::{
+    ReplicaStatus, cut_peer, decode_replica_status, encode_replica_status,
 };
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
@@ -214,7 +218,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 5 {
+    match which % 6 {
         0 => {
             if let Ok(s) = decode_cache_super(buf) {
                 let again = decode_cache_super(&encode_cache_super(&s));
@@ -231,6 +235,16 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
             if let Ok(m) = decode_volume_meta(buf) {
                 let again = decode_volume_meta(&encode_volume_meta(&m));
                 assert_eq!(again, Ok(m), "volume metadata re-encodes differently");
+            }
+        }
+        5 => {
+            if let Ok(r) = decode_replica_status(buf) {
+                let bytes = encode_replica_status(&r).expect("a decoded status encodes");
+                assert_eq!(
+                    decode_replica_status(&bytes),
+                    Ok(r),
+                    "replica status re-encodes differently"
+                );
             }
         }
         4 => {
@@ -258,14 +272,14 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 5 {
+    match which % 6 {
         0 => fix::crc_at(buf, 12, 88),
         _ => fix::crc_at(buf, 12, len),
     }
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 5 {
+    let mut buf = match which % 6 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -337,6 +351,36 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             assert_eq!(decode_clone_link(&buf), Ok(l), "clone link round trip");
             buf
         }
+        5 => {
+            let raw = b.vec(300);
+            let text = String::from_utf8_lossy(&raw);
+            let target = match cut_peer(&text) {
+                t if t.is_empty() => "x".to_string(),
+                t => t,
+            };
+            let updated_unix_ms = b.u64();
+            let r = ReplicaStatus {
+                volume: volume(b),
+                updated_unix_ms,
+                current_as_of_unix_ms: b.u64().min(updated_unix_ms),
+                lag_objects: b.u64(),
+                replica_next_seq: b.u64(),
+                source_next_seq: b.u64(),
+                bytes_copied: b.u64(),
+                generation: {
+                    let g = b.u64();
+                    (b.bool() && g != u64::MAX).then_some(g)
+                },
+                peer: target,
+            };
+            let buf = encode_replica_status(&r).expect("a cut target encodes");
+            assert_eq!(
+                decode_replica_status(&buf),
+                Ok(r),
+                "replica status round trip"
+            );
+            buf
+        }
         3 => {
             let len = 1 + b.below(64) as usize;
             let name: String = (0..len)
@@ -378,17 +422,18 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(5) {
+    let within = if which.is_multiple_of(6) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 5 {
+        let rejected = match which % 6 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
             2 => decode_volume_meta(&buf).is_err(),
             4 => decode_clone_link(&buf).is_err(),
+            5 => decode_replica_status(&buf).is_err(),
             _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
@@ -396,7 +441,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
 }
 
 /// Target `format_supers`: cache superblock, volume superblock, volume metadata,
-/// snapshot record, clone link. The second byte picks which.
+/// snapshot record, clone link, replica status. The second byte picks which.
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {

@@ -12,6 +12,7 @@ pub mod keyed_hash;
 pub mod log_index;
 pub mod object;
 pub mod record;
+pub mod replica_status;
 pub mod snapshot;
 pub mod volume_meta;
 pub mod volume_super;

@@ -204,6 +204,29 @@ pub async fn info(
     if !info.clones.is_empty() {
         println!("clones:        {}", info.clones.join(", "));
     }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if let Some(r) = &info.replica_of {
+        println!(
+            "replica of:    {} as it was {:.0} s ago (the last pass ended {:.0} s ago); \
+             serving this copy ends replication into it",
+            r.peer,
+            now_ms.saturating_sub(r.current_as_of_unix_ms) as f64 / 1000.0,
+            now_ms.saturating_sub(r.updated_unix_ms) as f64 / 1000.0
+        );
+    }
+    for r in &info.replicas {
+        println!(
+            "replica:       {}: holds the volume as of {:.0} s ago ({} objects behind now; \
+             its last pass copied {} objects and ended {:.0} s ago)",
+            r.peer,
+            now_ms.saturating_sub(r.current_as_of_unix_ms) as f64 / 1000.0,
+            r.objects_behind_now,
+            r.lag_objects,
+            now_ms.saturating_sub(r.updated_unix_ms) as f64 / 1000.0
+        );
+    }
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

@@ -4,6 +4,7 @@ mod admin;
 mod check;
 mod delete;
 mod inspect;
+mod replicate;
 mod serve;
 mod snapshot;
 mod tuning;
@@ -118,6 +119,12 @@ pub enum Command {
         /// The new volume's name.
         name: String,
     },
+    /// Copy a volume (objects, checkpoints, snapshots) into another store, lazily and
+    /// out of order, so that the copy is always a prefix of the volume's history (never
+    /// a mix), even when stopped at any point; a second run resumes without copying
+    /// again. --follow keeps copying as the volume is written and collected. Serve the
+    /// copy with `lsvd serve --store STORE_URL VOL` (that ends replication to it).
+    Replicate(replicate::ReplicateArgs),
     /// Take, list and delete snapshots of a volume.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
@@ -399,6 +406,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
             Command::Clone { source, name } => snapshot::clone(&common, &source, &name).await,
+            Command::Replicate(args) => replicate::run(&common, args).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,
             Command::Info { name, json, tuning } => {

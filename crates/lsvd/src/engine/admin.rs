@@ -5,37 +5,14 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lsvd_core::VolumeId;
 use lsvd_core::format::checkpoint::CheckpointHeat;
-use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
+use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::keys::{meta_key, validate_volume_name};
+use super::store_meta::{random_volume_id, read_meta, write_meta};
 use super::store_recovery::recover_store;
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::{DynStore, PutMode};
-
-pub(crate) fn random_session_id() -> u64 {
-    let id = random_volume_id().0;
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&id[..8]);
-    u64::from_le_bytes(b)
-}
-
-pub(crate) fn random_volume_id() -> VolumeId {
-    let mut id = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        if f.read_exact(&mut id).is_ok() {
-            return VolumeId(id);
-        }
-    }
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    id.copy_from_slice(&(t ^ (std::process::id() as u128) << 64).to_le_bytes());
-    VolumeId(id)
-}
+use crate::store::DynStore;
 
 /// Create a new volume in the store. Fails with `AlreadyExists` if one of that name
 /// exists, `BadInput` for a bad name or size.
@@ -85,62 +62,6 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
     Ok(meta)
 }
 
-/// Write `meta` with put-if-absent: the moment the volume exists.
-pub(crate) async fn write_meta(store: &DynStore, meta: &VolumeMeta) -> Result<()> {
-    let name = &meta.name;
-    match store
-        .put(
-            &meta_key(name),
-            encode_volume_meta(meta).into(),
-            PutMode::IfAbsent,
-        )
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind == ErrorKind::AlreadyExists => Err(Error::new(
-            ErrorKind::AlreadyExists,
-            format!("volume '{name}' already exists in {}", store.describe()),
-        )),
-        Err(e) => Err(e.context(format!(
-            "cannot create volume '{name}' in {}",
-            store.describe()
-        ))),
-    }
-}
-
-/// The metadata of volume `name`: `NotFound` if there is no such volume, `Corrupt` if
-/// its metadata does not decode or names another volume.
-pub async fn read_meta(store: &DynStore, name: &str) -> Result<VolumeMeta> {
-    validate_volume_name(name)?;
-    let bytes = match store.get(&meta_key(name)).await {
-        Ok(b) => b,
-        Err(e) if e.is_not_found() => {
-            return Err(Error::new(
-                ErrorKind::NotFound,
-                format!(
-                    "no volume '{name}' in {} (create it with: lsvd create {name} --size SIZE)",
-                    store.describe()
-                ),
-            ));
-        }
-        Err(e) => {
-            return Err(e.context(format!(
-                "cannot read volume '{name}' from {}",
-                store.describe()
-            )));
-        }
-    };
-    let meta = decode_volume_meta(&bytes)
-        .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("volume '{name}'"), e))?;
-    if meta.name != name {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!("volume metadata under '{name}' names '{}'", meta.name),
-        ));
-    }
-    Ok(meta)
-}
-
 /// What the store says about a volume, computed without changing anything.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct VolumeInfo {
@@ -175,6 +96,30 @@ pub struct VolumeInfo {
     pub parent: Option<String>,
     /// The clones made from this volume's snapshots.
     pub clones: Vec<String>,
+    /// What `lsvd replicate` last recorded for each replica, oldest update first.
+    pub replicas: Vec<ReplicaInfo>,
+    /// In a replica: the source it is copied from, as the last pass recorded it
+    /// (`objects_behind_now` is 0: the source is not read).
+    pub replica_of: Option<ReplicaInfo>,
+}
+
+/// One replica's state as its latest finished `lsvd replicate` pass recorded it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplicaInfo {
+    /// The other store: the replica's (in the source's info), the source's (in the
+    /// replica's).
+    pub peer: String,
+    /// When the latest pass finished (ms since the Unix epoch).
+    pub updated_unix_ms: u64,
+    /// The replica holds the volume as it was at this time (the pass's start).
+    pub current_as_of_unix_ms: u64,
+    /// Objects that pass found missing in the replica and copied.
+    pub lag_objects: u64,
+    /// The replica recovers every object below this sequence number.
+    pub replica_next_seq: u64,
+    /// Objects the volume has written since the pass (its next object now, less the
+    /// replica's).
+    pub objects_behind_now: u64,
 }
 
 /// What the checkpoint's write-frequency tracker says.
@@ -261,6 +206,28 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
             .into_iter()
             .map(|l| format!("{} (from @{})", l.clone, l.snapshot))
             .collect(),
+        replicas: super::replicate::replica_statuses(store, &meta)
+            .await?
+            .into_iter()
+            .map(|r| ReplicaInfo {
+                peer: r.peer,
+                updated_unix_ms: r.updated_unix_ms,
+                current_as_of_unix_ms: r.current_as_of_unix_ms,
+                lag_objects: r.lag_objects,
+                replica_next_seq: r.replica_next_seq,
+                objects_behind_now: s.next_object_seq().saturating_sub(r.replica_next_seq),
+            })
+            .collect(),
+        replica_of: super::replicate::replica_of(store, &meta)
+            .await?
+            .map(|r| ReplicaInfo {
+                peer: r.peer,
+                updated_unix_ms: r.updated_unix_ms,
+                current_as_of_unix_ms: r.current_as_of_unix_ms,
+                lag_objects: r.lag_objects,
+                replica_next_seq: r.replica_next_seq,
+                objects_behind_now: 0,
+            }),
     })
 }
 

@@ -23,8 +23,8 @@ use lsvd_core::format::clone_link::{CloneLink, decode_clone_link, encode_clone_l
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
 use lsvd_core::format::volume_meta::VolumeMeta;
 
-use super::admin::read_meta;
 use super::keys::{meta_key, object_key, validate_volume_name};
+use super::store_meta::{is_being_deleted, random_volume_id, read_meta, write_meta};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{DynStore, PutMode};
 
@@ -205,7 +205,7 @@ pub async fn create_clone(
 ) -> Result<VolumeMeta> {
     validate_volume_name(name)?;
     let parent_meta = read_meta(store, parent).await?;
-    if super::delete::is_being_deleted(store, &parent_meta).await? {
+    if is_being_deleted(store, &parent_meta).await? {
         return Err(super::volume_super::being_deleted(parent));
     }
     let record = super::snapshot::read_snapshot(store, &parent_meta, snapshot).await?;
@@ -227,7 +227,7 @@ pub async fn create_clone(
     }
     let state = super::snapshot::snapshot_state(store, &parent_meta, &record).await?;
     let meta = VolumeMeta {
-        volume: super::admin::random_volume_id(),
+        volume: random_volume_id(),
         size_bytes: parent_meta.size_bytes,
         created_unix_secs: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -279,6 +279,6 @@ pub async fn create_clone(
         )
         .await
         .map_err(|e| e.context(format!("cannot write {key}")))?;
-    super::admin::write_meta(store, &meta).await?;
+    write_meta(store, &meta).await?;
     Ok(meta)
 }

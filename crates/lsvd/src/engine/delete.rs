@@ -24,8 +24,8 @@ use std::sync::Arc;
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::VolumeSuper;
 
-use super::admin::{random_session_id, read_meta};
 use super::keys::{meta_key, parse_super_name, super_key, validate_volume_name};
+use super::store_meta::{is_being_deleted, random_session_id, read_meta};
 use super::volume_super::{WriteError, is_tombstone, read_newest, write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
@@ -84,13 +84,6 @@ pub async fn plan_delete(store: &DynStore, name: &str) -> Result<DeletePlan> {
         keys: listing.into_iter().map(|e| e.key).collect(),
         resuming,
     })
-}
-
-/// Is volume `name` claimed by an `lsvd delete` that has not finished?
-pub async fn is_being_deleted(store: &DynStore, meta: &VolumeMeta) -> Result<bool> {
-    Ok(read_newest(store, meta)
-        .await?
-        .is_some_and(|sb| sb.deleting))
 }
 
 /// Delete volume `plan.name`: fence it (unless resuming), list its keys again and

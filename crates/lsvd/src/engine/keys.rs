@@ -9,6 +9,8 @@
 //! <volume>/snap/<name>              snapshot record (put-if-absent, never changed)
 //! <volume>/parent                   clone link of a clone (put-if-absent)
 //! <volume>/clones/<clone>           clone link, one per clone (put-if-absent)
+//! <volume>/replicas/<target id>     replica status, one per replica (overwritten)
+//! <volume>/replica-of               in a replica: its status (overwritten)
 //! ```
 //! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
 
@@ -47,6 +49,22 @@ pub fn snapshots_prefix(volume: &str) -> String {
 
 pub fn snapshot_key(volume: &str, snapshot: &str) -> String {
     format!("{volume}/snap/{snapshot}")
+}
+
+pub fn replica_of_key(volume: &str) -> String {
+    format!("{volume}/replica-of")
+}
+
+pub fn replicas_prefix(volume: &str) -> String {
+    format!("{volume}/replicas/")
+}
+
+/// Where `lsvd replicate` records its progress towards the replica store described as
+/// `target`: 16 hex digits from two CRC32C of the description.
+pub fn replica_status_key(volume: &str, target: &str) -> String {
+    let a = crc32c::crc32c(target.as_bytes());
+    let b = crc32c::crc32c_append(0x6c73_7664, target.as_bytes());
+    format!("{volume}/replicas/{a:08x}{b:08x}")
 }
 
 /// The generation named by a superblock key.

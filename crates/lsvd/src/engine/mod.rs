@@ -59,10 +59,14 @@ pub(crate) mod open;
 mod put;
 mod read;
 mod read_cache;
+mod replicate;
+#[cfg(test)]
+mod replicate_tests;
 mod shared;
 mod snapshot;
 #[cfg(test)]
 mod snapshot_tests;
+pub(crate) mod store_meta;
 pub(crate) mod store_recovery;
 #[cfg(test)]
 mod sync_tests;
@@ -76,14 +80,17 @@ mod volume_super_tests;
 mod writer;
 
 pub use admin::{
-    VolumeInfo, create_volume, inspect_volume, list_volumes, list_volumes_and_leftovers, read_meta,
+    ReplicaInfo, VolumeInfo, create_volume, inspect_volume, list_volumes,
+    list_volumes_and_leftovers,
 };
 pub(crate) use clone::load_lineage;
 pub use clone::{create_clone, list_clones, refuse_if_cloned};
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
-pub use delete::{DeletePlan, delete_volume, is_being_deleted, plan_delete};
+pub use delete::{DeletePlan, delete_volume, plan_delete};
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
+pub use replicate::{PassReport, ReplicateOptions, ReplicateProgress, replicate_once};
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
+pub use store_meta::{is_being_deleted, read_meta};
 pub use volume::{Volume, VolumeStatus};
 pub use volume_super::read_newest as newest_volume_super;

@@ -23,7 +23,6 @@ use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
 use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_log_recovery};
 
-use super::admin::{random_session_id, read_meta};
 use super::cache_layout::CacheLayout;
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::validate_volume_name;
@@ -33,6 +32,7 @@ use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::shared::{Shared, State, Stats};
+use super::store_meta::{is_being_deleted, random_session_id, read_meta};
 use super::store_recovery::{StoreRecovery, recover_store, settle_store};
 use super::volume::Volume;
 use super::{gc, uploader, writer};
@@ -89,7 +89,7 @@ pub async fn open_snapshot(
 ) -> Result<(Arc<Volume>, OpenReport)> {
     validate_volume_name(name)?;
     let meta = read_meta(&store, name).await?;
-    if super::delete::is_being_deleted(&store, &meta).await? {
+    if is_being_deleted(&store, &meta).await? {
         return Err(super::volume_super::being_deleted(name));
     }
     let record = super::snapshot::read_snapshot(&store, &meta, snapshot).await?;

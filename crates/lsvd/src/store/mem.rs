@@ -13,11 +13,22 @@ use crate::error::{Error, ErrorKind};
 pub struct MemStore {
     // `Bytes` shares the buffer the caller put: no copy on put.
     objects: Arc<Mutex<BTreeMap<String, Bytes>>>,
+    /// Told apart in [`ObjectStore::describe`] (`mem://NAME`), for tests that use
+    /// several stores.
+    name: String,
 }
 
 impl MemStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store that describes itself as `mem://NAME`.
+    pub fn named(name: &str) -> Self {
+        MemStore {
+            name: name.to_string(),
+            ..Self::default()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Bytes>> {
@@ -89,7 +100,7 @@ impl ObjectStore for MemStore {
         Box::pin(async { Ok(()) })
     }
     fn describe(&self) -> String {
-        "mem://".to_string()
+        format!("mem://{}", self.name)
     }
     fn is_local(&self) -> bool {
         true

@@ -1,0 +1,283 @@
+//! `lsvd replicate` with real processes: a `--follow` copy killed (SIGKILL) at seeded
+//! points while `lsvd serve` takes writes leaves a replica that is a prefix of the
+//! volume's history; a finished copy serves the same bytes as the source; bad targets
+//! are refused with one line. Under `LSVD_TEST_STORE=s3` the source and the replica
+//! are both prefixes in the S3 bucket.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+const BLOCKS: u64 = 1024; // 4 MiB of 4 KiB blocks
+
+/// Writes whole rounds of stamped blocks (round 1, 2, ...; each round every block once,
+/// in the order of [`block_of`]), one write at a time, until the file STOP exists;
+/// prints the last round written.
+const WRITER: &str = r#"
+import os, struct
+def stamp(b, v):
+    return struct.pack('<QQ', b, v) * 256
+h = connect()
+v = 0
+while not os.path.exists(os.environ['STOP']):
+    v += 1
+    for i in range(BLOCKS):
+        b = (i * (2 * v + 1) * 37 + v * 101) % BLOCKS
+        h.pwrite(stamp(b, v), b * 4096)
+    h.flush()
+print(v)
+"#;
+
+/// Prints the round each block holds (0: never written), checking every block is
+/// whole and its own.
+const VERSIONS: &str = r#"
+import struct
+h = connect()
+out = []
+for first in range(0, BLOCKS, 64):
+    data = h.pread(64 * 4096, first * 4096)
+    for i in range(64):
+        blk = data[i * 4096:(i + 1) * 4096]
+        b = first + i
+        if blk == bytes(4096):
+            out.append(0)
+            continue
+        v = struct.unpack('<QQ', blk[:16])[1]
+        assert blk == struct.pack('<QQ', b, v) * 256, "block %d is torn" % b
+        out.append(v)
+print(" ".join(str(x) for x in out))
+"#;
+
+fn script(body: &str) -> String {
+    format!("BLOCKS = {BLOCKS}\n{body}")
+}
+
+/// The rounds each block of `vol` holds, served from `lsvd` (a data dir of its own).
+fn served_versions(lsvd: &Lsvd, socket: &std::path::Path) -> Vec<u64> {
+    let mut server = lsvd.serve(socket, &["vol"]);
+    let out = nbdsh(&server.uri("vol"), &script(VERSIONS));
+    server.stop_clean();
+    out.split_whitespace()
+        .map(|x| x.parse().expect("a number"))
+        .collect()
+}
+
+/// The block round `round` writes `i`-th (as WRITER computes it): a different stride
+/// each round, so every round leaves the previous one's objects partly live and GC
+/// has work.
+fn block_of(round: u64, i: u64) -> u64 {
+    (i * (2 * round + 1) * 37 + round * 101) % BLOCKS
+}
+
+/// What a prefix of the writer's history can show: the newest round `a` on the first
+/// blocks of its order, round `a - 1` (0: never written) on the rest.
+fn assert_prefix_shape(got: &[u64], what: &str) {
+    assert_eq!(got.len(), BLOCKS as usize, "{what}");
+    let a = got.iter().copied().max().unwrap_or(0);
+    let newest = got.iter().filter(|&&v| v == a).count() as u64;
+    if let Some(i) = (0..BLOCKS).find(|&i| {
+        let v = got[block_of(a, i) as usize];
+        if i < newest { v != a } else { v + 1 != a }
+    }) {
+        panic!(
+            "{what}: the replica is not a prefix of the volume's history: round {a} on {newest} blocks, but the {i}-th block of its order, {}, holds round {}",
+            block_of(a, i),
+            got[block_of(a, i) as usize]
+        );
+    }
+}
+
+/// A small deterministic generator (the kill points are seeded, so a failure repeats).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("replicate_follow");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(
+        &socket,
+        &[
+            "vol",
+            "--batch-size",
+            "256K",
+            "--batch-timeout-ms",
+            "50",
+            "--checkpoint-every",
+            "4",
+        ],
+    );
+    let target = store_url_for(&dir.join("replica"));
+    let stop = dir.join("stop-writing");
+    let writer = tool("nbdsh")
+        .arg("-n")
+        .arg("-c")
+        .arg(format!("{NBDSH_PRELUDE}\n{}", script(WRITER)))
+        .env("URI", server.uri("vol"))
+        .env("STOP", &stop)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the writer");
+
+    let mut rng = Lcg(0x5eed_0014);
+    let mut prefixes = 0;
+    for point in 0..20 {
+        let log = std::fs::File::create(dir.join(format!("replicate-{point}.log"))).expect("log");
+        let mut follow = lsvd
+            .cmd([
+                "replicate",
+                "vol",
+                "--to",
+                &target,
+                "--follow",
+                "--interval-ms",
+                "20",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn replicate --follow");
+        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        follow.kill().expect("SIGKILL replicate --follow");
+        let _ = follow.wait();
+        // Copy the replica as it is (a replication of the replica: serving the
+        // replica itself would make it a volume of its own) and read it.
+        let check = dir.join(format!("check-{point}"));
+        let reader = Lsvd {
+            data: check.join("d1"),
+            store: Some(target.clone()),
+        };
+        let copy_url = format!("file://{}", check.join("store").display());
+        let out = reader.run(&["replicate", "vol", "--to", &copy_url]);
+        if !out.status.success() {
+            let err = stderr(&out);
+            assert!(
+                err.contains("no volume 'vol'"),
+                "point {point}: {}",
+                show("replicate the replica", &out)
+            );
+            continue;
+        }
+        let copy = Lsvd {
+            data: check.join("d2"),
+            store: Some(copy_url),
+        };
+        let got = served_versions(&copy, &check.join("nbd.sock"));
+        assert_prefix_shape(&got, &format!("kill point {point}"));
+        prefixes += 1;
+        eprintln!(
+            "kill point {point}: the replica holds round {} on some blocks",
+            got.iter().max().unwrap_or(&0)
+        );
+    }
+    assert!(
+        prefixes >= 10,
+        "only {prefixes} of 20 kill points left a volume"
+    );
+
+    std::fs::write(&stop, b"").expect("stop the writer");
+    let out = writer.wait_with_output().expect("writer");
+    assert!(out.status.success(), "the writer failed");
+    let rounds: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("rounds");
+    lsvd.run_ok(&["sync", "vol"]);
+    let done = lsvd.run_ok(&["replicate", "vol", "--to", &target]);
+    assert!(
+        stdout(&done).contains("replicated vol to"),
+        "{}",
+        show("replicate", &done)
+    );
+    let info = lsvd.run_ok(&["info", "vol"]);
+    assert!(
+        stdout(&info).contains("replica:"),
+        "{}",
+        show("info", &info)
+    );
+    server.stop_clean();
+    let source = served_versions(&lsvd, &socket);
+    assert_eq!(source, vec![rounds; BLOCKS as usize]);
+    let replica = Lsvd {
+        data: dir.join("replica-data"),
+        store: Some(target.clone()),
+    };
+    assert_eq!(
+        served_versions(&replica, &dir.join("replica.sock")),
+        source,
+        "the finished replica serves other bytes than the source"
+    );
+    // Served, the replica is a volume of its own: replication into it stops.
+    let out = lsvd.run(&["replicate", "vol", "--to", &target]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("written by something other"),
+        "{}",
+        show("replicate into a served replica", &out)
+    );
+}
+
+#[test]
+fn replicate_refuses_bad_targets_with_one_line() {
+    let dir = TempDir::new("replicate_refuse");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let own = lsvd
+        .store
+        .clone()
+        .unwrap_or_else(|| format!("file://{}", dir.join("data").join("store").display()));
+    let target = store_url_for(&dir.join("replica"));
+    for (args, says) in [
+        (
+            vec!["replicate", "vol", "--to", own.as_str()],
+            "is the source store",
+        ),
+        (
+            vec!["replicate", "nosuch", "--to", target.as_str()],
+            "no volume 'nosuch'",
+        ),
+        (
+            vec!["replicate", "vol", "--to", target.as_str(), "--jobs", "0"],
+            "--jobs",
+        ),
+        (vec!["replicate", "vol", "--to", "chain:a,b"], "scheme"),
+        (
+            vec!["replicate", "bad@name", "--to", target.as_str()],
+            "name",
+        ),
+    ] {
+        let out = lsvd.run(&args);
+        let err = stderr(&out);
+        assert!(
+            !out.status.success() && err.lines().count() == 1 && err.contains(says),
+            "{args:?}: {}",
+            show("replicate", &out)
+        );
+    }
+    // A volume never served replicates as what it is: empty.
+    let out = lsvd.run_ok(&["replicate", "vol", "--to", &target]);
+    assert!(
+        stdout(&out).contains("replicated vol"),
+        "{}",
+        show("replicate", &out)
+    );
+    let replica = Lsvd {
+        data: dir.join("replica-data"),
+        store: Some(target),
+    };
+    assert_eq!(replica.info_json("vol")["size_bytes"], 16 << 20);
+}
