@@ -5,10 +5,11 @@ use std::path::Path;
 
 use clap::Args;
 
+use super::config::Config;
 use super::device::DeviceModel;
 use super::layout::{ChainGc, Geometry, LayoutKind, VictimPolicy};
 use super::report::{self, GeckoReport};
-use super::run::{self, Config};
+use super::run;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sim::SimArgs;
 use crate::size::parse_size;

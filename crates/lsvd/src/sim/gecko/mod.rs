@@ -10,6 +10,7 @@
 //! a simulated clock, so application and GC throughput over time can be compared with
 //! Gecko's measurements. See `docs/sim/gecko.md`.
 //!
+//! * [`config`]: one simulation's settings and their checks.
 //! * [`device`]: service-time models and the per-drive FIFO.
 //! * [`layout`]: segments, placement over drives, maps, allocation, victim choice.
 //! * [`run`]: the event loop (clients, GC worker).
@@ -17,6 +18,7 @@
 //! * [`cli`]: the command-line options.
 
 pub mod cli;
+pub mod config;
 pub mod device;
 pub mod layout;
 pub mod report;

@@ -1,9 +1,10 @@
 //! Tests of the chained-log simulator: hand-computed service times, placement, map
 //! consistency after GC, the Gecko experiment's shape, and bad input.
 
+use super::config::Config;
 use super::device::{Device, DeviceModel, Hdd, Op, Ssd};
 use super::layout::{BLOCK_BYTES, ChainGc, Geometry, LayoutKind, Log, NONE, VictimPolicy};
-use super::run::{Config, simulate, simulate_with_log};
+use super::run::{simulate, simulate_with_log};
 use crate::error::ErrorKind;
 
 #[test]
