@@ -82,6 +82,34 @@ impl Default for Ssd {
     }
 }
 
+impl std::fmt::Display for DeviceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceModel::Hdd(h) => {
+                match (h.short_seek_ms, h.full_seek_ms) {
+                    (Some(a), Some(b)) => write!(f, "hdd: seek {a}..{b} ms by distance")?,
+                    _ => write!(f, "hdd: seek {} ms", h.seek_ms)?,
+                }
+                write!(
+                    f,
+                    ", {} rpm (half rotation {:.2} ms), {} MB/s",
+                    h.rpm,
+                    h.rotation_half_ns() / NS_PER_MS,
+                    h.mb_per_s
+                )
+            }
+            DeviceModel::Ssd(s) => write!(
+                f,
+                "ssd: {} KiB pages, {} channels, read {} us, program {} us per page",
+                s.page_bytes >> 10,
+                s.channels,
+                s.read_us,
+                s.program_us
+            ),
+        }
+    }
+}
+
 fn number(key: &str, value: &str, min: f64, max: f64) -> Result<f64> {
     let v: f64 = value
         .trim()

@@ -72,7 +72,7 @@ pub fn text(r: &GeckoReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "device {:?}; drives of {} MiB, segments of {} KiB",
+        "device {}; drives of {} MiB, segments of {} KiB",
         r.device,
         r.drive_bytes >> 20,
         r.segment_bytes >> 10
