@@ -52,3 +52,15 @@ done > "$OUT/gecko-2hdd-segment-size.txt"
 # 6. SATA SSDs instead of disks (no positioning: the chain only loses bandwidth).
 "$LSVD" sim --layout chain:2,stripe:2 --chain-gc compact-in-body,move-to-tail \
     --device ssd --gc-policy log-order $COMMON | sed -n '1,6p' > "$OUT/gecko-2ssd.txt"
+
+# 7. The trace mix: the three MSR 10k-request cuts and the hm_0 sample interleaved
+#    (round robin), each in its own address range, replayed closed-loop; a chain of 3
+#    against a log striped over 6 drives (no mirrors, no caches). The mix touches
+#    185 MiB: with 192 MiB drives it fills the chain's drive 0, so the tail moves to
+#    drive 1 at once (with 1 GiB drives tail and data would share drive 0).
+TRACES=${TRACES:-../shared/traces}
+"$LSVD" sim --layout chain:3,stripe:6 --chain-gc compact-in-body,move-to-tail \
+    --device "$PAPER_HDD" --gc-policy log-order --drive-size 192M --segment-size 3M \
+    --stripe-unit 64K --seconds 600 --interval-ms 10000 \
+    "$TRACES"/msr_heimdall_cuts10k/*.trace "$TRACES"/msr_hm0_head1k/msr-cambridge1-sample.csv \
+    | sed -n '1,8p' > "$OUT/gecko-trace-mix.txt"

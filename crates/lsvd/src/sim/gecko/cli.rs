@@ -2,14 +2,15 @@
 //! configuration and prints the table, JSON or chart.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use clap::Args;
 
 use super::config::Config;
 use super::device::DeviceModel;
-use super::layout::{ChainGc, Geometry, LayoutKind, VictimPolicy};
+use super::layout::{BLOCK_BYTES, ChainGc, Geometry, LayoutKind, VictimPolicy};
 use super::report::{self, GeckoReport};
-use super::run;
+use super::{run, trace};
 use crate::error::{Error, ErrorKind, Result};
 use crate::sim::SimArgs;
 use crate::size::parse_size;
@@ -109,16 +110,16 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
             }
         }
     }
-    if !args.traces.is_empty() {
+    if !args.traces.is_empty() && args.synthetic.is_some() {
         return Err(Error::bad_input(
-            "--layout chain:N/stripe:N runs closed-loop clients; trace replay is not modelled",
+            "give trace files or --synthetic uniform (not both)",
         ));
     }
     match args.synthetic.as_deref() {
         None | Some("uniform") => {}
         Some(o) => {
             return Err(Error::bad_input(format!(
-                "--layout chain:N/stripe:N models uniform random I/O; --synthetic {o} is not modelled"
+                "--layout chain:N/stripe:N models uniform random I/O or traces; --synthetic {o} is not modelled"
             )));
         }
     }
@@ -163,6 +164,17 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
         ));
     }
     let duration_ns = secs_to_ns(g.seconds, "--seconds")?;
+    let trace = if args.traces.is_empty() {
+        None
+    } else {
+        // Pieces of at most 256 KiB (and one segment).
+        let max_blocks = (segment_bytes / BLOCK_BYTES).clamp(1, 64);
+        Some(Arc::new(trace::load(
+            &args.traces,
+            &args.format,
+            max_blocks,
+        )?))
+    };
     let interval_ns = g.interval_ms.saturating_mul(1_000_000);
     let mut out = Vec::new();
     for (kind, drives) in parsed {
@@ -189,6 +201,7 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
                 io_bytes,
                 write_fraction: args.write_fraction,
                 fill: g.fill,
+                trace: trace.clone(),
                 gc_start_free: g.gc_free_start,
                 gc_stop_free: g.gc_free_stop,
                 duration_ns,
@@ -218,6 +231,13 @@ pub fn simulate(args: &SimArgs) -> Result<GeckoReport> {
         drive_bytes: first.map_or(0, |g| g.drive_bytes),
         segment_bytes: first.map_or(0, |g| g.segment_bytes),
         interval_s: args.gecko.interval_ms as f64 / 1e3,
+        trace_mix: configs.first().and_then(|c| c.trace.as_ref()).map(|t| {
+            (
+                t.files.len(),
+                t.requests.len(),
+                t.logical_blocks * BLOCK_BYTES,
+            )
+        }),
         runs,
     })
 }

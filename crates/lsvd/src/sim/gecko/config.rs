@@ -4,6 +4,7 @@
 
 use super::device::DeviceModel;
 use super::layout::{BLOCK_BYTES, ChainGc, Geometry, LayoutKind, VictimPolicy};
+use super::trace::TraceMix;
 use crate::error::{Error, Result};
 
 /// One simulation's settings.
@@ -19,6 +20,9 @@ pub struct Config {
     pub write_fraction: f64,
     /// Logical address space as a fraction of the drives' total capacity.
     pub fill: f64,
+    /// Trace-driven clients instead of random writes (then `fill` is unused: the
+    /// address space is what the traces touch).
+    pub trace: Option<std::sync::Arc<TraceMix>>,
     /// 0 disables GC.
     pub gc_start_free: f64,
     pub gc_stop_free: f64,
@@ -85,15 +89,21 @@ impl Config {
         {
             return bad("--io-size must be a multiple of 4K and at most --segment-size".into());
         }
-        if !(self.fill > 0.0 && self.fill <= 0.9) {
+        if self.trace.is_none() && !(self.fill > 0.0 && self.fill <= 0.9) {
             return bad(format!("--fill {}: must be in (0, 0.9]", self.fill));
         }
         let usable = g.segments() - g.pools() as u64 * (g.reserve_segments + 1);
         if self.logical_blocks() > usable * g.blocks_per_segment() {
-            return bad(format!(
-                "--fill {}: the address space does not fit beside the GC reserve",
-                self.fill
-            ));
+            return bad(match &self.trace {
+                Some(t) => format!(
+                    "the traces touch {} MiB: they do not fit beside the GC reserve (raise --drive-size)",
+                    (t.logical_blocks * BLOCK_BYTES) >> 20
+                ),
+                None => format!(
+                    "--fill {}: the address space does not fit beside the GC reserve",
+                    self.fill
+                ),
+            });
         }
         if !(0.0..=1.0).contains(&self.write_fraction) {
             return bad("--write-fraction must be between 0 and 1".into());
@@ -120,6 +130,9 @@ impl Config {
     }
 
     pub fn logical_blocks(&self) -> u64 {
+        if let Some(t) = &self.trace {
+            return t.logical_blocks;
+        }
         let blocks = (self.geo.segments() * self.geo.blocks_per_segment()) as f64 * self.fill;
         let per_io = self.io_bytes / BLOCK_BYTES;
         (blocks as u64 / per_io.max(1)) * per_io.max(1)

@@ -14,6 +14,7 @@
 //! * [`device`]: service-time models and the per-drive FIFO.
 //! * [`layout`]: segments, placement over drives, maps, allocation, victim choice.
 //! * [`run`]: the event loop (clients, GC worker).
+//! * [`trace`]: trace-driven clients (several traces mixed).
 //! * [`report`]: summaries, text table, SVG.
 //! * [`cli`]: the command-line options.
 
@@ -23,6 +24,7 @@ pub mod device;
 pub mod layout;
 pub mod report;
 pub mod run;
+pub mod trace;
 
 #[cfg(test)]
 mod tests;

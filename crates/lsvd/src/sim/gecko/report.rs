@@ -34,6 +34,8 @@ pub struct Summary {
     pub app_write_mb_per_s_with_gc: Option<f64>,
     pub gc_write_mb_per_s_with_gc: Option<f64>,
     pub gc_read_mb_per_s_with_gc: Option<f64>,
+    /// Client requests completed.
+    pub requests_done: u64,
     pub gc_victims: u64,
     pub gc_moved_bytes: u64,
     /// GC passes given up for lack of space (should be 0).
@@ -60,6 +62,8 @@ pub struct GeckoReport {
     pub drive_bytes: u64,
     pub segment_bytes: u64,
     pub interval_s: f64,
+    /// Trace-driven runs: (files, requests, bytes touched).
+    pub trace_mix: Option<(usize, usize, u64)>,
     pub runs: Vec<RunResult>,
 }
 
@@ -77,16 +81,32 @@ pub fn text(r: &GeckoReport) -> String {
         r.drive_bytes >> 20,
         r.segment_bytes >> 10
     );
+    if let Some((files, requests, bytes)) = r.trace_mix {
+        let _ = writeln!(
+            s,
+            "trace mix: {files} files, {requests} requests (pieces of at most 256 KiB), {:.1} MiB touched",
+            bytes as f64 / (1u64 << 20) as f64
+        );
+    }
     let _ = writeln!(
         s,
-        "{:<26} {:>8} {:>10} {:>10} {:>9} {:>9} {:>8}",
-        "run", "gc_at_s", "app_no_gc", "app_w_gc", "gc_write", "gc_read", "stall_s"
+        "{:<26} {:>8} {:>10} {:>10} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
+        "run",
+        "gc_at_s",
+        "app_no_gc",
+        "app_w_gc",
+        "gc_write",
+        "gc_read",
+        "stall_s",
+        "app_write",
+        "app_read",
+        "req_per_s"
     );
     for run in &r.runs {
         let m = &run.summary;
         let _ = writeln!(
             s,
-            "{:<26} {:>8} {:>10.1} {:>10} {:>9} {:>9} {:>8}",
+            "{:<26} {:>8} {:>10.1} {:>10} {:>9} {:>9} {:>8} {:>9.1} {:>9.1} {:>9.0}",
             run.name,
             m.gc_started_s.map_or("-".into(), |t| format!("{t:.2}")),
             m.app_write_mb_per_s_before_gc,
@@ -94,11 +114,18 @@ pub fn text(r: &GeckoReport) -> String {
             opt(m.gc_write_mb_per_s_with_gc),
             opt(m.gc_read_mb_per_s_with_gc),
             m.first_stall_s.map_or("-".into(), |t| format!("{t:.2}")),
+            m.app_write_mb_per_s,
+            m.app_read_mb_per_s,
+            if m.simulated_s > 0.0 {
+                m.requests_done as f64 / m.simulated_s
+            } else {
+                0.0
+            },
         );
     }
     let _ = writeln!(
         s,
-        "(MB/s, decimal; app_no_gc: before GC first ran; app_w_gc, gc_*: from then to the end)\n"
+        "(MB/s, decimal; app_no_gc: application writes before GC first ran; app_w_gc, gc_*: from then to the end;\n app_write, app_read, req_per_s: over the whole run)\n"
     );
     let _ = write!(s, "{:>8}", "t_s");
     for run in &r.runs {

@@ -24,6 +24,7 @@ use super::config::Config;
 use super::device::{Device, Op};
 use super::layout::{BLOCK_BYTES, ChainGc, LayoutKind, Log, NONE, SegState};
 use super::report::{Interval, RunResult, Summary};
+use super::trace::TraceMix;
 use crate::error::{Error, Result};
 
 /// Retry interval of an idle GC worker that found nothing to do or no space.
@@ -98,6 +99,9 @@ struct Sim<'a> {
     gc_started: Option<(u64, Bytes)>,
     /// The first client completion (the start of the no-GC window).
     first_done: Option<(u64, Bytes)>,
+    /// Trace mix: the next request to issue.
+    next_request: usize,
+    requests_done: u64,
     first_stall_ns: Option<u64>,
     victims: u64,
     gc_no_space: u64,
@@ -134,6 +138,10 @@ impl Sim<'_> {
     }
 
     fn issue(&mut self, slot: u32, now: u64) {
+        if let Some(mix) = self.cfg.trace.as_deref() {
+            self.issue_traced(mix, slot, now);
+            return;
+        }
         let per_io = self.cfg.io_bytes / BLOCK_BYTES;
         let units = self.log.map.len() as u64 / per_io.max(1);
         let read = self.rng.unit() >= self.cfg.write_fraction;
@@ -161,6 +169,43 @@ impl Sim<'_> {
         };
         let done = self.submit(now, Op::Write, &runs);
         self.set_slot(slot, (Op::Write, self.cfg.io_bytes));
+        self.schedule(done, Who::Slot(slot));
+    }
+
+    /// The next request of the trace mix (none left: the slot stays idle).
+    fn issue_traced(&mut self, mix: &TraceMix, slot: u32, now: u64) {
+        let Some(r) = mix.requests.get(self.next_request) else {
+            return;
+        };
+        let bytes = r.blocks.len() as u64 * BLOCK_BYTES;
+        if !r.write {
+            let runs: Vec<(u64, u64)> = r
+                .blocks
+                .iter()
+                .filter_map(|&l| self.log.map.get(l as usize).copied())
+                .filter(|&b| b != NONE)
+                .map(|b| (b * BLOCK_BYTES, BLOCK_BYTES))
+                .collect();
+            self.next_request += 1;
+            let done = self.submit(now, Op::Read, &runs);
+            self.set_slot(slot, (Op::Read, bytes));
+            self.schedule(done.max(now + 1), Who::Slot(slot));
+            return;
+        }
+        let blocks = r.blocks.len() as u64;
+        let appended = if self.log.can_append(0, blocks, false) {
+            self.log.append(0, &r.blocks, false, now)
+        } else {
+            None
+        };
+        let Some(runs) = appended else {
+            self.first_stall_ns.get_or_insert(now);
+            self.stalled.push_back(slot);
+            return;
+        };
+        self.next_request += 1;
+        let done = self.submit(now, Op::Write, &runs);
+        self.set_slot(slot, (Op::Write, bytes));
         self.schedule(done, Who::Slot(slot));
     }
 
@@ -305,6 +350,7 @@ impl Sim<'_> {
         if self.first_done.is_none() {
             self.first_done = Some((now, self.totals));
         }
+        self.requests_done += 1;
         match op {
             Op::Write => self.account(now, |b| b.app_write += bytes),
             Op::Read => self.account(now, |b| b.app_read += bytes),
@@ -360,6 +406,8 @@ pub fn simulate_with_log(cfg: &Config) -> Result<(RunResult, Log)> {
         series: Vec::new(),
         gc_started: None,
         first_done: None,
+        next_request: 0,
+        requests_done: 0,
         first_stall_ns: None,
         victims: 0,
         gc_no_space: 0,
@@ -437,6 +485,7 @@ fn result(cfg: &Config, sim: &Sim<'_>, end: u64) -> RunResult {
             app_write_mb_per_s_with_gc: with_gc.map(|w| w.0),
             gc_write_mb_per_s_with_gc: with_gc.map(|w| w.1),
             gc_read_mb_per_s_with_gc: with_gc.map(|w| w.2),
+            requests_done: sim.requests_done,
             gc_victims: sim.victims,
             gc_moved_bytes: t.gc_write,
             gc_no_space: sim.gc_no_space,

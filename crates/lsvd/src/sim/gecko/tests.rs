@@ -130,6 +130,7 @@ fn experiment(kind: LayoutKind, chain_gc: ChainGc, gc: bool) -> Config {
         // Drive 0 full up to its GC reserve (62 of 64 segments): the tail starts on
         // drive 1, as in Gecko's experiment.
         fill: 62.0 / 128.0,
+        trace: None,
         gc_start_free: if gc { 0.35 } else { 0.0 },
         gc_stop_free: 0.40,
         duration_ns: 400_000_000,
@@ -373,4 +374,55 @@ fn cli_runs_all_three_configurations_and_plots() {
     let s = std::fs::read_to_string(&svg).expect("svg written");
     assert!(s.starts_with("<svg") && s.contains("chain:2 move-to-tail"));
     assert_eq!(s.matches("<polyline").count(), 6);
+}
+
+#[test]
+fn trace_mix_replays_every_request_in_its_own_range() {
+    let dir = crate::testutil::TempDir::new("gecko-mix");
+    // Two MSR traces: one writes 8 KiB at a time over 64 blocks, the other reads 4 KiB
+    // blocks it first writes. Both use offsets from 0: the mix keeps them apart.
+    let mut a = String::new();
+    let mut b = String::new();
+    for i in 0..400u64 {
+        let off = (i % 32) * 8192;
+        a.push_str(&format!(
+            "{},a,0,Write,{off},8192,10\n",
+            128166385295514663 + i
+        ));
+        let op = if i < 64 { "Write" } else { "Read" };
+        let off = (i % 64) * 4096;
+        b.push_str(&format!(
+            "{},b,0,{op},{off},4096,10\n",
+            128166385295514663 + i
+        ));
+    }
+    let (pa, pb) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
+    std::fs::write(&pa, a).expect("write a");
+    std::fs::write(&pb, b).expect("write b");
+    let mix = super::trace::load(&[pa.clone(), pb.clone()], "msr", 64).expect("loads");
+    assert_eq!(mix.logical_blocks, 64 + 64);
+    assert_eq!(mix.requests.len(), 800);
+    // Interleaved: a, b, a, b...; b's blocks are numbered after a's.
+    assert!(mix.requests[0].write && mix.requests[0].blocks == vec![0, 1]);
+    assert_eq!(mix.requests[1].blocks, vec![64]);
+    let reads = mix.requests.iter().filter(|r| !r.write).count();
+    assert_eq!(reads, 400 - 64);
+    for (kind, drives) in [(LayoutKind::Chain, 3), (LayoutKind::Stripe, 6)] {
+        let mut cfg = experiment(kind, ChainGc::CompactInBody, true);
+        cfg.geo.drives = drives;
+        cfg.geo.drive_bytes = 24 << 20;
+        // Stripe segments are whole rows: 6 drives x 64 KiB x 4.
+        cfg.geo.segment_bytes = u64::from(drives) * (256 << 10);
+        cfg.duration_ns = 60_000_000_000;
+        cfg.trace = Some(std::sync::Arc::new(mix.clone()));
+        let (r, log) = simulate_with_log(&cfg).expect("runs");
+        assert_eq!(r.summary.requests_done, 800, "{}", r.name);
+        let read_bytes = (reads as f64 * 4096.0) / 1e6;
+        let measured = r.summary.app_read_mb_per_s * r.summary.simulated_s;
+        assert!(
+            (measured - read_bytes).abs() < 1e-6,
+            "{measured} vs {read_bytes}"
+        );
+        check_maps(&log);
+    }
 }
