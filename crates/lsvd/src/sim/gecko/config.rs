@@ -61,8 +61,9 @@ impl Config {
             && (g.chunk_bytes < BLOCK_BYTES
                 || !g.chunk_bytes.is_multiple_of(BLOCK_BYTES)
                 || !g
-                    .segment_bytes
-                    .is_multiple_of(g.chunk_bytes * u64::from(g.drives)))
+                    .chunk_bytes
+                    .checked_mul(u64::from(g.drives))
+                    .is_some_and(|row| g.segment_bytes.is_multiple_of(row)))
         {
             return bad(format!(
                 "stripe: --stripe-unit {} must be a multiple of 4K and --segment-size {} a multiple of stripe-unit x {} drives",
@@ -73,12 +74,15 @@ impl Config {
         if g.kind == LayoutKind::Chain && !g.drive_bytes.is_multiple_of(g.segment_bytes) {
             return bad("--drive-size must be a multiple of --segment-size".into());
         }
-        if per_drive < 4 * (g.reserve_segments + 1) || g.segments() > 1 << 22 {
+        if per_drive > 1 << 22
+            || g.segments() > 1 << 22
+            || per_drive < g.reserve_segments.saturating_add(1).saturating_mul(4)
+        {
             return bad(format!(
                 "--drive-size / --segment-size = {per_drive} segments per drive: need at least 4 x (--gc-reserve + 1) and at most 4M segments in all"
             ));
         }
-        if g.segments() * g.blocks_per_segment() > 1 << 30 {
+        if g.segments().saturating_mul(g.blocks_per_segment()) > 1 << 30 {
             return bad(
                 "the drives hold more than 2^30 blocks (4 TiB): too big to simulate".into(),
             );

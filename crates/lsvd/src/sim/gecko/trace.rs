@@ -16,6 +16,9 @@ use lsvd_trace::{FormatChoice, Op, TraceReader};
 use super::layout::BLOCK_BYTES;
 use crate::error::{Error, Result};
 
+/// The most distinct blocks a mix may touch (1 TiB).
+const MAX_BLOCKS: u64 = 1 << 28;
+
 /// One piece of a request, in the mix's dense block numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MixRequest {
@@ -55,7 +58,7 @@ pub fn load(paths: &[PathBuf], format: &str, max_blocks: u64) -> Result<TraceMix
                 }
             };
             let first = r.offset_bytes / BLOCK_BYTES;
-            let last = (r.offset_bytes + r.length_bytes.max(1) - 1) / BLOCK_BYTES;
+            let last = r.offset_bytes.saturating_add(r.length_bytes.max(1) - 1) / BLOCK_BYTES;
             let mut blocks = Vec::new();
             for b in first..=last.min(first + (1 << 20)) {
                 let next = mix.logical_blocks;
@@ -64,6 +67,13 @@ pub fn load(paths: &[PathBuf], format: &str, max_blocks: u64) -> Result<TraceMix
                     mix.logical_blocks += 1;
                 }
                 blocks.push(id);
+            }
+            if mix.logical_blocks > MAX_BLOCKS {
+                return Err(Error::bad_input(format!(
+                    "{}: the traces touch more than {} GiB: too big to simulate",
+                    path.display(),
+                    (MAX_BLOCKS * BLOCK_BYTES) >> 30
+                )));
             }
             for piece in blocks.chunks(max_blocks as usize) {
                 out.push(MixRequest {
