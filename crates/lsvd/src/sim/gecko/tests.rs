@@ -426,3 +426,40 @@ fn trace_mix_replays_every_request_in_its_own_range() {
         check_maps(&log);
     }
 }
+
+#[test]
+fn existing_layout_values_stay_with_the_hylog_models() {
+    for l in ["overwrite", "lfs,hylog", "overwrite,lfs,hylog"] {
+        assert!(!super::cli::is_gecko(l), "{l}");
+    }
+    for l in ["chain:2", "stripe:6", "overwrite,chain:2", "chainsaw"] {
+        assert!(super::cli::is_gecko(l), "{l}");
+    }
+    assert!(super::cli::parse_layout("lfs").is_none());
+    assert!(matches!(
+        super::cli::parse_layout(" chain:3 "),
+        Some(Ok((LayoutKind::Chain, 3)))
+    ));
+}
+
+#[test]
+fn on_ssds_gc_costs_bandwidth_not_positioning() {
+    // No seeks: the stripe's GC takes its share of bandwidth but the clients keep
+    // more than half of their no-GC rate.
+    let mut cfg = experiment(LayoutKind::Stripe, ChainGc::MoveToTail, true);
+    cfg.device = DeviceModel::Ssd(Ssd::default());
+    cfg.duration_ns = 200_000_000;
+    let r = simulate(&cfg).expect("runs");
+    let before = r.summary.app_write_mb_per_s_before_gc;
+    let with = r.summary.app_write_mb_per_s_with_gc.expect("GC ran");
+    assert!(with > 0.5 * before && with < before, "{before} -> {with}");
+    // A chain's tail: 32 sequential 4 KiB writes in flight cover 8 pages of 16 KiB,
+    // one per channel, each page programmed once per 4 KiB write (250 us): 8 x 4 KiB
+    // / 250 us = 131 MB/s.
+    let mut cfg = experiment(LayoutKind::Chain, ChainGc::CompactInBody, true);
+    cfg.device = DeviceModel::Ssd(Ssd::default());
+    cfg.duration_ns = 200_000_000;
+    let r = simulate(&cfg).expect("runs");
+    let before = r.summary.app_write_mb_per_s_before_gc;
+    assert!((before - 131.07).abs() < 1.0, "{before}");
+}
