@@ -10,6 +10,7 @@
 //! per configuration: `--batch-size`, `--gc-start`/`--gc-stop` and `--gc-policy` take
 //! comma-separated lists and every combination is simulated in the same pass.
 
+pub mod gecko;
 pub mod layout;
 pub mod plot;
 pub mod report;
@@ -101,7 +102,8 @@ pub struct SimArgs {
     pub gc_stop: Option<String>,
     /// Victim policy: greedy, cost-benefit or hylog (hot and cold data moved into
     /// separate GC objects by measured write frequency); a comma-separated list
-    /// compares them.
+    /// compares them. With --layout chain:N/stripe:N: greedy, cost-benefit or
+    /// log-order (oldest segment first).
     #[arg(long, default_value = "greedy")]
     pub gc_policy: String,
     /// Live bytes copied per GC pass, at most.
@@ -125,6 +127,8 @@ pub struct SimArgs {
 
     #[command(flatten)]
     pub layout: layout::cli::LayoutArgs,
+    #[command(flatten)]
+    pub gecko: gecko::cli::GeckoArgs,
 }
 
 /// CPU time of the calling thread, in seconds (0 if unavailable). The replay runs on

@@ -23,7 +23,7 @@ const COLORS: [&str; 8] = [
 ];
 
 /// Round numbers for axis ticks covering `[0, max]`.
-fn ticks(max: f64) -> (f64, Vec<f64>) {
+pub(crate) fn ticks(max: f64) -> (f64, Vec<f64>) {
     let max = if max.is_finite() && max > 0.0 {
         max
     } else {
@@ -41,7 +41,7 @@ fn ticks(max: f64) -> (f64, Vec<f64>) {
     (top, (0..=n).map(|i| i as f64 * step).collect())
 }
 
-fn label(v: f64) -> String {
+pub(crate) fn label(v: f64) -> String {
     if v == 0.0 {
         "0".into()
     } else if (v - v.round()).abs() < 1e-9 || v.abs() >= 100.0 {
@@ -54,7 +54,7 @@ fn label(v: f64) -> String {
     }
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

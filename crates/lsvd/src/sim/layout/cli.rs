@@ -23,7 +23,10 @@ pub struct LayoutArgs {
     /// hylog (hot pages logged, cold in place). Comma-separated. Prints page writes
     /// per second at each --utilization and where LFS stops beating overwrite. Example:
     /// lsvd sim --layout overwrite,lfs,hylog --disk 1991,2003 --synthetic uniform
-    /// --io-size 8K --utilization 0.5..0.98
+    /// --io-size 8K --utilization 0.5..0.98. Or chain:N / stripe:N: a log over N
+    /// modelled drives (--device), chained as in Gecko or striped as RAID-0, with
+    /// clients and GC; prints application and GC MB/s over time. Example:
+    /// lsvd sim --layout chain:2,stripe:2 --chain-gc compact-in-body,move-to-tail
     #[arg(long, value_name = "LAYOUTS")]
     pub layout: Option<String>,
     /// Disk models (comma-separated): 1991 (15 ms positioning, 2.3 MB/s), 1999 (8 ms,
@@ -387,8 +390,12 @@ pub fn text(report: &LayoutReport) -> String {
     s
 }
 
-/// Prints the layout report (text or JSON) and writes the plot if asked.
+/// Prints the layout report (text or JSON) and writes the plot if asked. chain:N and
+/// stripe:N go to [`crate::sim::gecko`].
 pub fn run(args: &SimArgs) -> Result<()> {
+    if crate::sim::gecko::cli::is_gecko(args.layout.layout.as_deref().unwrap_or_default()) {
+        return crate::sim::gecko::cli::run(args);
+    }
     let report = simulate(args)?;
     if let Some(path) = &args.plot {
         write_plot(path, &report)?;
