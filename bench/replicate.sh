@@ -18,7 +18,7 @@ size=${1:-1G}
 iops=${2:-1000}
 seconds=${3:-60}
 d=$(mktemp -d /tmp/lsvd-replicate.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$d"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$d"' EXIT
 target="s3://$LSVD_TEST_S3_BUCKET/bench-replica-$$"
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
