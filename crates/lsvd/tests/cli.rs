@@ -833,6 +833,16 @@ fn clones_are_writable_and_isolated_from_their_parent() {
     assert!(msg.contains("c (from vol@s)"), "{msg}");
     server.stop_clean();
     assert_eq!(lsvd.info_json("c")["parent"], "vol@s");
+    let listed = stdout(&lsvd.run_ok(&["list"]));
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("c\t") && l.ends_with("clone of vol@s"))
+            && listed
+                .lines()
+                .any(|l| l.starts_with("vol\t") && l.ends_with("clones: c (@s)")),
+        "lsvd list:\n{listed}"
+    );
     assert_eq!(
         lsvd.info_json("vol")["clones"],
         serde_json::json!(["c (from @s)"])

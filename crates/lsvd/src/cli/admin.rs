@@ -86,7 +86,11 @@ pub async fn list(common: &Common) -> Result<()> {
                     format_size(meta.size_bytes),
                     finish(&name)
                 ),
-                _ => println!("{name}\t{}", format_size(meta.size_bytes)),
+                _ => println!(
+                    "{name}\t{}{}",
+                    format_size(meta.size_bytes),
+                    relations(&store, &name).await
+                ),
             },
             Err(e) => println!("{name}\t(unreadable: {e})"),
         }
@@ -95,6 +99,26 @@ pub async fn list(common: &Common) -> Result<()> {
         println!("{name}\t-\t(keys but no volume metadata: remove with lsvd delete {name} --yes)");
     }
     Ok(())
+}
+
+/// What `lsvd list` says of a volume's place among clones: the snapshot it was made
+/// from, the clones made from it (empty for neither; unreadable links are skipped:
+/// `lsvd info` reports them).
+async fn relations(store: &DynStore, name: &str) -> String {
+    let mut out = String::new();
+    if let Ok(Some(link)) = engine::clone::parent_link(store, name).await {
+        out.push_str(&format!("\tclone of {}@{}", link.parent, link.snapshot));
+    }
+    if let Ok(clones) = engine::list_clones(store, name).await
+        && !clones.is_empty()
+    {
+        let names: Vec<String> = clones
+            .iter()
+            .map(|l| format!("{} (@{})", l.clone, l.snapshot))
+            .collect();
+        out.push_str(&format!("\tclones: {}", names.join(", ")));
+    }
+    out
 }
 
 pub async fn info(
