@@ -10,6 +10,8 @@
 #   integrity     a record corrupted on the cache device is refused and reported
 #   probe_settings  `lsvd probe --store` against versitygw (tiny, --quick), and the
 #                 profiles driving serve and info
+#   replicate     `lsvd replicate --follow` killed at seeded points (prefixes), a full
+#                 copy serving the source's bytes (source and replica both in S3)
 #   crash_oracle  the process-level kinds (process_sigkill, process_cache_deleted),
 #                 LSVD_S3_ORACLE_POINTS crash points each (default 20)
 #
@@ -32,7 +34,7 @@ start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
     --test s3_store --test cli --test nbd_clients --test persistence --test ext4 \
-    --test integrity --test probe_settings
+    --test integrity --test probe_settings --test replicate
 LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_
 echo "test-s3: the S3 pass took $((SECONDS - start)) s" >&2
