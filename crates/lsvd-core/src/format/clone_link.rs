@@ -29,7 +29,7 @@
 //!    200   64 clone volume name (zero-padded)
 //! ```
 
-use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record};
+use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record, padded_text};
 
 pub const CLONE_LINK_MAGIC: &[u8; 8] = b"LSVDCLN\0";
 pub const CLONE_LINK_VERSION: u16 = 1;
@@ -102,16 +102,8 @@ pub fn decode_clone_link(buf: &[u8]) -> Result<CloneLink, FormatError> {
     let mut names = Vec::with_capacity(3);
     for len in lens {
         let field: [u8; NAME_FIELD_BYTES] = r.array()?;
-        let len = len as usize;
-        if len == 0 || len > NAME_FIELD_BYTES {
-            return Err(invalid(WHAT, format!("a name length of {len}")));
-        }
-        if field[len..].iter().any(|&b| b != 0) {
-            return Err(invalid(WHAT, "bytes after a name are not zero"));
-        }
-        let name =
-            std::str::from_utf8(&field[..len]).map_err(|_| invalid(WHAT, "a name is not UTF-8"))?;
-        names.push(name.to_string());
+        let name = padded_text(WHAT, "name", len as usize, &field)?;
+        names.push(name);
     }
     let clone = names.pop().unwrap_or_default();
     let snapshot = names.pop().unwrap_or_default();

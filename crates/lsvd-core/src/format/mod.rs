@@ -220,6 +220,28 @@ pub(crate) fn open_fixed_record<'a>(
     Ok((r, flags))
 }
 
+/// A text field of the fixed-size records: `len` bytes (1..=`field.len()`) of UTF-8,
+/// the rest of `field` zero. `label` names it in errors ("name", "peer").
+pub(crate) fn padded_text(
+    what: &'static str,
+    label: &str,
+    len: usize,
+    field: &[u8],
+) -> Result<String, FormatError> {
+    if len == 0 || len > field.len() {
+        return Err(invalid(what, format!("a {label} length of {len}")));
+    }
+    if field[len..].iter().any(|&b| b != 0) {
+        return Err(invalid(
+            what,
+            format!("bytes after the {label} are not zero"),
+        ));
+    }
+    std::str::from_utf8(&field[..len])
+        .map(str::to_string)
+        .map_err(|_| invalid(what, format!("the {label} is not UTF-8")))
+}
+
 /// CRC32C of `buf` computed as if the 4 bytes at `crc_at` were zero.
 pub(crate) fn crc_with_hole(buf: &[u8], crc_at: usize) -> u32 {
     let c = crc32c::crc32c(&buf[..crc_at]);

@@ -28,7 +28,7 @@
 //!             credentials): the replica's in the source, the source's in the replica
 //! ```
 
-use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record};
+use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record, padded_text};
 
 pub const REPLICA_STATUS_MAGIC: &[u8; 8] = b"LSVDRPL\0";
 pub const REPLICA_STATUS_VERSION: u16 = 1;
@@ -118,15 +118,7 @@ pub fn decode_replica_status(buf: &[u8]) -> Result<ReplicaStatus, FormatError> {
     if reserved != [0; 6] {
         return Err(invalid(WHAT, "reserved bytes are not zero"));
     }
-    if len == 0 || len > MAX_PEER_BYTES {
-        return Err(invalid(WHAT, format!("peer length {len}")));
-    }
-    if field[len..].iter().any(|&b| b != 0) {
-        return Err(invalid(WHAT, "bytes after the peer are not zero"));
-    }
-    let peer = std::str::from_utf8(&field[..len])
-        .map_err(|_| invalid(WHAT, "the peer is not UTF-8"))?
-        .to_string();
+    let peer = padded_text(WHAT, "peer", len, &field)?;
     if current_as_of_unix_ms > updated_unix_ms {
         return Err(invalid(
             WHAT,

@@ -25,7 +25,7 @@
 //!     72   64 name (ASCII, zero-padded)
 //! ```
 
-use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record};
+use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record, padded_text};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LSVDSNP\0";
 pub const SNAPSHOT_VERSION: u16 = 1;
@@ -97,15 +97,7 @@ pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
     if reserved != [0; 6] {
         return Err(invalid(WHAT, "reserved bytes are not zero"));
     }
-    if name_len == 0 || name_len > MAX_SNAPSHOT_NAME_BYTES {
-        return Err(invalid(WHAT, format!("name length {name_len}")));
-    }
-    if name_field[name_len..].iter().any(|&b| b != 0) {
-        return Err(invalid(WHAT, "bytes after the name are not zero"));
-    }
-    let name = std::str::from_utf8(&name_field[..name_len])
-        .map_err(|_| invalid(WHAT, "the name is not UTF-8"))?
-        .to_string();
+    let name = padded_text(WHAT, "name", name_len, &name_field)?;
     let base_checkpoint = (base != NO_CHECKPOINT).then_some(base);
     if base_checkpoint.is_some_and(|b| b >= through_seq) {
         return Err(invalid(

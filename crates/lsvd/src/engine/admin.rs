@@ -122,6 +122,19 @@ pub struct ReplicaInfo {
     pub objects_behind_now: u64,
 }
 
+impl ReplicaInfo {
+    fn of(r: lsvd_core::format::replica_status::ReplicaStatus, objects_behind_now: u64) -> Self {
+        ReplicaInfo {
+            peer: r.peer,
+            updated_unix_ms: r.updated_unix_ms,
+            current_as_of_unix_ms: r.current_as_of_unix_ms,
+            lag_objects: r.lag_objects,
+            replica_next_seq: r.replica_next_seq,
+            objects_behind_now,
+        }
+    }
+}
+
 /// What the checkpoint's write-frequency tracker says.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HeatInfo {
@@ -209,25 +222,14 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
         replicas: super::replicate::replica_statuses(store, &meta)
             .await?
             .into_iter()
-            .map(|r| ReplicaInfo {
-                peer: r.peer,
-                updated_unix_ms: r.updated_unix_ms,
-                current_as_of_unix_ms: r.current_as_of_unix_ms,
-                lag_objects: r.lag_objects,
-                replica_next_seq: r.replica_next_seq,
-                objects_behind_now: s.next_object_seq().saturating_sub(r.replica_next_seq),
+            .map(|r| {
+                let behind = s.next_object_seq().saturating_sub(r.replica_next_seq);
+                ReplicaInfo::of(r, behind)
             })
             .collect(),
         replica_of: super::replicate::replica_of(store, &meta)
             .await?
-            .map(|r| ReplicaInfo {
-                peer: r.peer,
-                updated_unix_ms: r.updated_unix_ms,
-                current_as_of_unix_ms: r.current_as_of_unix_ms,
-                lag_objects: r.lag_objects,
-                replica_next_seq: r.replica_next_seq,
-                objects_behind_now: 0,
-            }),
+            .map(|r| ReplicaInfo::of(r, 0)),
     })
 }
 
