@@ -25,14 +25,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
-use super::drives::{
-    Drive, DriveSpec, GcPlacement, describe, free_bytes, open_drives, persist_tail,
-};
+use super::drives::{DriveSpec, GcPlacement, describe};
 use super::meta::{DRIVE_RECORD_NAME, DriveRecord, Layout};
+use super::open::{open_drives, persist_tail};
+use super::position::{Drive, Read};
 use super::{home_drive, is_log_object, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::fs::{FsStore, valid_key};
+use crate::store::fs::valid_key;
 use crate::store::{BoxFuture, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
+
+/// Without `drive_size`, a drive is full this far before its filesystem is: room for
+/// the filesystem's own blocks and the temporary file of a put.
+const FREE_SPACE_MARGIN_BYTES: u64 = 64 << 20;
 
 /// Writes one drive has taken since open (for tests, benchmarks and messages).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -82,13 +86,6 @@ struct State {
     counters: Vec<DriveCounters>,
     /// GC puts that went to the drive that was the tail when they were placed.
     gc_puts_to_tail: u64,
-}
-
-/// A read to send to the drive holding a key.
-enum Read {
-    Whole,
-    Range(Range<u64>),
-    Background(Range<u64>),
 }
 
 impl ChainStore {
@@ -176,7 +173,9 @@ impl ChainStore {
     fn room(&self, st: &State, d: usize) -> u64 {
         match self.inner.drive_size_bytes {
             Some(cap) => cap.saturating_sub(st.used_bytes[d] + st.reserved_bytes[d]),
-            None => free_bytes(&self.inner.drives[d].dir).saturating_sub(st.reserved_bytes[d]),
+            None => self.inner.drives[d]
+                .free_bytes()
+                .saturating_sub(st.reserved_bytes[d] + FREE_SPACE_MARGIN_BYTES),
         }
     }
 
@@ -279,7 +278,7 @@ impl ChainStore {
             Ok(Ok((tail, generation))) => crate::log::info(&format!(
                 "{}: tail moved to drive {tail} ({}), generation {generation}",
                 self.inner.describe,
-                self.inner.drives[tail].dir.display()
+                self.inner.drives[tail].describe()
             )),
             Ok(Err(e)) => crate::log::warn(&format!(
                 "{}: tail moved but not recorded: {e}",
@@ -296,16 +295,14 @@ impl ChainStore {
     fn find(&self, key: &str) -> StoreResult<Option<usize>> {
         valid_key(key)?;
         for (d, drive) in self.inner.drives.iter().enumerate() {
-            if let Ok(m) = std::fs::metadata(drive.dir.join(key))
-                && m.is_file()
-            {
+            if let Some(size_bytes) = drive.stat(key) {
                 let mut st = self.lock();
                 if let Entry::Vacant(v) = st.index.entry(key.to_string()) {
                     v.insert(Located {
                         drive: d,
-                        size_bytes: m.len(),
+                        size_bytes,
                     });
-                    st.used_bytes[d] += m.len();
+                    st.used_bytes[d] += size_bytes;
                 }
                 return Ok(Some(d));
             }
@@ -340,15 +337,15 @@ impl ChainStore {
             // Written by another process on another drive since open: taken.
             if mode == PutMode::IfAbsent && !known {
                 for (d, other) in self.inner.drives.iter().enumerate() {
-                    if d != drive && other.dir.join(&key).is_file() {
+                    if d != drive && other.stat(&key).is_some() {
                         return Err(Error::new(
                             ErrorKind::AlreadyExists,
-                            format!("{key} exists on drive {d} ({})", other.dir.display()),
+                            format!("{key} exists on drive {d} ({})", other.describe()),
                         ));
                     }
                 }
             }
-            self.inner.drives[drive].store.put(&key, data, mode).await
+            self.inner.drives[drive].put(&key, data, mode).await
         }
         .await;
         let mut st = self.lock();
@@ -385,22 +382,13 @@ impl ChainStore {
         result
     }
 
-    fn read_on(&self, d: usize, key: &str, read: &Read) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let s: &FsStore = &self.inner.drives[d].store;
-        match read {
-            Read::Whole => s.get(key),
-            Read::Range(r) => s.get_range(key, r.clone()),
-            Read::Background(r) => s.get_range_background(key, r.clone()),
-        }
-    }
-
     async fn read(&self, key: String, read: Read) -> StoreResult<Vec<u8>> {
         if key == DRIVE_RECORD_NAME {
             return Err(reserved_key_error(&key));
         }
         let known = self.lock().index.get(&key).map(|l| l.drive);
         if let Some(d) = known {
-            match self.read_on(d, &key, &read).await {
+            match self.inner.drives[d].read(&key, &read).await {
                 Err(e) if e.is_not_found() => {
                     // Gone from there (deleted by another process): forget it.
                     self.forget(&key, d);
@@ -409,7 +397,7 @@ impl ChainStore {
             }
         }
         match self.find(&key)? {
-            Some(d) => self.read_on(d, &key, &read).await,
+            Some(d) => self.inner.drives[d].read(&key, &read).await,
             None => Err(Error::new(
                 ErrorKind::NotFound,
                 format!("{key} is on no drive of {}", self.inner.describe),
@@ -437,7 +425,7 @@ impl ChainStore {
             None => self.find(&key)?,
         };
         if let Some(d) = drive {
-            self.inner.drives[d].store.delete(&key).await?;
+            self.inner.drives[d].delete(&key).await?;
             self.forget(&key, d);
         }
         Ok(())

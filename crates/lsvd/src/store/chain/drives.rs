@@ -1,20 +1,14 @@
-//! Opening a set of drives for the chained and striped stores: parsing the URL,
-//! checking that the directories are one set (their drive records agree), creating the
-//! records of a new set, and listing what each drive holds.
+//! The URL of a chained or striped store, and small helpers both share.
 //!
-//! Shared by both layouts so they refuse the same mistakes the same way: no
-//! directories, a directory given twice, a drive of another set, a drive at another
-//! position, a blank directory where a drive with objects should be.
+//! Parsing refuses the same mistakes for both layouts: no directories, an empty name,
+//! a directory given twice, more than two copies of a position, unknown options.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use super::meta::{
-    DRIVE_RECORD_NAME, DriveRecord, Layout, MAX_DRIVES, read_drive_record, write_drive_record,
-};
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::ListEntry;
-use crate::store::fs::FsStore;
+use super::meta::MAX_DRIVES;
+use super::position::Drive;
+use crate::error::{Error, Result};
 
 /// Where GC output goes in a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,16 +23,18 @@ pub enum GcPlacement {
 /// What a `chain:` or `stripe:` URL says (after the scheme).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriveSpec {
-    pub dirs: Vec<PathBuf>,
+    /// Per position, its directory, or its two mirrored directories.
+    pub dirs: Vec<Vec<PathBuf>>,
     /// Bytes each drive may hold (chain); None: the free space of its filesystem.
     pub drive_size_bytes: Option<u64>,
     pub gc: GcPlacement,
 }
 
-const USAGE: &str = "DIR0,DIR1[,...][?drive_size=SIZE&gc=compact-in-body|move-to-tail]";
+const USAGE: &str =
+    "DIR0[+MIRROR0],DIR1[+MIRROR1][,...][?drive_size=SIZE&gc=compact-in-body|move-to-tail]";
 
-/// Parse `DIR0,DIR1[,...][?drive_size=SIZE&gc=compact-in-body|move-to-tail]`. Options
-/// apply to `chain:` only. Every mistake is `BadInput` naming the URL form.
+/// Parse `DIR0[+MIRROR0],DIR1[+MIRROR1][,...][?drive_size=SIZE&gc=...]`. Options apply
+/// to `chain:` only. Every mistake is `BadInput` naming the URL form.
 pub fn parse_spec(scheme: &str, spec: &str) -> Result<DriveSpec> {
     let bad =
         |why: String| Error::bad_input(format!("{scheme}:{spec}: {why} (use {scheme}:{USAGE})"));
@@ -50,20 +46,21 @@ pub fn parse_spec(scheme: &str, spec: &str) -> Result<DriveSpec> {
         return Err(bad("no directories".into()));
     }
     let mut dirs = Vec::new();
-    for d in list.split(',') {
-        if d.is_empty() {
+    for position in list.split(',') {
+        let copies: Vec<PathBuf> = position.split('+').map(PathBuf::from).collect();
+        if copies.iter().any(|c| c.as_os_str().is_empty()) {
             return Err(bad("an empty directory name".into()));
         }
-        dirs.push(PathBuf::from(d));
+        if copies.len() > 2 {
+            return Err(bad(format!("{position}: at most two copies of a drive")));
+        }
+        dirs.push(copies);
     }
     if dirs.len() > MAX_DRIVES {
-        return Err(bad(format!(
-            "{} directories, at most {MAX_DRIVES}",
-            dirs.len()
-        )));
+        return Err(bad(format!("{} drives, at most {MAX_DRIVES}", dirs.len())));
     }
     let mut seen = HashSet::new();
-    for d in &dirs {
+    for d in dirs.iter().flatten() {
         if !seen.insert(d.clone()) {
             return Err(bad(format!("directory {} given twice", d.display())));
         }
@@ -96,224 +93,9 @@ pub fn parse_spec(scheme: &str, spec: &str) -> Result<DriveSpec> {
     Ok(out)
 }
 
-/// One drive: its directory and the local store over it.
-pub struct Drive {
-    pub dir: PathBuf,
-    pub store: FsStore,
-}
-
-/// An opened set: the drives in order, the current record (highest generation) and
-/// what each drive held at open.
-pub struct OpenedDrives {
-    pub drives: Vec<Drive>,
-    pub current: DriveRecord,
-    pub listings: Vec<Vec<ListEntry>>,
-}
-
-/// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
-/// that cannot be read).
-fn random_chain_id() -> [u8; 16] {
-    let mut id = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        if f.read_exact(&mut id).is_ok() {
-            return id;
-        }
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes()
-}
-
-fn chain_id_hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// What drive `i` holds (its listing without the drive record).
-pub fn list_drive(drive: &Drive, prefix: &str) -> Result<Vec<ListEntry>> {
-    let mut entries = drive.store.list_sync(prefix)?;
-    entries.retain(|e| e.key != DRIVE_RECORD_NAME);
-    Ok(entries)
-}
-
-/// Open the directories as drives of one set of `layout`, creating the set if every
-/// directory is blank. Refuses (`BadInput`, `Corrupt` or `Conflict`) anything that is
-/// not the same set in the same order.
-pub fn open_drives(dirs: &[PathBuf], layout: Layout) -> Result<OpenedDrives> {
-    let mut drives = Vec::with_capacity(dirs.len());
-    let mut canonical = HashSet::new();
-    for dir in dirs {
-        let store = FsStore::open(dir)?;
-        let real = std::fs::canonicalize(dir)
-            .map_err(|e| Error::local_io(format!("resolve {}", dir.display()), e))?;
-        if !canonical.insert(real.clone()) {
-            return Err(Error::bad_input(format!(
-                "{}: directory {} given twice (as {})",
-                layout.name(),
-                real.display(),
-                dir.display()
-            )));
-        }
-        drives.push(Drive {
-            dir: dir.clone(),
-            store,
-        });
-    }
-    let mut records = Vec::with_capacity(drives.len());
-    for d in &drives {
-        records.push(read_drive_record(&d.dir)?);
-    }
-    let mut listings = Vec::with_capacity(drives.len());
-    for d in &drives {
-        listings.push(list_drive(d, "")?);
-    }
-    let holds_keys: Vec<bool> = listings.iter().map(|l| !l.is_empty()).collect();
-    // The newest record (the first drive's among equals) speaks for the set.
-    let newest = records
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.map(|r| (i, r)))
-        .max_by_key(|&(i, r)| (r.generation, std::cmp::Reverse(i)));
-    let Some((_, current)) = newest else {
-        // A new set, unless a directory already holds objects.
-        if let Some(i) = holds_keys.iter().position(|&k| k) {
-            return Err(Error::bad_input(format!(
-                "{}: directory {} holds objects but no drive record ({DRIVE_RECORD_NAME}): \
-                 not a drive of a chain or stripe (a plain store directory?); refusing to use it",
-                layout.name(),
-                drives[i].dir.display()
-            )));
-        }
-        let current = DriveRecord {
-            chain_id: random_chain_id(),
-            generation: 0,
-            layout,
-            drive_count: drives.len() as u16,
-            drive_index: 0,
-            tail_index: 0,
-        };
-        for (i, d) in drives.iter().enumerate() {
-            write_drive_record(
-                &d.dir,
-                &DriveRecord {
-                    drive_index: i as u16,
-                    ..current
-                },
-            )?;
-        }
-        return Ok(OpenedDrives {
-            drives,
-            current,
-            listings,
-        });
-    };
-    let id = chain_id_hex(&current.chain_id);
-    for (i, (d, r)) in drives.iter().zip(&records).enumerate() {
-        let Some(r) = r else { continue };
-        if r.chain_id != current.chain_id {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "{}: {} is a drive of another set (id {}), not of {id}; refusing",
-                    layout.name(),
-                    d.dir.display(),
-                    chain_id_hex(&r.chain_id)
-                ),
-            ));
-        }
-        if r.layout != layout {
-            return Err(Error::bad_input(format!(
-                "{}: {} is a drive of a {} (id {id}), opened as a {}",
-                layout.name(),
-                d.dir.display(),
-                r.layout.name(),
-                layout.name()
-            )));
-        }
-        if usize::from(r.drive_count) != drives.len() {
-            return Err(Error::bad_input(format!(
-                "{}: set {id} has {} drives, {} given",
-                layout.name(),
-                r.drive_count,
-                drives.len()
-            )));
-        }
-        if usize::from(r.drive_index) != i {
-            return Err(Error::bad_input(format!(
-                "{}: {} is drive {} of set {id}, given at position {i}: keep the order",
-                layout.name(),
-                d.dir.display(),
-                r.drive_index
-            )));
-        }
-    }
-    let missing: Vec<usize> = records
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| r.is_none().then_some(i))
-        .collect();
-    if !missing.is_empty() {
-        // Only a creation stopped halfway leaves drives without a record: then nothing
-        // has moved the tail and no drive holds anything. Anything else is a blank or
-        // foreign directory in place of a drive, and serving would lose its objects.
-        let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
-        if !interrupted_creation {
-            let i = missing[0];
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "{}: {} has no drive record: it is not drive {i} of set {id} \
-                     (a missing or replaced drive?); refusing to serve without it",
-                    layout.name(),
-                    drives[i].dir.display()
-                ),
-            ));
-        }
-        for i in missing {
-            write_drive_record(
-                &drives[i].dir,
-                &DriveRecord {
-                    drive_index: i as u16,
-                    ..current
-                },
-            )?;
-        }
-    }
-    Ok(OpenedDrives {
-        drives,
-        current,
-        listings,
-    })
-}
-
-/// Record the tail at `tail` with `generation` on every drive: the new tail first, so
-/// the highest generation anywhere always names a drive that was made the tail.
-pub fn persist_tail(
-    drives: &[Drive],
-    base: &DriveRecord,
-    tail: usize,
-    generation: u64,
-) -> Result<()> {
-    let order = std::iter::once(tail).chain((0..drives.len()).filter(|&i| i != tail));
-    for i in order {
-        write_drive_record(
-            &drives[i].dir,
-            &DriveRecord {
-                drive_index: i as u16,
-                tail_index: tail as u16,
-                generation,
-                ..*base
-            },
-        )?;
-    }
-    Ok(())
-}
-
-/// Where `dir` is, for `describe`.
+/// The set as a URL without options, for `describe`.
 pub fn describe(scheme: &str, drives: &[Drive]) -> String {
-    let dirs: Vec<String> = drives.iter().map(|d| d.dir.display().to_string()).collect();
+    let dirs: Vec<String> = drives.iter().map(Drive::describe).collect();
     format!("{scheme}:{}", dirs.join(","))
 }
 

@@ -71,6 +71,8 @@ pub struct DriveRecord {
     pub drive_index: u16,
     /// The drive new client objects go to (chain; 0 for a stripe).
     pub tail_index: u16,
+    /// Directories per position: 1, or 2 for mirrored drives.
+    pub copies: u8,
 }
 
 /// Encode a record (64 bytes, little-endian, CRC32C over all of it with the CRC field
@@ -83,7 +85,7 @@ pub fn encode_drive_record(r: &DriveRecord) -> [u8; DRIVE_RECORD_BYTES] {
     b[16..32].copy_from_slice(&r.chain_id);
     b[32..40].copy_from_slice(&r.generation.to_le_bytes());
     b[40] = r.layout.code();
-    // 41: reserved.
+    b[41] = r.copies;
     b[42..44].copy_from_slice(&r.drive_count.to_le_bytes());
     b[44..46].copy_from_slice(&r.drive_index.to_le_bytes());
     b[46..48].copy_from_slice(&r.tail_index.to_le_bytes());
@@ -126,7 +128,7 @@ pub fn decode_drive_record(b: &[u8]) -> Result<DriveRecord> {
     if u16_at(b, 10) != 0 {
         return Err(bad("unknown flags"));
     }
-    if b[41] != 0 || b[48..64].iter().any(|&x| x != 0) {
+    if b[48..64].iter().any(|&x| x != 0) {
         return Err(bad("reserved bytes are not zero"));
     }
     let layout = Layout::from_code(b[40]).ok_or_else(|| bad("unknown layout"))?;
@@ -141,7 +143,14 @@ pub fn decode_drive_record(b: &[u8]) -> Result<DriveRecord> {
         drive_count: u16_at(b, 42),
         drive_index: u16_at(b, 44),
         tail_index: u16_at(b, 46),
+        copies: b[41],
     };
+    if !(1..=2).contains(&r.copies) {
+        return Err(bad(&format!(
+            "{} copies per drive, expected 1 or 2",
+            r.copies
+        )));
+    }
     let count = usize::from(r.drive_count);
     if count == 0 || count > MAX_DRIVES {
         return Err(bad(&format!(
@@ -171,26 +180,29 @@ pub fn read_drive_record(dir: &Path) -> Result<Option<DriveRecord>> {
     }
 }
 
-/// Replace the record of the drive at `dir` atomically: a temporary file (hidden from
-/// listings like the local store's own), fsync, rename over the old one, fsync the
-/// directory. A crash leaves the old record or the new one, never a mix.
+/// Replace the record of the drive at `dir` atomically (see [`write_atomically`]).
 pub fn write_drive_record(dir: &Path, r: &DriveRecord) -> Result<()> {
+    write_atomically(dir, &record_path(dir), &encode_drive_record(r))
+}
+
+/// Replace `path` (in directory `dir`) with `bytes` atomically: a temporary file
+/// (hidden from listings like the local store's own), fsync, rename over the old one,
+/// fsync the directory. A crash leaves the old file or the new one, never a mix.
+pub fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     static N: AtomicU64 = AtomicU64::new(0);
     let tmp = dir.join(format!(
         ".tmp.chain.{}.{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
-    let path = record_path(dir);
     let io = |what: &str, p: &Path, e: std::io::Error| {
         Error::local_io(format!("{what} {}", p.display()), e)
     };
     let result = (|| {
         let mut f = fs::File::create(&tmp).map_err(|e| io("create", &tmp, e))?;
-        f.write_all(&encode_drive_record(r))
-            .map_err(|e| io("write", &tmp, e))?;
+        f.write_all(bytes).map_err(|e| io("write", &tmp, e))?;
         f.sync_all().map_err(|e| io("fsync", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| io("rename to", &path, e))?;
+        fs::rename(&tmp, path).map_err(|e| io("rename to", path, e))?;
         fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io("fsync directory", dir, e))
@@ -214,6 +226,7 @@ mod tests {
             drive_count: 3,
             drive_index: 1,
             tail_index: 2,
+            copies: 2,
         }
     }
 
@@ -235,12 +248,13 @@ mod tests {
             i += 1;
         }
         b[40] = 1;
+        b[41] = 2;
         b[42] = 3;
         b[44] = 1;
         b[46] = 2;
         b
     };
-    const GOLDEN_CRC: u32 = 0xa6b7_a4b4;
+    const GOLDEN_CRC: u32 = 0x4d10_44c4;
 
     /// The bytes of a known record, field by field (CRC aside, checked against the
     /// constant), then every single-bit flip refused.
@@ -281,6 +295,14 @@ mod tests {
             },
             DriveRecord {
                 drive_count: MAX_DRIVES as u16 + 1,
+                ..sample()
+            },
+            DriveRecord {
+                copies: 0,
+                ..sample()
+            },
+            DriveRecord {
+                copies: 3,
                 ..sample()
             },
         ] {

@@ -13,17 +13,22 @@
 //!   their key: the baseline.
 //!
 //! Each directory is meant to be its own drive and is written through the local store
-//! ([`super::fs::FsStore`]: fsync, atomic put-if-absent). Each holds a drive record
-//! ([`meta`], docs/format/chain.md) tying it to its set and position, checked at open.
-//! Directory names cannot hold `,` or `?`.
+//! ([`super::fs::FsStore`]: fsync, atomic put-if-absent). A position may be two
+//! directories kept as mirrors (`chain:A+A2,B+B2`, [`position`]). Each directory holds
+//! a drive record ([`meta`], docs/format/chain.md) tying it to its set and position,
+//! checked at open ([`open`]). Directory names cannot hold `,`, `+` or `?`.
 
 pub mod chain_store;
 pub mod drives;
 pub mod meta;
+pub mod open;
+pub mod position;
 pub mod stripe;
 
 #[cfg(test)]
 mod engine_tests;
+#[cfg(test)]
+mod mirror_tests;
 #[cfg(test)]
 mod tests;
 
@@ -31,7 +36,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{DynStore, ListEntry};
-use drives::{Drive, list_drive, parse_spec};
+use drives::parse_spec;
+use position::Drive;
 
 /// Open `chain:SPEC` (`spec` is what follows the scheme).
 pub fn open_chain(spec: &str) -> Result<DynStore> {
@@ -77,7 +83,7 @@ fn reserved_key_error(key: &str) -> Error {
 fn merge_listings(drives: &[Drive], prefix: &str) -> Result<Vec<ListEntry>> {
     let mut all = Vec::new();
     for d in drives {
-        all.extend(list_drive(d, prefix)?);
+        all.extend(d.list_sync(prefix)?);
     }
     all.sort_by(|a, b| a.key.cmp(&b.key));
     all.dedup_by(|a, b| a.key == b.key);

@@ -11,11 +11,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::drives::{Drive, DriveSpec, describe, open_drives};
+use super::drives::{DriveSpec, describe};
 use super::meta::{DRIVE_RECORD_NAME, Layout};
+use super::open::open_drives;
+use super::position::{Drive, Read};
 use super::{home_drive, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::fs::FsStore;
+use crate::store::fs::valid_key;
 use crate::store::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
 
 #[derive(Clone)]
@@ -40,47 +42,37 @@ impl StripeStore {
         })
     }
 
-    /// The drive `key` lives on; refuses the drive record's name.
-    fn home(&self, key: &str) -> StoreResult<&FsStore> {
+    /// The drive `key` lives on; refuses invalid keys and the drive record's name.
+    fn home(&self, key: &str) -> StoreResult<&Drive> {
         if key == DRIVE_RECORD_NAME {
             return Err(reserved_key_error(key));
         }
-        Ok(&self.drives[home_drive(key, self.drives.len())].store)
+        valid_key(key)?;
+        Ok(&self.drives[home_drive(key, self.drives.len())])
     }
-}
 
-fn failed<T: Send + 'static>(e: Error) -> BoxFuture<'static, StoreResult<T>> {
-    Box::pin(async move { Err(e) })
+    async fn read(&self, key: String, read: Read) -> StoreResult<Vec<u8>> {
+        self.home(&key)?.read(&key, &read).await
+    }
 }
 
 impl ObjectStore for StripeStore {
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        match self.home(key) {
-            Ok(s) => s.put(key, data, mode),
-            Err(e) => failed(e),
-        }
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.put(&key, data, mode).await })
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        match self.home(key) {
-            Ok(s) => s.get(key),
-            Err(e) => failed(e),
-        }
+        Box::pin(self.read(key.to_string(), Read::Whole))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        match self.home(key) {
-            Ok(s) => s.get_range(key, range),
-            Err(e) => failed(e),
-        }
+        Box::pin(self.read(key.to_string(), Read::Range(range)))
     }
     fn get_range_background(
         &self,
         key: &str,
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        match self.home(key) {
-            Ok(s) => s.get_range_background(key, range),
-            Err(e) => failed(e),
-        }
+        Box::pin(self.read(key.to_string(), Read::Background(range)))
     }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
         let prefix = prefix.to_string();
@@ -92,10 +84,8 @@ impl ObjectStore for StripeStore {
         })
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        match self.home(key) {
-            Ok(s) => s.delete(key),
-            Err(e) => failed(e),
-        }
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.delete(&key).await })
     }
     fn describe(&self) -> String {
         self.describe.clone()

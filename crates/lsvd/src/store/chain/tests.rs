@@ -235,7 +235,8 @@ async fn tail_moves_when_a_drive_fills_and_wraps_to_freed_space() {
         let r = read_drive_record(dir).expect("read").expect("a record");
         assert_eq!(
             (r.tail_index, r.generation, usize::from(r.drive_index)),
-            (2, 2, i)
+            (2, 3, i),
+            "generation 1 at creation, one more per move"
         );
     }
     let full = s
@@ -395,6 +396,11 @@ fn bad_urls_and_wrong_drives_are_refused() {
             ErrorKind::BadInput,
             "3 drives, 2 given",
         ),
+        (
+            vec![d[0].clone(), d[1].clone(), root.path().join("blank")],
+            ErrorKind::Conflict,
+            "no drive record",
+        ),
     ];
     for (list, kind, words) in cases {
         let u = url("chain", &list, "");
@@ -459,16 +465,16 @@ fn crash_leftovers_lose_nothing() {
             put(&*s, &obj(seq, 'd'), 16 << 10).await;
         }
     });
-    // The tail is on drive 1 (generation 1). A crash while moving it to drive 2:
+    // The tail is on drive 1 (generation 2). A crash while moving it to drive 2:
     // only drive 2's record was replaced.
     let r1 = read_drive_record(&d[1]).expect("read").expect("record");
-    assert_eq!((r1.tail_index, r1.generation), (1, 1));
+    assert_eq!((r1.tail_index, r1.generation), (1, 2));
     write_drive_record(
         &d[2],
         &DriveRecord {
             drive_index: 2,
             tail_index: 2,
-            generation: 2,
+            generation: 3,
             ..r1
         },
     )
@@ -500,12 +506,16 @@ fn crash_leftovers_lose_nothing() {
         drive_count: 3,
         drive_index: 0,
         tail_index: 0,
+        copies: 1,
     };
     write_drive_record(&d[0], &first).expect("drive 0 only");
     drop(open_store(&url("chain", &d, "")).expect("finish creation"));
     for (i, p) in d.iter().enumerate() {
         let r = read_drive_record(p).expect("read").expect("record");
-        assert_eq!((r.chain_id, usize::from(r.drive_index)), ([7; 16], i));
+        assert_eq!(
+            (r.chain_id, usize::from(r.drive_index), r.generation),
+            ([7; 16], i, 1)
+        );
     }
 }
 
