@@ -30,6 +30,8 @@ mod engine_tests;
 #[cfg(test)]
 mod mirror_tests;
 #[cfg(test)]
+mod recovery_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;

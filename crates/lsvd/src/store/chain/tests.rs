@@ -1,6 +1,7 @@
 //! Tests of the chained and striped stores on temporary directories: round trips and
 //! reopening, listing order, put-if-absent across drives, the tail moving and wrapping,
-//! GC placement, refused configurations, crash leftovers and the store self-test.
+//! GC placement, refused configurations (crash leftovers and the self-test:
+//! recovery_tests.rs). The helpers are shared with the other test modules.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,32 +10,32 @@ use bytes::Bytes;
 
 use super::chain_store::ChainStore;
 use super::drives::parse_spec;
-use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
+use super::meta::{DRIVE_RECORD_NAME, read_drive_record};
 use crate::error::ErrorKind;
 use crate::store::{DynStore, ObjectStore, Placement, PutMode, open_store};
 use crate::testutil::TempDir;
 
-fn dirs(root: &TempDir, n: usize) -> Vec<PathBuf> {
+pub(super) fn dirs(root: &TempDir, n: usize) -> Vec<PathBuf> {
     (0..n).map(|i| root.path().join(format!("d{i}"))).collect()
 }
 
-fn url(scheme: &str, dirs: &[PathBuf], options: &str) -> String {
+pub(super) fn url(scheme: &str, dirs: &[PathBuf], options: &str) -> String {
     let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     format!("{scheme}:{}{options}", list.join(","))
 }
 
-fn open_chain(dirs: &[PathBuf], options: &str) -> ChainStore {
+pub(super) fn open_chain(dirs: &[PathBuf], options: &str) -> ChainStore {
     let spec =
         parse_spec("chain", &url("chain", dirs, options)["chain:".len()..]).expect("valid spec");
     ChainStore::open(&spec).expect("open chain")
 }
 
-fn obj(seq: u64, kind: char) -> String {
+pub(super) fn obj(seq: u64, kind: char) -> String {
     format!("v/obj/{seq:016x}.{kind}")
 }
 
 /// Bytes that name their key, `len` long.
-fn body(key: &str, len: usize) -> Bytes {
+pub(super) fn body(key: &str, len: usize) -> Bytes {
     let mut v: Vec<u8> = key.bytes().cycle().take(len).collect();
     if let Some(first) = v.first_mut() {
         *first ^= len as u8;
@@ -43,13 +44,13 @@ fn body(key: &str, len: usize) -> Bytes {
 }
 
 /// Which drive directories hold `key`.
-fn holders(dirs: &[PathBuf], key: &str) -> Vec<usize> {
+pub(super) fn holders(dirs: &[PathBuf], key: &str) -> Vec<usize> {
     (0..dirs.len())
         .filter(|&i| dirs[i].join(key).is_file())
         .collect()
 }
 
-fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
+pub(super) fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
     futures_block(store.list(prefix))
         .expect("list")
         .into_iter()
@@ -57,7 +58,7 @@ fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn futures_block<T>(f: impl std::future::Future<Output = T>) -> T {
+pub(super) fn futures_block<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -65,13 +66,13 @@ fn futures_block<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
-async fn put(s: &dyn ObjectStore, key: &str, len: usize) {
+pub(super) async fn put(s: &dyn ObjectStore, key: &str, len: usize) {
     s.put(key, body(key, len), PutMode::IfAbsent)
         .await
         .unwrap_or_else(|e| panic!("put {key}: {e}"));
 }
 
-async fn check(s: &dyn ObjectStore, key: &str, len: usize) {
+pub(super) async fn check(s: &dyn ObjectStore, key: &str, len: usize) {
     let got = s
         .get(key)
         .await
@@ -451,87 +452,7 @@ fn bad_urls_and_wrong_drives_are_refused() {
     }
 }
 
-/// Leftovers of crashes: a tail move recorded on one drive only (the highest
-/// generation wins), temporary files of unfinished puts and record writes (ignored),
-/// a creation stopped after the first drive (finished). Every object is found.
-#[test]
-fn crash_leftovers_lose_nothing() {
-    let root = TempDir::new("chain-crash");
-    let d = dirs(&root, 3);
-    let u = url("chain", &d, "?drive_size=64K");
-    futures_block(async {
-        let s = open_store(&u).expect("open");
-        for seq in 0..6 {
-            put(&*s, &obj(seq, 'd'), 16 << 10).await;
-        }
-    });
-    // The tail is on drive 1 (generation 2). A crash while moving it to drive 2:
-    // only drive 2's record was replaced.
-    let r1 = read_drive_record(&d[1]).expect("read").expect("record");
-    assert_eq!((r1.tail_index, r1.generation), (1, 2));
-    write_drive_record(
-        &d[2],
-        &DriveRecord {
-            drive_index: 2,
-            tail_index: 2,
-            generation: 3,
-            ..r1
-        },
-    )
-    .expect("half a move");
-    std::fs::write(d[0].join(".tmp.chain.1.0"), b"half a record").expect("tmp");
-    std::fs::write(d[1].join("v/obj/.tmp.77.0"), b"half an object").expect("tmp");
-    let s = ChainStore::open(&parse_spec("chain", &u["chain:".len()..]).expect("spec"))
-        .expect("reopen");
-    assert_eq!(s.tail(), 2);
-    let all = keys(&s, "");
-    assert_eq!(all, (0..6).map(|q| obj(q, 'd')).collect::<Vec<_>>());
-    futures_block(async {
-        for seq in 0..6 {
-            check(&s, &obj(seq, 'd'), 16 << 10).await;
-        }
-        put(&s, &obj(6, 'd'), 100).await;
-    });
-    assert_eq!(holders(&d, &obj(6, 'd')), vec![2]);
-    // A creation that stopped after writing drive 0's record: finished at open.
-    let root = TempDir::new("chain-crash-create");
-    let d = dirs(&root, 3);
-    for p in &d {
-        std::fs::create_dir_all(p).expect("mkdir");
-    }
-    let first = DriveRecord {
-        chain_id: [7; 16],
-        generation: 0,
-        layout: super::meta::Layout::Chain,
-        drive_count: 3,
-        drive_index: 0,
-        tail_index: 0,
-        copies: 1,
-    };
-    write_drive_record(&d[0], &first).expect("drive 0 only");
-    drop(open_store(&url("chain", &d, "")).expect("finish creation"));
-    for (i, p) in d.iter().enumerate() {
-        let r = read_drive_record(p).expect("read").expect("record");
-        assert_eq!(
-            (r.chain_id, usize::from(r.drive_index), r.generation),
-            ([7; 16], i, 1)
-        );
-    }
-}
-
-/// The store self-test (put-if-absent, races, ranges, listing) passes on both.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn self_test_passes_on_chain_and_stripe() {
-    for scheme in ["chain", "stripe"] {
-        let root = TempDir::new("chain-selftest");
-        let s = open_store(&url(scheme, &dirs(&root, 3), "")).expect("open");
-        let report = crate::store::selftest::run(&*s).await.expect("self-test");
-        assert!(report.checks.len() >= 7, "{scheme}: {report}");
-        assert!(keys_async(&*s).await.is_empty(), "{scheme}: probes removed");
-    }
-}
-
-async fn keys_async(s: &dyn ObjectStore) -> Vec<String> {
+pub(super) async fn keys_async(s: &dyn ObjectStore) -> Vec<String> {
     s.list("")
         .await
         .expect("list")
