@@ -73,7 +73,14 @@ pub struct DriveRecord {
     pub tail_index: u16,
     /// Directories per position: 1, or 2 for mirrored drives.
     pub copies: u8,
+    /// Set on the copy that kept serving while its mirror was away (flag bit 0): the
+    /// mirror missed writes and deletes, and is made an exact copy of this one at the
+    /// next open that finds it.
+    pub mirror_stale: bool,
 }
+
+/// Flag bit 0: see [`DriveRecord::mirror_stale`].
+const FLAG_MIRROR_STALE: u16 = 1;
 
 /// Encode a record (64 bytes, little-endian, CRC32C over all of it with the CRC field
 /// zero).
@@ -81,7 +88,9 @@ pub fn encode_drive_record(r: &DriveRecord) -> [u8; DRIVE_RECORD_BYTES] {
     let mut b = [0u8; DRIVE_RECORD_BYTES];
     b[0..8].copy_from_slice(DRIVE_RECORD_MAGIC);
     b[8..10].copy_from_slice(&DRIVE_RECORD_VERSION.to_le_bytes());
-    // 10..12 flags: 0. 12..16 CRC, filled in last.
+    let flags = if r.mirror_stale { FLAG_MIRROR_STALE } else { 0 };
+    b[10..12].copy_from_slice(&flags.to_le_bytes());
+    // 12..16 CRC, filled in last.
     b[16..32].copy_from_slice(&r.chain_id);
     b[32..40].copy_from_slice(&r.generation.to_le_bytes());
     b[40] = r.layout.code();
@@ -125,7 +134,8 @@ pub fn decode_drive_record(b: &[u8]) -> Result<DriveRecord> {
             "CRC mismatch (stored {stored:08x}, computed {computed:08x})"
         )));
     }
-    if u16_at(b, 10) != 0 {
+    let flags = u16_at(b, 10);
+    if flags & !FLAG_MIRROR_STALE != 0 {
         return Err(bad("unknown flags"));
     }
     if b[48..64].iter().any(|&x| x != 0) {
@@ -144,6 +154,7 @@ pub fn decode_drive_record(b: &[u8]) -> Result<DriveRecord> {
         drive_index: u16_at(b, 44),
         tail_index: u16_at(b, 46),
         copies: b[41],
+        mirror_stale: flags & FLAG_MIRROR_STALE != 0,
     };
     if !(1..=2).contains(&r.copies) {
         return Err(bad(&format!(
@@ -227,6 +238,7 @@ mod tests {
             drive_index: 1,
             tail_index: 2,
             copies: 2,
+            mirror_stale: false,
         }
     }
 
@@ -272,6 +284,13 @@ mod tests {
             assert!(decode_drive_record(&bad).is_err(), "flip of bit {bit}");
         }
         assert!(decode_drive_record(&buf[..DRIVE_RECORD_BYTES - 1]).is_err());
+        let flagged = DriveRecord {
+            mirror_stale: true,
+            ..sample()
+        };
+        let b = encode_drive_record(&flagged);
+        assert_eq!(&b[10..12], &[1, 0], "flag bit 0");
+        assert_eq!(decode_drive_record(&b).expect("decodes"), flagged);
         assert!(decode_drive_record(&[]).is_err());
     }
 

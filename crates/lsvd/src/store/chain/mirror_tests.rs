@@ -172,3 +172,59 @@ fn mirror_urls_are_checked() {
         .expect("refused");
     assert!(e.to_string().contains("copies per drive"), "{e}");
 }
+
+/// A copy that goes away and comes back with its old contents missed what happened
+/// meanwhile: the copy that served alone noted it in its record, and the next open
+/// makes the returning copy an exact copy (writes added, deletes applied) before
+/// serving, so it never answers with stale or resurrected keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_comes_back_is_brought_in_step() {
+    let root = TempDir::new("chain-mirror-back");
+    let (pos, url) = mirrored(&root);
+    let size = 8 << 10;
+    let away = root.path().join("a2.away");
+    {
+        let s = open_store(&url).expect("open");
+        for seq in 0..3 {
+            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
+                .await
+                .expect("put");
+        }
+        // The copy goes away (moved aside, a file in its place).
+        std::fs::rename(&pos[0][1], &away).expect("move aside");
+        std::fs::write(&pos[0][1], b"not a directory").expect("block it");
+        s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
+            .await
+            .expect("a degraded put");
+        s.delete(&obj(0)).await.expect("a degraded delete");
+        let r = read_drive_record(&pos[0][0])
+            .expect("read")
+            .expect("record");
+        assert!(r.mirror_stale, "the serving copy notes its mirror is stale");
+    }
+    // It comes back with what it held when it left.
+    std::fs::remove_file(&pos[0][1]).expect("unblock");
+    std::fs::rename(&away, &pos[0][1]).expect("back");
+    assert!(has(&pos[0][1], &obj(0)) && !has(&pos[0][1], &obj(3)));
+    let s = open_store(&url).expect("open brings it in step");
+    assert!(!has(&pos[0][1], &obj(0)), "a delete it missed is applied");
+    assert!(has(&pos[0][1], &obj(3)), "a put it missed is copied");
+    for dir in &pos[0] {
+        let r = read_drive_record(dir).expect("read").expect("record");
+        assert!(!r.mirror_stale, "{}: in step again", dir.display());
+    }
+    assert!(s.get(&obj(0)).await.expect_err("deleted").is_not_found());
+    for seq in 1..4 {
+        check(&*s, &obj(seq), size).await;
+    }
+    // Written by both alone (each away in turn): refused, not guessed.
+    drop(s);
+    for dir in &pos[0] {
+        let mut r = read_drive_record(dir).expect("read").expect("record");
+        r.mirror_stale = true;
+        super::meta::write_drive_record(dir, &r).expect("flag");
+    }
+    let e = open_store(&url).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("both copies"), "{e}");
+}

@@ -136,6 +136,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             drive_index: 0,
             tail_index: 0,
             copies,
+            mirror_stale: false,
         };
         persist_records(&drives, &creating, None)?;
         let current = finish_creation(&drives, &creating)?;
@@ -144,6 +145,11 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             current,
             listings,
         });
+    };
+    // The set's record as written from here on (a copy's own flag stays its own).
+    let current = DriveRecord {
+        mirror_stale: false,
+        ..current
     };
     let id = chain_id_hex(&current.chain_id);
     let name = layout.name();
@@ -192,12 +198,36 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
     // Generation 0 is a creation that has not finished: nothing was ever stored.
     let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
     for (i, rs) in copy_records.iter().enumerate() {
-        let with = rs.iter().find(|(_, r)| r.is_some()).map(|(d, _)| d.clone());
-        for (dir, _) in rs.iter().filter(|(_, r)| r.is_none()) {
-            match (&with, interrupted_creation) {
+        let flagged = |r: &Option<DriveRecord>| r.is_some_and(|r| r.mirror_stale);
+        if rs.iter().filter(|(_, r)| flagged(r)).count() > 1 {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{name}: both copies of drive {i} were written while the other was away; \
+                     keep the one to trust (remove the other directory) and open again"
+                ),
+            ));
+        }
+        // The copy to copy from: the one that served alone, else any with a record.
+        let source = rs
+            .iter()
+            .find(|(_, r)| flagged(r))
+            .or_else(|| rs.iter().find(|(_, r)| r.is_some()))
+            .map(|(d, _)| d.clone());
+        let stale_mirror = rs.iter().any(|(_, r)| flagged(r));
+        let mut synced = false;
+        for (dir, r) in rs {
+            let behind = r.is_none() || (stale_mirror && source.as_ref() != Some(dir));
+            if !behind {
+                continue;
+            }
+            match (&source, interrupted_creation) {
                 // A creation stopped halfway: nothing to copy, just the record.
                 (_, true) => {}
-                (Some(from), false) => rebuild_copy(i, from, dir)?,
+                (Some(from), false) => {
+                    rebuild_copy(i, from, dir)?;
+                    synced = true;
+                }
                 (None, false) => {
                     return Err(Error::new(
                         ErrorKind::Conflict,
@@ -217,6 +247,20 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 },
             )?;
         }
+        // In step again: the source's flag is cleared.
+        if let (true, Some(from)) = (synced, &source) {
+            write_drive_record(
+                from,
+                &DriveRecord {
+                    drive_index: i as u16,
+                    ..current
+                },
+            )?;
+        }
+    }
+    // Served with a copy away from here on: what is written now, that copy misses.
+    for d in drives.iter().filter(|d| d.degraded()) {
+        d.mark_mirror_stale();
     }
     let current = if current.generation == 0 {
         finish_creation(&drives, &current)?
@@ -245,11 +289,12 @@ fn finish_creation(drives: &[Drive], creating: &DriveRecord) -> Result<DriveReco
     })
 }
 
-/// Copy every key of the copy at `from` that the copy at `to` lacks (or holds with
-/// another size): a blank mirror copy put in place of a lost one.
+/// Make the copy at `to` an exact copy of the copy at `from`: every key `to` lacks
+/// (or holds with another size) copied, every key `from` lacks deleted. For a blank
+/// directory put in place of a lost copy, and for a copy that was away while its
+/// mirror served alone (it missed writes and deletes).
 fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
-    let source = FsStore::open(from)?;
-    let keys = source.list_sync("")?;
+    let keys = FsStore::open(from)?.list_sync("")?;
     let mut copied = 0usize;
     for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
         let target = to.join(&e.key);
@@ -264,11 +309,24 @@ fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
         write_atomically(dir, &target, &bytes)?;
         copied += 1;
     }
+    let wanted: HashSet<&str> = keys.iter().map(|e| e.key.as_str()).collect();
+    let mut deleted = 0usize;
+    for e in FsStore::open(to)?.list_sync("")? {
+        if e.key != DRIVE_RECORD_NAME && !wanted.contains(e.key.as_str()) {
+            let path = to.join(&e.key);
+            match std::fs::remove_file(&path) {
+                Ok(()) => deleted += 1,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    return Err(Error::local_io(format!("delete {}", path.display()), err));
+                }
+            }
+        }
+    }
     crate::log::warn(&format!(
-        "drive {index}: copy {} had no drive record; rebuilt from {} ({copied} of {} keys copied)",
+        "drive {index}: copy {} brought in step with {} ({copied} keys copied, {deleted} deleted)",
         to.display(),
-        from.display(),
-        keys.len()
+        from.display()
     ));
     Ok(())
 }
@@ -288,6 +346,7 @@ fn persist_records(drives: &[Drive], base: &DriveRecord, tail: Option<(usize, u6
             r.tail_index = t as u16;
             r.generation = generation;
         }
+        r.mirror_stale = drives[i].degraded();
         for c in drives[i].copies.iter().filter(|c| c.is_live()) {
             write_drive_record(&c.dir, &r)?;
         }

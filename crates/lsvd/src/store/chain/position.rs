@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 
-use super::meta::DRIVE_RECORD_NAME;
+use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::{FsStore, valid_key};
 use crate::store::{ListEntry, ObjectStore, PutMode, StoreResult};
@@ -97,8 +97,38 @@ impl Drive {
                 self.index,
                 copy.dir.display()
             ));
+            self.mark_mirror_stale();
         }
         true
+    }
+
+    /// True if a copy of this position is out of service.
+    pub fn degraded(&self) -> bool {
+        self.copies.iter().any(|c| !c.is_live())
+    }
+
+    /// Flag the live copies' records: their mirror misses what is written from now on
+    /// (the next open that finds it makes it an exact copy again).
+    pub fn mark_mirror_stale(&self) {
+        for (c, _) in self.live() {
+            let result = read_drive_record(&c.dir).and_then(|r| match r {
+                Some(r) if !r.mirror_stale => write_drive_record(
+                    &c.dir,
+                    &DriveRecord {
+                        mirror_stale: true,
+                        ..r
+                    },
+                ),
+                _ => Ok(()),
+            });
+            if let Err(e) = result {
+                crate::log::warn(&format!(
+                    "drive {}: cannot note on {} that its mirror is stale: {e}",
+                    self.index,
+                    c.dir.display()
+                ));
+            }
+        }
     }
 
     fn no_copy(&self) -> Error {

@@ -64,6 +64,7 @@ fn crash_leftovers_lose_nothing() {
         drive_index: 0,
         tail_index: 0,
         copies: 1,
+        mirror_stale: false,
     };
     write_drive_record(&d[0], &first).expect("drive 0 only");
     drop(open_store(&url("chain", &d, "")).expect("finish creation"));
