@@ -232,3 +232,77 @@ async fn a_live_volume_on_mirrored_drives_keeps_both_copies_equal() {
     assert!(o.gc_passes > 0 && o.tail_moves > 0);
     assert_eq!(o.gc_puts_to_tail, 0);
 }
+
+/// The store stops (a crash) at the n-th put or delete, for n across a run that fills
+/// drives, moves the tail and runs GC; the process is gone (the volume crashed, the
+/// chain dropped); a new process opens the chain from its directories and the volume
+/// from the intact cache: every flushed write is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
+    use crate::store::faulty::{FaultPlan, FaultyStore};
+    let mut mutations_seen = 0u64;
+    for n in (1..120u64).step_by(7) {
+        let root = TempDir::new("chain-engine-crash");
+        let list: Vec<String> = (0..3)
+            .map(|i| root.path().join(format!("drive{i}")).display().to_string())
+            .collect();
+        let spec_text = format!("{}?drive_size=4M", list.join(","));
+        let chain =
+            ChainStore::open(&parse_spec("chain", &spec_text).expect("spec")).expect("open");
+        let store: DynStore = Arc::new(chain.clone());
+        create_volume(&store, "v", (BLOCKS / 2) * BLOCK)
+            .await
+            .expect("create");
+        let faulty = Arc::new(FaultyStore::new(store.clone(), FaultPlan::default(), n));
+        let data_dir = TempDir::new("chain-engine-crash-data");
+        let (volume, _) = open_volume(faulty.clone(), "v", data_dir.path(), config())
+            .await
+            .expect("open volume");
+        faulty.kill_after_mutations(n);
+        let mut model = vec![0u64; (BLOCKS / 2) as usize];
+        let mut version = 0u64;
+        let mut rng = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        for round in 0..3 {
+            for i in 0..(BLOCKS / 2 / WRITE_BLOCKS) {
+                let first = if round == 0 {
+                    i * WRITE_BLOCKS
+                } else {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    (rng % (BLOCKS / 2 / WRITE_BLOCKS)) * WRITE_BLOCKS
+                };
+                let mut data = Vec::with_capacity((WRITE_BLOCKS * BLOCK) as usize);
+                for b in first..first + WRITE_BLOCKS {
+                    version += 1;
+                    model[b as usize] = version;
+                    data.extend_from_slice(&block_data(b, version));
+                }
+                volume
+                    .write(first * BLOCK, data, false)
+                    .await
+                    .expect("write");
+            }
+            volume.flush().await.expect("flush");
+            // Give uploads and GC a moment to reach the store (and the kill).
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let stats = faulty.stats();
+        mutations_seen = mutations_seen.max(stats.puts);
+        volume.crash();
+        drop(volume);
+        drop(faulty);
+        drop(store);
+        drop(chain);
+        let store = crate::store::open_store(&format!("chain:{spec_text}")).expect("reopen store");
+        let (volume, _) = open_volume(store, "v", data_dir.path(), config())
+            .await
+            .unwrap_or_else(|e| panic!("n={n}: reopen: {e}"));
+        verify(&volume, &model).await;
+        volume.shutdown().await.expect("shutdown");
+    }
+    assert!(
+        mutations_seen > 20,
+        "the runs reached the store: {mutations_seen} puts"
+    );
+}
