@@ -56,6 +56,9 @@ pub fn parse_spec(scheme: &str, spec: &str) -> Result<DriveSpec> {
         }
         dirs.push(copies);
     }
+    if dirs.iter().any(|c| c.len() != dirs[0].len()) {
+        return Err(bad("mirror every drive or none".into()));
+    }
     if dirs.len() > MAX_DRIVES {
         return Err(bad(format!("{} drives, at most {MAX_DRIVES}", dirs.len())));
     }

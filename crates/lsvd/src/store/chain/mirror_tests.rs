@@ -158,7 +158,14 @@ fn mirror_urls_are_checked() {
             "at most two copies",
         ),
         (format!("chain:{}+,{}", p("a"), p("b")), "empty"),
-        (format!("chain:{}+{},{}", p("a"), p("b"), p("a")), "twice"),
+        (
+            format!("chain:{}+{},{}+{}", p("a"), p("b"), p("c"), p("a")),
+            "twice",
+        ),
+        (
+            format!("chain:{}+{},{}", p("a"), p("b"), p("c")),
+            "every drive or none",
+        ),
     ] {
         let e = open_store(&u).err().expect("refused");
         assert_eq!(e.kind, ErrorKind::BadInput, "{u}: {e}");
