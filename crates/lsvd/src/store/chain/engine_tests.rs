@@ -246,14 +246,20 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
         let list: Vec<String> = (0..3)
             .map(|i| root.path().join(format!("drive{i}")).display().to_string())
             .collect();
-        let spec_text = format!("{}?drive_size=4M", list.join(","));
+        // 18 MiB of drives for 12 MiB of writes: full drives would stall uploads,
+        // and GC does not run while uploads wait (ARCHITECTURE, "Chained-drive store").
+        let spec_text = format!("{}?drive_size=6M", list.join(","));
         let chain =
             ChainStore::open(&parse_spec("chain", &spec_text).expect("spec")).expect("open");
         let store: DynStore = Arc::new(chain.clone());
         create_volume(&store, "v", (BLOCKS / 2) * BLOCK)
             .await
             .expect("create");
-        let faulty = Arc::new(FaultyStore::new(store.clone(), FaultPlan::default(), n));
+        let tracked = Arc::new(InFlight {
+            inner: store.clone(),
+            active: Default::default(),
+        });
+        let faulty = Arc::new(FaultyStore::new(tracked.clone(), FaultPlan::default(), n));
         let data_dir = TempDir::new("chain-engine-crash-data");
         let (volume, _) = open_volume(faulty.clone(), "v", data_dir.path(), config())
             .await
@@ -289,9 +295,22 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
         }
         let stats = faulty.stats();
         mutations_seen = mutations_seen.max(stats.puts);
+        // The process dies here if the store has not stopped it yet: nothing it
+        // started (an upload, a checkpoint's superblock) may land after this.
+        faulty.kill();
         volume.crash();
+        // A dead process has nothing in flight: wait for puts and deletes already
+        // handed to the drives (a bound for a hang, not a timing assertion).
+        for _ in 0..6000 {
+            if tracked.active.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(tracked.active.load(std::sync::atomic::Ordering::SeqCst), 0);
         drop(volume);
         drop(faulty);
+        drop(tracked);
         drop(store);
         drop(chain);
         let store = crate::store::open_store(&format!("chain:{spec_text}")).expect("reopen store");
@@ -305,4 +324,77 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
         mutations_seen > 20,
         "the runs reached the store: {mutations_seen} puts"
     );
+}
+
+/// Counts puts and deletes under way in the store it wraps.
+struct InFlight {
+    inner: DynStore,
+    active: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl InFlight {
+    fn track<'a, T: Send + 'a>(
+        &'a self,
+        f: crate::store::BoxFuture<'a, crate::store::StoreResult<T>>,
+    ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<T>> {
+        use std::sync::atomic::Ordering;
+        self.active.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let r = f.await;
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            r
+        })
+    }
+}
+
+impl crate::store::ObjectStore for InFlight {
+    fn put(
+        &self,
+        key: &str,
+        data: bytes::Bytes,
+        mode: crate::store::PutMode,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.track(self.inner.put(key, data, mode))
+    }
+    fn put_placed(
+        &self,
+        key: &str,
+        data: bytes::Bytes,
+        mode: crate::store::PutMode,
+        placement: &crate::store::Placement,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.track(self.inner.put_placed(key, data, mode, placement))
+    }
+    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get_range(key, range)
+    }
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get_range_background(key, range)
+    }
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.track(self.inner.delete(key))
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn is_local(&self) -> bool {
+        self.inner.is_local()
+    }
 }
