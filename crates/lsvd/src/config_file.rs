@@ -737,20 +737,22 @@ mod tests {
         assert!(cfg.open_store("gs://bkt").is_err());
     }
 
-    /// `chain:a,b` once opened a relative directory named `chain:a,b`: a scheme lsvd
-    /// does not know is an error naming the ones it knows.
+    /// `chain:a,b` once opened a relative directory named `chain:a,b` (now it is the
+    /// chained-drive store): a scheme lsvd does not know is an error naming the ones
+    /// it knows.
     #[test]
     fn an_unknown_scheme_is_an_error_not_a_directory() {
         let dir = crate::testutil::TempDir::new("config-scheme");
         let cfg = LsvdConfig::default();
-        for url in ["chain:/a,/b", "chain:x", "gecko+local:y", "S3:bkt"] {
+        for url in ["raid5:/a,/b", "gecko:x", "gecko+local:y", "S3:bkt"] {
             let Err(e) = cfg.open_store(url) else {
                 panic!("{url} opened as a store");
             };
             assert_eq!(e.kind, crate::error::ErrorKind::BadInput, "{url}: {e}");
             assert!(e.to_string().contains("s3://BUCKET/PREFIX"), "{url}: {e}");
+            assert!(e.to_string().contains("chain:DIR0,DIR1"), "{url}: {e}");
         }
-        assert!(!std::path::Path::new("chain:x").exists());
+        assert!(!std::path::Path::new("gecko:x").exists());
         // A path with a colon past its first character stays a path.
         let colon = dir.path().join("a:b");
         let s = cfg

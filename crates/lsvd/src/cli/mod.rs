@@ -54,8 +54,12 @@ pub struct CommonArgs {
     #[arg(long, global = true, env = "LSVD_DATA")]
     pub data: Option<PathBuf>,
     /// Where volumes live: s3://BUCKET/PREFIX, file:///path or a plain path (one that
-    /// starts like `name:` is taken for a URL scheme: write ./name:x). Default: `store`
-    /// from the config file, else file://<DATA>/store.
+    /// starts like `name:` is taken for a URL scheme: write ./name:x);
+    /// chain:DIR0,DIR1[,...][?drive_size=SIZE&gc=compact-in-body|move-to-tail] (a log
+    /// chained over local drives: client objects on the tail drive, GC output in the
+    /// body; DIR+MIRROR mirrors a drive) or stripe:DIR0,DIR1[,...] (objects spread over
+    /// the drives). Default:
+    /// `store` from the config file, else file://<DATA>/store.
     #[arg(long, global = true, env = "LSVD_STORE")]
     pub store: Option<String>,
 }

@@ -16,7 +16,7 @@ use super::apply::apply_ready;
 use super::keys::object_key;
 use super::shared::Shared;
 use crate::error::ErrorKind;
-use crate::store::PutMode;
+use crate::store::{Placement, PutMode};
 
 /// The first retry waits this long; each later one twice as long, up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -37,6 +37,7 @@ pub(crate) async fn upload_object(
         }
     };
     let key = object_key(&shared.meta.name, seq, kind);
+    let placement = placement_of(shared, &header);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0u32;
     loop {
@@ -74,7 +75,7 @@ pub(crate) async fn upload_object(
         shared.stats.store_puts.fetch_add(1, Ordering::Relaxed);
         match shared
             .store
-            .put(&key, bytes.clone(), PutMode::IfAbsent)
+            .put_placed(&key, bytes.clone(), PutMode::IfAbsent, &placement)
             .await
         {
             Ok(()) => {
@@ -144,6 +145,31 @@ pub(crate) async fn upload_object(
         st.pipeline.freeable_through()
     };
     apply_ready(shared, freeable_before).await;
+}
+
+/// Where an object belongs in a store of several drives: GC output names the objects
+/// it relocates from (its extents' sources, still in the store state until the pass's
+/// checkpoint); everything else is client data.
+fn placement_of(shared: &Shared, header: &ObjectHeader) -> Placement {
+    if header.kind != ObjectKind::Gc {
+        return Placement::Client;
+    }
+    let mut sources: Vec<u64> = header
+        .extents
+        .iter()
+        .filter_map(|e| e.source.map(|s| s.object_seq))
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let victim_keys = {
+        let st = shared.lock();
+        let objects = st.pipeline.store().objects();
+        sources
+            .into_iter()
+            .filter_map(|seq| objects.get(&seq).map(|o| shared.object_key(seq, o.kind)))
+            .collect()
+    };
+    Placement::Gc { victim_keys }
 }
 
 /// Copy an uploaded object's data into the read cache, a chunk at a time, in the

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
 use crate::error::{Error, ErrorKind};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -195,7 +195,17 @@ impl FaultyStore {
 
 impl ObjectStore for FaultyStore {
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        self.put_placed(key, data, mode, &Placement::Client)
+    }
+    fn put_placed(
+        &self,
+        key: &str,
+        data: Bytes,
+        mode: PutMode,
+        placement: &Placement,
+    ) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();
+        let placement = placement.clone();
         let delay = (self.next_f64() * self.plan.max_put_delay_ms as f64) as u64;
         let fail = self.next_f64() < self.plan.fail_put;
         let land_then_fail = self.next_f64() < self.plan.land_then_fail;
@@ -217,7 +227,7 @@ impl ObjectStore for FaultyStore {
                     format!("injected failure putting {key}"),
                 ));
             }
-            self.inner.put(&key, data, mode).await?;
+            self.inner.put_placed(&key, data, mode, &placement).await?;
             self.counters.landed.fetch_add(1, Ordering::Relaxed);
             if land_then_fail {
                 self.counters.lost_replies.fetch_add(1, Ordering::Relaxed);

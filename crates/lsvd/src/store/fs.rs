@@ -61,7 +61,7 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::with_source(kind, format!("{what} {}", path.display()), e)
 }
 
-fn valid_key(key: &str) -> StoreResult<()> {
+pub(crate) fn valid_key(key: &str) -> StoreResult<()> {
     let ok = !key.is_empty()
         && !key.starts_with('/')
         && key
@@ -213,7 +213,7 @@ impl FsStore {
         Ok(buf)
     }
 
-    fn list_sync(&self, prefix: &str) -> StoreResult<Vec<ListEntry>> {
+    pub(crate) fn list_sync(&self, prefix: &str) -> StoreResult<Vec<ListEntry>> {
         let mut out = Vec::new();
         // Only walk the directory that can hold matching keys.
         let base = match prefix.rfind('/') {

@@ -2,10 +2,12 @@
 //!
 //! The engine needs six operations: put (optionally only if absent), get, ranged get,
 //! list, delete, and a description for messages. Implementations: a local directory
-//! (the embedded default, durable through fsync), memory (tests), and fault-injecting
-//! decorators (crash tests). Put-if-absent is the only atomic primitive the design
-//! relies on; nothing needs compare-and-swap.
+//! (the embedded default, durable through fsync), several local drives as one chained
+//! log or stripe (`chain:`, `stripe:`), memory (tests), and fault-injecting decorators
+//! (crash tests). Put-if-absent is the only atomic primitive the design relies on;
+//! nothing needs compare-and-swap.
 
+pub mod chain;
 pub mod faulty;
 pub mod fs;
 pub mod mem;
@@ -46,11 +48,35 @@ pub struct ListEntry {
     pub size_bytes: u64,
 }
 
+/// Who is writing an object, for stores that choose among several devices (the
+/// chained-drive store keeps GC output off the drive clients write to). Other stores
+/// ignore it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Client data (and anything without a hint).
+    #[default]
+    Client,
+    /// Garbage-collection output relocating live data out of `victim_keys`.
+    Gc { victim_keys: Vec<String> },
+}
+
 pub trait ObjectStore: Send + Sync + 'static {
     /// Store `data` under `key`. `data` is shared and cheap to clone, so a retry or a
     /// caller that keeps the object (the uploader, for its next attempt) never copies
     /// the whole body.
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>>;
+    /// [`put`](Self::put) with a hint on where the object belongs. Decorators forward
+    /// it; stores with one place for everything ignore it (the default).
+    fn put_placed(
+        &self,
+        key: &str,
+        data: Bytes,
+        mode: PutMode,
+        placement: &Placement,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let _ = placement;
+        self.put(key, data, mode)
+    }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>>;
     /// Bytes `range` of the object; a range past the end returns what exists.
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>>;
@@ -79,8 +105,9 @@ pub trait ObjectStore: Send + Sync + 'static {
 
 pub type DynStore = Arc<dyn ObjectStore>;
 
-/// Open a store from a URL: `file:///path`, a plain path, `s3://BUCKET/PREFIX`, or
-/// `mem://` (tests).
+/// Open a store from a URL: `file:///path`, a plain path, `s3://BUCKET/PREFIX`,
+/// `chain:DIR0,DIR1[,...][?OPTIONS]` and `stripe:DIR0,DIR1[,...]` (several local drives,
+/// see [`chain`]), or `mem://` (tests).
 ///
 /// `s3://` takes its endpoint, region and credentials from the `AWS_*` environment
 /// variables (see [`s3`]; `lsvd.toml` can set them instead through
@@ -93,6 +120,12 @@ pub fn open_store(url: &str) -> Result<DynStore> {
     }
     if url.starts_with("mem://") {
         return Ok(Arc::new(mem::MemStore::new()));
+    }
+    if let Some(spec) = url.strip_prefix("chain:") {
+        return chain::open_chain(spec);
+    }
+    if let Some(spec) = url.strip_prefix("stripe:") {
+        return chain::open_stripe(spec);
     }
     if url.starts_with("s3://") {
         return s3::open_with_retry(
@@ -119,8 +152,9 @@ pub fn open_store(url: &str) -> Result<DynStore> {
             kind,
             format!(
                 "store URL scheme '{scheme}:' is not supported by this build{hint} \
-                 (supported: file://PATH, a plain path, s3://BUCKET/PREFIX; a directory \
-                 whose name has a colon: ./{url})"
+                 (supported: file://PATH, a plain path, s3://BUCKET/PREFIX, \
+                 chain:DIR0,DIR1[,...], stripe:DIR0,DIR1[,...]; a directory whose name \
+                 has a colon: ./{url})"
             ),
         ));
     }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult};
+use super::{BoxFuture, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
 use crate::error::{Error, ErrorKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,14 +154,24 @@ impl RetryStore {
 
 impl ObjectStore for RetryStore {
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        self.put_placed(key, data, mode, &Placement::Client)
+    }
+    fn put_placed(
+        &self,
+        key: &str,
+        data: Bytes,
+        mode: PutMode,
+        placement: &Placement,
+    ) -> BoxFuture<'_, StoreResult<()>> {
         if mode == PutMode::IfAbsent || self.policy.put_attempts <= 1 {
-            return self.inner.put(key, data, mode);
+            return self.inner.put_placed(key, data, mode, placement);
         }
         let key = key.to_string();
+        let placement = placement.clone();
         Box::pin(async move {
             self.retry(&format!("put {key}"), self.policy.put_attempts, || {
                 // A `Bytes` clone shares the buffer: no copy per attempt.
-                self.inner.put(&key, data.clone(), mode)
+                self.inner.put_placed(&key, data.clone(), mode, &placement)
             })
             .await
         })

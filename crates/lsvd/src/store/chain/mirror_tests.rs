@@ -1,0 +1,237 @@
+//! Tests of mirrored positions (`chain:A+A2,B+B2`): both copies written, a missing copy
+//! repaired from its mirror, a broken copy dropped (degraded) while the store keeps
+//! serving, a blank copy rebuilt at open.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::meta::read_drive_record;
+use crate::error::ErrorKind;
+use crate::store::{ObjectStore, PutMode, open_store};
+use crate::testutil::TempDir;
+
+fn obj(seq: u64) -> String {
+    format!("v/obj/{seq:016x}.d")
+}
+
+fn body(key: &str, len: usize) -> Bytes {
+    Bytes::from(key.bytes().cycle().take(len).collect::<Vec<u8>>())
+}
+
+/// Positions of two copies each: (a, a2), (b, b2).
+fn mirrored(root: &TempDir) -> (Vec<[PathBuf; 2]>, String) {
+    let pos: Vec<[PathBuf; 2]> = ["a", "b"]
+        .iter()
+        .map(|n| [root.path().join(n), root.path().join(format!("{n}2"))])
+        .collect();
+    let list: Vec<String> = pos
+        .iter()
+        .map(|[x, y]| format!("{}+{}", x.display(), y.display()))
+        .collect();
+    (pos, format!("chain:{}?drive_size=64K", list.join(",")))
+}
+
+fn has(dir: &Path, key: &str) -> bool {
+    dir.join(key).is_file()
+}
+
+async fn check(s: &dyn ObjectStore, key: &str, len: usize) {
+    let got = s
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    assert!(got == body(key, len), "contents of {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn puts_reach_both_copies_and_reads_repair_a_missing_one() {
+    let root = TempDir::new("chain-mirror");
+    let (pos, url) = mirrored(&root);
+    let s = open_store(&url).expect("open");
+    let size = 16 << 10;
+    for seq in 0..6 {
+        s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
+            .await
+            .expect("put");
+    }
+    // Four fill position 0 (both copies), two go to position 1 (both copies).
+    for seq in 0..6 {
+        let p = &pos[usize::from(seq >= 4)];
+        assert!(
+            has(&p[0], &obj(seq)) && has(&p[1], &obj(seq)),
+            "object {seq}"
+        );
+    }
+    // Lost from the first copy: read from the mirror and written back.
+    std::fs::remove_file(pos[0][0].join(obj(1))).expect("lose");
+    check(&*s, &obj(1), size).await;
+    assert!(has(&pos[0][0], &obj(1)), "repaired");
+    // A ranged read repairs too.
+    std::fs::remove_file(pos[0][0].join(obj(2))).expect("lose");
+    let r = s.get_range(&obj(2), 100..200).await.expect("range");
+    assert_eq!(r, body(&obj(2), size)[100..200]);
+    assert!(has(&pos[0][0], &obj(2)), "repaired by a ranged read");
+    // Lost from the second copy: a put-if-absent of the key (the uploader's retry)
+    // is refused and makes sure of the copy.
+    std::fs::remove_file(pos[0][1].join(obj(3))).expect("lose");
+    let e = s.put(&obj(3), body("x", 5), PutMode::IfAbsent).await;
+    assert_eq!(e.expect_err("taken").kind, ErrorKind::AlreadyExists);
+    assert!(has(&pos[0][1], &obj(3)), "copied to the mirror");
+    assert_eq!(
+        std::fs::read(pos[0][1].join(obj(3))).expect("read"),
+        body(&obj(3), size)
+    );
+    // Deletes reach both copies.
+    s.delete(&obj(0)).await.expect("delete");
+    assert!(!has(&pos[0][0], &obj(0)) && !has(&pos[0][1], &obj(0)));
+    // Both copies carry the record of their position.
+    for (i, p) in pos.iter().enumerate() {
+        for dir in p {
+            let r = read_drive_record(dir).expect("read").expect("record");
+            assert_eq!((usize::from(r.drive_index), r.copies), (i, 2));
+        }
+    }
+    let report = crate::store::selftest::run(&*s).await.expect("self-test");
+    assert!(report.checks.len() >= 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_copy_degrades_then_is_rebuilt_at_open() {
+    let root = TempDir::new("chain-mirror-lost");
+    let (pos, url) = mirrored(&root);
+    let size = 8 << 10;
+    {
+        let s = open_store(&url).expect("open");
+        for seq in 0..3 {
+            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
+                .await
+                .expect("put");
+        }
+        // The second copy of position 0 goes away (a file where its directory was:
+        // nothing can be written there): puts and reads carry on with the first.
+        std::fs::remove_dir_all(&pos[0][1]).expect("lose the copy");
+        std::fs::write(&pos[0][1], b"not a directory").expect("block it");
+        s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
+            .await
+            .expect("a degraded put");
+        for seq in 0..4 {
+            check(&*s, &obj(seq), size).await;
+        }
+    }
+    // Reopened while the copy is still unusable: served degraded.
+    {
+        let s = open_store(&url).expect("open degraded");
+        for seq in 0..4 {
+            check(&*s, &obj(seq), size).await;
+        }
+        s.put(&obj(4), body(&obj(4), size), PutMode::IfAbsent)
+            .await
+            .expect("put while degraded");
+    }
+    // A blank directory in its place: rebuilt from the mirror at open.
+    std::fs::remove_file(&pos[0][1]).expect("unblock");
+    let s = open_store(&url).expect("open and rebuild");
+    for seq in 0..5 {
+        assert!(has(&pos[0][1], &obj(seq)), "object {seq} rebuilt");
+        check(&*s, &obj(seq), size).await;
+    }
+    let r = read_drive_record(&pos[0][1])
+        .expect("read")
+        .expect("record written");
+    assert_eq!(usize::from(r.drive_index), 0);
+    drop(s);
+    // Both copies of a position lost: refused.
+    std::fs::remove_dir_all(&pos[0][0]).expect("lose");
+    std::fs::remove_dir_all(&pos[0][1]).expect("lose");
+    let e = open_store(&url).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+}
+
+#[test]
+fn mirror_urls_are_checked() {
+    let root = TempDir::new("chain-mirror-url");
+    let p = |n: &str| root.path().join(n).display().to_string();
+    for (u, words) in [
+        (
+            format!("chain:{}+{}+{}", p("a"), p("b"), p("c")),
+            "at most two copies",
+        ),
+        (format!("chain:{}+,{}", p("a"), p("b")), "empty"),
+        (
+            format!("chain:{}+{},{}+{}", p("a"), p("b"), p("c"), p("a")),
+            "twice",
+        ),
+        (
+            format!("chain:{}+{},{}", p("a"), p("b"), p("c")),
+            "every drive or none",
+        ),
+    ] {
+        let e = open_store(&u).err().expect("refused");
+        assert_eq!(e.kind, ErrorKind::BadInput, "{u}: {e}");
+        assert!(e.to_string().contains(words), "{u}: {e}");
+    }
+    // A set made with mirrors is not opened without them.
+    let url = format!("chain:{}+{},{}+{}", p("a"), p("a2"), p("b"), p("b2"));
+    drop(open_store(&url).expect("create"));
+    let e = open_store(&format!("chain:{},{}", p("a"), p("b")))
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("copies per drive"), "{e}");
+}
+
+/// A copy that goes away and comes back with its old contents missed what happened
+/// meanwhile: the copy that served alone noted it in its record, and the next open
+/// makes the returning copy an exact copy (writes added, deletes applied) before
+/// serving, so it never answers with stale or resurrected keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_comes_back_is_brought_in_step() {
+    let root = TempDir::new("chain-mirror-back");
+    let (pos, url) = mirrored(&root);
+    let size = 8 << 10;
+    let away = root.path().join("a2.away");
+    {
+        let s = open_store(&url).expect("open");
+        for seq in 0..3 {
+            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
+                .await
+                .expect("put");
+        }
+        // The copy goes away (moved aside, a file in its place).
+        std::fs::rename(&pos[0][1], &away).expect("move aside");
+        std::fs::write(&pos[0][1], b"not a directory").expect("block it");
+        s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
+            .await
+            .expect("a degraded put");
+        s.delete(&obj(0)).await.expect("a degraded delete");
+        let r = read_drive_record(&pos[0][0])
+            .expect("read")
+            .expect("record");
+        assert!(r.mirror_stale, "the serving copy notes its mirror is stale");
+    }
+    // It comes back with what it held when it left.
+    std::fs::remove_file(&pos[0][1]).expect("unblock");
+    std::fs::rename(&away, &pos[0][1]).expect("back");
+    assert!(has(&pos[0][1], &obj(0)) && !has(&pos[0][1], &obj(3)));
+    let s = open_store(&url).expect("open brings it in step");
+    assert!(!has(&pos[0][1], &obj(0)), "a delete it missed is applied");
+    assert!(has(&pos[0][1], &obj(3)), "a put it missed is copied");
+    for dir in &pos[0] {
+        let r = read_drive_record(dir).expect("read").expect("record");
+        assert!(!r.mirror_stale, "{}: in step again", dir.display());
+    }
+    assert!(s.get(&obj(0)).await.expect_err("deleted").is_not_found());
+    for seq in 1..4 {
+        check(&*s, &obj(seq), size).await;
+    }
+    // Written by both alone (each away in turn): refused, not guessed.
+    drop(s);
+    for dir in &pos[0] {
+        let mut r = read_drive_record(dir).expect("read").expect("record");
+        r.mirror_stale = true;
+        super::meta::write_drive_record(dir, &r).expect("flag");
+    }
+    let e = open_store(&url).err().expect("refused");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("both copies"), "{e}");
+}

@@ -1,0 +1,365 @@
+//! Opening a set of drives for the chained and striped stores: checking that the
+//! directories are one set (their drive records agree), creating the records of a new
+//! set, rebuilding a blank mirror copy from its sibling, recording tail moves.
+//!
+//! Refused: a drive of another set, of the other layout, a different drive count or
+//! number of copies, a drive at another position, a blank directory where a drive of
+//! a set that finished creation should be (with no mirror to rebuild it from), a
+//! directory that holds objects but no record.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use super::meta::{
+    DRIVE_RECORD_NAME, DriveRecord, Layout, read_drive_record, write_atomically, write_drive_record,
+};
+use super::position::{Copy, Drive};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::ListEntry;
+use crate::store::fs::FsStore;
+
+/// An opened set: the drives in order, the current record (highest generation) and
+/// what each drive held at open.
+pub struct OpenedDrives {
+    pub drives: Vec<Drive>,
+    pub current: DriveRecord,
+    pub listings: Vec<Vec<ListEntry>>,
+}
+
+/// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
+/// that cannot be read).
+fn random_chain_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut id).is_ok() {
+            return id;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes()
+}
+
+fn chain_id_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Open every copy of every position. A mirrored copy that cannot be opened is left
+/// out (degraded); a position with none is an error.
+fn open_copies(positions: &[Vec<PathBuf>], layout: Layout) -> Result<Vec<Drive>> {
+    let mut drives = Vec::with_capacity(positions.len());
+    let mut canonical = HashSet::new();
+    for (index, dirs) in positions.iter().enumerate() {
+        let mut copies = Vec::with_capacity(dirs.len());
+        let mut last_err = None;
+        for dir in dirs {
+            let opened = FsStore::open(dir).and_then(|s| {
+                std::fs::canonicalize(dir)
+                    .map(|real| (s, real))
+                    .map_err(|e| Error::local_io(format!("resolve {}", dir.display()), e))
+            });
+            match opened {
+                Ok((store, real)) => {
+                    if !canonical.insert(real.clone()) {
+                        return Err(Error::bad_input(format!(
+                            "{}: directory {} given twice (as {})",
+                            layout.name(),
+                            real.display(),
+                            dir.display()
+                        )));
+                    }
+                    copies.push(Copy::new(dir.clone(), Some(store)));
+                }
+                Err(e) if dirs.len() > 1 => {
+                    crate::log::warn(&format!(
+                        "{}: copy {} of drive {index} cannot be opened ({e}); serving from its mirror (degraded)",
+                        layout.name(),
+                        dir.display()
+                    ));
+                    copies.push(Copy::new(dir.clone(), None));
+                    last_err = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !copies.iter().any(Copy::is_live) {
+            return Err(last_err.unwrap_or_else(|| Error::bad_input("a drive without directories")));
+        }
+        drives.push(Drive { index, copies });
+    }
+    Ok(drives)
+}
+
+/// Open the directories as drives of one set of `layout`, creating the set if every
+/// directory is blank and rebuilding a blank mirror copy from its sibling.
+pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedDrives> {
+    let drives = open_copies(positions, layout)?;
+    // Each live copy's record.
+    let mut copy_records: Vec<Vec<(PathBuf, Option<DriveRecord>)>> = Vec::new();
+    for d in &drives {
+        let mut rs = Vec::new();
+        for c in d.copies.iter().filter(|c| c.is_live()) {
+            rs.push((c.dir.clone(), read_drive_record(&c.dir)?));
+        }
+        copy_records.push(rs);
+    }
+    let mut listings = Vec::with_capacity(drives.len());
+    for d in &drives {
+        listings.push(d.list_sync("")?);
+    }
+    let holds_keys: Vec<bool> = listings.iter().map(|l| !l.is_empty()).collect();
+    let copies = positions.iter().map(Vec::len).max().unwrap_or(1) as u8;
+    // The newest record (the first drive's among equals) speaks for the set.
+    let newest = copy_records
+        .iter()
+        .enumerate()
+        .flat_map(|(i, rs)| rs.iter().filter_map(move |(_, r)| r.map(|r| (i, r))))
+        .max_by_key(|&(i, r)| (r.generation, std::cmp::Reverse(i)));
+    let Some((_, current)) = newest else {
+        // A new set, unless a directory already holds objects.
+        if let Some(i) = holds_keys.iter().position(|&k| k) {
+            return Err(Error::bad_input(format!(
+                "{}: drive {} holds objects but no drive record ({DRIVE_RECORD_NAME}): \
+                 not a drive of a chain or stripe (a plain store directory?); refusing to use it",
+                layout.name(),
+                drives[i].describe()
+            )));
+        }
+        let creating = DriveRecord {
+            chain_id: random_chain_id(),
+            generation: 0,
+            layout,
+            drive_count: drives.len() as u16,
+            drive_index: 0,
+            tail_index: 0,
+            copies,
+            mirror_stale: false,
+        };
+        persist_records(&drives, &creating, None)?;
+        let current = finish_creation(&drives, &creating)?;
+        return Ok(OpenedDrives {
+            drives,
+            current,
+            listings,
+        });
+    };
+    // The set's record as written from here on (a copy's own flag stays its own).
+    let current = DriveRecord {
+        mirror_stale: false,
+        ..current
+    };
+    let id = chain_id_hex(&current.chain_id);
+    let name = layout.name();
+    for (i, rs) in copy_records.iter().enumerate() {
+        for (dir, r) in rs {
+            let Some(r) = r else { continue };
+            let dir = dir.display();
+            if r.chain_id != current.chain_id {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{name}: {dir} is a drive of another set (id {}), not of {id}; refusing",
+                        chain_id_hex(&r.chain_id)
+                    ),
+                ));
+            }
+            let problem = if r.layout != layout {
+                Some(format!(
+                    "{dir} is a drive of a {} (id {id}), opened as a {name}",
+                    r.layout.name()
+                ))
+            } else if usize::from(r.drive_count) != drives.len() {
+                Some(format!(
+                    "set {id} has {} drives, {} given",
+                    r.drive_count,
+                    drives.len()
+                ))
+            } else if r.copies != copies {
+                Some(format!(
+                    "set {id} has {} copies per drive, {copies} given",
+                    r.copies
+                ))
+            } else if usize::from(r.drive_index) != i {
+                Some(format!(
+                    "{dir} is drive {} of set {id}, given at position {i}: keep the order",
+                    r.drive_index
+                ))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                return Err(Error::bad_input(format!("{name}: {p}")));
+            }
+        }
+    }
+    // Generation 0 is a creation that has not finished: nothing was ever stored.
+    let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
+    for (i, rs) in copy_records.iter().enumerate() {
+        let flagged = |r: &Option<DriveRecord>| r.is_some_and(|r| r.mirror_stale);
+        if rs.iter().filter(|(_, r)| flagged(r)).count() > 1 {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{name}: both copies of drive {i} were written while the other was away; \
+                     keep the one to trust (remove the other directory) and open again"
+                ),
+            ));
+        }
+        // The copy to copy from: the one that served alone, else any with a record.
+        let source = rs
+            .iter()
+            .find(|(_, r)| flagged(r))
+            .or_else(|| rs.iter().find(|(_, r)| r.is_some()))
+            .map(|(d, _)| d.clone());
+        let stale_mirror = rs.iter().any(|(_, r)| flagged(r));
+        let mut synced = false;
+        for (dir, r) in rs {
+            let behind = r.is_none() || (stale_mirror && source.as_ref() != Some(dir));
+            if !behind {
+                continue;
+            }
+            match (&source, interrupted_creation) {
+                // A creation stopped halfway: nothing to copy, just the record.
+                (_, true) => {}
+                (Some(from), false) => {
+                    rebuild_copy(i, from, dir)?;
+                    synced = true;
+                }
+                (None, false) => {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "{name}: {} has no drive record: it is not drive {i} of set {id} \
+                             (a missing or replaced drive?); refusing to serve without it",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
+            write_drive_record(
+                dir,
+                &DriveRecord {
+                    drive_index: i as u16,
+                    ..current
+                },
+            )?;
+        }
+        // In step again: the source's flag is cleared.
+        if let (true, Some(from)) = (synced, &source) {
+            write_drive_record(
+                from,
+                &DriveRecord {
+                    drive_index: i as u16,
+                    ..current
+                },
+            )?;
+        }
+    }
+    // Served with a copy away from here on: what is written now, that copy misses.
+    for d in drives.iter().filter(|d| d.degraded()) {
+        d.mark_mirror_stale();
+    }
+    let current = if current.generation == 0 {
+        finish_creation(&drives, &current)?
+    } else {
+        current
+    };
+    Ok(OpenedDrives {
+        drives,
+        current,
+        listings,
+    })
+}
+
+/// The second step of creating a set: every drive has its generation-0 record; now
+/// generation 1 marks the set complete. From then on a drive without a record is a
+/// lost or replaced drive, never a creation stopped halfway.
+fn finish_creation(drives: &[Drive], creating: &DriveRecord) -> Result<DriveRecord> {
+    persist_records(
+        drives,
+        creating,
+        Some((usize::from(creating.tail_index), 1)),
+    )?;
+    Ok(DriveRecord {
+        generation: 1,
+        ..*creating
+    })
+}
+
+/// Make the copy at `to` an exact copy of the copy at `from`: every key `to` lacks
+/// (or holds with another size) copied, every key `from` lacks deleted. For a blank
+/// directory put in place of a lost copy, and for a copy that was away while its
+/// mirror served alone (it missed writes and deletes).
+fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
+    let keys = FsStore::open(from)?.list_sync("")?;
+    let mut copied = 0usize;
+    for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
+        let target = to.join(&e.key);
+        if std::fs::metadata(&target).is_ok_and(|m| m.len() == e.size_bytes) {
+            continue;
+        }
+        let bytes = std::fs::read(from.join(&e.key))
+            .map_err(|err| Error::local_io(format!("read {}", from.join(&e.key).display()), err))?;
+        let dir = target.parent().unwrap_or(to);
+        std::fs::create_dir_all(dir)
+            .map_err(|err| Error::local_io(format!("create {}", dir.display()), err))?;
+        write_atomically(dir, &target, &bytes)?;
+        copied += 1;
+    }
+    let wanted: HashSet<&str> = keys.iter().map(|e| e.key.as_str()).collect();
+    let mut deleted = 0usize;
+    for e in FsStore::open(to)?.list_sync("")? {
+        if e.key != DRIVE_RECORD_NAME && !wanted.contains(e.key.as_str()) {
+            let path = to.join(&e.key);
+            match std::fs::remove_file(&path) {
+                Ok(()) => deleted += 1,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    return Err(Error::local_io(format!("delete {}", path.display()), err));
+                }
+            }
+        }
+    }
+    crate::log::warn(&format!(
+        "drive {index}: copy {} brought in step with {} ({copied} keys copied, {deleted} deleted)",
+        to.display(),
+        from.display()
+    ));
+    Ok(())
+}
+
+/// Write `base` (with each copy's position, and `tail`/`generation` if given) to every
+/// live copy; with a tail, the new tail drive first, so the highest generation
+/// anywhere always names a drive that was made the tail.
+fn persist_records(drives: &[Drive], base: &DriveRecord, tail: Option<(usize, u64)>) -> Result<()> {
+    let first = tail.map_or(0, |(t, _)| t);
+    let order = std::iter::once(first).chain((0..drives.len()).filter(|&i| i != first));
+    for i in order {
+        let mut r = DriveRecord {
+            drive_index: i as u16,
+            ..*base
+        };
+        if let Some((t, generation)) = tail {
+            r.tail_index = t as u16;
+            r.generation = generation;
+        }
+        r.mirror_stale = drives[i].degraded();
+        for c in drives[i].copies.iter().filter(|c| c.is_live()) {
+            write_drive_record(&c.dir, &r)?;
+        }
+    }
+    Ok(())
+}
+
+/// Record the tail at `tail` with `generation` on every drive.
+pub fn persist_tail(
+    drives: &[Drive],
+    base: &DriveRecord,
+    tail: usize,
+    generation: u64,
+) -> Result<()> {
+    persist_records(drives, base, Some((tail, generation)))
+}

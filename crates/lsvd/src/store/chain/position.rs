@@ -1,0 +1,313 @@
+//! One position of a chain or stripe: a directory, or two directories kept as mirrors
+//! (`chain:A+A2,B+B2`).
+//!
+//! A mirrored put writes the first working copy (which decides put-if-absent), then
+//! the other (overwrite): it completes when both are durable. A read that finds a copy
+//! missing or unreadable reads the other and writes the object back to the first
+//! (repair). A copy that fails with an I/O error (not "missing", not "full") is
+//! dropped, with a warning, and the position serves from the other copy (degraded)
+//! until the next open, which rebuilds a blank copy from its sibling.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+
+use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::fs::{FsStore, valid_key};
+use crate::store::{ListEntry, ObjectStore, PutMode, StoreResult};
+
+/// A read to send to the position holding a key.
+pub enum Read {
+    Whole,
+    Range(Range<u64>),
+    Background(Range<u64>),
+}
+
+/// One directory of a position.
+pub struct Copy {
+    pub dir: PathBuf,
+    /// None if it could not be opened.
+    store: Option<FsStore>,
+    failed: AtomicBool,
+}
+
+impl Copy {
+    pub fn new(dir: PathBuf, store: Option<FsStore>) -> Copy {
+        let failed = AtomicBool::new(store.is_none());
+        Copy { dir, store, failed }
+    }
+    fn store(&self) -> Option<&FsStore> {
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.store.as_ref()
+    }
+    pub fn is_live(&self) -> bool {
+        self.store().is_some()
+    }
+}
+
+/// A position: one copy, or two mirrored copies.
+pub struct Drive {
+    pub index: usize,
+    pub copies: Vec<Copy>,
+}
+
+/// An error that says the copy itself is broken (not "missing", "taken" or "full").
+fn copy_broken(e: &Error) -> bool {
+    !matches!(
+        e.kind,
+        ErrorKind::NotFound | ErrorKind::AlreadyExists | ErrorKind::Transient
+    )
+}
+
+impl Drive {
+    /// The first directory (for free space and messages).
+    pub fn dir(&self) -> &Path {
+        self.live()
+            .next()
+            .map_or(&self.copies[0].dir, |(c, _)| c.dir.as_path())
+    }
+
+    /// `A` or `A+A2`.
+    pub fn describe(&self) -> String {
+        let dirs: Vec<String> = self
+            .copies
+            .iter()
+            .map(|c| c.dir.display().to_string())
+            .collect();
+        dirs.join("+")
+    }
+
+    fn live(&self) -> impl Iterator<Item = (&Copy, &FsStore)> {
+        self.copies.iter().filter_map(|c| c.store().map(|s| (c, s)))
+    }
+
+    /// Drop `copy` after `e` if another copy is still live; false if it is the last.
+    fn fail(&self, copy: &Copy, e: &Error) -> bool {
+        if self.live().filter(|(c, _)| !std::ptr::eq(*c, copy)).count() == 0 {
+            return false;
+        }
+        if !copy.failed.swap(true, Ordering::SeqCst) {
+            crate::log::warn(&format!(
+                "drive {}: copy {} failed ({e}); serving from its mirror (degraded) until the next open",
+                self.index,
+                copy.dir.display()
+            ));
+            self.mark_mirror_stale();
+        }
+        true
+    }
+
+    /// True if a copy of this position is out of service.
+    pub fn degraded(&self) -> bool {
+        self.copies.iter().any(|c| !c.is_live())
+    }
+
+    /// Flag the live copies' records: their mirror misses what is written from now on
+    /// (the next open that finds it makes it an exact copy again).
+    pub fn mark_mirror_stale(&self) {
+        for (c, _) in self.live() {
+            let result = read_drive_record(&c.dir).and_then(|r| match r {
+                Some(r) if !r.mirror_stale => write_drive_record(
+                    &c.dir,
+                    &DriveRecord {
+                        mirror_stale: true,
+                        ..r
+                    },
+                ),
+                _ => Ok(()),
+            });
+            if let Err(e) = result {
+                crate::log::warn(&format!(
+                    "drive {}: cannot note on {} that its mirror is stale: {e}",
+                    self.index,
+                    c.dir.display()
+                ));
+            }
+        }
+    }
+
+    fn no_copy(&self) -> Error {
+        Error::new(
+            ErrorKind::Permanent,
+            format!(
+                "drive {} ({}): no working copy",
+                self.index,
+                self.describe()
+            ),
+        )
+    }
+
+    /// Size of `key` on a live copy that has it.
+    pub fn stat(&self, key: &str) -> Option<u64> {
+        self.live().find_map(|(c, _)| {
+            std::fs::metadata(c.dir.join(key))
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+        })
+    }
+
+    /// Every key under `prefix` on any live copy, in order, without the drive record.
+    pub fn list_sync(&self, prefix: &str) -> Result<Vec<ListEntry>> {
+        let mut all = Vec::new();
+        let mut listed = false;
+        let mut last_err = None;
+        for (c, s) in self.live() {
+            match s.list_sync(prefix) {
+                Ok(l) => {
+                    all.extend(l);
+                    listed = true;
+                }
+                Err(e) if copy_broken(&e) && self.fail(c, &e) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if !listed {
+            return Err(last_err.unwrap_or_else(|| self.no_copy()));
+        }
+        all.retain(|e| e.key != DRIVE_RECORD_NAME);
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.dedup_by(|a, b| a.key == b.key);
+        Ok(all)
+    }
+
+    /// Put on every live copy: the first decides put-if-absent, the others follow with
+    /// overwrite. A key the first has already is made sure of on the others too.
+    pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
+        // A bad key is the caller's mistake, not a broken copy.
+        valid_key(key)?;
+        loop {
+            let live: Vec<(&Copy, &FsStore)> = self.live().collect();
+            let Some(((first, first_store), rest)) = live.split_first() else {
+                return Err(self.no_copy());
+            };
+            match first_store.put(key, data.clone(), mode).await {
+                Ok(()) => {}
+                Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                    for (c, s) in rest {
+                        self.ensure(first_store, c, s, key).await?;
+                    }
+                    return Err(e);
+                }
+                Err(e) if copy_broken(&e) && self.fail(first, &e) => continue,
+                Err(e) => return Err(e),
+            }
+            for (c, s) in rest {
+                match s.put(key, data.clone(), PutMode::Overwrite).await {
+                    Ok(()) => {}
+                    Err(e) if copy_broken(&e) && self.fail(c, &e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Copy `key` from `from` to `to` if `to` lacks it.
+    async fn ensure(
+        &self,
+        from: &FsStore,
+        to: &Copy,
+        to_store: &FsStore,
+        key: &str,
+    ) -> StoreResult<()> {
+        if to.dir.join(key).is_file() {
+            return Ok(());
+        }
+        let data = from.get(key).await?;
+        match to_store
+            .put(key, Bytes::from(data), PutMode::Overwrite)
+            .await
+        {
+            Err(e) if copy_broken(&e) && self.fail(to, &e) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Read from the first live copy that has the key; copies found missing or
+    /// unreadable on the way get it written back.
+    pub async fn read(&self, key: &str, read: &Read) -> StoreResult<Vec<u8>> {
+        valid_key(key)?;
+        let mut needs_repair: Vec<(&Copy, &FsStore)> = Vec::new();
+        let mut last_err = None;
+        for (c, s) in self.live() {
+            let result = match read {
+                Read::Whole => s.get(key).await,
+                Read::Range(r) => s.get_range(key, r.clone()).await,
+                Read::Background(r) => s.get_range_background(key, r.clone()).await,
+            };
+            match result {
+                Ok(v) => {
+                    for (to, to_store) in needs_repair {
+                        self.repair(s, to, to_store, key).await;
+                    }
+                    return Ok(v);
+                }
+                Err(e) => {
+                    if e.is_not_found() || copy_broken(&e) {
+                        needs_repair.push((c, s));
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| self.no_copy()))
+    }
+
+    async fn repair(&self, from: &FsStore, to: &Copy, to_store: &FsStore, key: &str) {
+        let result = match from.get(key).await {
+            Ok(data) => {
+                to_store
+                    .put(key, Bytes::from(data), PutMode::Overwrite)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => crate::log::warn(&format!(
+                "drive {}: {key} was missing or unreadable on {}; repaired from its mirror",
+                self.index,
+                to.dir.display()
+            )),
+            Err(e) => {
+                if !(copy_broken(&e) && self.fail(to, &e)) {
+                    crate::log::warn(&format!(
+                        "drive {}: repairing {key} on {} failed: {e}",
+                        self.index,
+                        to.dir.display()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Delete from every live copy.
+    pub async fn delete(&self, key: &str) -> StoreResult<()> {
+        valid_key(key)?;
+        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
+        if live.is_empty() {
+            return Err(self.no_copy());
+        }
+        for (c, s) in live {
+            match s.delete(key).await {
+                Ok(()) => {}
+                Err(e) if copy_broken(&e) && self.fail(c, &e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes free on the fullest live copy's filesystem.
+    pub fn free_bytes(&self) -> u64 {
+        self.live()
+            .map(|(c, _)| super::drives::free_bytes(&c.dir))
+            .min()
+            .unwrap_or(0)
+    }
+}
