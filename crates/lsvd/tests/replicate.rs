@@ -254,7 +254,7 @@ fn replicate_refuses_bad_targets_with_one_line() {
             vec!["replicate", "vol", "--to", target.as_str(), "--jobs", "0"],
             "--jobs",
         ),
-        (vec!["replicate", "vol", "--to", "chain:a,b"], "scheme"),
+        (vec!["replicate", "vol", "--to", "gecko:a,b"], "scheme"),
         (
             vec!["replicate", "bad@name", "--to", target.as_str()],
             "name",
