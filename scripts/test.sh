@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test entry point: install the test tools, check formatting and lints,
-# run every test once, fuzz every parser briefly (scripts/fuzz.sh), then run the
-# end-to-end tests again against a real S3 server (scripts/test-s3.sh).
+# run every test once (the crash oracle's process and power-loss kinds twice, the
+# second time on a mirrored chain store), fuzz every parser briefly (scripts/fuzz.sh),
+# then run the end-to-end tests again against a real S3 server (scripts/test-s3.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,12 @@ start=$SECONDS
 # own versitygw: required, not skipped, since install-test-deps.sh built it.
 LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
 echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
+# The crash oracle's process and power-loss kinds again with every volume on a
+# mirrored chain of three small drives (`chain:` store, LSVD_TEST_STORE=chain).
+start=$SECONDS
+LSVD_TEST_STORE=chain LSVD_ORACLE_POINTS=20 \
+    cargo test -p lsvd --locked --test crash_oracle -- process_ power_loss
+echo "test: the chain-store oracle pass took $((SECONDS - start)) s" >&2
 # Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
 # (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).
 start=$SECONDS

@@ -120,6 +120,10 @@ pub enum TestStore {
     /// `s3://BUCKET/RUN/PATH` (`LSVD_TEST_STORE=s3`): `RUN` is unique to this test
     /// process, `PATH` is the store directory's path under the temp dir.
     S3 { bucket: String, run: String },
+    /// `chain:DIR/d0+DIR/m0,DIR/d1+DIR/m1,DIR/d2+DIR/m2?drive_size=24M`
+    /// (`LSVD_TEST_STORE=chain`): a mirrored chain of three drives under the store
+    /// directory, small enough that the tail moves.
+    Chain,
 }
 
 /// Variables `LSVD_TEST_STORE=s3` needs (exported by `scripts/with-versitygw.sh`).
@@ -140,6 +144,7 @@ pub fn test_store() -> &'static TestStore {
     static STORE: OnceLock<TestStore> = OnceLock::new();
     STORE.get_or_init(|| match env_nonempty("LSVD_TEST_STORE").as_deref() {
         None | Some("local") | Some("file") => TestStore::Local,
+        Some("chain") => TestStore::Chain,
         Some("s3") => {
             let missing: Vec<&str> = S3_ENV
                 .iter()
@@ -162,7 +167,7 @@ pub fn test_store() -> &'static TestStore {
                 run: format!("it-{nanos:x}-{}", std::process::id()),
             }
         }
-        Some(other) => panic!("LSVD_TEST_STORE={other}: expected `s3` or `local`"),
+        Some(other) => panic!("LSVD_TEST_STORE={other}: expected `s3`, `chain` or `local`"),
     })
 }
 
@@ -213,7 +218,7 @@ fn s3_path_part(path: &Path) -> String {
 /// `s3://BUCKET/RUN/PATH` for a local path under S3, `None` on the local store.
 fn s3_prefix_url(path: &Path) -> Option<String> {
     match test_store() {
-        TestStore::Local => None,
+        TestStore::Local | TestStore::Chain => None,
         TestStore::S3 { bucket, run } => {
             Some(format!("s3://{bucket}/{run}/{}", s3_path_part(path)))
         }
@@ -225,6 +230,10 @@ fn s3_prefix_url(path: &Path) -> Option<String> {
 /// for the same directory (so a restart or a fresh data dir finds the volumes) and
 /// different for every directory.
 pub fn store_url_for(store_dir: &Path) -> String {
+    if *test_store() == TestStore::Chain {
+        let d = store_dir.display();
+        return format!("chain:{d}/d0+{d}/m0,{d}/d1+{d}/m1,{d}/d2+{d}/m2?drive_size=24M");
+    }
     s3_prefix_url(store_dir).unwrap_or_else(|| format!("file://{}", store_dir.display()))
 }
 

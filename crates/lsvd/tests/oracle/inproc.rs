@@ -571,7 +571,11 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
     let mut tmp = TempDir::new("inproc");
     let nblocks: u64 = *rng.pick(&[2048, 4096, 8192]);
     let use_fs = kind == Kind::StoreFaults && rng.chance(0.3);
-    let base: DynStore = if use_fs {
+    let base: DynStore = if *crate::common::test_store() == crate::common::TestStore::Chain {
+        // LSVD_TEST_STORE=chain: a mirrored chain of small drives.
+        lsvd::store::open_store(&crate::common::store_url_for(&tmp.path().join("store")))
+            .map_err(|e| Failure::new(0, format!("setup: {e}")))?
+    } else if use_fs {
         Arc::new(
             FsStore::open(&tmp.path().join("store")).map_err(|e| Failure::new(0, e.to_string()))?,
         )

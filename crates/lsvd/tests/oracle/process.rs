@@ -127,7 +127,7 @@ impl Server {
             .arg("--data")
             .arg(&self.data)
             .arg("--store")
-            .arg(&self.store)
+            .arg(&self.store_url)
             .args(["info", VOLUME, "--json"])
             .env("LSVD_LOG", "error")
             .output()
