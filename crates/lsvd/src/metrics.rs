@@ -312,16 +312,35 @@ pub fn render_connections(stats: &ConnectionStats) -> String {
     out
 }
 
+/// The store's own metrics (`ObjectStore::metrics`: the chain's tail reads and
+/// degraded mirrors), as `lsvd_store_*` labelled with the store's description.
+pub fn render_store(store: &dyn crate::store::ObjectStore) -> String {
+    let mut out = String::new();
+    let label = store.describe().replace('\\', "\\\\").replace('"', "\\\"");
+    for m in store.metrics() {
+        let _ = writeln!(out, "# HELP lsvd_store_{} {}", m.name, m.help);
+        let _ = writeln!(out, "# TYPE lsvd_store_{} {}", m.name, m.kind);
+        let _ = writeln!(
+            out,
+            "lsvd_store_{}{{store=\"{label}\"}} {}",
+            m.name, m.value
+        );
+    }
+    out
+}
+
 /// Answer every HTTP request on `listener` with the metrics, until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
     volumes: Vec<Arc<Volume>>,
     connections: Arc<ConnectionStats>,
+    store: crate::store::DynStore,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let render = move || {
         let mut body = render(&volumes);
         body.push_str(&render_connections(&connections));
+        body.push_str(&render_store(store.as_ref()));
         body
     };
     serve_text(listener, Arc::new(render), shutdown).await;

@@ -73,6 +73,13 @@ fn volumes_on_a_chain_and_a_stripe_survive_losing_the_local_cache() {
                 "{scheme}: objects spread over the drives: {per_drive:?}"
             );
         }
+        if scheme == "chain" {
+            let info = stdout(&lsvd.run_ok(&["info", "vol"]));
+            assert!(
+                info.contains("store:") && info.contains("tail_drive 0"),
+                "lsvd info on a chain:\n{info}"
+            );
+        }
         for d in &drives {
             assert!(
                 d.join(".lsvd-chain").is_file(),

@@ -251,6 +251,23 @@ pub async fn info(
             now_ms.saturating_sub(r.updated_unix_ms) as f64 / 1000.0
         );
     }
+    let store_metrics = store.metrics();
+    if !store_metrics.is_empty() {
+        let shown: Vec<String> = store_metrics
+            .iter()
+            .map(|m| format!("{} {}", m.name, m.value))
+            .collect();
+        println!("store:         {}", shown.join(", "));
+    }
+    if let Some(m) = store_metrics
+        .iter()
+        .find(|m| m.name == "degraded_positions" && m.value > 0.0)
+    {
+        println!(
+            "degraded:      {} mirrored drive positions serve from one copy; the next start rebuilds the other",
+            m.value
+        );
+    }
     if !info.stranded_objects.is_empty() {
         println!(
             "stranded:      {} objects past a gap (removed at next open)",

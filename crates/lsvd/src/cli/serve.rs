@@ -318,6 +318,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             listener,
             volumes.clone(),
             server.connection_stats(),
+            store.clone(),
             shutdown_rx.clone(),
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");

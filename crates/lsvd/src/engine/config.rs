@@ -112,10 +112,11 @@ pub enum Admission {
 }
 
 impl Admission {
-    /// Does this setting admit uploads to a store that is (or is not) local?
-    pub fn admits(self, store_is_local: bool) -> bool {
+    /// Does this setting admit uploads, to a store that asks for it
+    /// (`ObjectStore::admit_uploads_to_cache`: remote stores, the chain) or not?
+    pub fn admits(self, store_asks: bool) -> bool {
         match self {
-            Admission::Auto => !store_is_local,
+            Admission::Auto => store_asks,
             Admission::Always => true,
             Admission::Never => false,
         }

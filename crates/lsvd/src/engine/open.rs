@@ -380,7 +380,10 @@ async fn open_inner(
             written_unix_ms: 0,
         }),
         headers: Mutex::new(Default::default()),
-        admit_uploads: read_cache.is_some() && config.read_cache_admit.admits(store.is_local()),
+        admit_uploads: read_cache.is_some()
+            && config
+                .read_cache_admit
+                .admits(store.admit_uploads_to_cache()),
         admissions_pending: Default::default(),
         read_cache,
         failed: AtomicBool::new(false),

@@ -101,6 +101,27 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn is_local(&self) -> bool {
         false
     }
+    /// Should the engine copy what it uploads into its read cache (under
+    /// `--read-cache-admit auto`)? Yes for remote stores; the chain store says yes too,
+    /// though local, so reads of fresh data stay off the drive taking the writes.
+    fn admit_uploads_to_cache(&self) -> bool {
+        !self.is_local()
+    }
+    /// The store's own counters and gauges, for `lsvd serve --metrics` and `lsvd info`
+    /// (none for most stores).
+    fn metrics(&self) -> Vec<StoreMetric> {
+        Vec::new()
+    }
+}
+
+/// One metric a store reports: `lsvd_store_{name}` in the Prometheus output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreMetric {
+    pub name: &'static str,
+    /// `counter` or `gauge`.
+    pub kind: &'static str,
+    pub help: &'static str,
+    pub value: f64,
 }
 
 pub type DynStore = Arc<dyn ObjectStore>;

@@ -32,7 +32,9 @@ use super::position::{Drive, Read};
 use super::{home_drive, is_log_object, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
-use crate::store::{BoxFuture, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
+use crate::store::{
+    BoxFuture, ListEntry, ObjectStore, Placement, PutMode, StoreMetric, StoreResult,
+};
 
 /// Without `drive_size`, a drive is full this far before its filesystem is: room for
 /// the filesystem's own blocks and the temporary file of a put.
@@ -86,6 +88,9 @@ struct State {
     counters: Vec<DriveCounters>,
     /// GC puts that went to the drive that was the tail when they were placed.
     gc_puts_to_tail: u64,
+    /// Object reads, and those that reached the drive that was the tail then.
+    reads: u64,
+    tail_reads: u64,
 }
 
 impl ChainStore {
@@ -137,6 +142,8 @@ impl ChainStore {
                     generation: opened.current.generation,
                     counters: vec![DriveCounters::default(); n],
                     gc_puts_to_tail: 0,
+                    reads: 0,
+                    tail_reads: 0,
                 }),
                 record_lock: Mutex::new(()),
                 describe,
@@ -388,6 +395,7 @@ impl ChainStore {
         }
         let known = self.lock().index.get(&key).map(|l| l.drive);
         if let Some(d) = known {
+            self.count_read(d);
             match self.inner.drives[d].read(&key, &read).await {
                 Err(e) if e.is_not_found() => {
                     // Gone from there (deleted by another process): forget it.
@@ -397,12 +405,29 @@ impl ChainStore {
             }
         }
         match self.find(&key)? {
-            Some(d) => self.inner.drives[d].read(&key, &read).await,
+            Some(d) => {
+                self.count_read(d);
+                self.inner.drives[d].read(&key, &read).await
+            }
             None => Err(Error::new(
                 ErrorKind::NotFound,
                 format!("{key} is on no drive of {}", self.inner.describe),
             )),
         }
+    }
+
+    fn count_read(&self, drive: usize) {
+        let mut st = self.lock();
+        st.reads += 1;
+        if drive == st.tail {
+            st.tail_reads += 1;
+        }
+    }
+
+    /// Object reads so far, and those that reached the drive that was the tail then.
+    pub fn read_counts(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.reads, st.tail_reads)
     }
 
     fn forget(&self, key: &str, drive: usize) {
@@ -477,5 +502,44 @@ impl ObjectStore for ChainStore {
     }
     fn is_local(&self) -> bool {
         true
+    }
+    /// The tail cache: what is uploaded goes into the read cache too, so reads of
+    /// fresh data stay off the drive taking the writes.
+    fn admit_uploads_to_cache(&self) -> bool {
+        true
+    }
+    fn metrics(&self) -> Vec<StoreMetric> {
+        let (reads, tail_reads) = self.read_counts();
+        let (tail, degraded) = {
+            let st = self.lock();
+            let degraded = self.inner.drives.iter().filter(|d| d.degraded()).count();
+            (st.tail, degraded)
+        };
+        vec![
+            StoreMetric {
+                name: "reads_total",
+                kind: "counter",
+                help: "Object reads (whole or ranged) the store served.",
+                value: reads as f64,
+            },
+            StoreMetric {
+                name: "tail_reads_total",
+                kind: "counter",
+                help: "Of those, reads that reached the drive taking new writes (the tail): what the read cache did not absorb.",
+                value: tail_reads as f64,
+            },
+            StoreMetric {
+                name: "tail_drive",
+                kind: "gauge",
+                help: "Position of the drive taking new writes.",
+                value: tail as f64,
+            },
+            StoreMetric {
+                name: "degraded_positions",
+                kind: "gauge",
+                help: "Mirrored positions serving from one copy (the other failed; rebuilt at the next open).",
+                value: degraded as f64,
+            },
+        ]
     }
 }

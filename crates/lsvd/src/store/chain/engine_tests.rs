@@ -397,4 +397,10 @@ impl crate::store::ObjectStore for InFlight {
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }
+    fn admit_uploads_to_cache(&self) -> bool {
+        self.inner.admit_uploads_to_cache()
+    }
+    fn metrics(&self) -> Vec<crate::store::StoreMetric> {
+        self.inner.metrics()
+    }
 }

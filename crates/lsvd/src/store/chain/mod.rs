@@ -32,6 +32,8 @@ mod mirror_tests;
 #[cfg(test)]
 mod recovery_tests;
 #[cfg(test)]
+mod tail_cache_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
