@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use lsvd_core::format::VolumeId;
 use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
+use lsvd_core::format::chain_drive::{DriveRecord, Layout, encode_drive_record};
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, encode_checkpoint,
 };
@@ -312,7 +313,24 @@ fn supers() {
         &[0, 5],
         &encode_replica_status(&status).expect("a valid status"),
     );
-    for which in 0..6u8 {
+    // The chain drive record's golden test value.
+    let drive = DriveRecord {
+        chain_id: [0xc5; 16],
+        generation: 0x0102_0304_0506_0708,
+        layout: Layout::Chain,
+        drive_count: 3,
+        drive_index: 1,
+        tail_index: 2,
+        copies: 2,
+        mirror_stale: false,
+    };
+    put(
+        "format_supers",
+        "chain-drive",
+        &[0, 6],
+        &encode_drive_record(&drive),
+    );
+    for which in 0..7u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

@@ -1,9 +1,12 @@
 //! Fuzz checks for the metadata decoders: checkpoints, the write-log index, the cache
 //! and volume superblocks and the volume metadata object. Same modes as the parent
-//! module's targets. Snapshot records, clone links and replica status records share the `format_supers`
-//! target.
+//! module's targets. Snapshot records, clone links, replica status records and chain
+//! drive records share the `format_supers` target.
 
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
+use lsvd_core::format::chain_drive::{
+    DriveRecord, Layout, MAX_DRIVES, decode_drive_record, encode_drive_record,
+};
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, decode_checkpoint,
     encode_checkpoint,
@@ -218,7 +221,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 6 {
+    match which % 7 {
         0 => {
             if let Ok(s) = decode_cache_super(buf) {
                 let again = decode_cache_super(&encode_cache_super(&s));
@@ -247,6 +250,17 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
                 );
             }
         }
+        6 => {
+            if let Ok(r) = decode_drive_record(buf) {
+                let bytes = encode_drive_record(&r);
+                assert_eq!(bytes, buf, "chain drive record re-encodes differently");
+                assert_eq!(
+                    decode_drive_record(&bytes),
+                    Ok(r),
+                    "chain drive record re-decodes differently"
+                );
+            }
+        }
         4 => {
             if let Ok(l) = decode_clone_link(buf) {
                 let bytes = encode_clone_link(&l).expect("a decoded link encodes");
@@ -272,14 +286,15 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 6 {
+    match which % 7 {
         0 => fix::crc_at(buf, 12, 88),
+        // The others, the chain drive record included: CRC at 12 over the whole record.
         _ => fix::crc_at(buf, 12, len),
     }
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 6 {
+    let mut buf = match which % 7 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -381,6 +396,31 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             );
             buf
         }
+        6 => {
+            // Any valid record: 1..=64 drives, position and tail below the count.
+            let drive_count = 1 + b.below(MAX_DRIVES as u32) as u16;
+            let r = DriveRecord {
+                chain_id: volume(b).0,
+                generation: b.u64(),
+                layout: if b.bool() {
+                    Layout::Chain
+                } else {
+                    Layout::Stripe
+                },
+                drive_count,
+                drive_index: b.below(u32::from(drive_count)) as u16,
+                tail_index: b.below(u32::from(drive_count)) as u16,
+                copies: 1 + u8::from(b.bool()),
+                mirror_stale: b.bool(),
+            };
+            let buf = encode_drive_record(&r);
+            assert_eq!(
+                decode_drive_record(&buf),
+                Ok(r),
+                "chain drive record round trip"
+            );
+            buf
+        }
         3 => {
             let len = 1 + b.below(64) as usize;
             let name: String = (0..len)
@@ -422,18 +462,19 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(6) {
+    let within = if which.is_multiple_of(7) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 6 {
+        let rejected = match which % 7 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
             2 => decode_volume_meta(&buf).is_err(),
             4 => decode_clone_link(&buf).is_err(),
             5 => decode_replica_status(&buf).is_err(),
+            6 => decode_drive_record(&buf).is_err(),
             _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
@@ -441,7 +482,8 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
 }
 
 /// Target `format_supers`: cache superblock, volume superblock, volume metadata,
-/// snapshot record, clone link, replica status. The second byte picks which.
+/// snapshot record, clone link, replica status, chain drive record. The second byte
+/// picks which (modulo 7, in that order).
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {

@@ -6,6 +6,7 @@
 //! of each layout is in `docs/format/`.
 
 pub mod cache_super;
+pub mod chain_drive;
 pub mod checkpoint;
 pub mod clone_link;
 pub mod keyed_hash;
