@@ -4,7 +4,7 @@
 //! a directory given twice, more than two copies of a position, unknown options.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::meta::MAX_DRIVES;
 use super::position::Drive;
@@ -100,19 +100,4 @@ pub fn parse_spec(scheme: &str, spec: &str) -> Result<DriveSpec> {
 pub fn describe(scheme: &str, drives: &[Drive]) -> String {
     let dirs: Vec<String> = drives.iter().map(Drive::describe).collect();
     format!("{scheme}:{}", dirs.join(","))
-}
-
-/// Bytes free for unprivileged writers on the filesystem holding `dir` (0 if it
-/// cannot be asked).
-pub fn free_bytes(dir: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return 0;
-    };
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return 0;
-    }
-    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
 }

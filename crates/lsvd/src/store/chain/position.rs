@@ -306,8 +306,23 @@ impl Drive {
     /// Bytes free on the fullest live copy's filesystem.
     pub fn free_bytes(&self) -> u64 {
         self.live()
-            .map(|(c, _)| super::drives::free_bytes(&c.dir))
+            .map(|(c, _)| fs_free_bytes(&c.dir))
             .min()
             .unwrap_or(0)
     }
+}
+
+/// Bytes free for unprivileged writers on the filesystem holding `dir` (0 if it
+/// cannot be asked).
+fn fs_free_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
 }
