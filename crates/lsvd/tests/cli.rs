@@ -271,6 +271,11 @@ fn serve_without_names_creates_a_16g_disk0_and_says_how_to_connect() {
     let port = free_tcp_port();
     let listen = format!("127.0.0.1:{port}");
     let mut server = lsvd.serve(&socket, &["--listen", &listen]);
+    // The socket can appear before the last "how to connect" line is written (seen
+    // under load: the log ended in "lsvd: serving "): wait for that line.
+    wait_until(std::time::Duration::from_secs(30), || {
+        server.log().contains("nbd+unix:///disk0")
+    });
     let log = server.log();
     assert!(log.contains("created volume disk0"), "{log}");
     assert!(log.contains(&format!("nbd://{listen}")), "{log}");
