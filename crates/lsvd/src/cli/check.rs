@@ -33,6 +33,17 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
         store.describe()
     );
 
+    // 0. A store that keeps copies (the mirrored chain): every copy the same, compared
+    // before the reads below repair a missing one.
+    let copy_problems = store
+        .verify_copies(&format!("{name}/"))
+        .await
+        .map_err(|e| e.context("cannot compare the store's copies"))?;
+    if !copy_problems.is_empty() {
+        println!("  store copies: {} differences", copy_problems.len());
+    }
+    problems.extend(copy_problems);
+
     // 1. Every object in the store: header, chunk checksums, identity.
     let listing = store
         .list(&objects_prefix(name))

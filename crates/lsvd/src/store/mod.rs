@@ -112,6 +112,13 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn metrics(&self) -> Vec<StoreMetric> {
         Vec::new()
     }
+    /// For a store that keeps several copies (the mirrored chain): compare them for the
+    /// keys under `prefix`, byte for byte, and describe each difference (`lsvd check`).
+    /// Stores with one copy have nothing to compare.
+    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        let _ = prefix;
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// One metric a store reports: `lsvd_store_{name}` in the Prometheus output.

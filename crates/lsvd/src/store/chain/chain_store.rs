@@ -503,6 +503,15 @@ impl ObjectStore for ChainStore {
     fn is_local(&self) -> bool {
         true
     }
+    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let mut problems = Vec::new();
+            for drive in self.inner.drives.iter() {
+                problems.extend(drive.compare_copies(prefix).await);
+            }
+            Ok(problems)
+        })
+    }
     /// The tail cache: what is uploaded goes into the read cache too, so reads of
     /// fresh data stay off the drive taking the writes.
     fn admit_uploads_to_cache(&self) -> bool {

@@ -93,4 +93,13 @@ impl ObjectStore for StripeStore {
     fn is_local(&self) -> bool {
         true
     }
+    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let mut problems = Vec::new();
+            for drive in self.drives.iter() {
+                problems.extend(drive.compare_copies(prefix).await);
+            }
+            Ok(problems)
+        })
+    }
 }
