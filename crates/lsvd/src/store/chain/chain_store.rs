@@ -505,11 +505,7 @@ impl ObjectStore for ChainStore {
     }
     fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
         Box::pin(async move {
-            let mut problems = Vec::new();
-            for drive in self.inner.drives.iter() {
-                problems.extend(drive.compare_copies(prefix).await);
-            }
-            Ok(problems)
+            Ok(super::position::compare_all_copies(&self.inner.drives, prefix).await)
         })
     }
     /// The tail cache: what is uploaded goes into the read cache too, so reads of

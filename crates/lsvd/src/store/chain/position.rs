@@ -393,3 +393,12 @@ fn fs_free_bytes(dir: &Path) -> u64 {
     }
     (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
 }
+
+/// [`Drive::compare_copies`] for every position of a chain or stripe.
+pub async fn compare_all_copies(drives: &[Drive], prefix: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for drive in drives {
+        problems.extend(drive.compare_copies(prefix).await);
+    }
+    problems
+}

@@ -94,12 +94,6 @@ impl ObjectStore for StripeStore {
         true
     }
     fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        Box::pin(async move {
-            let mut problems = Vec::new();
-            for drive in self.drives.iter() {
-                problems.extend(drive.compare_copies(prefix).await);
-            }
-            Ok(problems)
-        })
+        Box::pin(async move { Ok(super::position::compare_all_copies(&self.drives, prefix).await) })
     }
 }
