@@ -101,6 +101,10 @@ struct Applying {
     /// Index of the next extent, and the byte offset of its data in the object.
     next_extent: usize,
     next_offset: u64,
+    /// The object's extents as sorted, merged `(start, end)` sector ranges, when it
+    /// also has trims: a trim slice reports only what no extent of the object covers
+    /// (see [`StoreState::apply_step`]).
+    extent_cover: Vec<(u64, u64)>,
 }
 
 /// Trims are applied at most this many sectors (2 MiB: at most 512 map entries of
@@ -194,11 +198,17 @@ impl StoreState {
             debug_assert!(replaced.is_none(), "sequence numbers only grow");
             self.stored_total_bytes += h.total_bytes();
         }
+        let extent_cover = if h.trims.is_empty() {
+            Vec::new()
+        } else {
+            merged_ranges(h.extents.iter().map(|e| (e.lba, e.lba + e.sectors as u64)))
+        };
         self.applying = Some(Applying {
             next_trim: 0,
             next_trim_lba: h.trims.first().map_or(0, |t| t.0),
             next_extent: 0,
             next_offset: h.header_bytes as u64,
+            extent_cover,
             header: h,
         });
         Ok(())
@@ -212,7 +222,11 @@ impl StoreState {
     /// Apply more of the object in progress: at least one extent or trim slice, and
     /// stop once about `max_pieces` map entries were inserted or displaced.
     /// `applied(lba, sectors, last_record_seq)` is told each range applied (the live
-    /// engine releases its write-log overlay there). Returns the object's header once
+    /// engine releases its write-log overlay there, for every record up to the
+    /// object's last): a range is told only once the store map holds its final
+    /// version, so a trim slice leaves out what an extent of the same object covers
+    /// (that extent reports it when it is applied; between the two steps, a read of it
+    /// must still find the newer write in the log, not the trim). Returns the object's header once
     /// it is fully applied; `None` while there is more to do (or nothing in progress).
     pub fn apply_step(
         &mut self,
@@ -240,7 +254,9 @@ impl StoreState {
             let end = lba + sectors;
             let n = TRIM_SLICE_SECTORS.min(end - a.next_trim_lba);
             self.map.remove(a.next_trim_lba, n, &mut drop_live);
-            applied(a.next_trim_lba, n, h.last_record_seq);
+            for_each_gap(&a.extent_cover, a.next_trim_lba, n, |lba, sectors| {
+                applied(lba, sectors, h.last_record_seq)
+            });
             a.next_trim_lba += n;
             if a.next_trim_lba >= end {
                 a.next_trim += 1;
@@ -502,6 +518,44 @@ impl StoreState {
             }
         }
         Ok(s)
+    }
+}
+
+/// Sorted, merged `(start, end)` ranges from ranges in any order.
+fn merged_ranges(ranges: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = ranges.filter(|r| r.0 < r.1).collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (start, end) in v {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// Call `f(lba, sectors)` for each part of `[lba, lba + sectors)` that no range of
+/// `cover` (sorted, merged) overlaps.
+fn for_each_gap(cover: &[(u64, u64)], lba: u64, sectors: u64, mut f: impl FnMut(u64, u64)) {
+    let end = lba + sectors;
+    let mut at = lba;
+    // The first range that ends after `lba`.
+    let first = cover.partition_point(|r| r.1 <= lba);
+    for &(start, stop) in &cover[first..] {
+        if start >= end {
+            break;
+        }
+        if start > at {
+            f(at, start - at);
+        }
+        at = at.max(stop);
+        if at >= end {
+            return;
+        }
+    }
+    if at < end {
+        f(at, end - at);
     }
 }
 
