@@ -103,6 +103,7 @@ fn objects() {
         last_record_seq: 40,
         extents: &data_extents,
         trims: &[(1000, 8)],
+        volume_size_bytes: None,
     };
     put(
         "format_object",
@@ -141,6 +142,18 @@ fn objects() {
         "checkpoint",
         &[0],
         &encode_object(&ckp, &pattern(300, 9)),
+    );
+    let resize = ObjectSpec {
+        extents: &[],
+        trims: &[(4096, 4096)],
+        volume_size_bytes: Some(2 << 20),
+        ..spec
+    };
+    put(
+        "format_object",
+        "resize",
+        &[0],
+        &encode_object(&resize, &[]),
     );
     put("format_object", "generate", &[1], &pattern(96, 4));
 }

@@ -224,6 +224,7 @@ fn spec_of(h: &ObjectHeader) -> ObjectSpec<'_> {
         last_record_seq: h.last_record_seq,
         extents: &h.extents,
         trims: &h.trims,
+        volume_size_bytes: h.volume_size_bytes,
     }
 }
 
@@ -278,6 +279,9 @@ fn generate_object(b: &mut Bytes<'_>) {
         sectors_total as usize * 512
     };
     let data = b.exact(data_len);
+    // Data objects sometimes resize the volume (a version 2 header).
+    let volume_size_bytes =
+        (kind == ObjectKind::Data && b.below(3) == 0).then(|| 4096 * (1 + b.u64() % (1 << 40)));
     let spec = ObjectSpec {
         kind,
         volume: vol,
@@ -285,9 +289,11 @@ fn generate_object(b: &mut Bytes<'_>) {
         last_record_seq,
         extents: &extents,
         trims: &trims,
+        volume_size_bytes,
     };
     let buf = encode_object(&spec, &data);
     let h = decode_object_header(&buf).expect("encoded object decodes");
+    assert_eq!(h.volume_size_bytes, volume_size_bytes);
     assert_eq!(
         (h.kind, h.volume, h.seq, h.last_record_seq),
         (kind, vol, seq, last_record_seq)

@@ -78,6 +78,7 @@ fn main() {
         last_record_seq: RECORDS as u64,
         extents: &extents,
         trims: &[],
+        volume_size_bytes: None,
     };
     let header_len = object_header_len(&spec, (RECORDS * BLOCK) as u64);
     let mut object = vec![0u8; header_len + RECORDS * BLOCK];

@@ -24,6 +24,9 @@ pub struct Batch<S> {
     pub client_bytes: u64,
     /// Bytes of data the object will hold (after coalescing).
     pub data_bytes: u64,
+    /// The volume's size from this batch's object on, when it resizes the volume
+    /// ([`crate::pipeline::Pipeline::resize`]); client batches never do.
+    pub volume_size_bytes: Option<u64>,
 }
 
 impl<S> Batch<S> {
@@ -121,6 +124,11 @@ impl<S: Location> Batcher<S> {
         self.client_bytes
     }
 
+    /// The newest record noted so far (0: none since this batcher was made).
+    pub fn last_record_seq(&self) -> u64 {
+        self.last_record_seq
+    }
+
     /// Close the batch and start a new one. `None` if nothing was added.
     pub fn take(&mut self) -> Option<Batch<S>> {
         let first_record_seq = self.first_record_seq.take()?;
@@ -134,6 +142,7 @@ impl<S: Location> Batcher<S> {
             last_record_seq: self.last_record_seq,
             client_bytes: self.client_bytes,
             data_bytes,
+            volume_size_bytes: None,
         };
         self.extents = ExtentMap::new();
         self.trims = ExtentMap::new();
@@ -226,6 +235,7 @@ mod tests {
             last_record_seq: 1,
             client_bytes: 0,
             data_bytes: 0,
+            volume_size_bytes: None,
         };
         let got: Vec<(u64, u32)> = batch
             .object_extents()

@@ -46,8 +46,19 @@ pub struct ObjectInfo {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApplyError {
-    OutOfOrder { expected: u64, got: u64 },
-    BeyondVolume { object_seq: u64, lba: u64 },
+    OutOfOrder {
+        expected: u64,
+        got: u64,
+    },
+    BeyondVolume {
+        object_seq: u64,
+        lba: u64,
+    },
+    /// A shrinking object that does not trim everything it cuts off.
+    ShrinkWithoutTrim {
+        object_seq: u64,
+        size_bytes: u64,
+    },
 }
 
 impl std::fmt::Display for ApplyError {
@@ -63,6 +74,16 @@ impl std::fmt::Display for ApplyError {
                 write!(
                     f,
                     "object {object_seq:016x} maps lba {lba} beyond the end of the volume"
+                )
+            }
+            ApplyError::ShrinkWithoutTrim {
+                object_seq,
+                size_bytes,
+            } => {
+                write!(
+                    f,
+                    "object {object_seq:016x} shrinks the volume to {size_bytes} bytes \
+                     without trimming what it cuts off"
                 )
             }
         }
@@ -168,17 +189,29 @@ impl StoreState {
                 got: h.seq,
             });
         }
-        let limit = self.volume_sectors();
+        let old_limit = self.volume_sectors();
+        let limit = h
+            .volume_size_bytes
+            .map_or(old_limit, |size| size / SECTOR_BYTES);
+        if limit < old_limit && !covers(&h.trims, limit, old_limit) {
+            return Err(ApplyError::ShrinkWithoutTrim {
+                object_seq: h.seq,
+                size_bytes: limit * SECTOR_BYTES,
+            });
+        }
         for (e, _) in h.extent_offsets() {
-            if e.lba.saturating_add(e.sectors as u64) > limit {
+            // A GC extent applies only where the map still holds its source, and the
+            // map holds nothing past the end: one planned before a shrink is harmless.
+            if e.source.is_none() && e.lba.saturating_add(e.sectors as u64) > limit {
                 return Err(ApplyError::BeyondVolume {
                     object_seq: h.seq,
                     lba: e.lba,
                 });
             }
         }
+        // A shrinking object's trims reach the old end.
         for &(lba, sectors) in &h.trims {
-            if lba.saturating_add(sectors) > limit {
+            if lba.saturating_add(sectors) > limit.max(old_limit) {
                 return Err(ApplyError::BeyondVolume {
                     object_seq: h.seq,
                     lba,
@@ -203,6 +236,10 @@ impl StoreState {
         } else {
             merged_ranges(h.extents.iter().map(|e| (e.lba, e.lba + e.sectors as u64)))
         };
+        // The new size holds from this object on: its trims remove what a shrink cuts
+        // off in its first steps, and nothing maps past the new end meanwhile that a
+        // read could reach (the driver keeps client I/O inside the smaller size).
+        self.volume_size_bytes = limit * SECTOR_BYTES;
         self.applying = Some(Applying {
             next_trim: 0,
             next_trim_lba: h.trims.first().map_or(0, |t| t.0),
@@ -521,6 +558,14 @@ impl StoreState {
     }
 }
 
+/// Do `trims` (`(lba, sectors)`) cover every sector of `[start, end)`?
+fn covers(trims: &[(u64, u64)], start: u64, end: u64) -> bool {
+    let cover = merged_ranges(trims.iter().map(|&(l, n)| (l, l.saturating_add(n))));
+    let mut gap = false;
+    for_each_gap(&cover, start, end - start, |_, _| gap = true);
+    !gap
+}
+
 /// Sorted, merged `(start, end)` ranges from ranges in any order.
 fn merged_ranges(ranges: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     let mut v: Vec<(u64, u64)> = ranges.filter(|r| r.0 < r.1).collect();
@@ -583,6 +628,7 @@ mod tests {
             last_record_seq: seq * 10,
             extents,
             trims,
+            volume_size_bytes: None,
         };
         decode_object_header(&encode_object(&spec, &data)).expect("valid")
     }

@@ -37,6 +37,12 @@ pub enum Request {
     SnapshotCreate { volume: String, snapshot: String },
     /// Delete a snapshot of a served volume (and the objects only it kept).
     SnapshotDelete { volume: String, snapshot: String },
+    /// Resize a served volume (`allow_shrink` to make it smaller).
+    Resize {
+        volume: String,
+        size_bytes: u64,
+        allow_shrink: bool,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,6 +59,9 @@ pub struct Reply {
     /// Snapshot delete: objects deleted with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_deleted: Option<u64>,
+    /// Resize: the size before, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_size_bytes: Option<u64>,
     /// The error's kind (`ErrorKind`'s name), so the command exits as it would have
     /// without a server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,6 +91,7 @@ impl Reply {
             records_through: None,
             through_seq: None,
             objects_deleted: None,
+            old_size_bytes: None,
             kind: None,
         }
     }
@@ -164,7 +174,8 @@ async fn handle(request: Request, volumes: &[Arc<Volume>]) -> Reply {
     let name = match &request {
         Request::Sync { volume }
         | Request::SnapshotCreate { volume, .. }
-        | Request::SnapshotDelete { volume, .. } => volume.clone(),
+        | Request::SnapshotDelete { volume, .. }
+        | Request::Resize { volume, .. } => volume.clone(),
     };
     // Snapshot exports share their volume's name: requests go to the volume itself.
     let Some(v) = volumes
@@ -205,6 +216,14 @@ async fn handle(request: Request, volumes: &[Arc<Volume>]) -> Reply {
                 ..Reply::ok()
             })
         }
+        Request::Resize {
+            size_bytes,
+            allow_shrink,
+            ..
+        } => v.resize(size_bytes, allow_shrink).await.map(|r| Reply {
+            old_size_bytes: Some(r.old_size_bytes),
+            ..Reply::ok()
+        }),
     };
     result.unwrap_or_else(|e| Reply::of_error(&e))
 }

@@ -668,6 +668,170 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     server.stop_clean();
 }
 
+/// `lsvd ARGS...` as a Python list literal (JSON), for a script to run.
+fn argv(lsvd: &Lsvd, args: &[&str]) -> String {
+    let cmd = lsvd.cmd(args);
+    let words: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    serde_json::to_string(&words).expect("JSON")
+}
+
+/// `lsvd resize` on a served volume (through the control socket: a connection made
+/// afterwards sees the new size and writes past the old end; one opened before gets
+/// an error past a shrunk end) and on one no server uses; `list` and `info` show the
+/// new size; a snapshot keeps the old one.
+#[test]
+fn resize_grows_and_shrinks_served_and_unserved_volumes() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_resize");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "8M");
+    lsvd.run_ok(&["snapshot", "create", "vol", "at8m"]);
+    for (bad, why) in [
+        (&["resize", "vol", "--size", "12345"][..], "not 4K"),
+        (&["resize", "vol", "--size", "0"], "zero"),
+        (
+            &["resize", "vol", "--size", "4M"],
+            "shrink without the flag",
+        ),
+        (&["resize", "no-such", "--size", "16M"], "no such volume"),
+        (&["resize", "vol@at8m", "--size", "16M"], "a snapshot"),
+    ] {
+        let msg = assert_one_line_error(&lsvd.run(bad), why);
+        if why.starts_with("shrink") {
+            assert!(msg.contains("--allow-shrink"), "{msg}");
+        }
+    }
+    // No server: the command opens the volume itself.
+    let out = lsvd.run_ok(&["resize", "vol", "--size", "16M"]);
+    assert!(
+        stdout(&out).contains("resized volume vol from 8.0 MiB to 16.0 MiB"),
+        "{}",
+        show("resize", &out)
+    );
+    assert_eq!(lsvd.info_json("vol")["size_bytes"], 16u64 << 20);
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    let uri = server.uri("vol");
+    // Served: grow to 32M while a connection is open.
+    let grow = argv(&lsvd, &["resize", "vol", "--size", "32M"]);
+    nbdsh(
+        &uri,
+        &format!(
+            "GROW = {grow}\n{}",
+            r#"
+import subprocess
+h = connect()
+assert h.get_size() == 16 << 20
+h.pwrite(b'\x11' * (1 << 20), 15 << 20)
+h.flush()
+subprocess.run(GROW, check=True)
+# This connection keeps the size it was told.
+assert h.get_size() == 16 << 20
+g = connect()
+assert g.get_size() == 32 << 20
+g.pwrite(b'\x22' * (1 << 20), 31 << 20)
+g.flush()
+assert g.pread(1 << 20, 15 << 20) == b'\x11' * (1 << 20)
+assert g.pread(1 << 20, 20 << 20) == bytes(1 << 20)
+"#
+        ),
+    );
+    // Shrink to 24M: a connection opened at 32M gets an error past the new end.
+    let shrink = argv(&lsvd, &["resize", "vol", "--size", "24M", "--allow-shrink"]);
+    nbdsh(
+        &uri,
+        &format!(
+            "SHRINK = {shrink}\n{}",
+            r#"
+import subprocess
+h = connect()
+assert h.get_size() == 32 << 20
+subprocess.run(SHRINK, check=True)
+try:
+    h.pread(4096, 30 << 20)
+    raise AssertionError("a read past the shrunk end worked")
+except nbd.Error as e:
+    pass
+assert h.pread(1 << 20, 15 << 20) == b'\x11' * (1 << 20)
+"#
+        ),
+    );
+    server.stop_clean();
+    let listed = stdout(&lsvd.run_ok(&["list"]));
+    assert!(listed.contains("vol\t24.0 MiB"), "{listed}");
+    // Grown again without a server: the cut-off range reads zeros.
+    lsvd.run_ok(&["resize", "vol", "--size", "32M"]);
+    let mut server = lsvd.serve(&socket, &["vol", "vol@at8m"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nassert h.get_size() == 32 << 20\nassert h.pread(1 << 20, 31 << 20) == bytes(1 << 20)\nassert h.pread(1 << 20, 15 << 20) == b'\\x11' * (1 << 20)\n",
+    );
+    nbdsh(
+        &server.uri("vol@at8m"),
+        "h = connect()\nassert h.get_size() == 8 << 20\n",
+    );
+    server.stop_clean();
+}
+
+/// `lsvd rename`: refused while a server uses the data directory; after a server was
+/// killed (SIGKILL) its write log here is replayed first, so nothing acknowledged is
+/// lost; the new name serves the data and the snapshot, the old one is gone.
+#[test]
+fn rename_moves_a_volume_with_its_snapshots() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("cli_rename");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    lsvd.create("taken", "16M");
+    let socket = dir.join("nbd.sock");
+    let mut server = lsvd.serve(&socket, &["vol"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x33' * (2 << 20), 0)\nh.flush()\n",
+    );
+    lsvd.run_ok(&["snapshot", "create", "vol", "s"]);
+    nbdsh(
+        &server.uri("vol"),
+        "h = connect()\nh.pwrite(b'\\x44' * (1 << 20), 0)\nh.flush()\n",
+    );
+    let msg = assert_one_line_error(&lsvd.run(&["rename", "vol", "new"]), "served");
+    assert!(msg.contains("stop it first"), "{msg}");
+    // Killed: the last write is only in the write log here.
+    server.kill9();
+    for (bad, why) in [
+        (&["rename", "vol", "taken"][..], "taken"),
+        (&["rename", "vol", "a@b"], "bad name"),
+        (&["rename", "nope", "x"], "missing"),
+    ] {
+        assert_one_line_error(&lsvd.run(bad), why);
+    }
+    let out = lsvd.run_ok(&["rename", "vol", "new"]);
+    assert!(
+        stdout(&out).contains("renamed volume vol to new"),
+        "{}",
+        show("rename", &out)
+    );
+    let listed = stdout(&lsvd.run_ok(&["list"]));
+    assert!(
+        listed.contains("new\t16.0 MiB") && !listed.contains("vol\t"),
+        "{listed}"
+    );
+    assert_one_line_error(&lsvd.run(&["info", "vol"]), "old name");
+    let mut server = lsvd.serve(&socket, &["new", "new@s"]);
+    nbdsh(
+        &server.uri("new"),
+        "h = connect()\nassert h.pread(1 << 20, 0) == b'\\x44' * (1 << 20)\nassert h.pread(1 << 20, 1 << 20) == b'\\x33' * (1 << 20)\n",
+    );
+    nbdsh(
+        &server.uri("new@s"),
+        "h = connect()\nassert h.pread(2 << 20, 0) == b'\\x33' * (2 << 20)\n",
+    );
+    server.stop_clean();
+}
+
 /// `lsvd snapshot` on a served volume (through the control socket) and on one no
 /// server uses; `lsvd serve VOL@SNAP` serves the snapshot read-only next to the
 /// volume: READ_ONLY advertised, writes refused with EPERM by the server, the data as

@@ -9,7 +9,7 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDOBJ\0"
-//!      8    2 version (1)
+//!      8    2 version (1; 2 when the object resizes the volume)
 //!     10    2 kind: 1 data, 2 gc (relocated data), 3 checkpoint
 //!     12    4 header_bytes (data starts here)
 //!     16   16 volume id
@@ -22,7 +22,8 @@
 //!     68    4 chunk count
 //!     72    4 header crc32c (this field zero)
 //!     76    4 reserved (0)
-//!     80    . extents, each: lba u64, sectors u32, reserved u32
+//!     80    8 version 2 only: the volume's size in bytes from this object on
+//!  80/88    . extents, each: lba u64, sectors u32, reserved u32
 //!               (gc objects add: source object seq u64, source byte offset u64)
 //!      .    . trims, each: lba u64, sectors u64
 //!      .    . chunk crc32c, u32 each
@@ -32,8 +33,13 @@ use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, expect_magic_ve
 
 pub const OBJECT_MAGIC: &[u8; 8] = b"LSVDOBJ\0";
 pub const OBJECT_VERSION: u16 = 1;
+/// The version of an object that also sets the volume's size (`lsvd resize`): the
+/// fixed part grows by that one field. Every other object stays version 1.
+pub const OBJECT_VERSION_RESIZE: u16 = 2;
 pub const CHUNK_BYTES: u64 = 4096;
 const FIXED_BYTES: usize = 80;
+/// The fixed part of a version 2 header: version 1's and the volume size.
+const FIXED_BYTES_RESIZE: usize = 88;
 const HEADER_CRC_AT: usize = 72;
 /// Enough to hold the header of a typical object in one ranged GET.
 pub const HEADER_PROBE_BYTES: u64 = 64 * 1024;
@@ -93,6 +99,9 @@ pub struct ObjectHeader {
     pub header_bytes: u32,
     pub data_bytes: u64,
     pub chunk_crcs: Vec<u32>,
+    /// The volume's size in bytes from this object on, if this object resizes it
+    /// (a version 2 header); `None` leaves the size as it was.
+    pub volume_size_bytes: Option<u64>,
 }
 
 impl ObjectHeader {
@@ -188,9 +197,13 @@ pub struct ObjectSpec<'a> {
     pub last_record_seq: u64,
     pub extents: &'a [ObjectExtent],
     pub trims: &'a [(u64, u64)],
+    /// Set the volume's size to this many bytes from this object on (a version 2
+    /// header; only data objects made by `lsvd resize` carry one).
+    pub volume_size_bytes: Option<u64>,
 }
 
-/// Size of the header for these counts.
+/// Size of a version 1 header (an object that does not resize the volume) for these
+/// counts.
 pub fn header_bytes_for(
     kind: ObjectKind,
     extent_count: usize,
@@ -200,6 +213,16 @@ pub fn header_bytes_for(
     let extent_bytes = if kind == ObjectKind::Gc { 32 } else { 16 };
     (FIXED_BYTES + extent_bytes * extent_count + 16 * trim_count) as u64
         + 4 * data_bytes.div_ceil(CHUNK_BYTES)
+}
+
+/// Size of the header of `spec` with `data_bytes` of data.
+fn spec_header_bytes(spec: &ObjectSpec<'_>, data_bytes: u64) -> u64 {
+    let resize = if spec.volume_size_bytes.is_some() {
+        (FIXED_BYTES_RESIZE - FIXED_BYTES) as u64
+    } else {
+        0
+    };
+    header_bytes_for(spec.kind, spec.extents.len(), spec.trims.len(), data_bytes) + resize
 }
 
 /// The header an object with these extents would have, without its data or chunk
@@ -226,6 +249,7 @@ pub fn header_without_data(
         header_bytes,
         data_bytes,
         chunk_crcs: vec![0; data_bytes.div_ceil(CHUNK_BYTES) as usize],
+        volume_size_bytes: None,
     }
 }
 
@@ -233,15 +257,14 @@ pub fn header_without_data(
 pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     let with_source = spec.kind == ObjectKind::Gc;
     let chunk_count = (data.len() as u64).div_ceil(CHUNK_BYTES) as usize;
-    let header_bytes = header_bytes_for(
-        spec.kind,
-        spec.extents.len(),
-        spec.trims.len(),
-        data.len() as u64,
-    ) as usize;
+    let header_bytes = spec_header_bytes(spec, data.len() as u64) as usize;
     let mut w = Writer::with_capacity(header_bytes);
     w.bytes(OBJECT_MAGIC);
-    w.u16(OBJECT_VERSION);
+    w.u16(if spec.volume_size_bytes.is_some() {
+        OBJECT_VERSION_RESIZE
+    } else {
+        OBJECT_VERSION
+    });
     w.u16(spec.kind.code());
     w.u32(header_bytes as u32);
     w.bytes(&spec.volume.0);
@@ -254,6 +277,9 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     w.u32(chunk_count as u32);
     w.u32(0);
     w.u32(0);
+    if let Some(size) = spec.volume_size_bytes {
+        w.u64(size);
+    }
     for e in spec.extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -292,7 +318,7 @@ pub fn encode_object(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
 /// Bytes the header of `spec` takes in front of `data_bytes` of data: where the data
 /// section of an object built in place ([`finish_object_in_place`]) starts.
 pub fn object_header_len(spec: &ObjectSpec<'_>, data_bytes: u64) -> usize {
-    header_bytes_for(spec.kind, spec.extents.len(), spec.trims.len(), data_bytes) as usize
+    spec_header_bytes(spec, data_bytes) as usize
 }
 
 /// Complete an object whose data section is already in place: `object` holds
@@ -311,21 +337,34 @@ pub fn finish_object_in_place(spec: &ObjectSpec<'_>, object: &mut [u8], header_l
 
 /// How many bytes the header occupies, from at least the first 16 bytes.
 pub fn peek_header_bytes(buf: &[u8]) -> Result<u64, FormatError> {
+    Ok(peek_header(buf)?.0)
+}
+
+/// The header's size and its fixed part's size (by version), from its first 16 bytes.
+fn peek_header(buf: &[u8]) -> Result<(u64, usize), FormatError> {
     const WHAT: &str = "object header";
     let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION, WHAT)?;
+    let fixed = match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION, WHAT) {
+        Ok(()) => FIXED_BYTES,
+        Err(FormatError::UnsupportedVersion { version, .. })
+            if version == OBJECT_VERSION_RESIZE =>
+        {
+            FIXED_BYTES_RESIZE
+        }
+        Err(e) => return Err(e),
+    };
     r.u16()?;
     let n = r.u32()? as u64;
-    if !(FIXED_BYTES as u64..=MAX_HEADER_BYTES).contains(&n) {
+    if !(fixed as u64..=MAX_HEADER_BYTES).contains(&n) {
         return Err(invalid(WHAT, format!("header size {n} out of range")));
     }
-    Ok(n)
+    Ok((n, fixed))
 }
 
 /// Decode and verify an object header from a buffer holding at least the header.
 pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     const WHAT: &str = "object header";
-    let header_bytes = peek_header_bytes(buf)?;
+    let (header_bytes, fixed_bytes) = peek_header(buf)?;
     if (buf.len() as u64) < header_bytes {
         return Err(FormatError::Truncated {
             what: WHAT,
@@ -350,6 +389,11 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let chunk_count = r.u32()? as u64;
     let stored_crc = r.u32()?;
     r.u32()?;
+    let volume_size_bytes = if fixed_bytes == FIXED_BYTES_RESIZE {
+        Some(r.u64()?)
+    } else {
+        None
+    };
     let computed = super::crc_with_hole(hbuf, HEADER_CRC_AT);
     if computed != stored_crc {
         return Err(FormatError::BadChecksum {
@@ -357,6 +401,14 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
             stored: stored_crc,
             computed,
         });
+    }
+    if let Some(size) = volume_size_bytes
+        && (kind != ObjectKind::Data || size == 0 || size % 4096 != 0)
+    {
+        return Err(invalid(
+            WHAT,
+            format!("a {kind:?} object resizing the volume to {size} bytes"),
+        ));
     }
     if chunk_bytes != CHUNK_BYTES {
         return Err(invalid(
@@ -370,7 +422,7 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let with_source = kind == ObjectKind::Gc;
     let extent_bytes = if with_source { 32 } else { 16 };
     let expected =
-        FIXED_BYTES as u64 + extent_bytes * extent_count + 16 * trim_count + 4 * chunk_count;
+        fixed_bytes as u64 + extent_bytes * extent_count + 16 * trim_count + 4 * chunk_count;
     if expected != header_bytes {
         return Err(invalid(
             WHAT,
@@ -428,6 +480,7 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
         header_bytes: header_bytes as u32,
         data_bytes,
         chunk_crcs,
+        volume_size_bytes,
     })
 }
 
@@ -456,6 +509,7 @@ mod tests {
             last_record_seq: 77,
             extents: &extents,
             trims: &[(1000, 8)],
+            volume_size_bytes: None,
         };
         encode_object(&spec, &data)
     }
@@ -562,10 +616,74 @@ mod tests {
             last_record_seq: 1,
             extents: &extents,
             trims: &[],
+            volume_size_bytes: None,
         };
         let obj = encode_object(&spec, &[0u8; 4096]);
         let h = decode_object_header(&obj).expect("decodes");
         assert_eq!(h.extents, extents.to_vec());
+    }
+
+    fn resize_object(kind: ObjectKind, size: u64) -> Vec<u8> {
+        let spec = ObjectSpec {
+            kind,
+            volume: VolumeId([3; 16]),
+            seq: 12,
+            last_record_seq: 40,
+            extents: &[],
+            trims: &[(2048, 2048)],
+            volume_size_bytes: Some(size),
+        };
+        encode_object(&spec, &[])
+    }
+
+    /// An object that resizes the volume is version 2, with the size at 80; every
+    /// other object stays version 1 (the golden header above), so older readers read
+    /// every object that does not resize.
+    #[test]
+    fn a_resize_object_is_version_2_with_the_size_at_80() {
+        let obj = resize_object(ObjectKind::Data, 1 << 20);
+        assert_eq!(&obj[..16], b"LSVDOBJ\0\x02\x00\x01\x00\x68\x00\x00\x00");
+        assert_eq!(&obj[80..88], &(1u64 << 20).to_le_bytes());
+        assert_eq!(&obj[88..96], &2048u64.to_le_bytes());
+        assert_eq!(obj.len(), 88 + 16);
+        let h = decode_object_header(&obj).expect("decodes");
+        assert_eq!(h.volume_size_bytes, Some(1 << 20));
+        assert_eq!(h.trims, vec![(2048, 2048)]);
+        assert_eq!(h.header_bytes, 104);
+        assert_eq!(
+            decode_object_header(&data_object())
+                .expect("v1")
+                .volume_size_bytes,
+            None
+        );
+        for pos in 0..obj.len() {
+            let mut bad = obj.clone();
+            bad[pos] ^= 1;
+            assert!(decode_object_header(&bad).is_err(), "header flip at {pos}");
+        }
+    }
+
+    #[test]
+    fn a_resize_must_be_a_data_object_of_whole_4k_blocks() {
+        for (kind, size) in [
+            (ObjectKind::Gc, 1 << 20),
+            (ObjectKind::Checkpoint, 1 << 20),
+            (ObjectKind::Data, 0),
+            (ObjectKind::Data, (1 << 20) + 512),
+        ] {
+            let err = decode_object_header(&resize_object(kind, size)).expect_err("refused");
+            assert!(
+                err.to_string().contains("resizing"),
+                "{kind:?} {size}: {err}"
+            );
+        }
+        // An unknown version is refused as such.
+        let mut v3 = resize_object(ObjectKind::Data, 1 << 20);
+        v3[8] = 3;
+        assert!(matches!(
+            decode_object_header(&v3),
+            Err(FormatError::UnsupportedVersion { version: 3, .. })
+        ));
     }
 
     #[test]

@@ -337,6 +337,38 @@ impl<L: Location, G> Pipeline<L, G> {
         self.release_held();
     }
 
+    /// Resize the volume to `new_size_bytes` (a multiple of 4096): close the open
+    /// batch, then queue an object of its own, with no data, that sets the new size
+    /// from there on and, when the volume shrinks, trims what is cut off, so that the
+    /// object alone says what happened. The store state takes the new size when that
+    /// object is applied ([`StoreState::begin_apply`]); until then the driver must
+    /// keep client I/O within the smaller of the two sizes.
+    pub fn resize(&mut self, new_size_bytes: u64) {
+        self.close_batch();
+        let old_sectors = self.store.volume_size_bytes / SECTOR_BYTES;
+        let new_sectors = new_size_bytes / SECTOR_BYTES;
+        let trims = if new_sectors < old_sectors {
+            vec![(new_sectors, old_sectors - new_sectors)]
+        } else {
+            Vec::new()
+        };
+        // No records of its own: it covers what everything before it covered.
+        let last_record_seq = self
+            .batcher
+            .last_record_seq()
+            .max(self.store.last_record_seq());
+        self.held.push_back(Batch {
+            extents: Vec::new(),
+            trims,
+            first_record_seq: last_record_seq,
+            last_record_seq,
+            client_bytes: 0,
+            data_bytes: 0,
+            volume_size_bytes: Some(new_size_bytes),
+        });
+        self.release_held();
+    }
+
     /// Time passed: close a batch open longer than the timeout, release held batches
     /// that fit now, and queue a checkpoint that is due. Returns true if a batch was
     /// closed by its timeout.

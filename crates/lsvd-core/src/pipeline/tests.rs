@@ -50,13 +50,17 @@ fn pipeline(gc: GcConfig) -> P {
 /// The header an upload would produce (data is not modelled).
 fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
     match u {
-        Upload::Data { seq, batch } => header_without_data(
-            ObjectKind::Data,
-            *seq,
-            batch.last_record_seq,
-            batch.object_extents(),
-            batch.trims.clone(),
-        ),
+        Upload::Data { seq, batch } => {
+            let mut h = header_without_data(
+                ObjectKind::Data,
+                *seq,
+                batch.last_record_seq,
+                batch.object_extents(),
+                batch.trims.clone(),
+            );
+            h.volume_size_bytes = batch.volume_size_bytes;
+            h
+        }
         Upload::Gc { object, .. } => object.clone(),
         Upload::Checkpoint { seq, .. } => ObjectHeader {
             kind: ObjectKind::Checkpoint,
@@ -68,6 +72,7 @@ fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
             header_bytes: 64,
             data_bytes: 100,
             chunk_crcs: Vec::new(),
+            volume_size_bytes: None,
         },
     }
 }
@@ -622,4 +627,45 @@ fn random_schedules_keep_sequence_order_and_lose_nothing() {
         "{passes} passes, {gc_objects} GC objects"
     );
     assert!(held_max > 0, "client batches were held");
+}
+
+/// A resize closes the open batch and follows it as an object of its own: no data,
+/// the new size, and (shrinking) a trim of everything cut off; the store state takes
+/// the size when it applies, after the writes queued before it.
+#[test]
+fn a_resize_is_an_object_of_its_own_after_the_open_batch() {
+    let mut p = pipeline(gc_off());
+    let old = p.store().volume_size_bytes;
+    write(&mut p, 0, 1, 3);
+    p.resize(old * 2);
+    write(&mut p, 0, 2, old * 2 / 4096 - 1);
+    p.close_batch();
+    let mut uploads = Vec::new();
+    while let Some(u) = p.next_upload(true) {
+        uploads.push(u);
+    }
+    let headers: Vec<ObjectHeader> = uploads.iter().map(|u| header_of(&p, u)).collect();
+    assert_eq!(headers.len(), 3, "{headers:?}");
+    assert_eq!(headers[0].volume_size_bytes, None);
+    assert_eq!(headers[1].volume_size_bytes, Some(old * 2));
+    assert!(headers[1].extents.is_empty() && headers[1].trims.is_empty());
+    assert_eq!(headers[1].last_record_seq, 1, "covers what came before it");
+    for h in &headers {
+        p.upload_done(h.seq, h.clone());
+    }
+    p.apply_all_ready()
+        .expect("the write past the old end applies after the grow");
+    assert_eq!(p.store().volume_size_bytes, old * 2);
+
+    // Shrink to a quarter: the object trims the rest, and a block written there
+    // before reads as nothing.
+    p.resize(old / 2);
+    let u = p.next_upload(true).expect("the resize object");
+    let h = header_of(&p, &u);
+    assert_eq!(h.volume_size_bytes, Some(old / 2));
+    assert_eq!(h.trims, vec![(old / 2 / 512, (old * 2 - old / 2) / 512)]);
+    p.upload_done(h.seq, h);
+    p.apply_all_ready().expect("applies");
+    assert_eq!(p.store().volume_size_bytes, old / 2);
+    assert_eq!(p.store().map().mapped_sectors(), 8, "only block 3 is left");
 }

@@ -88,7 +88,13 @@ pub async fn list(common: &Common) -> Result<()> {
                 ),
                 _ => println!(
                     "{name}\t{}{}",
-                    format_size(meta.size_bytes),
+                    // The size now (`lsvd resize`); the creation size if the store
+                    // cannot be read back right now.
+                    format_size(
+                        engine::current_size_bytes(&store, &meta)
+                            .await
+                            .unwrap_or(meta.size_bytes)
+                    ),
                     relations(&store, &name).await
                 ),
             },

@@ -28,7 +28,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
     let meta = read_meta(&store, name).await?;
     let mut problems: Vec<String> = Vec::new();
     println!(
-        "checking volume {name} ({}) in {}",
+        "checking volume {name} ({} at creation) in {}",
         format_size(meta.size_bytes),
         store.describe()
     );

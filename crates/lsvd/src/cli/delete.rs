@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::size::format_size;
 
 /// The volume's files in the data directory (write log, read cache).
-fn local_files(common: &Common, name: &str) -> Vec<PathBuf> {
+pub(super) fn local_files(common: &Common, name: &str) -> Vec<PathBuf> {
     ["wlog", "rcache", "rcache.slots", "rcache.map"]
         .iter()
         .map(|ext| common.data.join(format!("{name}.{ext}")))

@@ -4,6 +4,7 @@ mod admin;
 mod check;
 mod delete;
 mod inspect;
+mod rename;
 mod replicate;
 mod serve;
 mod snapshot;
@@ -113,6 +114,32 @@ pub enum Command {
     Sync {
         /// The served volume.
         name: String,
+    },
+    /// Change a volume's size. Growing is always allowed: the new space reads as
+    /// zeros. Shrinking discards the data past the new end, so it needs
+    /// --allow-shrink. Asks the `lsvd serve` that uses this data directory when there
+    /// is one (connections made afterwards see the new size; I/O past the end of a
+    /// shrunk volume fails on older ones); otherwise opens the volume for the moment
+    /// it takes. Snapshots keep the size they were taken with.
+    Resize {
+        /// The volume.
+        name: String,
+        /// The new size, e.g. 40G, 512M (binary units); a multiple of 4 KiB.
+        #[arg(long)]
+        size: String,
+        /// Allow a smaller size (the data past it is discarded).
+        #[arg(long)]
+        allow_shrink: bool,
+    },
+    /// Give a volume another name in the same store: its data, snapshots and size move
+    /// with it (the keys are copied under NEW, then OLD's are deleted). The volume must
+    /// not be served (stop its server first); clones and volumes with clones keep
+    /// their name. Interrupted, run it again to finish.
+    Rename {
+        /// The volume's name now.
+        old: String,
+        /// Its new name: 1-64 characters of A-Z a-z 0-9 . _ -
+        new: String,
     },
     /// Make a writable volume from a snapshot: NEW starts as VOL@SNAP and shares its
     /// data in the store (only what NEW writes is stored again). Clones of clones work.
@@ -410,6 +437,12 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
             Command::Clone { source, name } => snapshot::clone(&common, &source, &name).await,
+            Command::Rename { old, new } => rename::rename(&common, &old, &new).await,
+            Command::Resize {
+                name,
+                size,
+                allow_shrink,
+            } => snapshot::resize(&common, &name, &size, allow_shrink).await,
             Command::Replicate(args) => replicate::run(&common, args).await,
             Command::Serve(args) => serve::serve(&common, args).await,
             Command::List => admin::list(&common).await,

@@ -1,4 +1,4 @@
-//! `lsvd snapshot create|list|delete` and `lsvd clone`.
+//! `lsvd snapshot create|list|delete`, `lsvd clone` and `lsvd resize`.
 //!
 //! Create and delete go to the `lsvd serve` that uses this data directory when there
 //! is one (only it knows what its write log holds, and its GC must learn of the
@@ -14,6 +14,7 @@ use super::Common;
 use crate::control::{Reply, Request};
 use crate::engine::{self, EngineConfig};
 use crate::error::{Error, Result};
+use crate::size::format_size;
 
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
@@ -79,6 +80,39 @@ async fn delete(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
         None => with_volume(common, volume, async |v| v.delete_snapshot(snapshot).await).await?,
     };
     println!("deleted snapshot {volume}@{snapshot} ({deleted} objects only it kept deleted)");
+    Ok(())
+}
+
+/// `lsvd resize VOL --size NEW [--allow-shrink]`: through the server when there is
+/// one (it owns the volume's write log and its NBD size), else by opening the volume.
+pub async fn resize(common: &Common, volume: &str, size: &str, allow_shrink: bool) -> Result<()> {
+    engine::keys::validate_volume_name(volume)?;
+    let size_bytes = crate::size::parse_size(size)?;
+    if size_bytes == 0 || !size_bytes.is_multiple_of(4096) {
+        return Err(Error::bad_input(format!(
+            "--size {size}: must be a positive multiple of 4K"
+        )));
+    }
+    let request = Request::Resize {
+        volume: volume.to_string(),
+        size_bytes,
+        allow_shrink,
+    };
+    let old = match ask_server(&common.data, &request).await? {
+        Some(reply) => reply.old_size_bytes.unwrap_or(size_bytes),
+        None => {
+            with_volume(common, volume, async |v| {
+                Ok(v.resize(size_bytes, allow_shrink).await?.old_size_bytes)
+            })
+            .await?
+        }
+    };
+    let (from, to) = (format_size(old), format_size(size_bytes));
+    if old == size_bytes {
+        println!("volume {volume} is already {to}");
+    } else {
+        println!("resized volume {volume} from {from} to {to}");
+    }
     Ok(())
 }
 
@@ -176,7 +210,7 @@ async fn ask_server(data: &Path, request: &Request) -> Result<Option<Reply>> {
 
 /// Open `volume` on this data directory (no server uses it), run `f`, stop cleanly.
 /// A write log made only for this is removed again.
-async fn with_volume<T>(
+pub(super) async fn with_volume<T>(
     common: &Common,
     volume: &str,
     f: impl AsyncFnOnce(&engine::Volume) -> Result<T>,

@@ -168,6 +168,12 @@ fn heat_info(saved: &CheckpointHeat, size_bytes: u64, utilization: f64) -> HeatI
     }
 }
 
+/// The volume's size now: the creation size in its metadata, changed by any
+/// `lsvd resize` in its object stream (so this recovers the store's state).
+pub async fn current_size_bytes(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
+    Ok(recover_store(store, meta).await?.state.volume_size_bytes)
+}
+
 pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> {
     let meta = read_meta(store, name).await?;
     let rec = recover_store(store, &meta).await?;
@@ -181,7 +187,8 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
     Ok(VolumeInfo {
         name: meta.name.clone(),
         volume_id: meta.volume.to_string(),
-        size_bytes: meta.size_bytes,
+        // The size the store's objects give it (`lsvd resize`), not the creation size.
+        size_bytes: s.volume_size_bytes,
         created_unix_secs: meta.created_unix_secs,
         live_bytes: s.live_bytes(),
         store_bytes,
@@ -207,7 +214,7 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
         heat: rec
             .heat
             .as_ref()
-            .map(|h| heat_info(h, meta.size_bytes, utilization)),
+            .map(|h| heat_info(h, s.volume_size_bytes, utilization)),
         snapshots: super::snapshot::list_snapshots(store, &meta)
             .await?
             .into_iter()

@@ -93,6 +93,7 @@ impl CheckpointSnapshot {
             last_record_seq: self.last_record_seq,
             extents: &[],
             trims: &[],
+            volume_size_bytes: None,
         };
         Ok(encode_object(&spec, &payload))
     }

@@ -228,7 +228,8 @@ pub async fn create_clone(
     let state = super::snapshot::snapshot_state(store, &parent_meta, &record).await?;
     let meta = VolumeMeta {
         volume: random_volume_id(),
-        size_bytes: parent_meta.size_bytes,
+        // The snapshot's size: the parent may have been resized since it was created.
+        size_bytes: state.volume_size_bytes,
         created_unix_secs: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -269,6 +270,7 @@ pub async fn create_clone(
         last_record_seq: state.last_record_seq(),
         extents: &[],
         trims: &[],
+        volume_size_bytes: None,
     };
     let key = object_key(name, seq, ObjectKind::Checkpoint);
     store

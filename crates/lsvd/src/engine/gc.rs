@@ -181,7 +181,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         // Their live extents, a slice of the volume at a time: a whole map (~260,000
         // extents for 1 GiB of random 4 KiB writes) is milliseconds of holding the
         // lock every client write takes.
-        let volume_sectors = shared.meta.size_bytes / SECTOR_BYTES;
+        let volume_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
         let mut relocations = Vec::new();
         let mut lba = 0;
         while lba < volume_sectors {
@@ -256,7 +256,7 @@ async fn write_rates(shared: &Shared) -> Option<LiveWriteRates> {
     if !shared.lock().pipeline.gc_wants_write_rates() {
         return None;
     }
-    let volume_sectors = shared.meta.size_bytes / SECTOR_BYTES;
+    let volume_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
     let mut rates = LiveWriteRates::default();
     let mut lba = 0;
     while lba < volume_sectors {
@@ -424,6 +424,7 @@ async fn run_pass(
                 last_record_seq,
                 extents: &extents,
                 trims: &[],
+                volume_size_bytes: None,
             };
             // Lay the data out straight into the object's data section.
             let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();

@@ -59,9 +59,15 @@ pub(crate) mod open;
 mod put;
 mod read;
 mod read_cache;
+mod rename;
+#[cfg(test)]
+mod rename_tests;
 mod replicate;
 #[cfg(test)]
 mod replicate_tests;
+mod resize;
+#[cfg(test)]
+mod resize_tests;
 mod shared;
 mod snapshot;
 #[cfg(test)]
@@ -80,7 +86,7 @@ mod volume_super_tests;
 mod writer;
 
 pub use admin::{
-    ReplicaInfo, VolumeInfo, create_volume, inspect_volume, list_volumes,
+    ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, inspect_volume, list_volumes,
     list_volumes_and_leftovers,
 };
 pub(crate) use clone::load_lineage;
@@ -88,7 +94,9 @@ pub use clone::{create_clone, list_clones, refuse_if_cloned};
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 pub use delete::{DeletePlan, delete_volume, plan_delete};
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
+pub use rename::{Renamed, rename_volume};
 pub use replicate::{PassReport, ReplicateOptions, ReplicateProgress, replicate_once};
+pub use resize::Resized;
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use store_meta::{is_being_deleted, read_meta};

@@ -13,7 +13,7 @@
 //!    start the log writer, the uploader and the GC.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CacheSuper, encode_cache_super};
@@ -341,10 +341,13 @@ async fn open_inner(
     let log_first = plan.replay.first().map_or(plan.head, |r| r.offset);
     let mut log = LogSpace::new(log_start, log_end, log_first);
     let now_ns = super::clock::now_ns(&*config.clock);
+    let size_bytes = store_state.volume_size_bytes;
     let pipeline = Pipeline::new(config.pipeline_config(), store_state, now_ns);
     let jitter_seed = config.jitter_seed.unwrap_or_else(random_session_id);
     let shared = Arc::new(Shared {
         meta: meta.clone(),
+        size_bytes: AtomicU64::new(size_bytes),
+        resizing: tokio::sync::Mutex::new(()),
         store: store.clone(),
         cache: cache.clone(),
         stats: Stats::default(),

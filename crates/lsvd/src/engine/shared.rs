@@ -169,6 +169,12 @@ impl State {
 
 pub(crate) struct Shared {
     pub meta: VolumeMeta,
+    /// The size client I/O is held to, in bytes: the store's (the metadata holds the
+    /// size at creation; `lsvd resize` changes it, [`super::resize`]). While a resize
+    /// is in progress it is the smaller of the old and new sizes.
+    pub(crate) size_bytes: AtomicU64,
+    /// Serializes resizes.
+    pub(crate) resizing: tokio::sync::Mutex<()>,
     pub config: EngineConfig,
     pub store: DynStore,
     pub cache: Arc<dyn CacheDevice>,

@@ -142,10 +142,12 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
             None,
         ),
     };
-    if state.volume_size_bytes != meta.size_bytes {
+    // The metadata holds the size the volume was created with; `lsvd resize` objects
+    // change it in the object stream, and checkpoints carry the size they saw.
+    if state.volume_size_bytes == 0 || !state.volume_size_bytes.is_multiple_of(4096) {
         return Err(corrupt(format!(
-            "checkpoint size {} differs from volume size {}",
-            state.volume_size_bytes, meta.size_bytes
+            "checkpoint size {} is not a positive multiple of 4096",
+            state.volume_size_bytes
         )));
     }
     // Older checkpoints that exist are known, so they are deleted in their turn.

@@ -99,7 +99,7 @@ impl Volume {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.shared.meta.size_bytes
+        self.shared.size_bytes.load(Ordering::Acquire)
     }
 
     /// A misaligned request or one past the end is `BadInput`.
@@ -114,7 +114,7 @@ impl Volume {
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(super) fn check_writable(&self) -> Result<()> {
         if let Some(snap) = &self.shared.snapshot {
             return Err(Error::new(
                 ErrorKind::ReadOnly,
@@ -130,7 +130,7 @@ impl Volume {
         Ok(())
     }
 
-    async fn submit(
+    pub(super) async fn submit(
         &self,
         op: writer::LogOp,
         rx: tokio::sync::oneshot::Receiver<Result<()>>,
@@ -239,7 +239,7 @@ impl Volume {
         VolumeStatus {
             name: self.shared.meta.name.clone(),
             volume_id: self.shared.meta.volume.to_string(),
-            size_bytes: self.shared.meta.size_bytes,
+            size_bytes: self.size_bytes(),
             live_bytes: store.live_bytes(),
             store_bytes: store.stored_bytes(),
             objects: store.objects().len() as u64,

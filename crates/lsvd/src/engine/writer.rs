@@ -40,6 +40,14 @@ pub(crate) enum LogOp {
     Shutdown {
         done: oneshot::Sender<Result<()>>,
     },
+    /// Resize the volume ([`super::resize`]): a group of its own, handled once every
+    /// earlier record is in the pipeline, so that the resize object follows exactly
+    /// the writes queued before it; writes queued after it are held to the new size
+    /// when it is smaller.
+    Resize {
+        new_size_bytes: u64,
+        done: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// Most operations taken into one group commit.
@@ -76,10 +84,22 @@ pub(crate) fn run(
                 None => break,
             },
         };
+        if let LogOp::Resize {
+            new_size_bytes,
+            done,
+        } = first
+        {
+            let _ = done.send(resize_in_log_order(&shared, &writes, new_size_bytes));
+            continue;
+        }
         let mut ops = vec![first];
         let mut bytes = op_bytes(&ops[0]);
         while ops.len() < MAX_OPS_PER_RECORD && bytes < max_bytes {
             match rx.try_recv() {
+                Ok(op @ LogOp::Resize { .. }) => {
+                    carried = Some(op);
+                    break;
+                }
                 Ok(op) => {
                     let more = op_bytes(&op);
                     if bytes + more > max_bytes {
@@ -125,15 +145,55 @@ fn reply(op: LogOp, r: Result<()>) {
         LogOp::Write { done, .. }
         | LogOp::Zero { done, .. }
         | LogOp::Flush { done }
-        | LogOp::Shutdown { done } => {
+        | LogOp::Shutdown { done }
+        | LogOp::Resize { done, .. } => {
             let _ = done.send(r);
         }
     }
 }
 
+/// Does `op` reach past the volume's end of `size_sectors` (it shrank after the op
+/// was checked against the old size)?
+fn beyond_end(op: &LogOp, size_sectors: u64) -> bool {
+    let (lba, sectors) = match op {
+        LogOp::Write { lba, data, .. } => (*lba, data.len() as u64 / SECTOR_BYTES),
+        LogOp::Zero { lba, sectors, .. } => (*lba, *sectors),
+        _ => return false,
+    };
+    lba.saturating_add(sectors) > size_sectors
+}
+
+/// Hand the pipeline a resize once every record placed so far has retired (and so is
+/// in the pipeline, in order). A shrink takes effect for client I/O here; a grow only
+/// once its object is applied ([`super::resize`] waits for that).
+fn resize_in_log_order(shared: &Shared, writes: &LogWrites, new_size_bytes: u64) -> Result<()> {
+    writes.drain();
+    if shared.is_failed() {
+        return Err(shared.failed_error());
+    }
+    let mut st = shared.lock();
+    if new_size_bytes < shared.size_bytes.load(Ordering::Acquire) {
+        shared.size_bytes.store(new_size_bytes, Ordering::Release);
+    }
+    st.pipeline.resize(new_size_bytes);
+    Ok(())
+}
+
 /// Handle one group: number it, place and encode its record, and issue it. Returns
 /// true when the writer should stop.
 fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<LogOp>) -> bool {
+    let size_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
+    let (ops, beyond): (Vec<LogOp>, Vec<LogOp>) = ops
+        .into_iter()
+        .partition(|op| !beyond_end(op, size_sectors));
+    for op in beyond {
+        reply(
+            op,
+            Err(Error::bad_input(
+                "request beyond end of volume (the volume was made smaller)",
+            )),
+        );
+    }
     let mut extents = Vec::with_capacity(ops.len());
     // The writes' data, in extent order: copied once, into the record.
     let mut parts: Vec<&[u8]> = Vec::with_capacity(ops.len());
@@ -170,6 +230,8 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
                 need_sync |= *fua;
             }
             LogOp::Flush { .. } | LogOp::Shutdown { .. } => need_sync = true,
+            // A group of its own (the loop in `run`): never here.
+            LogOp::Resize { .. } => {}
         }
     }
     let mut group = Group {
@@ -193,7 +255,10 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
     let mut shutdown = None;
     for op in ops {
         match op {
-            LogOp::Write { done, .. } | LogOp::Zero { done, .. } | LogOp::Flush { done } => {
+            LogOp::Write { done, .. }
+            | LogOp::Zero { done, .. }
+            | LogOp::Flush { done }
+            | LogOp::Resize { done, .. } => {
                 group.replies.push(done);
             }
             LogOp::Shutdown { done } => shutdown = Some(done),

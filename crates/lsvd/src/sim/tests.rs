@@ -136,6 +136,7 @@ fn checkpoint_size_matches_the_encoder() {
         last_record_seq: state.last_record_seq(),
         extents: &[],
         trims: &[],
+        volume_size_bytes: None,
     };
     assert_eq!(
         encode_object(&spec, &encoded).len() as u64,

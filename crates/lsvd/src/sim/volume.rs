@@ -699,6 +699,7 @@ impl VolumeSim {
             header_bytes: header_bytes as u32,
             data_bytes: payload,
             chunk_crcs: Vec::new(),
+            volume_size_bytes: None,
         };
         self.pipeline.upload_done(seq, h);
         self.apply_all();
@@ -779,11 +780,13 @@ impl VolumeSim {
 
 /// The header of data object `seq` made from `batch` (no data: sizes and map only).
 fn data_header(seq: u64, batch: &Batch<RecordPos>) -> ObjectHeader {
-    header_without_data(
+    let mut h = header_without_data(
         ObjectKind::Data,
         seq,
         batch.last_record_seq,
         batch.object_extents(),
         batch.trims.clone(),
-    )
+    );
+    h.volume_size_bytes = batch.volume_size_bytes;
+    h
 }

@@ -42,7 +42,7 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
     let window = {
         let in_flight = rc.ahead_in_flight_bytes.load(Ordering::Relaxed);
         let room = max_bytes.saturating_sub(in_flight) / SECTOR_BYTES;
-        let end = shared.meta.size_bytes / SECTOR_BYTES;
+        let end = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
         rc.streams()
             .observe(lba, sectors, max_bytes / SECTOR_BYTES, room, end)
     };
