@@ -185,9 +185,13 @@ pub(crate) fn is_conflict(service: Service, e: &object_store::Error) -> bool {
     service.conflict_is_in_progress() && status_in(&chain_text(e)) == Some(409)
 }
 
+/// A ranged GET that starts at or after the end of the object: a `416` (S3, GCS), or
+/// `object_store`'s own check of a `206` with no bytes (Azurite answers so).
 pub(crate) fn is_range_not_satisfiable(e: &object_store::Error) -> bool {
     let text = chain_text(e);
-    status_in(&text) == Some(416) || text.contains("InvalidRange")
+    status_in(&text) == Some(416)
+        || text.contains("InvalidRange")
+        || (text.contains("Wanted range starting at") && text.contains("but object was only"))
 }
 
 /// A 404 (an `object_store` `NotFound`, or a bare status): a missing object, or
@@ -406,6 +410,10 @@ mod tests {
         assert!(is_range_not_satisfiable(&generic(
             "Server returned non-2xx status code: 416 Range Not Satisfiable: "
         )));
+        assert!(is_range_not_satisfiable(&generic(
+            "Wanted range starting at 10000, but object was only 10000 bytes long"
+        )));
+        assert!(!is_range_not_satisfiable(&generic("503 slow down")));
         let conflict = generic("Server returned non-2xx status code: 409 Conflict: ");
         assert!(is_conflict(s3, &conflict));
         assert!(is_conflict(Service::Gcs, &conflict));
