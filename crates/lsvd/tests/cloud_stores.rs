@@ -383,6 +383,29 @@ async fn gs_selftest_refuses_fake_gcs_server() {
     );
 }
 
+/// The real binary refuses to serve from fake-gcs-server: `lsvd serve` runs the
+/// self-test first, and exits 1 with its one-line error.
+#[test]
+fn gs_serve_refuses_fake_gcs_server() {
+    let Some(b) = container("gs", "gs_serve_refuses_fake_gcs_server") else {
+        return;
+    };
+    let dir = TempDir::new("cloud-gs-serve");
+    let url = unique_url("gs", &b, "serve");
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(url.clone()),
+    };
+    let mut server = lsvd.spawn_serve(&dir.join("nbd.sock"), &["vol"]);
+    let status = server
+        .ready_or_exit(std::time::Duration::from_secs(60))
+        .expect_err("must not serve");
+    assert_eq!(status.code(), Some(1), "{}", server.log());
+    let log = server.log();
+    assert!(log.contains("Refusing to start"), "{log}");
+    assert!(log.contains(&url), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gs_reads_lists_and_deletes_seeded_objects() {
     let Some(b) = container("gs", "gs_reads_lists_and_deletes_seeded_objects") else {
