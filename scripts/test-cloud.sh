@@ -3,7 +3,9 @@
 # crates/lsvd/tests/cloud_stores.rs against each emulator on loopback,
 #
 #   az_  Azurite (scripts/with-azurite.sh): the az:// store, put-if-absent races, the
-#        self-test, and `lsvd serve` from Azurite surviving SIGKILL and a lost data dir
+#        self-test, and `lsvd serve` from Azurite surviving SIGKILL and a lost data dir;
+#        then the end-to-end tests cli, nbd_clients and persistence with every volume
+#        in the Azurite container (LSVD_TEST_STORE=az, crates/lsvd/tests/common/mod.rs)
 #   gs_  fake-gcs-server (scripts/with-fake-gcs.sh): the self-test refuses it (no
 #        XML-API upload, see README.md), reads and lists of seeded objects
 #
@@ -15,10 +17,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export LSVD_REQUIRE_CLOUD=az,gs
+e2e=(--test cli --test nbd_clients --test persistence)
 # Built once, outside the emulators' lifetime.
-cargo test -p lsvd --locked --test cloud_stores --no-run
+cargo test -p lsvd --locked --test cloud_stores "${e2e[@]}" --no-run
 start=$SECONDS
-scripts/with-azurite.sh cargo test -p lsvd --locked --test cloud_stores az_
+scripts/with-azurite.sh bash -c '
+    set -e
+    cargo test -p lsvd --locked --test cloud_stores az_
+    LSVD_TEST_STORE=az cargo test -p lsvd --locked "$@"' test-cloud "${e2e[@]}"
 echo "test-cloud: the Azure (Azurite) pass took $((SECONDS - start)) s" >&2
 start=$SECONDS
 scripts/with-fake-gcs.sh cargo test -p lsvd --locked --test cloud_stores gs_
