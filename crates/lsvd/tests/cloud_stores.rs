@@ -117,6 +117,71 @@ async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
 }
 
 // ---------------------------------------------------------------------------------
+// Without an emulator: what the binary says about URLs and credentials
+// ---------------------------------------------------------------------------------
+
+/// `lsvd --store URL list` with no GOOGLE_*/AZURE_* variables and an empty HOME (no
+/// gcloud credentials file): exit status 2 and one `lsvd: error:` line, returned.
+fn one_line_error_without_cloud_env(url: &str) -> String {
+    let dir = TempDir::new("cloud-errors");
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(url.to_string()),
+    };
+    let mut cmd = lsvd.cmd(["list"]);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("GOOGLE_") || k.starts_with("AZURE_") || k.starts_with("AZURITE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env_remove("LSVD_GCS_CREDENTIALS")
+        .env_remove("LSVD_AZURE_CREDENTIALS")
+        .env("HOME", dir.path());
+    let out = common::run_timeout(&mut cmd, common::SHORT);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{}", common::show(url, &out));
+    assert!(
+        err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
+        "{}",
+        common::show(url, &out)
+    );
+    err
+}
+
+#[test]
+fn unknown_schemes_and_missing_credentials_are_one_line_errors() {
+    for url in [
+        "ftp://bkt/x",
+        "abfss://c@acct.dfs.core.windows.net/x",
+        "gcs://b/x",
+    ] {
+        let err = one_line_error_without_cloud_env(url);
+        for known in [
+            "file://PATH",
+            "a plain path",
+            "s3://BUCKET/PREFIX",
+            "gs://BUCKET/PREFIX",
+            "az://CONTAINER/PREFIX",
+            "chain:",
+            "stripe:",
+        ] {
+            assert!(err.contains(known), "{url}: {err}");
+        }
+    }
+    // Known schemes, no credentials: said before any request (nothing listens here).
+    let err = one_line_error_without_cloud_env("gs://bkt/vols");
+    assert!(
+        err.contains("no credentials") && err.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+        "{err}"
+    );
+    let err = one_line_error_without_cloud_env("az://c/vols");
+    assert!(err.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{err}");
+    let err = one_line_error_without_cloud_env("az://user:secret@c/vols");
+    assert!(!err.contains("secret"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------
 // Azure (Azurite)
 // ---------------------------------------------------------------------------------
 
