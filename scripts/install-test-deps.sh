@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real clients and tools the lsvd integration tests drive (Debian 12),
-# and versitygw, the S3 server of the S3 pass (scripts/test-s3.sh).
+# versitygw, the S3 server of the S3 pass (scripts/test-s3.sh), and the GCS and Azure
+# emulators of the cloud pass (scripts/test-cloud.sh): fake-gcs-server and Azurite.
 #
 # Idempotent: if every needed command is already there it installs nothing. Otherwise it
 # runs `apt-get update` once and `apt-get install -y` for the missing packages, and says
@@ -10,6 +11,9 @@
 # (once; later runs find it there). That needs Go >= 1.21 (scripts/install-go.sh finds
 # one, or installs Go 1.25.0 into .tools/go through the Go module proxy, bootstrapped
 # from Debian's golang-go) and curl (with-versitygw.sh creates the bucket with it).
+# fake-gcs-server is built the same way (scripts/install-fake-gcs.sh); Azurite comes
+# from the npm registry into .tools/azurite (scripts/install-azurite.sh, with the
+# machine's Node.js and npm). Each is skipped when its pinned version is there.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,9 +76,13 @@ done
 # --- end of the VM crash test block -----------------------------------------------
 
 install_versitygw() {
-    local gw
+    local gw gcs az
     gw="$("$repo/scripts/install-versitygw.sh")"
     echo "install-test-deps: versitygw at $gw"
+    gcs="$("$repo/scripts/install-fake-gcs.sh")"
+    echo "install-test-deps: fake-gcs-server at $gcs"
+    az="$("$repo/scripts/install-azurite.sh")"
+    echo "install-test-deps: azurite-blob at $az"
 }
 
 if [ "${#missing[@]}" -eq 0 ]; then

@@ -2,7 +2,8 @@
 # The project's test entry point: install the test tools, check formatting and lints,
 # run every test once (the crash oracle's process and power-loss kinds twice, the
 # second time on a mirrored chain store), fuzz every parser briefly (scripts/fuzz.sh),
-# then run the end-to-end tests again against a real S3 server (scripts/test-s3.sh).
+# then run the end-to-end tests again against a real S3 server (scripts/test-s3.sh),
+# and the GCS and Azure stores against their emulators (scripts/test-cloud.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +33,4 @@ start=$SECONDS
 bash scripts/fuzz.sh
 echo "test: short fuzz run took $((SECONDS - start)) s" >&2
 bash scripts/test-s3.sh
+bash scripts/test-cloud.sh

@@ -734,7 +734,7 @@ mod tests {
         .expect("parse");
         let s = cfg.open_store("s3://bkt/pre").expect("s3 (no I/O)");
         assert_eq!(s.describe(), "s3://bkt/pre (endpoint http://127.0.0.1:1)");
-        assert!(cfg.open_store("gs://bkt").is_err());
+        assert!(cfg.open_store("ftp://bkt").is_err());
     }
 
     /// `chain:a,b` once opened a relative directory named `chain:a,b` (now it is the
@@ -744,13 +744,28 @@ mod tests {
     fn an_unknown_scheme_is_an_error_not_a_directory() {
         let dir = crate::testutil::TempDir::new("config-scheme");
         let cfg = LsvdConfig::default();
-        for url in ["raid5:/a,/b", "gecko:x", "gecko+local:y", "S3:bkt"] {
+        for url in [
+            "raid5:/a,/b",
+            "gecko:x",
+            "gecko+local:y",
+            "S3:bkt",
+            "abfss://c@acct.dfs.core.windows.net/p",
+        ] {
             let Err(e) = cfg.open_store(url) else {
                 panic!("{url} opened as a store");
             };
             assert_eq!(e.kind, crate::error::ErrorKind::BadInput, "{url}: {e}");
-            assert!(e.to_string().contains("s3://BUCKET/PREFIX"), "{url}: {e}");
-            assert!(e.to_string().contains("chain:DIR0,DIR1"), "{url}: {e}");
+            for known in [
+                "file://PATH",
+                "a plain path",
+                "s3://BUCKET/PREFIX",
+                "gs://BUCKET/PREFIX",
+                "az://CONTAINER/PREFIX",
+                "chain:DIR0,DIR1",
+                "stripe:DIR0,DIR1",
+            ] {
+                assert!(e.to_string().contains(known), "{url}: {e}");
+            }
         }
         assert!(!std::path::Path::new("gecko:x").exists());
         // A path with a colon past its first character stays a path.

@@ -31,7 +31,12 @@ cache that can be rebuilt from the store.\n\nQuick start:\n  lsvd serve         
 LSVD_LOG=debug|info|warn|error sets the log level. For s3:// stores: AWS_ENDPOINT_URL, AWS_REGION, \
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (or the [s3] section of the config file); \
 LSVD_S3_CREDENTIALS=instance (or [s3] credentials = \"instance\") takes them from the cloud's \
-credential chain (web identity, container, instance metadata), never used otherwise.\n\n\
+credential chain (web identity, container, instance metadata), never used otherwise. For gs:// \
+stores: GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY or GOOGLE_APPLICATION_CREDENTIALS \
+(LSVD_GCS_CREDENTIALS=instance for the metadata server). For az:// stores: \
+AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY (or a SAS or token), or \
+AZURE_STORAGE_USE_EMULATOR=true for Azurite (LSVD_AZURE_CREDENTIALS=instance for a managed \
+identity).\n\n\
 Exit status: 0 on success; 2 for usage errors and invalid input (arguments, names, sizes, \
 options, config file); 1 for every other failure. Errors are printed as one line: \
 `lsvd: error: MESSAGE`."
@@ -54,8 +59,9 @@ pub struct CommonArgs {
     /// volume. Default: `data` from the config file, else ./lsvd-data.
     #[arg(long, global = true, env = "LSVD_DATA")]
     pub data: Option<PathBuf>,
-    /// Where volumes live: s3://BUCKET/PREFIX, file:///path or a plain path (one that
-    /// starts like `name:` is taken for a URL scheme: write ./name:x);
+    /// Where volumes live: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX (Google Cloud
+    /// Storage), az://CONTAINER/PREFIX (Azure Blob Storage), file:///path or a plain
+    /// path (one that starts like `name:` is taken for a URL scheme: write ./name:x);
     /// chain:DIR0,DIR1[,...][?drive_size=SIZE&gc=compact-in-body|move-to-tail] (a log
     /// chained over local drives: client objects on the tail drive, GC output in the
     /// body; DIR+MIRROR mirrors a drive) or stripe:DIR0,DIR1[,...] (objects spread over

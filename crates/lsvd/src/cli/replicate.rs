@@ -24,8 +24,9 @@ pub struct ReplicateArgs {
     /// The volume to copy, with its checkpoints and snapshots (a clone's parent must
     /// be replicated first: the replica shares its data as the source does).
     pub volume: String,
-    /// The store to copy into: file:///PATH, a path, or s3://BUCKET/PREFIX (S3
-    /// settings as for --store). Not the source store itself.
+    /// The store to copy into: file:///PATH, a path, s3://BUCKET/PREFIX,
+    /// gs://BUCKET/PREFIX or az://CONTAINER/PREFIX (settings as for --store). Not the
+    /// source store itself.
     #[arg(long, value_name = "STORE_URL")]
     pub to: String,
     /// Keep copying as the volume is written and collected, one pass every

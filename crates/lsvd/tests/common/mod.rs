@@ -21,6 +21,11 @@
 //! `AWS_*` variables and `LSVD_TEST_S3_BUCKET` this needs; `LSVD_TEST_STORE=s3` without
 //! them is an error, never a silent fallback to the local store. A test that cannot run
 //! against S3 returns early through [`skip_on_s3`], which says why.
+//!
+//! `LSVD_TEST_STORE=az` does the same in an Azure container (`az://CONTAINER/...`)
+//! under `scripts/with-azurite.sh`, which exports `AZURE_STORAGE_USE_EMULATOR`,
+//! `AZURITE_BLOB_STORAGE_URL` and `LSVD_TEST_AZ_CONTAINER`. "S3" in [`store_is_s3`]
+//! and [`skip_on_s3`] then means any cloud store: not a local directory.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::ffi::OsStr;
@@ -117,14 +122,22 @@ impl Drop for TempDir {
 pub enum TestStore {
     /// `file://DIR` (the default; `LSVD_TEST_STORE` unset, empty or `local`).
     Local,
-    /// `s3://BUCKET/RUN/PATH` (`LSVD_TEST_STORE=s3`): `RUN` is unique to this test
-    /// process, `PATH` is the store directory's path under the temp dir.
-    S3 { bucket: String, run: String },
+    /// `SCHEME://BUCKET/RUN/PATH` (`LSVD_TEST_STORE=s3`, `s3://`; or `az`, `az://`
+    /// with the container as `bucket`): `RUN` is unique to this test process, `PATH`
+    /// is the store directory's path under the temp dir.
+    S3 {
+        scheme: &'static str,
+        bucket: String,
+        run: String,
+    },
     /// `chain:DIR/d0+DIR/m0,DIR/d1+DIR/m1,DIR/d2+DIR/m2?drive_size=24M`
     /// (`LSVD_TEST_STORE=chain`): a mirrored chain of three drives under the store
     /// directory, small enough that the tail moves.
     Chain,
 }
+
+/// Variables `LSVD_TEST_STORE=az` needs (exported by `scripts/with-azurite.sh`).
+pub const AZ_ENV: [&str; 2] = ["AZURE_STORAGE_USE_EMULATOR", "LSVD_TEST_AZ_CONTAINER"];
 
 /// Variables `LSVD_TEST_STORE=s3` needs (exported by `scripts/with-versitygw.sh`).
 pub const S3_ENV: [&str; 4] = [
@@ -142,9 +155,35 @@ fn env_nonempty(name: &str) -> Option<String> {
 /// says `s3` but the server's variables are not set, or when it names no known store.
 pub fn test_store() -> &'static TestStore {
     static STORE: OnceLock<TestStore> = OnceLock::new();
+    let run = || {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        format!("it-{nanos:x}-{}", std::process::id())
+    };
     STORE.get_or_init(|| match env_nonempty("LSVD_TEST_STORE").as_deref() {
         None | Some("local") | Some("file") => TestStore::Local,
         Some("chain") => TestStore::Chain,
+        Some("az") => {
+            let missing: Vec<&str> = AZ_ENV
+                .iter()
+                .copied()
+                .filter(|v| env_nonempty(v).is_none())
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "LSVD_TEST_STORE=az but {} unset: run the tests through \
+                 scripts/with-azurite.sh (it starts Azurite and sets them), e.g. \
+                 scripts/with-azurite.sh env LSVD_TEST_STORE=az cargo test -p lsvd --test cli",
+                missing.join(", ")
+            );
+            TestStore::S3 {
+                scheme: "az",
+                bucket: env_nonempty("LSVD_TEST_AZ_CONTAINER").expect("checked above"),
+                run: run(),
+            }
+        }
         Some("s3") => {
             let missing: Vec<&str> = S3_ENV
                 .iter()
@@ -158,19 +197,19 @@ pub fn test_store() -> &'static TestStore {
                  scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 cargo test -p lsvd --test cli",
                 missing.join(", ")
             );
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
             TestStore::S3 {
+                scheme: "s3",
                 bucket: env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked above"),
-                run: format!("it-{nanos:x}-{}", std::process::id()),
+                run: run(),
             }
         }
-        Some(other) => panic!("LSVD_TEST_STORE={other}: expected `s3`, `chain` or `local`"),
+        Some(other) => {
+            panic!("LSVD_TEST_STORE={other}: expected `s3`, `az`, `chain` or `local`")
+        }
     })
 }
 
+/// True when volumes live in a cloud store (S3, or Azure under `LSVD_TEST_STORE=az`).
 pub fn store_is_s3() -> bool {
     matches!(test_store(), TestStore::S3 { .. })
 }
@@ -184,7 +223,7 @@ pub fn skip_on_s3(reason: &str) -> bool {
     // Straight to stderr: libtest captures `eprintln!` of passing tests.
     let _ = writeln!(
         std::io::stderr(),
-        "SKIPPED under LSVD_TEST_STORE=s3: {reason}"
+        "SKIPPED on a cloud store (LSVD_TEST_STORE=s3 or az): {reason}"
     );
     true
 }
@@ -219,9 +258,11 @@ fn s3_path_part(path: &Path) -> String {
 fn s3_prefix_url(path: &Path) -> Option<String> {
     match test_store() {
         TestStore::Local | TestStore::Chain => None,
-        TestStore::S3 { bucket, run } => {
-            Some(format!("s3://{bucket}/{run}/{}", s3_path_part(path)))
-        }
+        TestStore::S3 {
+            scheme,
+            bucket,
+            run,
+        } => Some(format!("{scheme}://{bucket}/{run}/{}", s3_path_part(path))),
     }
 }
 

@@ -1,0 +1,529 @@
+//! The `gs://` and `az://` stores against their emulators on loopback.
+//!
+//! ```text
+//! scripts/with-azurite.sh cargo test -p lsvd --test cloud_stores az_
+//! scripts/with-fake-gcs.sh cargo test -p lsvd --test cloud_stores gs_
+//! ```
+//!
+//! (`scripts/test-cloud.sh` runs both.) Azure: Azurite honours `If-None-Match: *`, so
+//! the store passes everything the S3 store does, and a volume served by the real
+//! `lsvd serve` survives a SIGKILL and the loss of its data directory.
+//!
+//! GCS: fake-gcs-server (the emulator that installs from the Go module proxy) honours
+//! `ifGenerationMatch=0` on its JSON upload API, but has no XML-API object upload,
+//! which is how `object_store` writes (`PUT /BUCKET/KEY` answers `400 invalid
+//! uploadType`; fake-gcs-server issue 331). So the `gs_` tests check that the
+//! self-test refuses the emulator (lsvd must never serve from a store it cannot
+//! write), and test the read side (get, ranged get, list, delete) on objects seeded
+//! through the JSON API with `curl`. fake-gcs-server's XML listing ignores `max-keys`
+//! and answers in one page, so continuation tokens are exercised on Azurite only.
+//!
+//! Each test skips, with a loud message, when its emulator's variables are unset,
+//! unless `LSVD_REQUIRE_CLOUD` names its scheme (`gs`, `az`, or `gs,az`):
+//! `scripts/test-cloud.sh` sets it, so the pass cannot skip silently. Every test works
+//! under its own random prefix.
+
+mod common;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use common::{Lsvd, TempDir, assert_files_equal, nbdcopy, require_tools, write_random_image};
+use lsvd::error::ErrorKind;
+use lsvd::store::azure::AzureStore;
+use lsvd::store::cloud::ClientSettings;
+use lsvd::store::gcs::GcsStore;
+use lsvd::store::{DynStore, ListEntry, ObjectStore, PutMode, open_store, selftest};
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// The bucket (`gs`) or container (`az`) of the running emulator, or `None` (after a
+/// loud message) when there is none and none is required.
+fn container(scheme: &str, test: &str) -> Option<String> {
+    let (var, script) = match scheme {
+        "gs" => ("LSVD_TEST_GS_BUCKET", "scripts/with-fake-gcs.sh"),
+        _ => ("LSVD_TEST_AZ_CONTAINER", "scripts/with-azurite.sh"),
+    };
+    if let Some(c) = env(var) {
+        return Some(c);
+    }
+    let msg = format!(
+        "{test}: needs the {scheme}:// emulator ({var} unset). Run: \
+         {script} cargo test -p lsvd --test cloud_stores {scheme}_"
+    );
+    let required =
+        env("LSVD_REQUIRE_CLOUD").is_some_and(|v| v.split(',').any(|s| s.trim() == scheme));
+    if required {
+        panic!("{msg}\nNot skipped: LSVD_REQUIRE_CLOUD names {scheme}.");
+    }
+    // Straight to stderr: libtest captures `eprintln!` of passing tests.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{0}\nSKIPPED {msg}\n{0}",
+        "=".repeat(78)
+    );
+    None
+}
+
+/// A fresh `SCHEME://CONTAINER/PREFIX` URL for one test.
+fn unique_url(scheme: &str, container: &str, test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{scheme}://{container}/t-{test}-{}-{nanos:x}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn keys(entries: &[ListEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.key.as_str()).collect()
+}
+
+fn sample(len: u32) -> Bytes {
+    (0..len).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+/// Ranged reads of a 10,000-byte object `key` holding [`sample`]: inside, clamped at
+/// the end, past the end, empty; and a missing key is `NotFound` for every range.
+async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
+    let data = sample(10_000);
+    let cases: [(Range<u64>, &[u8]); 5] = [
+        (0..1, &data[0..1]),
+        (100..4196, &data[100..4196]),
+        (9_990..20_000, &data[9_990..]),
+        (10_000..10_100, &[]),
+        (50..50, &[]),
+    ];
+    for (r, want) in cases {
+        assert_eq!(
+            s.get_range(key, r.clone()).await.expect("range"),
+            want,
+            "range {r:?}"
+        );
+    }
+    for r in [0..10, 20_000..20_010, 5..5] {
+        let e = s.get_range(missing, r).await.expect_err("missing");
+        assert!(e.is_not_found(), "{e}");
+    }
+    assert!(s.get(missing).await.expect_err("missing").is_not_found());
+}
+
+// ---------------------------------------------------------------------------------
+// Without an emulator: what the binary says about URLs and credentials
+// ---------------------------------------------------------------------------------
+
+/// `lsvd --store URL list` with no GOOGLE_*/AZURE_* variables and an empty HOME (no
+/// gcloud credentials file): exit status 2 and one `lsvd: error:` line, returned.
+fn one_line_error_without_cloud_env(url: &str) -> String {
+    let dir = TempDir::new("cloud-errors");
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(url.to_string()),
+    };
+    let mut cmd = lsvd.cmd(["list"]);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("GOOGLE_") || k.starts_with("AZURE_") || k.starts_with("AZURITE_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env_remove("LSVD_GCS_CREDENTIALS")
+        .env_remove("LSVD_AZURE_CREDENTIALS")
+        .env("HOME", dir.path());
+    let out = common::run_timeout(&mut cmd, common::SHORT);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{}", common::show(url, &out));
+    assert!(
+        err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
+        "{}",
+        common::show(url, &out)
+    );
+    err
+}
+
+#[test]
+fn unknown_schemes_and_missing_credentials_are_one_line_errors() {
+    for url in [
+        "ftp://bkt/x",
+        "abfss://c@acct.dfs.core.windows.net/x",
+        "gcs://b/x",
+    ] {
+        let err = one_line_error_without_cloud_env(url);
+        for known in [
+            "file://PATH",
+            "a plain path",
+            "s3://BUCKET/PREFIX",
+            "gs://BUCKET/PREFIX",
+            "az://CONTAINER/PREFIX",
+            "chain:",
+            "stripe:",
+        ] {
+            assert!(err.contains(known), "{url}: {err}");
+        }
+    }
+    // Known schemes, no credentials: said before any request (nothing listens here).
+    let err = one_line_error_without_cloud_env("gs://bkt/vols");
+    assert!(
+        err.contains("no credentials") && err.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+        "{err}"
+    );
+    let err = one_line_error_without_cloud_env("az://c/vols");
+    assert!(err.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{err}");
+    let err = one_line_error_without_cloud_env("az://user:secret@c/vols");
+    assert!(!err.contains("secret"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------
+// Azure (Azurite)
+// ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_put_if_absent_ranges_list_delete() {
+    let Some(c) = container("az", "az_put_if_absent_ranges_list_delete") else {
+        return;
+    };
+    let url = unique_url("az", &c, "roundtrip");
+    let s = open_store(&url).expect("open");
+    assert!(s.describe().starts_with(&url), "{}", s.describe());
+
+    let data = sample(10_000);
+    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
+        .await
+        .expect("put");
+    // The second put-if-absent is refused, and the first body stays.
+    let e = s
+        .put(
+            "v/obj/0001.d",
+            Bytes::from_static(b"other"),
+            PutMode::IfAbsent,
+        )
+        .await
+        .expect_err("taken");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
+    check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
+
+    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
+        .await
+        .expect("put");
+    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
+        .await
+        .expect("empty object");
+    assert_eq!(s.get("w/meta").await.expect("get"), b"");
+    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
+        .await
+        .expect("put");
+
+    let all = s.list("").await.expect("list");
+    assert_eq!(
+        keys(&all),
+        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
+    );
+    assert_eq!((all[1].size_bytes, all[3].size_bytes), (10_000, 0));
+    assert_eq!(
+        keys(&s.list("v/obj/0001").await.expect("list")),
+        ["v/obj/0001.d"]
+    );
+    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
+    assert!(s.list("x/").await.expect("list").is_empty());
+
+    s.delete("v/obj/0001.d").await.expect("delete");
+    s.delete("v/obj/0001.d")
+        .await
+        .expect("delete missing is ok");
+    assert!(
+        s.get("v/obj/0001.d")
+            .await
+            .expect_err("gone")
+            .is_not_found()
+    );
+    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
+        s.delete(k).await.expect("delete");
+    }
+    assert!(s.list("").await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_list_follows_pagination() {
+    let Some(c) = container("az", "az_list_follows_pagination") else {
+        return;
+    };
+    let url = unique_url("az", &c, "pages");
+    // Pages of 7 keys: 40 keys take six continuation tokens.
+    let s = AzureStore::open(&url, &ClientSettings::default())
+        .expect("open")
+        .with_list_page_keys(7);
+    const N: usize = 40;
+    for i in (0..N).rev() {
+        s.put(
+            &format!("vol/obj/{i:016x}.d"),
+            Bytes::from(vec![1; i % 5]),
+            PutMode::IfAbsent,
+        )
+        .await
+        .expect("put");
+    }
+    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
+        .await
+        .expect("put");
+    let listed = s.list("vol/obj/").await.expect("list");
+    assert_eq!(listed.len(), N);
+    for (i, e) in listed.iter().enumerate() {
+        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
+        assert_eq!(e.size_bytes, (i % 5) as u64);
+    }
+    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    for e in listed {
+        s.delete(&e.key).await.expect("delete");
+    }
+    s.delete("vol/meta").await.expect("delete");
+    assert!(s.list("").await.expect("list").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_put_if_absent_race_has_exactly_one_winner() {
+    let Some(c) = container("az", "az_put_if_absent_race_has_exactly_one_winner") else {
+        return;
+    };
+    let s = open_store(&unique_url("az", &c, "race")).expect("open");
+    for round in 0..5 {
+        let key = format!("race/{round}");
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..16u32 {
+            let s = s.clone();
+            let key = key.clone();
+            tasks.spawn(async move {
+                let data = Bytes::from(format!("writer {i} of round {round}"));
+                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
+                (data, r)
+            });
+        }
+        let mut winners = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            let (data, r) = r.expect("task");
+            match r {
+                Ok(()) => winners.push(data),
+                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
+        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
+        s.delete(&key).await.expect("delete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_selftest_passes() {
+    let Some(c) = container("az", "az_selftest_passes") else {
+        return;
+    };
+    let url = unique_url("az", &c, "selftest");
+    let s = open_store(&url).expect("open");
+    let report = selftest::run(&*s).await.expect("self-test passes");
+    eprintln!("{report}");
+    let bare = AzureStore::open(&url, &ClientSettings::default()).expect("open");
+    selftest::run_with(&bare, 16)
+        .await
+        .expect("self-test with 16 racers passes");
+    assert!(s.list("").await.expect("list").is_empty(), "probes removed");
+}
+
+/// A missing container is a permanent error naming it, not "no such object".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn az_missing_container_is_not_a_missing_object() {
+    let Some(_) = container("az", "az_missing_container_is_not_a_missing_object") else {
+        return;
+    };
+    let s = AzureStore::open("az://no-such-container-lsvd/x", &ClientSettings::default())
+        .expect("open");
+    let e = s.get("k").await.expect_err("no container");
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(e.to_string().contains("container"), "{e}");
+}
+
+/// The real binary: `lsvd create` and `lsvd serve` with the volume in Azurite, data
+/// written by nbdcopy, `lsvd sync`, SIGKILL, the whole data directory deleted, a new
+/// server from the store alone, and every byte read back.
+#[test]
+fn az_volume_served_over_nbd_survives_kill9_and_a_lost_data_dir() {
+    let Some(c) = container("az", "az_volume_served_over_nbd_survives_kill9") else {
+        return;
+    };
+    require_tools(&["nbdcopy"]);
+    let dir = TempDir::new("cloud-az-e2e");
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(unique_url("az", &c, "e2e")),
+    };
+    lsvd.create("vol", "32M");
+    let image = dir.join("image");
+    write_random_image(&image, 0xa2, 32 << 20, 5);
+    let socket = dir.join("nbd.sock");
+    let args = ["vol", "--batch-size", "4M"];
+    let mut server = lsvd.serve(&socket, &args);
+    nbdcopy(&image.display().to_string(), &server.uri("vol"));
+    lsvd.run_ok(&["sync", "vol"]);
+    server.kill9();
+    std::fs::remove_dir_all(dir.join("data")).expect("remove the data dir");
+
+    let mut server = lsvd.serve(&socket, &args);
+    let back = dir.join("back");
+    nbdcopy(&server.uri("vol"), &back.display().to_string());
+    assert_files_equal(&image, &back);
+    server.stop_clean();
+}
+
+// ---------------------------------------------------------------------------------
+// GCS (fake-gcs-server)
+// ---------------------------------------------------------------------------------
+
+/// Upload `data` as `name` through fake-gcs-server's JSON API (the writes
+/// `object_store` makes are the XML API's, which it lacks).
+fn seed_gcs(bucket: &str, name: &str, data: &[u8]) {
+    let base = env("LSVD_TEST_GS_BASE_URL").expect("with-fake-gcs.sh sets LSVD_TEST_GS_BASE_URL");
+    let file = tempfile_with(data);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "20", "-X", "POST"])
+        .args(["-H", "Content-Type: application/octet-stream"])
+        .arg("--data-binary")
+        .arg(format!("@{}", file.join("body").display()))
+        .arg(format!(
+            "{base}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={}",
+            name.replace('/', "%2F")
+        ))
+        .output()
+        .expect("run curl");
+    assert!(out.status.success(), "{}", common::show("curl", &out));
+}
+
+fn tempfile_with(data: &[u8]) -> TempDir {
+    let d = TempDir::new("cloud-gs-seed");
+    std::fs::write(d.join("body"), data).expect("write body");
+    d
+}
+
+/// The store's prefix part of a `gs://BUCKET/PREFIX` URL, with a trailing `/`.
+fn prefix_of(url: &str) -> String {
+    let rest = url.trim_start_matches("gs://");
+    let (_, p) = rest.split_once('/').expect("url has a prefix");
+    format!("{p}/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gs_selftest_refuses_fake_gcs_server() {
+    let Some(b) = container("gs", "gs_selftest_refuses_fake_gcs_server") else {
+        return;
+    };
+    let url = unique_url("gs", &b, "selftest");
+    let s = open_store(&url).expect("open (no I/O)");
+    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let e = selftest::run(&*s)
+        .await
+        .expect_err("fake-gcs-server cannot take writes");
+    let msg = e.to_string();
+    eprintln!("self-test on fake-gcs-server: {msg}");
+    assert!(msg.contains(&url), "{msg}");
+    assert!(msg.contains("invalid uploadType"), "{msg}");
+    // The store's own put says the same, and it is not mistaken for a taken key.
+    let e = s
+        .put("k", Bytes::from_static(b"x"), PutMode::IfAbsent)
+        .await
+        .expect_err("no XML upload");
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(
+        s.list("").await.expect("list").is_empty(),
+        "nothing written"
+    );
+}
+
+/// The real binary refuses to serve from fake-gcs-server: `lsvd serve` runs the
+/// self-test first, and exits 1 with its one-line error.
+#[test]
+fn gs_serve_refuses_fake_gcs_server() {
+    let Some(b) = container("gs", "gs_serve_refuses_fake_gcs_server") else {
+        return;
+    };
+    let dir = TempDir::new("cloud-gs-serve");
+    let url = unique_url("gs", &b, "serve");
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(url.clone()),
+    };
+    let mut server = lsvd.spawn_serve(&dir.join("nbd.sock"), &["vol"]);
+    let status = server
+        .ready_or_exit(std::time::Duration::from_secs(60))
+        .expect_err("must not serve");
+    assert_eq!(status.code(), Some(1), "{}", server.log());
+    let log = server.log();
+    assert!(log.contains("Refusing to start"), "{log}");
+    assert!(log.contains(&url), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gs_reads_lists_and_deletes_seeded_objects() {
+    let Some(b) = container("gs", "gs_reads_lists_and_deletes_seeded_objects") else {
+        return;
+    };
+    let url = unique_url("gs", &b, "read");
+    let prefix = prefix_of(&url);
+    seed_gcs(&b, &format!("{prefix}v/obj/0001.d"), &sample(10_000));
+    seed_gcs(&b, &format!("{prefix}v/meta"), b"two");
+    seed_gcs(&b, &format!("{prefix}w/meta"), b"");
+    const N: usize = 12;
+    for i in 0..N {
+        seed_gcs(&b, &format!("{prefix}p/{i:04}"), &vec![3; i]);
+    }
+    // A key just outside the prefix must not be listed.
+    let outside = format!("{}x", prefix.trim_end_matches('/'));
+    seed_gcs(&b, &format!("{outside}/v/meta"), b"no");
+
+    let s = open_store(&url).expect("open");
+    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+    assert_eq!(s.get("v/obj/0001.d").await.expect("get"), sample(10_000));
+    check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
+
+    let paged: DynStore = std::sync::Arc::new(
+        GcsStore::open(&url, &ClientSettings::default())
+            .expect("open")
+            .with_list_page_keys(5),
+    );
+    for store in [&s, &paged] {
+        let listed = store.list("p/").await.expect("list");
+        assert_eq!(listed.len(), N, "{}", store.describe());
+        for (i, e) in listed.iter().enumerate() {
+            assert_eq!(
+                (e.key.as_str(), e.size_bytes),
+                (&*format!("p/{i:04}"), i as u64)
+            );
+        }
+        let all = store.list("").await.expect("list");
+        assert_eq!(all.len(), N + 3);
+        assert_eq!(keys(&all)[..3], ["p/0000", "p/0001", "p/0002"]);
+        assert_eq!(
+            keys(&store.list("v/").await.expect("list")),
+            ["v/meta", "v/obj/0001.d"]
+        );
+    }
+
+    s.delete("v/meta").await.expect("delete");
+    s.delete("v/meta").await.expect("delete missing is ok");
+    assert!(s.get("v/meta").await.expect_err("gone").is_not_found());
+    for e in s.list("").await.expect("list") {
+        s.delete(&e.key).await.expect("delete");
+    }
+    assert!(s.list("").await.expect("list").is_empty());
+    let out = open_store(&format!("gs://{b}/{outside}")).expect("open");
+    out.delete("v/meta").await.expect("delete");
+}

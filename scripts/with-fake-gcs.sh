@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run a command against a throwaway Google Cloud Storage emulator (fake-gcs-server) on
+# loopback.
+#
+#   scripts/with-fake-gcs.sh cargo test -p lsvd --test cloud_stores
+#
+# Installs fake-gcs-server if needed (scripts/install-fake-gcs.sh), starts it on a free
+# 127.0.0.1 port (plain HTTP, in-memory backend), creates a bucket, exports
+#
+#   GOOGLE_SERVICE_ACCOUNT_KEY   a key with "disable_oauth": true and "gcs_base_url"
+#   LSVD_TEST_GS_BUCKET          the bucket
+#   LSVD_TEST_GS_BASE_URL        http://127.0.0.1:PORT (for seeding through the JSON API)
+#
+# so that gs://BUCKET/PREFIX opens the emulator, runs the command, then stops the
+# server (its log is kept with LSVD_KEEP_FAKE_GCS=1). Exits with the command's status.
+#
+# Note: fake-gcs-server has no XML-API object upload (PUT /BUCKET/KEY answers 400
+# "invalid uploadType"), which is how object_store writes; see README.md.
+set -euo pipefail
+
+if [[ $# -eq 0 ]]; then
+    echo "usage: $0 COMMAND [ARGS...]" >&2
+    exit 2
+fi
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+server="$("$repo/scripts/install-fake-gcs.sh")"
+
+hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
+
+root="$(mktemp -d "${TMPDIR:-/tmp}/lsvd-fake-gcs.XXXXXX")"
+log="$root/fake-gcs-server.log"
+pid=""
+
+cleanup() {
+    local rc=$?
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    if [[ "${LSVD_KEEP_FAKE_GCS:-}" == 1 ]]; then
+        echo "with-fake-gcs: kept $root (server log: $log)" >&2
+    else
+        rm -rf "$root"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+bucket="lsvd-test-$(hex 4)"
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+started=""
+for _ in $(seq 10); do
+    port=$((20000 + RANDOM % 40000))
+    port_free "$port" || continue
+    "$server" -scheme http -host 127.0.0.1 -port "$port" -backend memory \
+        -public-host "127.0.0.1:$port" -log-level warn >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            break # exited: port taken after all, or a startup error
+        fi
+        if curl -s -o /dev/null --fail --max-time 1 "http://127.0.0.1:$port/storage/v1/b"; then
+            started=1
+            break
+        fi
+        sleep 0.1
+    done
+    [[ -n "$started" ]] && break
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=""
+done
+if [[ -z "$started" ]]; then
+    echo "with-fake-gcs: fake-gcs-server did not start; its log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+fi
+
+base="http://127.0.0.1:$port"
+if ! curl -sS --fail --max-time 10 -X POST -H 'Content-Type: application/json' \
+    -d "{\"name\":\"$bucket\"}" "$base/storage/v1/b" >/dev/null; then
+    echo "with-fake-gcs: cannot create bucket $bucket; server log:" >&2
+    cat "$log" >&2 || true
+    exit 1
+fi
+
+echo "with-fake-gcs: $server on $base, bucket $bucket" >&2
+
+unset GOOGLE_SERVICE_ACCOUNT GOOGLE_SERVICE_ACCOUNT_PATH GOOGLE_APPLICATION_CREDENTIALS \
+    GOOGLE_BEARER_TOKEN GOOGLE_BASE_URL
+export GOOGLE_SERVICE_ACCOUNT_KEY="{\"private_key\":\"\",\"private_key_id\":\"\",\"client_email\":\"\",\"disable_oauth\":true,\"gcs_base_url\":\"$base\"}"
+export LSVD_TEST_GS_BUCKET="$bucket"
+export LSVD_TEST_GS_BASE_URL="$base"
+
+set +e
+"$@"
+rc=$?
+set -e
+if [[ $rc -ne 0 && -s "$log" ]]; then
+    echo "with-fake-gcs: command failed ($rc); last lines of the server log:" >&2
+    tail -n 20 "$log" >&2 || true
+fi
+exit "$rc"
