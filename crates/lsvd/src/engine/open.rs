@@ -274,7 +274,7 @@ async fn open_inner(
     report.stranded_deleted = settle_store(&store, name, &rec, config.recovery_mode).await?;
     let base_counters = rec.counters;
     let heat = (config.gc.policy.tracks_heat() && snapshot.is_none())
-        .then(|| restored_heat(&meta, rec.heat.as_ref()));
+        .then(|| restored_heat(&meta, rec.state.volume_size_bytes, rec.heat.as_ref()));
     let newest_super = rec.superblock;
     let store_state = rec.state;
     let last_in_store = store_state.last_record_seq();
@@ -586,14 +586,17 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     })
 }
 
-/// The hylog write-frequency tracker for `meta`'s volume, with the counters its
-/// checkpoint carried when they fit (same region size, as long as the volume size and
-/// the tracker's limits did not change); otherwise from zero, said once in the log.
+/// The hylog write-frequency tracker for `meta`'s volume of `size_bytes` (its size now:
+/// `lsvd resize` may have changed it since creation), with the counters its checkpoint
+/// carried when they fit (same region size, as long as the volume size and the
+/// tracker's limits did not change); otherwise from zero, said once in the log. A
+/// volume grown while served tracks its new range from the next open.
 fn restored_heat(
     meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    size_bytes: u64,
     saved: Option<&lsvd_core::format::checkpoint::CheckpointHeat>,
 ) -> lsvd_core::heat::HeatTracker {
-    let mut tracker = lsvd_core::heat::HeatTracker::new(Some(meta.size_bytes));
+    let mut tracker = lsvd_core::heat::HeatTracker::new(Some(size_bytes));
     if let Some(saved) = saved
         && let Err(why) = tracker.restore(saved)
     {
