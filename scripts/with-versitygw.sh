@@ -22,39 +22,14 @@ fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 gw="$("$repo/scripts/install-versitygw.sh")"
 
-hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
-
-root="$(mktemp -d "${TMPDIR:-/tmp}/lsvd-versitygw.XXXXXX")"
+# shellcheck source=lib/loopback-server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
+loopback_server_init versitygw LSVD_KEEP_VERSITYGW
 mkdir -p "$root/data"
-log="$root/versitygw.log"
-pid=""
-
-cleanup() {
-    local rc=$?
-    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -9 "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
-    if [[ "${LSVD_KEEP_VERSITYGW:-}" == 1 ]]; then
-        echo "with-versitygw: kept $root (server log: $log)" >&2
-    else
-        rm -rf "$root"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 access="lsvd$(hex 8)"
 secret="$(hex 20)"
 bucket="lsvd-test-$(hex 4)"
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 started=""
 for _ in $(seq 10); do
