@@ -112,7 +112,7 @@ pub async fn list(common: &Common) -> Result<()> {
 /// `lsvd info` reports them).
 async fn relations(store: &DynStore, name: &str) -> String {
     let mut out = String::new();
-    if let Ok(Some(link)) = engine::clone::parent_link(store, name).await {
+    if let Ok(Some(link)) = engine::lineage::parent_link(store, name).await {
         out.push_str(&format!("\tclone of {}@{}", link.parent, link.snapshot));
     }
     if let Ok(clones) = engine::list_clones(store, name).await

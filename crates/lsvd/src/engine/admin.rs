@@ -220,8 +220,8 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
             .into_iter()
             .map(|r| r.name)
             .collect(),
-        parent: super::clone::load_lineage(store, &meta).await?.parent(),
-        clones: super::clone::list_clones(store, &meta.name)
+        parent: super::lineage::load_lineage(store, &meta).await?.parent(),
+        clones: super::lineage::list_clones(store, &meta.name)
             .await?
             .into_iter()
             .map(|l| format!("{} (from @{})", l.clone, l.snapshot))

@@ -73,7 +73,7 @@ pub async fn plan_delete(store: &DynStore, name: &str) -> Result<DeletePlan> {
         None => true,
     };
     if !resuming {
-        super::clone::refuse_if_cloned(store, name, None)
+        super::lineage::refuse_if_cloned(store, name, None)
             .await
             .map_err(|e| e.context(format!("cannot delete volume '{name}'")))?;
     }
@@ -103,7 +103,7 @@ pub async fn delete_volume(
     }
     // A clone: its parent no longer needs to keep the snapshot for it (fenced, the
     // clone never opens again).
-    if let Some(link) = super::clone::parent_link(store, name).await? {
+    if let Some(link) = super::lineage::parent_link(store, name).await? {
         super::clone::unlink_from_parent(store, &link).await;
     }
     // Listed again now that the volume is fenced: an object a server uploaded after

@@ -46,6 +46,7 @@ mod heat_tests;
 #[cfg(test)]
 mod integrity_tests;
 pub mod keys;
+pub(crate) mod lineage;
 pub(crate) mod log_index;
 #[cfg(test)]
 mod log_index_tests;
@@ -56,6 +57,7 @@ pub(crate) mod log_scan;
 pub mod log_space;
 mod log_tail;
 pub(crate) mod open;
+mod pins;
 mod put;
 mod read;
 mod read_cache;
@@ -89,10 +91,11 @@ pub use admin::{
     ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, inspect_volume, list_volumes,
     list_volumes_and_leftovers,
 };
-pub(crate) use clone::load_lineage;
-pub use clone::{create_clone, list_clones, refuse_if_cloned};
+pub use clone::create_clone;
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 pub use delete::{DeletePlan, delete_volume, plan_delete};
+pub(crate) use lineage::load_lineage;
+pub use lineage::{list_clones, refuse_if_cloned};
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use rename::{Renamed, rename_volume};
 pub use replicate::{PassReport, ReplicateOptions, ReplicateProgress, replicate_once};

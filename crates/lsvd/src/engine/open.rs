@@ -255,7 +255,7 @@ async fn open_inner(
     // 1. The store side (what the snapshots keep is not garbage).
     let meta = read_meta(&store, name).await?;
     let pins = super::snapshot::load_pins(&store, &meta).await?;
-    let lineage = super::clone::load_lineage(&store, &meta).await?;
+    let lineage = super::lineage::load_lineage(&store, &meta).await?;
     let mut rec = match &snapshot {
         None => recover_store(&store, &meta).await?,
         Some(record) => StoreRecovery::of_snapshot(

@@ -33,8 +33,8 @@ use std::sync::Arc;
 
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 
-use super::clone::{parent_link, refuse_if_cloned};
 use super::keys::{meta_key, validate_volume_name};
+use super::lineage::{parent_link, refuse_if_cloned};
 use super::store_meta::{is_being_deleted, read_meta, write_meta};
 use super::volume_super::read_newest;
 use crate::error::{Error, ErrorKind, Result};

@@ -197,7 +197,7 @@ pub(crate) struct Shared {
     /// recovery falls back to when the newest is corrupt, may still list them.
     pub(crate) deferred_deletes: Mutex<Vec<DeferredDelete>>,
     /// What the volume's snapshots keep in the store: every delete asks it first.
-    pub(crate) pins: Mutex<super::snapshot::Pins>,
+    pub(crate) pins: Mutex<super::pins::Pins>,
     /// Held while objects are deleted after a checkpoint and while a snapshot chooses
     /// its checkpoint and records its pin ([`super::snapshot`]).
     pub(crate) deletions: tokio::sync::Mutex<()>,
@@ -206,7 +206,7 @@ pub(crate) struct Shared {
     pub(crate) snapshot: Option<String>,
     /// The ancestors that own the objects below this clone's start (empty unless the
     /// volume is a clone, [`super::clone`]).
-    pub(crate) lineage: super::clone::Lineage,
+    pub(crate) lineage: super::lineage::Lineage,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
     /// Recently read object chunks on local disk (None: disabled).

@@ -28,35 +28,11 @@ use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::store_state::StoreState;
 
 use super::keys::{object_key, objects_prefix, parse_object_name, snapshot_key, snapshots_prefix};
+use super::pins::{Pin, Pins};
 use super::store_recovery::{load_checkpoint, read_header};
 use super::volume::Volume;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{DynStore, PutMode};
-
-/// What one snapshot keeps in the store.
-pub(crate) struct Pin {
-    pub record: SnapshotRecord,
-    /// The objects its base checkpoint lists.
-    listed: BTreeSet<u64>,
-}
-
-impl Pin {
-    fn holds(&self, seq: u64) -> bool {
-        let from = self.record.base_checkpoint.unwrap_or(0);
-        (from <= seq && seq < self.record.through_seq) || self.listed.contains(&seq)
-    }
-}
-
-/// Every snapshot of a volume, as far as deletes are concerned.
-#[derive(Default)]
-pub(crate) struct Pins(Vec<Pin>);
-
-impl Pins {
-    /// Does some snapshot still need object (or checkpoint) `seq`?
-    pub(crate) fn holds(&self, seq: u64) -> bool {
-        self.0.iter().any(|p| p.holds(seq))
-    }
-}
 
 /// Snapshot names follow the volume-name rules (they appear in keys and export names).
 pub fn validate_snapshot_name(name: &str) -> Result<()> {
@@ -164,7 +140,7 @@ async fn pin_for(store: &DynStore, meta: &VolumeMeta, record: SnapshotRecord) ->
             Err(e) => return Err(e.context(format!("snapshot '{}'", record.name))),
         },
     };
-    Ok(Pin { record, listed })
+    Ok(Pin::new(record, listed))
 }
 
 /// What every snapshot of `meta`'s volume keeps.
@@ -303,7 +279,7 @@ impl Volume {
             ));
         }
         let record = read_snapshot(&shared.store, &shared.meta, name).await?;
-        super::clone::refuse_if_cloned(&shared.store, &shared.meta.name, Some(name))
+        super::lineage::refuse_if_cloned(&shared.store, &shared.meta.name, Some(name))
             .await
             .map_err(|e| {
                 e.context(format!(

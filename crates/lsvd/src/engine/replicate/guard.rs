@@ -8,8 +8,8 @@ use lsvd_core::format::volume_super::decode_volume_super;
 
 use super::list_objects;
 use super::status::replica_of;
-use crate::engine::clone::Lineage;
 use crate::engine::keys::{object_key, parse_super_name, snapshot_key, super_key, super_prefix};
+use crate::engine::lineage::Lineage;
 use crate::engine::store_meta::read_meta;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{DynStore, PutMode};

@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use lsvd_core::format::object::ObjectKind;
 
-use super::clone::{clones_prefix, load_lineage, parent_key};
 use super::keys::{meta_key, object_key, objects_prefix, parse_object_name, replica_of_key};
+use super::lineage::{clones_prefix, load_lineage, parent_key};
 use super::store_meta::read_meta;
 use super::store_recovery::recover_store;
 use super::volume_super::read_newest;

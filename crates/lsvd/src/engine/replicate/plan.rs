@@ -12,8 +12,8 @@ use lsvd_core::store_state::StoreState;
 
 use super::copy::get_verified;
 use super::{Listing, PassError, Raced};
-use crate::engine::clone::Lineage;
 use crate::engine::keys::{object_key, snapshot_key};
+use crate::engine::lineage::Lineage;
 use crate::engine::snapshot::list_snapshots;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
