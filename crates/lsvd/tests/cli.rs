@@ -712,6 +712,16 @@ fn resize_grows_and_shrinks_served_and_unserved_volumes() {
         show("resize", &out)
     );
     assert_eq!(lsvd.info_json("vol")["size_bytes"], 16u64 << 20);
+    // The resize is an object of its own: a data object with the new size.
+    let objects = stdout(&lsvd.run_ok(&["inspect", "objects", "vol"]));
+    let resizes: Vec<String> = objects
+        .lines()
+        .filter(|l| l.contains("Data"))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|seq| stdout(&lsvd.run_ok(&["inspect", "object", "vol", seq])))
+        .filter(|h| h.contains("resizes the volume to 16.0 MiB"))
+        .collect();
+    assert_eq!(resizes.len(), 1, "{objects}");
     let socket = dir.join("nbd.sock");
     let mut server = lsvd.serve(&socket, &["vol"]);
     let uri = server.uri("vol");

@@ -60,6 +60,12 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
                 h.kind, h.seq, h.volume
             );
             println!("  last write-log record {}", h.last_record_seq);
+            if let Some(size) = h.volume_size_bytes {
+                println!(
+                    "  resizes the volume to {} ({size} bytes)",
+                    crate::size::format_size(size)
+                );
+            }
             println!(
                 "  header {} bytes, data {} bytes, {} chunks",
                 h.header_bytes,
