@@ -226,26 +226,32 @@ pub(crate) async fn read_object_background(
         .get_range_background(&key, start..end)
         .await
         .map_err(|e| store_read_error(shared, &key, e))?;
+    let trim = move |bytes: Vec<u8>| {
+        if (start, end) == (from, to) {
+            return bytes;
+        }
+        bytes[(from - start) as usize..(to - start) as usize].to_vec()
+    };
     let verified = {
         let (key, header) = (key.clone(), header.clone());
         tokio::task::spawn_blocking(move || {
             check_fetched(&key, &header, start, end, &bytes)?;
-            Ok(bytes)
+            Ok(trim(bytes))
         })
         .await
         // A panicked (or, at shutdown, cancelled) task: GC gives up this pass and
         // tries again later.
         .map_err(|e| Error::with_source(ErrorKind::Transient, "verifying a GC read failed", e))?
     };
-    let bytes = match verified {
-        Ok(b) => b,
-        // A bad copy: GC reads another, as clients do.
-        Err(e) => super::copies::data_from_copies(shared, &key, &header, start, end, e).await?,
-    };
-    if (start, end) == (from, to) {
-        return Ok(bytes);
+    match verified {
+        Ok(b) => Ok(b),
+        // A bad copy: GC reads another, as clients do (rare: verified on the runtime).
+        Err(e) => {
+            let bytes =
+                super::copies::data_from_copies(shared, &key, &header, start, end, e).await?;
+            Ok(trim(bytes))
+        }
     }
-    Ok(bytes[(from - start) as usize..(to - start) as usize].to_vec())
 }
 
 /// Reads of one object from the read cache alone (GC: a victim's live data that
