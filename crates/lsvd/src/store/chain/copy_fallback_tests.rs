@@ -322,6 +322,13 @@ async fn gc_reads_past_bad_first_copies() {
     assert!(stats.gc_moved_bytes.load(Ordering::Relaxed) > 0);
     assert!(stats.copy_fallbacks.load(Ordering::Relaxed) > 0);
     verify(&volume, &before).await;
+    eprintln!(
+        "gc over bad first copies: {} passes, {} bytes moved, {} fallbacks, {} copies rewritten",
+        volume.status().gc_passes,
+        stats.gc_moved_bytes.load(Ordering::Relaxed),
+        stats.copy_fallbacks.load(Ordering::Relaxed),
+        stats.copy_repairs.copies_rewritten.load(Ordering::Relaxed)
+    );
     volume.shutdown().await.expect("shutdown");
 }
 
