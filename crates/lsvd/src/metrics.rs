@@ -267,6 +267,25 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().store_get_failures.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "store_copy_fallbacks_total",
+        "counter",
+        "Reads (client or GC) whose bytes failed their checksums on one copy of a \
+         mirrored store and were answered from another copy; each also starts a \
+         rewrite of the bad copy.",
+        &|v, _| v.stats().copy_fallbacks.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "store_copies_repaired_total",
+        "counter",
+        "Bad copies of objects rewritten from a verified good copy after a fallback.",
+        &|v, _| {
+            v.stats()
+                .copy_repairs
+                .copies_rewritten
+                .load(Ordering::Relaxed) as f64
+        },
+    );
+    metric(
         "log_full_waits_total",
         "counter",
         "Times client writes found the write log full and waited for uploads to free \

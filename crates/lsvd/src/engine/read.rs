@@ -8,6 +8,7 @@
 //! in one object share a GET. Sequential readers get read-ahead ([`ahead`]).
 
 mod ahead;
+mod copies;
 mod object;
 #[cfg(test)]
 mod tests;

@@ -82,6 +82,11 @@ pub struct Stats {
     pub store_gets: AtomicU64,
     /// GETs that failed after the store client's own retries.
     pub store_get_failures: AtomicU64,
+    /// Reads whose first copy failed its checksums and that a store's other copy
+    /// answered (a mirrored chain, [`super::read`]).
+    pub copy_fallbacks: AtomicU64,
+    /// Rewrites of bad copies from a verified good one, running in the background.
+    pub copy_repairs: Arc<CopyRepairs>,
     pub objects_written: AtomicU64,
     pub checkpoints_written: AtomicU64,
     pub superblocks_written: AtomicU64,
@@ -120,6 +125,16 @@ pub struct Stats {
     pub log_full_waits: AtomicU64,
     /// True while a write waits for space in a full write log.
     pub log_full: std::sync::atomic::AtomicBool,
+}
+
+/// Repairs of bad copies of objects (shared with the tasks that run them).
+#[derive(Debug, Default)]
+pub struct CopyRepairs {
+    /// Keys of the objects being repaired now (bounded: a read that finds too many
+    /// running, or its object's already, leaves its repair to that or a later read).
+    pub running: Mutex<std::collections::HashSet<String>>,
+    /// Copies rewritten from a verified good copy.
+    pub copies_rewritten: AtomicU64,
 }
 
 /// The state behind the lock.

@@ -302,6 +302,30 @@ impl ObjectStore for FaultyStore {
     ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<Vec<String>>> {
         self.inner.verify_copies(prefix)
     }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::CopyBytes>>> {
+        if self.is_killed() {
+            let e = Self::killed_err("reading copies of", key);
+            return Box::pin(async move { Err(e) });
+        }
+        self.inner.get_range_copies(key, range)
+    }
+    fn repair_copies(
+        &self,
+        key: &str,
+        good: Bytes,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
+        // A write: nothing reaches the store after a simulated crash.
+        self.mutation();
+        if self.is_killed() {
+            let e = Self::killed_err("repairing", key);
+            return Box::pin(async move { Err(e) });
+        }
+        self.inner.repair_copies(key, good)
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,37 @@ pub trait ObjectStore: Send + Sync + 'static {
         let _ = prefix;
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Bytes `range` of `key` from each copy the store keeps of it (the mirrored
+    /// chain: both directories of its position), each read on its own, in the order
+    /// reads try them; a copy that cannot be read is left out. It exists because
+    /// [`get_range`](Self::get_range) hides the copies: when what it returned fails
+    /// the engine's checksums, another copy may still be good, and only the engine
+    /// can tell. Empty for stores with one copy (the default): nothing else to try.
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
+        let _ = (key, range);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Overwrite each copy of `key` whose bytes differ from `good`, the whole object
+    /// as the caller verified it (the engine, after a read fell back to a good copy).
+    /// A copy that no longer holds the key is left alone: the object was deleted
+    /// meanwhile, and a repair must not bring it back. Returns the copies rewritten
+    /// (none for stores with one copy, the default).
+    fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let _ = (key, good);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// One copy's bytes ([`ObjectStore::get_range_copies`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyBytes {
+    /// Which copy (its directory), for messages.
+    pub copy: String,
+    pub bytes: Vec<u8>,
 }
 
 /// One metric a store reports: `lsvd_store_{name}` in the Prometheus output.

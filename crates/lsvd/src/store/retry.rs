@@ -247,6 +247,20 @@ impl ObjectStore for RetryStore {
     ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<Vec<String>>> {
         self.inner.verify_copies(prefix)
     }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::CopyBytes>>> {
+        self.inner.get_range_copies(key, range)
+    }
+    fn repair_copies(
+        &self,
+        key: &str,
+        good: Bytes,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
+        self.inner.repair_copies(key, good)
+    }
 }
 
 #[cfg(test)]

@@ -96,13 +96,24 @@ async fn object_header(
             }
         }
     }
-    let h = Arc::new(fetch_header(shared, key, background).await?);
-    if h.seq != seq || h.volume != shared.volume_of(seq) {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!("object {key} is not the object its name says"),
-        ));
-    }
+    let is_named = |h: &ObjectHeader| {
+        if h.seq != seq || h.volume != shared.volume_of(seq) {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("object {key} is not the object its name says"),
+            ));
+        }
+        Ok(())
+    };
+    let fetched = fetch_header(shared, key, background)
+        .await
+        .and_then(|h| is_named(&h).map(|()| h));
+    let h = match fetched {
+        Ok(h) => h,
+        // A bad copy: another copy of the object may be good.
+        Err(e) => super::copies::header_from_copies(shared, key, is_named, e).await?,
+    };
+    let h = Arc::new(h);
     remember_header(shared, h.clone());
     Ok(h)
 }
@@ -215,17 +226,32 @@ pub(crate) async fn read_object_background(
         .get_range_background(&key, start..end)
         .await
         .map_err(|e| store_read_error(shared, &key, e))?;
-    tokio::task::spawn_blocking(move || {
-        check_fetched(&key, &header, start, end, &bytes)?;
+    let trim = move |bytes: Vec<u8>| {
         if (start, end) == (from, to) {
-            return Ok(bytes);
+            return bytes;
         }
-        Ok(bytes[(from - start) as usize..(to - start) as usize].to_vec())
-    })
-    .await
-    // A panicked (or, at shutdown, cancelled) task: GC gives up this pass and tries
-    // again later.
-    .map_err(|e| Error::with_source(ErrorKind::Transient, "verifying a GC read failed", e))?
+        bytes[(from - start) as usize..(to - start) as usize].to_vec()
+    };
+    let verified = {
+        let (key, header) = (key.clone(), header.clone());
+        tokio::task::spawn_blocking(move || {
+            check_fetched(&key, &header, start, end, &bytes)?;
+            Ok(trim(bytes))
+        })
+        .await
+        // A panicked (or, at shutdown, cancelled) task: GC gives up this pass and
+        // tries again later.
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "verifying a GC read failed", e))?
+    };
+    match verified {
+        Ok(b) => Ok(b),
+        // A bad copy: GC reads another, as clients do (rare: verified on the runtime).
+        Err(e) => {
+            let bytes =
+                super::copies::data_from_copies(shared, &key, &header, start, end, e).await?;
+            Ok(trim(bytes))
+        }
+    }
 }
 
 /// Reads of one object from the read cache alone (GC: a victim's live data that
@@ -266,13 +292,16 @@ async fn fetch_verified(
         .get_range(key, start..end)
         .await
         .map_err(|e| store_read_error(shared, key, e))?;
-    check_fetched(key, header, start, end, &bytes)?;
-    Ok(bytes)
+    match check_fetched(key, header, start, end, &bytes) {
+        Ok(()) => Ok(bytes),
+        // A bad copy: another copy of the object may be good.
+        Err(e) => super::copies::data_from_copies(shared, key, header, start, end, e).await,
+    }
 }
 
 /// Bytes `[start, end)` fetched from object `key`: all there, and matching the
 /// header's chunk checksums.
-fn check_fetched(
+pub(super) fn check_fetched(
     key: &str,
     header: &ObjectHeader,
     start: u64,

@@ -33,7 +33,7 @@ use super::{home_drive, is_log_object, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
 use crate::store::{
-    BoxFuture, ListEntry, ObjectStore, Placement, PutMode, StoreMetric, StoreResult,
+    BoxFuture, CopyBytes, ListEntry, ObjectStore, Placement, PutMode, StoreMetric, StoreResult,
 };
 
 /// Without `drive_size`, a drive is full this far before its filesystem is: room for
@@ -440,6 +440,32 @@ impl ChainStore {
         }
     }
 
+    /// The drive holding `key`: the index's, else looked for on every drive.
+    fn locate(&self, key: &str) -> StoreResult<Option<usize>> {
+        if key == DRIVE_RECORD_NAME {
+            return Err(reserved_key_error(key));
+        }
+        let known = self.lock().index.get(key).map(|l| l.drive);
+        match known {
+            Some(d) => Ok(Some(d)),
+            None => self.find(key),
+        }
+    }
+
+    async fn read_copies(&self, key: String, range: Range<u64>) -> StoreResult<Vec<CopyBytes>> {
+        match self.locate(&key)? {
+            Some(d) => self.inner.drives[d].read_copies(&key, range).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn repair_copies_inner(&self, key: String, good: Bytes) -> StoreResult<Vec<String>> {
+        match self.locate(&key)? {
+            Some(d) => self.inner.drives[d].rewrite_differing(&key, good).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     async fn delete_inner(&self, key: String) -> StoreResult<()> {
         if key == DRIVE_RECORD_NAME {
             return Err(reserved_key_error(&key));
@@ -507,6 +533,16 @@ impl ObjectStore for ChainStore {
         Box::pin(async move {
             Ok(super::position::compare_all_copies(&self.inner.drives, prefix).await)
         })
+    }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
+        Box::pin(self.read_copies(key.to_string(), range))
+    }
+    fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(self.repair_copies_inner(key.to_string(), good))
     }
     /// The tail cache: what is uploaded goes into the read cache too, so reads of
     /// fresh data stay off the drive taking the writes.

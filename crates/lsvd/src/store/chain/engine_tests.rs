@@ -409,4 +409,18 @@ impl crate::store::ObjectStore for InFlight {
     ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<Vec<String>>> {
         self.inner.verify_copies(prefix)
     }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::CopyBytes>>> {
+        self.inner.get_range_copies(key, range)
+    }
+    fn repair_copies(
+        &self,
+        key: &str,
+        good: bytes::Bytes,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
+        self.track(self.inner.repair_copies(key, good))
+    }
 }

@@ -6,7 +6,10 @@
 //! missing or unreadable reads the other and writes the object back to the first
 //! (repair). A copy that fails with an I/O error (not "missing", not "full") is
 //! dropped, with a warning, and the position serves from the other copy (degraded)
-//! until the next open, which rebuilds a blank copy from its sibling.
+//! until the next open, which rebuilds a blank copy from its sibling. A copy that
+//! reads but holds wrong bytes only the engine can tell (its checksums): it asks for
+//! every copy of the range ([`Drive::read_copies`]) and, once it has verified a good
+//! one, has the others rewritten from it ([`Drive::rewrite_differing`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -17,7 +20,7 @@ use bytes::Bytes;
 use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::{FsStore, valid_key};
-use crate::store::{ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::store::{CopyBytes, ListEntry, ObjectStore, PutMode, StoreResult};
 
 /// A read to send to the position holding a key.
 pub enum Read {
@@ -353,6 +356,63 @@ impl Drive {
         }
     }
 
+    /// Bytes `range` of `key` from each live copy that can read it (none for a
+    /// position of one copy: there is nothing else to offer).
+    pub async fn read_copies(&self, key: &str, range: Range<u64>) -> StoreResult<Vec<CopyBytes>> {
+        valid_key(key)?;
+        let mut out = Vec::new();
+        if self.copies.len() < 2 {
+            return Ok(out);
+        }
+        for (c, s) in self.live() {
+            if let Ok(bytes) = s.get_range_background(key, range.clone()).await {
+                out.push(CopyBytes {
+                    copy: c.dir.display().to_string(),
+                    bytes,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rewrite, in place, each live copy of `key` whose bytes differ from `good` (the
+    /// whole object, verified by the caller). In place, not a new file renamed over
+    /// the old: a copy deleted meanwhile stays deleted. Returns the copies rewritten.
+    pub async fn rewrite_differing(&self, key: &str, good: Bytes) -> StoreResult<Vec<String>> {
+        valid_key(key)?;
+        let mut rewritten = Vec::new();
+        if self.copies.len() < 2 {
+            return Ok(rewritten);
+        }
+        for (c, s) in self.live() {
+            match s.get(key).await {
+                Ok(bytes) if bytes[..] == good[..] => continue,
+                Err(e) if e.is_not_found() => continue,
+                _ => {}
+            }
+            let path = c.dir.join(key);
+            let data = good.clone();
+            let result = tokio::task::spawn_blocking(move || rewrite_in_place(&path, &data))
+                .await
+                .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?;
+            match result {
+                Ok(true) => rewritten.push(c.dir.display().to_string()),
+                Ok(false) => {}
+                Err(e) => {
+                    let e = Error::with_source(
+                        ErrorKind::Permanent,
+                        format!("rewriting {key} on {}", c.dir.display()),
+                        e,
+                    );
+                    if !self.fail(c, &e) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(rewritten)
+    }
+
     /// Delete from every live copy.
     pub async fn delete(&self, key: &str) -> StoreResult<()> {
         valid_key(key)?;
@@ -377,6 +437,21 @@ impl Drive {
             .min()
             .unwrap_or(0)
     }
+}
+
+/// Overwrite the file at `path` with `data` and make it durable, if the file is
+/// there (false if not: it is not created).
+fn rewrite_in_place(path: &Path, data: &[u8]) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let file = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    file.write_all_at(data, 0)?;
+    file.set_len(data.len() as u64)?;
+    file.sync_all()?;
+    Ok(true)
 }
 
 /// Bytes free for unprivileged writers on the filesystem holding `dir` (0 if it

@@ -18,7 +18,7 @@ use super::position::{Drive, Read};
 use super::{home_drive, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
-use crate::store::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::store::{BoxFuture, CopyBytes, ListEntry, ObjectStore, PutMode, StoreResult};
 
 #[derive(Clone)]
 pub struct StripeStore {
@@ -95,5 +95,17 @@ impl ObjectStore for StripeStore {
     }
     fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
         Box::pin(async move { Ok(super::position::compare_all_copies(&self.drives, prefix).await) })
+    }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.read_copies(&key, range).await })
+    }
+    fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.rewrite_differing(&key, good).await })
     }
 }
