@@ -230,22 +230,70 @@ pub(crate) async fn read_header(
     store: &DynStore,
     key: &str,
 ) -> Result<lsvd_core::format::object::ObjectHeader> {
-    use lsvd_core::format::object::{HEADER_PROBE_BYTES, decode_object_header, peek_header_bytes};
-    let is_corrupt =
-        |e| Error::with_source(ErrorKind::Corrupt, format!("object {key} is corrupt"), e);
-    let mut buf = store
+    use lsvd_core::format::object::HEADER_PROBE_BYTES;
+    let first = store
         .get_range(key, 0..HEADER_PROBE_BYTES)
         .await
         .map_err(|e| e.context(format!("reading {key}")))?;
+    match header_from(store, key, first, None).await {
+        Err(e) if e.kind == ErrorKind::Corrupt => {
+            // A store that keeps copies (a mirrored chain) may hold a good one.
+            let copies = other_copies(store, key, 0..HEADER_PROBE_BYTES).await;
+            for (i, copy) in copies.into_iter().enumerate() {
+                if let Ok(h) = header_from(store, key, copy, Some(i)).await {
+                    crate::log::warn(&format!(
+                        "object {key}: the header failed its checks; read it from copy {i}"
+                    ));
+                    return Ok(h);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Decode the object header at the start of `buf` (the first bytes of `key`, from copy
+/// `copy` when given), reading the rest of a header longer than `buf` from the same
+/// place.
+async fn header_from(
+    store: &DynStore,
+    key: &str,
+    mut buf: Vec<u8>,
+    copy: Option<usize>,
+) -> Result<lsvd_core::format::object::ObjectHeader> {
+    use lsvd_core::format::object::{decode_object_header, peek_header_bytes};
+    let is_corrupt =
+        |e| Error::with_source(ErrorKind::Corrupt, format!("object {key} is corrupt"), e);
     let need = peek_header_bytes(&buf).map_err(is_corrupt)?;
     if need > buf.len() as u64 {
-        let rest = store
-            .get_range(key, buf.len() as u64..need)
-            .await
-            .map_err(|e| e.context(format!("reading {key}")))?;
+        let range = buf.len() as u64..need;
+        let rest = match copy {
+            None => store
+                .get_range(key, range)
+                .await
+                .map_err(|e| e.context(format!("reading {key}")))?,
+            Some(i) => other_copies(store, key, range)
+                .await
+                .into_iter()
+                .nth(i)
+                .ok_or_else(|| corrupt(format!("object {key}: copy {i} is gone")))?,
+        };
         buf.extend_from_slice(&rest);
     }
     decode_object_header(&buf).map_err(is_corrupt)
+}
+
+/// Every copy of `key[range]` a store that keeps several holds (none for the others,
+/// or when they cannot be read: the caller keeps the error it had).
+async fn other_copies(store: &DynStore, key: &str, range: std::ops::Range<u64>) -> Vec<Vec<u8>> {
+    match store.get_range_copies(key, range).await {
+        Ok(copies) => copies.into_iter().map(|c| c.bytes).collect(),
+        Err(e) => {
+            crate::log::warn(&format!("reading the copies of {key}: {e}"));
+            Vec::new()
+        }
+    }
 }
 
 /// Act on what the store side of recovery found, before anything new is written:
@@ -318,6 +366,34 @@ pub(super) async fn load_checkpoint(
         .get(&key)
         .await
         .map_err(|e| e.context(format!("reading checkpoint {key}")))?;
+    match decode_loaded_checkpoint(meta, c, &key, &bytes) {
+        Err(e) if e.kind == ErrorKind::Corrupt => {
+            // A store that keeps copies (a mirrored chain) may hold a good one.
+            for (i, copy) in other_copies(store, &key, 0..u64::MAX)
+                .await
+                .iter()
+                .enumerate()
+            {
+                if let Ok(loaded) = decode_loaded_checkpoint(meta, c, &key, copy) {
+                    crate::log::warn(&format!(
+                        "checkpoint {key} failed its checks; read it from copy {i}"
+                    ));
+                    return Ok(loaded);
+                }
+            }
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+/// Checkpoint `c` of `meta`'s volume from the object's bytes, checked whole.
+fn decode_loaded_checkpoint(
+    meta: &VolumeMeta,
+    c: u64,
+    key: &str,
+    bytes: &[u8],
+) -> Result<LoadedCheckpoint> {
     let is_corrupt = |e| {
         Error::with_source(
             ErrorKind::Corrupt,
@@ -325,7 +401,7 @@ pub(super) async fn load_checkpoint(
             e,
         )
     };
-    let header = lsvd_core::format::object::decode_object_header(&bytes).map_err(is_corrupt)?;
+    let header = lsvd_core::format::object::decode_object_header(bytes).map_err(is_corrupt)?;
     if header.volume != meta.volume || header.seq != c || header.kind != ObjectKind::Checkpoint {
         return Err(corrupt(format!(
             "checkpoint {key} belongs to another volume or sequence"

@@ -17,13 +17,13 @@ use crate::error::ErrorKind;
 use crate::store::{DynStore, PutMode, open_store};
 use crate::testutil::TempDir;
 
-const BLOCK: u64 = 4096;
+pub(super) const BLOCK: u64 = 4096;
 /// 2 MiB volume.
 const BLOCKS: u64 = 512;
 /// Writes of 64 KiB.
 const WRITE_BLOCKS: u64 = 16;
 
-fn config(gc: lsvd_core::gc::GcConfig) -> EngineConfig {
+pub(super) fn config(gc: lsvd_core::gc::GcConfig) -> EngineConfig {
     EngineConfig {
         batch_size_bytes: 256 << 10,
         batch_timeout_ms: 50,
@@ -37,14 +37,14 @@ fn config(gc: lsvd_core::gc::GcConfig) -> EngineConfig {
     }
 }
 
-fn no_gc() -> lsvd_core::gc::GcConfig {
+pub(super) fn no_gc() -> lsvd_core::gc::GcConfig {
     lsvd_core::gc::GcConfig {
         start_utilization: 0.0,
         ..Default::default()
     }
 }
 
-fn block_data(block: u64, version: u64) -> Vec<u8> {
+pub(super) fn block_data(block: u64, version: u64) -> Vec<u8> {
     let mut v = vec![0u8; BLOCK as usize];
     for (i, chunk) in v.chunks_mut(16).enumerate() {
         chunk[..8].copy_from_slice(&block.to_le_bytes());
@@ -54,7 +54,7 @@ fn block_data(block: u64, version: u64) -> Vec<u8> {
 }
 
 /// A mirrored chain of two positions: `(store URL, [[first copy, mirror]; 2])`.
-fn mirrored(root: &TempDir) -> (String, Vec<[PathBuf; 2]>) {
+pub(super) fn mirrored(root: &TempDir) -> (String, Vec<[PathBuf; 2]>) {
     let pos: Vec<[PathBuf; 2]> = ["a", "b"]
         .iter()
         .map(|n| [root.path().join(n), root.path().join(format!("{n}2"))])
@@ -66,7 +66,7 @@ fn mirrored(root: &TempDir) -> (String, Vec<[PathBuf; 2]>) {
     (format!("chain:{}", list.join(",")), pos)
 }
 
-async fn settle(volume: &Volume) {
+pub(super) async fn settle(volume: &Volume) {
     // A bound for a hang, not a timing assertion.
     for _ in 0..6000 {
         let s = volume.status();
@@ -123,7 +123,7 @@ fn small_writes() -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
-async fn verify(volume: &Volume, model: &[u64]) {
+pub(super) async fn verify(volume: &Volume, model: &[u64]) {
     for (b, &version) in model.iter().enumerate() {
         let got = volume.read(b as u64 * BLOCK, BLOCK).await.expect("read");
         let want = if version == 0 {
@@ -146,7 +146,7 @@ fn data_objects(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The first data object, as (path in the first copy, path in the mirror).
-fn first_data_object(pos: &[[PathBuf; 2]]) -> (PathBuf, PathBuf) {
+pub(super) fn first_data_object(pos: &[[PathBuf; 2]]) -> (PathBuf, PathBuf) {
     for [first, mirror] in pos {
         if let Some(p) = data_objects(first).into_iter().next() {
             let rel = p.strip_prefix(first).expect("under the copy");
@@ -161,7 +161,7 @@ fn header_bytes(path: &Path) -> u64 {
     u64::from(decode_object_header(&bytes).expect("header").header_bytes)
 }
 
-fn flip_byte(path: &Path, offset: u64) {
+pub(super) fn flip_byte(path: &Path, offset: u64) {
     let mut bytes = std::fs::read(path).expect("read object");
     bytes[offset as usize] ^= 0x40;
     std::fs::write(path, bytes).expect("write object");

@@ -26,6 +26,8 @@ pub mod position;
 pub mod stripe;
 
 #[cfg(test)]
+mod copy_fallback_recovery_tests;
+#[cfg(test)]
 mod copy_fallback_tests;
 #[cfg(test)]
 mod engine_tests;
