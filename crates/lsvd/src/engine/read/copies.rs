@@ -101,7 +101,7 @@ pub(super) async fn data_from_copies(
     if err.kind != ErrorKind::Corrupt {
         return Err(err);
     }
-    let verify = |bytes: &[u8]| super::object::check_fetched(key, header, start, end, bytes);
+    let verify = |bytes: &[u8]| check_fetched(key, header, start, end, bytes);
     let Some(good) = first_good_copy(shared, key, start..end, verify).await else {
         return Err(err);
     };
@@ -221,4 +221,22 @@ async fn repair(
         ));
     }
     Ok(())
+}
+
+/// Bytes `[start, end)` fetched from object `key`: all there, and matching the
+/// header's chunk checksums. Every read of object data is checked by this, the first
+/// copy's and the others' alike.
+pub(super) fn check_fetched(
+    key: &str,
+    header: &ObjectHeader,
+    start: u64,
+    end: u64,
+    bytes: &[u8],
+) -> Result<()> {
+    if bytes.len() as u64 != end - start {
+        return Err(Error::new(ErrorKind::Corrupt, format!("{key}: short read")));
+    }
+    header
+        .verify_data(start, bytes)
+        .map_err(|e| Error::with_source(ErrorKind::Corrupt, key, e))
 }

@@ -235,7 +235,7 @@ pub(crate) async fn read_object_background(
     let verified = {
         let (key, header) = (key.clone(), header.clone());
         tokio::task::spawn_blocking(move || {
-            check_fetched(&key, &header, start, end, &bytes)?;
+            super::copies::check_fetched(&key, &header, start, end, &bytes)?;
             Ok(trim(bytes))
         })
         .await
@@ -292,28 +292,11 @@ async fn fetch_verified(
         .get_range(key, start..end)
         .await
         .map_err(|e| store_read_error(shared, key, e))?;
-    match check_fetched(key, header, start, end, &bytes) {
+    match super::copies::check_fetched(key, header, start, end, &bytes) {
         Ok(()) => Ok(bytes),
         // A bad copy: another copy of the object may be good.
         Err(e) => super::copies::data_from_copies(shared, key, header, start, end, e).await,
     }
-}
-
-/// Bytes `[start, end)` fetched from object `key`: all there, and matching the
-/// header's chunk checksums.
-pub(super) fn check_fetched(
-    key: &str,
-    header: &ObjectHeader,
-    start: u64,
-    end: u64,
-    bytes: &[u8],
-) -> Result<()> {
-    if bytes.len() as u64 != end - start {
-        return Err(Error::new(ErrorKind::Corrupt, format!("{key}: short read")));
-    }
-    header
-        .verify_data(start, bytes)
-        .map_err(|e| corrupt(key, e))
 }
 
 /// Times a reader waits for other readers' fetches of one chunk before it fetches the
