@@ -38,6 +38,7 @@ use lsvd_core::live_rates::LiveWriteRates;
 use super::clock::{SharedClock, timeout};
 use super::read;
 use super::shared::Shared;
+use crate::store::fs::DirectBuf;
 
 /// Live extents of one victim closer than this are fetched with one GET.
 const RUN_GAP_BYTES: u64 = 256 << 10;
@@ -429,7 +430,8 @@ async fn run_pass(
             // Lay the data out straight into the object's data section.
             let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();
             let header_len = object_header_len(&spec, data_bytes);
-            let mut object = vec![0u8; header_len + data_bytes as usize];
+            let mut buf = DirectBuf::zeroed(header_len + data_bytes as usize);
+            let object = buf.as_mut_slice();
             let mut at = header_len;
             for r in group {
                 let len = (r.sectors * SECTOR_BYTES) as usize;
@@ -441,8 +443,8 @@ async fn run_pass(
                 consumed += len;
                 at += len;
             }
-            finish_object_in_place(&spec, &mut object, header_len);
-            encoded.push((data_bytes, bytes::Bytes::from(object)));
+            finish_object_in_place(&spec, object, header_len);
+            encoded.push((data_bytes, buf.into_bytes()));
         }
         encoded
     })

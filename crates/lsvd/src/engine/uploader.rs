@@ -25,6 +25,7 @@ use super::clock::timeout;
 use super::log_scan::{CorruptRecord, VerifyError, read_verified};
 use super::put::upload_object;
 use super::shared::{LogPos, Shared};
+use crate::store::fs::DirectBuf;
 
 /// The uploader wakes at least this often: batch timeouts and the checkpoint interval
 /// are checked then.
@@ -128,7 +129,7 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             return;
         }
     };
-    let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, VerifyError> {
+    let bytes = tokio::task::spawn_blocking(move || -> Result<DirectBuf, VerifyError> {
         let extents = batch.object_extents();
         let spec = ObjectSpec {
             kind: ObjectKind::Data,
@@ -141,7 +142,9 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         };
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);
-        let mut object = vec![0u8; header_len + data_bytes as usize];
+        // Aligned, so the local store writes it with O_DIRECT without a copy.
+        let mut buf = DirectBuf::zeroed(header_len + data_bytes as usize);
+        let object = buf.as_mut_slice();
         // (record, log offset, bytes, place in the object), grouped by record.
         let mut pieces = Vec::with_capacity(batch.extents.len());
         let mut at = header_len;
@@ -170,8 +173,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
                 next += 1;
             }
         }
-        finish_object_in_place(&spec, &mut object, header_len);
-        Ok(object)
+        finish_object_in_place(&spec, object, header_len);
+        Ok(buf)
     })
     .await;
     let bytes = match bytes {
@@ -197,5 +200,5 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             return;
         }
     };
-    upload_object(&shared, seq, ObjectKind::Data, bytes.into()).await;
+    upload_object(&shared, seq, ObjectKind::Data, bytes.into_bytes()).await;
 }

@@ -81,9 +81,42 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
-/// Create `path` and write `data` with `O_DIRECT`, through an aligned buffer of
-/// [`DIRECT_CHUNK_BYTES`]: the last block is padded with zeros, then the file is cut to
-/// the exact length.
+/// A zeroed buffer whose first byte is aligned for `O_DIRECT`, for objects built in
+/// memory and then put: [`write_direct`] writes its whole blocks straight from it,
+/// with no copy through a bounce buffer (an 8 MiB copy per object was 7% of the
+/// server's CPU under 4 KiB random writes).
+pub(crate) struct DirectBuf {
+    vec: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl DirectBuf {
+    /// `len` zeroed bytes. If the allocator cannot say where alignment starts, the
+    /// buffer is unaligned and the store copies it as before.
+    pub(crate) fn zeroed(len: usize) -> DirectBuf {
+        let vec = vec![0u8; len + DIRECT_ALIGN];
+        let start = match vec.as_ptr().align_offset(DIRECT_ALIGN) {
+            s if s <= DIRECT_ALIGN => s,
+            _ => 0,
+        };
+        DirectBuf { vec, start, len }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.vec[self.start..self.start + self.len]
+    }
+
+    /// The bytes, sharing the allocation (so its alignment) with no copy.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        Bytes::from(self.vec).slice(self.start..self.start + self.len)
+    }
+}
+
+/// Create `path` and write `data` with `O_DIRECT`: its whole blocks straight from
+/// `data` if that is aligned ([`DirectBuf`]), the rest (or everything, if unaligned)
+/// through an aligned buffer of at most [`DIRECT_CHUNK_BYTES`]; the last block is
+/// padded with zeros, then the file is cut to the exact length.
 fn write_direct(path: &Path, data: &[u8]) -> std::io::Result<fs::File> {
     // Like File::create: a temporary file left by a crashed process of the same pid
     // is replaced (create_new would report AlreadyExists, which callers read as "the
@@ -94,12 +127,24 @@ fn write_direct(path: &Path, data: &[u8]) -> std::io::Result<fs::File> {
         .truncate(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)?;
-    let mut buf = vec![0u8; DIRECT_CHUNK_BYTES + DIRECT_ALIGN];
-    let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
-    let buf = &mut buf[start..start + DIRECT_CHUNK_BYTES];
     let mut at = 0usize;
+    if data.as_ptr().align_offset(DIRECT_ALIGN) == 0 {
+        // Whole blocks without a copy; write_all_at reports a short write's unaligned
+        // rest (EINVAL) rather than writing wrongly.
+        at = data.len() - data.len() % DIRECT_ALIGN;
+        f.write_all_at(&data[..at], 0)?;
+        if at == data.len() {
+            return Ok(f);
+        }
+    }
+    let chunk_bytes = (data.len() - at)
+        .next_multiple_of(DIRECT_ALIGN)
+        .min(DIRECT_CHUNK_BYTES);
+    let mut buf = vec![0u8; chunk_bytes + DIRECT_ALIGN];
+    let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+    let buf = &mut buf[start..start + chunk_bytes];
     while at < data.len() {
-        let n = (data.len() - at).min(DIRECT_CHUNK_BYTES);
+        let n = (data.len() - at).min(chunk_bytes);
         let padded = n.next_multiple_of(DIRECT_ALIGN);
         buf[..n].copy_from_slice(&data[at..at + n]);
         buf[n..padded].fill(0);
@@ -419,6 +464,46 @@ mod tests {
                 !s.inner.direct_refused.load(Ordering::Relaxed),
                 "ext4 takes O_DIRECT: the direct path must have been used"
             );
+        }
+    }
+
+    /// Objects built in a [`DirectBuf`] are written from it without a bounce copy:
+    /// their bytes are aligned, whole blocks go straight out and only the tail is
+    /// copied. Every size around the block and chunk boundaries reads back exactly, and
+    /// a slice of the buffer not starting on a block (unaligned) still does.
+    #[test]
+    fn aligned_buffers_are_written_in_place_and_read_back_exactly() {
+        let dir = TempDir::new("fsstore-directbuf");
+        let s = FsStore::open(dir.path()).expect("open");
+        let sizes = [
+            DIRECT_MIN_BYTES,
+            DIRECT_MIN_BYTES + 1,
+            DIRECT_MIN_BYTES + DIRECT_ALIGN - 1,
+            3 * DIRECT_CHUNK_BYTES + 512,
+            (8 << 20) + 4608,
+        ];
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut buf = DirectBuf::zeroed(n);
+            for (j, b) in buf.as_mut_slice().iter_mut().enumerate() {
+                *b = (j * 13 + i * 5 + j / 4096) as u8;
+            }
+            let bytes = buf.into_bytes();
+            assert_eq!(bytes.len(), n);
+            assert_eq!(
+                bytes.as_ptr().align_offset(DIRECT_ALIGN),
+                0,
+                "a DirectBuf starts on a block"
+            );
+            let key = format!("v/obj/{i:04}.d");
+            s.put_sync(&key, &bytes, PutMode::IfAbsent).expect("put");
+            let back = s.get_range_sync(&key, None).expect("get");
+            assert!(back[..] == bytes[..], "contents of a {n}-byte aligned put");
+            // Off by one byte: the copying path.
+            let unaligned = bytes.slice(1..);
+            let key = format!("v/obj/{i:04}u.d");
+            s.put_sync(&key, &unaligned, PutMode::IfAbsent).expect("put");
+            let back = s.get_range_sync(&key, None).expect("get");
+            assert!(back[..] == unaligned[..], "contents of a {n}-byte unaligned put");
         }
     }
 
