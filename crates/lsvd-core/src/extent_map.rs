@@ -105,7 +105,7 @@ impl<L: Location> ExtentMap<L> {
         self.remove(lba, sectors, &mut displaced);
         self.entries.insert(lba, (sectors, location));
         self.mapped_sectors += sectors;
-        self.merge_around(lba);
+        self.merge_around(lba, sectors, location);
     }
 
     /// Unmap `[lba, lba+sectors)`, reporting every removed piece.
@@ -268,9 +268,31 @@ impl<L: Location> ExtentMap<L> {
             .collect()
     }
 
-    /// Merge the entry at `lba` with contiguous neighbours.
-    fn merge_around(&mut self, lba: u64) {
-        self.merge_range(lba, lba + 1);
+    /// Merge the entry just inserted at `lba` with its neighbours where they continue
+    /// each other. Three lookups at most (the insert of every client write and every
+    /// map update takes this path): walking the range as [`merge_range`] does cost
+    /// twice that and an allocation, 8% of the instructions of a 4 KiB write.
+    fn merge_around(&mut self, lba: u64, sectors: u64, location: L) {
+        let mut len = sectors;
+        let next = lba + sectors;
+        if let Some(&(next_len, next_loc)) = self.entries.get(&next)
+            && location.advance(sectors) == next_loc
+        {
+            self.entries.remove(&next);
+            len += next_len;
+            if let Some(e) = self.entries.get_mut(&lba) {
+                e.0 = len;
+            }
+        }
+        if let Some((&prev, &(prev_len, prev_loc))) = self.entries.range(..lba).next_back()
+            && prev + prev_len == lba
+            && prev_loc.advance(prev_len) == location
+        {
+            self.entries.remove(&lba);
+            if let Some(e) = self.entries.get_mut(&prev) {
+                e.0 = prev_len + len;
+            }
+        }
     }
 
     fn merge_range(&mut self, lba: u64, end: u64) {
@@ -446,11 +468,20 @@ mod tests {
             let len = 1 + next() % 12;
             let len = len.min(512 - lba);
             match next() % 4 {
-                0 | 1 => {
+                0 => {
                     counter += 1000;
                     m.insert(lba, len, Loc(counter), |_| {});
                     for i in 0..len {
                         model[(lba + i) as usize] = Some(counter + i);
+                    }
+                }
+                1 => {
+                    // Locations that continue their neighbours' (as sequential writes
+                    // and applied objects do), so inserts merge on either side.
+                    let loc = 1_000_000 + lba;
+                    m.insert(lba, len, Loc(loc), |_| {});
+                    for i in 0..len {
+                        model[(lba + i) as usize] = Some(loc + i);
                     }
                 }
                 2 => {
@@ -479,6 +510,16 @@ mod tests {
                 }
             }
             assert_eq!(flat, model);
+            // Canonical: no two stored extents that continue each other.
+            let stored = pieces(&m);
+            for w in stored.windows(2) {
+                let ((a, alen, aloc), (b, _, bloc)) = (w[0], w[1]);
+                assert!(
+                    !(a + alen == b && aloc + alen == bloc),
+                    "unmerged neighbours {:?}",
+                    w
+                );
+            }
             assert_eq!(
                 m.mapped_sectors(),
                 model.iter().filter(|x| x.is_some()).count() as u64
