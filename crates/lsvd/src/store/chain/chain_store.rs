@@ -466,6 +466,26 @@ impl ChainStore {
         }
     }
 
+    async fn copies_of_inner(&self, key: String) -> StoreResult<Vec<String>> {
+        match self.locate(&key)? {
+            Some(d) => Ok(self.inner.drives[d].copy_names()),
+            None => Err(Error::new(
+                ErrorKind::NotFound,
+                format!("{key} is on no drive of {}", self.inner.describe),
+            )),
+        }
+    }
+
+    async fn get_copy_inner(&self, key: String, copy: usize) -> StoreResult<Vec<u8>> {
+        match self.locate(&key)? {
+            Some(d) => self.inner.drives[d].read_one_copy(&key, copy).await,
+            None => Err(Error::new(
+                ErrorKind::NotFound,
+                format!("{key} is on no drive of {}", self.inner.describe),
+            )),
+        }
+    }
+
     async fn delete_inner(&self, key: String) -> StoreResult<()> {
         if key == DRIVE_RECORD_NAME {
             return Err(reserved_key_error(&key));
@@ -543,6 +563,12 @@ impl ObjectStore for ChainStore {
     }
     fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
         Box::pin(self.repair_copies_inner(key.to_string(), good))
+    }
+    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(self.copies_of_inner(key.to_string()))
+    }
+    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        Box::pin(self.get_copy_inner(key.to_string(), copy))
     }
     /// The tail cache: what is uploaded goes into the read cache too, so reads of
     /// fresh data stay off the drive taking the writes.

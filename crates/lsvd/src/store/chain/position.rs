@@ -375,6 +375,40 @@ impl Drive {
         Ok(out)
     }
 
+    /// The directories of this position, in the order [`Drive::read_one_copy`]
+    /// numbers them (a copy out of service included).
+    pub fn copy_names(&self) -> Vec<String> {
+        self.copies
+            .iter()
+            .map(|c| c.dir.display().to_string())
+            .collect()
+    }
+
+    /// The whole of `key` from copy `copy` alone: no fallback, no repair, no copy
+    /// dropped (`lsvd check` reads every copy this way). `NotFound` if that copy
+    /// lacks it, `Permanent` if the copy is out of service.
+    pub async fn read_one_copy(&self, key: &str, copy: usize) -> StoreResult<Vec<u8>> {
+        valid_key(key)?;
+        let Some(c) = self.copies.get(copy) else {
+            return Err(Error::bad_input(format!(
+                "drive {}: no copy {copy} (it has {})",
+                self.index,
+                self.copies.len()
+            )));
+        };
+        let Some(s) = c.store() else {
+            return Err(Error::new(
+                ErrorKind::Permanent,
+                format!(
+                    "copy {} of drive {} is out of service (it could not be opened or failed)",
+                    c.dir.display(),
+                    self.index
+                ),
+            ));
+        };
+        s.get(key).await
+    }
+
     /// Rewrite, in place, each live copy of `key` whose bytes differ from `good` (the
     /// whole object, verified by the caller). In place, not a new file renamed over
     /// the old: a copy deleted meanwhile stays deleted. Returns the copies rewritten.

@@ -108,4 +108,12 @@ impl ObjectStore for StripeStore {
         let key = key.to_string();
         Box::pin(async move { self.home(&key)?.rewrite_differing(&key, good).await })
     }
+    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_string();
+        Box::pin(async move { Ok(self.home(&key)?.copy_names()) })
+    }
+    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.read_one_copy(&key, copy).await })
+    }
 }
