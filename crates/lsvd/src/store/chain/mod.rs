@@ -23,6 +23,7 @@ pub mod drives;
 pub mod meta;
 pub mod open;
 pub mod position;
+pub mod rebuild;
 pub mod stripe;
 
 #[cfg(test)]

@@ -24,6 +24,10 @@ pub struct OpenedDrives {
     pub drives: Vec<Drive>,
     pub current: DriveRecord,
     pub listings: Vec<Vec<ListEntry>>,
+    /// One line per copy brought in step with its sibling at this open (a blank
+    /// directory in place of a lost copy, a copy that was away), for `lsvd chain
+    /// rebuild` to print.
+    pub rebuilt: Vec<String>,
 }
 
 /// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
@@ -144,6 +148,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             drives,
             current,
             listings,
+            rebuilt: Vec::new(),
         });
     };
     // The set's record as written from here on (a copy's own flag stays its own).
@@ -197,6 +202,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
     }
     // Generation 0 is a creation that has not finished: nothing was ever stored.
     let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
+    let mut rebuilt = Vec::new();
     for (i, rs) in copy_records.iter().enumerate() {
         let flagged = |r: &Option<DriveRecord>| r.is_some_and(|r| r.mirror_stale);
         if rs.iter().filter(|(_, r)| flagged(r)).count() > 1 {
@@ -225,7 +231,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 // A creation stopped halfway: nothing to copy, just the record.
                 (_, true) => {}
                 (Some(from), false) => {
-                    rebuild_copy(i, from, dir)?;
+                    rebuilt.push(rebuild_copy(i, from, dir)?);
                     synced = true;
                 }
                 (None, false) => {
@@ -271,6 +277,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
         drives,
         current,
         listings,
+        rebuilt,
     })
 }
 
@@ -293,7 +300,7 @@ fn finish_creation(drives: &[Drive], creating: &DriveRecord) -> Result<DriveReco
 /// (or holds with another size) copied, every key `from` lacks deleted. For a blank
 /// directory put in place of a lost copy, and for a copy that was away while its
 /// mirror served alone (it missed writes and deletes).
-fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
+fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<String> {
     let keys = FsStore::open(from)?.list_sync("")?;
     let mut copied = 0usize;
     for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
@@ -323,12 +330,13 @@ fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
             }
         }
     }
-    crate::log::warn(&format!(
+    let line = format!(
         "drive {index}: copy {} brought in step with {} ({copied} keys copied, {deleted} deleted)",
         to.display(),
         from.display()
-    ));
-    Ok(())
+    );
+    crate::log::warn(&line);
+    Ok(line)
 }
 
 /// Write `base` (with each copy's position, and `tail`/`generation` if given) to every
