@@ -230,3 +230,42 @@ fn chain_rebuild_refuses_while_a_server_uses_the_data_directory_and_reports_no_g
         "{text}"
     );
 }
+
+#[test]
+fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let mut s = mirrored_volume("chain_add_drive");
+    let old = s.lsvd.store.clone().expect("a chain store");
+    let [c, c2] = ["c", "c2"].map(|n| s.dir.join(n));
+
+    // A mirrored chain takes a mirrored drive only.
+    let out = s
+        .lsvd
+        .run(&["chain", "add-drive", &c.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2), "{}", show("add-drive", &out));
+    assert!(
+        stderr(&out).contains("DIR+MIRROR"),
+        "{}",
+        show("add-drive", &out)
+    );
+
+    let drive = format!("{}+{}", c.display(), c2.display());
+    let out = stdout(&s.lsvd.run_ok(&["chain", "add-drive", &drive]));
+    let new = format!("{old},{drive}");
+    assert_eq!(out.lines().last(), Some(new.as_str()), "{out}");
+    assert!(c.join(".lsvd-chain").is_file() && c2.join(".lsvd-chain").is_file());
+
+    // The old --store is refused, saying why.
+    let out = s.lsvd.run(&["list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", show("list", &out));
+    assert!(stderr(&out).contains("add-drive"), "{}", show("list", &out));
+
+    // The new one serves the volume as it was.
+    s.lsvd.store = Some(new);
+    let check = stdout(&s.lsvd.run_ok(&["check", "vol"]));
+    assert!(check.contains("ok: no problems found"), "{check}");
+    s.read_back();
+}

@@ -5,10 +5,14 @@
 //!   file missing or bad in one copy from the good one. Which copy is good is decided
 //!   here, with the formats' own checks (object and record CRCs), since the store
 //!   knows nothing of them ([`crate::store::chain::rebuild`]).
+//! * `add-drive`: append a drive position to a chain
+//!   ([`crate::store::chain::add_drive`]) and print the --store to use from then on.
 //!
 //! Both take the data directory's lock, like `lsvd delete`: a server using this data
 //! directory must be stopped first (one using the same drives from elsewhere is the
 //! operator's to stop).
+
+use std::path::PathBuf;
 
 use clap::Subcommand;
 
@@ -22,6 +26,7 @@ use lsvd_core::format::volume_super::decode_volume_super;
 use super::Common;
 use crate::engine::keys::{parse_object_name, parse_super_name};
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::chain::add_drive::add_drive;
 use crate::store::chain::drives::{DriveSpec, parse_spec};
 use crate::store::chain::meta::Layout;
 use crate::store::chain::rebuild::{Verdict, rebuild};
@@ -44,12 +49,74 @@ pub enum ChainCommand {
     /// Example: lsvd --store chain:/mnt/d0/lsvd+/mnt/m0/lsvd,/mnt/d1/lsvd+/mnt/m1/lsvd chain rebuild
     #[command(verbatim_doc_comment)]
     Rebuild,
+    /// Add a drive at the end of a chain: the chain grows by one position, and client
+    /// writes move onto it when the drives before it are full.
+    ///
+    /// Run it with every server using the chain stopped, when the chain is full or
+    /// about to be (the server logs that no drive has room, uploads wait and then
+    /// writes do), with --store giving the chain as it is now. DRIVE is an empty
+    /// directory (created if missing) on the new drive, or DIR+MIRROR if the chain's
+    /// drives are mirrored. It checks the chain as an open does, writes the new
+    /// drive's record, then every old drive's (one generation more, one drive more),
+    /// and prints the --store to use from now on: the old one is refused, since its
+    /// drives say the chain has one more. If it is interrupted, run it again (or open
+    /// the chain with the new --store, which finishes it).
+    ///
+    /// Example: lsvd --store 'chain:/mnt/d0/lsvd,/mnt/d1/lsvd?drive_size=900G' chain add-drive /mnt/d2/lsvd
+    ///   prints: chain:/mnt/d0/lsvd,/mnt/d1/lsvd,/mnt/d2/lsvd?drive_size=900G
+    #[command(verbatim_doc_comment)]
+    AddDrive {
+        /// The new drive: an empty directory, or DIR+MIRROR on a mirrored chain.
+        drive: String,
+    },
 }
 
 pub async fn run(common: &Common, command: ChainCommand) -> Result<()> {
     match command {
         ChainCommand::Rebuild => rebuild_command(common).await,
+        ChainCommand::AddDrive { drive } => add_drive_command(common, &drive).await,
     }
+}
+
+async fn add_drive_command(common: &Common, drive: &str) -> Result<()> {
+    let _lock = lock_data_dir(common, "add a drive")?;
+    if common.store.starts_with("stripe:") {
+        return Err(Error::bad_input(
+            "a stripe places every key by a hash of its drive count: drives cannot be added \
+             (copy the volumes into a new stripe with `lsvd replicate`)",
+        ));
+    }
+    let (_, spec) = drive_store(&common.store, false)?;
+    let copies: Vec<PathBuf> = drive.split('+').map(PathBuf::from).collect();
+    if drive.contains([',', '?'])
+        || copies.len() > 2
+        || copies.iter().any(|c| c.as_os_str().is_empty())
+    {
+        return Err(Error::bad_input(format!(
+            "drive '{drive}': give DIR, or DIR+MIRROR (directory names cannot hold , + or ?)"
+        )));
+    }
+    let added = tokio::task::spawn_blocking(move || add_drive(&spec, &copies))
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "add-drive task failed", e))??;
+    let (list, options) = match common.store.split_once('?') {
+        Some((list, options)) => (list, format!("?{options}")),
+        None => (common.store.as_str(), String::new()),
+    };
+    println!(
+        "added drive {} ({drive}){}: {} drives now, generation {}",
+        added.position,
+        if added.resumed {
+            " (finishing an add that was interrupted)"
+        } else {
+            ""
+        },
+        added.record.drive_count,
+        added.record.generation
+    );
+    println!("from now on give this --store (the old one is refused):");
+    println!("{list},{drive}{options}");
+    Ok(())
 }
 
 /// The data directory's lock, held while the command runs (none if the directory

@@ -18,6 +18,7 @@
 //! a drive record ([`meta`], docs/format/chain.md) tying it to its set and position,
 //! checked at open ([`open`]). Directory names cannot hold `,`, `+` or `?`.
 
+pub mod add_drive;
 pub mod chain_store;
 pub mod drives;
 pub mod meta;
@@ -26,6 +27,8 @@ pub mod position;
 pub mod rebuild;
 pub mod stripe;
 
+#[cfg(test)]
+mod add_drive_tests;
 #[cfg(test)]
 mod copy_fallback_recovery_tests;
 #[cfg(test)]

@@ -158,9 +158,23 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
     };
     let id = chain_id_hex(&current.chain_id);
     let name = layout.name();
+    // Records an interrupted `add-drive` left behind: the set's, older, saying fewer
+    // drives than the newest (which the directories given match). Rewritten below.
+    let mut grown: Vec<(PathBuf, usize, bool, u16)> = Vec::new();
     for (i, rs) in copy_records.iter().enumerate() {
         for (dir, r) in rs {
             let Some(r) = r else { continue };
+            if r.chain_id == current.chain_id
+                && r.layout == layout
+                && r.generation < current.generation
+                && r.drive_count < current.drive_count
+                && usize::from(current.drive_count) == drives.len()
+                && r.copies == copies
+                && usize::from(r.drive_index) == i
+            {
+                grown.push((dir.clone(), i, r.mirror_stale, r.drive_count));
+                continue;
+            }
             let dir = dir.display();
             if r.chain_id != current.chain_id {
                 return Err(Error::new(
@@ -178,9 +192,15 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 ))
             } else if usize::from(r.drive_count) != drives.len() {
                 Some(format!(
-                    "set {id} has {} drives, {} given",
+                    "set {id} has {} drives, {} given{}",
                     r.drive_count,
-                    drives.len()
+                    drives.len(),
+                    if usize::from(r.drive_count) > drives.len() {
+                        " (a drive was added with `lsvd chain add-drive`? give every drive, \
+                         in order, as the --store it printed)"
+                    } else {
+                        ""
+                    }
                 ))
             } else if r.copies != copies {
                 Some(format!(
@@ -199,6 +219,21 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 return Err(Error::bad_input(format!("{name}: {p}")));
             }
         }
+    }
+    for (dir, i, mirror_stale, was) in grown {
+        crate::log::warn(&format!(
+            "{name}: {} still said {was} drives (an interrupted add-drive); now {}",
+            dir.display(),
+            current.drive_count
+        ));
+        write_drive_record(
+            &dir,
+            &DriveRecord {
+                drive_index: i as u16,
+                mirror_stale,
+                ..current
+            },
+        )?;
     }
     // Generation 0 is a creation that has not finished: nothing was ever stored.
     let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
