@@ -38,6 +38,8 @@ mod engine_tests;
 #[cfg(test)]
 mod mirror_tests;
 #[cfg(test)]
+mod rebuild_tests;
+#[cfg(test)]
 mod recovery_tests;
 #[cfg(test)]
 mod tail_cache_tests;
