@@ -20,6 +20,7 @@
 
 pub mod add_drive;
 pub mod chain_store;
+pub mod copy_check;
 pub mod drives;
 pub mod meta;
 pub mod open;

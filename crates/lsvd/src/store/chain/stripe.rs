@@ -94,7 +94,9 @@ impl ObjectStore for StripeStore {
         true
     }
     fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        Box::pin(async move { Ok(super::position::compare_all_copies(&self.drives, prefix).await) })
+        Box::pin(
+            async move { Ok(super::copy_check::compare_all_copies(&self.drives, prefix).await) },
+        )
     }
     fn get_range_copies(
         &self,
