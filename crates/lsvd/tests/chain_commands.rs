@@ -269,3 +269,44 @@ fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
     assert!(check.contains("ok: no problems found"), "{check}");
     s.read_back();
 }
+
+#[test]
+fn chain_help_teaches_each_command() {
+    let dir = TempDir::new("chain_help");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--help"], &["chain"]),
+        (&["chain", "--help"], &["rebuild", "add-drive"]),
+        (
+            &["chain", "rebuild", "--help"],
+            &[
+                "lsvd check",
+                "stopped",
+                "exits 0",
+                "Example: lsvd --store chain:",
+            ],
+        ),
+        (
+            &["chain", "add-drive", "--help"],
+            &[
+                "<DRIVE>",
+                "DIR+MIRROR",
+                "stopped",
+                "refused",
+                "Example: lsvd --store",
+            ],
+        ),
+    ];
+    for (args, needles) in cases {
+        let out = lsvd.run(args);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
+        for n in *needles {
+            assert!(
+                text.contains(n),
+                "`lsvd {args:?}` should mention {n}:\n{text}"
+            );
+        }
+    }
+    assert!(!dir.join("data").exists(), "--help created the data dir");
+}
