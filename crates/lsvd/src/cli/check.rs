@@ -1,7 +1,9 @@
 //! `lsvd check NAME`: verify every checksum and map invariant of a volume.
 //!
 //! Reads every object the volume consists of in full and verifies its header and
-//! chunk checksums, rebuilds the map from the newest checkpoint and the objects after
+//! chunk checksums (on a store that keeps copies, the mirrored chain, every copy on its
+//! own: a copy missing or failing is reported naming its directory, with the hint to
+//! run `lsvd chain rebuild`; the volume's other keys are compared copy to copy), rebuilds the map from the newest checkpoint and the objects after
 //! it, checks that every mapped extent lies inside an existing object and that live
 //! byte counts agree, and follows the write log's record chain if one is present,
 //! verifying every record it would still upload against its CRC32C and data hash.
@@ -33,64 +35,80 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
         store.describe()
     );
 
-    // 0. A store that keeps copies (the mirrored chain): every copy the same, compared
-    // before the reads below repair a missing one.
-    let copy_problems = store
-        .verify_copies(&format!("{name}/"))
+    // 0. A store that keeps copies (the mirrored chain): every copy of the volume's
+    // keys that are not objects (metadata, superblocks, snapshot records) present and
+    // the same. Objects are verified copy by copy below. Both before recovery (step 2),
+    // whose reads repair a missing copy.
+    let keys = store
+        .list(&format!("{name}/"))
         .await
-        .map_err(|e| e.context("cannot compare the store's copies"))?;
-    if !copy_problems.is_empty() {
-        println!("  store copies: {} differences", copy_problems.len());
+        .map_err(|e| e.context("cannot list the volume's keys"))?;
+    let before = problems.len();
+    for entry in keys.iter().filter(|e| parse_object_name(&e.key).is_none()) {
+        compare_copies(&store, &entry.key, &mut problems).await;
     }
-    problems.extend(copy_problems);
+    if problems.len() > before {
+        println!(
+            "  store copies: {} problems with copies of metadata",
+            problems.len() - before
+        );
+    }
 
-    // 1. Every object in the store: header, chunk checksums, identity.
+    // 1. Every object in the store, every copy of it: header, chunk checksums,
+    // identity. An object counts as verified (for the map checks) if one copy is good.
     let listing = store
         .list(&objects_prefix(name))
         .await
         .map_err(|e| e.context("cannot list objects"))?;
     let mut verified = BTreeSet::new();
     let mut bytes_read = 0u64;
+    let mut bad_copies = 0usize;
     for entry in &listing {
         let Some((seq, kind)) = parse_object_name(&entry.key) else {
             problems.push(format!("{}: unexpected object name", entry.key));
             continue;
         };
-        let bytes = match store.get(&entry.key).await {
-            Ok(b) => b,
+        let copies = match store.copies_of(&entry.key).await {
+            Ok(c) => c,
             Err(e) => {
                 problems.push(format!("{}: cannot read: {e}", entry.key));
                 continue;
             }
         };
-        bytes_read += bytes.len() as u64;
-        let h = match decode_object_header(&bytes) {
-            Ok(h) => h,
-            Err(e) => {
-                problems.push(format!("{}: {e}", entry.key));
-                continue;
+        let mut good = false;
+        for i in 0..copies.len() {
+            let what = copy_label(&entry.key, &copies, i);
+            let bytes = match store.get_copy(&entry.key, i).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let why = if e.is_not_found() {
+                        "missing from this copy".to_string()
+                    } else {
+                        format!("cannot read: {e}")
+                    };
+                    problems.push(with_hint(format!("{what}: {why}"), &copies));
+                    bad_copies += 1;
+                    continue;
+                }
+            };
+            bytes_read += bytes.len() as u64;
+            match verify_object(&bytes, seq, kind, &meta) {
+                Ok(notes) => {
+                    good = true;
+                    problems.extend(notes.into_iter().map(|n| format!("{what}: {n}")));
+                }
+                Err(why) => {
+                    problems.push(with_hint(format!("{what}: {why}"), &copies));
+                    bad_copies += 1;
+                }
             }
-        };
-        if h.seq != seq || h.kind != kind || h.volume != meta.volume {
-            problems.push(format!(
-                "{}: header says seq {:016x} kind {:?} volume {}",
-                entry.key, h.seq, h.kind, h.volume
-            ));
         }
-        if h.total_bytes() != bytes.len() as u64 {
-            problems.push(format!(
-                "{}: length {} but header says {}",
-                entry.key,
-                bytes.len(),
-                h.total_bytes()
-            ));
-            continue;
+        if good {
+            verified.insert(seq);
         }
-        if let Err(e) = h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..]) {
-            problems.push(format!("{}: {e}", entry.key));
-            continue;
-        }
-        verified.insert(seq);
+    }
+    if bad_copies > 0 {
+        println!("  object copies: {bad_copies} missing or failing their checks");
     }
     println!(
         "  objects: {} listed, {} verified, {} read",
@@ -201,6 +219,94 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
     }
 }
 
+/// `key`, or `key (copy in DIR)` when the store keeps more than one copy.
+fn copy_label(key: &str, copies: &[String], i: usize) -> String {
+    match copies.get(i) {
+        Some(dir) if copies.len() > 1 => format!("{key} (copy in {dir})"),
+        _ => key.to_string(),
+    }
+}
+
+/// A problem with one copy of several: say how to fix it.
+fn with_hint(problem: String, copies: &[String]) -> String {
+    if copies.len() > 1 {
+        format!(
+            "{problem}; run `lsvd chain rebuild` with the server stopped to rewrite it from a good copy"
+        )
+    } else {
+        problem
+    }
+}
+
+/// Every copy of `key` (a key with no checksums of its own that this check knows)
+/// read on its own: a copy that cannot be read, or copies that differ, are problems.
+async fn compare_copies(store: &crate::store::DynStore, key: &str, problems: &mut Vec<String>) {
+    let copies = match store.copies_of(key).await {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(format!("{key}: cannot read: {e}"));
+            return;
+        }
+    };
+    if copies.len() < 2 {
+        return;
+    }
+    let mut read: Vec<(usize, Vec<u8>)> = Vec::new();
+    for i in 0..copies.len() {
+        match store.get_copy(key, i).await {
+            Ok(b) => read.push((i, b)),
+            Err(e) => {
+                let why = if e.is_not_found() {
+                    "missing from this copy".to_string()
+                } else {
+                    format!("cannot read: {e}")
+                };
+                problems.push(with_hint(
+                    format!("{}: {why}", copy_label(key, &copies, i)),
+                    &copies,
+                ));
+            }
+        }
+    }
+    if let Some(((_, first), rest)) = read.split_first()
+        && rest.iter().any(|(_, b)| b != first)
+    {
+        let dirs: Vec<&str> = read.iter().map(|(i, _)| copies[*i].as_str()).collect();
+        problems.push(with_hint(
+            format!("{key}: the copies in {} differ", dirs.join(" and ")),
+            &copies,
+        ));
+    }
+}
+
+/// Check one copy of object `seq`: Err if it cannot be used (header, length, chunk
+/// checksums), else the identity mismatches found (reported, but the data is sound).
+fn verify_object(
+    bytes: &[u8],
+    seq: u64,
+    kind: ObjectKind,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+) -> std::result::Result<Vec<String>, String> {
+    let h = decode_object_header(bytes).map_err(|e| e.to_string())?;
+    let mut notes = Vec::new();
+    if h.seq != seq || h.kind != kind || h.volume != meta.volume {
+        notes.push(format!(
+            "header says seq {:016x} kind {:?} volume {}",
+            h.seq, h.kind, h.volume
+        ));
+    }
+    if h.total_bytes() != bytes.len() as u64 {
+        return Err(format!(
+            "length {} but header says {}",
+            bytes.len(),
+            h.total_bytes()
+        ));
+    }
+    h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..])
+        .map_err(|e| e.to_string())?;
+    Ok(notes)
+}
+
 fn check_log(
     common: &Common,
     name: &str,
@@ -287,7 +393,6 @@ fn check_log(
             sb.tail_seq - 1
         ));
     }
-    let _ = ObjectKind::Data;
 }
 
 /// Every record the log would still upload (past `last_in_store`) that fails its

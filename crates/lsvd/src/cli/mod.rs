@@ -1,6 +1,7 @@
 //! Command-line interface: argument definitions and dispatch.
 
 mod admin;
+mod chain;
 mod check;
 mod delete;
 mod inspect;
@@ -183,6 +184,10 @@ pub enum Command {
     },
     /// Verify every checksum and map invariant of a volume (reads all its objects).
     Check { name: String },
+    /// Administer a store of several local drives (--store chain:...): repair mirror
+    /// copies, add a drive. Offline: stop the servers using the chain first.
+    #[command(subcommand)]
+    Chain(chain::ChainCommand),
     /// Dump write-log records, object headers and checkpoints in readable form.
     #[command(subcommand)]
     Inspect(InspectWhat),
@@ -456,6 +461,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 admin::info(&common, &name, json, &tuning).await
             }
             Command::Check { name } => check::check(&common, &name).await,
+            Command::Chain(c) => chain::run(&common, c).await,
             Command::Inspect(what) => inspect::inspect(&common, what).await,
             Command::Replay(args) => crate::replay::run(args).await,
             Command::Selftest => admin::selftest(&common).await,

@@ -147,6 +147,27 @@ pub trait ObjectStore: Send + Sync + 'static {
         let _ = (key, good);
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// The copies the store keeps of `key`, named for messages (the mirrored chain:
+    /// the directories of the position holding it), numbered as
+    /// [`get_copy`](Self::get_copy) takes them. It exists so that `lsvd check` can
+    /// verify every copy, not only the one reads happen to reach. Stores with one copy
+    /// name one: themselves (the default).
+    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let _ = key;
+        let me = self.describe();
+        Box::pin(async move { Ok(vec![me]) })
+    }
+    /// The whole of `key` as copy `copy` (of [`copies_of`](Self::copies_of)) holds it,
+    /// read from that copy alone: no other copy tried, nothing repaired. `NotFound` if
+    /// that copy lacks it. Stores with one copy read copy 0 with
+    /// [`get`](Self::get) (the default).
+    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        if copy == 0 {
+            return self.get(key);
+        }
+        let e = Error::bad_input(format!("{key}: no copy {copy} (the store keeps one)"));
+        Box::pin(async move { Err(e) })
+    }
 }
 
 /// One copy's bytes ([`ObjectStore::get_range_copies`]).

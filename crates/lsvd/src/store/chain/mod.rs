@@ -18,13 +18,18 @@
 //! a drive record ([`meta`], docs/format/chain.md) tying it to its set and position,
 //! checked at open ([`open`]). Directory names cannot hold `,`, `+` or `?`.
 
+pub mod add_drive;
 pub mod chain_store;
+pub mod copy_check;
 pub mod drives;
 pub mod meta;
 pub mod open;
 pub mod position;
+pub mod rebuild;
 pub mod stripe;
 
+#[cfg(test)]
+mod add_drive_tests;
 #[cfg(test)]
 mod copy_fallback_recovery_tests;
 #[cfg(test)]
@@ -33,6 +38,8 @@ mod copy_fallback_tests;
 mod engine_tests;
 #[cfg(test)]
 mod mirror_tests;
+#[cfg(test)]
+mod rebuild_tests;
 #[cfg(test)]
 mod recovery_tests;
 #[cfg(test)]

@@ -24,6 +24,10 @@ pub struct OpenedDrives {
     pub drives: Vec<Drive>,
     pub current: DriveRecord,
     pub listings: Vec<Vec<ListEntry>>,
+    /// One line per copy brought in step with its sibling at this open (a blank
+    /// directory in place of a lost copy, a copy that was away), for `lsvd chain
+    /// rebuild` to print.
+    pub rebuilt: Vec<String>,
 }
 
 /// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
@@ -144,6 +148,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             drives,
             current,
             listings,
+            rebuilt: Vec::new(),
         });
     };
     // The set's record as written from here on (a copy's own flag stays its own).
@@ -153,9 +158,23 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
     };
     let id = chain_id_hex(&current.chain_id);
     let name = layout.name();
+    // Records an interrupted `add-drive` left behind: the set's, older, saying fewer
+    // drives than the newest (which the directories given match). Rewritten below.
+    let mut grown: Vec<(PathBuf, usize, bool, u16)> = Vec::new();
     for (i, rs) in copy_records.iter().enumerate() {
         for (dir, r) in rs {
             let Some(r) = r else { continue };
+            if r.chain_id == current.chain_id
+                && r.layout == layout
+                && r.generation < current.generation
+                && r.drive_count < current.drive_count
+                && usize::from(current.drive_count) == drives.len()
+                && r.copies == copies
+                && usize::from(r.drive_index) == i
+            {
+                grown.push((dir.clone(), i, r.mirror_stale, r.drive_count));
+                continue;
+            }
             let dir = dir.display();
             if r.chain_id != current.chain_id {
                 return Err(Error::new(
@@ -173,9 +192,15 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 ))
             } else if usize::from(r.drive_count) != drives.len() {
                 Some(format!(
-                    "set {id} has {} drives, {} given",
+                    "set {id} has {} drives, {} given{}",
                     r.drive_count,
-                    drives.len()
+                    drives.len(),
+                    if usize::from(r.drive_count) > drives.len() {
+                        " (a drive was added with `lsvd chain add-drive`? give every drive, \
+                         in order, as the --store it printed)"
+                    } else {
+                        ""
+                    }
                 ))
             } else if r.copies != copies {
                 Some(format!(
@@ -195,8 +220,24 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             }
         }
     }
+    for (dir, i, mirror_stale, was) in grown {
+        crate::log::warn(&format!(
+            "{name}: {} still said {was} drives (an interrupted add-drive); now {}",
+            dir.display(),
+            current.drive_count
+        ));
+        write_drive_record(
+            &dir,
+            &DriveRecord {
+                drive_index: i as u16,
+                mirror_stale,
+                ..current
+            },
+        )?;
+    }
     // Generation 0 is a creation that has not finished: nothing was ever stored.
     let interrupted_creation = current.generation == 0 && !holds_keys.iter().any(|&k| k);
+    let mut rebuilt = Vec::new();
     for (i, rs) in copy_records.iter().enumerate() {
         let flagged = |r: &Option<DriveRecord>| r.is_some_and(|r| r.mirror_stale);
         if rs.iter().filter(|(_, r)| flagged(r)).count() > 1 {
@@ -225,7 +266,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
                 // A creation stopped halfway: nothing to copy, just the record.
                 (_, true) => {}
                 (Some(from), false) => {
-                    rebuild_copy(i, from, dir)?;
+                    rebuilt.push(rebuild_copy(i, from, dir)?);
                     synced = true;
                 }
                 (None, false) => {
@@ -271,6 +312,7 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
         drives,
         current,
         listings,
+        rebuilt,
     })
 }
 
@@ -293,7 +335,7 @@ fn finish_creation(drives: &[Drive], creating: &DriveRecord) -> Result<DriveReco
 /// (or holds with another size) copied, every key `from` lacks deleted. For a blank
 /// directory put in place of a lost copy, and for a copy that was away while its
 /// mirror served alone (it missed writes and deletes).
-fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
+fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<String> {
     let keys = FsStore::open(from)?.list_sync("")?;
     let mut copied = 0usize;
     for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
@@ -323,12 +365,13 @@ fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<()> {
             }
         }
     }
-    crate::log::warn(&format!(
+    let line = format!(
         "drive {index}: copy {} brought in step with {} ({copied} keys copied, {deleted} deleted)",
         to.display(),
         from.display()
-    ));
-    Ok(())
+    );
+    crate::log::warn(&line);
+    Ok(line)
 }
 
 /// Write `base` (with each copy's position, and `tail`/`generation` if given) to every

@@ -42,7 +42,7 @@ impl Copy {
         let failed = AtomicBool::new(store.is_none());
         Copy { dir, store, failed }
     }
-    fn store(&self) -> Option<&FsStore> {
+    pub(super) fn store(&self) -> Option<&FsStore> {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
@@ -85,7 +85,7 @@ impl Drive {
         dirs.join("+")
     }
 
-    fn live(&self) -> impl Iterator<Item = (&Copy, &FsStore)> {
+    pub(super) fn live(&self) -> impl Iterator<Item = (&Copy, &FsStore)> {
         self.copies.iter().filter_map(|c| c.store().map(|s| (c, s)))
     }
 
@@ -103,73 +103,6 @@ impl Drive {
             self.mark_mirror_stale();
         }
         true
-    }
-
-    /// Compare the two copies of a mirrored position for the keys under `prefix`:
-    /// one line per key missing from a copy or whose copies differ (size or bytes),
-    /// and one if a copy is out of service. Reads every object of both copies.
-    pub async fn compare_copies(&self, prefix: &str) -> Vec<String> {
-        let mut problems = Vec::new();
-        if self.copies.len() < 2 {
-            return problems;
-        }
-        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
-        if live.len() < 2 {
-            problems.push(format!(
-                "drive {}: only one copy in service (degraded; the next open rebuilds the other)",
-                self.index
-            ));
-            return problems;
-        }
-        let mut listings = Vec::new();
-        for (copy, store) in &live[..2] {
-            match store.list(prefix).await {
-                Ok(l) => listings.push(
-                    l.into_iter()
-                        .map(|e| (e.key, e.size_bytes))
-                        .collect::<std::collections::BTreeMap<String, u64>>(),
-                ),
-                Err(e) => {
-                    problems.push(format!(
-                        "drive {}: cannot list copy {}: {e}",
-                        self.index,
-                        copy.dir.display()
-                    ));
-                    return problems;
-                }
-            }
-        }
-        let keys: std::collections::BTreeSet<&String> =
-            listings[0].keys().chain(listings[1].keys()).collect();
-        for key in keys {
-            let sizes = (listings[0].get(key), listings[1].get(key));
-            let (missing_from, other) = match sizes {
-                (Some(_), None) => (live[1].0, live[0].0),
-                (None, Some(_)) => (live[0].0, live[1].0),
-                _ => {
-                    let same = match (live[0].1.get(key).await, live[1].1.get(key).await) {
-                        (Ok(a), Ok(b)) => a == b,
-                        _ => false,
-                    };
-                    if !same {
-                        problems.push(format!(
-                            "drive {}: the copies of {key} in {} and {} differ",
-                            self.index,
-                            live[0].0.dir.display(),
-                            live[1].0.dir.display()
-                        ));
-                    }
-                    continue;
-                }
-            };
-            problems.push(format!(
-                "drive {}: {key} is missing from {} (its mirror {} has it; a read repairs it)",
-                self.index,
-                missing_from.dir.display(),
-                other.dir.display()
-            ));
-        }
-        problems
     }
 
     /// True if a copy of this position is out of service.
@@ -467,13 +400,4 @@ fn fs_free_bytes(dir: &Path) -> u64 {
         return 0;
     }
     (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
-}
-
-/// [`Drive::compare_copies`] for every position of a chain or stripe.
-pub async fn compare_all_copies(drives: &[Drive], prefix: &str) -> Vec<String> {
-    let mut problems = Vec::new();
-    for drive in drives {
-        problems.extend(drive.compare_copies(prefix).await);
-    }
-    problems
 }

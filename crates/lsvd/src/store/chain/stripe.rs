@@ -94,7 +94,9 @@ impl ObjectStore for StripeStore {
         true
     }
     fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        Box::pin(async move { Ok(super::position::compare_all_copies(&self.drives, prefix).await) })
+        Box::pin(
+            async move { Ok(super::copy_check::compare_all_copies(&self.drives, prefix).await) },
+        )
     }
     fn get_range_copies(
         &self,
@@ -107,5 +109,13 @@ impl ObjectStore for StripeStore {
     fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
         let key = key.to_string();
         Box::pin(async move { self.home(&key)?.rewrite_differing(&key, good).await })
+    }
+    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        let key = key.to_string();
+        Box::pin(async move { Ok(self.home(&key)?.copy_names()) })
+    }
+    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        let key = key.to_string();
+        Box::pin(async move { self.home(&key)?.read_one_copy(&key, copy).await })
     }
 }

@@ -1,0 +1,233 @@
+//! `lsvd chain ...`: offline administration of a store of several local drives
+//! (`--store chain:...`; `rebuild` works on `stripe:` too).
+//!
+//! * `rebuild`: bring the two copies of every mirrored position in step, copying each
+//!   file missing or bad in one copy from the good one. Which copy is good is decided
+//!   here, with the formats' own checks (object and record CRCs), since the store
+//!   knows nothing of them ([`crate::store::chain::rebuild`]).
+//! * `add-drive`: append a drive position to a chain
+//!   ([`crate::store::chain::add_drive`]) and print the --store to use from then on.
+//!
+//! Both take the data directory's lock, like `lsvd delete`: a server using this data
+//! directory must be stopped first (one using the same drives from elsewhere is the
+//! operator's to stop).
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use lsvd_core::format::clone_link::decode_clone_link;
+use lsvd_core::format::object::decode_object_header;
+use lsvd_core::format::replica_status::decode_replica_status;
+use lsvd_core::format::snapshot::decode_snapshot;
+use lsvd_core::format::volume_meta::decode_volume_meta;
+use lsvd_core::format::volume_super::decode_volume_super;
+
+use super::Common;
+use crate::engine::keys::{parse_object_name, parse_super_name};
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::chain::add_drive::add_drive;
+use crate::store::chain::drives::{DriveSpec, parse_spec};
+use crate::store::chain::meta::Layout;
+use crate::store::chain::rebuild::{Verdict, rebuild};
+
+#[derive(Subcommand, Debug)]
+pub enum ChainCommand {
+    /// Repair the mirror copies of a chain: every file missing or bad in one copy of a
+    /// mirrored drive is copied from the other.
+    ///
+    /// Run it with every server using the chain stopped, when `lsvd check` reports a
+    /// copy missing or failing its checks, after replacing a failed mirror drive with
+    /// an empty directory, or after a copy was out of service. For each mirrored
+    /// position (`DIR+MIRROR` in --store) it compares every file of the two
+    /// directories; a file one copy lacks is copied from the other, and of two copies
+    /// that differ the one that passes its checks (object and metadata CRCs) replaces
+    /// the one that fails them. It prints each repair, and each file it could not
+    /// repair (no good copy; copies that differ with no way to tell which is right),
+    /// and exits 0 only if the copies agree afterwards.
+    ///
+    /// Example: lsvd --store chain:/mnt/d0/lsvd+/mnt/m0/lsvd,/mnt/d1/lsvd+/mnt/m1/lsvd chain rebuild
+    #[command(verbatim_doc_comment)]
+    Rebuild,
+    /// Add a drive at the end of a chain: the chain grows by one position, and client
+    /// writes move onto it when the drives before it are full.
+    ///
+    /// Run it with every server using the chain stopped, when the chain is full or
+    /// about to be (the server logs that no drive has room, uploads wait and then
+    /// writes do), with --store giving the chain as it is now. DRIVE is an empty
+    /// directory (created if missing) on the new drive, or DIR+MIRROR if the chain's
+    /// drives are mirrored. It checks the chain as an open does, writes the new
+    /// drive's record, then every old drive's (one generation more, one drive more),
+    /// and prints the --store to use from now on: the old one is refused, since its
+    /// drives say the chain has one more. If it is interrupted, run it again (or open
+    /// the chain with the new --store, which finishes it).
+    ///
+    /// Example: lsvd --store 'chain:/mnt/d0/lsvd,/mnt/d1/lsvd?drive_size=900G' chain add-drive /mnt/d2/lsvd
+    ///   prints: chain:/mnt/d0/lsvd,/mnt/d1/lsvd,/mnt/d2/lsvd?drive_size=900G
+    #[command(verbatim_doc_comment)]
+    AddDrive {
+        /// The new drive: an empty directory, or DIR+MIRROR on a mirrored chain.
+        drive: String,
+    },
+}
+
+pub async fn run(common: &Common, command: ChainCommand) -> Result<()> {
+    match command {
+        ChainCommand::Rebuild => rebuild_command(common).await,
+        ChainCommand::AddDrive { drive } => add_drive_command(common, &drive).await,
+    }
+}
+
+async fn add_drive_command(common: &Common, drive: &str) -> Result<()> {
+    let _lock = lock_data_dir(common, "add a drive")?;
+    if common.store.starts_with("stripe:") {
+        return Err(Error::bad_input(
+            "a stripe places every key by a hash of its drive count: drives cannot be added \
+             (copy the volumes into a new stripe with `lsvd replicate`)",
+        ));
+    }
+    let (_, spec) = drive_store(&common.store, false)?;
+    let copies: Vec<PathBuf> = drive.split('+').map(PathBuf::from).collect();
+    if drive.contains([',', '?'])
+        || copies.len() > 2
+        || copies.iter().any(|c| c.as_os_str().is_empty())
+    {
+        return Err(Error::bad_input(format!(
+            "drive '{drive}': give DIR, or DIR+MIRROR (directory names cannot hold , + or ?)"
+        )));
+    }
+    let added = tokio::task::spawn_blocking(move || add_drive(&spec, &copies))
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "add-drive task failed", e))??;
+    let (list, options) = match common.store.split_once('?') {
+        Some((list, options)) => (list, format!("?{options}")),
+        None => (common.store.as_str(), String::new()),
+    };
+    println!(
+        "added drive {} ({drive}){}: {} drives now, generation {}",
+        added.position,
+        if added.resumed {
+            " (finishing an add that was interrupted)"
+        } else {
+            ""
+        },
+        added.record.drive_count,
+        added.record.generation
+    );
+    println!("from now on give this --store (the old one is refused):");
+    println!("{list},{drive}{options}");
+    Ok(())
+}
+
+/// The data directory's lock, held while the command runs (none if the directory
+/// does not exist: no server can be using it).
+fn lock_data_dir(common: &Common, what: &str) -> Result<Option<std::fs::File>> {
+    if !common.data.is_dir() {
+        return Ok(None);
+    }
+    super::serve::lock_data_dir(&common.data)
+        .map(Some)
+        .map_err(|e| {
+            e.context(format!(
+                "cannot {what} while a server uses this data directory (stop it first)"
+            ))
+        })
+}
+
+/// The layout and drives of `--store`, which must be `chain:` (or, where `stripe_too`,
+/// `stripe:`).
+fn drive_store(url: &str, stripe_too: bool) -> Result<(Layout, DriveSpec)> {
+    if let Some(spec) = url.strip_prefix("chain:") {
+        return Ok((Layout::Chain, parse_spec("chain", spec)?));
+    }
+    if stripe_too && let Some(spec) = url.strip_prefix("stripe:") {
+        return Ok((Layout::Stripe, parse_spec("stripe", spec)?));
+    }
+    Err(Error::bad_input(format!(
+        "--store {url}: not a chain of drives (give --store chain:DIR0[+MIRROR0],DIR1[+MIRROR1],...)"
+    )))
+}
+
+async fn rebuild_command(common: &Common) -> Result<()> {
+    let _lock = lock_data_dir(common, "rebuild the chain's copies")?;
+    let (layout, spec) = drive_store(&common.store, true)?;
+    if spec.dirs.iter().all(|copies| copies.len() < 2) {
+        println!(
+            "{}: no drive is mirrored (DIR+MIRROR): nothing to rebuild",
+            common.store
+        );
+        return Ok(());
+    }
+    let report = tokio::task::spawn_blocking(move || rebuild(&spec, layout, &verify_key))
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "rebuild task failed", e))??;
+    for line in &report.repaired {
+        println!("repaired: {line}");
+    }
+    for line in &report.unresolved {
+        println!("problem: {line}");
+    }
+    println!(
+        "{} mirrored drives, {} files compared, {} repaired, {} left as they were",
+        report.positions,
+        report.keys,
+        report.repaired.len(),
+        report.unresolved.len()
+    );
+    if report.unresolved.is_empty() {
+        println!("ok: the copies of every mirrored drive agree");
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{} files could not be repaired (listed above)",
+                report.unresolved.len()
+            ),
+        ))
+    }
+}
+
+/// Does this copy of `key` pass the checks of the key's format? Objects: header,
+/// length, name and chunk CRCs; volume metadata, superblocks, snapshot records,
+/// clone links, replica status: their decoders (magic, version, CRC32C).
+fn verify_key(key: &str, bytes: &[u8]) -> Verdict {
+    let verdict = |r: std::result::Result<(), String>| match r {
+        Ok(()) => Verdict::Good,
+        Err(why) => Verdict::Bad(why),
+    };
+    if let Some((seq, kind)) = parse_object_name(key) {
+        return verdict((|| {
+            let h = decode_object_header(bytes).map_err(|e| e.to_string())?;
+            if h.seq != seq || h.kind != kind {
+                return Err(format!("header says seq {:016x} kind {:?}", h.seq, h.kind));
+            }
+            if h.total_bytes() != bytes.len() as u64 {
+                return Err(format!(
+                    "length {} but header says {}",
+                    bytes.len(),
+                    h.total_bytes()
+                ));
+            }
+            h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..])
+                .map_err(|e| e.to_string())
+        })());
+    }
+    let Some((_volume, rest)) = key.split_once('/') else {
+        return Verdict::Unknown;
+    };
+    let checked = if rest == "meta" {
+        decode_volume_meta(bytes).map(|_| ())
+    } else if parse_super_name(key).is_some() {
+        decode_volume_super(bytes).map(|_| ())
+    } else if rest.starts_with("snap/") {
+        decode_snapshot(bytes).map(|_| ())
+    } else if rest == "parent" || rest.starts_with("clones/") {
+        decode_clone_link(bytes).map(|_| ())
+    } else if rest == "replica-of" || rest.starts_with("replicas/") {
+        decode_replica_status(bytes).map(|_| ())
+    } else {
+        return Verdict::Unknown;
+    };
+    verdict(checked.map_err(|e| e.to_string()))
+}

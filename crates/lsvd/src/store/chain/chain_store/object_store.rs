@@ -1,0 +1,116 @@
+//! The chain behind the `ObjectStore` trait: each call handed to its `ops` method,
+//! plus the store's metrics (reads, reads that reached the tail, the tail's position,
+//! degraded positions).
+
+use super::*;
+
+impl ObjectStore for ChainStore {
+    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+        self.put_placed(key, data, mode, &Placement::Client)
+    }
+    fn put_placed(
+        &self,
+        key: &str,
+        data: Bytes,
+        mode: PutMode,
+        placement: &Placement,
+    ) -> BoxFuture<'_, StoreResult<()>> {
+        let key = key.to_string();
+        let placement = placement.clone();
+        Box::pin(self.put_inner(key, data, mode, placement))
+    }
+    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        Box::pin(self.read(key.to_string(), Read::Whole))
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        Box::pin(self.read(key.to_string(), Read::Range(range)))
+    }
+    fn get_range_background(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        Box::pin(self.read(key.to_string(), Read::Background(range)))
+    }
+    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+        let prefix = prefix.to_string();
+        let this = self.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || merge_listings(&this.inner.drives, &prefix))
+                .await
+                .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?
+        })
+    }
+    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+        Box::pin(self.delete_inner(key.to_string()))
+    }
+    fn describe(&self) -> String {
+        self.inner.describe.clone()
+    }
+    fn is_local(&self) -> bool {
+        true
+    }
+    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            Ok(
+                crate::store::chain::copy_check::compare_all_copies(&self.inner.drives, prefix)
+                    .await,
+            )
+        })
+    }
+    fn get_range_copies(
+        &self,
+        key: &str,
+        range: Range<u64>,
+    ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
+        Box::pin(self.read_copies(key.to_string(), range))
+    }
+    fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(self.repair_copies_inner(key.to_string(), good))
+    }
+    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(self.copies_of_inner(key.to_string()))
+    }
+    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+        Box::pin(self.get_copy_inner(key.to_string(), copy))
+    }
+    /// The tail cache: what is uploaded goes into the read cache too, so reads of
+    /// fresh data stay off the drive taking the writes.
+    fn admit_uploads_to_cache(&self) -> bool {
+        true
+    }
+    fn metrics(&self) -> Vec<StoreMetric> {
+        let (reads, tail_reads) = self.read_counts();
+        let (tail, degraded) = {
+            let st = self.lock();
+            let degraded = self.inner.drives.iter().filter(|d| d.degraded()).count();
+            (st.tail, degraded)
+        };
+        vec![
+            StoreMetric {
+                name: "reads_total",
+                kind: "counter",
+                help: "Object reads (whole or ranged) the store served.",
+                value: reads as f64,
+            },
+            StoreMetric {
+                name: "tail_reads_total",
+                kind: "counter",
+                help: "Of those, reads that reached the drive taking new writes (the tail): what the read cache did not absorb.",
+                value: tail_reads as f64,
+            },
+            StoreMetric {
+                name: "tail_drive",
+                kind: "gauge",
+                help: "Position of the drive taking new writes.",
+                value: tail as f64,
+            },
+            StoreMetric {
+                name: "degraded_positions",
+                kind: "gauge",
+                help: "Mirrored positions serving from one copy (the other failed; rebuilt at the next open).",
+                value: degraded as f64,
+            },
+        ]
+    }
+}

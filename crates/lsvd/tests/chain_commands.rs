@@ -1,0 +1,312 @@
+//! The chain's admin commands through the real binary, on a volume served over NBD
+//! and written with nbdsh: `lsvd check` verifying both copies of a mirrored chain,
+//! `lsvd chain rebuild` repairing them, `lsvd chain add-drive` growing the chain.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+const WRITE: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
+    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
+    h.flush()\n";
+
+const CHECK: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
+    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
+    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
+
+/// A volume `vol` written with [`WRITE`] and stopped cleanly, on a chain of two
+/// mirrored positions: `pos[i] = [copy, mirror]`.
+struct Setup {
+    dir: TempDir,
+    lsvd: Lsvd,
+    pos: Vec<[PathBuf; 2]>,
+}
+
+fn mirrored_volume(test: &str) -> Setup {
+    let dir = TempDir::new(test);
+    let pos: Vec<[PathBuf; 2]> = ["a", "b"]
+        .iter()
+        .map(|n| [dir.join(n), dir.join(format!("{n}2"))])
+        .collect();
+    let list: Vec<String> = pos
+        .iter()
+        .map(|[x, y]| format!("{}+{}", x.display(), y.display()))
+        .collect();
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(format!("chain:{}", list.join(","))),
+    };
+    lsvd.create("vol", "16M");
+    let mut server = lsvd.serve(&dir.join("nbd.sock"), &["vol", "--batch-size", "1M"]);
+    nbdsh(&server.uri("vol"), WRITE);
+    server.stop_clean();
+    Setup { dir, lsvd, pos }
+}
+
+impl Setup {
+    fn read_back(&self) {
+        let mut server = self
+            .lsvd
+            .serve(&self.dir.join("nbd.sock"), &["vol", "--batch-size", "1M"]);
+        nbdsh(&server.uri("vol"), CHECK);
+        server.stop_clean();
+    }
+}
+
+/// Data objects (`.d`) of `vol` in `dir`, by name.
+fn data_objects(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("vol/obj")).map_or(Vec::new(), |r| {
+        r.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".d"))
+            .collect()
+    });
+    names.sort();
+    names
+}
+
+fn flip_byte_near_end(path: &Path) {
+    let mut b = std::fs::read(path).expect("read object");
+    let at = b.len() - 10;
+    b[at] ^= 0x01;
+    std::fs::write(path, &b).expect("write object");
+}
+
+/// The problem line of `lsvd check` that names `what` in the copy at `dir`.
+fn problem_naming(out: &str, what: &str, dir: &Path) -> Option<String> {
+    out.lines()
+        .find(|l| {
+            l.starts_with("problem:")
+                && l.contains(what)
+                && l.contains(&format!("(copy in {})", dir.display()))
+        })
+        .map(str::to_string)
+}
+
+#[test]
+fn check_verifies_every_copy_of_a_mirrored_chain() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let s = mirrored_volume("chain_check");
+    let ok = stdout(&s.lsvd.run_ok(&["check", "vol"]));
+    assert!(ok.contains("ok: no problems found"), "{ok}");
+
+    let [a, a2] = &s.pos[0];
+    let objects = data_objects(a);
+    assert!(objects.len() >= 2, "data objects on drive 0: {objects:?}");
+    // One object's mirror copy gone, another's first copy corrupt.
+    std::fs::remove_file(a2.join("vol/obj").join(&objects[0])).expect("delete copy");
+    flip_byte_near_end(&a.join("vol/obj").join(&objects[1]));
+
+    let out = s.lsvd.run(&["check", "vol"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", show("check", &out));
+    for (object, bad_dir) in [(&objects[0], a2), (&objects[1], a)] {
+        let line = problem_naming(&text, object, bad_dir).unwrap_or_else(|| {
+            panic!("no problem names {object} in {}\n{text}", bad_dir.display())
+        });
+        assert!(line.contains("lsvd chain rebuild"), "{line}");
+    }
+    // The good copies are not blamed.
+    assert!(problem_naming(&text, &objects[0], a).is_none(), "{text}");
+    assert!(problem_naming(&text, &objects[1], a2).is_none(), "{text}");
+}
+
+/// True if `line` names `dir` (not only a longer name starting with it).
+fn names_dir(line: &str, dir: &Path) -> bool {
+    let d = dir.display().to_string();
+    line.match_indices(&d).any(|(i, _)| {
+        line[i + d.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_alphanumeric())
+    })
+}
+
+/// Every file under `dir` (relative path, bytes), in order.
+fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("list").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+                out.push((rel, std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let s = mirrored_volume("chain_rebuild");
+    let [a, a2] = &s.pos[0];
+    let [b, b2] = &s.pos[1];
+    let objects = data_objects(a);
+    assert!(objects.len() >= 2, "data objects on drive 0: {objects:?}");
+    let b_files = tree(b2).len();
+    // A whole mirror directory emptied, one object's mirror copy gone, another's
+    // first copy corrupt.
+    std::fs::remove_dir_all(b2).expect("empty b2");
+    std::fs::create_dir(b2).expect("make b2");
+    std::fs::remove_file(a2.join("vol/obj").join(&objects[0])).expect("delete copy");
+    flip_byte_near_end(&a.join("vol/obj").join(&objects[1]));
+    // (Not `lsvd check` here: any open of the chain, its own included, rebuilds a
+    // blank mirror directory from its sibling.)
+
+    let out = stdout(&s.lsvd.run_ok(&["chain", "rebuild"]));
+    let repaired = |what: &str, dir: &Path| {
+        out.lines()
+            .any(|l| l.starts_with("repaired:") && l.contains(what) && names_dir(l, dir))
+    };
+    assert!(repaired(&objects[0], a2), "{out}");
+    assert!(repaired(&objects[1], a), "{out}");
+    assert!(repaired("brought in step", b2), "{out}");
+    assert!(
+        out.contains("ok: the copies of every mirrored drive agree"),
+        "{out}"
+    );
+    assert_eq!(tree(a), tree(a2), "drive 0's copies agree");
+    assert_eq!(tree(b), tree(b2), "drive 1's copies agree");
+    assert_eq!(tree(b2).len(), b_files, "b2 has every file back");
+
+    let check = stdout(&s.lsvd.run_ok(&["check", "vol"]));
+    assert!(check.contains("ok: no problems found"), "{check}");
+    s.read_back();
+    // Nothing left to do: a second run repairs nothing.
+    let again = stdout(&s.lsvd.run_ok(&["chain", "rebuild"]));
+    assert!(!again.contains("repaired:"), "{again}");
+}
+
+#[test]
+fn chain_rebuild_refuses_while_a_server_uses_the_data_directory_and_reports_no_good_copy() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let s = mirrored_volume("chain_rebuild_refuse");
+    let [a, a2] = &s.pos[0];
+    let mut server = s
+        .lsvd
+        .serve(&s.dir.join("nbd.sock"), &["vol", "--batch-size", "1M"]);
+    let out = s.lsvd.run(&["chain", "rebuild"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show("rebuild", &out));
+    assert!(
+        stderr(&out).contains("stop it first"),
+        "{}",
+        show("rebuild", &out)
+    );
+    server.stop_clean();
+
+    // Both copies of one object bad: reported, left alone, exit 1.
+    let objects = data_objects(a);
+    let name = &objects[0];
+    flip_byte_near_end(&a.join("vol/obj").join(name));
+    flip_byte_near_end(&a2.join("vol/obj").join(name));
+    let out = s.lsvd.run(&["chain", "rebuild"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", show("rebuild", &out));
+    assert!(
+        text.lines().any(|l| l.starts_with("problem:")
+            && l.contains(name.as_str())
+            && l.contains("no good copy")),
+        "{text}"
+    );
+}
+
+#[test]
+fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let mut s = mirrored_volume("chain_add_drive");
+    let old = s.lsvd.store.clone().expect("a chain store");
+    let [c, c2] = ["c", "c2"].map(|n| s.dir.join(n));
+
+    // A mirrored chain takes a mirrored drive only.
+    let out = s
+        .lsvd
+        .run(&["chain", "add-drive", &c.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2), "{}", show("add-drive", &out));
+    assert!(
+        stderr(&out).contains("DIR+MIRROR"),
+        "{}",
+        show("add-drive", &out)
+    );
+
+    let drive = format!("{}+{}", c.display(), c2.display());
+    let out = stdout(&s.lsvd.run_ok(&["chain", "add-drive", &drive]));
+    let new = format!("{old},{drive}");
+    assert_eq!(out.lines().last(), Some(new.as_str()), "{out}");
+    assert!(c.join(".lsvd-chain").is_file() && c2.join(".lsvd-chain").is_file());
+
+    // The old --store is refused, saying why.
+    let out = s.lsvd.run(&["list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", show("list", &out));
+    assert!(stderr(&out).contains("add-drive"), "{}", show("list", &out));
+
+    // The new one serves the volume as it was.
+    s.lsvd.store = Some(new);
+    let check = stdout(&s.lsvd.run_ok(&["check", "vol"]));
+    assert!(check.contains("ok: no problems found"), "{check}");
+    s.read_back();
+}
+
+#[test]
+fn chain_help_teaches_each_command() {
+    let dir = TempDir::new("chain_help");
+    let lsvd = Lsvd::new(dir.join("data"));
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--help"], &["chain"]),
+        (&["chain", "--help"], &["rebuild", "add-drive"]),
+        (
+            &["chain", "rebuild", "--help"],
+            &[
+                "lsvd check",
+                "stopped",
+                "exits 0",
+                "Example: lsvd --store chain:",
+            ],
+        ),
+        (
+            &["chain", "add-drive", "--help"],
+            &[
+                "<DRIVE>",
+                "DIR+MIRROR",
+                "stopped",
+                "refused",
+                "Example: lsvd --store",
+            ],
+        ),
+    ];
+    for (args, needles) in cases {
+        let out = lsvd.run(args);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
+        for n in *needles {
+            assert!(
+                text.contains(n),
+                "`lsvd {args:?}` should mention {n}:\n{text}"
+            );
+        }
+    }
+    assert!(!dir.join("data").exists(), "--help created the data dir");
+}
