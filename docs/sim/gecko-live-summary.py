@@ -3,10 +3,15 @@
 started and while it ran (medians of fio's per-second samples), GC MB/s, and what each
 drive read and wrote meanwhile.
 
-Usage: gecko-live-summary.py OUT_DIR LAYOUT...
-Reads OUT_DIR/gecko-live-LAYOUT-{fio-bw,samples,phases}.txt. MB is 10^6 bytes.
+Usage: gecko-live-summary.py [--name NAME] OUT_DIR LAYOUT...
+Reads OUT_DIR/NAME-LAYOUT-{fio-bytes,samples,phases}.txt (NAME: gecko-live). MB is
+10^6 bytes.
+       gecko-live-summary.py --fio-json RUN.json
+prints fio's totals and, one line a second, its cumulative bytes written, from the JSON
+status reports of `fio --status-interval=1 --output-format=json`.
 """
 
+import json
 import os
 import statistics
 import sys
@@ -22,15 +27,68 @@ def read_phases(path):
     return phases
 
 
-def read_fio_bw(path):
-    """[(end of the second, epoch ms), MB/s] from a write_bw_log (KiB/s)."""
-    out = []
+def fio_json(path):
+    """Print fio's totals and `epoch_ms write_bytes` lines from its status reports."""
+    text = open(path).read()
+    decoder = json.JSONDecoder()
+    reports = []
+    i = 0
+    while True:
+        j = text.find("{", i)
+        if j < 0:
+            break
+        try:
+            obj, i = decoder.raw_decode(text, j)
+        except json.JSONDecodeError:
+            break
+        reports.append(obj)
+    last = reports[-1]["jobs"][0]
+    w = last["write"]
+    pct = w["clat_ns"].get("percentile", {})
+    print(
+        f"# fio: {w['io_bytes']} bytes in {w['runtime']} ms = "
+        f"{w['io_bytes'] / w['runtime'] / 1e3:.1f} MB/s, {w['iops']:.0f} IOPS; "
+        f"clat ms p50 {pct.get('50.000000', 0) / 1e6:.2f} p99 {pct.get('99.000000', 0) / 1e6:.2f} "
+        f"max {w['clat_ns']['max'] / 1e6:.0f}; cpu usr {last['usr_cpu']:.1f}% sys {last['sys_cpu']:.1f}%"
+    )
+    print("epoch_ms write_bytes")
+    for r in reports:
+        print(r["timestamp_ms"], r["jobs"][0]["write"]["io_bytes"])
+
+
+def read_fio_bytes(path):
+    """[(epoch ms, cumulative bytes written)] from fio's status reports. fio asks for
+    one a second, but while lsvd stalls the writes they come 3-5 s apart, or two in
+    the same second."""
+    points = [(0, 0)]
     with open(path) as f:
         for line in f:
-            cols = [c.strip() for c in line.split(",")]
-            if len(cols) >= 2 and cols[0].isdigit():
-                out.append((int(cols[0]), int(cols[1]) * 1024 / 1e6))
-    return out
+            cols = line.split()
+            if len(cols) == 2 and cols[0].isdigit():
+                points.append((int(cols[0]), int(cols[1])))
+    return points[1:]
+
+
+def bytes_at(points, t):
+    """fio's cumulative bytes at epoch ms `t`, linear between its reports."""
+    if t <= points[0][0]:
+        return points[0][1] * max(0.0, 1 - (points[0][0] - t) / 1000)
+    for (t0, b0), (t1, b1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return b0 if t1 == t0 else b0 + (b1 - b0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def app_rate(points, t0, t1):
+    """fio's MB/s between epoch ms t0 and t1."""
+    if t1 <= t0:
+        return None
+    return (bytes_at(points, t1) - bytes_at(points, t0)) / 1e6 / ((t1 - t0) / 1000)
+
+
+def app_seconds(points, t0, t1):
+    """fio's MB/s in each whole second from t0 to t1."""
+    return [app_rate(points, t, t + 1000) for t in range(int(t0), int(t1) - 999, 1000)]
 
 
 def read_samples(path):
@@ -80,6 +138,15 @@ def cores(rows, key, t0, t1):
     return (b[key] - a[key]) / os.sysconf("SC_CLK_TCK") / secs if secs > 0 else None
 
 
+def stalled(rows, t0, t1):
+    """Share of sample intervals from t0 to t1 in which lsvd accepted no client write."""
+    inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r["client_write_bytes"] is not None]
+    pairs = list(zip(inside, inside[1:]))
+    if not pairs:
+        return None
+    return sum(1 for a, b in pairs if b["client_write_bytes"] == a["client_write_bytes"]) / len(pairs)
+
+
 def fmt(x, digits=1):
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -88,10 +155,11 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarise(out_dir, layout):
-    pre = f"{out_dir}/gecko-live-{layout}"
+def summarise(out_dir, name, layout):
+    pre = f"{out_dir}/{name}-{layout}"
     ph = read_phases(f"{pre}-phases.txt")
-    bw = read_fio_bw(f"{pre}-fio-bw.txt")
+    fio = read_fio_bytes(f"{pre}-fio-bytes.txt")
+    fio_end = fio[-1][0]
     rows = read_samples(f"{pre}-samples.txt")
     run0, run1 = ph["run_start_ms"], ph["run_end_ms"]
     drives = sorted({k.split("_")[0] for k in rows[0] if k.startswith("d") and "_read" in k})
@@ -114,12 +182,20 @@ def summarise(out_dir, layout):
     )
     # A fio sample at t covers (t - 1 s, t]: before GC if it ends by the first sample
     # that saw a pass, during GC if it starts after it.
-    if gc_start is None:
-        before = [v for _, v in bw]
-        during = []
-    else:
-        before = [v for t, v in bw if t <= gc_start]
-        during = [v for t, v in bw if t - 1000 >= gc_start]
+    # The random writes start with an empty write log, which takes writes at the local
+    # disk's speed until it is full: "before GC" counts from then.
+    max_log = max((r["log_used_bytes"] or 0) for r in rows if run0 <= r["epoch_ms"] <= run1)
+    log_full = next(
+        (
+            r["epoch_ms"]
+            for r in rows
+            if r["epoch_ms"] >= run0 and (r["log_used_bytes"] or 0) >= 0.9 * max_log
+        ),
+        run0,
+    )
+    g_end = gc_start if gc_start is not None else fio_end
+    before = app_seconds(fio, log_full, g_end)
+    during = app_seconds(fio, gc_start, fio_end) if gc_start is not None else []
     held = sum(1 for r in rows if run0 <= r["epoch_ms"] <= run1 and (r["uploads_held"] or 0) > 0)
     tail_moves = []
     last = None
@@ -145,8 +221,16 @@ def summarise(out_dir, layout):
         "n_before": len(before),
         "during": med(during),
         "n_during": len(during),
-        "mean_during": statistics.fmean(during) if during else None,
+        "mean_before": app_rate(fio, log_full, g_end),
+        "mean_during": app_rate(fio, gc_start, fio_end) if gc_start is not None else None,
+        "stalled_during": stalled(rows, gc_start, run1) if gc_start is not None else None,
+        "log_full_s": (log_full - run0) / 1000,
+        "client_before": rate(rows, "client_write_bytes", log_full, g_end),
+        "client_during": rate(rows, "client_write_bytes", g_end, run1) if gc_start else None,
         "gc_moved": rate(rows, "gc_moved_bytes", g0, run1) if gc_start else None,
+        "gc_read": sum(
+            rate(rows, f"{d}_read_bytes", g0, run1) or 0 for d in drives
+        ) if gc_start else None,
         "store_write_before": rate(rows, "store_write_bytes", run0, g0),
         "store_write_during": rate(rows, "store_write_bytes", g0, run1) if gc_start else None,
         "held_s": held,
@@ -174,12 +258,12 @@ def summarise(out_dir, layout):
     t = run0
     while t < run1:
         t1 = min(t + 5000, run1)
-        app = [v for e, v in bw if t < e <= t1]
+        app = app_rate(fio, t, t1)
         inflight = [r for r in rows if t <= r["epoch_ms"] <= t1]
         timeline.append(
             (
                 (t - run0) / 1000,
-                statistics.fmean(app) if app else None,
+                app,
                 rate(rows, "gc_moved_bytes", t, t1),
                 [
                     (rate(rows, f"{d}_read_bytes", t, t1), rate(rows, f"{d}_write_bytes", t, t1))
@@ -195,23 +279,36 @@ def summarise(out_dir, layout):
 
 
 def main():
-    out_dir, layouts = sys.argv[1], sys.argv[2:]
+    if sys.argv[1] == "--fio-json":
+        fio_json(sys.argv[2])
+        return
+    name = "gecko-live"
+    args = sys.argv[1:]
+    if args[0] == "--name":
+        name, args = args[1], args[2:]
+    out_dir, layouts = args[0], args[1:]
     results = []
-    print("fio 4 KiB random writes, QD32, per-second samples; MB = 10^6 bytes\n")
     print(
-        "| layout | fill MB/s | GC starts at | app MB/s before GC (median, n) "
-        "| app MB/s while GC runs (median, n; mean) | GC moved MB/s |"
+        "fio 4 KiB random writes, QD32. app MB/s: fio's bytes over the phase (its "
+        "cumulative count, linear between its reports), with the median of its seconds "
+        "in brackets; before GC counts from when the write log is full. MB = 10^6 bytes\n"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| layout | fill MB/s | GC from | app MB/s before GC (median of n s) "
+        "| app MB/s while GC runs (median of n s) | GC moved MB/s | drives' read MB/s "
+        "while GC | lsvd client writes MB/s before / during GC |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for layout in layouts:
-        res, timeline, drives = summarise(out_dir, layout)
+        res, timeline, drives = summarise(out_dir, name, layout)
         results.append((res, timeline, drives))
         gs = "no GC" if res["gc_start_s"] is None else f"{res['gc_start_s']:.0f} s"
         print(
             f"| {layout} | {fmt(res['fill_mb_s'])} | {gs} "
-            f"| {fmt(res['before'])} ({res['n_before']}) "
-            f"| {fmt(res['during'])} ({res['n_during']}; {fmt(res['mean_during'])}) "
-            f"| {fmt(res['gc_moved'])} |"
+            f"| {fmt(res['mean_before'])} ({fmt(res['before'])} of {res['n_before']}) "
+            f"| {fmt(res['mean_during'])} ({fmt(res['during'])} of {res['n_during']}) "
+            f"| {fmt(res['gc_moved'])} | {fmt(res['gc_read'])} "
+            f"| {fmt(res['client_before'])} / {fmt(res['client_during'])} |"
         )
     for res, timeline, drives in results:
         print(f"\n## {res['layout']}\n")
@@ -220,6 +317,9 @@ def main():
         print(
             f"store writes MB/s before GC {fmt(res['store_write_before'])}, "
             f"during {fmt(res['store_write_during'])}; "
+            f"write log full at {fmt(res['log_full_s'], 0)} s (before-GC samples start there), "
+            f"share of 1 s samples with no client write accepted while GC ran: "
+            f"{fmt(res['stalled_during'], 2)}, "
             f"first GC pass at {fmt(res['first_pass_s'], 0)} s, first client object held "
             f"at {fmt(res['first_held_s'], 0)} s, seconds with objects held: {res['held_s']}; "
             f"machine CPU busy before GC {fmt(res['cpu_before'], 2)}, "

@@ -20,7 +20,8 @@
 # Environment: LSVD (required), OUT (docs/sim/out), LAYOUTS (stripe move-to-tail
 # compact-in-body), VOLUME (768M), DRIVE_DEV (1088M: each drive's block device),
 # DRIVE_SIZE (864M: the chain's drive_size), PIECE (24k), PIECE_MS (1), LOG_SIZE (64M),
-# RUN_SECONDS (75: the random-write phase), IODEPTH (32).
+# RUN_SECONDS (75: the random-write phase), IODEPTH (32), SERVE_ARGS (more `lsvd serve`
+# flags, e.g. "--gc-rate 0"), NAME (gecko-live: the prefix of the output files).
 set -eu
 
 : "${LSVD:?set LSVD to the lsvd binary (cargo build --release -p lsvd)}"
@@ -36,6 +37,8 @@ PIECE_MS="${PIECE_MS:-1}"
 LOG_SIZE="${LOG_SIZE:-64M}"
 RUN_SECONDS="${RUN_SECONDS:-75}"
 IODEPTH="${IODEPTH:-32}"
+SERVE_ARGS="${SERVE_ARGS:-}"
+NAME="${NAME:-gecko-live}"
 DRIVES=2
 
 export PATH="/usr/bin:/usr/sbin:/bin:/sbin:$PATH"
@@ -242,7 +245,7 @@ run_layout() { # layout
     esac
     echo "gecko-live: $layout: drives up"
     drives_up
-    pre="$OUT/gecko-live-$layout"
+    pre="$OUT/$NAME-$layout"
     {
         echo "layout: $layout"
         echo "store: $store"
@@ -256,9 +259,10 @@ run_layout() { # layout
     port="$(free_port)"
     mport="$(free_port)"
     "$LSVD" create --data "$data" --store "$store" --size "$VOLUME" disk0
+    # shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
     LSVD_LOG=info "$LSVD" serve disk0 --data "$data" --store "$store" \
         --listen "127.0.0.1:$port" --metrics "127.0.0.1:$mport" --no-probe \
-        --log-size "$LOG_SIZE" --read-cache-size 0 > "$work/serve.log" 2>&1 &
+        --log-size "$LOG_SIZE" --read-cache-size 0 $SERVE_ARGS > "$work/serve.log" 2>&1 &
     lsvd_pid=$!
     url="http://127.0.0.1:$mport/metrics"
     wait_for 600 curl -sf --max-time 1 "$url"
@@ -280,10 +284,14 @@ run_layout() { # layout
 
     echo "gecko-live: $layout: ${RUN_SECONDS} s of 4 KiB random writes"
     run_start="$(date +%s%3N)"
+    # fio's bandwidth log skips the seconds in which no write completes (lsvd stalls
+    # clients for seconds at a time once GC falls behind), so the MB/s over time come
+    # from its cumulative bytes, printed every second (--status-interval).
     (cd "$work" && fio --name=randwrite --ioengine=nbd --uri="$uri" --rw=randwrite \
         --bs=4k --iodepth="$IODEPTH" --time_based --runtime="$RUN_SECONDS" \
         --randseed=1 --norandommap --write_bw_log=randwrite --log_avg_msec=1000 \
-        --log_unix_epoch=1 --output="$work/run.txt" > /dev/null)
+        --log_unix_epoch=1 --status-interval=1 --output-format=json \
+        --output="$work/run.json" > /dev/null)
     run_end="$(date +%s%3N)"
 
     for p in $bg_pids; do stop_pid "$p" TERM; done
@@ -293,6 +301,7 @@ run_layout() { # layout
     lsvd_pid=""
 
     cp "$work/randwrite_bw.1.log" "$pre-fio-bw.txt"
+    python3 "$here/gecko-live-summary.py" --fio-json "$work/run.json" > "$pre-fio-bytes.txt"
     {
         echo "fill_start_ms $fill_start"
         echo "fill_end_ms $fill_end"
@@ -300,8 +309,7 @@ run_layout() { # layout
         echo "run_end_ms $run_end"
         echo "--- fio fill"
         grep -E 'WRITE:|write:' "$work/fill.txt" || true
-        echo "--- fio randwrite"
-        grep -E 'WRITE:|write:|clat \(|lat \(|cpu  ' "$work/run.txt" || true
+        echo "--- fio randwrite: see $NAME-$layout-fio-bytes.txt"
         echo "--- lsvd serve warnings"
         grep -E 'WARN|ERROR' "$work/serve.log" | tail -20 || true
     } > "$pre-phases.txt"
@@ -317,11 +325,13 @@ mkdir -p "$OUT"
     echo "load before: $(cat /proc/loadavg)"
     echo "VOLUME=$VOLUME DRIVE_DEV=$DRIVE_DEV DRIVE_SIZE=$DRIVE_SIZE PIECE=$PIECE" \
         "PIECE_MS=$PIECE_MS LOG_SIZE=$LOG_SIZE RUN_SECONDS=$RUN_SECONDS IODEPTH=$IODEPTH"
-} > "$OUT/gecko-live-env.txt"
+    echo "SERVE_ARGS=$SERVE_ARGS"
+} > "$OUT/$NAME-env.txt"
 
 for layout in $LAYOUTS; do
     run_layout "$layout"
 done
-echo "load after: $(cat /proc/loadavg)" >> "$OUT/gecko-live-env.txt"
+echo "load after: $(cat /proc/loadavg)" >> "$OUT/$NAME-env.txt"
 
-python3 "$here/gecko-live-summary.py" "$OUT" $LAYOUTS | tee "$OUT/gecko-live-summary.txt"
+# shellcheck disable=SC2086 # one argument per layout
+python3 "$here/gecko-live-summary.py" --name "$NAME" "$OUT" $LAYOUTS | tee "$OUT/$NAME-summary.txt"
