@@ -128,6 +128,19 @@ def cpu_busy(rows, t0, t1):
     return (b["cpu_busy"] - a["cpu_busy"]) / total if total > 0 else None
 
 
+def busy(rows, drive, t0, t1):
+    """Share of the time drive `drive` had a request in flight (None if not sampled)."""
+    key = f"{drive}_busy_ms"
+    if key not in rows[0]:
+        return None
+    inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r.get(key) is not None]
+    if len(inside) < 2:
+        return None
+    a, b = inside[0], inside[-1]
+    span = b["epoch_ms"] - a["epoch_ms"]
+    return (b[key] - a[key]) / span if span > 0 else None
+
+
 def cores(rows, key, t0, t1):
     """CPU cores used by the processes behind jiffies counter `key`."""
     inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r.get(key) is not None]
@@ -243,11 +256,19 @@ def summarise(out_dir, name, layout):
             cores(rows, "drives_cpu", g0, run1),
         ),
         "drives_before": [
-            (rate(rows, f"{d}_read_bytes", run0, g0), rate(rows, f"{d}_write_bytes", run0, g0))
+            (
+                rate(rows, f"{d}_read_bytes", run0, g0),
+                rate(rows, f"{d}_write_bytes", run0, g0),
+                busy(rows, d, run0, g0),
+            )
             for d in drives
         ],
         "drives_during": [
-            (rate(rows, f"{d}_read_bytes", g0, run1), rate(rows, f"{d}_write_bytes", g0, run1))
+            (
+                rate(rows, f"{d}_read_bytes", g0, run1),
+                rate(rows, f"{d}_write_bytes", g0, run1),
+                busy(rows, d, g0, run1),
+            )
             for d in drives
         ]
         if gc_start
@@ -266,7 +287,11 @@ def summarise(out_dir, name, layout):
                 app,
                 rate(rows, "gc_moved_bytes", t, t1),
                 [
-                    (rate(rows, f"{d}_read_bytes", t, t1), rate(rows, f"{d}_write_bytes", t, t1))
+                    (
+                        rate(rows, f"{d}_read_bytes", t, t1),
+                        rate(rows, f"{d}_write_bytes", t, t1),
+                        busy(rows, d, t, t1),
+                    )
                     for d in drives
                 ],
                 max((r["gc_pass_in_flight"] or 0) for r in inflight) if inflight else 0,
@@ -334,15 +359,18 @@ def main():
         for name, per in (("before GC", res["drives_before"]), ("while GC", res["drives_during"])):
             if per:
                 cols = ", ".join(
-                    f"{d} read {fmt(r)} write {fmt(w)}" for d, (r, w) in zip(drives, per)
+                    f"{d} read {fmt(r)} write {fmt(w)} busy {fmt(b, 2)}"
+                    for d, (r, w, b) in zip(drives, per)
                 )
                 print(f"drive MB/s {name}: {cols}")
         print()
-        head = " | ".join(f"{d} r/w" for d in drives)
+        head = " | ".join(f"{d} MB/s r/w (busy)" for d in drives)
         print(f"| s | app MB/s | GC moved MB/s | {head} | GC pass | held | tail |")
         print("|---:|---:|---:|" + "---|" * len(drives) + "---:|---:|---:|")
         for t, app, gc, per, inflight, held, tail in timeline:
-            cols = " | ".join(f"{fmt(r)}/{fmt(w)}" for r, w in per)
+            cols = " | ".join(
+                f"{fmt(r)}/{fmt(w)}" + ("" if b is None else f" ({fmt(b, 2)})") for r, w, b in per
+            )
             tail_s = "-" if tail is None else f"{tail:.0f}"
             print(
                 f"| {t:.0f} | {fmt(app)} | {fmt(gc)} | {cols} | {inflight:.0f} "

@@ -159,7 +159,7 @@ calibrate() { # one line per drive: dd direct write and read of 32 MiB
 
 # --- samplers --------------------------------------------------------------------------
 # One line a second: time, the volume's GC and store counters, each drive's block-layer
-# bytes read and written, the machine's busy and total CPU jiffies, and the CPU jiffies
+# bytes read and written and busy time, the machine's busy and total CPU jiffies, and the CPU jiffies
 # of lsvd and of the drives' nbdkit and nbdfuse processes.
 sampler() { # metrics_url out_file lsvd_pid
     loops=""
@@ -173,7 +173,9 @@ sampler() { # metrics_url out_file lsvd_pid
         printf 'epoch_ms gc_moved_bytes gc_pass_in_flight gc_passes store_write_bytes'
         printf ' client_write_bytes uploads_held uploads_pending log_used_bytes utilization'
         printf ' store_bytes tail_drive'
-        for i in $(seq 0 $((DRIVES - 1))); do printf ' d%s_read_bytes d%s_write_bytes' "$i" "$i"; done
+        for i in $(seq 0 $((DRIVES - 1))); do
+            printf ' d%s_read_bytes d%s_write_bytes d%s_busy_ms' "$i" "$i" "$i"
+        done
         printf ' cpu_busy cpu_total lsvd_cpu drives_cpu\n'
     } > "$2"
     while :; do
@@ -187,7 +189,8 @@ sampler() { # metrics_url out_file lsvd_pid
             line="$line ${v:-NA}"
         done
         for l in $loops; do
-            line="$line $(awk '{print $3 * 512, $7 * 512}' "/sys/block/$l/stat")"
+            # sectors read, sectors written, ms with a request in flight
+            line="$line $(awk '{print $3 * 512, $7 * 512, $10}' "/sys/block/$l/stat")"
         done
         line="$line $(awk '/^cpu / {print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)"
         line="$line $(awk '{print $14 + $15}' "/proc/$3/stat")"
