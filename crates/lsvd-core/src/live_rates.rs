@@ -187,6 +187,7 @@ mod tests {
                 pass_bytes: 400 * 512,
             },
             gc_max_backlog: 2,
+            gc_headroom_bytes: 0,
         };
         Pipeline::new(cfg, s, 0)
     }

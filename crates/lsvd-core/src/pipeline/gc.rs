@@ -83,12 +83,13 @@ impl<L: Location, G> Pipeline<L, G> {
         self.cfg.gc.policy.tracks_heat() && self.gc.separating
     }
 
-    /// Writes go on, no pass is in progress and client objects do not wait.
+    /// Writes go on, no pass is in progress and client objects do not wait (unless
+    /// the store has headroom: then GC runs beside them).
     fn gc_may_start(&self) -> bool {
         !(self.writes_stopped
             || !self.gc.busy.is_empty()
             || self.gc.reserved.is_some()
-            || self.queue.len() > self.cfg.gc_max_backlog)
+            || (self.cfg.gc_headroom_bytes == 0 && self.queue.len() > self.cfg.gc_max_backlog))
     }
 
     /// Under the hylog policy: does the latest choice separate hot from cold data?

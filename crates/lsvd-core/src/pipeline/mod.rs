@@ -73,6 +73,12 @@ pub struct PipelineConfig {
     /// No GC pass starts while more objects than this wait in the upload queue:
     /// client data goes first while GC keeps up.
     pub gc_max_backlog: usize,
+    /// How far the store may grow past `live / gc.start_utilization` (plus a batch)
+    /// before client objects wait for GC. 0: they wait as soon as GC falls behind.
+    /// Above 0, GC also starts while client objects wait for upload, so it runs
+    /// beside client writes (Gecko's regime: a chain's body cleaned while its tail
+    /// takes writes) for as long as the headroom lasts.
+    pub gc_headroom_bytes: u64,
 }
 
 /// What the driver should wake: set by events, collected with
@@ -427,7 +433,7 @@ impl<L: Location, G> Pipeline<L, G> {
                     &self.cfg.gc,
                     self.pending_total_bytes,
                     object_bytes,
-                    self.cfg.batch_size_bytes,
+                    self.cfg.batch_size_bytes + self.cfg.gc_headroom_bytes,
                 );
             if self.gc.reserved.is_some() || over_bound {
                 self.wakes.gc = true;

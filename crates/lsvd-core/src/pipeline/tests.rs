@@ -33,6 +33,7 @@ fn config(gc: GcConfig) -> PipelineConfig {
         uploads_in_flight: 3,
         gc,
         gc_max_backlog: 2,
+        gc_headroom_bytes: 0,
     }
 }
 
@@ -323,6 +324,7 @@ fn gc_waits_while_client_objects_queue_up_and_while_a_pass_runs() {
         PipelineConfig {
             checkpoint_every_objects: 1,
             gc_max_backlog: 0,
+            gc_headroom_bytes: 0,
             ..config(eager_gc())
         },
         StoreState::new(64 << 20),
@@ -668,4 +670,61 @@ fn a_resize_is_an_object_of_its_own_after_the_open_batch() {
     p.apply_all_ready().expect("applies");
     assert_eq!(p.store().volume_size_bytes, old / 2);
     assert_eq!(p.store().map().mapped_sectors(), 8, "only block 3 is left");
+}
+
+/// `gc_headroom_bytes`: client batches go on past the store bound by that much
+/// (without it they are held), and a GC pass starts even with client objects queued
+/// for upload (without headroom, more than `gc_max_backlog` queued keep GC off).
+#[test]
+fn headroom_lets_clients_go_on_and_gc_run_beside_their_uploads() {
+    let run = |headroom_bytes: u64| {
+        let cfg = PipelineConfig {
+            gc_headroom_bytes: headroom_bytes,
+            ..config(eager_gc())
+        };
+        let mut p = Pipeline::new(cfg, StoreState::new(64 << 20), 0);
+        let mut record = 0;
+        // Four objects of 16 blocks, then half of each overwritten: the store holds
+        // half-dead objects (GC victims) and is above live / start.
+        for b in 0..64 {
+            record += 1;
+            write(&mut p, 0, record, b);
+        }
+        p.close_batch();
+        drain_uploads(&mut p);
+        let halves = [0..8, 16..24, 32..40, 48..56];
+        for half in halves.clone() {
+            for b in half {
+                record += 1;
+                write(&mut p, 0, record, b);
+            }
+        }
+        p.close_batch();
+        drain_uploads(&mut p);
+        // Four more batches of overwrites, not uploaded.
+        for _ in 0..4 {
+            for half in halves.clone() {
+                for b in half {
+                    record += 1;
+                    write(&mut p, 0, record, b);
+                }
+            }
+            p.close_batch();
+        }
+        let held = p.uploads_held();
+        let pending = p.uploads_pending();
+        let gc_starts = p.gc_plan().is_some();
+        (held, pending, gc_starts)
+    };
+    let (held_without, pending, gc_starts) = run(0);
+    assert!(held_without > 2, "without headroom the batches wait for GC");
+    assert_eq!(pending, held_without, "all of them held, none queued");
+    assert!(gc_starts, "nothing queued: GC starts");
+    let (held, pending, gc_starts) = run(1 << 20);
+    assert_eq!(held, 0, "1 MiB of headroom takes four rounds of 64 KiB");
+    assert!(
+        pending > 2,
+        "queued for upload, more than gc_max_backlog: {pending}"
+    );
+    assert!(gc_starts, "and GC starts beside them");
 }

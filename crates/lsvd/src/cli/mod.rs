@@ -362,6 +362,15 @@ pub struct EngineArgs {
     /// write if that is more (0: as fast as it can).
     #[arg(long, default_value = "16M")]
     pub gc_rate: String,
+    /// How far the store may grow past live/--gc-start before client writes wait for
+    /// GC. 0 (the default): once GC falls behind, client objects wait for it, and the
+    /// store stays within live/--gc-start plus two batches. Above 0, client objects go
+    /// on while GC runs beside them (GC also starts while uploads are queued) until the
+    /// store is that much larger: on a chained-drive store (--store chain:...) GC then
+    /// cleans the body while the tail takes client writes, as in Gecko. Costs that
+    /// much more store space. Example: --gc-headroom 4G
+    #[arg(long, default_value = "0")]
+    pub gc_headroom: String,
 }
 
 impl EngineArgs {
@@ -393,6 +402,8 @@ impl EngineArgs {
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
+        let gc_headroom_bytes = crate::size::parse_size(&self.gc_headroom)
+            .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?;
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
@@ -403,6 +414,7 @@ impl EngineArgs {
             read_cache_bytes,
             read_cache_admit: self.read_cache_admit.parse().map_err(Error::bad_input)?,
             gc_min_rate_bytes,
+            gc_headroom_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),

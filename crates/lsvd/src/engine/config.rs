@@ -46,6 +46,9 @@ pub struct EngineConfig {
     /// GC moves at most this many bytes per second, or four times the rate clients
     /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
     pub gc_min_rate_bytes: u64,
+    /// How far the store may grow past live/`gc.start_utilization` before client
+    /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`). Default: 0.
+    pub gc_headroom_bytes: u64,
     /// Every timer of the engine runs on this clock. Default: the system clock; tests
     /// use `clock::ManualClock`.
     pub clock: SharedClock,
@@ -68,6 +71,7 @@ impl EngineConfig {
             uploads_in_flight: self.uploads_in_flight,
             gc: self.gc,
             gc_max_backlog: GC_MAX_BACKLOG_OBJECTS,
+            gc_headroom_bytes: self.gc_headroom_bytes,
         }
     }
 }
@@ -90,6 +94,7 @@ impl Default for EngineConfig {
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
+            gc_headroom_bytes: 0,
             clock: SharedClock::default(),
             jitter_seed: None,
         }

@@ -310,6 +310,7 @@ fn pipeline_config(cfg: &SimConfig) -> PipelineConfig {
         uploads_in_flight: 1,
         gc: cfg.gc,
         gc_max_backlog: crate::engine::config::GC_MAX_BACKLOG_OBJECTS,
+        gc_headroom_bytes: 0,
     }
 }
 

@@ -501,9 +501,13 @@ mod tests {
             // Off by one byte: the copying path.
             let unaligned = bytes.slice(1..);
             let key = format!("v/obj/{i:04}u.d");
-            s.put_sync(&key, &unaligned, PutMode::IfAbsent).expect("put");
+            s.put_sync(&key, &unaligned, PutMode::IfAbsent)
+                .expect("put");
             let back = s.get_range_sync(&key, None).expect("get");
-            assert!(back[..] == unaligned[..], "contents of a {n}-byte unaligned put");
+            assert!(
+                back[..] == unaligned[..],
+                "contents of a {n}-byte unaligned put"
+            );
         }
     }
 
