@@ -79,7 +79,7 @@ pub async fn run(common: &Common, command: ChainCommand) -> Result<()> {
 }
 
 async fn add_drive_command(common: &Common, drive: &str) -> Result<()> {
-    let _lock = lock_data_dir(common, "add a drive")?;
+    let _lock = super::serve::lock_for_offline(common, "add a drive")?;
     if common.store.starts_with("stripe:") {
         return Err(Error::bad_input(
             "a stripe places every key by a hash of its drive count: drives cannot be added \
@@ -119,21 +119,6 @@ async fn add_drive_command(common: &Common, drive: &str) -> Result<()> {
     Ok(())
 }
 
-/// The data directory's lock, held while the command runs (none if the directory
-/// does not exist: no server can be using it).
-fn lock_data_dir(common: &Common, what: &str) -> Result<Option<std::fs::File>> {
-    if !common.data.is_dir() {
-        return Ok(None);
-    }
-    super::serve::lock_data_dir(&common.data)
-        .map(Some)
-        .map_err(|e| {
-            e.context(format!(
-                "cannot {what} while a server uses this data directory (stop it first)"
-            ))
-        })
-}
-
 /// The layout and drives of `--store`, which must be `chain:` (or, where `stripe_too`,
 /// `stripe:`).
 fn drive_store(url: &str, stripe_too: bool) -> Result<(Layout, DriveSpec)> {
@@ -149,7 +134,7 @@ fn drive_store(url: &str, stripe_too: bool) -> Result<(Layout, DriveSpec)> {
 }
 
 async fn rebuild_command(common: &Common) -> Result<()> {
-    let _lock = lock_data_dir(common, "rebuild the chain's copies")?;
+    let _lock = super::serve::lock_for_offline(common, "rebuild the chain's copies")?;
     let (layout, spec) = drive_store(&common.store, true)?;
     if spec.dirs.iter().all(|copies| copies.len() < 2) {
         println!(

@@ -24,15 +24,7 @@ pub(super) fn local_files(common: &Common, name: &str) -> Vec<PathBuf> {
 
 pub async fn delete(common: &Common, name: &str, yes: bool) -> Result<()> {
     // A server on this data directory holds its lock (and may hold the volume).
-    let _lock = if common.data.is_dir() {
-        Some(super::serve::lock_data_dir(&common.data).map_err(|e| {
-            e.context(format!(
-                "cannot delete '{name}' while a server uses this data directory (stop it first)"
-            ))
-        })?)
-    } else {
-        None
-    };
+    let _lock = super::serve::lock_for_offline(common, &format!("delete '{name}'"))?;
     let store = common.open_store()?;
     let plan = engine::plan_delete(&store, name).await?;
     let files = local_files(common, name);

@@ -13,18 +13,7 @@ use crate::size::format_size;
 pub async fn rename(common: &Common, old: &str, new: &str) -> Result<()> {
     engine::keys::validate_volume_name(old)?;
     engine::keys::validate_volume_name(new)?;
-    let lock = || -> Result<_> {
-        if !common.data.is_dir() {
-            return Ok(None);
-        }
-        super::serve::lock_data_dir(&common.data)
-            .map(Some)
-            .map_err(|e| {
-                e.context(format!(
-                    "cannot rename '{old}' while a server uses this data directory (stop it first)"
-                ))
-            })
-    };
+    let lock = || super::serve::lock_for_offline(common, &format!("rename '{old}'"));
     // Held until the old name's local files are gone.
     let mut held = lock()?;
     let store = super::admin::store(common)?;

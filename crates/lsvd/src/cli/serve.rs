@@ -44,6 +44,20 @@ pub(super) fn lock_data_dir(dir: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// The data directory's lock for an offline command (`what` it would do, for the
+/// message), held while the command runs; None if the directory does not exist (no
+/// server can be using it). A server holding it: `Conflict`, saying to stop it first.
+pub(super) fn lock_for_offline(common: &super::Common, what: &str) -> Result<Option<File>> {
+    if !common.data.is_dir() {
+        return Ok(None);
+    }
+    lock_data_dir(&common.data).map(Some).map_err(|e| {
+        e.context(format!(
+            "cannot {what} while a server uses this data directory (stop it first)"
+        ))
+    })
+}
+
 /// Bind a Unix socket, replacing a stale socket file left by a crashed server. A
 /// socket a live server answers on is a `Conflict`.
 fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
