@@ -326,6 +326,23 @@ impl ObjectStore for FaultyStore {
         }
         self.inner.repair_copies(key, good)
     }
+    fn copies_of(
+        &self,
+        key: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
+        self.inner.copies_of(key)
+    }
+    fn get_copy(
+        &self,
+        key: &str,
+        copy: usize,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        if self.is_killed() {
+            let e = Self::killed_err("reading a copy of", key);
+            return Box::pin(async move { Err(e) });
+        }
+        self.inner.get_copy(key, copy)
+    }
 }
 
 #[cfg(test)]

@@ -261,6 +261,19 @@ impl ObjectStore for RetryStore {
     ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
         self.inner.repair_copies(key, good)
     }
+    fn copies_of(
+        &self,
+        key: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
+        self.inner.copies_of(key)
+    }
+    fn get_copy(
+        &self,
+        key: &str,
+        copy: usize,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get_copy(key, copy)
+    }
 }
 
 #[cfg(test)]
