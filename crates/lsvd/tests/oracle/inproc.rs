@@ -212,6 +212,8 @@ fn random_config(rng: &mut Rng, kind: Kind) -> EngineConfig {
         // Overlapped log writes: with more than one in flight a later record can be
         // on the device while an earlier one is torn.
         log_writes_in_flight: *rng.pick(&[1, 2, 4, 16]),
+        // GC beside queued client objects (`--gc-headroom`) in a third of the episodes.
+        gc_headroom_bytes: *rng.pick(&[0, 0, 1 << 20]),
         ..EngineConfig::default()
     }
 }
