@@ -212,3 +212,68 @@ fn a_mirrored_chain_writes_its_tail_pair_at_one_drive_rate() {
     assert_eq!(mirrored.summary.simulated_s, plain.summary.simulated_s);
     assert!(mirrored.name.starts_with("chain:3x2"), "{}", mirrored.name);
 }
+
+/// `lsvd sim` with these arguments after `sim`.
+fn cli_report(args: &[&str]) -> super::report::GeckoReport {
+    let mut argv = vec!["lsvd", "sim"];
+    argv.extend_from_slice(args);
+    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(argv).expect("arguments parse");
+    let crate::cli::Command::Sim(sim_args) = cli.command else {
+        panic!("not a sim command");
+    };
+    super::cli::simulate(&sim_args).expect("runs")
+}
+
+#[test]
+fn the_table_and_json_report_hits_only_with_a_cache() {
+    let common = [
+        "--layout",
+        "chain:2x2,stripe:2",
+        "--drive-size",
+        "32M",
+        "--seconds",
+        "0.2",
+        "--interval-ms",
+        "20",
+        "--write-fraction",
+        "0.5",
+        "--fill",
+        "0.05",
+    ];
+    let mut with = common.to_vec();
+    with.extend_from_slice(&["--tail-cache", "1M"]);
+    let r = cli_report(&with);
+    let names: Vec<&str> = r.runs.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["chain:2x2 compact-in-body", "stripe:2"]);
+    assert_eq!(r.runs[0].summary.drive_busy_fraction.len(), 4);
+    for run in &r.runs {
+        let c = run.summary.tail_cache.as_ref().expect("cache on");
+        assert_eq!(c.size_bytes, 1 << 20);
+        // Random reads over 3.2 MiB, half the requests writes: some reads find
+        // blocks written in the run, most find prefilled ones.
+        assert!(c.read_blocks > 0 && c.hit_blocks > 0 && c.hit_blocks < c.read_blocks);
+    }
+    assert_eq!(
+        r.runs[1]
+            .summary
+            .tail_cache
+            .as_ref()
+            .map(|c| c.tail_hit_rate),
+        Some(None)
+    );
+    let text = super::report::text(&r);
+    assert!(
+        text.contains("tail_hit") && text.contains("tail cache: 1.0 MiB"),
+        "{text}"
+    );
+    let json = serde_json::to_string(&r).expect("encodes");
+    assert!(json.contains("\"tail_hit_rate\""));
+    let off = cli_report(&common);
+    assert!(off.runs.iter().all(|x| x.summary.tail_cache.is_none()));
+    assert!(!super::report::text(&off).contains("tail_hit"));
+    assert!(
+        !serde_json::to_string(&off)
+            .expect("encodes")
+            .contains("tail_cache")
+    );
+}
