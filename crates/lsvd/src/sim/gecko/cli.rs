@@ -58,18 +58,33 @@ pub struct GeckoArgs {
     /// Reporting interval, simulated milliseconds.
     #[arg(long, requires = "layout", default_value_t = 1000)]
     pub interval_ms: u64,
+    /// Tail cache: an LRU of the blocks clients wrote most recently (every client
+    /// write admitted); a read of a cached block touches no drive. 0: off.
+    #[arg(long, requires = "layout", default_value = "0", value_name = "SIZE")]
+    pub tail_cache: String,
 }
 
-/// One `--layout` item if it is chain:N or stripe:N; `None` for anything else.
-pub fn parse_layout(item: &str) -> Option<Result<(LayoutKind, u32)>> {
+/// One `--layout` item if it is chain:N[x2] or stripe:N[x2]: (kind, positions,
+/// drives per position); `None` for anything else.
+pub fn parse_layout(item: &str) -> Option<Result<(LayoutKind, u32, u32)>> {
     let (kind, n) = item.trim().split_once(':')?;
     let kind = match kind.trim() {
         "chain" => LayoutKind::Chain,
         "stripe" => LayoutKind::Stripe,
         _ => return None,
     };
+    let n = n.trim();
+    let (n, copies) = match (n.strip_suffix("x2"), n.split_once('x')) {
+        (Some(n), _) => (n, 2),
+        (None, Some((m, _))) if m.parse::<u32>().is_ok() => {
+            return Some(Err(Error::bad_input(format!(
+                "--layout {item}: a mirrored layout is Nx2 (two drives per position)"
+            ))));
+        }
+        _ => (n, 1),
+    };
     Some(match n.trim().parse::<u32>() {
-        Ok(n) if (1..=64).contains(&n) => Ok((kind, n)),
+        Ok(n) if (1..=64).contains(&n) => Ok((kind, n, copies)),
         _ => Err(Error::bad_input(format!(
             "--layout {item}: N must be a number of drives between 1 and 64"
         ))),
@@ -176,8 +191,9 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
         )?))
     };
     let interval_ns = g.interval_ms.saturating_mul(1_000_000);
+    let tail_cache_blocks = parse_size(&g.tail_cache)? / BLOCK_BYTES;
     let mut out = Vec::new();
-    for (kind, drives) in parsed {
+    for (kind, drives, copies) in parsed {
         let geo = Geometry {
             kind,
             drives,
@@ -207,6 +223,8 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
                 duration_ns,
                 interval_ns,
                 seed: args.seed,
+                copies,
+                tail_cache_blocks,
             };
             c.validate()?;
             out.push(c);

@@ -29,15 +29,24 @@ pub struct Config {
     pub duration_ns: u64,
     pub interval_ns: u64,
     pub seed: u64,
+    /// Drives per layout position: 1, or 2 for a mirrored layout (`chain:3x2`).
+    pub copies: u32,
+    /// Tail cache (LRU of client-written blocks), in 4 KiB blocks; 0 is off.
+    pub tail_cache_blocks: u64,
 }
 
 impl Config {
     /// The run's name: `chain:2 compact-in-body`, `stripe:2`.
     pub fn name(&self) -> String {
+        let mirror = if self.copies > 1 {
+            format!("x{}", self.copies)
+        } else {
+            String::new()
+        };
         match self.geo.kind {
-            LayoutKind::Stripe => format!("stripe:{}", self.geo.drives),
+            LayoutKind::Stripe => format!("stripe:{}{mirror}", self.geo.drives),
             LayoutKind::Chain => format!(
-                "chain:{} {}",
+                "chain:{}{mirror} {}",
                 self.geo.drives,
                 match self.chain_gc {
                     ChainGc::CompactInBody => "compact-in-body",
@@ -108,6 +117,15 @@ impl Config {
                     self.fill
                 ),
             });
+        }
+        if !(1..=2).contains(&self.copies) {
+            return bad(format!(
+                "{} copies: a layout is mirrored twice at most",
+                self.copies
+            ));
+        }
+        if self.tail_cache_blocks > 1 << 30 {
+            return bad("--tail-cache: at most 4 TiB".into());
         }
         if !(0.0..=1.0).contains(&self.write_fraction) {
             return bad("--write-fraction must be between 0 and 1".into());

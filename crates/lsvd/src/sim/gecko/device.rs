@@ -281,6 +281,14 @@ impl Device {
         self.busy_ns
     }
 
+    /// When everything queued so far is done (SSD: its last channel drains).
+    pub fn idle_at_ns(&self) -> u64 {
+        self.channel_free_ns
+            .iter()
+            .copied()
+            .fold(self.free_at_ns, u64::max)
+    }
+
     /// The HDD service time of a request at `offset` given where the previous one
     /// ended (`None`: the head position is unknown, so it is positioned).
     pub fn hdd_service_ns(

@@ -12,12 +12,16 @@
 //!
 //! * [`config`]: one simulation's settings and their checks.
 //! * [`device`]: service-time models and the per-drive FIFO.
+//! * [`array`]: the drives under a layout, optionally mirrored.
+//! * [`cache`]: the tail cache (LRU of client-written blocks) in front of reads.
 //! * [`layout`]: segments, placement over drives, maps, allocation, victim choice.
 //! * [`run`]: the event loop (clients, GC worker).
 //! * [`trace`]: trace-driven clients (several traces mixed).
 //! * [`report`]: summaries, text table, SVG.
 //! * [`cli`]: the command-line options.
 
+pub mod array;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod device;
@@ -26,5 +30,7 @@ pub mod report;
 pub mod run;
 pub mod trace;
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;

@@ -42,8 +42,27 @@ pub struct Summary {
     pub gc_no_space: u64,
     /// Chain: (time, new tail drive) for each tail move.
     pub tail_moves_s: Vec<(f64, u32)>,
-    /// Per drive: service time / simulated time (SSD: summed over channels).
+    /// Per drive: service time / simulated time (SSD: summed over channels). A
+    /// mirrored layout lists both drives of each position, position by position.
     pub drive_busy_fraction: Vec<f64>,
+    /// Client reads and the tail cache's hits (only with `--tail-cache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail_cache: Option<CacheStats>,
+}
+
+/// Client reads in 4 KiB blocks and how many the tail cache served.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheStats {
+    pub size_bytes: u64,
+    pub read_blocks: u64,
+    pub hit_blocks: u64,
+    /// Chain: reads of blocks that were on the tail drive when read (Gecko's measure).
+    pub tail_read_blocks: u64,
+    pub tail_hit_blocks: u64,
+    /// hit_blocks / read_blocks (`None`: no reads).
+    pub hit_rate: Option<f64>,
+    /// tail_hit_blocks / tail_read_blocks (`None`: no reads of the tail; stripe).
+    pub tail_hit_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,6 +90,10 @@ fn opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+fn rate(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.3}"))
+}
+
 /// The report as text: a summary table, then application / GC MB/s per interval.
 pub fn text(r: &GeckoReport) -> String {
     let mut s = String::new();
@@ -88,7 +111,15 @@ pub fn text(r: &GeckoReport) -> String {
             bytes as f64 / (1u64 << 20) as f64
         );
     }
-    let _ = writeln!(
+    let cached = r.runs.iter().any(|x| x.summary.tail_cache.is_some());
+    if let Some(c) = r.runs.iter().find_map(|x| x.summary.tail_cache.as_ref()) {
+        let _ = writeln!(
+            s,
+            "tail cache: {:.1} MiB (LRU of client-written 4 KiB blocks)",
+            c.size_bytes as f64 / (1u64 << 20) as f64
+        );
+    }
+    let _ = write!(
         s,
         "{:<26} {:>8} {:>10} {:>10} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
         "run",
@@ -102,9 +133,13 @@ pub fn text(r: &GeckoReport) -> String {
         "app_read",
         "req_per_s"
     );
+    if cached {
+        let _ = write!(s, " {:>8} {:>8}", "hit", "tail_hit");
+    }
+    s.push('\n');
     for run in &r.runs {
         let m = &run.summary;
-        let _ = writeln!(
+        let _ = write!(
             s,
             "{:<26} {:>8} {:>10.1} {:>10} {:>9} {:>9} {:>8} {:>9.1} {:>9.1} {:>9.0}",
             run.name,
@@ -122,10 +157,25 @@ pub fn text(r: &GeckoReport) -> String {
                 0.0
             },
         );
+        if cached {
+            let c = m.tail_cache.as_ref();
+            let _ = write!(
+                s,
+                " {:>8} {:>8}",
+                rate(c.and_then(|c| c.hit_rate)),
+                rate(c.and_then(|c| c.tail_hit_rate))
+            );
+        }
+        s.push('\n');
     }
     let _ = writeln!(
         s,
-        "(MB/s, decimal; app_no_gc: application writes before GC first ran; app_w_gc, gc_*: from then to the end;\n app_write, app_read, req_per_s: over the whole run)\n"
+        "(MB/s, decimal; app_no_gc: application writes before GC first ran; app_w_gc, gc_*: from then to the end;\n app_write, app_read, req_per_s: over the whole run{})\n",
+        if cached {
+            ";\n hit: client-read blocks served by the tail cache / all read; tail_hit: the same for blocks on the chain's tail drive"
+        } else {
+            ""
+        }
     );
     let _ = write!(s, "{:>8}", "t_s");
     for run in &r.runs {

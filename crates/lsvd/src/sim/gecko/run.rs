@@ -20,9 +20,11 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::array::Array;
+use super::cache::CachedReads;
 use super::config::Config;
-use super::device::{Device, Op};
-use super::layout::{BLOCK_BYTES, ChainGc, LayoutKind, Log, NONE, SegState};
+use super::device::Op;
+use super::layout::{BLOCK_BYTES, ChainGc, LayoutKind, Log, SegState};
 use super::report::{Interval, RunResult, Summary};
 use super::trace::TraceMix;
 use crate::error::{Error, Result};
@@ -84,7 +86,8 @@ struct Gc {
 struct Sim<'a> {
     cfg: &'a Config,
     log: Log,
-    devices: Vec<Device>,
+    array: Array,
+    reads: CachedReads,
     rng: Rng,
     events: BinaryHeap<Reverse<(u64, u64, Who)>>,
     seq: u64,
@@ -118,9 +121,7 @@ impl Sim<'_> {
         let mut done = now;
         for &(addr, bytes) in runs {
             for (drive, off, len) in self.log.geo.place(addr, bytes) {
-                if let Some(d) = self.devices.get_mut(drive as usize) {
-                    done = done.max(d.submit(now, op, off, len));
-                }
+                done = done.max(self.array.submit(now, op, drive, off, len));
             }
         }
         done
@@ -147,12 +148,8 @@ impl Sim<'_> {
         let read = self.rng.unit() >= self.cfg.write_fraction;
         let first = self.rng.below(units) * per_io;
         if read {
-            let runs: Vec<(u64, u64)> = (first..first + per_io)
-                .filter_map(|l| self.log.map.get(l as usize).copied())
-                .filter(|&b| b != NONE)
-                .map(|b| (b * BLOCK_BYTES, BLOCK_BYTES))
-                .collect();
-            let done = self.submit(now, Op::Read, &runs);
+            let lbas: Vec<u64> = (first..first + per_io).collect();
+            let done = self.read(now, &lbas);
             self.set_slot(slot, (Op::Read, self.cfg.io_bytes));
             self.schedule(done.max(now + 1), Who::Slot(slot));
             return;
@@ -167,6 +164,7 @@ impl Sim<'_> {
             self.stalled.push_back(slot);
             return;
         };
+        self.admit(&lbas);
         let done = self.submit(now, Op::Write, &runs);
         self.set_slot(slot, (Op::Write, self.cfg.io_bytes));
         self.schedule(done, Who::Slot(slot));
@@ -179,15 +177,8 @@ impl Sim<'_> {
         };
         let bytes = r.blocks.len() as u64 * BLOCK_BYTES;
         if !r.write {
-            let runs: Vec<(u64, u64)> = r
-                .blocks
-                .iter()
-                .filter_map(|&l| self.log.map.get(l as usize).copied())
-                .filter(|&b| b != NONE)
-                .map(|b| (b * BLOCK_BYTES, BLOCK_BYTES))
-                .collect();
             self.next_request += 1;
-            let done = self.submit(now, Op::Read, &runs);
+            let done = self.read(now, &r.blocks);
             self.set_slot(slot, (Op::Read, bytes));
             self.schedule(done.max(now + 1), Who::Slot(slot));
             return;
@@ -204,9 +195,22 @@ impl Sim<'_> {
             return;
         };
         self.next_request += 1;
+        self.admit(&r.blocks);
         let done = self.submit(now, Op::Write, &runs);
         self.set_slot(slot, (Op::Write, bytes));
         self.schedule(done, Who::Slot(slot));
+    }
+
+    /// A client reads `lbas`: the tail cache serves what it holds, the drives the
+    /// rest (each block where the map points). Returns when the last piece is read.
+    fn read(&mut self, now: u64, lbas: &[u64]) -> u64 {
+        let runs = self.reads.read(&self.log, lbas);
+        self.submit(now, Op::Read, &runs)
+    }
+
+    /// A client wrote `lbas`: into the tail cache.
+    fn admit(&mut self, lbas: &[u64]) {
+        self.reads.admit(lbas);
     }
 
     fn set_slot(&mut self, slot: u32, v: (Op, u64)) {
@@ -391,9 +395,8 @@ pub fn simulate_with_log(cfg: &Config) -> Result<(RunResult, Log)> {
     let mut sim = Sim {
         cfg,
         log,
-        devices: (0..geo.drives)
-            .map(|_| Device::new(cfg.device.clone(), geo.drive_bytes))
-            .collect(),
+        array: Array::new(&cfg.device, geo.drives, cfg.copies, geo.drive_bytes),
+        reads: CachedReads::new(cfg.tail_cache_blocks, cfg.logical_blocks()),
         rng: Rng(cfg.seed),
         events: BinaryHeap::new(),
         seq: 0,
@@ -495,17 +498,8 @@ fn result(cfg: &Config, sim: &Sim<'_>, end: u64) -> RunResult {
                 .iter()
                 .map(|&(ns, d)| (ns as f64 / 1e9, d))
                 .collect(),
-            drive_busy_fraction: sim
-                .devices
-                .iter()
-                .map(|d| {
-                    if end == 0 {
-                        0.0
-                    } else {
-                        d.busy_ns() as f64 / end as f64
-                    }
-                })
-                .collect(),
+            drive_busy_fraction: sim.array.busy_fractions(end),
+            tail_cache: sim.reads.stats(),
         },
         series,
     }

@@ -136,6 +136,8 @@ fn experiment(kind: LayoutKind, chain_gc: ChainGc, gc: bool) -> Config {
         duration_ns: 400_000_000,
         interval_ns: 10_000_000,
         seed: 7,
+        copies: 1,
+        tail_cache_blocks: 0,
     }
 }
 
@@ -300,6 +302,8 @@ fn bad_device_and_layout_strings_are_clear_errors() {
         (&["--layout", "chain:x"], "between 1 and 64"),
         (&["--layout", "stripe:"], "between 1 and 64"),
         (&["--layout", "chain:2,lfs"], "cannot be mixed"),
+        (&["--layout", "chain:3x3"], "x2"),
+        (&["--layout", "chain:2", "--tail-cache", "lots"], "lots"),
         (
             &["--layout", "chain:2", "--chain-gc", "sideways"],
             "compact-in-body",
@@ -438,7 +442,11 @@ fn existing_layout_values_stay_with_the_hylog_models() {
     assert!(super::cli::parse_layout("lfs").is_none());
     assert!(matches!(
         super::cli::parse_layout(" chain:3 "),
-        Some(Ok((LayoutKind::Chain, 3)))
+        Some(Ok((LayoutKind::Chain, 3, 1)))
+    ));
+    assert!(matches!(
+        super::cli::parse_layout("stripe:3x2"),
+        Some(Ok((LayoutKind::Stripe, 3, 2)))
     ));
 }
 
