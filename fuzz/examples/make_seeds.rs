@@ -104,6 +104,7 @@ fn objects() {
         extents: &data_extents,
         trims: &[(1000, 8)],
         volume_size_bytes: None,
+        parts_after: 0,
     };
     put(
         "format_object",
@@ -154,6 +155,16 @@ fn objects() {
         "resize",
         &[0],
         &encode_object(&resize, &[]),
+    );
+    let part = ObjectSpec {
+        parts_after: 2,
+        ..spec
+    };
+    put(
+        "format_object",
+        "part",
+        &[0],
+        &encode_object(&part, &pattern(17 * 512, 2)),
     );
     put("format_object", "generate", &[1], &pattern(96, 4));
 }

@@ -225,6 +225,7 @@ fn spec_of(h: &ObjectHeader) -> ObjectSpec<'_> {
         extents: &h.extents,
         trims: &h.trims,
         volume_size_bytes: h.volume_size_bytes,
+        parts_after: h.parts_after,
     }
 }
 
@@ -282,6 +283,12 @@ fn generate_object(b: &mut Bytes<'_>) {
     // Data objects sometimes resize the volume (a version 2 header).
     let volume_size_bytes =
         (kind == ObjectKind::Data && b.below(3) == 0).then(|| 4096 * (1 + b.u64() % (1 << 40)));
+    // Other data objects are sometimes a part of a split batch (a version 3 header).
+    let parts_after = if kind == ObjectKind::Data && volume_size_bytes.is_none() {
+        b.below(4)
+    } else {
+        0
+    };
     let spec = ObjectSpec {
         kind,
         volume: vol,
@@ -290,10 +297,12 @@ fn generate_object(b: &mut Bytes<'_>) {
         extents: &extents,
         trims: &trims,
         volume_size_bytes,
+        parts_after,
     };
     let buf = encode_object(&spec, &data);
     let h = decode_object_header(&buf).expect("encoded object decodes");
     assert_eq!(h.volume_size_bytes, volume_size_bytes);
+    assert_eq!(h.parts_after, parts_after);
     assert_eq!(
         (h.kind, h.volume, h.seq, h.last_record_seq),
         (kind, vol, seq, last_record_seq)

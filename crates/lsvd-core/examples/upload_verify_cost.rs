@@ -79,6 +79,7 @@ fn main() {
         extents: &extents,
         trims: &[],
         volume_size_bytes: None,
+        parts_after: 0,
     };
     let header_len = object_header_len(&spec, (RECORDS * BLOCK) as u64);
     let mut object = vec![0u8; header_len + RECORDS * BLOCK];

@@ -27,9 +27,55 @@ pub struct Batch<S> {
     /// The volume's size from this batch's object on, when it resizes the volume
     /// ([`crate::pipeline::Pipeline::resize`]); client batches never do.
     pub volume_size_bytes: Option<u64>,
+    /// How many objects after this one hold the rest of the same batch, when it was
+    /// split by heat ([`Batch::split_by_class`]); 0 for the last part and for a
+    /// batch that was not split.
+    pub parts_after: u32,
 }
 
 impl<S> Batch<S> {
+    /// Split the batch by the class `class_of` gives each extent's first sector
+    /// (hylog: the heat class of its region), so that fresh client writes of
+    /// different heat go to different objects. The parts come out coldest class
+    /// first, each counting the parts after it; the zeroed ranges go with the first
+    /// part, so they still apply before every extent of the batch. A batch whose
+    /// extents are all of one class, or that resizes the volume, stays whole.
+    pub fn split_by_class(self, class_of: impl Fn(u64) -> u8) -> Vec<Batch<S>> {
+        if self.volume_size_bytes.is_some() || self.extents.is_empty() {
+            return vec![self];
+        }
+        let mut by_class: std::collections::BTreeMap<u8, Vec<Piece<S>>> = Default::default();
+        for p in self.extents {
+            by_class.entry(class_of(p.lba)).or_default().push(p);
+        }
+        let count = by_class.len();
+        let mut trims = Some(self.trims);
+        let mut client_left = self.client_bytes;
+        let mut parts = Vec::with_capacity(count);
+        for (i, extents) in by_class.into_values().enumerate() {
+            let data_bytes = extents.iter().map(|p| p.sectors).sum::<u64>() * SECTOR_BYTES;
+            // Client bytes (before coalescing) are not known per class: each part
+            // takes its data, the last one the rest, so the parts add up.
+            let client_bytes = if i + 1 == count {
+                client_left
+            } else {
+                data_bytes.min(client_left)
+            };
+            client_left -= client_bytes;
+            parts.push(Batch {
+                extents,
+                trims: trims.take().unwrap_or_default(),
+                first_record_seq: self.first_record_seq,
+                last_record_seq: self.last_record_seq,
+                client_bytes,
+                data_bytes,
+                volume_size_bytes: None,
+                parts_after: (count - 1 - i) as u32,
+            });
+        }
+        parts
+    }
+
     /// The extents of the data object made from this batch, in LBA order, with the
     /// data in the same order. Object extents have 32-bit lengths: longer runs are
     /// split at 2^30 sectors.
@@ -143,6 +189,7 @@ impl<S: Location> Batcher<S> {
             client_bytes: self.client_bytes,
             data_bytes,
             volume_size_bytes: None,
+            parts_after: 0,
         };
         self.extents = ExtentMap::new();
         self.trims = ExtentMap::new();
@@ -183,6 +230,47 @@ mod tests {
         assert_eq!(batch.data_bytes, 2 * 4096);
         assert_eq!((batch.first_record_seq, batch.last_record_seq), (1, 3));
         assert!(b.take().is_none());
+    }
+
+    /// Split by class: one part per class, coldest first, counting down the parts
+    /// after each; the trims go with the first part; the client bytes add up; the
+    /// record range is the batch's. One class, or a resize, stays whole.
+    #[test]
+    fn split_by_class_gives_one_part_per_class_with_the_trims_first() {
+        let mut b = Batcher::new(1 << 20);
+        b.add_write(1, 0, 8, At(0));
+        b.add_write(2, 800, 8, At(4096));
+        b.add_write(3, 0, 8, At(8192));
+        b.add_zero(4, 400, 8);
+        b.add_write(5, 1600, 8, At(12288));
+        let batch = b.take().expect("non-empty");
+        let class = |lba: u64| [2u8, 0, 1][(lba / 800) as usize % 3];
+        let parts = batch.clone().split_by_class(class);
+        let got: Vec<_> = parts
+            .iter()
+            .map(|p| {
+                let lbas: Vec<u64> = p.extents.iter().map(|e| e.lba).collect();
+                (lbas, p.trims.clone(), p.parts_after, p.data_bytes)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (vec![800], vec![(400, 8)], 2, 4096),
+                (vec![1600], vec![], 1, 4096),
+                (vec![0], vec![], 0, 4096),
+            ]
+        );
+        assert_eq!(parts.iter().map(|p| p.client_bytes).sum::<u64>(), 4 * 4096);
+        assert!(
+            parts
+                .iter()
+                .all(|p| (p.first_record_seq, p.last_record_seq) == (1, 5))
+        );
+        assert_eq!(batch.clone().split_by_class(|_| 3), vec![batch.clone()]);
+        let mut resize = batch.clone();
+        resize.volume_size_bytes = Some(1 << 30);
+        assert_eq!(resize.clone().split_by_class(class), vec![resize]);
     }
 
     #[test]
@@ -236,6 +324,7 @@ mod tests {
             client_bytes: 0,
             data_bytes: 0,
             volume_size_bytes: None,
+            parts_after: 0,
         };
         let got: Vec<(u64, u32)> = batch
             .object_extents()

@@ -277,6 +277,59 @@ impl HotChoice {
     }
 }
 
+/// The heat class of every tracked region as one GC pass chose them. The pipeline
+/// splits each client batch by it ([`crate::batcher::Batch::split_by_class`]) until
+/// the next pass chooses again, so fresh writes of different heat start out in
+/// different data objects, as GC's relocations do. One byte per region: at most
+/// 1 MiB, a quarter of the tracker's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionClasses {
+    region_sectors: u64,
+    classes: Vec<u8>,
+}
+
+impl RegionClasses {
+    /// The classes `choice` gives the regions `heat` tracks; `None` when it does not
+    /// separate (batches then stay whole).
+    pub fn new(choice: &HotChoice, heat: &crate::heat::HeatTracker) -> Option<Self> {
+        if !choice.separates() {
+            return None;
+        }
+        let classes = (0..heat.regions())
+            .map(|r| choice.class_of(heat.heat(r)) as u8)
+            .collect();
+        Some(RegionClasses {
+            region_sectors: (heat.region_bytes() / crate::format::SECTOR_BYTES).max(1),
+            classes,
+        })
+    }
+
+    /// The class of the region holding sector `lba`: 0, the coldest, for a region
+    /// the table does not reach (not written when the pass chose).
+    pub fn class_of(&self, lba: u64) -> u8 {
+        usize::try_from(lba / self.region_sectors)
+            .ok()
+            .and_then(|r| self.classes.get(r))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Number of regions in the table.
+    pub fn regions(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// A table given region by region: `classes[r]` for the sectors
+    /// `[r * region_sectors, (r + 1) * region_sectors)` (tests that need a split
+    /// without a workload that makes one).
+    pub fn from_table(region_sectors: u64, classes: Vec<u8>) -> Self {
+        RegionClasses {
+            region_sectors: region_sectors.max(1),
+            classes,
+        }
+    }
+}
+
 /// A candidate class boundary: the regions hotter than it are this share of all and
 /// take this share of the writes; the lowest heat among them.
 #[derive(Debug, Clone, Copy)]

@@ -23,7 +23,9 @@
 use std::fmt;
 
 mod base;
+mod parts;
 pub use base::{Base, BaseChooser, Step};
+pub use parts::PartGroup;
 
 /// What a listing says about one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

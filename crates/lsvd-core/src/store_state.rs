@@ -348,7 +348,11 @@ impl StoreState {
             return None;
         }
         self.next_object_seq = h.seq + 1;
-        self.last_record_seq = self.last_record_seq.max(h.last_record_seq);
+        // A part of a split batch with parts after it does not carry the batch's
+        // records on its own (recovery drops a batch not all of whose parts landed).
+        if h.parts_after == 0 {
+            self.last_record_seq = self.last_record_seq.max(h.last_record_seq);
+        }
         if h.kind == ObjectKind::Checkpoint {
             self.checkpoints.insert(h.seq);
         }
@@ -629,6 +633,7 @@ mod tests {
             extents,
             trims,
             volume_size_bytes: None,
+            parts_after: 0,
         };
         decode_object_header(&encode_object(&spec, &data)).expect("valid")
     }

@@ -9,7 +9,8 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDOBJ\0"
-//!      8    2 version (1; 2 when the object resizes the volume)
+//!      8    2 version (1; 2 when the object resizes the volume; 3 for a data object
+//!               that is not the last part of its batch)
 //!     10    2 kind: 1 data, 2 gc (relocated data), 3 checkpoint
 //!     12    4 header_bytes (data starts here)
 //!     16   16 volume id
@@ -21,7 +22,8 @@
 //!     64    4 chunk bytes (4096)
 //!     68    4 chunk count
 //!     72    4 header crc32c (this field zero)
-//!     76    4 reserved (0)
+//!     76    4 version 3: parts_after, the data objects after this one that hold
+//!               the rest of its batch (1 or more); versions 1 and 2: reserved (0)
 //!     80    8 version 2 only: the volume's size in bytes from this object on
 //!  80/88    . extents, each: lba u64, sectors u32, reserved u32
 //!               (gc objects add: source object seq u64, source byte offset u64)
@@ -36,6 +38,11 @@ pub const OBJECT_VERSION: u16 = 1;
 /// The version of an object that also sets the volume's size (`lsvd resize`): the
 /// fixed part grows by that one field. Every other object stays version 1.
 pub const OBJECT_VERSION_RESIZE: u16 = 2;
+/// The version of a data object that holds part of a batch split by heat (hylog)
+/// and is not its last part: the version 1 layout with `parts_after` (at 76, reserved
+/// in versions 1 and 2) saying how many objects after it complete the batch. The
+/// last part, and every object of a batch that was not split, stays version 1.
+pub const OBJECT_VERSION_PART: u16 = 3;
 pub const CHUNK_BYTES: u64 = 4096;
 const FIXED_BYTES: usize = 80;
 /// The fixed part of a version 2 header: version 1's and the volume size.
@@ -102,6 +109,10 @@ pub struct ObjectHeader {
     /// The volume's size in bytes from this object on, if this object resizes it
     /// (a version 2 header); `None` leaves the size as it was.
     pub volume_size_bytes: Option<u64>,
+    /// How many data objects after this one hold the rest of its batch (a version 3
+    /// header; 0 for every other object). Recovery applies a batch's parts all or
+    /// none: a run of objects that ends inside a batch ends before its first part.
+    pub parts_after: u32,
 }
 
 impl ObjectHeader {
@@ -200,6 +211,9 @@ pub struct ObjectSpec<'a> {
     /// Set the volume's size to this many bytes from this object on (a version 2
     /// header; only data objects made by `lsvd resize` carry one).
     pub volume_size_bytes: Option<u64>,
+    /// Data objects after this one that hold the rest of its batch (a version 3
+    /// header when not 0; only data objects, never with a resize).
+    pub parts_after: u32,
 }
 
 /// Size of a version 1 header (an object that does not resize the volume) for these
@@ -250,6 +264,7 @@ pub fn header_without_data(
         data_bytes,
         chunk_crcs: vec![0; data_bytes.div_ceil(CHUNK_BYTES) as usize],
         volume_size_bytes: None,
+        parts_after: 0,
     }
 }
 
@@ -260,8 +275,15 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     let header_bytes = spec_header_bytes(spec, data.len() as u64) as usize;
     let mut w = Writer::with_capacity(header_bytes);
     w.bytes(OBJECT_MAGIC);
+    debug_assert!(
+        spec.parts_after == 0
+            || (spec.kind == ObjectKind::Data && spec.volume_size_bytes.is_none()),
+        "only a data object that does not resize is part of a split batch"
+    );
     w.u16(if spec.volume_size_bytes.is_some() {
         OBJECT_VERSION_RESIZE
+    } else if spec.parts_after > 0 {
+        OBJECT_VERSION_PART
     } else {
         OBJECT_VERSION
     });
@@ -276,7 +298,7 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     w.u32(CHUNK_BYTES as u32);
     w.u32(chunk_count as u32);
     w.u32(0);
-    w.u32(0);
+    w.u32(spec.parts_after);
     if let Some(size) = spec.volume_size_bytes {
         w.u64(size);
     }
@@ -340,16 +362,20 @@ pub fn peek_header_bytes(buf: &[u8]) -> Result<u64, FormatError> {
     Ok(peek_header(buf)?.0)
 }
 
-/// The header's size and its fixed part's size (by version), from its first 16 bytes.
-fn peek_header(buf: &[u8]) -> Result<(u64, usize), FormatError> {
+/// The header's size, its fixed part's size (by version) and its version, from its
+/// first 16 bytes.
+fn peek_header(buf: &[u8]) -> Result<(u64, usize, u16), FormatError> {
     const WHAT: &str = "object header";
     let mut r = Reader::new(buf, WHAT);
-    let fixed = match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION, WHAT) {
-        Ok(()) => FIXED_BYTES,
+    let (fixed, version) = match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION, WHAT) {
+        Ok(()) => (FIXED_BYTES, OBJECT_VERSION),
         Err(FormatError::UnsupportedVersion { version, .. })
             if version == OBJECT_VERSION_RESIZE =>
         {
-            FIXED_BYTES_RESIZE
+            (FIXED_BYTES_RESIZE, version)
+        }
+        Err(FormatError::UnsupportedVersion { version, .. }) if version == OBJECT_VERSION_PART => {
+            (FIXED_BYTES, version)
         }
         Err(e) => return Err(e),
     };
@@ -358,13 +384,13 @@ fn peek_header(buf: &[u8]) -> Result<(u64, usize), FormatError> {
     if !(fixed as u64..=MAX_HEADER_BYTES).contains(&n) {
         return Err(invalid(WHAT, format!("header size {n} out of range")));
     }
-    Ok((n, fixed))
+    Ok((n, fixed, version))
 }
 
 /// Decode and verify an object header from a buffer holding at least the header.
 pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     const WHAT: &str = "object header";
-    let (header_bytes, fixed_bytes) = peek_header(buf)?;
+    let (header_bytes, fixed_bytes, version) = peek_header(buf)?;
     if (buf.len() as u64) < header_bytes {
         return Err(FormatError::Truncated {
             what: WHAT,
@@ -388,7 +414,7 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let chunk_bytes = r.u32()? as u64;
     let chunk_count = r.u32()? as u64;
     let stored_crc = r.u32()?;
-    r.u32()?;
+    let parts_after = r.u32()?;
     let volume_size_bytes = if fixed_bytes == FIXED_BYTES_RESIZE {
         Some(r.u64()?)
     } else {
@@ -409,6 +435,16 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
             WHAT,
             format!("a {kind:?} object resizing the volume to {size} bytes"),
         ));
+    }
+    if version == OBJECT_VERSION_PART {
+        if kind != ObjectKind::Data || parts_after == 0 {
+            return Err(invalid(
+                WHAT,
+                format!("a {kind:?} object as part of a batch with {parts_after} parts after it"),
+            ));
+        }
+    } else if parts_after != 0 {
+        return Err(invalid(WHAT, "reserved field at 76 is not zero"));
     }
     if chunk_bytes != CHUNK_BYTES {
         return Err(invalid(
@@ -481,6 +517,7 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
         data_bytes,
         chunk_crcs,
         volume_size_bytes,
+        parts_after,
     })
 }
 
@@ -510,6 +547,7 @@ mod tests {
             extents: &extents,
             trims: &[(1000, 8)],
             volume_size_bytes: None,
+            parts_after: 0,
         };
         encode_object(&spec, &data)
     }
@@ -617,6 +655,7 @@ mod tests {
             extents: &extents,
             trims: &[],
             volume_size_bytes: None,
+            parts_after: 0,
         };
         let obj = encode_object(&spec, &[0u8; 4096]);
         let h = decode_object_header(&obj).expect("decodes");
@@ -632,6 +671,7 @@ mod tests {
             extents: &[],
             trims: &[(2048, 2048)],
             volume_size_bytes: Some(size),
+            parts_after: 0,
         };
         encode_object(&spec, &[])
     }
@@ -678,12 +718,81 @@ mod tests {
             );
         }
         // An unknown version is refused as such.
-        let mut v3 = resize_object(ObjectKind::Data, 1 << 20);
-        v3[8] = 3;
+        let mut v4 = resize_object(ObjectKind::Data, 1 << 20);
+        v4[8] = 4;
         assert!(matches!(
-            decode_object_header(&v3),
-            Err(FormatError::UnsupportedVersion { version: 3, .. })
+            decode_object_header(&v4),
+            Err(FormatError::UnsupportedVersion { version: 4, .. })
         ));
+    }
+
+    /// A data object with `parts_after` set, as hylog writes a split batch.
+    fn part_object(kind: ObjectKind, parts_after: u32) -> Vec<u8> {
+        let extents = [ObjectExtent {
+            lba: 64,
+            sectors: 8,
+            source: None,
+        }];
+        let spec = ObjectSpec {
+            kind,
+            volume: VolumeId([4; 16]),
+            seq: 20,
+            last_record_seq: 90,
+            extents: &extents,
+            trims: &[],
+            volume_size_bytes: None,
+            parts_after,
+        };
+        encode_object(&spec, &[7u8; 4096])
+    }
+
+    /// A part of a split batch is version 3: version 1's layout with `parts_after` at
+    /// 76; the last part (and every unsplit batch) stays version 1.
+    #[test]
+    fn a_part_with_parts_after_it_is_version_3_with_the_count_at_76() {
+        let obj = part_object(ObjectKind::Data, 2);
+        assert_eq!(&obj[..16], b"LSVDOBJ\0\x03\x00\x01\x00\x64\x00\x00\x00");
+        assert_eq!(&obj[76..80], &2u32.to_le_bytes());
+        assert_eq!(&obj[80..88], &64u64.to_le_bytes());
+        let h = decode_object_header(&obj).expect("decodes");
+        assert_eq!(
+            (h.parts_after, h.header_bytes, h.volume_size_bytes),
+            (2, 100, None)
+        );
+        let last = part_object(ObjectKind::Data, 0);
+        assert_eq!(&last[8..10], &1u16.to_le_bytes());
+        assert_eq!(&last[76..80], &[0; 4]);
+        assert_eq!(decode_object_header(&last).expect("v1").parts_after, 0);
+        for pos in 0..100 {
+            let mut bad = obj.clone();
+            bad[pos] ^= 1;
+            assert!(decode_object_header(&bad).is_err(), "header flip at {pos}");
+        }
+    }
+
+    /// Only a data object can be a part, with at least one part after it; a version 1
+    /// header must keep 76 zero.
+    #[test]
+    fn a_part_must_be_a_data_object_with_parts_after_it() {
+        let with_crc = |mut obj: Vec<u8>, version: u16, at_76: u32| {
+            obj[8..10].copy_from_slice(&version.to_le_bytes());
+            obj[76..80].copy_from_slice(&at_76.to_le_bytes());
+            obj[72..76].fill(0);
+            let n = u32::from_le_bytes(obj[12..16].try_into().expect("4 bytes")) as usize;
+            let crc = crc32c::crc32c(&obj[..n]);
+            obj[72..76].copy_from_slice(&crc.to_le_bytes());
+            obj
+        };
+        let data = part_object(ObjectKind::Data, 1);
+        assert!(decode_object_header(&with_crc(data.clone(), 3, 1)).is_ok());
+        let err = decode_object_header(&with_crc(data.clone(), 3, 0)).expect_err("no parts after");
+        assert!(err.to_string().contains("part of a batch"), "{err}");
+        let err = decode_object_header(&with_crc(data.clone(), 1, 1)).expect_err("v1 reserved");
+        assert!(err.to_string().contains("reserved"), "{err}");
+        let mut gc = data.clone();
+        gc[10..12].copy_from_slice(&2u16.to_le_bytes());
+        let err = decode_object_header(&with_crc(gc, 3, 1)).expect_err("gc part");
+        assert!(err.to_string().contains("part of a batch"), "{err}");
     }
 
     #[test]

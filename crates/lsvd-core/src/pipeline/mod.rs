@@ -50,6 +50,7 @@ use crate::extent_map::Location;
 use crate::format::SECTOR_BYTES;
 use crate::format::object::{ObjectHeader, ObjectKind, header_bytes_for};
 use crate::gc::GcConfig;
+use crate::hylog::RegionClasses;
 use crate::store_state::StoreState;
 
 pub use gc::GcPass;
@@ -207,6 +208,9 @@ pub struct Pipeline<L: Location, G> {
     wakes: Wakes,
     /// Batches closed because their timeout passed (rather than by size or on demand).
     batches_closed_by_timeout: u64,
+    /// hylog: the heat classes the latest GC pass chose; client batches are split by
+    /// them when numbered ([`Pipeline::set_batch_classes`]).
+    batch_classes: Option<RegionClasses>,
 }
 
 impl<L: Location, G> Pipeline<L, G> {
@@ -236,6 +240,7 @@ impl<L: Location, G> Pipeline<L, G> {
             gc: GcState::default(),
             wakes: Wakes::default(),
             batches_closed_by_timeout: 0,
+            batch_classes: None,
         }
     }
 
@@ -251,6 +256,14 @@ impl<L: Location, G> Pipeline<L, G> {
     /// The next sequence number [`allocate_seqs`](Self::allocate_seqs) hands out.
     pub fn next_object_seq(&self) -> u64 {
         self.next_object_seq
+    }
+
+    /// Split client batches by these heat classes from now on (hylog, after each GC
+    /// pass's choice); `None`: keep them whole. A batch is split when it is numbered,
+    /// into consecutive objects that recovery takes all or none of
+    /// ([`crate::batcher::Batch::split_by_class`]).
+    pub fn set_batch_classes(&mut self, classes: Option<RegionClasses>) {
+        self.batch_classes = classes;
     }
 
     /// What to wake since the last call.
@@ -371,6 +384,7 @@ impl<L: Location, G> Pipeline<L, G> {
             client_bytes: 0,
             data_bytes: 0,
             volume_size_bytes: Some(new_size_bytes),
+            parts_after: 0,
         });
         self.release_held();
     }
@@ -418,13 +432,9 @@ impl<L: Location, G> Pipeline<L, G> {
     /// pass holds numbers it has not queued yet.
     fn release_held(&mut self) {
         while let Some(batch) = self.held.front() {
-            let object_bytes = batch.data_bytes
-                + header_bytes_for(
-                    ObjectKind::Data,
-                    batch.extents.len(),
-                    batch.trims.len(),
-                    batch.data_bytes,
-                );
+            // A batch split by heat takes a few header bytes more than this (one
+            // fixed part per extra object): the bound's slack of a batch covers it.
+            let object_bytes = data_object_bytes(batch);
             let over_bound = self.cfg.gc.enabled()
                 && !self.writes_stopped
                 && !self.gc.stalled
@@ -442,10 +452,18 @@ impl<L: Location, G> Pipeline<L, G> {
             let Some(batch) = self.held.pop_front() else {
                 return;
             };
-            let seq = self.allocate_seqs(1);
-            self.add_pending(seq, object_bytes);
-            self.push_queue(Queued::Data { seq, batch });
-            self.client_objects_since_checkpoint += 1;
+            let parts = match &self.batch_classes {
+                Some(classes) => batch.split_by_class(|lba| classes.class_of(lba)),
+                None => vec![batch],
+            };
+            // The parts are numbered together and queued back to back: nothing (no
+            // checkpoint, no GC object) comes between them.
+            let first = self.allocate_seqs(parts.len() as u64);
+            for (seq, part) in (first..).zip(parts) {
+                self.add_pending(seq, data_object_bytes(&part));
+                self.push_queue(Queued::Data { seq, batch: part });
+                self.client_objects_since_checkpoint += 1;
+            }
             self.queue_checkpoint_if_due();
         }
     }
@@ -529,4 +547,15 @@ impl<L: Location, G> Pipeline<L, G> {
             self.writes_stopped,
         )
     }
+}
+
+/// Bytes of the data object made from `batch` (its header as version 1).
+fn data_object_bytes<L>(batch: &Batch<L>) -> u64 {
+    batch.data_bytes
+        + header_bytes_for(
+            ObjectKind::Data,
+            batch.extents.len(),
+            batch.trims.len(),
+            batch.data_bytes,
+        )
 }

@@ -60,6 +60,7 @@ fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
                 batch.trims.clone(),
             );
             h.volume_size_bytes = batch.volume_size_bytes;
+            h.parts_after = batch.parts_after;
             h
         }
         Upload::Gc { object, .. } => object.clone(),
@@ -74,6 +75,7 @@ fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
             data_bytes: 100,
             chunk_crcs: Vec::new(),
             volume_size_bytes: None,
+            parts_after: 0,
         },
     }
 }
@@ -166,6 +168,79 @@ fn objects_are_numbered_and_applied_in_order_whatever_order_uploads_finish() {
     assert!(
         p.next_upload(true).is_none(),
         "nothing runs beside a checkpoint"
+    );
+}
+
+/// hylog: a batch holding blocks of two heat classes becomes two data objects,
+/// coldest first, numbered together; the first says one part follows it; no checkpoint
+/// comes between them although one falls due after the first; the batch's records are
+/// freed (and the store's `last_record_seq` moves) only once its last part is applied.
+#[test]
+fn a_batch_split_by_heat_is_consecutive_parts_that_free_its_records_at_the_last() {
+    let mut p = pipeline(gc_off());
+    // Blocks 0..16 hot (class 1), the rest cold; 4 KiB regions.
+    let mut table = vec![0u8; 4096];
+    table[..16].fill(1);
+    p.set_batch_classes(Some(RegionClasses::from_table(8, table)));
+    // Three batches of cold blocks only (one object each), then one of both.
+    for r in 1..=48 {
+        write(&mut p, 0, r, 100 + r);
+    }
+    for r in 49..=64 {
+        let block = if r % 2 == 0 { r % 16 } else { 1000 + r };
+        write(&mut p, 0, r, block);
+    }
+    let mut uploads = Vec::new();
+    while let Some(u) = p.next_upload(true) {
+        let h = header_of(&p, &u);
+        uploads.push((u.seq(), h.clone()));
+        p.upload_done(u.seq(), h);
+    }
+    let (parts, whole): (Vec<_>, Vec<_>) = uploads.iter().partition(|(s, _)| *s >= 4);
+    assert_eq!(whole.len(), 3);
+    assert!(whole.iter().all(|(_, h)| h.parts_after == 0));
+    assert_eq!(
+        parts
+            .iter()
+            .map(|(s, h)| (*s, h.kind, h.parts_after))
+            .collect::<Vec<_>>(),
+        [(4, ObjectKind::Data, 1), (5, ObjectKind::Data, 0)],
+        "the checkpoint waits for both parts"
+    );
+    let lbas = |h: &ObjectHeader| h.extents.iter().map(|e| e.lba / 8).collect::<Vec<_>>();
+    assert!(
+        lbas(&parts[0].1).iter().all(|&b| b > 1000),
+        "cold part first"
+    );
+    assert!(
+        lbas(&parts[1].1).iter().all(|&b| b < 16),
+        "then the hot part"
+    );
+    assert_eq!(lbas(&parts[0].1).len() + lbas(&parts[1].1).len(), 16);
+    // Apply up to the first part: the batch's records are not freed yet.
+    p.apply_all_ready().expect("in order");
+    assert_eq!(p.freeable_through(), 64, "all applied");
+    let mut q = pipeline(gc_off());
+    let mut table = vec![0u8; 4096];
+    table[..16].fill(1);
+    q.set_batch_classes(Some(RegionClasses::from_table(8, table)));
+    for r in 49..=64 {
+        let block = if r % 2 == 0 { r % 16 } else { 1000 + r };
+        write(&mut q, 0, r - 48, block);
+    }
+    let first = q.next_upload(true).expect("first part");
+    let second = q.next_upload(true).expect("second part");
+    let (h1, h2) = (header_of(&q, &first), header_of(&q, &second));
+    q.upload_done(1, h1);
+    q.apply_all_ready().expect("in order");
+    assert_eq!(q.store().next_object_seq(), 2, "the first part is applied");
+    assert_eq!(q.freeable_through(), 0, "but frees no record of its batch");
+    assert_eq!(q.store().last_record_seq(), 0);
+    q.upload_done(2, h2);
+    q.apply_all_ready().expect("in order");
+    assert_eq!(
+        (q.freeable_through(), q.store().last_record_seq()),
+        (16, 16)
     );
 }
 

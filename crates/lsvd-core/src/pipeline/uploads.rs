@@ -121,7 +121,11 @@ impl<L: Location, G> Pipeline<L, G> {
         } else {
             0
         };
-        self.freeable_through = self.freeable_through.max(header.last_record_seq);
+        // A part of a split batch frees none of the batch's records: until its last
+        // part is applied, recovery would drop it and replay them.
+        if header.parts_after == 0 {
+            self.freeable_through = self.freeable_through.max(header.last_record_seq);
+        }
         // Its bytes moved from pending into the store, and its data may have made
         // others dead: held client batches may fit now.
         self.release_held();

@@ -94,6 +94,7 @@ impl CheckpointSnapshot {
             extents: &[],
             trims: &[],
             volume_size_bytes: None,
+            parts_after: 0,
         };
         Ok(encode_object(&spec, &payload))
     }

@@ -118,6 +118,7 @@ pub async fn create_clone(
         extents: &[],
         trims: &[],
         volume_size_bytes: None,
+        parts_after: 0,
     };
     let key = object_key(name, seq, ObjectKind::Checkpoint);
     store

@@ -276,8 +276,8 @@ async fn write_rates(shared: &Shared) -> Option<LiveWriteRates> {
 /// The pass's GC objects: its relocations grouped per heat class, coldest first
 /// (`lsvd_core::gc::group_relocations_by_class`, as in the simulator). Under hylog the
 /// classes are chosen from the write frequencies and the utilization, and the
-/// pipeline is told (it orders the next pass's victims); with any other policy there
-/// is one class.
+/// pipeline is told (it orders the next pass's victims and splits client batches by
+/// them); with any other policy there is one class.
 fn group(shared: &Shared, relocations: Vec<Relocation>) -> Vec<(HeatClass, Vec<Relocation>)> {
     let object_bytes = shared.config.batch_size_bytes;
     // A copy of the counters (4 bytes per region, at most 4 MiB): the distribution is
@@ -290,7 +290,14 @@ fn group(shared: &Shared, relocations: Vec<Relocation>) -> Vec<(HeatClass, Vec<R
         (tracker, lsvd_core::gc::utilization(st.pipeline.store()))
     };
     let choice = lsvd_core::hylog::choose(&tracker.distribution(), utilization);
-    shared.lock().pipeline.set_gc_separating(choice.separates());
+    // Built outside the lock (one byte per region); client batches are split by these
+    // classes from now on (`Pipeline::set_batch_classes`).
+    let classes = lsvd_core::hylog::RegionClasses::new(&choice, &tracker);
+    {
+        let mut st = shared.lock();
+        st.pipeline.set_gc_separating(choice.separates());
+        st.pipeline.set_batch_classes(classes);
+    }
     shared.stats.gc_hot_fraction_ppm.store(
         (choice.hot_fraction * 1e6).round() as u64,
         Ordering::Relaxed,
@@ -426,6 +433,7 @@ async fn run_pass(
                 extents: &extents,
                 trims: &[],
                 volume_size_bytes: None,
+                parts_after: 0,
             };
             // Lay the data out straight into the object's data section.
             let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();

@@ -4,13 +4,15 @@
 //! `lsvd_core::recovery::BaseChooser` says which checkpoint to try, newest first, and
 //! which objects follow the one that verifies without a gap; this module reads them
 //! (the checkpoint whole and verified, the others' headers with one ranged GET each),
-//! applies them, and reports what the store no longer holds that it acknowledged. A
-//! corrupt or missing newest checkpoint is passed over with a warning naming it.
+//! applies them (the parts of a batch split by heat all or none,
+//! `lsvd_core::recovery::PartGroup`), and reports what the store no longer holds that
+//! it acknowledged. A corrupt or missing newest checkpoint is passed over with a
+//! warning naming it.
 
 use lsvd_core::format::checkpoint::{CheckpointHeat, decode_checkpoint};
 use lsvd_core::format::object::{ObjectKind, verify_chunks};
 use lsvd_core::format::volume_meta::VolumeMeta;
-use lsvd_core::recovery::{BaseChooser, ListedObject, Step};
+use lsvd_core::recovery::{BaseChooser, ListedObject, PartGroup, Step};
 use lsvd_core::store_state::StoreState;
 
 use super::keys::{object_key, objects_prefix, parse_object_name};
@@ -167,8 +169,15 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         None => Vec::new(),
     };
     let mut replayed = 0;
+    // Parts of a split batch apply together, once its last part is read.
+    let mut parts = PartGroup::default();
     for step in &base.steps {
         let seq = match *step {
+            Step::Skip(seq) if parts.is_open() => {
+                return Err(corrupt(format!(
+                    "checkpoint {seq:016x} comes between the parts of a batch"
+                )));
+            }
             Step::Skip(seq) => {
                 state.skip_checkpoint(seq).map_err(|e| {
                     Error::with_source(ErrorKind::Corrupt, format!("checkpoint {seq:016x}"), e)
@@ -185,12 +194,22 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
                 "object {key} does not match its name (another volume's data?)"
             )));
         }
-        state
-            .apply(&header)
-            .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
-        replayed += 1;
+        for header in parts.push(header).map_err(corrupt)? {
+            let key = object_key(name, header.seq, header.kind);
+            state
+                .apply(&header)
+                .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
+            replayed += 1;
+        }
     }
-    let stranded = base.stranded.iter().map(|s| (*s, kinds[s])).collect();
+    // A run that ends inside a split batch ends before its first part: those parts
+    // are stranded like objects past a gap.
+    let stranded = parts
+        .into_unfinished()
+        .iter()
+        .chain(&base.stranded)
+        .map(|s| (*s, kinds[s]))
+        .collect();
     let short = base.short_of.map(|missing| {
         format!(
             "checkpoint {} cannot be used and recovery from {} stops at object {missing:016x}, which is missing from the store (objects without live data are deleted once a newer checkpoint is named)",
@@ -328,7 +347,7 @@ pub(crate) async fn settle_store(
             .await
             .map_err(|e| e.context(format!("cannot delete stranded object {key}")))?;
         crate::log::warn(&format!(
-            "deleted stranded object {key} (past a gap in the sequence)"
+            "deleted stranded object {key} (past a gap in the sequence, or part of a batch whose other parts are missing)"
         ));
         deleted.push(seq);
     }

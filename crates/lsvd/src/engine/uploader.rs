@@ -139,6 +139,7 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             extents: &extents,
             trims: &batch.trims,
             volume_size_bytes: batch.volume_size_bytes,
+            parts_after: batch.parts_after,
         };
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);

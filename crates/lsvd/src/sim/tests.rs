@@ -137,6 +137,7 @@ fn checkpoint_size_matches_the_encoder() {
         extents: &[],
         trims: &[],
         volume_size_bytes: None,
+        parts_after: 0,
     };
     assert_eq!(
         encode_object(&spec, &encoded).len() as u64,

@@ -51,7 +51,7 @@ use lsvd_core::format::checkpoint::{
 use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
 use lsvd_core::gc::{self, GcConfig};
 use lsvd_core::heat::HeatTracker;
-use lsvd_core::hylog::{self, HotChoice};
+use lsvd_core::hylog::{self, HotChoice, RegionClasses};
 use lsvd_core::live_rates::LiveWriteRates;
 use lsvd_core::pipeline::{BatchItem, Pipeline, PipelineConfig, Upload};
 use lsvd_core::store_state::StoreState;
@@ -606,6 +606,11 @@ impl VolumeSim {
                     *n += 1;
                 }
                 self.hot_choice = Some(c);
+                // Fresh client writes are split by the same classes until the next pass.
+                if let Some(heat) = &self.heat {
+                    self.pipeline
+                        .set_batch_classes(RegionClasses::new(&c, heat));
+                }
             }
             for (class, g) in &groups {
                 let bytes = g.iter().map(|r| r.sectors).sum::<u64>() * SECTOR_BYTES;
@@ -701,6 +706,7 @@ impl VolumeSim {
             data_bytes: payload,
             chunk_crcs: Vec::new(),
             volume_size_bytes: None,
+            parts_after: 0,
         };
         self.pipeline.upload_done(seq, h);
         self.apply_all();
@@ -789,5 +795,6 @@ fn data_header(seq: u64, batch: &Batch<RecordPos>) -> ObjectHeader {
         batch.trims.clone(),
     );
     h.volume_size_bytes = batch.volume_size_bytes;
+    h.parts_after = batch.parts_after;
     h
 }

@@ -36,6 +36,15 @@ impl MemStore {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A store holding the same objects as this one now, independent of it (tests
+    /// that recover one store state twice).
+    pub fn deep_copy(&self) -> MemStore {
+        MemStore {
+            objects: Arc::new(Mutex::new(self.lock().clone())),
+            name: self.name.clone(),
+        }
+    }
+
     /// Keys and sizes, for assertions.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
         self.lock()
