@@ -38,18 +38,24 @@ impl<S> Batch<S> {
     /// (hylog: the heat class of its region), so that fresh client writes of
     /// different heat go to different objects. The parts come out coldest class
     /// first, each counting the parts after it; the zeroed ranges go with the first
-    /// part, so they still apply before every extent of the batch. A batch whose
+    /// part, less what an extent of the batch covers (see below). A batch whose
     /// extents are all of one class, or that resizes the volume, stays whole.
     pub fn split_by_class(self, class_of: impl Fn(u64) -> u8) -> Vec<Batch<S>> {
         if self.volume_size_bytes.is_some() || self.extents.is_empty() {
             return vec![self];
         }
+        // A zeroed range that a later write of the batch covers is redundant (the
+        // write is the batch's last word there), and in a part of its own it would
+        // be harmful: applied before the part holding the write, it would make the
+        // range read as zeros in between (the write log's copy is released as the
+        // trim applies). So the parts carry only the zeroed ranges no extent covers.
+        let trims = uncovered(&self.trims, &self.extents);
         let mut by_class: std::collections::BTreeMap<u8, Vec<Piece<S>>> = Default::default();
         for p in self.extents {
             by_class.entry(class_of(p.lba)).or_default().push(p);
         }
         let count = by_class.len();
-        let mut trims = Some(self.trims);
+        let mut trims = Some(trims);
         let mut client_left = self.client_bytes;
         let mut parts = Vec::with_capacity(count);
         for (i, extents) in by_class.into_values().enumerate() {
@@ -96,6 +102,37 @@ impl<S> Batch<S> {
         }
         out
     }
+}
+
+/// The parts of the ranges `trims` (sorted, disjoint) that no piece of `extents`
+/// (sorted by LBA, disjoint) covers.
+fn uncovered<S>(trims: &[(u64, u64)], extents: &[Piece<S>]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    for &(lba, sectors) in trims {
+        let end = lba + sectors;
+        let mut at = lba;
+        while i < extents.len() && extents[i].lba + extents[i].sectors <= at {
+            i += 1;
+        }
+        let mut j = i;
+        while at < end {
+            match extents.get(j) {
+                Some(e) if e.lba < end => {
+                    if e.lba > at {
+                        out.push((at, e.lba - at));
+                    }
+                    at = at.max(e.lba + e.sectors);
+                    j += 1;
+                }
+                _ => {
+                    out.push((at, end - at));
+                    at = end;
+                }
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug)]
@@ -268,6 +305,20 @@ mod tests {
                 .all(|p| (p.first_record_seq, p.last_record_seq) == (1, 5))
         );
         assert_eq!(batch.clone().split_by_class(|_| 3), vec![batch.clone()]);
+        // A range zeroed and then written again in the batch keeps only the write:
+        // the first part's trim must not cover data a later part maps (it would read
+        // as zeros between the two parts' applies).
+        let mut b = Batcher::new(1 << 20);
+        b.add_write(1, 800, 8, At(0));
+        b.add_zero(2, 0, 32);
+        b.add_write(3, 8, 8, At(4096));
+        b.add_write(4, 24, 16, At(8192));
+        let rewritten = b.take().expect("non-empty");
+        assert_eq!(rewritten.trims, vec![(0, 32)]);
+        let parts = rewritten.split_by_class(|lba| u8::from(lba < 800));
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].trims, vec![(0, 8), (16, 8)]);
+        assert!(parts[1].trims.is_empty());
         let mut resize = batch.clone();
         resize.volume_size_bytes = Some(1 << 30);
         assert_eq!(resize.clone().split_by_class(class), vec![resize]);

@@ -138,6 +138,13 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.gc_cold_moved_bytes as f64,
     );
     metric(
+        "batches_split_total",
+        "counter",
+        "hylog: client batches written as several data objects, one per heat class \
+         (this process).",
+        &|_, s| s.batches_split as f64,
+    );
+    metric(
         "gc_pass_in_flight",
         "gauge",
         "1 while a GC pass is relocating data or waiting for its checkpoint.",

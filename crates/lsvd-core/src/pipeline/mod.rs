@@ -211,6 +211,8 @@ pub struct Pipeline<L: Location, G> {
     /// hylog: the heat classes the latest GC pass chose; client batches are split by
     /// them when numbered ([`Pipeline::set_batch_classes`]).
     batch_classes: Option<RegionClasses>,
+    /// Client batches split into several data objects by `batch_classes`.
+    batches_split: u64,
 }
 
 impl<L: Location, G> Pipeline<L, G> {
@@ -241,6 +243,7 @@ impl<L: Location, G> Pipeline<L, G> {
             wakes: Wakes::default(),
             batches_closed_by_timeout: 0,
             batch_classes: None,
+            batches_split: 0,
         }
     }
 
@@ -264,6 +267,11 @@ impl<L: Location, G> Pipeline<L, G> {
     /// ([`crate::batcher::Batch::split_by_class`]).
     pub fn set_batch_classes(&mut self, classes: Option<RegionClasses>) {
         self.batch_classes = classes;
+    }
+
+    /// Client batches split into several data objects by heat so far.
+    pub fn batches_split(&self) -> u64 {
+        self.batches_split
     }
 
     /// What to wake since the last call.
@@ -458,6 +466,7 @@ impl<L: Location, G> Pipeline<L, G> {
             };
             // The parts are numbered together and queued back to back: nothing (no
             // checkpoint, no GC object) comes between them.
+            self.batches_split += u64::from(parts.len() > 1);
             let first = self.allocate_seqs(parts.len() as u64);
             for (seq, part) in (first..).zip(parts) {
                 self.add_pending(seq, data_object_bytes(&part));

@@ -578,11 +578,16 @@ impl Provenance {
 /// the last record.
 #[test]
 fn random_schedules_keep_sequence_order_and_lose_nothing() {
-    let (mut passes, mut gc_objects, mut held_max) = (0, 0, 0);
+    let (mut passes, mut gc_objects, mut held_max, mut split) = (0, 0, 0, 0);
     for seed in 0..40u64 {
         let mut rng = Rng::new(seed);
         let gc = if seed % 3 == 0 { gc_off() } else { eager_gc() };
         let mut p = pipeline(gc);
+        // Half the schedules split batches by heat (three classes, block by block).
+        if seed % 2 == 1 {
+            let table = (0..48).map(|b| (b * 7 % 3) as u8).collect();
+            p.set_batch_classes(Some(RegionClasses::from_table(8, table)));
+        }
         // block -> the record that wrote it last (None: trimmed)
         let mut model: BTreeMap<u64, Option<u64>> = BTreeMap::new();
         let mut prov = Provenance::default();
@@ -667,6 +672,7 @@ fn random_schedules_keep_sequence_order_and_lose_nothing() {
             finish(&mut p, &mut prov, &mut applied, u);
         }
         assert!(p.drained(), "seed {seed}: {}", p.describe());
+        split += p.batches_split();
         let want: Vec<u64> = (1..=handed_out.len() as u64).collect();
         let mut sorted = handed_out.clone();
         sorted.sort_unstable();
@@ -704,6 +710,7 @@ fn random_schedules_keep_sequence_order_and_lose_nothing() {
         "{passes} passes, {gc_objects} GC objects"
     );
     assert!(held_max > 0, "client batches were held");
+    assert!(split > 100, "{split} batches split");
 }
 
 /// A resize closes the open batch and follows it as an object of its own: no data,

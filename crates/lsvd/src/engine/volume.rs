@@ -46,6 +46,9 @@ pub struct VolumeStatus {
     /// Of `gc_moved_bytes` (lifetime, checkpointed): what hylog moved as hot, as cold.
     pub gc_hot_moved_bytes: u64,
     pub gc_cold_moved_bytes: u64,
+    /// hylog: client batches this session wrote as several data objects, one per
+    /// heat class.
+    pub batches_split: u64,
     /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
     pub gc_pass_in_flight: bool,
     /// This session's GC copies superseded by client writes (see `Stats`).
@@ -265,6 +268,7 @@ impl Volume {
             gc_moved_bytes: counters.gc_moved_bytes,
             gc_hot_moved_bytes: counters.gc_hot_moved_bytes,
             gc_cold_moved_bytes: counters.gc_cold_moved_bytes,
+            batches_split: st.pipeline.batches_split(),
             gc_pass_in_flight: st.pipeline.gc_pass_in_flight(),
             gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
             gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),

@@ -503,6 +503,7 @@ fn note_gc(inc: &Inc, stats: &Stats, notes: &mut Vec<String>) {
     let passes = inc.vol.stats().gc_passes.load(Ordering::Relaxed);
     let moved = inc.vol.stats().gc_moved_bytes.load(Ordering::Relaxed);
     stats.add("gc_passes", passes);
+    stats.add("batches_split_by_heat", s.batches_split);
     stats.add("gc_moved_kib", moved >> 10);
     stats.add("gc_superseded_kib", s.gc_superseded_bytes >> 10);
     stats.add("rounds_with_gc_pass", u64::from(passes > 0));
