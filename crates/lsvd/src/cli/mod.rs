@@ -354,8 +354,9 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 0.75)]
     pub gc_stop: f64,
     /// Victim selection: `greedy` (least live first), `cost-benefit` (LFS: live
-    /// fraction and age) or `hylog` (measures write frequencies and moves hot and cold
-    /// data into separate GC objects; see docs/sim/hylog.md).
+    /// fraction and age) or `hylog` (measures write frequencies and keeps hot and cold
+    /// data in separate objects: what GC moves, and fresh writes too, at the cost of
+    /// more, smaller data objects; see docs/sim/hylog.md).
     #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit", "hylog"])]
     pub gc_policy: String,
     /// GC moves at most this many bytes per second, or four times the rate clients

@@ -100,8 +100,8 @@ pub struct SimArgs {
     /// with --gc-start).
     #[arg(long)]
     pub gc_stop: Option<String>,
-    /// Victim policy: greedy, cost-benefit or hylog (hot and cold data moved into
-    /// separate GC objects by measured write frequency); a comma-separated list
+    /// Victim policy: greedy, cost-benefit or hylog (hot and cold data kept in
+    /// separate objects by measured write frequency, by GC and in fresh writes); a comma-separated list
     /// compares them. With --layout chain:N/stripe:N: greedy, cost-benefit or
     /// log-order (oldest segment first).
     #[arg(long, default_value = "greedy")]

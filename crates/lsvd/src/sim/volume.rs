@@ -31,7 +31,8 @@
 //!    ([`HeatTracker`]); each pass cuts the data into heat classes from it and the
 //!    utilization ([`hylog::choose`]) and groups relocations by class
 //!    ([`gc::group_relocations_by_class`]), so data of different classes goes into
-//!    separate GC objects. The choice also sets the next pass's victim order.
+//!    separate GC objects. The choice also sets the next pass's victim order, and
+//!    the pipeline splits client batches by the same classes until the next pass.
 //! 4. [`VolumeSim::finish`] is the engine's shutdown: the open batch is closed (with
 //!    its checkpoint and GC, if due), writes stop, and a clean checkpoint is written.
 //!

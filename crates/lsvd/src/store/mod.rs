@@ -117,13 +117,6 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn metrics(&self) -> Vec<StoreMetric> {
         Vec::new()
     }
-    /// For a store that keeps several copies (the mirrored chain): compare them for the
-    /// keys under `prefix`, byte for byte, and describe each difference (`lsvd check`).
-    /// Stores with one copy have nothing to compare.
-    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        let _ = prefix;
-        Box::pin(async { Ok(Vec::new()) })
-    }
     /// Bytes `range` of `key` from each copy the store keeps of it (the mirrored
     /// chain: both directories of its position), each read on its own, in the order
     /// reads try them; a copy that cannot be read is left out. It exists because

@@ -403,12 +403,6 @@ impl crate::store::ObjectStore for InFlight {
     fn metrics(&self) -> Vec<crate::store::StoreMetric> {
         self.inner.metrics()
     }
-    fn verify_copies<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<Vec<String>>> {
-        self.inner.verify_copies(prefix)
-    }
     fn get_range_copies(
         &self,
         key: &str,

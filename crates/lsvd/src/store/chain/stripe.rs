@@ -93,11 +93,6 @@ impl ObjectStore for StripeStore {
     fn is_local(&self) -> bool {
         true
     }
-    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        Box::pin(
-            async move { Ok(super::copy_check::compare_all_copies(&self.drives, prefix).await) },
-        )
-    }
     fn get_range_copies(
         &self,
         key: &str,

@@ -50,14 +50,6 @@ impl ObjectStore for ChainStore {
     fn is_local(&self) -> bool {
         true
     }
-    fn verify_copies<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, StoreResult<Vec<String>>> {
-        Box::pin(async move {
-            Ok(
-                crate::store::chain::copy_check::compare_all_copies(&self.inner.drives, prefix)
-                    .await,
-            )
-        })
-    }
     fn get_range_copies(
         &self,
         key: &str,
