@@ -102,6 +102,9 @@ pub struct StoreState {
     next_object_seq: u64,
     /// Newest write-log record whose data the applied objects contain.
     last_record_seq: u64,
+    /// The first applied part of a split batch whose last part is not applied yet
+    /// (see [`StoreState::whole_next_object_seq`]).
+    open_batch_from: Option<u64>,
     /// The object being applied step by step, if any.
     applying: Option<Applying>,
     /// Sum of `live_bytes` over `objects`, kept as the map changes: GC checks
@@ -142,6 +145,7 @@ impl StoreState {
             checkpoints: BTreeSet::new(),
             next_object_seq: 1,
             last_record_seq: 0,
+            open_batch_from: None,
             applying: None,
             live_total_bytes: 0,
             stored_total_bytes: 0,
@@ -162,6 +166,14 @@ impl StoreState {
     }
     pub fn last_record_seq(&self) -> u64 {
         self.last_record_seq
+    }
+
+    /// The first object recovery from the store would not apply if nothing more
+    /// landed: `next_object_seq`, or the first part of a split batch whose last part
+    /// is not applied yet (recovery takes a batch's parts all or none). The most a
+    /// volume superblock may vouch for (`durable_through`).
+    pub fn whole_next_object_seq(&self) -> u64 {
+        self.open_batch_from.unwrap_or(self.next_object_seq)
     }
     fn volume_sectors(&self) -> u64 {
         self.volume_size_bytes / SECTOR_BYTES
@@ -352,6 +364,9 @@ impl StoreState {
         // records on its own (recovery drops a batch not all of whose parts landed).
         if h.parts_after == 0 {
             self.last_record_seq = self.last_record_seq.max(h.last_record_seq);
+            self.open_batch_from = None;
+        } else {
+            self.open_batch_from.get_or_insert(h.seq);
         }
         if h.kind == ObjectKind::Checkpoint {
             self.checkpoints.insert(h.seq);
@@ -644,6 +659,28 @@ mod tests {
             sectors,
             source: None,
         }
+    }
+
+    /// The parts of a split batch: the first ones neither advance `last_record_seq`
+    /// nor what a superblock may vouch for (`whole_next_object_seq`); the last one
+    /// does both. (A superblock written between two parts once vouched for the first,
+    /// which recovery then cut: the crash oracle refused to open the volume.)
+    #[test]
+    fn a_split_batch_counts_as_applied_only_with_its_last_part() {
+        let mut s = StoreState::new(1 << 20);
+        s.apply(&object(ObjectKind::Data, 1, &[ext(0, 8)], &[]))
+            .expect("apply");
+        assert_eq!((s.whole_next_object_seq(), s.last_record_seq()), (2, 10));
+        for (seq, parts_after) in [(2, 2), (3, 1)] {
+            let mut h = object(ObjectKind::Data, seq, &[ext(seq * 8, 8)], &[]);
+            h.parts_after = parts_after;
+            s.apply(&h).expect("apply");
+            assert_eq!(s.next_object_seq(), seq + 1);
+            assert_eq!((s.whole_next_object_seq(), s.last_record_seq()), (2, 10));
+        }
+        s.apply(&object(ObjectKind::Data, 4, &[ext(32, 8)], &[]))
+            .expect("apply");
+        assert_eq!((s.whole_next_object_seq(), s.last_record_seq()), (5, 40));
     }
 
     #[test]

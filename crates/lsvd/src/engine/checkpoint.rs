@@ -279,7 +279,9 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
             deleting: false,
             previous_checkpoint: last.newest_checkpoint.filter(|&c| c != seq),
             newest_checkpoint: Some(seq),
-            durable_through: store.next_object_seq().max(seq + 1),
+            // Not into a split batch whose last part is not applied yet: recovery
+            // would stop before its first part.
+            durable_through: store.whole_next_object_seq().max(seq + 1),
             last_record_seq: store.last_record_seq(),
             written_unix_ms: shared.clock().unix_ms(),
             ..last

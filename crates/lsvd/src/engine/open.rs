@@ -498,7 +498,7 @@ async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> Resul
             deleting: false,
             newest_checkpoint: checkpoints.last().copied(),
             previous_checkpoint: checkpoints.iter().rev().nth(1).copied(),
-            durable_through: store.next_object_seq(),
+            durable_through: store.whole_next_object_seq(),
             last_record_seq: store.last_record_seq(),
             written_unix_ms: shared.clock().unix_ms(),
         }

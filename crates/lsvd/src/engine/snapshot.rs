@@ -232,7 +232,9 @@ impl Volume {
         let (through_seq, last_record_seq) = {
             let st = shared.lock();
             let store = st.pipeline.store();
-            (store.next_object_seq(), store.last_record_seq())
+            // Not into a split batch whose last part is not applied yet (a batch
+            // written after the call): the snapshot holds whole batches only.
+            (store.whole_next_object_seq(), store.last_record_seq())
         };
         let base_checkpoint = shared
             .volume_super
