@@ -215,13 +215,7 @@ fn a_mirrored_chain_writes_its_tail_pair_at_one_drive_rate() {
 
 /// `lsvd sim` with these arguments after `sim`.
 fn cli_report(args: &[&str]) -> super::report::GeckoReport {
-    let mut argv = vec!["lsvd", "sim"];
-    argv.extend_from_slice(args);
-    let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(argv).expect("arguments parse");
-    let crate::cli::Command::Sim(sim_args) = cli.command else {
-        panic!("not a sim command");
-    };
-    super::cli::simulate(&sim_args).expect("runs")
+    super::cli::simulate(&super::tests::sim_args(args)).expect("runs")
 }
 
 #[test]

@@ -250,14 +250,19 @@ fn same_seed_same_result() {
     assert_eq!(simulate(&cfg).expect("a"), simulate(&cfg).expect("b"));
 }
 
-fn sim_err(args: &[&str]) -> crate::error::Error {
+/// `lsvd sim` with these arguments after `sim`, parsed as the CLI parses them.
+pub(super) fn sim_args(args: &[&str]) -> crate::sim::SimArgs {
     let mut argv = vec!["lsvd", "sim"];
     argv.extend_from_slice(args);
     let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(argv).expect("arguments parse");
     let crate::cli::Command::Sim(sim_args) = cli.command else {
         panic!("not a sim command");
     };
-    super::cli::simulate(&sim_args).expect_err("bad input")
+    sim_args
+}
+
+fn sim_err(args: &[&str]) -> crate::error::Error {
+    super::cli::simulate(&sim_args(args)).expect_err("bad input")
 }
 
 #[test]
