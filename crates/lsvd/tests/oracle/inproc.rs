@@ -19,6 +19,7 @@ use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use lsvd_core::format::volume_super::decode_volume_super;
 use lsvd_core::gc::{GcConfig, GcPolicy};
+use lsvd_core::recovery::PartGroup;
 
 use super::checker::{self, Rule};
 use super::history::{Content, History, Record};
@@ -553,16 +554,32 @@ fn judge(
 /// just the newest object's: a GC object carries the store's last applied record when
 /// its pass was planned, which can be older than that of client objects numbered
 /// before it but still uploading then (a false "strict mode must refuse" otherwise,
-/// seen in a store_faults episode once GC ran more often).
+/// seen in a store_faults episode once GC ran more often). And a batch split into
+/// parts counts only when its last part remains: deleting that part strands the
+/// earlier ones (a CI run once expected records through 428 where recovery, rightly,
+/// found the store ending at 421 because object 437 closed the batch 436 opened).
 async fn store_last_record(store: &DynStore) -> io::Result<u64> {
     let objs = objects(store).await?;
-    let mut last = 0;
+    let mut headers = Vec::new();
     for (_, key) in objs.iter().rev() {
         let bytes = store.get(key).await.map_err(io::Error::other)?;
         let h = decode_object_header(&bytes).map_err(|e| io::Error::other(e.to_string()))?;
-        last = last.max(h.last_record_seq);
-        if h.kind == ObjectKind::Checkpoint {
+        let is_checkpoint = h.kind == ObjectKind::Checkpoint;
+        headers.push(h);
+        if is_checkpoint {
             break;
+        }
+    }
+    let mut last = 0;
+    let mut parts = PartGroup::default();
+    for h in headers.into_iter().rev() {
+        match parts.push(h) {
+            Ok(applied) => {
+                for a in applied {
+                    last = last.max(a.last_record_seq);
+                }
+            }
+            Err(_) => break,
         }
     }
     Ok(last)
@@ -1320,4 +1337,47 @@ async fn finish_second(
     *inc = new;
     *contents = next_base(&seen)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lsvd::engine::keys::object_key;
+    use lsvd_core::format::VolumeId;
+    use lsvd_core::format::object::{ObjectSpec, encode_object};
+
+    async fn put(store: &DynStore, seq: u64, kind: ObjectKind, last: u64, parts_after: u32) {
+        let spec = ObjectSpec {
+            kind,
+            volume: VolumeId([7; 16]),
+            seq,
+            last_record_seq: last,
+            extents: &[],
+            trims: &[],
+            volume_size_bytes: None,
+            parts_after,
+        };
+        store
+            .put(
+                &object_key(NAME, seq, kind),
+                encode_object(&spec, &[]).into(),
+                PutMode::Overwrite,
+            )
+            .await
+            .expect("put into a memory store");
+    }
+
+    /// The oracle's prediction of where the store ends must follow recovery's
+    /// all-or-none rule for split batches: a store_faults episode in CI deleted the
+    /// last part of a batch and expected recovery to find the first part's records.
+    #[tokio::test]
+    async fn store_last_record_counts_a_split_batch_only_whole() {
+        let store: DynStore = Arc::new(MemStore::new());
+        put(&store, 10, ObjectKind::Checkpoint, 20, 0).await;
+        put(&store, 11, ObjectKind::Data, 21, 0).await;
+        put(&store, 12, ObjectKind::Data, 25, 1).await;
+        assert_eq!(store_last_record(&store).await.expect("reads"), 21);
+        put(&store, 13, ObjectKind::Data, 25, 0).await;
+        assert_eq!(store_last_record(&store).await.expect("reads"), 25);
+    }
 }
