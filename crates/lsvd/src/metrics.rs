@@ -232,6 +232,20 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().log_records_corrupt.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "log_records_read_back_total",
+        "counter",
+        "Write-log records an upload read back from the log (and verified) because \
+         they were not held in memory: replayed at open, or dropped to stay within \
+         the upload memory bound.",
+        &|v, _| v.stats().log_records_read_back.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "upload_memory_bytes",
+        "gauge",
+        "Bytes of write-log records held in memory for the upload.",
+        &|_, s| s.upload_memory_bytes as f64,
+    );
+    metric(
         "read_cache_admissions_skipped_total",
         "counter",
         "Uploaded objects not copied into the read cache because too many copies were \

@@ -54,7 +54,9 @@ fn a_record_corrupted_on_the_cache_device_is_refused_and_reported() {
     let socket = dir.join("nbd.sock");
     let metrics = format!("127.0.0.1:{}", free_tcp_port());
     // One batch holds everything written below until it is full (32 MiB): nothing
-    // is uploaded before the byte is flipped.
+    // is uploaded before the byte is flipped. Uploads read their records back from
+    // the log (--upload-memory 0; by default they take them from memory, where the
+    // flipped byte does not reach).
     let mut server = lsvd.serve(
         &socket,
         &[
@@ -63,6 +65,8 @@ fn a_record_corrupted_on_the_cache_device_is_refused_and_reported() {
             "32M",
             "--batch-timeout-ms",
             "600000",
+            "--upload-memory",
+            "0",
             "--metrics",
             &metrics,
         ],

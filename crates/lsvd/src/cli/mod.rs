@@ -372,6 +372,13 @@ pub struct EngineArgs {
     /// much more store space. Example: --gc-headroom 4G
     #[arg(long, default_value = "0")]
     pub gc_headroom: String,
+    /// Keep each volume's newest write-log records in memory, up to this many bytes,
+    /// so uploads take them from there instead of reading them back from the log.
+    /// `auto`: four batches (32M at the default --batch-size). 0: every upload reads
+    /// its records back from the log and verifies their checksums (what a record
+    /// dropped from memory, or replayed after a restart, always gets).
+    #[arg(long, default_value = "auto", value_name = "SIZE")]
+    pub upload_memory: String,
 }
 
 impl EngineArgs {
@@ -405,6 +412,11 @@ impl EngineArgs {
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
         let gc_headroom_bytes = crate::size::parse_size(&self.gc_headroom)
             .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?;
+        let upload_memory_bytes = match self.upload_memory.as_str() {
+            "auto" => batch_size_bytes.saturating_mul(4),
+            size => crate::size::parse_size(size)
+                .map_err(|e| Error::bad_input(format!("--upload-memory: {e}")))?,
+        };
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
@@ -416,6 +428,7 @@ impl EngineArgs {
             read_cache_admit: self.read_cache_admit.parse().map_err(Error::bad_input)?,
             gc_min_rate_bytes,
             gc_headroom_bytes,
+            upload_memory_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),

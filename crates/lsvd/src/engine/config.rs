@@ -49,6 +49,11 @@ pub struct EngineConfig {
     /// How far the store may grow past live/`gc.start_utilization` before client
     /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`). Default: 0.
     pub gc_headroom_bytes: u64,
+    /// Write-log records kept in memory after they are written, so the upload takes
+    /// them from there instead of reading them back from the log
+    /// (`engine::recent_records`). Default: 32 MiB (four default batches); 0 reads
+    /// every record back (and verifies it).
+    pub upload_memory_bytes: u64,
     /// Every timer of the engine runs on this clock. Default: the system clock; tests
     /// use `clock::ManualClock`.
     pub clock: SharedClock,
@@ -95,6 +100,7 @@ impl Default for EngineConfig {
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
             gc_headroom_bytes: 0,
+            upload_memory_bytes: 32 << 20,
             clock: SharedClock::default(),
             jitter_seed: None,
         }

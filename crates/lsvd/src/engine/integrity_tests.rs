@@ -21,12 +21,16 @@ const BLOCKS: u64 = 1024; // 4 MiB volume
 const ROT_BLOCK: u64 = 5;
 const ROT_LBA: u64 = ROT_BLOCK * 8;
 
+/// Uploads read every record back from the log (`upload_memory_bytes: 0`), which is
+/// what these tests check; [`a_record_rotting_in_the_log_is_uploaded_from_memory_intact`]
+/// checks the default.
 fn config(batch_timeout_ms: u64) -> EngineConfig {
     EngineConfig {
         batch_size_bytes: 8 << 20,
         batch_timeout_ms,
         log_size_bytes: 16 << 20,
         read_cache_bytes: 0,
+        upload_memory_bytes: 0,
         ..EngineConfig::default()
     }
 }
@@ -91,12 +95,19 @@ async fn store_holds(store: &DynStore, needle: &[u8]) -> bool {
 /// the cache file (the uploads are held back by a long batch timeout), then shut
 /// down, which uploads what the log holds.
 async fn rot_before_upload(corrupt: bool) {
+    rot_before_upload_with(corrupt, config(3_600_000)).await;
+}
+
+/// [`rot_before_upload`] with `config`; when it keeps records in memory the flipped
+/// byte must not matter.
+async fn rot_before_upload_with(corrupt: bool, config: EngineConfig) {
+    let from_memory = config.upload_memory_bytes > 0;
     let dir = TempDir::new("engine-integrity");
     let store: DynStore = Arc::new(MemStore::new());
     create_volume(&store, "v", BLOCKS * 4096)
         .await
         .expect("create");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config(3_600_000))
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config)
         .await
         .expect("open");
     for b in 0..4u64 {
@@ -116,13 +127,20 @@ async fn rot_before_upload(corrupt: bool) {
     let mut rotten = marker();
     rotten[1000] ^= 0x40;
     let r = vol.shutdown().await;
-    if !corrupt {
+    if !corrupt || from_memory {
         r.expect("clean shutdown");
         assert!(
             store_holds(&store, &marker()).await,
             "the marker was uploaded"
         );
+        assert!(!store_holds(&store, &rotten[960..1040]).await);
         assert_eq!(vol.stats().log_records_corrupt.load(Ordering::Relaxed), 0);
+        let read_back = vol.stats().log_records_read_back.load(Ordering::Relaxed);
+        if from_memory {
+            assert_eq!(read_back, 0, "every record came from memory");
+        } else {
+            assert!(read_back > 0, "records were read back from the log");
+        }
         return;
     }
     let e = r.expect_err("shutdown must fail: the log holds a corrupt record");
@@ -148,6 +166,18 @@ async fn a_record_that_rots_before_upload_fails_the_volume_and_is_not_uploaded()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_record_intact_is_uploaded() {
     rot_before_upload(false).await;
+}
+
+/// With records kept in memory (the default) the upload takes the bytes the client
+/// wrote, not the log's copy: a byte flipped in the log after the write does not
+/// reach the store, and the volume goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_rotting_in_the_log_is_uploaded_from_memory_intact() {
+    let memory = EngineConfig {
+        upload_memory_bytes: 32 << 20,
+        ..config(3_600_000)
+    };
+    rot_before_upload_with(true, memory).await;
 }
 
 /// Writes after the failure fail (EIO to clients), naming why, and so do flushes.

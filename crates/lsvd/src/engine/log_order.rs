@@ -26,6 +26,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use bytes::Bytes;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{ExtentKind, RecordExtent, RecordHeader};
 use lsvd_core::pipeline::BatchItem;
@@ -62,8 +63,8 @@ struct OrderState {
     next_ticket: u64,
     /// Ticket of the next group to retire.
     next_retire: u64,
-    /// Landed groups waiting for an earlier one.
-    landed: BTreeMap<u64, Group>,
+    /// Landed groups waiting for an earlier one, with their records' bytes.
+    landed: BTreeMap<u64, (Group, Vec<u8>)>,
     /// Issued and not retired yet.
     in_flight: usize,
     /// A thread is retiring groups now.
@@ -175,10 +176,10 @@ impl LogWrites {
                     jobs.send((ticket, bytes, group))
                 {
                     // Every I/O thread is gone (none panics by design): write here.
-                    self.order.land(ticket, &bytes, group);
+                    self.order.land(ticket, bytes, group);
                 }
             }
-            None => self.order.land(ticket, &bytes, group),
+            None => self.order.land(ticket, bytes, group),
         }
     }
 
@@ -211,23 +212,23 @@ fn io_thread(order: &LogOrder, jobs: &Mutex<Receiver<Job>>) {
         let Ok((ticket, bytes, group)) = job else {
             return;
         };
-        order.land(ticket, &bytes, group);
+        order.land(ticket, bytes, group);
     }
 }
 
 impl LogOrder {
     /// Write the group's record (if any), then retire every group that can retire.
-    fn land(&self, ticket: u64, bytes: &[u8], mut group: Group) {
+    fn land(&self, ticket: u64, bytes: Vec<u8>, mut group: Group) {
         if let (None, Some(r)) = (&group.error, &group.record) {
             let shared = &self.shared;
-            if let Err(e) = shared.cache.write_at(bytes, r.offset) {
+            if let Err(e) = shared.cache.write_at(&bytes, r.offset) {
                 let e = Error::local_io("write-log write failed", e);
                 shared.fail(&e.to_string());
                 group.error = Some(e);
             }
         }
         let mut st = lock(&self.state);
-        st.landed.insert(ticket, group);
+        st.landed.insert(ticket, (group, bytes));
         if st.retiring {
             // The thread retiring now will find it.
             return;
@@ -235,21 +236,22 @@ impl LogOrder {
         st.retiring = true;
         loop {
             let next = st.next_retire;
-            let Some(group) = st.landed.remove(&next) else {
+            let Some((group, bytes)) = st.landed.remove(&next) else {
                 st.retiring = false;
                 return;
             };
             st.next_retire += 1;
             drop(st);
-            self.retire(group);
+            self.retire(group, bytes);
             st = lock(&self.state);
             st.in_flight -= 1;
             self.retired.notify_all();
         }
     }
 
-    /// Every earlier group has retired: apply the record, sync if asked, answer.
-    fn retire(&self, group: Group) {
+    /// Every earlier group has retired: apply the record (and keep its `bytes` for
+    /// the upload, `super::recent_records`), sync if asked, answer.
+    fn retire(&self, group: Group, bytes: Vec<u8>) {
         let shared = &*self.shared;
         let mut rs = lock(&self.retire);
         let mut result = match group.error {
@@ -279,6 +281,7 @@ impl LogOrder {
                 let h = &r.header;
                 apply_record(&mut st, now_ns, r.seq, r.offset, h.header_bytes, &h.extents);
                 st.log_headers.push_back((r.offset, r.header));
+                st.recent_records.push(r.seq, Bytes::from(bytes));
                 drop(st);
                 rs.dirty = true;
                 rs.landed_through = r.seq;

@@ -52,6 +52,7 @@ fn persist_tail(shared: &Shared, through: u64, clean: bool) {
     }
     let mut st = shared.lock();
     st.log.free_through(through);
+    st.recent_records.release_through(through);
     while st
         .log_headers
         .front()

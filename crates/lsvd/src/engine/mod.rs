@@ -61,6 +61,7 @@ mod pins;
 mod put;
 mod read;
 mod read_cache;
+mod recent_records;
 mod rename;
 #[cfg(test)]
 mod rename_tests;

@@ -31,6 +31,7 @@ use super::log_order;
 use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
 use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
+use super::recent_records::RecentRecords;
 use super::shared::{Shared, State, Stats};
 use super::store_meta::{is_being_deleted, random_session_id, read_meta};
 use super::store_recovery::{StoreRecovery, recover_store, settle_store};
@@ -358,6 +359,7 @@ async fn open_inner(
             next_record_seq: plan.next_record_seq,
             last_record_crc: plan.last_record_crc,
             log_headers: Default::default(),
+            recent_records: RecentRecords::new(config.upload_memory_bytes),
             // Everything on the device now is synced below, before serving.
             log_synced_through: plan.next_record_seq - 1,
             log_bytes_since_index: 0,

@@ -95,6 +95,9 @@ pub struct Stats {
     /// Write-log records that failed verification when read back for upload (the
     /// cache device changed them after the write); each fails the volume.
     pub log_records_corrupt: AtomicU64,
+    /// Records an upload read back from the write log because they were no longer
+    /// (or never) in memory (`super::recent_records`).
+    pub log_records_read_back: AtomicU64,
     pub gc_passes: AtomicU64,
     /// GC passes given up (a victim could not be read, say) and tried again later.
     pub gc_passes_failed: AtomicU64,
@@ -150,6 +153,8 @@ pub(crate) struct State {
     pub(crate) last_record_crc: u32,
     /// Headers of the records still in the log (from the tail), for the log index.
     pub(crate) log_headers: VecDeque<(u64, RecordHeader)>,
+    /// The newest records as written, for the upload (bounded).
+    pub(crate) recent_records: super::recent_records::RecentRecords,
     /// Every record through this sequence number is synced to the cache device.
     pub(crate) log_synced_through: u64,
     /// Log bytes appended since the last write-log index.

@@ -9,10 +9,11 @@
 //! sequence order. The task ends once writes have stopped and the pipeline is drained.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lsvd_core::batcher::Batch;
+use lsvd_core::extent_map::Piece;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{
     ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
@@ -25,6 +26,7 @@ use super::clock::timeout;
 use super::log_scan::{CorruptRecord, VerifyError, read_verified};
 use super::put::upload_object;
 use super::shared::{LogPos, Shared};
+use crate::cache_dev::CacheDevice;
 use crate::store::fs::DirectBuf;
 
 /// The uploader wakes at least this often: batch timeouts and the checkpoint interval
@@ -87,22 +89,27 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// Read a closed batch's data back from the write log (its records stay allocated
-/// until this object is applied), verify every record that contributes data against
-/// the CRC32C and data hash it was written with, and copy the live pieces straight
-/// into the object's data section; checksum it and write the header in front, off the
-/// runtime threads (8 MiB of copying and checksumming is milliseconds a client request
-/// would wait behind); then upload it.
+/// A record a batch takes data from: its log offset, its header as written, and the
+/// record itself if it is still in memory.
+type Taken = (u64, RecordHeader, Option<bytes::Bytes>);
+
+/// Take a closed batch's records, and copy the live pieces straight into the object's
+/// data section; checksum it and write the header in front, off the runtime threads
+/// (8 MiB of copying and checksumming is milliseconds a client request would wait
+/// behind); then upload it. A record still in memory (`super::recent_records`) is
+/// used as written; any other is read back from the write log (its records stay
+/// allocated until this object is applied) and verified against the CRC32C and data
+/// hash it was written with.
 ///
-/// A record that fails verification (the cache device changed its bytes after the
+/// A record read back that fails verification (the cache device changed its bytes after the
 /// write was acknowledged) fails the volume: nothing of this batch, or of any later
 /// one, reaches the store, and writes and flushes fail from then on. The log line
 /// names the record and its LBAs; `log_records_corrupt` counts it.
 async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
-    let cache = shared.cache.clone();
     let volume = shared.meta.volume;
-    // The headers of the records the batch takes data from, as they were written.
-    let records: Result<Vec<(u64, RecordHeader)>, u64> = {
+    // The headers of the records the batch takes data from, as they were written, and
+    // the records themselves where they are still in memory.
+    let records: Result<Vec<Taken>, u64> = {
         let st = shared.lock();
         let mut seqs: Vec<u64> = batch
             .extents
@@ -115,7 +122,10 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             .map(|&s| {
                 st.log_headers
                     .binary_search_by_key(&s, |(_, h)| h.seq)
-                    .map(|i| st.log_headers[i].clone())
+                    .map(|i| {
+                        let (offset, header) = st.log_headers[i].clone();
+                        (offset, header, st.recent_records.get(s))
+                    })
                     .map_err(|_| s)
             })
             .collect()
@@ -129,6 +139,7 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             return;
         }
     };
+    let task = shared.clone();
     let bytes = tokio::task::spawn_blocking(move || -> Result<DirectBuf, VerifyError> {
         let extents = batch.object_extents();
         let spec = ObjectSpec {
@@ -143,38 +154,14 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         };
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);
-        // Aligned, so the local store writes it with O_DIRECT without a copy.
-        let mut buf = DirectBuf::zeroed(header_len + data_bytes as usize);
-        let object = buf.as_mut_slice();
-        // (record, log offset, bytes, place in the object), grouped by record.
-        let mut pieces = Vec::with_capacity(batch.extents.len());
-        let mut at = header_len;
-        for p in &batch.extents {
-            let n = (p.sectors * SECTOR_BYTES) as usize;
-            pieces.push((p.location.record_seq, p.location.offset, n, at));
-            at += n;
-        }
-        pieces.sort_unstable_by_key(|p| p.0);
-        let mut record = Vec::new();
-        let mut next = 0;
-        for (offset, header) in &records {
-            read_verified(cache.as_ref(), *offset, header, &mut record)?;
-            let data_start = offset + header.header_bytes as u64;
-            let data_end = data_start + header.data_bytes();
-            while let Some(&(s, from, n, to)) = pieces.get(next)
-                && s == header.seq
-            {
-                if from < data_start || from + n as u64 > data_end {
-                    return Err(VerifyError::Corrupt(CorruptRecord::outside(
-                        header, *offset, from, n,
-                    )));
-                }
-                let i = (from - offset) as usize;
-                object[to..to + n].copy_from_slice(&record[i..i + n]);
-                next += 1;
-            }
-        }
-        finish_object_in_place(&spec, object, header_len);
+        let total = header_len + data_bytes as usize;
+        let mut buf = if records.iter().all(|(_, _, kept)| kept.is_some()) {
+            from_memory(&batch, &records, header_len, total)?
+        } else {
+            let (cache, count) = (task.cache.as_ref(), &task.stats.log_records_read_back);
+            reading_back(&batch, &records, header_len, total, cache, count)?
+        };
+        finish_object_in_place(&spec, buf.as_mut_slice(), header_len);
         Ok(buf)
     })
     .await;
@@ -202,4 +189,94 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         }
     };
     upload_object(&shared, seq, ObjectKind::Data, bytes.into_bytes()).await;
+}
+
+/// Where piece `p` of a batch lies in `record` (which starts at log offset `offset`);
+/// an error if it is not inside the record's data.
+fn piece_at(
+    p: &Piece<LogPos>,
+    offset: u64,
+    header: &RecordHeader,
+) -> Result<std::ops::Range<usize>, VerifyError> {
+    let n = (p.sectors * SECTOR_BYTES) as usize;
+    let from = p.location.offset;
+    let data_start = offset + header.header_bytes as u64;
+    let data_end = data_start + header.data_bytes();
+    if from < data_start || from + n as u64 > data_end {
+        return Err(VerifyError::Corrupt(CorruptRecord::outside(
+            header, offset, from, n,
+        )));
+    }
+    let i = (from - offset) as usize;
+    Ok(i..i + n)
+}
+
+/// The object (header left zero) when every record is in memory: the pieces
+/// appended in object order, nothing zeroed first.
+fn from_memory(
+    batch: &Batch<LogPos>,
+    records: &[Taken],
+    header_len: usize,
+    total: usize,
+) -> Result<DirectBuf, VerifyError> {
+    let mut slices = Vec::with_capacity(batch.extents.len());
+    for p in &batch.extents {
+        let i = records
+            .binary_search_by_key(&p.location.record_seq, |(_, h, _)| h.seq)
+            .expect("records hold every record the batch's pieces name");
+        let (offset, header, kept) = &records[i];
+        let record = kept
+            .as_ref()
+            .expect("from_memory is only used when every record is kept");
+        slices.push(&record[piece_at(p, *offset, header)?]);
+    }
+    Ok(DirectBuf::filled(total, |v| {
+        v.resize(v.len() + header_len, 0);
+        for s in slices {
+            v.extend_from_slice(s);
+        }
+    }))
+}
+
+/// The object (header left zero) when some records must be read back from the log:
+/// record by record (one read-back buffer), each verified before its pieces are
+/// copied to their places.
+fn reading_back(
+    batch: &Batch<LogPos>,
+    records: &[Taken],
+    header_len: usize,
+    total: usize,
+    cache: &dyn CacheDevice,
+    read_back_count: &AtomicU64,
+) -> Result<DirectBuf, VerifyError> {
+    let mut buf = DirectBuf::zeroed(total);
+    let object = buf.as_mut_slice();
+    // (piece, place in the object), grouped by record.
+    let mut pieces = Vec::with_capacity(batch.extents.len());
+    let mut at = header_len;
+    for p in &batch.extents {
+        pieces.push((p, at));
+        at += (p.sectors * SECTOR_BYTES) as usize;
+    }
+    pieces.sort_unstable_by_key(|(p, _)| p.location.record_seq);
+    let mut read_back = Vec::new();
+    let mut next = 0;
+    for (offset, header, kept) in records {
+        let record: &[u8] = match kept {
+            Some(r) => r,
+            None => {
+                read_back_count.fetch_add(1, Ordering::Relaxed);
+                read_verified(cache, *offset, header, &mut read_back)?;
+                &read_back
+            }
+        };
+        while let Some(&(p, to)) = pieces.get(next)
+            && p.location.record_seq == header.seq
+        {
+            let range = piece_at(p, *offset, header)?;
+            object[to..to + range.len()].copy_from_slice(&record[range]);
+            next += 1;
+        }
+    }
+    Ok(buf)
 }

@@ -49,6 +49,9 @@ pub struct VolumeStatus {
     /// hylog: client batches this session wrote as several data objects, one per
     /// heat class.
     pub batches_split: u64,
+    /// Bytes of write-log records held in memory for the upload (bounded by
+    /// `EngineConfig::upload_memory_bytes`).
+    pub upload_memory_bytes: u64,
     /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
     pub gc_pass_in_flight: bool,
     /// This session's GC copies superseded by client writes (see `Stats`).
@@ -269,6 +272,7 @@ impl Volume {
             gc_hot_moved_bytes: counters.gc_hot_moved_bytes,
             gc_cold_moved_bytes: counters.gc_cold_moved_bytes,
             batches_split: st.pipeline.batches_split(),
+            upload_memory_bytes: st.recent_records.bytes(),
             gc_pass_in_flight: st.pipeline.gc_pass_in_flight(),
             gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
             gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),
