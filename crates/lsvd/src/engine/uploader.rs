@@ -3,7 +3,8 @@
 //! Each wake-up (a notification, or the tick that lets batches time out and
 //! checkpoints fall due) takes every upload the pipeline allows now
 //! (`Pipeline::next_upload`) and runs each in a task of its own: a client batch is
-//! read back from the write log and encoded ([`upload_data`]), a GC object is already
+//! built from its records, kept in memory or read back from the write log, and
+//! encoded ([`upload_data`]), a GC object is already
 //! encoded, a checkpoint is taken ([`super::checkpoint`]). Uploads may finish in any
 //! order; `put::upload_object` hands them back to the pipeline, which applies them in
 //! sequence order. The task ends once writes have stopped and the pipeline is drained.
@@ -101,10 +102,10 @@ type Taken = (u64, RecordHeader, Option<bytes::Bytes>);
 /// allocated until this object is applied) and verified against the CRC32C and data
 /// hash it was written with.
 ///
-/// A record read back that fails verification (the cache device changed its bytes after the
-/// write was acknowledged) fails the volume: nothing of this batch, or of any later
-/// one, reaches the store, and writes and flushes fail from then on. The log line
-/// names the record and its LBAs; `log_records_corrupt` counts it.
+/// A record read back that fails verification (the cache device changed its bytes
+/// after the write was acknowledged) fails the volume: nothing of this batch, or of
+/// any later one, reaches the store, and writes and flushes fail from then on. The log
+/// line names the record and its LBAs; `log_records_corrupt` counts it.
 async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     let volume = shared.meta.volume;
     // The headers of the records the batch takes data from, as they were written, and
@@ -228,7 +229,19 @@ fn from_memory(
         let record = kept
             .as_ref()
             .expect("from_memory is only used when every record is kept");
-        slices.push(&record[piece_at(p, *offset, header)?]);
+        let range = piece_at(p, *offset, header)?;
+        // The buffer the log writer wrote holds the whole record; check anyway
+        // rather than panic on a slice past its end.
+        let piece = record.get(range).ok_or_else(|| {
+            let n = (p.sectors * SECTOR_BYTES) as usize;
+            VerifyError::Corrupt(CorruptRecord::outside(
+                header,
+                *offset,
+                p.location.offset,
+                n,
+            ))
+        })?;
+        slices.push(piece);
     }
     Ok(DirectBuf::filled(total, |v| {
         v.resize(v.len() + header_len, 0);
