@@ -118,6 +118,30 @@ fn check_verifies_every_copy_of_a_mirrored_chain() {
     // The good copies are not blamed.
     assert!(problem_naming(&text, &objects[0], a).is_none(), "{text}");
     assert!(problem_naming(&text, &objects[1], a2).is_none(), "{text}");
+
+    // A key that is not an object (the volume's metadata), its mirror copy changed:
+    // the copies are compared byte for byte and both named.
+    let [meta, meta2] = s
+        .pos
+        .iter()
+        .map(|[x, y]| [x.join("vol/meta"), y.join("vol/meta")])
+        .find(|[x, _]| x.exists())
+        .expect("a drive holds vol/meta");
+    flip_byte_near_end(&meta2);
+    let out = s.lsvd.run(&["check", "vol"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", show("check", &out));
+    fn dir(p: &Path) -> &Path {
+        p.parent().and_then(Path::parent).expect("DIR/vol/meta")
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("problem:")
+            && l.contains("vol/meta: the copies in")
+            && l.contains("differ")
+            && names_dir(l, dir(&meta))
+            && names_dir(l, dir(&meta2))),
+        "{text}"
+    );
 }
 
 /// True if `line` names `dir` (not only a longer name starting with it).

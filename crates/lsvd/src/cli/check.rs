@@ -23,6 +23,7 @@ use crate::engine::read_meta;
 use crate::engine::store_recovery::recover_store;
 use crate::error::{Error, ErrorKind, Result};
 use crate::size::format_size;
+use crate::store::chain::copy_check::compare_key_copies;
 
 /// Problems found are a `Corrupt` error (after each is printed).
 pub async fn check(common: &Common, name: &str) -> Result<()> {
@@ -241,40 +242,30 @@ fn with_hint(problem: String, copies: &[String]) -> String {
 /// Every copy of `key` (a key with no checksums of its own that this check knows)
 /// read on its own: a copy that cannot be read, or copies that differ, are problems.
 async fn compare_copies(store: &crate::store::DynStore, key: &str, problems: &mut Vec<String>) {
-    let copies = match store.copies_of(key).await {
-        Ok(c) => c,
+    let found = match compare_key_copies(&**store, key).await {
+        Ok(f) => f,
         Err(e) => {
             problems.push(format!("{key}: cannot read: {e}"));
             return;
         }
     };
-    if copies.len() < 2 {
-        return;
+    let copies = &found.names;
+    for (i, e) in &found.unreadable {
+        let why = if e.is_not_found() {
+            "missing from this copy".to_string()
+        } else {
+            format!("cannot read: {e}")
+        };
+        problems.push(with_hint(
+            format!("{}: {why}", copy_label(key, copies, *i)),
+            copies,
+        ));
     }
-    let mut read: Vec<(usize, Vec<u8>)> = Vec::new();
-    for i in 0..copies.len() {
-        match store.get_copy(key, i).await {
-            Ok(b) => read.push((i, b)),
-            Err(e) => {
-                let why = if e.is_not_found() {
-                    "missing from this copy".to_string()
-                } else {
-                    format!("cannot read: {e}")
-                };
-                problems.push(with_hint(
-                    format!("{}: {why}", copy_label(key, &copies, i)),
-                    &copies,
-                ));
-            }
-        }
-    }
-    if let Some(((_, first), rest)) = read.split_first()
-        && rest.iter().any(|(_, b)| b != first)
-    {
-        let dirs: Vec<&str> = read.iter().map(|(i, _)| copies[*i].as_str()).collect();
+    if let Some(differing) = &found.differing {
+        let dirs: Vec<&str> = differing.iter().map(|i| copies[*i].as_str()).collect();
         problems.push(with_hint(
             format!("{key}: the copies in {} differ", dirs.join(" and ")),
-            &copies,
+            copies,
         ));
     }
 }

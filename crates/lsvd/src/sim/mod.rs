@@ -101,8 +101,8 @@ pub struct SimArgs {
     #[arg(long)]
     pub gc_stop: Option<String>,
     /// Victim policy: greedy, cost-benefit or hylog (hot and cold data kept in
-    /// separate objects by measured write frequency, by GC and in fresh writes); a comma-separated list
-    /// compares them. With --layout chain:N/stripe:N: greedy, cost-benefit or
+    /// separate objects by measured write frequency, by GC and in fresh writes); a
+    /// comma-separated list compares them. With --layout chain:N/stripe:N: greedy, cost-benefit or
     /// log-order (oldest segment first).
     #[arg(long, default_value = "greedy")]
     pub gc_policy: String,

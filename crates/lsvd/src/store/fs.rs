@@ -91,15 +91,22 @@ pub(crate) struct DirectBuf {
     len: usize,
 }
 
+/// Where in `vec`'s allocation (of at least `DIRECT_ALIGN` spare bytes) the first
+/// aligned byte is; 0 if the allocator cannot say.
+fn aligned_start(vec: &[u8]) -> usize {
+    match vec.as_ptr().align_offset(DIRECT_ALIGN) {
+        s if s <= DIRECT_ALIGN => s,
+        _ => 0,
+    }
+}
+
 impl DirectBuf {
-    /// `len` zeroed bytes. If the allocator cannot say where alignment starts, the
-    /// buffer is unaligned and the store copies it as before.
+    /// `len` zeroed bytes (the allocator's zeroed memory: fresh pages cost no
+    /// memset). If the allocator cannot say where alignment starts, the buffer is
+    /// unaligned and the store copies it as before.
     pub(crate) fn zeroed(len: usize) -> DirectBuf {
         let vec = vec![0u8; len + DIRECT_ALIGN];
-        let start = match vec.as_ptr().align_offset(DIRECT_ALIGN) {
-            s if s <= DIRECT_ALIGN => s,
-            _ => 0,
-        };
+        let start = aligned_start(&vec);
         DirectBuf { vec, start, len }
     }
 
@@ -108,10 +115,7 @@ impl DirectBuf {
     /// then overwritten). Short of `len`, the rest is zeros; past it, cut to `len`.
     pub(crate) fn filled(len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> DirectBuf {
         let mut vec: Vec<u8> = Vec::with_capacity(len + DIRECT_ALIGN);
-        let start = match vec.as_ptr().align_offset(DIRECT_ALIGN) {
-            s if s <= DIRECT_ALIGN => s,
-            _ => 0,
-        };
+        let start = aligned_start(&vec);
         vec.resize(start, 0);
         fill(&mut vec);
         debug_assert_eq!(vec.len(), start + len, "filled as many bytes as announced");

@@ -1,5 +1,7 @@
-//! Each copy of a position on its own, for `lsvd check`: the copies named, and one
-//! copy read without falling back to the other or repairing anything. Reads and writes that serve clients are in [`super::position`].
+//! Each copy of a position on its own, for `lsvd check`: the copies named, one copy
+//! read without falling back to the other or repairing anything, and every copy of a
+//! key read and compared ([`compare_key_copies`], for any store). Reads and writes
+//! that serve clients are in [`super::position`].
 
 use super::position::Drive;
 use crate::error::{Error, ErrorKind};
@@ -42,24 +44,61 @@ impl Drive {
     }
 }
 
-/// Tests: every key under `prefix` read from each of its copies on its own
-/// ([`ObjectStore::copies_of`], [`ObjectStore::get_copy`], what `lsvd check` does): one
-/// line per copy that lacks a key and per key whose copies differ.
+/// What reading every copy of one key on its own found.
+pub struct KeyCopies {
+    /// The copies' names ([`ObjectStore::copies_of`]).
+    pub names: Vec<String>,
+    /// Copies that could not be read, with why (`NotFound`: the copy lacks the key).
+    pub unreadable: Vec<(usize, Error)>,
+    /// The copies read, when they do not all hold the same bytes.
+    pub differing: Option<Vec<usize>>,
+}
+
+/// Every copy of `key` read on its own ([`ObjectStore::get_copy`]: no fallback, no
+/// repair) and compared byte for byte; nothing is read when the store keeps one copy.
+/// Err only if the copies cannot be named.
+pub async fn compare_key_copies(store: &dyn ObjectStore, key: &str) -> StoreResult<KeyCopies> {
+    let names = store.copies_of(key).await?;
+    let mut found = KeyCopies {
+        names,
+        unreadable: Vec::new(),
+        differing: None,
+    };
+    if found.names.len() < 2 {
+        return Ok(found);
+    }
+    let mut read: Vec<(usize, Vec<u8>)> = Vec::new();
+    for i in 0..found.names.len() {
+        match store.get_copy(key, i).await {
+            Ok(b) => read.push((i, b)),
+            Err(e) => found.unreadable.push((i, e)),
+        }
+    }
+    if let Some(((_, first), rest)) = read.split_first()
+        && rest.iter().any(|(_, b)| b != first)
+    {
+        found.differing = Some(read.iter().map(|(i, _)| *i).collect());
+    }
+    Ok(found)
+}
+
+/// Tests: [`compare_key_copies`] for every key under `prefix`, one line per copy
+/// that lacks a key or cannot be read and per key whose copies differ.
 #[cfg(test)]
 pub async fn copy_problems(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for entry in store.list(prefix).await.expect("list") {
         let key = entry.key;
-        let copies = store.copies_of(&key).await.expect("copies");
-        let mut read = Vec::new();
-        for (i, dir) in copies.iter().enumerate() {
-            match store.get_copy(&key, i).await {
-                Ok(b) => read.push(b),
-                Err(e) if e.is_not_found() => problems.push(format!("{key}: missing from {dir}")),
-                Err(e) => problems.push(format!("{key}: cannot read the copy in {dir}: {e}")),
-            }
+        let found = compare_key_copies(store, &key).await.expect("copies");
+        for (i, e) in found.unreadable {
+            let dir = &found.names[i];
+            problems.push(if e.is_not_found() {
+                format!("{key}: missing from {dir}")
+            } else {
+                format!("{key}: cannot read the copy in {dir}: {e}")
+            });
         }
-        if read.windows(2).any(|w| w[0] != w[1]) {
+        if found.differing.is_some() {
             problems.push(format!("{key}: the copies differ"));
         }
     }
