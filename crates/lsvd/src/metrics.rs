@@ -64,6 +64,13 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.log_used_bytes as f64,
     );
     metric(
+        "log_retained_bytes",
+        "gauge",
+        "Write-log bytes of uploaded records kept to serve reads locally, freed as \
+         the log needs the space.",
+        &|_, s| s.log_retained_bytes as f64,
+    );
+    metric(
         "uploads_pending",
         "gauge",
         "Objects queued, uploading, or waiting to apply.",

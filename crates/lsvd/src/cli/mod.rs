@@ -379,6 +379,13 @@ pub struct EngineArgs {
     /// dropped from memory, or replayed after a restart, always gets).
     #[arg(long, default_value = "auto", value_name = "SIZE")]
     pub upload_memory: String,
+    /// Free space the write log keeps. Uploaded data stays in the log, and reads of it
+    /// are served from there (no GET, no read-cache slot), until the log's free space
+    /// falls below this; then the oldest uploaded records are freed. `auto`: a quarter
+    /// of --log-size, at least 64M (a log of 64M or less keeps nothing). `all`: free
+    /// each record as soon as it is uploaded. Example: --log-free-target 512M
+    #[arg(long, default_value = "auto", value_name = "SIZE")]
+    pub log_free_target: String,
 }
 
 impl EngineArgs {
@@ -417,6 +424,14 @@ impl EngineArgs {
             size => crate::size::parse_size(size)
                 .map_err(|e| Error::bad_input(format!("--upload-memory: {e}")))?,
         };
+        let log_free_target_bytes = match self.log_free_target.as_str() {
+            "auto" => None,
+            "all" => Some(u64::MAX),
+            size => Some(
+                crate::size::parse_size(size)
+                    .map_err(|e| Error::bad_input(format!("--log-free-target: {e}")))?,
+            ),
+        };
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
@@ -429,6 +444,7 @@ impl EngineArgs {
             gc_min_rate_bytes,
             gc_headroom_bytes,
             upload_memory_bytes,
+            log_free_target_bytes,
             batch_timeout_ms: self.batch_timeout_ms.max(1),
             log_size_bytes,
             checkpoint_every_objects: self.checkpoint_every.max(1),

@@ -3,8 +3,8 @@
 //! The pipeline decides which object is next (`Pipeline::begin_apply`); this module
 //! runs the steps: about [`APPLY_STEP_PIECES`] map entries per hold of the state lock
 //! (applying 2,048 scattered extents at once held the lock every client write takes
-//! for 2-8 ms), each step releasing the write-log overlay of what it applied. Once
-//! objects are applied, the write log's tail moves past their records
+//! for 2-8 ms). Once objects are applied their records may be freed from the write
+//! log, which keeps them (and serves reads of them) until it needs the space
 //! ([`super::log_tail`]).
 
 use std::sync::Arc;
@@ -17,12 +17,19 @@ use super::shared::Shared;
 /// object: about 0.2 ms on a volume of 200,000 extents.
 const APPLY_STEP_PIECES: usize = 256;
 
-/// Apply every uploaded object whose turn has come; then, if that freed write-log
-/// records past `freeable_before`, make the new tail durable and free the space.
-pub(crate) async fn apply_ready(shared: &Arc<Shared>, freeable_before: u64) {
+/// Apply every uploaded object whose turn has come; then, if the write log has less
+/// free space than it keeps (`EngineConfig::log_free_target_bytes`), free the oldest
+/// uploaded records: make the new tail durable and free the space. Uploaded records
+/// not freed stay readable from the log.
+pub(crate) async fn apply_ready(shared: &Arc<Shared>) {
     while apply_next(shared).await {}
-    let through = shared.lock().pipeline.freeable_through();
-    if through > freeable_before {
+    let through = {
+        let st = shared.lock();
+        let target = shared.config.log_free_target_for(st.log.capacity_bytes());
+        st.log
+            .free_through_for(target, st.pipeline.freeable_through())
+    };
+    if let Some(through) = through {
         persist_tail_off_runtime(shared, through, false).await;
     }
 }
@@ -43,14 +50,10 @@ async fn apply_next(shared: &Shared) -> bool {
         {
             let mut guard = shared.lock();
             let st = &mut *guard;
-            let log_map = &mut st.log_map;
-            let done = st
-                .pipeline
-                .apply_step(APPLY_STEP_PIECES, |lba, sectors, last| {
-                    // This range now reads from the object: its write-log copy (if no
-                    // newer write replaced it) can go.
-                    log_map.release(lba, sectors, last)
-                });
+            // The write-log map keeps its entries: the log still holds the same
+            // data, and reads of it stay local until the record is freed
+            // (`super::log_tail`).
+            let done = st.pipeline.apply_step(APPLY_STEP_PIECES, |_, _, _| {});
             if let Some(applied) = done {
                 shared
                     .stats

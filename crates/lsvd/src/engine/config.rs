@@ -54,6 +54,13 @@ pub struct EngineConfig {
     /// (`engine::recent_records`). Default: 32 MiB (four default batches); 0 reads
     /// every record back (and verifies it).
     pub upload_memory_bytes: u64,
+    /// Uploaded records stay in the write log, and reads of their data are served from
+    /// there (no GET, no read-cache slot), until the log's free space falls below this;
+    /// then the oldest uploaded ones are freed (the LSVD paper's write cache, which
+    /// keeps data after write-back). None (the default): a quarter of the log, at least
+    /// [`MIN_LOG_FREE_TARGET_BYTES`]. `Some(u64::MAX)`: free every record once it is
+    /// uploaded.
+    pub log_free_target_bytes: Option<u64>,
     /// Every timer of the engine runs on this clock. Default: the system clock; tests
     /// use `clock::ManualClock`.
     pub clock: SharedClock,
@@ -101,9 +108,24 @@ impl Default for EngineConfig {
             gc_min_rate_bytes: 16 << 20,
             gc_headroom_bytes: 0,
             upload_memory_bytes: 32 << 20,
+            log_free_target_bytes: None,
             clock: SharedClock::default(),
             jitter_seed: None,
         }
+    }
+}
+
+/// Least free space the write log keeps by default (`log_free_target_bytes`): room
+/// for a few group commits of the largest size, so the writer seldom waits while
+/// uploaded records are freed. A log of this size or less keeps no uploaded records.
+pub const MIN_LOG_FREE_TARGET_BYTES: u64 = 64 << 20;
+
+impl EngineConfig {
+    /// Free space the write log keeps for a log of `capacity_bytes`
+    /// (`log_free_target_bytes`).
+    pub fn log_free_target_for(&self, capacity_bytes: u64) -> u64 {
+        self.log_free_target_bytes
+            .unwrap_or((capacity_bytes / 4).max(MIN_LOG_FREE_TARGET_BYTES))
     }
 }
 

@@ -111,6 +111,32 @@ impl LogSpace {
         }
     }
 
+    /// The newest record to free so that at least `free_target_bytes` of the log are
+    /// free, freeing nothing after record `freeable`; None if nothing needs freeing
+    /// (or nothing may be freed). Space lost at the wrap is not counted: the writer
+    /// frees more when a record does not fit (`engine::writer`).
+    pub fn free_through_for(&self, free_target_bytes: u64, freeable: u64) -> Option<u64> {
+        let mut free = self.capacity_bytes().saturating_sub(self.used_bytes);
+        let mut through = None;
+        for r in &self.records {
+            if free >= free_target_bytes || r.seq > freeable {
+                break;
+            }
+            free += r.bytes;
+            through = Some(r.seq);
+        }
+        through
+    }
+
+    /// Bytes held by records up to `seq`.
+    pub fn bytes_through(&self, seq: u64) -> u64 {
+        self.records
+            .iter()
+            .take_while(|r| r.seq <= seq)
+            .map(|r| r.bytes)
+            .sum()
+    }
+
     /// Is record `seq` still held (not freed)?
     pub fn holds(&self, seq: u64) -> bool {
         self.records.front().is_some_and(|r| r.seq <= seq)
@@ -161,5 +187,35 @@ mod tests {
         s.free_through(3);
         assert_eq!(s.used_bytes(), 0);
         assert_eq!(s.place(1000), Some(100));
+    }
+
+    #[test]
+    fn frees_only_enough_for_the_target_and_nothing_not_freeable() {
+        let mut s = LogSpace::new(0, 1000, 0);
+        for seq in 1..=4 {
+            let at = s.place(200).expect("fits");
+            s.push(seq, at, 200);
+        }
+        // 200 free now.
+        assert_eq!(s.free_through_for(200, 4), None, "target met already");
+        assert_eq!(
+            s.free_through_for(500, 4),
+            Some(2),
+            "two records make 600 free"
+        );
+        assert_eq!(
+            s.free_through_for(500, 1),
+            Some(1),
+            "record 2 is not freeable"
+        );
+        assert_eq!(s.free_through_for(500, 0), None, "nothing freeable");
+        assert_eq!(
+            s.free_through_for(u64::MAX, 3),
+            Some(3),
+            "no retention: all freeable"
+        );
+        assert_eq!(s.bytes_through(2), 400);
+        assert_eq!(s.bytes_through(0), 0);
+        assert_eq!(s.bytes_through(9), 800);
     }
 }

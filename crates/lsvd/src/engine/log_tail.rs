@@ -18,14 +18,21 @@ pub(crate) async fn persist_tail_off_runtime(shared: &Arc<Shared>, through: u64,
     }
 }
 
-/// Write the cache superblock with the tail after record `through` (or after what the
-/// pipeline says is freeable, if that is further), then free the space. Called with no
+/// Write the cache superblock with the tail after record `through`, then free the
+/// space and drop the freed records' extents from the write-log map (reads of them go
+/// to the store from then on). A clean stop frees everything the pipeline says is
+/// freeable, if that is further; otherwise nothing past it is freed. Called with no
 /// state lock held.
-fn persist_tail(shared: &Shared, through: u64, clean: bool) {
+pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
     let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
     let (sb, through) = {
         let mut st = shared.lock();
-        let through = through.max(st.pipeline.freeable_through());
+        let freeable = st.pipeline.freeable_through();
+        let through = if clean {
+            through.max(freeable)
+        } else {
+            through.min(freeable)
+        };
         let (tail_offset, tail_seq) = st.log.tail_after(through);
         st.cache_super_generation += 1;
         let sb = CacheSuper {
@@ -58,7 +65,13 @@ fn persist_tail(shared: &Shared, through: u64, clean: bool) {
         .front()
         .is_some_and(|(_, h)| h.seq <= through)
     {
-        st.log_headers.pop_front();
+        let Some((_, header)) = st.log_headers.pop_front() else {
+            break;
+        };
+        // Only entries of freed records go; a newer write's entry stays.
+        for e in &header.extents {
+            st.log_map.release(e.lba, u64::from(e.sectors), through);
+        }
     }
     drop(st);
     shared.space_freed.notify_all();

@@ -50,6 +50,8 @@ pub(crate) mod lineage;
 pub(crate) mod log_index;
 #[cfg(test)]
 mod log_index_tests;
+#[cfg(test)]
+mod log_keep_tests;
 mod log_order;
 #[cfg(test)]
 mod log_order_tests;

@@ -139,12 +139,8 @@ pub(crate) async fn upload_object(
     if kind != ObjectKind::Checkpoint && shared.admit_uploads {
         admit(shared, header.clone(), bytes);
     }
-    let freeable_before = {
-        let mut st = shared.lock();
-        st.pipeline.upload_done(seq, (*header).clone());
-        st.pipeline.freeable_through()
-    };
-    apply_ready(shared, freeable_before).await;
+    shared.lock().pipeline.upload_done(seq, (*header).clone());
+    apply_ready(shared).await;
 }
 
 /// Where an object belongs in a store of several drives: GC output names the objects

@@ -28,7 +28,11 @@ pub struct VolumeStatus {
     pub checkpoints: u64,
     pub next_object_seq: u64,
     pub last_record_seq_in_store: u64,
+    /// Write-log bytes of records not in the store yet (uploading or waiting to).
     pub log_used_bytes: u64,
+    /// Write-log bytes of uploaded records kept to serve reads, freed as the log
+    /// needs the space (`EngineConfig::log_free_target_bytes`).
+    pub log_retained_bytes: u64,
     pub log_capacity_bytes: u64,
     pub map_extents: u64,
     pub log_map_extents: u64,
@@ -236,6 +240,8 @@ impl Volume {
         let put = stats.store_put_bytes.load(Ordering::Relaxed);
         let counters = st.counters(stats);
         let store = st.pipeline.store();
+        // Uploaded records the log keeps for reads: not waiting for anything.
+        let retained_bytes = st.log.bytes_through(st.pipeline.freeable_through());
         let rc_counter = |f: fn(&super::read_cache::ReadCache) -> &std::sync::atomic::AtomicU64| {
             self.shared
                 .read_cache
@@ -252,7 +258,8 @@ impl Volume {
             checkpoints: store.checkpoints().len() as u64,
             next_object_seq: store.next_object_seq(),
             last_record_seq_in_store: store.last_record_seq(),
-            log_used_bytes: st.log.used_bytes(),
+            log_used_bytes: st.log.used_bytes() - retained_bytes,
+            log_retained_bytes: retained_bytes,
             log_capacity_bytes: st.log.capacity_bytes(),
             map_extents: store.map().extent_count() as u64,
             log_map_extents: st.log_map.extent_count() as u64,

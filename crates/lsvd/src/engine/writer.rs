@@ -172,8 +172,13 @@ fn resize_in_log_order(shared: &Shared, writes: &LogWrites, new_size_bytes: u64)
         return Err(shared.failed_error());
     }
     let mut st = shared.lock();
-    if new_size_bytes < shared.size_bytes.load(Ordering::Acquire) {
+    let old_size_bytes = shared.size_bytes.load(Ordering::Acquire);
+    if new_size_bytes < old_size_bytes {
         shared.size_bytes.store(new_size_bytes, Ordering::Release);
+        // The write log may still hold data past the new end (it keeps uploaded
+        // records): a later grow must read zeros there, not that data.
+        let (new_end, old_end) = (new_size_bytes / SECTOR_BYTES, old_size_bytes / SECTOR_BYTES);
+        st.log_map.release(new_end, old_end - new_end, u64::MAX);
     }
     st.pipeline.resize(new_size_bytes);
     Ok(())
@@ -313,6 +318,14 @@ fn place(
             // A failed volume uploads nothing more, so no space will be freed.
             if shared.is_failed() {
                 return Err(failed());
+            }
+            // Uploaded records kept for reads give way to new ones.
+            let freeable = st.pipeline.freeable_through();
+            if st.log.tail().is_some_and(|t| t.seq <= freeable) {
+                drop(st);
+                super::log_tail::persist_tail(shared, freeable, false);
+                st = shared.lock();
+                continue;
             }
             let now = shared.clock().now();
             let since = match waited_since {

@@ -218,6 +218,10 @@ fn random_config(rng: &mut Rng, kind: Kind) -> EngineConfig {
         // Uploads take records from memory, from the log, or both (a small bound
         // drops the oldest records first).
         upload_memory_bytes: *rng.pick(&[0, 256 << 10, 32 << 20]),
+        // The log frees records once uploaded (the default in a 16 MiB log), or keeps
+        // uploaded records for reads until it needs the space: a crash then finds
+        // the tail well behind the store's end.
+        log_free_target_bytes: *rng.pick(&[None, Some(2 << 20), Some(8 << 20)]),
         ..EngineConfig::default()
     }
 }

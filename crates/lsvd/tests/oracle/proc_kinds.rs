@@ -37,6 +37,9 @@ pub async fn episode(
         read_cache_size: rng.pick(&["0", "1M", "4M"]).to_string(),
         gc_start: *rng.pick(&[0.0, 0.7, 0.85, 0.9]),
         gc_policy: rng.pick(&["greedy", "cost-benefit"]).to_string(),
+        // Free each record once uploaded, or keep uploaded ones for reads until the
+        // 16 MiB log needs the space.
+        log_free_target: rng.pick(&["all", "2M", "8M"]).to_string(),
     };
     let ctx = format!(
         "lsvd serve, 16 MiB volume, {args:?}, data dir {}",

@@ -53,6 +53,8 @@ pub struct ServerArgs {
     pub read_cache_size: String,
     pub gc_start: f64,
     pub gc_policy: String,
+    /// `--log-free-target`.
+    pub log_free_target: String,
 }
 
 pub struct Server {
@@ -170,6 +172,7 @@ impl Server {
             .args(["--gc-start", &self.args.gc_start.to_string()])
             .args(["--gc-stop", &gc_stop.to_string()])
             .args(["--gc-policy", &self.args.gc_policy])
+            .args(["--log-free-target", &self.args.log_free_target])
             .env("LSVD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

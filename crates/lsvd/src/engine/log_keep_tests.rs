@@ -1,0 +1,145 @@
+//! The write log keeps uploaded records (`EngineConfig::log_free_target_bytes`): reads
+//! of their data need no GET while they are kept; they give way when the log needs the
+//! space, without losing or staling anything; a crash with kept records recovers the
+//! same data; a shrink drops kept data past the new end, so a grow reads zeros there.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::snapshot_tests::{BLOCK, BLOCKS, config, versions, write_all};
+use super::{EngineConfig, Volume, create_volume, open_volume};
+use crate::store::DynStore;
+use crate::store::mem::MemStore;
+use crate::testutil::TempDir;
+
+/// A 32 MiB log keeping `free_target` free (None: the default, which keeps nothing in
+/// a log this small).
+fn keep_config(free_target: Option<u64>) -> EngineConfig {
+    EngineConfig {
+        log_size_bytes: 32 << 20,
+        log_free_target_bytes: free_target,
+        ..config()
+    }
+}
+
+async fn open(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> Arc<Volume> {
+    open_volume(store.clone(), "v", dir, cfg)
+        .await
+        .expect("open")
+        .0
+}
+
+/// Flush, then wait until every record is in the store.
+async fn settle(vol: &Volume) {
+    vol.flush().await.expect("flush");
+    // A bound for a hang, not a timing assertion.
+    for _ in 0..6000 {
+        let s = vol.status();
+        if s.log_used_bytes == 0 && s.uploads_pending == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("uploads did not finish");
+}
+
+fn gets(vol: &Volume) -> u64 {
+    vol.stats().store_gets.load(Ordering::Relaxed)
+}
+
+async fn new_volume() -> DynStore {
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_data_is_read_from_the_log_until_the_log_needs_the_space() {
+    let store = new_volume().await;
+    let dir = TempDir::new("engine-log-keep");
+    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
+    write_all(&vol, 1).await;
+    settle(&vol).await;
+    let s = vol.status();
+    assert!(
+        s.log_retained_bytes >= BLOCKS * BLOCK,
+        "the 4 MiB just uploaded stay in the log: {} bytes kept",
+        s.log_retained_bytes
+    );
+    let before = gets(&vol);
+    assert_eq!(versions(&vol).await, vec![1; BLOCKS as usize]);
+    assert_eq!(gets(&vol), before, "uploaded data read back without a GET");
+
+    // Ten more passes over the volume: 40 MiB through a 32 MiB log, so kept records
+    // give way (in the writer too, when a record does not fit).
+    for version in 2..=11 {
+        write_all(&vol, version).await;
+    }
+    settle(&vol).await;
+    let s = vol.status();
+    assert!(
+        s.log_retained_bytes <= s.log_capacity_bytes - (8 << 20) + (1 << 20),
+        "the log keeps its free target (one batch of slack): {} of {} bytes kept",
+        s.log_retained_bytes,
+        s.log_capacity_bytes
+    );
+    assert_eq!(versions(&vol).await, vec![11; BLOCKS as usize]);
+
+    // A crash with records kept: the log's tail is behind the store's end, and
+    // recovery replays nothing the store has.
+    vol.crash();
+    drop(vol);
+    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
+    assert_eq!(versions(&vol).await, vec![11; BLOCKS as usize]);
+    write_all(&vol, 12).await;
+    vol.shutdown().await.expect("shutdown");
+    // From the store alone.
+    let other = TempDir::new("engine-log-keep-store-only");
+    let vol = open(&store, other.path(), keep_config(Some(8 << 20))).await;
+    assert_eq!(versions(&vol).await, vec![12; BLOCKS as usize]);
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// The contrast: a log that frees each record once uploaded reads it with a GET (so
+/// the test above would notice a kept record not being used).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_keeps_nothing_reads_uploaded_data_from_the_store() {
+    let store = new_volume().await;
+    let dir = TempDir::new("engine-log-keep-none");
+    for target in [None, Some(u64::MAX)] {
+        let vol = open(&store, dir.path(), keep_config(target)).await;
+        write_all(&vol, 1).await;
+        settle(&vol).await;
+        // The tail moves just after the last upload is applied.
+        for _ in 0..6000 {
+            if vol.status().log_retained_bytes == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(vol.status().log_retained_bytes, 0, "{target:?}");
+        let before = gets(&vol);
+        assert_eq!(versions(&vol).await, vec![1; BLOCKS as usize]);
+        assert!(gets(&vol) > before, "{target:?}: read from the store");
+        vol.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrink_drops_kept_data_past_the_new_end() {
+    let store = new_volume().await;
+    let dir = TempDir::new("engine-log-keep-shrink");
+    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
+    write_all(&vol, 1).await;
+    settle(&vol).await;
+    assert!(vol.status().log_retained_bytes > 0);
+    let half = BLOCKS / 2;
+    vol.resize(half * BLOCK, true).await.expect("shrink");
+    vol.resize(BLOCKS * BLOCK, false).await.expect("grow");
+    let mut want = vec![1; half as usize];
+    want.extend(vec![0; (BLOCKS - half) as usize]);
+    assert_eq!(versions(&vol).await, want, "zeros past the old cut");
+    vol.shutdown().await.expect("shutdown");
+}
