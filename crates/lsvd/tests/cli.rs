@@ -484,6 +484,10 @@ fn replay_precondition_makes_reads_go_through_the_read_cache() {
             // otherwise be admitted into the cache and every read would hit.
             "--read-cache-admit",
             "never",
+            // ...and the write log must not keep the uploaded data, or the reads
+            // would be served from it without touching the read cache.
+            "--log-free-target",
+            "all",
         ],
     );
     assert!(

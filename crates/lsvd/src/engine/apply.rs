@@ -24,10 +24,17 @@ const APPLY_STEP_PIECES: usize = 256;
 pub(crate) async fn apply_ready(shared: &Arc<Shared>) {
     while apply_next(shared).await {}
     let through = {
-        let st = shared.lock();
+        let mut st = shared.lock();
         let target = shared.config.log_free_target_for(st.log.capacity_bytes());
-        st.log
-            .free_through_for(target, st.pipeline.freeable_through())
+        let freeable = st.pipeline.freeable_through();
+        let through = st.log.free_through_for(target, freeable);
+        // What status reports as kept (`Volume::status`): records in
+        // (log_freeing_through, log_classified_through].
+        st.log_classified_through = freeable;
+        if let Some(t) = through {
+            st.log_freeing_through = st.log_freeing_through.max(t);
+        }
+        through
     };
     if let Some(through) = through {
         persist_tail_off_runtime(shared, through, false).await;

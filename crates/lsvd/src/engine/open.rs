@@ -362,6 +362,8 @@ async fn open_inner(
             recent_records: RecentRecords::new(config.upload_memory_bytes),
             // Everything on the device now is synced below, before serving.
             log_synced_through: plan.next_record_seq - 1,
+            log_classified_through: 0,
+            log_freeing_through: 0,
             log_bytes_since_index: 0,
             log_index_generation: log_index.as_ref().map_or(0, |i| i.generation),
             cache_super_generation: existing.map_or(0, |sb| sb.generation),

@@ -157,6 +157,11 @@ pub(crate) struct State {
     pub(crate) recent_records: super::recent_records::RecentRecords,
     /// Every record through this sequence number is synced to the cache device.
     pub(crate) log_synced_through: u64,
+    /// Applied records through this one were classified by the free-space policy
+    /// (`apply::apply_ready`): kept for reads, or freed once the tail is written.
+    pub(crate) log_classified_through: u64,
+    /// Records through this one are being freed (their tail write is under way).
+    pub(crate) log_freeing_through: u64,
     /// Log bytes appended since the last write-log index.
     pub(crate) log_bytes_since_index: u64,
     pub(crate) log_index_generation: u64,

@@ -240,8 +240,13 @@ impl Volume {
         let put = stats.store_put_bytes.load(Ordering::Relaxed);
         let counters = st.counters(stats);
         let store = st.pipeline.store();
-        // Uploaded records the log keeps for reads: not waiting for anything.
-        let retained_bytes = st.log.bytes_through(st.pipeline.freeable_through());
+        // Uploaded records the log decided to keep for reads: waiting for nothing.
+        // Records applied but not yet classified, or being freed, still count as used,
+        // so `log_used_bytes == 0` means every record is freed or kept.
+        let retained_bytes = st
+            .log
+            .bytes_through(st.log_classified_through)
+            .saturating_sub(st.log.bytes_through(st.log_freeing_through));
         let rc_counter = |f: fn(&super::read_cache::ReadCache) -> &std::sync::atomic::AtomicU64| {
             self.shared
                 .read_cache
