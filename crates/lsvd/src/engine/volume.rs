@@ -28,7 +28,8 @@ pub struct VolumeStatus {
     pub checkpoints: u64,
     pub next_object_seq: u64,
     pub last_record_seq_in_store: u64,
-    /// Write-log bytes of records not in the store yet (uploading or waiting to).
+    /// Write-log bytes of records not in the store yet (uploading or waiting to), or
+    /// applied but not yet kept or freed by the log (so 0 means nothing is pending).
     pub log_used_bytes: u64,
     /// Write-log bytes of uploaded records kept to serve reads, freed as the log
     /// needs the space (`EngineConfig::log_free_target_bytes`).
