@@ -135,6 +135,11 @@ pub struct LogRecoveryInput {
     /// The last write-log record the store holds (`last_record_seq` of the newest
     /// applied object; 0 if none).
     pub store_last_record_seq: u64,
+    /// The store's newest volume superblock was written by the session that last
+    /// wrote this log (its session id is the log's epoch): nobody else has written
+    /// the volume since, so the log's records the store has are still its newest
+    /// versions of their blocks. Without it the log keeps none of them.
+    pub store_last_written_by_this_log: bool,
     pub mode: RecoveryMode,
 }
 
@@ -145,6 +150,13 @@ pub struct LogRecoveryPlan {
     /// not hold. When present it starts at `store_last_record_seq + 1` and ends at the
     /// chain's last record.
     pub replay: Option<SeqRange>,
+    /// Chain records the store holds already (from the chain's first through the
+    /// store's last record): the log keeps them, and reads of their data stay local,
+    /// until it needs the space. None when records past a gap were dropped (the log
+    /// and the store do not line up there, so nothing of the log is trusted for reads)
+    /// or when another session wrote the volume after this log's
+    /// (`store_last_written_by_this_log`: a block it wrote since would read stale).
+    pub keep: Option<SeqRange>,
     /// Accept-prefix only: records past a gap were dropped; upload an empty batch
     /// covering records through this one so the store and the log line up again.
     pub bridge_through: Option<u64>,
@@ -282,7 +294,8 @@ impl std::error::Error for LogRecoveryRefusal {}
 ///
 /// 1. If the superblock's tail is past `store_last_record_seq + 1`, the log released
 ///    records the store lacks: strict refuses, accept-prefix warns and goes on.
-/// 2. The chain's records after `store_last_record_seq` are the ones to replay.
+/// 2. The chain's records after `store_last_record_seq` are the ones to replay; those
+///    up to it are kept (the store has them; the log serves reads of them).
 /// 3. If they do not start at `store_last_record_seq + 1`, records in between are in
 ///    neither: strict refuses; accept-prefix drops them, warns, and bridges through
 ///    the last of them.
@@ -345,12 +358,20 @@ pub fn plan_log_recovery(input: &LogRecoveryInput) -> Result<LogRecoveryPlan, Lo
         }
     }
 
+    let keep = match input.chain {
+        Some(chain) if bridge_through.is_none() && input.store_last_written_by_this_log => {
+            SeqRange::new(chain.first(), chain.last().min(store))
+        }
+        _ => None,
+    };
+
     let last_seq = input.chain.map_or(0, |c| c.last()).max(store);
     let next_record_seq = last_seq
         .checked_add(1)
         .ok_or(LogRecoveryRefusal::SequenceNumbersExhausted { last_seq })?;
     Ok(LogRecoveryPlan {
         replay,
+        keep,
         bridge_through,
         next_record_seq,
         warnings,

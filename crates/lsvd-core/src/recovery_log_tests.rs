@@ -20,6 +20,7 @@ fn plan(
         cache_tail_seq: tail,
         chain: chain.map(|(first, last)| range(first, last)),
         store_last_record_seq: store,
+        store_last_written_by_this_log: true,
         mode,
     })
 }
@@ -63,6 +64,11 @@ fn clean_log_has_nothing_to_replay() {
 fn chain_entirely_in_store_replays_nothing() {
     let p = plan_both(Some(5), Some((5, 9)), 9);
     assert_eq!((p.replay, p.next_record_seq), (None, 10));
+    assert_eq!(
+        p.keep,
+        Some(range(5, 9)),
+        "the log keeps what the store has"
+    );
 }
 
 #[test]
@@ -71,18 +77,21 @@ fn chain_ending_before_the_store_replays_nothing() {
     // the superblock was written): continue after the store.
     let p = plan_both(Some(5), Some((5, 9)), 12);
     assert_eq!((p.replay, p.next_record_seq), (None, 13));
+    assert_eq!(p.keep, Some(range(5, 9)));
 }
 
 #[test]
 fn chain_partly_in_store_replays_the_rest() {
     let p = plan_both(Some(5), Some((5, 12)), 8);
     assert_eq!((p.replay, p.next_record_seq), (Some(range(9, 12)), 13));
+    assert_eq!(p.keep, Some(range(5, 8)), "kept and replayed meet");
 }
 
 #[test]
 fn chain_starting_right_after_the_store_is_replayed_whole() {
     let p = plan_both(Some(9), Some((9, 12)), 8);
     assert_eq!((p.replay, p.next_record_seq), (Some(range(9, 12)), 13));
+    assert_eq!(p.keep, None, "nothing of the chain is in the store");
     let p = plan_both(Some(1), Some((1, 1)), 0);
     assert_eq!((p.replay, p.next_record_seq), (Some(range(1, 1)), 2));
 }
@@ -118,6 +127,7 @@ fn log_released_records_the_store_lacks_accept_prefix_warns_with_an_empty_chain(
         p,
         LogRecoveryPlan {
             replay: None,
+            keep: None,
             bridge_through: None,
             next_record_seq: 9,
             warnings: vec![warning],
@@ -137,6 +147,7 @@ fn log_released_records_the_store_lacks_accept_prefix_bridges_the_chain() {
         p,
         LogRecoveryPlan {
             replay: None,
+            keep: None,
             bridge_through: Some(15),
             next_record_seq: 16,
             warnings: vec![
@@ -184,6 +195,7 @@ fn gap_between_store_and_chain_accept_prefix_bridges() {
             p,
             LogRecoveryPlan {
                 replay: None,
+                keep: None,
                 bridge_through: Some(14),
                 next_record_seq: 15,
                 warnings: vec![LogRecoveryWarning::RecordsPastGapDropped {
@@ -261,6 +273,7 @@ fn extreme_sequence_numbers_do_not_panic() {
                             cache_tail_seq: tail,
                             chain,
                             store_last_record_seq: store,
+                            store_last_written_by_this_log: true,
                             mode,
                         });
                     }
@@ -298,6 +311,7 @@ fn random_input(rng: &mut Rng) -> LogRecoveryInput {
         cache_tail_seq: tail,
         chain,
         store_last_record_seq: store,
+        store_last_written_by_this_log: rng.chance(0.8),
         mode,
     }
 }
@@ -337,6 +351,26 @@ fn plans_keep_their_invariants_on_random_inputs() {
                     assert_eq!(p.replay, None, "{what}");
                     assert_eq!(Some(b), chain_last, "{what}");
                     assert!(b > store, "{what}");
+                }
+                // Kept records are the chain's records the store has, and only
+                // when nothing was dropped past a gap; they end where the replay
+                // starts.
+                if let Some(k) = p.keep {
+                    let chain = input.chain.expect("kept records come from the chain");
+                    assert_eq!(p.bridge_through, None, "{what}");
+                    assert!(input.store_last_written_by_this_log, "{what}");
+                    assert_eq!(k.first(), chain.first(), "{what}");
+                    assert_eq!(k.last(), chain.last().min(store), "{what}");
+                    if let Some(r) = p.replay {
+                        assert_eq!(k.last() + 1, r.first(), "{what}");
+                    }
+                } else {
+                    assert!(
+                        p.bridge_through.is_some()
+                            || !input.store_last_written_by_this_log
+                            || input.chain.is_none_or(|c| c.first() > store),
+                        "{what}"
+                    );
                 }
                 // Every chain record past the store is replayed or bridged, never
                 // silently lost.

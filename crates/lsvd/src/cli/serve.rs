@@ -257,6 +257,12 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 report.stranded_deleted.len()
             );
         }
+        if report.log_records_kept > 0 {
+            eprintln!(
+                "lsvd: {name}: the write log still holds {} records the store has; reads of them stay local",
+                report.log_records_kept
+            );
+        }
         let log_capacity = volume.status().log_capacity_bytes;
         exports.push(Export {
             name: name.clone(),

@@ -377,7 +377,9 @@ pub(crate) async fn write_clean(shared: &Arc<Shared>) -> Result<()> {
         (seq, snapshot(shared, &st, seq, clean), dead)
     };
     run(shared, seq, snapshot, dead).await;
-    let through = shared.lock().pipeline.store().last_record_seq();
+    // Everything is in the store now; the log keeps what it kept (the next open
+    // serves reads of it again) and frees only what it had decided to free.
+    let through = shared.lock().log_freeing_through;
     persist_tail_off_runtime(shared, through, true).await;
     if shared.is_failed() {
         return Err(Error::new(

@@ -146,3 +146,94 @@ async fn a_shrink_drops_kept_data_past_the_new_end() {
     assert_eq!(versions(&vol).await, want, "zeros past the old cut");
     vol.shutdown().await.expect("shutdown");
 }
+
+async fn open_report(
+    store: &DynStore,
+    dir: &std::path::Path,
+) -> (Arc<Volume>, super::open::OpenReport) {
+    open_volume(store.clone(), "v", dir, keep_config(Some(8 << 20)))
+        .await
+        .expect("open")
+}
+
+/// What the log kept is read from it after a crash and after a clean stop too: the
+/// next open takes the records the store has back into the overlay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_records_are_read_from_the_log_after_a_crash_and_after_a_clean_stop() {
+    let store = new_volume().await;
+    let dir = TempDir::new("engine-log-keep-restart");
+    let (vol, _) = open_report(&store, dir.path()).await;
+    write_all(&vol, 1).await;
+    settle(&vol).await;
+    vol.crash();
+    drop(vol);
+
+    let (vol, report) = open_report(&store, dir.path()).await;
+    assert!(report.log_records_kept > 0, "{report:?}");
+    assert_eq!(report.log_records_replayed, 0, "the store has every record");
+    assert!(vol.status().log_retained_bytes >= BLOCKS * BLOCK);
+    let before = gets(&vol);
+    assert_eq!(versions(&vol).await, vec![1; BLOCKS as usize]);
+    assert_eq!(gets(&vol), before, "read from the log after a crash");
+    // Newer writes over kept ones read back as the newer version, before and after
+    // their upload.
+    write_all(&vol, 2).await;
+    assert_eq!(versions(&vol).await, vec![2; BLOCKS as usize]);
+    settle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+
+    let (vol, report) = open_report(&store, dir.path()).await;
+    assert!(report.log_records_kept > 0, "a clean stop keeps them too");
+    let before = gets(&vol);
+    assert_eq!(versions(&vol).await, vec![2; BLOCKS as usize]);
+    assert_eq!(gets(&vol), before, "read from the log after a clean stop");
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// A shrink (then a grow) after the records were written: taking them back at open
+/// must not bring back the data the shrink dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_records_taken_back_at_open_leave_out_what_a_shrink_dropped() {
+    let store = new_volume().await;
+    let dir = TempDir::new("engine-log-keep-shrink-restart");
+    let (vol, _) = open_report(&store, dir.path()).await;
+    write_all(&vol, 1).await;
+    settle(&vol).await;
+    let half = BLOCKS / 2;
+    vol.resize(half * BLOCK, true).await.expect("shrink");
+    vol.resize(BLOCKS * BLOCK, false).await.expect("grow");
+    settle(&vol).await;
+    vol.crash();
+    drop(vol);
+    let (vol, report) = open_report(&store, dir.path()).await;
+    assert!(report.log_records_kept > 0, "{report:?}");
+    let mut want = vec![1; half as usize];
+    want.extend(vec![0; (BLOCKS - half) as usize]);
+    assert_eq!(versions(&vol).await, want, "zeros past the old cut");
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// Another session (another host, another data directory) wrote the volume after
+/// this log's session: the log's records may be older than the store's versions, so
+/// the log keeps none of them for reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_keeps_nothing_once_another_session_wrote_the_volume() {
+    let store = new_volume().await;
+    let here = TempDir::new("engine-log-keep-here");
+    let elsewhere = TempDir::new("engine-log-keep-elsewhere");
+    let (vol, _) = open_report(&store, here.path()).await;
+    write_all(&vol, 1).await;
+    settle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+
+    let (vol, _) = open_report(&store, elsewhere.path()).await;
+    write_all(&vol, 2).await;
+    vol.shutdown().await.expect("shutdown");
+
+    for _ in 0..2 {
+        let (vol, report) = open_report(&store, here.path()).await;
+        assert_eq!(report.log_records_kept, 0, "{report:?}");
+        assert_eq!(versions(&vol).await, vec![2; BLOCKS as usize]);
+        vol.shutdown().await.expect("shutdown");
+    }
+}

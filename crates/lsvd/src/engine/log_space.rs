@@ -143,18 +143,15 @@ impl LogSpace {
             && self.records.back().is_some_and(|r| r.seq >= seq)
     }
 
-    /// The offset of the first record after `seq`, or the head if none: where the tail
-    /// will be once everything through `seq` is freed.
-    pub fn tail_after(&self, seq: u64) -> (u64, u64) {
+    /// The offset and sequence number of the first record after `seq`: where the
+    /// tail will be once everything through `seq` is freed. With none, the head and
+    /// `next_record_seq`, the number the next record appended there will carry (a
+    /// recovery that scans from this tail then finds only records appended later,
+    /// never an older record that happens to sit at the start of the log).
+    pub fn tail_after(&self, seq: u64, next_record_seq: u64) -> (u64, u64) {
         match self.records.iter().find(|r| r.seq > seq) {
             Some(r) => (r.offset, r.seq),
-            None => (
-                self.head,
-                self.records
-                    .back()
-                    .map_or(seq + 1, |r| r.seq + 1)
-                    .max(seq + 1),
-            ),
+            None => (self.head, next_record_seq),
         }
     }
 }
@@ -183,7 +180,12 @@ mod tests {
         );
         assert_eq!(s.place(100), Some(400));
         assert!(s.holds(2) && s.holds(3) && !s.holds(1));
-        assert_eq!(s.tail_after(2), (100, 3));
+        assert_eq!(s.tail_after(2, 4), (100, 3));
+        assert_eq!(
+            s.tail_after(3, 4),
+            (400, 4),
+            "none left: the head and the next number"
+        );
         s.free_through(3);
         assert_eq!(s.used_bytes(), 0);
         assert_eq!(s.place(1000), Some(100));

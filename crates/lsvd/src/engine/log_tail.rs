@@ -20,20 +20,16 @@ pub(crate) async fn persist_tail_off_runtime(shared: &Arc<Shared>, through: u64,
 
 /// Write the cache superblock with the tail after record `through`, then free the
 /// space and drop the freed records' extents from the write-log map (reads of them go
-/// to the store from then on). A clean stop frees everything the pipeline says is
-/// freeable, if that is further; otherwise nothing past it is freed. Called with no
-/// state lock held.
+/// to the store from then on). Nothing past what the pipeline says is freeable is
+/// freed. A clean stop marks the superblock clean and frees no more than the log
+/// had freed: the records it keeps are read from it after the next open too. Called
+/// with no state lock held.
 pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
     let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
     let (sb, through) = {
         let mut st = shared.lock();
-        let freeable = st.pipeline.freeable_through();
-        let through = if clean {
-            through.max(freeable)
-        } else {
-            through.min(freeable)
-        };
-        let (tail_offset, tail_seq) = st.log.tail_after(through);
+        let through = through.min(st.pipeline.freeable_through());
+        let (tail_offset, tail_seq) = st.log.tail_after(through, st.next_record_seq);
         st.cache_super_generation += 1;
         let sb = CacheSuper {
             clean,

@@ -56,6 +56,9 @@ pub struct OpenReport {
     pub log_records_from_index: u64,
     pub log_records_replayed: u64,
     pub log_bytes_replayed: u64,
+    /// Write-log records the store already holds that the log keeps, and serves
+    /// reads of, until it needs the space.
+    pub log_records_kept: u64,
     pub cache_created: bool,
 }
 
@@ -172,6 +175,8 @@ pub async fn open_volume_on(
 struct LogPlan {
     /// Records the store lacks, in order.
     replay: Vec<FoundRecord>,
+    /// Records the store holds, in order, before `replay`: the log keeps them.
+    keep: Vec<FoundRecord>,
     /// Records dropped past a gap (accept-prefix): an empty object covers them.
     bridge_through: Option<u64>,
     next_record_seq: u64,
@@ -188,6 +193,7 @@ fn plan_log(
     existing: Option<&CacheSuper>,
     layout: &CacheLayout,
     last_in_store: u64,
+    store_last_written_by_this_log: bool,
     mode: RecoveryMode,
 ) -> Result<LogPlan> {
     let input = LogRecoveryInput {
@@ -197,6 +203,7 @@ fn plan_log(
             _ => None,
         },
         store_last_record_seq: last_in_store,
+        store_last_written_by_this_log,
         mode,
     };
     let plan = plan_log_recovery(&input).map_err(|refusal| match refusal {
@@ -228,15 +235,17 @@ fn plan_log(
         (None, Some(sb)) => (0, sb.tail_offset),
         (None, None) => (0, layout.log_start),
     };
-    let replay = chain
+    let in_range = |range: Option<SeqRange>, r: &FoundRecord| {
+        range.is_some_and(|range| range.contains(r.header.seq))
+    };
+    let (keep, rest): (Vec<_>, Vec<_>) = chain.into_iter().partition(|r| in_range(plan.keep, r));
+    let replay = rest
         .into_iter()
-        .filter(|r| {
-            plan.replay
-                .is_some_and(|range| range.contains(r.header.seq))
-        })
+        .filter(|r| in_range(plan.replay, r))
         .collect();
     Ok(LogPlan {
         replay,
+        keep,
         bridge_through: plan.bridge_through,
         next_record_seq: plan.next_record_seq,
         last_record_crc,
@@ -330,16 +339,26 @@ async fn open_inner(
             ));
         }
     }
+    // The session that claimed the volume last used its log epoch as its session id
+    // (`claim`): if that is this log's, nobody has written the volume since.
+    let store_last_written_by_this_log = existing.is_some_and(|sb| {
+        sb.index_epoch != 0 && newest_super.is_some_and(|v| v.session == sb.index_epoch)
+    });
     let plan = plan_log(
         chain,
         existing.as_ref(),
         &layout,
         last_in_store,
+        store_last_written_by_this_log,
         config.recovery_mode,
     )?;
 
     // 3. Replay, then serve.
-    let log_first = plan.replay.first().map_or(plan.head, |r| r.offset);
+    let log_first = plan
+        .keep
+        .first()
+        .or(plan.replay.first())
+        .map_or(plan.head, |r| r.offset);
     let mut log = LogSpace::new(log_start, log_end, log_first);
     let now_ns = super::clock::now_ns(&*config.clock);
     let size_bytes = store_state.volume_size_bytes;
@@ -422,13 +441,29 @@ async fn open_inner(
         }
     }
     let generation = {
-        let mut st = shared.lock();
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        // Records the store has: back into the overlay (where the store still maps
+        // their data), so reads of what the log kept stay local after a restart. The
+        // log frees them as it needs the space, as it would have.
+        for r in &plan.keep {
+            log.push(r.header.seq, r.offset, r.header.total_bytes());
+            st.log_headers.push_back((r.offset, r.header.clone()));
+            st.log_map.keep_applied(
+                st.pipeline.store().map(),
+                r.header.seq,
+                r.offset + u64::from(r.header.header_bytes),
+                &r.header.extents,
+            );
+            report.log_records_kept += 1;
+        }
+        st.log_classified_through = plan.keep.last().map_or(0, |r| r.header.seq);
         for r in &plan.replay {
             let bytes = r.header.total_bytes();
             log.push(r.header.seq, r.offset, bytes);
             st.log_headers.push_back((r.offset, r.header.clone()));
             log_order::apply_record(
-                &mut st,
+                st,
                 now_ns,
                 r.header.seq,
                 r.offset,
@@ -497,7 +532,9 @@ async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> Resul
         VolumeSuper {
             volume: shared.meta.volume,
             generation: newest_super.map_or(0, |sb| sb.generation) + 1,
-            session: random_session_id(),
+            // Random, and the write log's epoch too: the next open tells from it
+            // whether this log's session was the volume's last writer.
+            session: shared.index_epoch,
             clean: false,
             deleting: false,
             newest_checkpoint: checkpoints.last().copied(),
