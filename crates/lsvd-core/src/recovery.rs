@@ -153,9 +153,11 @@ pub struct LogRecoveryPlan {
     /// Chain records the store holds already (from the chain's first through the
     /// store's last record): the log keeps them, and reads of their data stay local,
     /// until it needs the space. None when records past a gap were dropped (the log
-    /// and the store do not line up there, so nothing of the log is trusted for reads)
-    /// or when another session wrote the volume after this log's
-    /// (`store_last_written_by_this_log`: a block it wrote since would read stale).
+    /// and the store do not line up there, so nothing of the log is trusted for reads),
+    /// when the chain ends before the store does (the store has newer records the log
+    /// lost: a power failure before a sync), or when another session wrote the volume
+    /// after this log's (`store_last_written_by_this_log`: a block it wrote since would
+    /// read stale).
     pub keep: Option<SeqRange>,
     /// Accept-prefix only: records past a gap were dropped; upload an empty batch
     /// covering records through this one so the store and the log line up again.
@@ -358,9 +360,17 @@ pub fn plan_log_recovery(input: &LogRecoveryInput) -> Result<LogRecoveryPlan, Lo
         }
     }
 
+    // Kept records must be the newest versions the store has of their blocks: every
+    // record the store holds after the chain's first must be in the chain. A chain
+    // that ends before the store does (the cache device lost records the store got,
+    // say from memory before a power failure) would shadow the store's newer data.
     let keep = match input.chain {
-        Some(chain) if bridge_through.is_none() && input.store_last_written_by_this_log => {
-            SeqRange::new(chain.first(), chain.last().min(store))
+        Some(chain)
+            if bridge_through.is_none()
+                && input.store_last_written_by_this_log
+                && chain.last() >= store =>
+        {
+            SeqRange::new(chain.first(), store)
         }
         _ => None,
     };
