@@ -263,6 +263,12 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
     // One generation at a time, in checkpoint order: two checkpoints' writes may
     // otherwise race for the same generation.
     let _serial = shared.volume_super_writes.lock().await;
+    // A failed volume names nothing more: after an in-process crash (a test's
+    // `Volume::crash`) another open may be recovering the volume, and would take a
+    // superblock written now for a second writer.
+    if shared.is_failed() {
+        return false;
+    }
     let next = {
         let last = *shared
             .volume_super
@@ -287,7 +293,21 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
             ..last
         }
     };
-    match write(&shared.store, &shared.meta.name, &next, 12, shared.clock()).await {
+    // Retries against a failing store take up to half a minute; a volume that fails
+    // meanwhile abandons the write (and releases the lock `Volume::crash` waits on).
+    let written = write(&shared.store, &shared.meta.name, &next, 12, shared.clock());
+    tokio::pin!(written);
+    let result = loop {
+        tokio::select! {
+            r = &mut written => break r,
+            () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                if shared.is_failed() {
+                    return false;
+                }
+            }
+        }
+    };
+    match result {
         Ok(()) => {
             *shared
                 .volume_super

@@ -337,6 +337,18 @@ impl Volume {
         if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
             g.abort();
         }
+        // A checkpoint naming itself in a volume superblock may be half way through
+        // the write, on another thread; a process that died would write nothing more.
+        // Let that write land now: every later one sees the volume failed and stops
+        // (`checkpoint::name_in_volume_super`), so the next open does not take it for
+        // a second writer. Bounded: on a single-threaded runtime the writer cannot
+        // run while this waits.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.shared.volume_super_writes.try_lock().is_err()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The store map as (lba, sectors, object seq, byte offset), for tests and the
