@@ -78,6 +78,28 @@ pub trait BlockDevice: Send + Sync + 'static {
     ) -> impl Future<Output = io::Result<Vec<AllocationExtent>>> + Send;
     /// NBD_CMD_CACHE: a hint to prefetch; may do nothing.
     fn cache(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<()>> + Send;
+    /// Take a WRITE, FLUSH, TRIM or WRITE_ZEROES without a task of its own: the device
+    /// answers through `done` ([`Completion::complete`], from any thread) when it is
+    /// done, with the result its async method would have returned. A device with a
+    /// queue of its own avoids a task spawn and a wake-up per request this way. One
+    /// that cannot take `op` now hands both back, and the server calls the async
+    /// method on a task instead (the default: every request goes that way). Must not
+    /// block.
+    ///
+    /// A device may queue what it was started and run it at the next [`unplug`]: the
+    /// server starts every request it has read before it waits for anything, so one
+    /// `unplug` covers a burst of requests (a group commit's worth).
+    ///
+    /// [`unplug`]: BlockDevice::unplug
+    fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
+        Err((op, done))
+    }
+    /// The server has started every request it has for now and is about to wait (for
+    /// the socket, a permit, room for a reply, or the end of the connection): a device
+    /// that queues started requests must run them, or see that they will run, before
+    /// it returns. Called only after a successful [`BlockDevice::start`]; may block
+    /// briefly (it runs on a runtime thread: local writes, not network round trips).
+    fn unplug(&self) {}
 }
 
 pub mod client;
@@ -85,5 +107,6 @@ pub mod mem_device;
 pub mod proto;
 pub mod server;
 
+pub use server::reply::{Completion, StartOp};
 pub use server::tls::{Tls, TlsAcceptor, TlsMode};
 pub use server::{ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, Server};

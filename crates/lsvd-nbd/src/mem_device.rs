@@ -9,7 +9,9 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{AllocationExtent, BlockDevice, BlockSizes, STATE_HOLE, STATE_ZERO};
+use crate::{
+    AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
+};
 
 /// Allocation is tracked in units of this many bytes.
 pub const GRANULE: usize = 4096;
@@ -82,6 +84,57 @@ impl MemDevice {
         Ok(start..end)
     }
 
+    fn write_now(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        let length = u32::try_from(data.len()).map_err(|_| invalid("write too large"))?;
+        let r = self.range(offset, length)?;
+        let mut st = self.lock();
+        st.data[r.clone()].copy_from_slice(&data);
+        if !r.is_empty() {
+            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
+                st.allocated[g] = true;
+            }
+        }
+        if fua {
+            st.flushes += 1;
+        }
+        Ok(())
+    }
+
+    fn flush_now(&self) -> io::Result<()> {
+        self.lock().flushes += 1;
+        Ok(())
+    }
+
+    fn trim_now(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
+        let r = self.range(offset, length)?;
+        self.zero(r, false);
+        if fua {
+            self.lock().flushes += 1;
+        }
+        Ok(())
+    }
+
+    fn write_zeroes_now(
+        &self,
+        offset: u64,
+        length: u32,
+        fua: bool,
+        no_hole: bool,
+    ) -> io::Result<()> {
+        let r = self.range(offset, length)?;
+        self.zero(r.clone(), no_hole);
+        let mut st = self.lock();
+        if no_hole && !r.is_empty() {
+            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
+                st.allocated[g] = true;
+            }
+        }
+        if fua {
+            st.flushes += 1;
+        }
+        Ok(())
+    }
+
     /// Zeroes `r`; granules wholly inside it become holes unless `keep_allocated`.
     fn zero(&self, r: Range<usize>, keep_allocated: bool) {
         let mut st = self.lock();
@@ -123,33 +176,15 @@ impl BlockDevice for MemDevice {
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
-        let length = u32::try_from(data.len()).map_err(|_| invalid("write too large"))?;
-        let r = self.range(offset, length)?;
-        let mut st = self.lock();
-        st.data[r.clone()].copy_from_slice(&data);
-        if !r.is_empty() {
-            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
-                st.allocated[g] = true;
-            }
-        }
-        if fua {
-            st.flushes += 1;
-        }
-        Ok(())
+        self.write_now(offset, data, fua)
     }
 
     async fn flush(&self) -> io::Result<()> {
-        self.lock().flushes += 1;
-        Ok(())
+        self.flush_now()
     }
 
     async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
-        let r = self.range(offset, length)?;
-        self.zero(r, false);
-        if fua {
-            self.lock().flushes += 1;
-        }
-        Ok(())
+        self.trim_now(offset, length, fua)
     }
 
     async fn write_zeroes(
@@ -159,17 +194,28 @@ impl BlockDevice for MemDevice {
         fua: bool,
         no_hole: bool,
     ) -> io::Result<()> {
-        let r = self.range(offset, length)?;
-        self.zero(r.clone(), no_hole);
-        let mut st = self.lock();
-        if no_hole && !r.is_empty() {
-            for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
-                st.allocated[g] = true;
-            }
-        }
-        if fua {
-            st.flushes += 1;
-        }
+        self.write_zeroes_now(offset, length, fua, no_hole)
+    }
+
+    /// Everything here is done at once, so every request is answered before `start`
+    /// returns (the server's completion path, exercised by every client of a
+    /// `MemDevice`; the tests' wrapping device takes the task path).
+    fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
+        done.complete(match op {
+            StartOp::Write { offset, data, fua } => self.write_now(offset, data, fua),
+            StartOp::Flush => self.flush_now(),
+            StartOp::Trim {
+                offset,
+                length,
+                fua,
+            } => self.trim_now(offset, length, fua),
+            StartOp::WriteZeroes {
+                offset,
+                length,
+                fua,
+                no_hole,
+            } => self.write_zeroes_now(offset, length, fua, no_hole),
+        });
         Ok(())
     }
 

@@ -225,6 +225,14 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().log_records.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "log_handoffs_total",
+        "counter",
+        "Times the NBD server's thread left the writes it started to the log writer \
+         thread, instead of appending them itself: a FLUSH or FUA write (fdatasync), a \
+         full write log, or --log-writes-in-flight above 1.",
+        &|v, _| v.stats().log_handoffs.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "log_write_bytes_total",
         "counter",
         "Bytes written to the write log (record headers and padding included): over \

@@ -8,7 +8,9 @@
 use std::io;
 use std::sync::Arc;
 
-use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, STATE_HOLE, STATE_ZERO};
+use lsvd_nbd::{
+    AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
+};
 
 use crate::engine::Volume;
 
@@ -131,5 +133,41 @@ impl BlockDevice for NbdVolume {
         // Reading pulls the range's object chunks into the read cache.
         self.volume.read(offset, length as u64).await?;
         Ok(())
+    }
+
+    /// Writes, flushes and trims are queued for the next `unplug`, which appends them
+    /// as one group commit (`engine::started`) and answers the client when it retires.
+    /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
+    /// the task path.
+    fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
+        if let StartOp::WriteZeroes { no_hole: true, .. } = op {
+            return Err((op, done));
+        }
+        let answer: crate::engine::Answer =
+            Box::new(move |r: crate::error::Result<()>| done.complete(r.map_err(io::Error::from)));
+        match op {
+            StartOp::Write { offset, data, fua } => {
+                self.volume.start_write(offset, data, fua, answer)
+            }
+            StartOp::Flush => self.volume.start_flush(answer),
+            StartOp::Trim {
+                offset,
+                length,
+                fua,
+            }
+            | StartOp::WriteZeroes {
+                offset,
+                length,
+                fua,
+                ..
+            } => self
+                .volume
+                .start_write_zeroes(offset, u64::from(length), fua, answer),
+        }
+        Ok(())
+    }
+
+    fn unplug(&self) {
+        self.volume.unplug();
     }
 }

@@ -15,6 +15,7 @@
 //! also go to the [`Notices`] hook, if one is set.
 
 mod negotiate;
+pub(crate) mod reply;
 mod request;
 mod session;
 pub mod tls;

@@ -13,6 +13,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
@@ -21,19 +22,12 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use super::negotiate::ALLOCATION_CONTEXT_ID;
+use super::reply::{Completion, Reply, StartOp, error_reply, read_reply, result_reply};
 use super::request::{ExportParams, Op, validate};
 use super::{Limits, MAX_PAYLOAD_BYTES, shutdown_requested};
 use crate::proto::consts::*;
 use crate::proto::transmission::*;
 use crate::{AllocationExtent, BlockDevice, STATE_HOLE, STATE_ZERO};
-
-/// One reply, ready for the writer: `header` then `data` go out back to back.
-struct Reply {
-    header: Vec<u8>,
-    data: Vec<u8>,
-    /// Payload budget held until the data has been written.
-    _budget: Option<OwnedSemaphorePermit>,
-}
 
 /// Why the reader stopped.
 enum End {
@@ -50,7 +44,7 @@ enum End {
 
 /// Bytes the reader takes from the socket per read syscall. Payloads larger than this
 /// (and arriving with the buffer empty) are read straight into their own buffer.
-const READ_BUFFER_BYTES: usize = 64 << 10;
+const READ_BUFFER_BYTES: usize = 256 << 10;
 
 /// Read a WRITE's payload of `len` bytes into a buffer that is not zeroed first (the
 /// read fills it; zeroing 4 KiB per write was a measurable share of a write's cost).
@@ -89,8 +83,11 @@ where
         ops: Arc::new(Semaphore::new(limits.max_in_flight)),
         budget: Arc::new(Semaphore::new(limits.max_in_flight_bytes)),
         max_in_flight: limits.max_in_flight,
+        started: AtomicBool::new(false),
     };
     let end = conn.read_requests(&mut reader, &mut shutdown).await;
+    // Whatever ended the reader, what it started must run.
+    conn.unplug();
     // Tasks still running hold clones of the sender; the writer ends after the last one.
     drop(conn);
     match end {
@@ -131,9 +128,20 @@ struct Conn<D> {
     ops: Arc<Semaphore>,
     budget: Arc<Semaphore>,
     max_in_flight: usize,
+    /// Requests were handed to the device with `start` since its last `unplug`.
+    started: AtomicBool,
 }
 
 impl<D: BlockDevice> Conn<D> {
+    /// Before the reader may wait (for the socket, a permit, room for a reply): tell
+    /// the device to run what it was handed, since a device that queues started
+    /// requests may wait for this, and the requests may be what the reader waits for.
+    fn unplug(&self) {
+        if self.started.swap(false, Ordering::Relaxed) {
+            self.device.unplug();
+        }
+    }
+
     /// Why the reader must stop before taking another request, if it must: the same
     /// checks, in the same order, as the `select!`s below, without registering wakers.
     fn stopping(&self, shutdown: &watch::Receiver<bool>) -> Option<End> {
@@ -163,6 +171,7 @@ impl<D: BlockDevice> Conn<D> {
                 buf.copy_from_slice(header);
                 Pin::new(&mut *reader).consume(REQUEST_HEADER_LEN);
             } else {
+                self.unplug();
                 tokio::select! {
                 biased;
                 () = shutdown_requested(shutdown) => return End::Drain,
@@ -205,6 +214,7 @@ impl<D: BlockDevice> Conn<D> {
                     payload = data.to_vec();
                     Pin::new(&mut *reader).consume(len);
                 } else {
+                    self.unplug();
                     tokio::select! {
                         biased;
                         // Stuck mid-payload at shutdown: the request is lost, the stream unusable.
@@ -232,6 +242,7 @@ impl<D: BlockDevice> Conn<D> {
                         rejection.error,
                         rejection.message,
                     );
+                    self.unplug();
                     if self.tx.send(reply).await.is_err() {
                         return End::WriterGone;
                     }
@@ -249,22 +260,44 @@ impl<D: BlockDevice> Conn<D> {
             }
             let in_flight = match Arc::clone(&self.ops).try_acquire_owned() {
                 Ok(permit) => permit,
-                Err(_) => tokio::select! {
+                Err(_) => {
+                    self.unplug();
+                    tokio::select! {
                     biased;
                     () = shutdown_requested(shutdown) => return End::Drain,
                     permit = Arc::clone(&self.ops).acquire_owned() => match permit {
                         Ok(permit) => permit,
                         Err(_) => return End::WriterGone,
                     },
-                },
+                    }
+                }
+            };
+            let structured = self.params.structured;
+            // Writes, flushes and trims the device takes with a completion need no task.
+            let (op, payload, budget, in_flight) = match startable(op, payload) {
+                Ok(start) => {
+                    let done =
+                        Completion::new(hdr.cookie, structured, self.tx.clone(), budget, in_flight);
+                    match self.device.start(start, done) {
+                        Ok(()) => {
+                            self.started.store(true, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err((start, done)) => {
+                            let (op, payload) = unstart(start);
+                            let (budget, in_flight) = done.into_permits();
+                            (op, payload, budget, in_flight)
+                        }
+                    }
+                }
+                Err((op, payload)) => (op, payload, budget, in_flight),
             };
             let device = Arc::clone(&self.device);
             let tx = self.tx.clone();
-            let structured = self.params.structured;
             let size = self.params.size;
             tokio::spawn(async move {
                 let mut reply = execute(&*device, op, hdr.cookie, structured, size, payload).await;
-                reply._budget = budget;
+                reply.budget = budget;
                 // If the writer is gone the client is too; nothing to do with the reply.
                 let _ = tx.send(reply).await;
                 drop(in_flight);
@@ -284,6 +317,7 @@ impl<D: BlockDevice> Conn<D> {
         if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(length) {
             return Some(permit);
         }
+        self.unplug();
         tokio::select! {
             biased;
             () = shutdown_requested(shutdown) => None,
@@ -331,7 +365,7 @@ async fn execute<D: BlockDevice>(
                             Reply {
                                 header,
                                 data: Vec::new(),
-                                _budget: None,
+                                budget: None,
                             }
                         }
                         None => error_reply(cookie, structured, EIO, "device returned no extents"),
@@ -364,51 +398,74 @@ async fn execute<D: BlockDevice>(
             no_hole,
         } => device.write_zeroes(offset, length, fua, no_hole).await,
     };
-    match result {
-        Ok(()) => {
-            let mut header = Vec::with_capacity(SIMPLE_REPLY_HEADER_LEN);
-            // A simple reply is allowed for payload-less success even with structured replies.
-            encode_simple_reply(&mut header, 0, cookie);
-            Reply {
-                header,
-                data: Vec::new(),
-                _budget: None,
-            }
-        }
-        Err(e) => error_reply(cookie, structured, error_code(&e), &e.to_string()),
+    result_reply(cookie, structured, &result)
+}
+
+/// The request as a [`StartOp`], if it is one a device may take with a completion
+/// (no reply data, a non-empty range); otherwise it is handed back.
+fn startable(op: Op, payload: Vec<u8>) -> Result<StartOp, (Op, Vec<u8>)> {
+    match op {
+        Op::Write { offset, fua } if !payload.is_empty() => Ok(StartOp::Write {
+            offset,
+            data: payload,
+            fua,
+        }),
+        Op::Flush => Ok(StartOp::Flush),
+        Op::Trim {
+            offset,
+            length,
+            fua,
+        } if length > 0 => Ok(StartOp::Trim {
+            offset,
+            length,
+            fua,
+        }),
+        Op::WriteZeroes {
+            offset,
+            length,
+            fua,
+            no_hole,
+        } if length > 0 => Ok(StartOp::WriteZeroes {
+            offset,
+            length,
+            fua,
+            no_hole,
+        }),
+        op => Err((op, payload)),
     }
 }
 
-fn read_reply(cookie: u64, structured: bool, offset: u64, data: Vec<u8>) -> Reply {
-    let mut header = Vec::with_capacity(CHUNK_HEADER_LEN + 8);
-    if !structured {
-        encode_simple_reply(&mut header, 0, cookie);
-    } else if data.is_empty() {
-        // OFFSET_DATA must carry at least one byte.
-        encode_none_chunk(&mut header, cookie);
-    } else if encode_offset_data_header(&mut header, cookie, offset, data.len(), true).is_err() {
-        return error_reply(cookie, structured, EOVERFLOW, "read too large");
-    }
-    Reply {
-        header,
-        data,
-        _budget: None,
-    }
-}
-
-fn error_reply(cookie: u64, structured: bool, error: u32, message: &str) -> Reply {
-    let mut header = Vec::new();
-    // Error value 0 would read as success; never send it for a failure.
-    let error = if error == 0 { EIO } else { error };
-    if structured {
-        encode_error_chunk(&mut header, cookie, error, message, true);
-    } else {
-        encode_simple_reply(&mut header, error, cookie);
-    }
-    Reply {
-        header,
-        data: Vec::new(),
-        _budget: None,
+/// A [`StartOp`] the device declined, back as the request it was.
+fn unstart(start: StartOp) -> (Op, Vec<u8>) {
+    match start {
+        StartOp::Write { offset, data, fua } => (Op::Write { offset, fua }, data),
+        StartOp::Flush => (Op::Flush, Vec::new()),
+        StartOp::Trim {
+            offset,
+            length,
+            fua,
+        } => (
+            Op::Trim {
+                offset,
+                length,
+                fua,
+            },
+            Vec::new(),
+        ),
+        StartOp::WriteZeroes {
+            offset,
+            length,
+            fua,
+            no_hole,
+        } => (
+            Op::WriteZeroes {
+                offset,
+                length,
+                fua,
+                no_hole,
+            },
+            Vec::new(),
+        ),
     }
 }
 

@@ -30,9 +30,9 @@ use bytes::Bytes;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{ExtentKind, RecordExtent, RecordHeader};
 use lsvd_core::pipeline::BatchItem;
-use tokio::sync::oneshot;
 
 use super::shared::{LogPos, Shared, State};
+use super::writer::Done;
 use crate::error::{Error, Result};
 
 /// A record placed in the log and encoded, on its way to the device.
@@ -55,7 +55,7 @@ pub(crate) struct Group {
     pub error: Option<Error>,
     /// FLUSH, FUA or shutdown: `fdatasync` before answering.
     pub need_sync: bool,
-    pub replies: Vec<oneshot::Sender<Result<()>>>,
+    pub replies: Vec<Done>,
 }
 
 struct OrderState {
@@ -69,6 +69,9 @@ struct OrderState {
     in_flight: usize,
     /// A thread is retiring groups now.
     retiring: bool,
+    /// Threads waiting on `retired` (with none, a retirement signals nothing: a
+    /// notification is a system call, and with one write in flight nobody ever waits).
+    waiting: usize,
 }
 
 /// What only the retiring thread touches.
@@ -116,6 +119,7 @@ impl LogWrites {
                 landed: BTreeMap::new(),
                 in_flight: 0,
                 retiring: false,
+                waiting: 0,
             }),
             retired: Condvar::new(),
             retire: Mutex::new(RetireState {
@@ -157,11 +161,7 @@ impl LogWrites {
         let ticket = {
             let mut st = lock(&self.order.state);
             while st.in_flight >= self.order.capacity {
-                st = self
-                    .order
-                    .retired
-                    .wait(st)
-                    .unwrap_or_else(|p| p.into_inner());
+                st = self.order.wait_retired(st);
             }
             st.in_flight += 1;
             st.next_ticket += 1;
@@ -187,11 +187,7 @@ impl LogWrites {
     pub(crate) fn drain(&self) {
         let mut st = lock(&self.order.state);
         while st.in_flight > 0 {
-            st = self
-                .order
-                .retired
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
+            st = self.order.wait_retired(st);
         }
     }
 }
@@ -217,6 +213,14 @@ fn io_thread(order: &LogOrder, jobs: &Mutex<Receiver<Job>>) {
 }
 
 impl LogOrder {
+    /// Wait until a group retires.
+    fn wait_retired<'a>(&self, mut st: MutexGuard<'a, OrderState>) -> MutexGuard<'a, OrderState> {
+        st.waiting += 1;
+        let mut st = self.retired.wait(st).unwrap_or_else(|p| p.into_inner());
+        st.waiting -= 1;
+        st
+    }
+
     /// Write the group's record (if any), then retire every group that can retire.
     fn land(&self, ticket: u64, bytes: Vec<u8>, mut group: Group) {
         if let (None, Some(r)) = (&group.error, &group.record) {
@@ -245,7 +249,9 @@ impl LogOrder {
             self.retire(group, bytes);
             st = lock(&self.state);
             st.in_flight -= 1;
-            self.retired.notify_all();
+            if st.waiting > 0 {
+                self.retired.notify_all();
+            }
         }
     }
 
@@ -292,7 +298,7 @@ impl LogOrder {
         }
         drop(rs);
         for done in group.replies {
-            let _ = done.send(result.clone());
+            done.send(result.clone());
         }
     }
 }

@@ -77,6 +77,9 @@ mod shared;
 mod snapshot;
 #[cfg(test)]
 mod snapshot_tests;
+mod started;
+#[cfg(test)]
+mod started_tests;
 pub(crate) mod store_meta;
 pub(crate) mod store_recovery;
 #[cfg(test)]
@@ -106,5 +109,5 @@ pub use resize::Resized;
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use store_meta::{is_being_deleted, read_meta};
-pub use volume::{Volume, VolumeStatus};
+pub use volume::{Answer, Volume, VolumeStatus};
 pub use volume_super::read_newest as newest_volume_super;

@@ -33,6 +33,7 @@ use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::recent_records::RecentRecords;
 use super::shared::{Shared, State, Stats};
+use super::started::LogWriter;
 use super::store_meta::{is_being_deleted, random_session_id, read_meta};
 use super::store_recovery::{StoreRecovery, recover_store, settle_store};
 use super::volume::Volume;
@@ -603,11 +604,16 @@ async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper) {
 /// Start the log writer thread, the uploader and the GC of a recovered volume.
 fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     let (log_tx, log_rx) = tokio::sync::mpsc::channel(4096);
-    let writer_shared = shared.clone();
+    let log_writer = Arc::new(LogWriter::new(
+        &shared,
+        writer::new_appender(&shared),
+        log_tx.downgrade(),
+    ));
+    let (writer_shared, thread_writer) = (shared.clone(), log_writer.clone());
     let runtime = tokio::runtime::Handle::current();
     let writer_thread = std::thread::Builder::new()
         .name(format!("lsvd-log-{}", shared.meta.name))
-        .spawn(move || writer::run(writer_shared, log_rx, runtime))
+        .spawn(move || writer::run(writer_shared, thread_writer, log_rx, runtime))
         .map_err(|e| Error::local_io("cannot start log writer", e))?;
     // A snapshot export writes nothing: no uploads, no GC.
     let (uploader_task, gc_task) = match shared.snapshot {
@@ -621,6 +627,7 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     Ok(Volume {
         shared,
         log_tx,
+        log_writer,
         writer_thread: Mutex::new(Some(writer_thread)),
         uploader: Mutex::new(uploader_task),
         gc: Mutex::new(gc_task),

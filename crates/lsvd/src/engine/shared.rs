@@ -73,6 +73,10 @@ pub struct Stats {
     pub client_write_bytes: AtomicU64,
     pub client_read_bytes: AtomicU64,
     pub log_records: AtomicU64,
+    /// Times a runtime thread left started operations to the log writer thread (a
+    /// FLUSH or FUA at the head of the queue, a full log, writes in flight:
+    /// `super::started`).
+    pub log_handoffs: AtomicU64,
     pub log_syncs: AtomicU64,
     /// Bytes of records written to the write log (headers, padding and data).
     pub log_write_bytes: AtomicU64,

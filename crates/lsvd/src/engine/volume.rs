@@ -13,6 +13,7 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::shared::{Shared, Stats};
+use super::started::LogWriter;
 use super::{checkpoint, read, writer};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -79,9 +80,14 @@ pub struct VolumeStatus {
     pub read_ahead_bytes: u64,
 }
 
+/// What [`Volume::start_write`] and its kin call with a request's result.
+pub type Answer = Box<dyn FnOnce(Result<()>) + Send>;
+
 pub struct Volume {
     pub(crate) shared: Arc<Shared>,
     pub(crate) log_tx: tokio::sync::mpsc::Sender<writer::LogOp>,
+    /// Operations the NBD server starts, and the appender (`super::started`).
+    pub(crate) log_writer: Arc<LogWriter>,
     pub(crate) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -168,7 +174,7 @@ impl Volume {
                 lba: offset / SECTOR_BYTES,
                 data,
                 fua,
-                done: tx,
+                done: writer::Done::Wait(tx),
             },
             rx,
         )
@@ -187,7 +193,7 @@ impl Volume {
             lba: offset / SECTOR_BYTES,
             sectors: len / SECTOR_BYTES,
             fua,
-            done: tx,
+            done: writer::Done::Wait(tx),
         };
         self.submit(op, rx).await
     }
@@ -199,7 +205,89 @@ impl Volume {
         }
         self.check_writable()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(writer::LogOp::Flush { done: tx }, rx).await
+        self.submit(
+            writer::LogOp::Flush {
+                done: writer::Done::Wait(tx),
+            },
+            rx,
+        )
+        .await
+    }
+
+    /// [`Volume::write`] without waiting: queued until [`Volume::unplug`], which appends
+    /// it; `answer` is called with the result on the thread that finishes it (the
+    /// unplugging thread's or the log writer's), or at once if the request is refused.
+    /// It must not block. For the NBD server, which answers the client from there
+    /// without a task per request.
+    pub fn start_write(&self, offset: u64, data: Vec<u8>, fua: bool, answer: Answer) {
+        let checked = self
+            .check_range(offset, data.len() as u64)
+            .and_then(|()| self.check_writable());
+        if let Err(e) = checked {
+            return answer(Err(e));
+        }
+        if data.is_empty() {
+            return if fua {
+                self.start_flush(answer)
+            } else {
+                answer(Ok(()))
+            };
+        }
+        self.start(writer::LogOp::Write {
+            lba: offset / SECTOR_BYTES,
+            data,
+            fua,
+            done: writer::Done::Call(answer),
+        });
+    }
+
+    /// [`Volume::write_zeroes`] without waiting, as [`Volume::start_write`].
+    pub fn start_write_zeroes(&self, offset: u64, len: u64, fua: bool, answer: Answer) {
+        let checked = self
+            .check_range(offset, len)
+            .and_then(|()| self.check_writable());
+        if let Err(e) = checked {
+            return answer(Err(e));
+        }
+        if len == 0 {
+            return if fua {
+                self.start_flush(answer)
+            } else {
+                answer(Ok(()))
+            };
+        }
+        self.start(writer::LogOp::Zero {
+            lba: offset / SECTOR_BYTES,
+            sectors: len / SECTOR_BYTES,
+            fua,
+            done: writer::Done::Call(answer),
+        });
+    }
+
+    /// [`Volume::flush`] without waiting, as [`Volume::start_write`].
+    pub fn start_flush(&self, answer: Answer) {
+        if self.shared.snapshot.is_some() {
+            return answer(Ok(()));
+        }
+        if let Err(e) = self.check_writable() {
+            return answer(Err(e));
+        }
+        self.start(writer::LogOp::Flush {
+            done: writer::Done::Call(answer),
+        });
+    }
+
+    /// Queue `op` until [`Volume::unplug`].
+    fn start(&self, op: writer::LogOp) {
+        self.log_writer.start(op);
+    }
+
+    /// Append what was started ([`Volume::start_write`] and kin) since the last call:
+    /// on this thread if it may, otherwise by the log writer thread (see
+    /// `engine::started`). The NBD server calls it once it has started every request
+    /// it read, before it waits for anything.
+    pub fn unplug(&self) {
+        self.log_writer.unplug(&self.shared);
     }
 
     /// Read `len` bytes at `offset`. Errors: `BadInput`, `LocalIo`, `Corrupt` (an

@@ -19,23 +19,44 @@ use tokio::sync::oneshot;
 
 use super::log_order::{Group, LogWrites, PlacedRecord};
 use super::shared::Shared;
+use super::started::{Appender, LogWriter};
 use crate::error::{Error, ErrorKind, Result};
+
+/// Who hears how an operation ended: a task waiting on a channel, or a function called
+/// on the thread that finishes it (the NBD server's completion, so that no task has to
+/// be woken per request; it must not block).
+pub(crate) enum Done {
+    Wait(oneshot::Sender<Result<()>>),
+    Call(Box<dyn FnOnce(Result<()>) + Send>),
+}
+
+impl Done {
+    pub(crate) fn send(self, r: Result<()>) {
+        match self {
+            // The waiter may have gone (its client hung up): nothing to tell.
+            Done::Wait(tx) => {
+                let _ = tx.send(r);
+            }
+            Done::Call(f) => f(r),
+        }
+    }
+}
 
 pub(crate) enum LogOp {
     Write {
         lba: u64,
         data: Vec<u8>,
         fua: bool,
-        done: oneshot::Sender<Result<()>>,
+        done: Done,
     },
     Zero {
         lba: u64,
         sectors: u64,
         fua: bool,
-        done: oneshot::Sender<Result<()>>,
+        done: Done,
     },
     Flush {
-        done: oneshot::Sender<Result<()>>,
+        done: Done,
     },
     Shutdown {
         done: oneshot::Sender<Result<()>>,
@@ -48,32 +69,43 @@ pub(crate) enum LogOp {
         new_size_bytes: u64,
         done: oneshot::Sender<Result<()>>,
     },
+    /// Append what the NBD server started (`super::started`): a runtime thread left
+    /// something only this thread may do.
+    Kick,
 }
 
 /// Most operations taken into one group commit.
-const MAX_OPS_PER_RECORD: usize = 1024;
+pub(crate) const MAX_OPS_PER_RECORD: usize = 1024;
 
-/// The writer thread's body. `runtime` is entered so that the clock reads the same time
-/// as the runtime's tasks (tokio's clock, paused in some tests).
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    mut rx: tokio::sync::mpsc::Receiver<LogOp>,
-    runtime: tokio::runtime::Handle,
-) {
-    let _runtime = runtime.enter();
-    let (mut chain_crc, landed_through) = {
+/// The appender for a volume whose log is as `shared` says (at open).
+pub(crate) fn new_appender(shared: &Arc<Shared>) -> Appender {
+    let (chain_crc, landed_through) = {
         let st = shared.lock();
         (st.last_record_crc, st.next_record_seq - 1)
     };
     let in_flight = shared.config.log_writes_in_flight;
-    let writes = LogWrites::start(shared.clone(), in_flight, landed_through);
+    Appender {
+        writes: LogWrites::start(shared.clone(), in_flight, landed_through),
+        chain_crc,
+    }
+}
+
+/// The writer thread's body. `runtime` is entered so that the clock reads the same time
+/// as the runtime's tasks (tokio's clock, paused in some tests).
+///
+/// It takes the operations of the async API from `rx`, and appends what the NBD
+/// server started whenever it is woken (`super::started`): before each of its own
+/// operations, and again after, for what was started while it held the appender.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    writer: Arc<LogWriter>,
+    mut rx: tokio::sync::mpsc::Receiver<LogOp>,
+    runtime: tokio::runtime::Handle,
+) {
+    let _runtime = runtime.enter();
     // A record carries at most a batch of data (unless one write is larger), so that
     // objects stay within the batch size (`Batcher::would_overflow`).
-    let max_bytes = shared
-        .config
-        .group_commit_max_bytes
-        .min(shared.config.batch_size_bytes)
-        .max(1);
+    let max_bytes = writer.max_record_data_bytes;
     // An op that did not fit the previous group starts the next one.
     let mut carried: Option<LogOp> = None;
     loop {
@@ -84,40 +116,74 @@ pub(crate) fn run(
                 None => break,
             },
         };
-        if let LogOp::Resize {
-            new_size_bytes,
-            done,
-        } = first
-        {
-            let _ = done.send(resize_in_log_order(&shared, &writes, new_size_bytes));
-            continue;
-        }
-        let mut ops = vec![first];
-        let mut bytes = op_bytes(&ops[0]);
-        while ops.len() < MAX_OPS_PER_RECORD && bytes < max_bytes {
-            match rx.try_recv() {
-                Ok(op @ LogOp::Resize { .. }) => {
-                    carried = Some(op);
-                    break;
-                }
-                Ok(op) => {
-                    let more = op_bytes(&op);
-                    if bytes + more > max_bytes {
-                        carried = Some(op);
-                        break;
-                    }
-                    bytes += more;
-                    ops.push(op);
-                }
-                Err(_) => break,
+        let mut appender = writer.lock_appender();
+        // What was started before this operation goes first.
+        writer.append_started(&shared, &mut appender, false);
+        let shutdown = match first {
+            LogOp::Kick => false,
+            LogOp::Resize {
+                new_size_bytes,
+                done,
+            } => {
+                let _ = done.send(resize_in_log_order(
+                    &shared,
+                    &appender.writes,
+                    new_size_bytes,
+                ));
+                false
             }
-        }
-        let shutdown = process(&shared, &writes, &mut chain_crc, ops);
+            first => {
+                let mut ops = vec![first];
+                let mut bytes = op_bytes(&ops[0]);
+                while ops.len() < MAX_OPS_PER_RECORD && bytes < max_bytes {
+                    match rx.try_recv() {
+                        Ok(LogOp::Kick) => {}
+                        Ok(op @ LogOp::Resize { .. }) => {
+                            carried = Some(op);
+                            break;
+                        }
+                        Ok(op) => {
+                            let more = op_bytes(&op);
+                            if bytes + more > max_bytes {
+                                carried = Some(op);
+                                break;
+                            }
+                            bytes += more;
+                            ops.push(op);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if ops.iter().any(|op| matches!(op, LogOp::Shutdown { .. })) {
+                    // Nothing may be started after the shutdown; what was, goes first.
+                    writer.close();
+                    writer.append_started(&shared, &mut appender, false);
+                }
+                match process_group(&shared, &mut appender, ops, true) {
+                    Ok(shutdown) => shutdown,
+                    // Only a runtime thread's group is handed back.
+                    Err(ops) => {
+                        for op in ops {
+                            reply(op, Err(shared.failed_error()));
+                        }
+                        false
+                    }
+                }
+            }
+        };
+        drop(appender);
         if shutdown {
             break;
         }
+        // Started while this thread held the appender: whoever started it found the
+        // appender taken and left it here.
+        while writer.has_started() {
+            let mut appender = writer.lock_appender();
+            writer.append_started(&shared, &mut appender, false);
+        }
     }
     // Fail anything still queued.
+    writer.refuse_started();
     rx.close();
     let closing = || {
         Err(Error::new(
@@ -133,22 +199,30 @@ pub(crate) fn run(
     }
 }
 
-fn op_bytes(op: &LogOp) -> u64 {
+/// Does `op` ask for an `fdatasync` before it is answered?
+pub(crate) fn needs_sync(op: &LogOp) -> bool {
+    match op {
+        LogOp::Write { fua, .. } | LogOp::Zero { fua, .. } => *fua,
+        _ => true,
+    }
+}
+
+pub(crate) fn op_bytes(op: &LogOp) -> u64 {
     match op {
         LogOp::Write { data, .. } => data.len() as u64,
         _ => 0,
     }
 }
 
-fn reply(op: LogOp, r: Result<()>) {
+pub(crate) fn reply(op: LogOp, r: Result<()>) {
     match op {
-        LogOp::Write { done, .. }
-        | LogOp::Zero { done, .. }
-        | LogOp::Flush { done }
-        | LogOp::Shutdown { done }
-        | LogOp::Resize { done, .. } => {
+        LogOp::Write { done, .. } | LogOp::Zero { done, .. } | LogOp::Flush { done } => {
+            done.send(r)
+        }
+        LogOp::Shutdown { done } | LogOp::Resize { done, .. } => {
             let _ = done.send(r);
         }
+        LogOp::Kick => {}
     }
 }
 
@@ -185,8 +259,17 @@ fn resize_in_log_order(shared: &Shared, writes: &LogWrites, new_size_bytes: u64)
 }
 
 /// Handle one group: number it, place and encode its record, and issue it. Returns
-/// true when the writer should stop.
-fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<LogOp>) -> bool {
+/// true when the writer should stop. Without `may_wait` (a runtime thread), a group
+/// that finds no log space without waiting for it (or freeing it) is handed back
+/// untouched.
+pub(crate) fn process_group(
+    shared: &Shared,
+    appender: &mut Appender,
+    ops: Vec<LogOp>,
+    may_wait: bool,
+) -> std::result::Result<bool, Vec<LogOp>> {
+    let writes = &appender.writes;
+    let chain_crc = &mut appender.chain_crc;
     let size_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
     let (ops, beyond): (Vec<LogOp>, Vec<LogOp>) = ops
         .into_iter()
@@ -235,8 +318,8 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
                 need_sync |= *fua;
             }
             LogOp::Flush { .. } | LogOp::Shutdown { .. } => need_sync = true,
-            // A group of its own (the loop in `run`): never here.
-            LogOp::Resize { .. } => {}
+            // A group of its own (the loop in `run`), or nothing to write.
+            LogOp::Resize { .. } | LogOp::Kick => {}
         }
     }
     let mut group = Group {
@@ -246,13 +329,17 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
         replies: Vec::with_capacity(ops.len()),
     };
     let mut bytes = Vec::new();
-    match place(shared, &extents, &parts, *chain_crc) {
-        Ok(Some((record, placed))) => {
+    match place(shared, &extents, &parts, *chain_crc, may_wait) {
+        Ok(Placed::Record(record, placed)) => {
             *chain_crc = placed.header.crc;
             bytes = record;
             group.record = Some(placed);
         }
-        Ok(None) => {}
+        Ok(Placed::Nothing) => {}
+        Ok(Placed::NoRoom) => {
+            drop(parts);
+            return Err(ops);
+        }
         Err(e) => group.error = Some(e),
     }
     drop(parts);
@@ -260,21 +347,20 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
     let mut shutdown = None;
     for op in ops {
         match op {
-            LogOp::Write { done, .. }
-            | LogOp::Zero { done, .. }
-            | LogOp::Flush { done }
-            | LogOp::Resize { done, .. } => {
+            LogOp::Write { done, .. } | LogOp::Zero { done, .. } | LogOp::Flush { done } => {
                 group.replies.push(done);
             }
+            LogOp::Resize { done, .. } => group.replies.push(Done::Wait(done)),
             LogOp::Shutdown { done } => shutdown = Some(done),
+            LogOp::Kick => {}
         }
     }
     let Some(shutdown) = shutdown else {
         writes.issue(group, bytes);
-        return false;
+        return Ok(false);
     };
     let (tx, rx) = oneshot::channel();
-    group.replies.push(tx);
+    group.replies.push(Done::Wait(tx));
     writes.issue(group, bytes);
     let result = rx
         .blocking_recv()
@@ -283,23 +369,36 @@ fn process(shared: &Shared, writes: &LogWrites, chain_crc: &mut u32, ops: Vec<Lo
     // Everything written goes up now; nothing is held back any more.
     shared.lock().pipeline.stop_writes();
     let _ = shutdown.send(result);
-    true
+    Ok(true)
+}
+
+/// What [`place`] did.
+enum Placed {
+    /// Nothing to write (a group of flushes).
+    Nothing,
+    /// The record's bytes, and where it goes.
+    Record(Vec<u8>, PlacedRecord),
+    /// The log has no room now, and the caller may not wait for it.
+    NoRoom,
 }
 
 /// Reserve log space and a sequence number for a record of `extents`, and encode it
-/// chained to `prev_crc`. None if there is nothing to write.
+/// chained to `prev_crc`. Without `may_wait`, a full log is [`Placed::NoRoom`]: freeing
+/// kept records (a superblock write and `fdatasync`) and waiting for uploads are the
+/// log writer thread's.
 fn place(
     shared: &Shared,
     extents: &[RecordExtent],
     parts: &[&[u8]],
     prev_crc: u32,
-) -> Result<Option<(Vec<u8>, PlacedRecord)>> {
+    may_wait: bool,
+) -> Result<Placed> {
     let failed = || shared.failed_error();
     if shared.failed.load(Ordering::SeqCst) {
         return Err(failed());
     }
     if extents.is_empty() {
-        return Ok(None);
+        return Ok(Placed::Nothing);
     }
     let data_bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
     let total = record_bytes_for(extents.len(), data_bytes);
@@ -314,6 +413,9 @@ fn place(
         let offset = loop {
             if let Some(off) = st.log.place(total) {
                 break off;
+            }
+            if !may_wait {
+                return Ok(Placed::NoRoom);
             }
             // A failed volume uploads nothing more, so no space will be freed.
             if shared.is_failed() {
@@ -365,7 +467,7 @@ fn place(
         (seq, offset)
     };
     let (record, header) = encode_record_parts(shared.meta.volume, seq, prev_crc, extents, parts);
-    Ok(Some((
+    Ok(Placed::Record(
         record,
         PlacedRecord {
             seq,
@@ -374,5 +476,5 @@ fn place(
             data_bytes,
             total_bytes: total,
         },
-    )))
+    ))
 }

@@ -1,0 +1,224 @@
+//! Writes appended by the thread that reads them from the client (flat combining).
+//!
+//! Why: at 4 KiB and a deep queue, handing each group of writes from the NBD
+//! connection's thread to the log writer thread and the answers back cost as much as
+//! the log write itself: two wake-ups of an idle thread per group commit (tens of µs
+//! each on a VM), and the threads waiting on each other. The NBD server instead *starts*
+//! requests ([`crate::engine::Volume::start_write`] and kin) as it reads them, then
+//! *unplugs* once it has read every request that arrived ([`LogWriter::unplug`]).
+//! Unplugging appends the started operations on the calling thread, as the log writer
+//! thread would (same groups, same records, same order), and their answers go straight
+//! to the connection's reply queue.
+//!
+//! One appender at a time: the [`Appender`] (the log writes in flight and the CRC chain)
+//! is behind a mutex. Whoever holds it appends the queue from its head; whoever finds it
+//! taken leaves its operations queued, and the holder looks at the queue again after it
+//! lets go, so nothing is stranded. Operations are appended in the order they were
+//! started, by whichever thread: a FLUSH covers every write answered before it.
+//!
+//! What a runtime thread must not do is left to the log writer thread, which is woken
+//! for it ([`LogOp::Kick`]): an `fdatasync` (a FLUSH or FUA at the head of the queue),
+//! waiting for log space or freeing it, and everything when more than one log write may
+//! be in flight (`--log-writes-in-flight`, whose bound is a blocking wait). The thread
+//! appends the queue before every operation of its own, so a shutdown finds it empty.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use super::log_order::LogWrites;
+use super::shared::Shared;
+use super::writer::{self, LogOp};
+use crate::error::{Error, ErrorKind};
+
+/// What the appender owns: the log writes in flight and the CRC the next record chains
+/// to.
+pub(crate) struct Appender {
+    pub(crate) writes: LogWrites,
+    pub(crate) chain_crc: u32,
+}
+
+struct Queue {
+    ops: VecDeque<LogOp>,
+    /// The writer is stopping: operations started now are refused.
+    closed: bool,
+}
+
+/// The started operations and the appender, shared by the NBD server's threads and the
+/// log writer thread.
+pub(crate) struct LogWriter {
+    queue: Mutex<Queue>,
+    appender: Mutex<Appender>,
+    /// Wakes the log writer thread (a [`LogOp::Kick`]). Weak: the thread ends when the
+    /// volume's own sender is dropped, as it always did.
+    kick: tokio::sync::mpsc::WeakSender<LogOp>,
+    /// Runtime threads may append (one log write in flight: the write is done inline).
+    inline: bool,
+    /// Most data bytes in one record.
+    pub(crate) max_record_data_bytes: u64,
+}
+
+/// Whether the queue was appended up to its end, or the rest was left to the thread.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    Emptied,
+    HandedOff,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LogWriter {
+    pub(crate) fn new(
+        shared: &Shared,
+        appender: Appender,
+        kick: tokio::sync::mpsc::WeakSender<LogOp>,
+    ) -> Self {
+        LogWriter {
+            queue: Mutex::new(Queue {
+                ops: VecDeque::new(),
+                closed: false,
+            }),
+            appender: Mutex::new(appender),
+            kick,
+            inline: shared.config.log_writes_in_flight <= 1,
+            max_record_data_bytes: shared
+                .config
+                .group_commit_max_bytes
+                .min(shared.config.batch_size_bytes)
+                .max(1),
+        }
+    }
+
+    /// Queue `op` (a write, zero or flush) until the next [`LogWriter::unplug`].
+    pub(crate) fn start(&self, op: LogOp) {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            drop(q);
+            writer::reply(op, Err(closing()));
+            return;
+        }
+        q.ops.push_back(op);
+    }
+
+    /// Append what was started, on this thread where it may, or see that it will be.
+    pub(crate) fn unplug(&self, shared: &Shared) {
+        loop {
+            let mut appender = match self.appender.try_lock() {
+                Ok(a) => a,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                // The holder looks at the queue again once it lets go.
+                Err(TryLockError::WouldBlock) => return,
+            };
+            let ran = if self.inline {
+                self.append_started(shared, &mut appender, true)
+            } else {
+                Ran::HandedOff
+            };
+            drop(appender);
+            if ran == Ran::HandedOff {
+                shared.stats.log_handoffs.fetch_add(1, Ordering::Relaxed);
+                self.wake_thread();
+                return;
+            }
+            if lock(&self.queue).ops.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// The log writer thread's turn: append everything started, syncs included.
+    pub(crate) fn lock_appender(&self) -> MutexGuard<'_, Appender> {
+        lock(&self.appender)
+    }
+
+    /// Is anything started and not appended yet?
+    pub(crate) fn has_started(&self) -> bool {
+        !lock(&self.queue).ops.is_empty()
+    }
+
+    /// Refuse operations started from now on; those queued are still appended.
+    pub(crate) fn close(&self) {
+        lock(&self.queue).closed = true;
+    }
+
+    /// Answer whatever is still queued with `closing` (the writer has stopped).
+    pub(crate) fn refuse_started(&self) {
+        let ops: Vec<LogOp> = {
+            let mut q = lock(&self.queue);
+            q.closed = true;
+            q.ops.drain(..).collect()
+        };
+        for op in ops {
+            writer::reply(op, Err(closing()));
+        }
+    }
+
+    fn wake_thread(&self) {
+        use tokio::sync::mpsc::error::TrySendError;
+        let Some(kick) = self.kick.upgrade() else {
+            // The volume is gone, and its writer with it.
+            self.refuse_started();
+            return;
+        };
+        match kick.try_send(LogOp::Kick) {
+            // A full channel: the thread has messages to take, and appends the queue
+            // before each of them.
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Closed(_)) => self.refuse_started(),
+        }
+    }
+
+    /// Append started operations from the head of the queue, a group commit at a time,
+    /// with `appender` held. `inline` (a runtime thread): stop at an operation that
+    /// needs an `fdatasync`, or at a group that finds no log space without waiting,
+    /// and leave the rest to the log writer thread.
+    pub(crate) fn append_started(
+        &self,
+        shared: &Shared,
+        appender: &mut Appender,
+        inline: bool,
+    ) -> Ran {
+        loop {
+            let ops = {
+                let mut q = lock(&self.queue);
+                if q.ops.is_empty() {
+                    return Ran::Emptied;
+                }
+                let mut ops = Vec::new();
+                let mut bytes = 0u64;
+                while let Some(op) = q.ops.front() {
+                    if inline && writer::needs_sync(op) {
+                        break;
+                    }
+                    let more = writer::op_bytes(op);
+                    let full = ops.len() >= writer::MAX_OPS_PER_RECORD
+                        || (!ops.is_empty() && bytes + more > self.max_record_data_bytes);
+                    if full {
+                        break;
+                    }
+                    bytes += more;
+                    ops.extend(q.ops.pop_front());
+                }
+                if ops.is_empty() {
+                    // A sync at the head, on a runtime thread.
+                    return Ran::HandedOff;
+                }
+                ops
+            };
+            if let Err(ops) = writer::process_group(shared, appender, ops, !inline) {
+                // No log space without waiting: back to the head, for the thread.
+                let mut q = lock(&self.queue);
+                for op in ops.into_iter().rev() {
+                    q.ops.push_front(op);
+                }
+                return Ran::HandedOff;
+            }
+        }
+    }
+}
+
+fn closing() -> Error {
+    Error::new(ErrorKind::ShuttingDown, "volume is shutting down")
+}
