@@ -373,7 +373,9 @@ fn plans_keep_their_invariants_on_random_inputs() {
                     assert!(
                         p.bridge_through.is_some()
                             || !input.store_last_written_by_this_log
-                            || input.chain.is_none_or(|c| c.first() > store || c.last() < store),
+                            || input
+                                .chain
+                                .is_none_or(|c| c.first() > store || c.last() < store),
                         "{what}"
                     );
                 }

@@ -294,7 +294,11 @@ async fn a_log_that_lost_records_the_store_has_keeps_nothing_and_loses_nothing_a
     assert_eq!(report.log_records_kept, 0, "{report:?}");
     let mut want = vec![1; BLOCKS as usize];
     want[0] = 2;
-    assert_eq!(versions(&vol).await, want, "block 0 from the store, not the log");
+    assert_eq!(
+        versions(&vol).await,
+        want,
+        "block 0 from the store, not the log"
+    );
     // Acknowledged and durable (FUA), then a process crash.
     vol.write(BLOCK, super::snapshot_tests::stamp(1, 3), true)
         .await
@@ -305,6 +309,10 @@ async fn a_log_that_lost_records_the_store_has_keeps_nothing_and_loses_nothing_a
     let cache = FaultyCache::from_image(image);
     let (vol, _) = open_on(&cache).await;
     want[1] = 3;
-    assert_eq!(versions(&vol).await, want, "the FUA write after the reopen survives");
+    assert_eq!(
+        versions(&vol).await,
+        want,
+        "the FUA write after the reopen survives"
+    );
     vol.shutdown().await.expect("shutdown");
 }
