@@ -30,9 +30,9 @@ use bytes::Bytes;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{ExtentKind, RecordExtent, RecordHeader};
 use lsvd_core::pipeline::BatchItem;
+use tokio::sync::oneshot;
 
 use super::shared::{LogPos, Shared, State};
-use super::writer::Done;
 use crate::error::{Error, Result};
 
 /// A record placed in the log and encoded, on its way to the device.
@@ -45,6 +45,26 @@ pub(crate) struct PlacedRecord {
     pub data_bytes: u64,
     /// Log bytes it takes (header and data).
     pub total_bytes: u64,
+}
+
+/// Who hears how an operation ended: a task waiting on a channel, or a function called
+/// on the thread that finishes it (the NBD server's completion, so that no task has to
+/// be woken per request; it must not block).
+pub(crate) enum Done {
+    Wait(oneshot::Sender<Result<()>>),
+    Call(Box<dyn FnOnce(Result<()>) + Send>),
+}
+
+impl Done {
+    pub(crate) fn send(self, r: Result<()>) {
+        match self {
+            // The waiter may have gone (its client hung up): nothing to tell.
+            Done::Wait(tx) => {
+                let _ = tx.send(r);
+            }
+            Done::Call(f) => f(r),
+        }
+    }
 }
 
 /// One group of operations, in the order the writer took it.

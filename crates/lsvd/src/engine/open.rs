@@ -33,7 +33,7 @@ use super::log_space::LogSpace;
 use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
 use super::recent_records::RecentRecords;
 use super::shared::{Shared, State, Stats};
-use super::started::LogWriter;
+use super::started::{self, LogWriter};
 use super::store_meta::{is_being_deleted, random_session_id, read_meta};
 use super::store_recovery::{StoreRecovery, recover_store, settle_store};
 use super::volume::Volume;
@@ -613,7 +613,7 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     let runtime = tokio::runtime::Handle::current();
     let writer_thread = std::thread::Builder::new()
         .name(format!("lsvd-log-{}", shared.meta.name))
-        .spawn(move || writer::run(writer_shared, thread_writer, log_rx, runtime))
+        .spawn(move || started::run(writer_shared, thread_writer, log_rx, runtime))
         .map_err(|e| Error::local_io("cannot start log writer", e))?;
     // A snapshot export writes nothing: no uploads, no GC.
     let (uploader_task, gc_task) = match shared.snapshot {

@@ -21,24 +21,21 @@
 //! waiting for log space or freeing it, and everything when more than one log write may
 //! be in flight (`--log-writes-in-flight`, whose bound is a blocking wait). The thread
 //! appends the queue before every operation of its own, so a shutdown finds it empty.
+//! Its body is [`run`]; the group commit itself is `super::writer`'s.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use super::log_order::LogWrites;
 use super::shared::Shared;
-use super::writer::{self, LogOp};
+use super::writer::{self, Appender, LogOp};
 use crate::error::{Error, ErrorKind};
 
-/// What the appender owns: the log writes in flight and the CRC the next record chains
-/// to.
-pub(crate) struct Appender {
-    pub(crate) writes: LogWrites,
-    pub(crate) chain_crc: u32,
-}
-
 struct Queue {
+    /// Bounded by what the NBD server lets its connections have in flight (requests
+    /// and payload bytes per connection, `lsvd_nbd::Limits`): each started operation
+    /// holds one of those until it is answered.
     ops: VecDeque<LogOp>,
     /// The writer is stopping: operations started now are refused.
     closed: bool,
@@ -221,4 +218,108 @@ impl LogWriter {
 
 fn closing() -> Error {
     Error::new(ErrorKind::ShuttingDown, "volume is shutting down")
+}
+
+/// The writer thread's body. `runtime` is entered so that the clock reads the same time
+/// as the runtime's tasks (tokio's clock, paused in some tests).
+///
+/// It takes the operations of the async API from `rx`, and appends what the NBD
+/// server started whenever it is woken: before each of its own
+/// operations, and again after, for what was started while it held the appender.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    writer: Arc<LogWriter>,
+    mut rx: tokio::sync::mpsc::Receiver<LogOp>,
+    runtime: tokio::runtime::Handle,
+) {
+    let _runtime = runtime.enter();
+    // A record carries at most a batch of data (unless one write is larger), so that
+    // objects stay within the batch size (`Batcher::would_overflow`).
+    let max_bytes = writer.max_record_data_bytes;
+    // An op that did not fit the previous group starts the next one.
+    let mut carried: Option<LogOp> = None;
+    loop {
+        let first = match carried.take() {
+            Some(op) => op,
+            None => match rx.blocking_recv() {
+                Some(op) => op,
+                None => break,
+            },
+        };
+        let mut appender = writer.lock_appender();
+        // What was started before this operation goes first.
+        writer.append_started(&shared, &mut appender, false);
+        let shutdown = match first {
+            LogOp::Kick => false,
+            LogOp::Resize {
+                new_size_bytes,
+                done,
+            } => {
+                let _ = done.send(writer::resize_in_log_order(
+                    &shared,
+                    &appender.writes,
+                    new_size_bytes,
+                ));
+                false
+            }
+            first => {
+                let mut ops = vec![first];
+                let mut bytes = writer::op_bytes(&ops[0]);
+                while ops.len() < writer::MAX_OPS_PER_RECORD && bytes < max_bytes {
+                    match rx.try_recv() {
+                        Ok(LogOp::Kick) => {}
+                        Ok(op @ LogOp::Resize { .. }) => {
+                            carried = Some(op);
+                            break;
+                        }
+                        Ok(op) => {
+                            let more = writer::op_bytes(&op);
+                            if bytes + more > max_bytes {
+                                carried = Some(op);
+                                break;
+                            }
+                            bytes += more;
+                            ops.push(op);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if ops.iter().any(|op| matches!(op, LogOp::Shutdown { .. })) {
+                    // Nothing may be started after the shutdown; what was, goes first.
+                    writer.close();
+                    writer.append_started(&shared, &mut appender, false);
+                }
+                match writer::process_group(&shared, &mut appender, ops, true) {
+                    Ok(shutdown) => shutdown,
+                    // Only a runtime thread's group is handed back.
+                    Err(ops) => {
+                        for op in ops {
+                            writer::reply(op, Err(shared.failed_error()));
+                        }
+                        false
+                    }
+                }
+            }
+        };
+        drop(appender);
+        if shutdown {
+            break;
+        }
+        // Started while this thread held the appender: whoever started it found the
+        // appender taken and left it here.
+        while writer.has_started() {
+            let mut appender = writer.lock_appender();
+            writer.append_started(&shared, &mut appender, false);
+        }
+    }
+    // Fail anything still queued.
+    writer.refuse_started();
+    rx.close();
+    let closing = || Err(closing());
+    if let Some(op) = carried {
+        writer::reply(op, closing());
+    }
+    while let Ok(op) = rx.try_recv() {
+        writer::reply(op, closing());
+    }
 }

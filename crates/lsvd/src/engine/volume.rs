@@ -14,7 +14,7 @@ use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::shared::{Shared, Stats};
 use super::started::LogWriter;
-use super::{checkpoint, read, writer};
+use super::{checkpoint, log_order, read, writer};
 use crate::error::{Error, ErrorKind, Result};
 
 /// A point-in-time summary for `lsvd info` and metrics.
@@ -174,7 +174,7 @@ impl Volume {
                 lba: offset / SECTOR_BYTES,
                 data,
                 fua,
-                done: writer::Done::Wait(tx),
+                done: log_order::Done::Wait(tx),
             },
             rx,
         )
@@ -193,7 +193,7 @@ impl Volume {
             lba: offset / SECTOR_BYTES,
             sectors: len / SECTOR_BYTES,
             fua,
-            done: writer::Done::Wait(tx),
+            done: log_order::Done::Wait(tx),
         };
         self.submit(op, rx).await
     }
@@ -207,7 +207,7 @@ impl Volume {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.submit(
             writer::LogOp::Flush {
-                done: writer::Done::Wait(tx),
+                done: log_order::Done::Wait(tx),
             },
             rx,
         )
@@ -237,7 +237,7 @@ impl Volume {
             lba: offset / SECTOR_BYTES,
             data,
             fua,
-            done: writer::Done::Call(answer),
+            done: log_order::Done::Call(answer),
         });
     }
 
@@ -260,7 +260,7 @@ impl Volume {
             lba: offset / SECTOR_BYTES,
             sectors: len / SECTOR_BYTES,
             fua,
-            done: writer::Done::Call(answer),
+            done: log_order::Done::Call(answer),
         });
     }
 
@@ -273,7 +273,7 @@ impl Volume {
             return answer(Err(e));
         }
         self.start(writer::LogOp::Flush {
-            done: writer::Done::Call(answer),
+            done: log_order::Done::Call(answer),
         });
     }
 

@@ -1,12 +1,13 @@
-//! The log writer: the only thread that appends to the write log.
+//! Group commit: a group of operations becomes one write-log record.
 //!
-//! It takes every queued operation at once (group commit), turns the writes and zeroed
-//! ranges into one record, numbers it, places it in the log and issues it as one
-//! write; up to `log_writes_in_flight` records are written at once (`log_order`). A
-//! group retires in log order, once its record and every earlier one have landed: if
-//! any operation asked for durability (FLUSH or FUA) one `fdatasync` covers all of
-//! them, and only then are the maps updated and the callers answered. Because it is
-//! the only appender and handles operations in arrival order, a FLUSH covers every
+//! Whoever holds the [`Appender`] (a thread that unplugged started operations, or the
+//! log writer thread: `super::started`) hands a group here: its writes and zeroed
+//! ranges become one record, numbered, placed in the log and issued as one write; up
+//! to `log_writes_in_flight` records are written at once (`log_order`). A group retires
+//! in log order, once its record and every earlier one have landed: if any operation
+//! asked for durability (FLUSH or FUA) one `fdatasync` covers all of them, and only
+//! then are the maps updated and the callers answered. Because there is one appender
+//! at a time and it takes operations in the order they came, a FLUSH covers every
 //! write acknowledged before it, on every connection.
 
 use std::sync::Arc;
@@ -17,31 +18,11 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record_parts, record_bytes_for};
 use tokio::sync::oneshot;
 
-use super::log_order::{Group, LogWrites, PlacedRecord};
+use super::log_order::{Done, Group, LogWrites, PlacedRecord};
 use super::shared::Shared;
-use super::started::{Appender, LogWriter};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
-/// Who hears how an operation ended: a task waiting on a channel, or a function called
-/// on the thread that finishes it (the NBD server's completion, so that no task has to
-/// be woken per request; it must not block).
-pub(crate) enum Done {
-    Wait(oneshot::Sender<Result<()>>),
-    Call(Box<dyn FnOnce(Result<()>) + Send>),
-}
-
-impl Done {
-    pub(crate) fn send(self, r: Result<()>) {
-        match self {
-            // The waiter may have gone (its client hung up): nothing to tell.
-            Done::Wait(tx) => {
-                let _ = tx.send(r);
-            }
-            Done::Call(f) => f(r),
-        }
-    }
-}
-
+/// An operation for the write log, with whoever waits for its end.
 pub(crate) enum LogOp {
     Write {
         lba: u64,
@@ -77,6 +58,13 @@ pub(crate) enum LogOp {
 /// Most operations taken into one group commit.
 pub(crate) const MAX_OPS_PER_RECORD: usize = 1024;
 
+/// What the appender owns: the log writes in flight and the CRC the next record chains
+/// to.
+pub(crate) struct Appender {
+    pub(crate) writes: LogWrites,
+    pub(crate) chain_crc: u32,
+}
+
 /// The appender for a volume whose log is as `shared` says (at open).
 pub(crate) fn new_appender(shared: &Arc<Shared>) -> Appender {
     let (chain_crc, landed_through) = {
@@ -87,115 +75,6 @@ pub(crate) fn new_appender(shared: &Arc<Shared>) -> Appender {
     Appender {
         writes: LogWrites::start(shared.clone(), in_flight, landed_through),
         chain_crc,
-    }
-}
-
-/// The writer thread's body. `runtime` is entered so that the clock reads the same time
-/// as the runtime's tasks (tokio's clock, paused in some tests).
-///
-/// It takes the operations of the async API from `rx`, and appends what the NBD
-/// server started whenever it is woken (`super::started`): before each of its own
-/// operations, and again after, for what was started while it held the appender.
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    writer: Arc<LogWriter>,
-    mut rx: tokio::sync::mpsc::Receiver<LogOp>,
-    runtime: tokio::runtime::Handle,
-) {
-    let _runtime = runtime.enter();
-    // A record carries at most a batch of data (unless one write is larger), so that
-    // objects stay within the batch size (`Batcher::would_overflow`).
-    let max_bytes = writer.max_record_data_bytes;
-    // An op that did not fit the previous group starts the next one.
-    let mut carried: Option<LogOp> = None;
-    loop {
-        let first = match carried.take() {
-            Some(op) => op,
-            None => match rx.blocking_recv() {
-                Some(op) => op,
-                None => break,
-            },
-        };
-        let mut appender = writer.lock_appender();
-        // What was started before this operation goes first.
-        writer.append_started(&shared, &mut appender, false);
-        let shutdown = match first {
-            LogOp::Kick => false,
-            LogOp::Resize {
-                new_size_bytes,
-                done,
-            } => {
-                let _ = done.send(resize_in_log_order(
-                    &shared,
-                    &appender.writes,
-                    new_size_bytes,
-                ));
-                false
-            }
-            first => {
-                let mut ops = vec![first];
-                let mut bytes = op_bytes(&ops[0]);
-                while ops.len() < MAX_OPS_PER_RECORD && bytes < max_bytes {
-                    match rx.try_recv() {
-                        Ok(LogOp::Kick) => {}
-                        Ok(op @ LogOp::Resize { .. }) => {
-                            carried = Some(op);
-                            break;
-                        }
-                        Ok(op) => {
-                            let more = op_bytes(&op);
-                            if bytes + more > max_bytes {
-                                carried = Some(op);
-                                break;
-                            }
-                            bytes += more;
-                            ops.push(op);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                if ops.iter().any(|op| matches!(op, LogOp::Shutdown { .. })) {
-                    // Nothing may be started after the shutdown; what was, goes first.
-                    writer.close();
-                    writer.append_started(&shared, &mut appender, false);
-                }
-                match process_group(&shared, &mut appender, ops, true) {
-                    Ok(shutdown) => shutdown,
-                    // Only a runtime thread's group is handed back.
-                    Err(ops) => {
-                        for op in ops {
-                            reply(op, Err(shared.failed_error()));
-                        }
-                        false
-                    }
-                }
-            }
-        };
-        drop(appender);
-        if shutdown {
-            break;
-        }
-        // Started while this thread held the appender: whoever started it found the
-        // appender taken and left it here.
-        while writer.has_started() {
-            let mut appender = writer.lock_appender();
-            writer.append_started(&shared, &mut appender, false);
-        }
-    }
-    // Fail anything still queued.
-    writer.refuse_started();
-    rx.close();
-    let closing = || {
-        Err(Error::new(
-            ErrorKind::ShuttingDown,
-            "volume is shutting down",
-        ))
-    };
-    if let Some(op) = carried {
-        reply(op, closing());
-    }
-    while let Ok(op) = rx.try_recv() {
-        reply(op, closing());
     }
 }
 
@@ -240,7 +119,11 @@ fn beyond_end(op: &LogOp, size_sectors: u64) -> bool {
 /// Hand the pipeline a resize once every record placed so far has retired (and so is
 /// in the pipeline, in order). A shrink takes effect for client I/O here; a grow only
 /// once its object is applied ([`super::resize`] waits for that).
-fn resize_in_log_order(shared: &Shared, writes: &LogWrites, new_size_bytes: u64) -> Result<()> {
+pub(crate) fn resize_in_log_order(
+    shared: &Shared,
+    writes: &LogWrites,
+    new_size_bytes: u64,
+) -> Result<()> {
     writes.drain();
     if shared.is_failed() {
         return Err(shared.failed_error());
