@@ -147,6 +147,24 @@ impl Volume {
         Ok(())
     }
 
+    /// The checks of a write or zeroing of `len` bytes at `offset`, for the async and
+    /// the started API alike: `Ok(false)` when there is nothing to append (`len` 0;
+    /// the caller flushes instead if the request has FUA).
+    fn admit_write(&self, offset: u64, len: u64) -> Result<bool> {
+        self.check_range(offset, len)?;
+        self.check_writable()?;
+        Ok(len > 0)
+    }
+
+    /// The checks of a FLUSH: `Ok(false)` on a snapshot, where nothing was written.
+    fn admit_flush(&self) -> Result<bool> {
+        if self.shared.snapshot.is_some() {
+            return Ok(false);
+        }
+        self.check_writable()?;
+        Ok(true)
+    }
+
     pub(super) async fn submit(
         &self,
         op: writer::LogOp,
@@ -163,9 +181,7 @@ impl Volume {
     /// `VolumeFailed`, `ShuttingDown`, `LocalIo` (the write log failed; the volume fails
     /// with it).
     pub async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
-        self.check_range(offset, data.len() as u64)?;
-        self.check_writable()?;
-        if data.is_empty() {
+        if !self.admit_write(offset, data.len() as u64)? {
             return if fua { self.flush().await } else { Ok(()) };
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -183,9 +199,7 @@ impl Volume {
 
     /// Make the range read as zeros (TRIM and WRITE_ZEROES).
     pub async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
-        self.check_range(offset, len)?;
-        self.check_writable()?;
-        if len == 0 {
+        if !self.admit_write(offset, len)? {
             return if fua { self.flush().await } else { Ok(()) };
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -200,10 +214,9 @@ impl Volume {
 
     /// Make every write acknowledged before this call durable on the cache device.
     pub async fn flush(&self) -> Result<()> {
-        if self.shared.snapshot.is_some() {
-            return Ok(()); // nothing was written
+        if !self.admit_flush()? {
+            return Ok(());
         }
-        self.check_writable()?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.submit(
             writer::LogOp::Flush {
@@ -220,20 +233,13 @@ impl Volume {
     /// It must not block. For the NBD server, which answers the client from there
     /// without a task per request.
     pub fn start_write(&self, offset: u64, data: Vec<u8>, fua: bool, answer: Answer) {
-        let checked = self
-            .check_range(offset, data.len() as u64)
-            .and_then(|()| self.check_writable());
-        if let Err(e) = checked {
-            return answer(Err(e));
+        match self.admit_write(offset, data.len() as u64) {
+            Err(e) => return answer(Err(e)),
+            Ok(false) if fua => return self.start_flush(answer),
+            Ok(false) => return answer(Ok(())),
+            Ok(true) => {}
         }
-        if data.is_empty() {
-            return if fua {
-                self.start_flush(answer)
-            } else {
-                answer(Ok(()))
-            };
-        }
-        self.start(writer::LogOp::Write {
+        self.log_writer.start(writer::LogOp::Write {
             lba: offset / SECTOR_BYTES,
             data,
             fua,
@@ -243,20 +249,13 @@ impl Volume {
 
     /// [`Volume::write_zeroes`] without waiting, as [`Volume::start_write`].
     pub fn start_write_zeroes(&self, offset: u64, len: u64, fua: bool, answer: Answer) {
-        let checked = self
-            .check_range(offset, len)
-            .and_then(|()| self.check_writable());
-        if let Err(e) = checked {
-            return answer(Err(e));
+        match self.admit_write(offset, len) {
+            Err(e) => return answer(Err(e)),
+            Ok(false) if fua => return self.start_flush(answer),
+            Ok(false) => return answer(Ok(())),
+            Ok(true) => {}
         }
-        if len == 0 {
-            return if fua {
-                self.start_flush(answer)
-            } else {
-                answer(Ok(()))
-            };
-        }
-        self.start(writer::LogOp::Zero {
+        self.log_writer.start(writer::LogOp::Zero {
             lba: offset / SECTOR_BYTES,
             sectors: len / SECTOR_BYTES,
             fua,
@@ -266,20 +265,14 @@ impl Volume {
 
     /// [`Volume::flush`] without waiting, as [`Volume::start_write`].
     pub fn start_flush(&self, answer: Answer) {
-        if self.shared.snapshot.is_some() {
-            return answer(Ok(()));
+        match self.admit_flush() {
+            Err(e) => return answer(Err(e)),
+            Ok(false) => return answer(Ok(())),
+            Ok(true) => {}
         }
-        if let Err(e) = self.check_writable() {
-            return answer(Err(e));
-        }
-        self.start(writer::LogOp::Flush {
+        self.log_writer.start(writer::LogOp::Flush {
             done: log_order::Done::Call(answer),
         });
-    }
-
-    /// Queue `op` until [`Volume::unplug`].
-    fn start(&self, op: writer::LogOp) {
-        self.log_writer.start(op);
     }
 
     /// Append what was started ([`Volume::start_write`] and kin) since the last call:
