@@ -227,9 +227,10 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
     metric(
         "log_handoffs_total",
         "counter",
-        "Times the NBD server's thread left the writes it started to the log writer \
-         thread, instead of appending them itself: a FLUSH or FUA write (fdatasync), a \
-         full write log, or --log-writes-in-flight above 1.",
+        "Times the writes started by a thread were left to the log writer thread, \
+         instead of appended by that thread: --log-writes-in-flight above 1, or a FLUSH \
+         or FUA write (fdatasync) or a full write log on a thread that may not block \
+         (the NBD server's runtime workers block for those themselves).",
         &|v, _| v.stats().log_handoffs.load(Ordering::Relaxed) as f64,
     );
     metric(

@@ -1,7 +1,9 @@
 //! Operations started without a task and appended at `unplug` (`super::started`): on
-//! the unplugging thread when it may, by the log writer thread when not (a FLUSH or
-//! FUA at the head of the queue, a full log, several log writes in flight), in the
-//! order they were started, every one answered exactly once, none lost at shutdown.
+//! the unplugging thread when it may (a runtime worker also syncs and waits for log
+//! space, in `block_in_place`), by the log writer thread when not (a FLUSH or FUA at
+//! the head of the queue or a full log on a thread outside the runtime, several log
+//! writes in flight), in the order they were started, every one answered exactly
+//! once, none lost at shutdown.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
@@ -83,28 +85,67 @@ async fn started_writes_are_appended_at_unplug_and_read_back() {
     vol.shutdown().await.expect("shutdown");
 }
 
-/// A FLUSH (and a FUA write) is left to the log writer thread, and so is everything
-/// after it; the order of the writes to one block still decides what it reads.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn syncs_go_to_the_writer_thread_in_order() {
-    let (vol, _store, _dir) = open(config()).await;
-    let (tx, rx) = mpsc::channel();
-    let syncs = || vol.stats().log_syncs.load(Ordering::Relaxed);
-    let before = syncs();
-    vol.start_write(0, stamp(0, 1), false, answer_to(&tx, 1));
-    vol.start_flush(answer_to(&tx, 2));
-    vol.start_write(0, stamp(0, 2), false, answer_to(&tx, 3));
-    vol.start_write(BLOCK, stamp(1, 2), true, answer_to(&tx, 4));
-    vol.start_write(0, stamp(0, 3), false, answer_to(&tx, 5));
-    vol.unplug();
-    for (tag, r) in collect(&rx, 5) {
-        r.unwrap_or_else(|e| panic!("operation {tag}: {e}"));
+/// Where a test starts and unplugs its operations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Thread {
+    /// A worker of the multi-thread runtime (as the NBD server's readers are): it
+    /// blocks for syncs and log space itself, in `block_in_place`.
+    RuntimeWorker,
+    /// A thread outside any runtime: what blocks is left to the log writer thread.
+    Plain,
+}
+
+/// Run `f` on `thread`, and wait for it.
+async fn run_on(thread: Thread, f: impl FnOnce() + Send + 'static) {
+    match thread {
+        Thread::RuntimeWorker => tokio::spawn(async move { f() }).await.expect("task"),
+        Thread::Plain => {
+            tokio::task::spawn_blocking(move || std::thread::spawn(f).join().expect("thread"))
+                .await
+                .expect("join")
+        }
     }
-    assert!(syncs() > before, "the FLUSH and the FUA write were synced");
-    assert!(handoffs(&vol) > 0, "by the writer thread");
-    let v = versions(&vol).await;
-    assert_eq!((v[0], v[1]), (3, 2), "the last write started wins");
-    vol.shutdown().await.expect("shutdown");
+}
+
+/// A FLUSH (and a FUA write) is synced, and so is everything after it, by the
+/// unplugging thread on a runtime worker and by the log writer thread from any other;
+/// the order of the writes to one block still decides what it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
+    for thread in [Thread::RuntimeWorker, Thread::Plain] {
+        let (vol, _store, _dir) = open(config()).await;
+        let (tx, rx) = mpsc::channel();
+        let syncs = || vol.stats().log_syncs.load(Ordering::Relaxed);
+        let before = syncs();
+        let v = vol.clone();
+        run_on(thread, move || {
+            v.start_write(0, stamp(0, 1), false, answer_to(&tx, 1));
+            v.start_flush(answer_to(&tx, 2));
+            v.start_write(0, stamp(0, 2), false, answer_to(&tx, 3));
+            v.start_write(BLOCK, stamp(1, 2), true, answer_to(&tx, 4));
+            v.start_write(0, stamp(0, 3), false, answer_to(&tx, 5));
+            v.unplug();
+        })
+        .await;
+        for (tag, r) in collect(&rx, 5) {
+            r.unwrap_or_else(|e| panic!("{thread:?}: operation {tag}: {e}"));
+        }
+        assert!(
+            syncs() > before,
+            "{thread:?}: the FLUSH and the FUA write were synced"
+        );
+        match thread {
+            Thread::RuntimeWorker => assert_eq!(handoffs(&vol), 0, "synced by the worker"),
+            Thread::Plain => assert!(handoffs(&vol) > 0, "synced by the writer thread"),
+        }
+        let v = versions(&vol).await;
+        assert_eq!(
+            (v[0], v[1]),
+            (3, 2),
+            "{thread:?}: the last write started wins"
+        );
+        vol.shutdown().await.expect("shutdown");
+    }
 }
 
 /// Many threads start and unplug at once, with flushes among the writes: every
@@ -154,40 +195,51 @@ async fn concurrent_unplugs_lose_nothing() {
     vol.shutdown().await.expect("shutdown");
 }
 
-/// A log with no room for the next group: the unplugging thread does not wait or
-/// free space itself; the writer thread does, and everything is answered and read
-/// back. Runs with the log kept full of uploaded records (free target: all but a
-/// little), so records must be freed to go on.
+/// A log with no room for the next group: a runtime worker waits for space (and frees
+/// kept records) itself, in `block_in_place`; any other thread leaves that to the
+/// writer thread. Either way everything is answered and read back. Runs with the log
+/// kept full of uploaded records (free target: all but a little), so records must be
+/// freed to go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_log_is_left_to_the_writer_thread() {
-    let cfg = EngineConfig {
-        log_size_bytes: 16 << 20,
-        log_free_target_bytes: Some(1 << 20),
-        ..config()
-    };
-    let (vol, _store, _dir) = open(cfg).await;
-    let (tx, rx) = mpsc::channel();
-    // 5 passes over 4 MiB through a 16 MiB log: the log fills and records give way.
-    for version in 1..=5 {
-        for b in 0..BLOCKS {
-            vol.start_write(
-                b * BLOCK,
-                stamp(b, version),
-                false,
-                answer_to(&tx, version << 32 | b),
-            );
-            if b % 64 == 63 {
-                vol.unplug();
+async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
+    for thread in [Thread::RuntimeWorker, Thread::Plain] {
+        let cfg = EngineConfig {
+            log_size_bytes: 16 << 20,
+            log_free_target_bytes: Some(1 << 20),
+            ..config()
+        };
+        let (vol, _store, _dir) = open(cfg).await;
+        let (tx, rx) = mpsc::channel();
+        // 5 passes over 4 MiB through a 16 MiB log: the log fills and records give way.
+        for version in 1..=5 {
+            let (v, tx) = (vol.clone(), tx.clone());
+            run_on(thread, move || {
+                for b in 0..BLOCKS {
+                    let tag = version << 32 | b;
+                    v.start_write(b * BLOCK, stamp(b, version), false, answer_to(&tx, tag));
+                    if b % 64 == 63 {
+                        v.unplug();
+                    }
+                }
+                v.unplug();
+            })
+            .await;
+            for (tag, r) in collect(&rx, BLOCKS as usize) {
+                r.unwrap_or_else(|e| panic!("{thread:?}: write {tag:x}: {e}"));
             }
         }
-        vol.unplug();
-        for (tag, r) in collect(&rx, BLOCKS as usize) {
-            r.unwrap_or_else(|e| panic!("write {tag:x}: {e}"));
+        assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
+        let written = vol.stats().log_write_bytes.load(Ordering::Relaxed);
+        assert!(
+            written > 16 << 20,
+            "{thread:?}: the log wrapped ({written} bytes)"
+        );
+        match thread {
+            Thread::RuntimeWorker => assert_eq!(handoffs(&vol), 0, "waited for by the worker"),
+            Thread::Plain => assert!(handoffs(&vol) > 0, "waited for by the writer thread"),
         }
+        vol.shutdown().await.expect("shutdown");
     }
-    assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
-    assert!(handoffs(&vol) > 0, "the log filled up");
-    vol.shutdown().await.expect("shutdown");
 }
 
 /// With several log writes in flight every group is the writer thread's.
