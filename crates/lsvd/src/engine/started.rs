@@ -203,9 +203,7 @@ impl LogWriter {
                         break;
                     }
                     let more = writer::op_bytes(op);
-                    let full = ops.len() >= writer::MAX_OPS_PER_RECORD
-                        || (!ops.is_empty() && bytes + more > self.max_record_data_bytes);
-                    if full {
+                    if !writer::group_has_room(ops.len(), bytes, more, self.max_record_data_bytes) {
                         break;
                     }
                     bytes += more;
@@ -287,7 +285,7 @@ pub(crate) fn run(
             first => {
                 let mut ops = vec![first];
                 let mut bytes = writer::op_bytes(&ops[0]);
-                while ops.len() < writer::MAX_OPS_PER_RECORD && bytes < max_bytes {
+                loop {
                     match rx.try_recv() {
                         Ok(LogOp::Kick) => {}
                         Ok(op @ LogOp::Resize { .. }) => {
@@ -296,7 +294,7 @@ pub(crate) fn run(
                         }
                         Ok(op) => {
                             let more = writer::op_bytes(&op);
-                            if bytes + more > max_bytes {
+                            if !writer::group_has_room(ops.len(), bytes, more, max_bytes) {
                                 carried = Some(op);
                                 break;
                             }

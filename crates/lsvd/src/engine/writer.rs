@@ -78,6 +78,14 @@ pub(crate) fn new_appender(shared: &Arc<Shared>) -> Appender {
     }
 }
 
+/// May an operation of `more` data bytes join a group of `ops` operations holding
+/// `bytes`, for a record of at most `max_bytes` of data? The first always may (a write
+/// larger than the cap gets a record of its own). The one rule for groups taken from
+/// the started queue and from the writer's channel (`super::started`).
+pub(crate) fn group_has_room(ops: usize, bytes: u64, more: u64, max_bytes: u64) -> bool {
+    ops == 0 || (ops < MAX_OPS_PER_RECORD && bytes + more <= max_bytes)
+}
+
 /// Does `op` ask for an `fdatasync` before it is answered?
 pub(crate) fn needs_sync(op: &LogOp) -> bool {
     match op {
@@ -360,4 +368,32 @@ fn place(
             total_bytes: total,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_OPS_PER_RECORD, group_has_room};
+
+    #[test]
+    fn a_group_takes_ops_up_to_the_byte_cap_and_the_op_count() {
+        let cap = 1 << 20;
+        assert!(
+            group_has_room(0, 0, 8 << 20, cap),
+            "a first write larger than the cap"
+        );
+        assert!(
+            group_has_room(1, 4096, cap - 4096, cap),
+            "exactly at the cap"
+        );
+        assert!(
+            !group_has_room(1, 4096, cap - 4095, cap),
+            "one byte past it"
+        );
+        assert!(group_has_room(3, cap, 0, cap), "a FLUSH joins a full group");
+        assert!(
+            !group_has_room(MAX_OPS_PER_RECORD, 0, 0, cap),
+            "at most this many ops"
+        );
+        assert!(group_has_room(MAX_OPS_PER_RECORD - 1, 0, 4096, cap));
+    }
 }
