@@ -277,8 +277,10 @@ impl Volume {
 
     /// Append what was started ([`Volume::start_write`] and kin) since the last call:
     /// on this thread if it may, otherwise by the log writer thread (see
-    /// `engine::started`). The NBD server calls it once it has started every request
-    /// it read, before it waits for anything.
+    /// `engine::started`). On a worker of a multi-thread runtime a FLUSH's
+    /// `fdatasync`, or a wait for log space, happens here, in `block_in_place`. The NBD
+    /// server calls it once it has started every request it read, before it waits for
+    /// anything.
     pub fn unplug(&self) {
         self.log_writer.unplug(&self.shared);
     }
