@@ -339,7 +339,8 @@ pub struct EngineArgs {
     pub read_cache_size: String,
     /// Copy each uploaded object's data into the read cache, so reading recently
     /// written data needs no GET: `auto` does when the store is remote (S3), `always`,
-    /// or `never`. Uploaded data nobody has read takes at most half of the cache.
+    /// or `never`. Uploaded data fills free space; in a full cache it displaces read
+    /// data only while it holds less than half.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub read_cache_admit: String,
     /// Fetch this far ahead of a sequential reader, in the background (at most this

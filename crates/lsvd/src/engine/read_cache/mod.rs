@@ -8,9 +8,11 @@
 //!   [`ReadCache::prefetch`] for the rest of the fetch and for read-ahead);
 //! - an uploaded object's data, which was local anyway, is *admitted* when the store is
 //!   remote ([`ReadCache::admit`]), so reads of recently written data after it left the
-//!   write log need no GET. Admitted chunks nobody has read yet take at most half of
-//!   the cache; past that, admission replaces the oldest of them. Admission never
-//!   evicts a chunk clients read recently (one whose CLOCK reference bit is set).
+//!   write log need no GET. Admission takes free slots first (free space displaces
+//!   nothing); in a full cache, admitted chunks nobody has read yet may displace read
+//!   data only while they hold less than half of it, and past that admission replaces
+//!   the oldest of them. Admission never evicts a chunk clients read recently (one
+//!   whose CLOCK reference bit is set).
 //!   Prefetched chunks (fetched before any client asked for them) follow the same
 //!   rules: speculation never evicts data clients read.
 //!
@@ -79,9 +81,12 @@ enum SlotState {
 struct Index {
     map: HashMap<Key, u32>,
     slots: Vec<SlotState>,
+    /// Every `Free` slot, once each: a slot leaves `Free` only by being taken from here.
+    free: Vec<u32>,
     hand: usize,
     /// Admitted slots, oldest first: (slot, key), pruned lazily (a slot that was read,
-    /// evicted or reused since no longer matches).
+    /// evicted or reused since no longer matches) and compacted when stale entries
+    /// outnumber the slots, so it stays bounded.
     admitted: VecDeque<(u32, Key)>,
     admitted_count: usize,
 }
@@ -90,55 +95,88 @@ struct Index {
 const ADMIT_SCAN_SLOTS: usize = 64;
 
 impl Index {
-    /// Drop slot `s`'s chunk from the index.
-    fn evict(&mut self, s: usize) {
+    /// An index of `slot_count` free slots.
+    fn with_slots(slot_count: usize) -> Index {
+        Index {
+            slots: vec![SlotState::Free; slot_count],
+            free: (0..slot_count as u32).rev().collect(),
+            ..Index::default()
+        }
+    }
+
+    /// Drop slot `s`'s chunk from the index; the slot is the caller's to fill (it is
+    /// neither free nor used until the caller says).
+    fn take(&mut self, s: usize) {
         if let SlotState::Used(old) = self.slots[s] {
             self.map.remove(&old.key);
             if old.admitted {
                 self.admitted_count -= 1;
             }
-            self.slots[s] = SlotState::Free;
         }
+        self.slots[s] = SlotState::Writing;
+    }
+
+    /// Drop slot `s`'s chunk from the index and free the slot.
+    fn evict(&mut self, s: usize) {
+        if let SlotState::Used(_) = self.slots[s] {
+            self.take(s);
+            self.release(s);
+        }
+    }
+
+    /// Slot `s`, taken and not filled, is free again.
+    fn release(&mut self, s: usize) {
+        self.slots[s] = SlotState::Free;
+        self.free.push(s as u32);
+    }
+
+    /// A free slot, if any.
+    fn pop_free(&mut self) -> Option<usize> {
+        let s = self.free.pop()? as usize;
+        debug_assert!(matches!(self.slots[s], SlotState::Free));
+        self.slots[s] = SlotState::Writing;
+        Some(s)
     }
 
     /// A slot for a chunk a client read: a free one, or CLOCK's victim.
     fn victim_for_read(&mut self) -> Option<usize> {
+        if let Some(s) = self.pop_free() {
+            return Some(s);
+        }
         let n = self.slots.len();
         for _ in 0..2 * n {
             let h = self.hand;
             self.hand = (h + 1) % n;
             match &mut self.slots[h] {
-                SlotState::Free => return Some(h),
                 SlotState::Used(s) if s.referenced => s.referenced = false,
                 SlotState::Used(_) => {
-                    self.evict(h);
+                    self.take(h);
                     return Some(h);
                 }
-                SlotState::Writing => {}
+                SlotState::Free | SlotState::Writing => {}
             }
         }
         None
     }
 
-    /// A slot for an uploaded chunk: past the admission cap the oldest admitted chunk;
-    /// otherwise a free slot or one holding nothing read recently, found without
-    /// clearing anyone's reference bit (admission must not age read data).
+    /// A slot for an uploaded or prefetched chunk: a free slot; else, past the
+    /// admission cap, the oldest admitted chunk; else one holding nothing read
+    /// recently, found without clearing anyone's reference bit (admission must not age
+    /// read data).
     fn victim_for_admission(&mut self) -> Option<usize> {
+        if let Some(s) = self.pop_free() {
+            return Some(s);
+        }
         let n = self.slots.len();
         if self.admitted_count >= n / 2 {
             return self.oldest_admitted();
         }
         for i in 0..ADMIT_SCAN_SLOTS.min(n) {
             let h = (self.hand + i) % n;
-            let take = match self.slots[h] {
-                SlotState::Free => true,
-                // Read data nobody touched since the hand last passed; admitted chunks
-                // go oldest first (below), not by position.
-                SlotState::Used(s) => !s.referenced && !s.admitted,
-                SlotState::Writing => false,
-            };
-            if take {
-                self.evict(h);
+            // Read data nobody touched since the hand last passed; admitted chunks go
+            // oldest first (below), not by position.
+            if matches!(self.slots[h], SlotState::Used(s) if !s.referenced && !s.admitted) {
+                self.take(h);
                 self.hand = (h + 1) % n;
                 return Some(h);
             }
@@ -152,11 +190,22 @@ impl Index {
                 && s.admitted
                 && s.key == key
             {
-                self.evict(slot as usize);
+                self.take(slot as usize);
                 return Some(slot as usize);
             }
         }
         None
+    }
+
+    /// Drop the stale entries of the admitted queue once they outnumber the slots.
+    fn compact_admitted(&mut self) {
+        if self.admitted.len() <= self.slots.len() + self.admitted_count {
+            return;
+        }
+        let slots = &self.slots;
+        self.admitted.retain(|&(slot, key)| {
+            matches!(slots[slot as usize], SlotState::Used(s) if s.admitted && s.key == key)
+        });
     }
 
     fn place(&mut self, slot: usize, entry: &Entry, mode: PutMode) {
@@ -174,6 +223,7 @@ impl Index {
         if admitted {
             self.admitted.push_back((slot as u32, key));
             self.admitted_count += 1;
+            self.compact_admitted();
         }
     }
 }
@@ -222,15 +272,15 @@ impl ReadCache {
     ) -> io::Result<Self> {
         let slot_count = (dev.size_bytes() / READ_CACHE_CHUNK_BYTES) as usize;
         let (table, entries) = SlotTable::open(table_dev, volume, slot_count)?;
-        let mut index = Index {
-            slots: vec![SlotState::Free; slot_count],
-            ..Index::default()
-        };
+        let mut index = Index::with_slots(slot_count);
+        let mut placed = vec![false; slot_count];
         for (slot, entry) in entries {
             if !index.map.contains_key(&(entry.object_seq, entry.chunk)) {
                 index.place(slot, &entry, PutMode::Read);
+                placed[slot] = true;
             }
         }
+        index.free.retain(|&s| !placed[s as usize]);
         Ok(ReadCache {
             dev,
             table,
@@ -352,13 +402,13 @@ impl ReadCache {
             if idx.slots.is_empty() || idx.map.contains_key(&(seq, chunk)) {
                 return false;
             }
+            // The victim comes back `Writing`: nobody else may pick it.
             let victim = if mode == PutMode::Read {
                 idx.victim_for_read()
             } else {
                 idx.victim_for_admission()
             };
             let Some(v) = victim else { return false };
-            idx.slots[v] = SlotState::Writing;
             v
         };
         let entry = Entry::describe(seq, chunk, data);
@@ -375,7 +425,7 @@ impl ReadCache {
                 true
             }
             _ => {
-                idx.slots[slot] = SlotState::Free;
+                idx.release(slot);
                 false
             }
         }

@@ -95,7 +95,7 @@ fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
 }
 
 #[test]
-fn admitted_chunks_take_at_most_half_and_never_push_out_read_data() {
+fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
     let dir = TempDir::new("rcache-admit");
     let (dev, table) = devices(&dir, 16);
     let vol = VolumeId([5; 16]);
@@ -123,6 +123,39 @@ fn admitted_chunks_take_at_most_half_and_never_push_out_read_data() {
         rc.admit(2, i, &chunk((2, i)));
     }
     assert!(rc.contains(2, 192));
+}
+
+#[test]
+fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
+    let dir = TempDir::new("rcache-admit-free");
+    let (dev, table) = devices(&dir, 16);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    // An empty cache: uploads may fill all of it (free space displaces nothing).
+    for i in 0..16 {
+        rc.admit(2, i, &chunk((2, i)));
+    }
+    assert!((0..16).all(|i| rc.contains(2, i)));
+    // Past that, the oldest admitted chunks go first.
+    for i in 16..20 {
+        rc.admit(2, i, &chunk((2, i)));
+    }
+    assert!((0..4).all(|i| !rc.contains(2, i)));
+    assert!((4..20).all(|i| rc.contains(2, i)));
+    // A client's misses find room among the admitted chunks nobody read.
+    for i in 0..10 {
+        rc.insert(1, i, &chunk((1, i)));
+        assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))));
+    }
+    // Slots freed by a deleted object are taken by admission before anything is
+    // replaced.
+    rc.forget_object(1, false).expect("forget");
+    let kept: Vec<u64> = (4..20).filter(|&i| rc.contains(2, i)).collect();
+    for i in 100..110 {
+        rc.admit(2, i, &chunk((2, i)));
+    }
+    assert!(kept.iter().all(|&i| rc.contains(2, i)), "nothing replaced");
+    assert!((100..110).all(|i| rc.contains(2, i)));
 }
 
 #[test]
@@ -297,6 +330,13 @@ fn the_index_keeps_its_entries_consistent() {
             .filter(|s| matches!(s, SlotState::Used(x) if x.admitted))
             .count();
         assert_eq!(admitted, idx.admitted_count);
-        assert!(admitted <= idx.slots.len() / 2);
+        // The free list names every free slot, once.
+        let mut free: Vec<u32> = idx.free.clone();
+        free.sort_unstable();
+        let free_slots: Vec<u32> = (0..idx.slots.len() as u32)
+            .filter(|&s| matches!(idx.slots[s as usize], SlotState::Free))
+            .collect();
+        assert_eq!(free, free_slots);
+        assert!(idx.admitted.len() <= 2 * idx.slots.len() + 1);
     }
 }
