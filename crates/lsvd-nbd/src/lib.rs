@@ -98,7 +98,9 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// the socket, a permit, room for a reply, or the end of the connection): a device
     /// that queues started requests must run them, or see that they will run, before
     /// it returns. Called only after a successful [`BlockDevice::start`]; may block
-    /// briefly (it runs on a runtime thread: local writes, not network round trips).
+    /// briefly on a runtime thread (local writes, not network round trips). On a
+    /// connection thread ([`server::on_connection_thread`]) it may block for as long as
+    /// the work takes (an `fdatasync`): nothing else runs there meanwhile.
     fn unplug(&self) {}
 }
 

@@ -111,6 +111,18 @@ async fn shutdown_grace_bounds_a_client_that_stops_reading() {
 
 #[tokio::test]
 async fn serve_tcp_and_unix_together_then_shut_down() {
+    serve_tcp_and_unix_then_shut_down(false).await;
+}
+
+/// The same on connection threads: each client is served on a thread of its own
+/// (the device sees it), both listeners' streams move there, and the shutdown still
+/// waits for every connection.
+#[tokio::test]
+async fn connection_threads_serve_tcp_and_unix_then_shut_down() {
+    serve_tcp_and_unix_then_shut_down(true).await;
+}
+
+async fn serve_tcp_and_unix_then_shut_down(threads: bool) {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "lsvd-nbd-test-{}-{}",
@@ -120,7 +132,13 @@ async fn serve_tcp_and_unix_together_then_shut_down() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let sock = dir.join("nbd.sock");
 
-    let server = two_export_server();
+    let server = Arc::new(
+        Server::new(vec![
+            export("disk", TestDevice::new(SIZE)),
+            export("second", TestDevice::new(SIZE)),
+        ])
+        .with_connection_threads(threads),
+    );
     let (stop, shutdown) = watch::channel(false);
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -147,6 +165,13 @@ async fn serve_tcp_and_unix_together_then_shut_down() {
     assert_eq!(a.call(Command::Write, 0, 0, 512, &[5; 512]).await.error, 0);
     let r = b.call(Command::Read, 0, 0, 512, &[]).await;
     assert_eq!(r.data, vec![5; 512]);
+    let r = a.call(Command::Read, 0, 0, 512, &[]).await;
+    assert_eq!(r.data, vec![5; 512]);
+    let on_threads = server.exports()[0]
+        .device
+        .reads_on_connection_threads
+        .load(Ordering::Relaxed);
+    assert_eq!(on_threads, if threads { 2 } else { 0 });
 
     stop.send(true).expect("servers listening");
     let wait = Duration::from_secs(5);

@@ -2,7 +2,8 @@
 //! against a [`BlockDevice`].
 //!
 //! Split into the handshake driver (`negotiate`), pure request validation (`request`),
-//! the transmission-phase loop (`session`) and the TLS policy (`tls`). This file holds
+//! the transmission-phase loop (`session`), the TLS policy (`tls`) and connection
+//! threads (`threads`: a client served on a thread of its own). This file holds
 //! the public surface: [`Server`], [`Export`], [`Limits`] and the [`Listener`]
 //! abstraction that lets the same server accept on TCP and Unix sockets at once, each
 //! with or without TLS.
@@ -18,6 +19,7 @@ mod negotiate;
 pub(crate) mod reply;
 mod request;
 mod session;
+mod threads;
 pub mod tls;
 
 use std::future::Future;
@@ -34,6 +36,8 @@ use tokio::task::JoinSet;
 use self::negotiate::Peer;
 use self::tls::{BoxStream, Tls, Upgrade};
 use crate::BlockDevice;
+
+pub use self::threads::{Detach, Detached, on_connection_thread};
 
 /// Receives one line for each event worth a server log entry: a client refused because
 /// TLS is required, a failed TLS handshake (e.g. no or a wrong client certificate).
@@ -103,6 +107,12 @@ pub trait Listener: Send + Sync + 'static {
         let _ = stream;
         "a local client".to_string()
     }
+    /// Take `stream` off this runtime so a connection thread can serve it
+    /// ([`Server::with_connection_threads`]). The default keeps every stream where it
+    /// is.
+    fn detach(stream: Self::Stream) -> Detach<Self::Stream> {
+        Detach::Kept(stream)
+    }
 }
 
 impl Listener for TcpListener {
@@ -121,6 +131,13 @@ impl Listener for TcpListener {
             Err(_) => "an unknown TCP client".to_string(),
         }
     }
+
+    fn detach(stream: TcpStream) -> Detach<TcpStream> {
+        match stream.into_std() {
+            Ok(s) => Detach::Moved(Detached::Tcp(s)),
+            Err(e) => Detach::Failed(e),
+        }
+    }
 }
 
 impl Listener for UnixListener {
@@ -128,6 +145,13 @@ impl Listener for UnixListener {
 
     async fn accept(&self) -> io::Result<UnixStream> {
         UnixListener::accept(self).await.map(|(stream, _)| stream)
+    }
+
+    fn detach(stream: UnixStream) -> Detach<UnixStream> {
+        match stream.into_std() {
+            Ok(s) => Detach::Moved(Detached::Unix(s)),
+            Err(e) => Detach::Failed(e),
+        }
     }
 }
 
@@ -153,6 +177,7 @@ pub struct Server<D: BlockDevice> {
     notices: Option<Notices>,
     stats: Arc<ConnectionStats>,
     on_error: Option<ConnectionErrorHook>,
+    connection_threads: bool,
 }
 
 impl<D: BlockDevice> Server<D> {
@@ -176,7 +201,19 @@ impl<D: BlockDevice> Server<D> {
             notices: None,
             stats: Arc::default(),
             on_error: None,
+            connection_threads: false,
         }
+    }
+
+    /// Serve each client accepted by [`Server::serve`] from a TCP or Unix listener on a
+    /// thread of its own, with a current-thread runtime, instead of on the runtime that
+    /// accepted it (see `threads`: no hand-offs between worker threads per request, and
+    /// the device may block there, [`on_connection_thread`]). Off by default. A device
+    /// served this way should run the work it spawns on its own runtime, since a
+    /// connection's runtime ends with the connection.
+    pub fn with_connection_threads(mut self, on: bool) -> Self {
+        self.connection_threads = on;
+        self
     }
 
     /// Sends refusals and TLS failures to `notices` (see [`Notices`]).
@@ -249,20 +286,34 @@ impl<D: BlockDevice> Server<D> {
                     let peer = L::peer_name(&stream);
                     let tls = tls.clone();
                     self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                    let on_thread = self.connection_threads;
                     connections.spawn(async move {
                         // Connection errors only mean this client is gone: count and
                         // report them, nothing more (refusals went to the notices too).
-                        let result = match tls {
-                            None => {
-                                Arc::clone(&server)
-                                    .connection(stream, None, &peer, shutdown)
-                                    .await
-                            }
-                            Some(tls) => {
-                                let stream: BoxStream = Box::new(stream);
-                                Arc::clone(&server)
-                                    .connection(stream, Some(&tls), &peer, shutdown)
-                                    .await
+                        let here = |stream| {
+                            Arc::clone(&server).connection_with(
+                                stream,
+                                tls.clone(),
+                                &peer,
+                                shutdown.clone(),
+                            )
+                        };
+                        let result = if !on_thread {
+                            here(stream).await
+                        } else {
+                            match L::detach(stream) {
+                                Detach::Moved(stream) => {
+                                    Arc::clone(&server)
+                                        .connection_on_thread(
+                                            stream,
+                                            tls.clone(),
+                                            peer.clone(),
+                                            shutdown.clone(),
+                                        )
+                                        .await
+                                }
+                                Detach::Kept(stream) => here(stream).await,
+                                Detach::Failed(e) => Err(e),
                             }
                         };
                         if let Err(e) = result {
@@ -330,6 +381,26 @@ impl<D: BlockDevice> Server<D> {
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<()> {
         self.connection(stream, Some(&tls), &peer, shutdown).await
+    }
+
+    /// [`Server::connection`] under the TLS policy `tls`, if any.
+    async fn connection_with<S>(
+        self: Arc<Self>,
+        stream: S,
+        tls: Option<Tls>,
+        peer: &str,
+        shutdown: watch::Receiver<bool>,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        match tls {
+            None => self.connection(stream, None, peer, shutdown).await,
+            Some(tls) => {
+                let stream: BoxStream = Box::new(stream);
+                self.connection(stream, Some(&tls), peer, shutdown).await
+            }
+        }
     }
 
     async fn connection<S>(

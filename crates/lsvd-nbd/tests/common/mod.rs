@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +29,9 @@ pub struct TestDevice {
     /// Notified (one permit per read) when a read reaches the device: tests wait on
     /// it to know a request is in flight instead of sleeping.
     pub read_started: Arc<tokio::sync::Notify>,
+    /// Reads that reached the device on a connection thread
+    /// (`Server::with_connection_threads`).
+    pub reads_on_connection_threads: AtomicUsize,
 }
 
 impl TestDevice {
@@ -38,6 +42,7 @@ impl TestDevice {
             fail_with: Mutex::new(None),
             global_flush: true,
             read_started: Arc::new(tokio::sync::Notify::new()),
+            reads_on_connection_threads: AtomicUsize::new(0),
         }
     }
 
@@ -61,6 +66,10 @@ impl BlockDevice for TestDevice {
     }
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
         self.read_started.notify_one();
+        if lsvd_nbd::server::on_connection_thread() {
+            self.reads_on_connection_threads
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if let Some((at, delay)) = self.slow_read
             && at == offset
         {
