@@ -275,8 +275,10 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
     // A client that vanishes mid-request gets one line here and a count in
     // lsvd_nbd_connections_aborted_total.
+    // Each client on a thread of its own: see lsvd_nbd's `threads` and nbd_device.rs.
     let server = Arc::new(
         Server::new(exports)
+            .with_connection_threads(true)
             .with_notices(notices)
             .on_connection_error(Box::new(|e| {
                 crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));

@@ -366,6 +366,7 @@ async fn open_inner(
     let pipeline = Pipeline::new(config.pipeline_config(), store_state, now_ns);
     let jitter_seed = config.jitter_seed.unwrap_or_else(random_session_id);
     let shared = Arc::new(Shared {
+        runtime: tokio::runtime::Handle::current(),
         meta: meta.clone(),
         size_bytes: AtomicU64::new(size_bytes),
         resizing: tokio::sync::Mutex::new(()),

@@ -97,6 +97,58 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
     out
 }
 
+/// [`read`] without waiting, for data that is local: zeros, the write log, chunks in
+/// the read cache. `None` when some of it is not (it needs a GET or a store read, on
+/// the engine's runtime) or a race moved it (a log record freed meanwhile): the caller
+/// then runs [`read`], which also handles those. Lets a thread that serves one NBD
+/// connection answer a read without handing it to another thread.
+pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option<Result<Vec<u8>>> {
+    let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
+    let mut log_seqs = Vec::new();
+    let mut chunk_hits = 0;
+    for p in plan(shared, lba, sectors) {
+        let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
+        match p.source {
+            // The buffer starts zeroed.
+            Source::Zero => {}
+            Source::Log { record_seq, offset } => {
+                if let Err(e) = shared.cache.read_at(dst, offset) {
+                    return Some(Err(Error::local_io("write-log read failed", e)));
+                }
+                log_seqs.push(record_seq);
+            }
+            Source::Object {
+                seq,
+                data_start,
+                offset,
+                ..
+            } => {
+                let rc = shared.read_cache.as_ref()?;
+                let rel = offset.checked_sub(data_start).filter(|_| data_start > 0)?;
+                if object::read_cached(rc, seq, rel, dst) < dst.len() {
+                    return None;
+                }
+                chunk_hits += object::chunks_spanned(rel, dst.len() as u64);
+            }
+        }
+    }
+    {
+        let st = shared.lock();
+        if !log_seqs.iter().all(|&seq| st.log.holds(seq)) {
+            return None;
+        }
+    }
+    ahead::observe(shared, lba, sectors);
+    if let Some(rc) = &shared.read_cache {
+        rc.hits.fetch_add(chunk_hits, Ordering::Relaxed);
+    }
+    shared
+        .stats
+        .client_read_bytes
+        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+    Some(Ok(buf))
+}
+
 /// How many times a piece of a read may be planned before the read gives up.
 const READ_PLAN_ATTEMPTS: u32 = 16;
 

@@ -260,6 +260,10 @@ pub(crate) struct Shared {
     pub(crate) index_epoch: u64,
     /// State of the upload retries' jitter (seeded: `EngineConfig::jitter_seed`).
     pub(crate) jitter: Mutex<lsvd_trace::synthetic::prng::Rng>,
+    /// The runtime the volume was opened on. Tasks the volume starts on behalf of a
+    /// client request (read-ahead, repairs) go here, whichever thread the request
+    /// came from: an NBD connection's own runtime ends with the connection.
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl Shared {

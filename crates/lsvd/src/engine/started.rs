@@ -21,7 +21,10 @@
 //! `tokio::task::block_in_place`, which hands the worker's other tasks to another
 //! thread meanwhile: at QD1, write + FLUSH pairs went from 4.38k to 4.68k a second
 //! (medians of 12 runs of 8 s, same build with and without), the wake-up of the writer
-//! thread being off the FLUSH's path. Any other thread (outside a runtime, or on a
+//! thread being off the FLUSH's path. A thread that serves one NBD connection alone
+//! (`lsvd_nbd::on_connection_thread`, see [`Blocking::Here`]) blocks without
+//! `block_in_place`, whose hand-off of the worker's core to another thread was itself
+//! a large part of a QD1 write + FLUSH. Any other thread (outside a runtime, or on a
 //! current-thread runtime, where `block_in_place` would panic) leaves it to the log
 //! writer thread, which is woken for it ([`LogOp::Kick`]), as is everything when more
 //! than one log write may be in flight (`--log-writes-in-flight`, whose bound is a
@@ -59,6 +62,17 @@ pub(crate) struct LogWriter {
     inline: bool,
     /// Most data bytes in one record.
     pub(crate) max_record_data_bytes: u64,
+}
+
+/// May the thread that unplugs block (an `fdatasync`, a wait for log space)?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocking {
+    /// Inside `tokio::task::block_in_place` on a worker of a multi-thread runtime;
+    /// never on any other thread, which leaves the wait to the log writer thread.
+    InPlace,
+    /// Right here: the thread has nothing else to run meanwhile (it serves one NBD
+    /// connection, whose requests wait for this anyway).
+    Here,
 }
 
 /// Whether the queue was appended up to its end, or the rest was left to the thread.
@@ -105,8 +119,9 @@ impl LogWriter {
         q.ops.push_back(op);
     }
 
-    /// Append what was started, on this thread where it may, or see that it will be.
-    pub(crate) fn unplug(&self, shared: &Shared) {
+    /// Append what was started, on this thread where it may (`blocking`), or see that
+    /// it will be.
+    pub(crate) fn unplug(&self, shared: &Shared, blocking: Blocking) {
         loop {
             let mut appender = match self.appender.try_lock() {
                 Ok(a) => a,
@@ -119,12 +134,16 @@ impl LogWriter {
             } else {
                 Ran::HandedOff
             };
-            if ran == Ran::HandedOff && self.inline && may_block_in_place() {
+            if ran == Ran::HandedOff && self.inline {
                 // A sync or a full log at the head: blocking here, the FLUSH is
                 // answered without waking the writer thread first.
-                ran = tokio::task::block_in_place(|| {
-                    self.append_started(shared, &mut appender, false)
-                });
+                if blocking == Blocking::Here {
+                    ran = self.append_started(shared, &mut appender, false);
+                } else if may_block_in_place() {
+                    ran = tokio::task::block_in_place(|| {
+                        self.append_started(shared, &mut appender, false)
+                    });
+                }
             }
             drop(appender);
             if ran == Ran::HandedOff {

@@ -93,6 +93,17 @@ enum Thread {
     RuntimeWorker,
     /// A thread outside any runtime: what blocks is left to the log writer thread.
     Plain,
+    /// A thread outside any runtime that may block outright (as an NBD connection's
+    /// own thread does, `Volume::unplug_on_own_thread`): it syncs and waits itself.
+    Own,
+}
+
+/// Unplug as `thread` does.
+fn unplug(v: &Volume, thread: Thread) {
+    match thread {
+        Thread::Own => v.unplug_on_own_thread(),
+        Thread::RuntimeWorker | Thread::Plain => v.unplug(),
+    }
 }
 
 /// Run `f` on `thread`, and wait for it. A plain thread is a `std::thread` (a thread of
@@ -101,7 +112,7 @@ enum Thread {
 async fn run_on(thread: Thread, f: impl FnOnce() + Send + 'static) {
     match thread {
         Thread::RuntimeWorker => tokio::spawn(async move { f() }).await.expect("task"),
-        Thread::Plain => {
+        Thread::Plain | Thread::Own => {
             tokio::task::spawn_blocking(move || std::thread::spawn(f).join().expect("thread"))
                 .await
                 .expect("join")
@@ -110,11 +121,12 @@ async fn run_on(thread: Thread, f: impl FnOnce() + Send + 'static) {
 }
 
 /// A FLUSH (and a FUA write) is synced, and so is everything after it, by the
-/// unplugging thread on a runtime worker and by the log writer thread from any other;
-/// the order of the writes to one block still decides what it reads.
+/// unplugging thread on a runtime worker or a thread of its own, and by the log writer
+/// thread from any other; the order of the writes to one block still decides what it
+/// reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
-    for thread in [Thread::RuntimeWorker, Thread::Plain] {
+    for thread in [Thread::RuntimeWorker, Thread::Plain, Thread::Own] {
         let (vol, _store, _dir) = open(config()).await;
         let (tx, rx) = mpsc::channel();
         let syncs = || vol.stats().log_syncs.load(Ordering::Relaxed);
@@ -126,7 +138,7 @@ async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
             v.start_write(0, stamp(0, 2), false, answer_to(&tx, 3));
             v.start_write(BLOCK, stamp(1, 2), true, answer_to(&tx, 4));
             v.start_write(0, stamp(0, 3), false, answer_to(&tx, 5));
-            v.unplug();
+            unplug(&v, thread);
         })
         .await;
         for (tag, r) in collect(&rx, 5) {
@@ -137,7 +149,13 @@ async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
             "{thread:?}: the FLUSH and the FUA write were synced"
         );
         match thread {
-            Thread::RuntimeWorker => assert_eq!(handoffs(&vol), 0, "synced by the worker"),
+            Thread::RuntimeWorker | Thread::Own => {
+                assert_eq!(
+                    handoffs(&vol),
+                    0,
+                    "{thread:?}: synced by the unplugging thread"
+                )
+            }
             Thread::Plain => assert!(handoffs(&vol) > 0, "synced by the writer thread"),
         }
         let v = versions(&vol).await;
@@ -150,26 +168,22 @@ async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
     }
 }
 
-/// Many threads start and unplug at once, with flushes among the writes, half of them
-/// runtime workers (which sync in `block_in_place`, holding the appender while the
-/// others start and unplug) and half plain threads (which hand syncs to the writer
-/// thread): every operation is answered once, and each block holds its thread's last
-/// version.
+/// Many threads start and unplug at once, with flushes among the writes: runtime
+/// workers (which sync in `block_in_place`, holding the appender while the others start
+/// and unplug), plain threads (which hand syncs to the writer thread) and threads of
+/// their own (which sync outright, as NBD connection threads do): every operation is
+/// answered once, and each block holds its thread's last version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_unplugs_lose_nothing() {
     let (vol, _store, _dir) = open(config()).await;
     let (tx, rx) = mpsc::channel();
-    const THREADS: u64 = 4;
+    const THREADS: u64 = 6;
     const ROUNDS: u64 = 50;
     let per_thread = BLOCKS / THREADS;
     let mut threads = Vec::new();
     for t in 0..THREADS {
         let (vol, tx) = (vol.clone(), tx.clone());
-        let thread = if t % 2 == 0 {
-            Thread::RuntimeWorker
-        } else {
-            Thread::Plain
-        };
+        let thread = [Thread::RuntimeWorker, Thread::Plain, Thread::Own][t as usize % 3];
         threads.push(tokio::spawn(run_on(thread, move || {
             let mut tag = t << 32;
             for round in 1..=ROUNDS {
@@ -182,7 +196,7 @@ async fn concurrent_unplugs_lose_nothing() {
                     tag += 1;
                     vol.start_flush(answer_to(&tx, tag));
                 }
-                vol.unplug();
+                unplug(&vol, thread);
             }
         })));
     }
@@ -206,13 +220,13 @@ async fn concurrent_unplugs_lose_nothing() {
 }
 
 /// A log with no room for the next group: a runtime worker waits for space (and frees
-/// kept records) itself, in `block_in_place`; any other thread leaves that to the
-/// writer thread. Either way everything is answered and read back. Runs with the log
+/// kept records) itself, in `block_in_place`, as does a thread of its own, outright;
+/// any other thread leaves that to the writer thread. Either way everything is answered and read back. Runs with the log
 /// kept full of uploaded records (free target: all but a little), so records must be
 /// freed to go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
-    for thread in [Thread::RuntimeWorker, Thread::Plain] {
+    for thread in [Thread::RuntimeWorker, Thread::Plain, Thread::Own] {
         let cfg = EngineConfig {
             log_size_bytes: 16 << 20,
             log_free_target_bytes: Some(1 << 20),
@@ -228,10 +242,10 @@ async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
                     let tag = version << 32 | b;
                     v.start_write(b * BLOCK, stamp(b, version), false, answer_to(&tx, tag));
                     if b % 64 == 63 {
-                        v.unplug();
+                        unplug(&v, thread);
                     }
                 }
-                v.unplug();
+                unplug(&v, thread);
             })
             .await;
             for (tag, r) in collect(&rx, BLOCKS as usize) {
@@ -242,7 +256,13 @@ async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
         // answers above would not have come.
         assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
         match thread {
-            Thread::RuntimeWorker => assert_eq!(handoffs(&vol), 0, "waited for by the worker"),
+            Thread::RuntimeWorker | Thread::Own => {
+                assert_eq!(
+                    handoffs(&vol),
+                    0,
+                    "{thread:?}: waited for by the unplugging thread"
+                )
+            }
             Thread::Plain => assert!(handoffs(&vol) > 0, "waited for by the writer thread"),
         }
         vol.shutdown().await.expect("shutdown");

@@ -282,7 +282,16 @@ impl Volume {
     /// server calls it once it has started every request it read, before it waits for
     /// anything.
     pub fn unplug(&self) {
-        self.log_writer.unplug(&self.shared);
+        self.log_writer
+            .unplug(&self.shared, super::started::Blocking::InPlace);
+    }
+
+    /// [`Volume::unplug`] from a thread that may block outright, since it has nothing
+    /// else to run meanwhile (a thread serving one NBD connection): a FLUSH's
+    /// `fdatasync` or a wait for log space happens here, without `block_in_place`.
+    pub fn unplug_on_own_thread(&self) {
+        self.log_writer
+            .unplug(&self.shared, super::started::Blocking::Here);
     }
 
     /// Read `len` bytes at `offset`. Errors: `BadInput`, `LocalIo`, `Corrupt` (an
@@ -290,6 +299,15 @@ impl Volume {
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check_range(offset, len)?;
         read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await
+    }
+
+    /// [`Volume::read`] if it needs no waiting: all of it is zeros, in the write log or
+    /// in the read cache. `None` otherwise (call [`Volume::read`]).
+    pub fn read_local(&self, offset: u64, len: u64) -> Option<Result<Vec<u8>>> {
+        if let Err(e) = self.check_range(offset, len) {
+            return Some(Err(e));
+        }
+        read::read_local(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES)
     }
 
     /// Allocation of `[offset, offset+len)`: runs of (bytes, allocated).

@@ -36,9 +36,6 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
     if max_bytes == 0 {
         return;
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let window = {
         let in_flight = rc.ahead_in_flight_bytes.load(Ordering::Relaxed);
         let room = max_bytes.saturating_sub(in_flight) / SECTOR_BYTES;
@@ -53,7 +50,7 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
         shared: shared.clone(),
         bytes,
     };
-    runtime.spawn(async move {
+    shared.runtime.spawn(async move {
         let shared = guard.shared.clone();
         fetch_window(&shared, from, len).await;
         drop(guard);

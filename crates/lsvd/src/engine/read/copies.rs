@@ -168,7 +168,7 @@ fn start_repair(shared: &Shared, key: &str, header: ObjectHeader) {
     }
     let store = shared.store.clone();
     let key = key.to_string();
-    tokio::spawn(async move {
+    shared.runtime.spawn(async move {
         let result = repair(&store, &key, &header, &repairs).await;
         if let Err(e) = result {
             crate::log::warn(&format!("repairing the copies of {key}: {e}"));

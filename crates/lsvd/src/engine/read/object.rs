@@ -180,7 +180,7 @@ pub(crate) async fn read_object(
 }
 
 /// Chunks of the read cache that bytes `[rel, rel + len)` of a data section touch.
-fn chunks_spanned(rel: u64, len: u64) -> u64 {
+pub(super) fn chunks_spanned(rel: u64, len: u64) -> u64 {
     if len == 0 {
         return 0;
     }
@@ -190,7 +190,7 @@ fn chunks_spanned(rel: u64, len: u64) -> u64 {
 /// Fill `dst` with data-section bytes `[rel, rel + dst.len())` of object `seq` from the
 /// read cache, up to the first chunk it does not hold. Returns the bytes filled (from
 /// the start of `dst`; all of it on a full hit, ending at a chunk boundary otherwise).
-fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> usize {
+pub(super) fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> usize {
     let end = rel + dst.len() as u64;
     let mut at = rel;
     while at < end {

@@ -267,3 +267,48 @@ async fn a_read_with_a_cached_prefix_fetches_only_the_rest() {
     assert_eq!(gets(&v) - before, 1, "one GET for the two missing chunks");
     v.shutdown().await.expect("shutdown");
 }
+
+/// `Volume::read_local` answers from the write log and the read cache, never from the
+/// store: an object chunk not cached yet is `None` (and costs no GET), the same chunk
+/// once a read has cached it is the data; zeros and a range past the end come back at
+/// once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_read_takes_the_log_and_the_read_cache_and_leaves_the_rest() {
+    let size = 4 * MIB;
+    let dir = TempDir::new("read-local");
+    let store: DynStore = Arc::new(MemStore::new());
+    let v = volume_in_store(&dir, &store, size, MIB, config(64 * KIB, 0)).await;
+    let g0 = gets(&v);
+    let hits0 = v.status().read_cache_hits;
+    assert!(v.read_local(MIB, 4 * KIB).is_none(), "in the store only");
+    assert_eq!(gets(&v), g0, "no GET for a local read");
+    read_sequentially(&v, MIB, MIB + 64 * KIB, 4 * KIB).await;
+    let got = v
+        .read_local(MIB + 8 * KIB, 16 * KIB)
+        .expect("cached now")
+        .expect("read");
+    assert!(got == pattern(MIB + 8 * KIB, 16 * KIB, 1), "cached data");
+    assert!(v.status().read_cache_hits > hits0, "counted as hits");
+    // Half cached, half not: the whole read goes the long way.
+    assert!(v.read_local(MIB + 32 * KIB, 64 * KIB).is_none());
+    // Written now: in the log.
+    v.write(3 * MIB, pattern(3 * MIB, 8 * KIB, 2), false)
+        .await
+        .expect("write");
+    let got = v
+        .read_local(3 * MIB, 8 * KIB)
+        .expect("in the log")
+        .expect("read");
+    assert!(got == pattern(3 * MIB, 8 * KIB, 2), "logged data");
+    v.write_zeroes(2 * MIB, 4 * KIB, false).await.expect("zero");
+    let got = v
+        .read_local(2 * MIB, 4 * KIB)
+        .expect("zeros")
+        .expect("read");
+    assert_eq!(got, vec![0; 4 * KIB as usize]);
+    assert!(
+        v.read_local(size, 4 * KIB).expect("checked").is_err(),
+        "past the end"
+    );
+    v.shutdown().await.expect("shutdown");
+}
