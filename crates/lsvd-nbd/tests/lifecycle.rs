@@ -137,7 +137,8 @@ async fn serve_tcp_and_unix_then_shut_down(threads: bool) {
             export("disk", TestDevice::new(SIZE)),
             export("second", TestDevice::new(SIZE)),
         ])
-        .with_connection_threads(threads),
+        .with_connection_threads(threads)
+        .with_busy_poll(Duration::from_micros(if threads { 50 } else { 0 })),
     );
     let (stop, shutdown) = watch::channel(false);
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")

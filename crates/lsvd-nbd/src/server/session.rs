@@ -14,6 +14,8 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use tokio::io::{
     AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
@@ -59,12 +61,33 @@ async fn read_payload<R: AsyncRead + Unpin>(reader: &mut R, len: usize) -> io::R
     Ok(buf)
 }
 
+/// Poll `reader` for input for up to `budget`, yielding to the connection's other
+/// tasks (the reply writer, reads) between polls; returns once input (or EOF, or an
+/// error, left for the caller's read to see) is there, or the budget is spent. Each
+/// yield lets the runtime poll its reactor without sleeping, which is how new input
+/// is noticed.
+async fn poll_for_input<R: AsyncBufRead + Unpin>(reader: &mut R, budget: Duration) {
+    let start = Instant::now();
+    loop {
+        let ready = std::future::poll_fn(|cx| match Pin::new(&mut *reader).poll_fill_buf(cx) {
+            Poll::Ready(_) => Poll::Ready(true),
+            Poll::Pending => Poll::Ready(false),
+        })
+        .await;
+        if ready || start.elapsed() >= budget {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 pub(crate) async fn run<D, S>(
     device: Arc<D>,
     params: ExportParams,
     stream: S,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
+    busy_poll: Duration,
 ) -> io::Result<()>
 where
     D: BlockDevice,
@@ -84,6 +107,7 @@ where
         budget: Arc::new(Semaphore::new(limits.max_in_flight_bytes)),
         max_in_flight: limits.max_in_flight,
         started: AtomicBool::new(false),
+        busy_poll,
     };
     let end = conn.read_requests(&mut reader, &mut shutdown).await;
     // Whatever ended the reader, what it started must run.
@@ -130,6 +154,9 @@ struct Conn<D> {
     max_in_flight: usize,
     /// Requests were handed to the device with `start` since its last `unplug`.
     started: AtomicBool,
+    /// How long the reader polls for the next request before it sleeps (zero: never;
+    /// `Server::with_busy_poll`, connection threads only).
+    busy_poll: Duration,
 }
 
 impl<D: BlockDevice> Conn<D> {
@@ -162,6 +189,10 @@ impl<D: BlockDevice> Conn<D> {
         reader: &mut BufReader<R>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> End {
+        // How long the last wait for a request took: polling pays only while the
+        // client sends quickly. A wait that slept includes the wake-up itself, so a
+        // wait of up to twice the polling time still counts as quick.
+        let mut last_wait = Duration::ZERO;
         loop {
             let mut buf = [0u8; REQUEST_HEADER_LEN];
             if let Some(end) = self.stopping(shutdown) {
@@ -172,12 +203,16 @@ impl<D: BlockDevice> Conn<D> {
                 Pin::new(&mut *reader).consume(REQUEST_HEADER_LEN);
             } else {
                 self.unplug();
+                let waiting_since = Instant::now();
+                if !self.busy_poll.is_zero() && last_wait <= 2 * self.busy_poll {
+                    poll_for_input(reader, self.busy_poll).await;
+                }
                 tokio::select! {
                 biased;
                 () = shutdown_requested(shutdown) => return End::Drain,
                 () = self.tx.closed() => return End::WriterGone,
                 read = reader.read_exact(&mut buf) => match read {
-                    Ok(_) => {}
+                    Ok(_) => last_wait = waiting_since.elapsed(),
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                         let unanswered =
                             self.max_in_flight.saturating_sub(self.ops.available_permits());

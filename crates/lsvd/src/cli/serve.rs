@@ -279,6 +279,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let server = Arc::new(
         Server::new(exports)
             .with_connection_threads(true)
+            .with_busy_poll(std::time::Duration::from_micros(args.busy_poll_us))
             .with_notices(notices)
             .on_connection_error(Box::new(|e| {
                 crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
