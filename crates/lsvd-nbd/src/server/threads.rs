@@ -55,17 +55,6 @@ pub fn on_connection_thread() -> bool {
     CONNECTION_THREAD.with(Cell::get)
 }
 
-impl Detached {
-    /// Register the stream with the current runtime's reactor.
-    fn attach_tcp(s: std::net::TcpStream) -> io::Result<TcpStream> {
-        TcpStream::from_std(s)
-    }
-
-    fn attach_unix(s: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
-        UnixStream::from_std(s)
-    }
-}
-
 impl<D: BlockDevice> Server<D> {
     /// Serve `stream` on a new thread with a runtime of its own; resolves with the
     /// connection's result once the thread's runtime has shut down, so nothing of the
@@ -104,12 +93,13 @@ fn serve_here<D: BlockDevice>(
         .build()?;
     let result = runtime.block_on(async move {
         match stream {
+            // Registered with this thread's reactor.
             Detached::Tcp(s) => {
-                let s = Detached::attach_tcp(s)?;
+                let s = TcpStream::from_std(s)?;
                 server.connection_with(s, tls, peer, shutdown).await
             }
             Detached::Unix(s) => {
-                let s = Detached::attach_unix(s)?;
+                let s = UnixStream::from_std(s)?;
                 server.connection_with(s, tls, peer, shutdown).await
             }
         }

@@ -103,10 +103,32 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
 /// then runs [`read`], which also handles those. Lets a thread that serves one NBD
 /// connection answer a read without handing it to another thread.
 pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option<Result<Vec<u8>>> {
+    let pieces = plan(shared, lba, sectors);
+    // A piece the read cache does not hold sends the read the long way: see that
+    // before reading anything, so a miss does no I/O here that `read` repeats.
+    for p in &pieces {
+        if let Source::Object {
+            seq,
+            data_start,
+            offset,
+            ..
+        } = p.source
+        {
+            let rc = shared.read_cache.as_ref()?;
+            let rel = offset.checked_sub(data_start).filter(|_| data_start > 0)?;
+            let (first, last) = (
+                rel / READ_CACHE_CHUNK_BYTES,
+                (rel + p.bytes as u64 - 1) / READ_CACHE_CHUNK_BYTES,
+            );
+            if !(first..=last).all(|c| rc.contains(seq, c)) {
+                return None;
+            }
+        }
+    }
     let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
     let mut log_seqs = Vec::new();
     let mut chunk_hits = 0;
-    for p in plan(shared, lba, sectors) {
+    for p in pieces {
         let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
         match p.source {
             // The buffer starts zeroed.
@@ -125,6 +147,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
             } => {
                 let rc = shared.read_cache.as_ref()?;
                 let rel = offset.checked_sub(data_start).filter(|_| data_start > 0)?;
+                // Evicted since the check above (rare): the long way after all.
                 if object::read_cached(rc, seq, rel, dst) < dst.len() {
                     return None;
                 }
