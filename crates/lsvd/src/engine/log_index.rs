@@ -98,10 +98,10 @@ pub(crate) fn maybe_write(shared: &Shared) {
             .fetch_add(1, Ordering::Relaxed);
         return;
     }
+    // The records it lists are durable already (through `log_synced_through`).
     let r = shared
         .cache
-        .write_at(&bytes, layout.slot_offset(generation))
-        .and_then(|_| shared.cache.sync());
+        .write_durable_at(&bytes, layout.slot_offset(generation));
     match r {
         Ok(()) => {
             shared

@@ -45,10 +45,18 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
         (sb, through)
     };
     let slot = (sb.generation % 2) * CACHE_SUPER_BYTES as u64;
-    let r = shared
-        .cache
-        .write_at(&encode_cache_super(&sb), slot)
-        .and_then(|_| shared.cache.sync());
+    // Only the superblock must be durable before the space is reused; the records
+    // after the tail need no more durability than their clients asked for. A clean
+    // stop syncs everything, as the next open reads the records it keeps.
+    let bytes = encode_cache_super(&sb);
+    let r = if clean {
+        shared
+            .cache
+            .write_at(&bytes, slot)
+            .and_then(|_| shared.cache.sync())
+    } else {
+        shared.cache.write_durable_at(&bytes, slot)
+    };
     if let Err(e) = r {
         shared.fail(&format!("cache superblock write failed: {e}"));
         return;

@@ -201,7 +201,9 @@ pub fn record_checker() -> lsvd::cache_dev::faulty::WriteHook {
                     .push((u64::MAX, 0, 0));
                 return;
             }
-            DevEvent::Write { offset, data } => (offset, data),
+            DevEvent::Write { offset, data } | DevEvent::DurableWrite { offset, data } => {
+                (offset, data)
+            }
         };
         let seq = if buf.len() >= 40 && &buf[..8] == RECORD_MAGIC {
             let mut b = [0u8; 8];
