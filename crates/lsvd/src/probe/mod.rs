@@ -81,10 +81,12 @@ most 16;\n\
 slower than buffered.\n\n\
 The result is saved to <DATA>/probe-profile (--data; magic, version and CRC32C, see \
 docs/format/probe-profile.md) unless --no-save. `lsvd serve` on that data directory uses \
-its log writes in flight and group-commit cap (a flag or the config file's [tuning] \
-section wins; `lsvd info` shows what is in force and why); a profile measured under \
-another directory is not used. Log alignment is fixed at 512 B by the record format and \
-the log's direct I/O has no setting yet: those two decisions are advice. MB/s are 10^6 \
+its group-commit cap (a flag or the config file's [tuning] section wins; `lsvd info` \
+shows what is in force and why); a profile measured under another directory is not \
+used. The other three decisions are advice: log alignment is fixed at 512 B by the \
+record format, and serve writes its log through the page cache with one write in \
+flight, which measured faster in serve than O_DIRECT with 1, 4 or 8 in flight on the \
+project's machine (docs/ARCHITECTURE.md, \"Why these choices\"). MB/s are 10^6 \
 bytes per second. Killing the probe (Ctrl-C) leaves its scratch file, \
 PATH/.lsvd-probe-*.tmp, behind: delete it.\n\n\
 lsvd probe --store URL (no PATH) measures the object store instead, writing only under a \

@@ -118,7 +118,7 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         d.log_align_bytes
     ));
     line(format!(
-        "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16; advice: serve keeps 1 until the log uses O_DIRECT",
+        "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16; advice only: serve keeps 1 (buffered log)",
         d.log_writes_in_flight, d.useful_parallelism
     ));
     line(format!(
@@ -126,7 +126,7 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         format_size(d.group_commit_cap_bytes)
     ));
     line(format!(
-        "  log I/O                {:>8}     direct if O_DIRECT works and write+fdatasync is not >10% slower",
+        "  log I/O                {:>8}     direct if O_DIRECT works and write+fdatasync is not >10% slower; advice only: serve writes buffered",
         if d.direct_log_io {
             "direct"
         } else {
