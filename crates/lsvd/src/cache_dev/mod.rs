@@ -150,15 +150,16 @@ impl CacheDevice for FileCache {
         }
         if n < 0 {
             let e = io::Error::last_os_error();
-            let unsupported = matches!(
+            // Interrupted by a signal before writing anything: the long way retries.
+            let long_way = matches!(
                 e.raw_os_error(),
-                Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL)
+                Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL | libc::EINTR)
             );
-            if !unsupported {
+            if !long_way {
                 return Err(e);
             }
         }
-        // Not supported, or a short write: all of it again, the long way.
+        // Not supported, interrupted, or a short write: all of it again, the long way.
         self.file.write_all_at(buf, offset)?;
         self.file.sync_data()
     }
