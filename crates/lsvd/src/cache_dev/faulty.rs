@@ -19,6 +19,7 @@
 //! ([`FaultyCache::from_image`]).
 
 use std::io;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::CacheDevice;
@@ -132,6 +133,29 @@ impl FaultyCache {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // Nothing panics while holding this lock; a poisoned lock still has valid data.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The image range of `len` bytes at `offset`; `kind` and `what` if it does not fit.
+    fn span(
+        &self,
+        offset: u64,
+        len: usize,
+        kind: io::ErrorKind,
+        what: &'static str,
+    ) -> io::Result<Range<usize>> {
+        offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.size_bytes)
+            .map(|end| offset as usize..end as usize)
+            .ok_or_else(|| io::Error::new(kind, what))
+    }
+
+    /// Tell the observer, if any. Called under the device lock, so the observer sees
+    /// the device's order.
+    fn observe(&self, event: DevEvent<'_>) {
+        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            h(event);
+        }
     }
 
     /// Fail all further I/O without capturing an image.
@@ -265,11 +289,13 @@ impl CacheDevice for FaultyCache {
         if g.failed {
             return Err(failed_err());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.size_bytes)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"))?;
-        buf.copy_from_slice(&g.current[offset as usize..end as usize]);
+        let range = self.span(
+            offset,
+            buf.len(),
+            io::ErrorKind::UnexpectedEof,
+            "read past end",
+        )?;
+        buf.copy_from_slice(&g.current[range]);
         Ok(())
     }
 
@@ -278,17 +304,16 @@ impl CacheDevice for FaultyCache {
         if Self::tick(&mut g) {
             return Err(failed_err());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.size_bytes)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past end"))?;
-        g.current[offset as usize..end as usize].copy_from_slice(buf);
+        let range = self.span(
+            offset,
+            buf.len(),
+            io::ErrorKind::InvalidInput,
+            "write past end",
+        )?;
+        g.current[range].copy_from_slice(buf);
         g.unsynced.push((offset, buf.to_vec()));
         g.writes += 1;
-        // Under the device lock, so the observer sees the device's order.
-        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            h(DevEvent::Write { offset, data: buf });
-        }
+        self.observe(DevEvent::Write { offset, data: buf });
         Ok(())
     }
 
@@ -303,9 +328,7 @@ impl CacheDevice for FaultyCache {
             g.durable[at..at + data.len()].copy_from_slice(&data);
         }
         g.syncs += 1;
-        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            h(DevEvent::Sync);
-        }
+        self.observe(DevEvent::Sync);
         Ok(())
     }
 
@@ -313,17 +336,20 @@ impl CacheDevice for FaultyCache {
     /// bytes and the device's cache flushed, so this write is durable and the other
     /// unsynced writes stay as they were, except that where one of them overlaps the
     /// range, what may still land of it is the newest bytes (the page cache holds one
-    /// version of a page, not the history of its writes). One I/O for failure arming.
+    /// version of a page, not the history of its writes). It counts as one write (for
+    /// failure arming too), not as a sync: it made nothing else durable.
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut g = self.lock();
         if Self::tick(&mut g) {
             return Err(failed_err());
         }
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.size_bytes)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past end"))?;
-        let (from, to) = (offset as usize, end as usize);
+        let range = self.span(
+            offset,
+            buf.len(),
+            io::ErrorKind::InvalidInput,
+            "write past end",
+        )?;
+        let (from, to) = (range.start, range.end);
         g.current[from..to].copy_from_slice(buf);
         g.durable[from..to].copy_from_slice(buf);
         for (at, data) in g.unsynced.iter_mut() {
@@ -334,10 +360,7 @@ impl CacheDevice for FaultyCache {
             }
         }
         g.writes += 1;
-        g.syncs += 1;
-        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            h(DevEvent::DurableWrite { offset, data: buf });
-        }
+        self.observe(DevEvent::DurableWrite { offset, data: buf });
         Ok(())
     }
 
@@ -360,6 +383,7 @@ mod tests {
             c.write_at(&[1u8; 1024], 0).expect("write");
             c.write_at(&[2u8; 1024], 4096).expect("write");
             c.write_durable_at(&[3u8; 512], 512).expect("durable write");
+            assert_eq!(c.counters(), (3, 0), "one write, and no sync");
             let mut buf = [0u8; 1024];
             c.read_at(&mut buf, 0).expect("read");
             assert_eq!((buf[0], buf[600]), (1, 3), "reads see both writes");

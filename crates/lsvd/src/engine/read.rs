@@ -19,7 +19,6 @@ use std::sync::atomic::Ordering;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::log_map::LogLoc;
 
-use super::read_cache::READ_CACHE_CHUNK_BYTES;
 use super::shared::Shared;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -115,12 +114,8 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
         } = p.source
         {
             let rc = shared.read_cache.as_ref()?;
-            let rel = offset.checked_sub(data_start).filter(|_| data_start > 0)?;
-            let (first, last) = (
-                rel / READ_CACHE_CHUNK_BYTES,
-                (rel + p.bytes as u64 - 1) / READ_CACHE_CHUNK_BYTES,
-            );
-            if !(first..=last).all(|c| rc.contains(seq, c)) {
+            let rel = object::data_rel(offset, data_start)?;
+            if !object::all_cached(rc, seq, rel, p.bytes as u64) {
                 return None;
             }
         }
@@ -146,7 +141,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
                 ..
             } => {
                 let rc = shared.read_cache.as_ref()?;
-                let rel = offset.checked_sub(data_start).filter(|_| data_start > 0)?;
+                let rel = object::data_rel(offset, data_start)?;
                 // Evicted since the check above (rare): the long way after all.
                 if object::read_cached(rc, seq, rel, dst) < dst.len() {
                     return None;
@@ -293,14 +288,7 @@ impl ObjectPiece {
     /// not in the data section (the read itself reports that).
     fn chunks(&self) -> Option<(u64, u64)> {
         let rel = self.offset.checked_sub(self.data_start)?;
-        let bytes = self.sectors * SECTOR_BYTES;
-        if bytes == 0 {
-            return None;
-        }
-        Some((
-            rel / READ_CACHE_CHUNK_BYTES,
-            (rel + bytes - 1) / READ_CACHE_CHUNK_BYTES,
-        ))
+        object::chunk_span(rel, self.sectors * SECTOR_BYTES)
     }
 }
 

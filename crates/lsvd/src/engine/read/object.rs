@@ -153,11 +153,10 @@ pub(crate) async fn read_object(
     // The cached prefix first (no header needed); the rest through the store.
     let mut done = 0;
     if let Some(rc) = &shared.read_cache
-        && data_start > 0
-        && offset >= data_start
+        && let Some(rel) = data_rel(offset, data_start)
     {
-        done = read_cached(rc, seq, offset - data_start, dst);
-        let chunks = chunks_spanned(offset - data_start, done as u64);
+        done = read_cached(rc, seq, rel, dst);
+        let chunks = chunks_spanned(rel, done as u64);
         rc.hits.fetch_add(chunks, Ordering::Relaxed);
         if done == dst.len() {
             return Ok(());
@@ -179,12 +178,33 @@ pub(crate) async fn read_object(
     }
 }
 
+/// Where byte `offset` of an object lies in its data section, which starts at
+/// `data_start`; None before it, or when the start is not known (0).
+pub(super) fn data_rel(offset: u64, data_start: u64) -> Option<u64> {
+    offset.checked_sub(data_start).filter(|_| data_start > 0)
+}
+
+/// The first and last read-cache chunks that bytes `[rel, rel + len)` of a data
+/// section touch; None if `len` is 0.
+pub(super) fn chunk_span(rel: u64, len: u64) -> Option<(u64, u64)> {
+    (len > 0).then(|| {
+        (
+            rel / READ_CACHE_CHUNK_BYTES,
+            (rel + len - 1) / READ_CACHE_CHUNK_BYTES,
+        )
+    })
+}
+
 /// Chunks of the read cache that bytes `[rel, rel + len)` of a data section touch.
 pub(super) fn chunks_spanned(rel: u64, len: u64) -> u64 {
-    if len == 0 {
-        return 0;
-    }
-    (rel + len - 1) / READ_CACHE_CHUNK_BYTES - rel / READ_CACHE_CHUNK_BYTES + 1
+    chunk_span(rel, len).map_or(0, |(first, last)| last - first + 1)
+}
+
+/// Does the read cache hold every chunk of data-section bytes `[rel, rel + len)` of
+/// object `seq`? (Without reading them: a caller that would rather not start I/O it
+/// cannot finish asks first.)
+pub(super) fn all_cached(rc: &ReadCache, seq: u64, rel: u64, len: u64) -> bool {
+    chunk_span(rel, len).is_none_or(|(first, last)| (first..=last).all(|c| rc.contains(seq, c)))
 }
 
 /// Fill `dst` with data-section bytes `[rel, rel + dst.len())` of object `seq` from the

@@ -312,3 +312,24 @@ async fn a_local_read_takes_the_log_and_the_read_cache_and_leaves_the_rest() {
     );
     v.shutdown().await.expect("shutdown");
 }
+
+/// The chunk arithmetic every cached read shares: a range's first and last chunks,
+/// how many it touches, and where an offset lies in the data section.
+#[test]
+fn chunk_spans_cover_exactly_the_chunks_a_range_touches() {
+    use super::object::{chunk_span, chunks_spanned, data_rel};
+    use crate::engine::read_cache::READ_CACHE_CHUNK_BYTES as C;
+    assert_eq!(chunk_span(0, 0), None);
+    assert_eq!(chunks_spanned(5, 0), 0);
+    assert_eq!(chunk_span(0, C), Some((0, 0)), "one whole chunk");
+    assert_eq!(
+        chunk_span(C - 1, 2),
+        Some((0, 1)),
+        "two bytes across a boundary"
+    );
+    assert_eq!(chunk_span(C, 3 * C), Some((1, 3)));
+    assert_eq!(chunks_spanned(C - 1, C + 2), 3);
+    assert_eq!(data_rel(4096, 4096), Some(0));
+    assert_eq!(data_rel(4095, 4096), None, "in the header");
+    assert_eq!(data_rel(100, 0), None, "data start not known");
+}
