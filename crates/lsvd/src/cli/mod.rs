@@ -369,7 +369,8 @@ pub struct EngineArgs {
     #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit", "hylog"])]
     pub gc_policy: String,
     /// GC moves at most this many bytes per second, or four times the rate clients
-    /// write if that is more (0: as fast as it can).
+    /// write if that is more (0: as fast as it can). Once clients have done no I/O for
+    /// two seconds GC is not paced, until their next request.
     #[arg(long, default_value = "16M")]
     pub gc_rate: String,
     /// How far the store may grow past live/--gc-start before client writes wait for

@@ -44,7 +44,8 @@ pub struct EngineConfig {
     /// is remote).
     pub read_cache_admit: Admission,
     /// GC moves at most this many bytes per second, or four times the rate clients
-    /// write if that is more (`engine::gc::Pacer`); 0: unpaced. Default: 16 MiB/s.
+    /// write if that is more, and unpaced while clients are idle (`engine::gc::Pacer`);
+    /// 0: always unpaced. Default: 16 MiB/s.
     pub gc_min_rate_bytes: u64,
     /// How far the store may grow past live/`gc.start_utilization` before client
     /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`). Default: 0.

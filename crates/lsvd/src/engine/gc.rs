@@ -16,6 +16,10 @@
 //! writing if that is more, with each pass's checkpoint counted too (a GET also reads
 //! the dead bytes between nearby live extents, so GC moves less than it reads). So GC
 //! works steadily in the background instead of in bursts that hold up client I/O.
+//! Once clients have neither read nor written for [`IDLE_AFTER`], there is no client
+//! I/O to protect and GC runs unpaced, until the next client request: after a burst
+//! of overwrites, the client writes GC holds back (below) reach the store in seconds
+//! rather than at the minimum rate (minutes for a few GiB).
 //! Where cleaning needs more than that, the pipeline's back-pressure (closed client
 //! batches held, unnumbered, while the store would grow past live/gc-start plus one
 //! batch) slows clients to what GC cleans: the store holds at most live/gc-start + one
@@ -59,9 +63,30 @@ const CLIENT_SHARE: f64 = 4.0;
 /// The client write rate is measured over this window.
 const RATE_WINDOW: Duration = Duration::from_secs(2);
 
+/// Clients that have neither read nor written for this long are idle, and GC is not
+/// paced while they stay so.
+const IDLE_AFTER: Duration = Duration::from_secs(2);
+
+/// What clients have read and written so far (the volume's counters): the pacer
+/// follows the write rate, and sees from both whether clients are idle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientIo {
+    pub(crate) written_bytes: u64,
+    pub(crate) read_bytes: u64,
+}
+
+impl ClientIo {
+    fn of(shared: &Shared) -> ClientIo {
+        ClientIo {
+            written_bytes: shared.stats.client_write_bytes.load(Ordering::Relaxed),
+            read_bytes: shared.stats.client_read_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The rate limiter of GC I/O: a token bucket refilled at
 /// `max(min_rate, CLIENT_SHARE x client write rate)` bytes per second, holding at most
-/// a quarter second of that (and at least one GET).
+/// a quarter second of that (and at least one GET); no limit while clients are idle.
 pub(crate) struct Pacer {
     min_rate: f64,
     tokens: f64,
@@ -69,6 +94,8 @@ pub(crate) struct Pacer {
     last: Duration,
     /// (time, client bytes written so far), over the last [`RATE_WINDOW`].
     samples: std::collections::VecDeque<(Duration, u64)>,
+    /// The client I/O last seen, and when it was first seen at that value.
+    seen: Option<(ClientIo, Duration)>,
 }
 
 impl Pacer {
@@ -80,6 +107,18 @@ impl Pacer {
             last: clock.now(),
             clock,
             samples: Default::default(),
+            seen: None,
+        }
+    }
+
+    /// Whether clients have done no I/O for [`IDLE_AFTER`], given their counters now.
+    fn clients_idle(&mut self, client: ClientIo, now: Duration) -> bool {
+        match self.seen {
+            Some((seen, since)) if seen == client => now.saturating_sub(since) >= IDLE_AFTER,
+            _ => {
+                self.seen = Some((client, now));
+                false
+            }
         }
     }
 
@@ -104,18 +143,24 @@ impl Pacer {
     }
 
     /// Account for `bytes` of GC I/O, sleeping as long as the rate requires (in steps,
-    /// returning false at once if `stop` says so).
+    /// returning false at once if `stop` says so). While clients are idle nothing is
+    /// counted and nothing waits; the bucket starts empty when they come back.
     pub(crate) async fn take(
         &mut self,
         bytes: u64,
-        client_bytes: u64,
+        client: ClientIo,
         stop: impl Fn() -> bool,
     ) -> bool {
         if self.min_rate <= 0.0 {
             return true;
         }
-        let rate = self.rate(client_bytes);
+        let rate = self.rate(client.written_bytes);
         let now = self.clock.now();
+        if self.clients_idle(client, now) {
+            self.tokens = 0.0;
+            self.last = now;
+            return true;
+        }
         let cap = (rate / 4.0).max(MAX_GET_BYTES as f64);
         self.tokens = (self.tokens + now.saturating_sub(self.last).as_secs_f64() * rate).min(cap)
             - bytes as f64;
@@ -226,8 +271,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     let store = st.pipeline.store();
                     32 * (store.map().extent_count() + store.objects().len()) as u64
                 };
-                let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
-                pacer.take(checkpoint, client, || stopping(&shared)).await;
+                pacer
+                    .take(checkpoint, ClientIo::of(&shared), || stopping(&shared))
+                    .await;
             }
             Err(e) => {
                 failed_in_a_row = failed_in_a_row.saturating_add(1);
@@ -356,10 +402,9 @@ async fn run_pass(
                 let r = &relocations[i];
                 let len = r.sectors * SECTOR_BYTES;
                 if let Some(buf) = cached.read(shared, r.source.offset, len) {
-                    let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
                     if stopping(shared)
                         || !pacer
-                            .take(buf.len() as u64, client, || stopping(shared))
+                            .take(buf.len() as u64, ClientIo::of(shared), || stopping(shared))
                             .await
                     {
                         return Ok(None);
@@ -390,7 +435,7 @@ async fn run_pass(
                 to = end;
                 run_end += 1;
             }
-            let client = shared.stats.client_write_bytes.load(Ordering::Relaxed);
+            let client = ClientIo::of(shared);
             if stopping(shared) || !pacer.take(to - from, client, || stopping(shared)).await {
                 return Ok(None);
             }
@@ -503,7 +548,7 @@ mod tests {
         // Disabled: never waits.
         let t = tokio::time::Instant::now();
         let mut off = Pacer::new(0, SharedClock::default());
-        assert!(off.take(1 << 30, 0, || false).await);
+        assert!(off.take(1 << 30, ClientIo::default(), || false).await);
         assert_eq!(t.elapsed(), Duration::ZERO);
 
         // 4 MiB/s with idle clients: the bucket starts empty, so each MiB waits a
@@ -511,7 +556,7 @@ mod tests {
         let mut p = Pacer::new(4 << 20, SharedClock::default());
         let t = tokio::time::Instant::now();
         for _ in 0..3 {
-            assert!(p.take(1 << 20, 0, || false).await);
+            assert!(p.take(1 << 20, ClientIo::default(), || false).await);
         }
         let took = t.elapsed();
         assert!(
@@ -535,7 +580,45 @@ mod tests {
         // A stop request ends a wait at once.
         let mut p = Pacer::new(1 << 20, SharedClock::default());
         let t = tokio::time::Instant::now();
-        assert!(!p.take(64 << 20, 0, || true).await);
+        assert!(!p.take(64 << 20, ClientIo::default(), || true).await);
         assert_eq!(t.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pacer_lets_gc_run_unpaced_while_clients_are_idle() {
+        let io = |written_bytes, read_bytes| ClientIo {
+            written_bytes,
+            read_bytes,
+        };
+        let mut p = Pacer::new(4 << 20, SharedClock::default());
+        // Clients just seen (first sight counts as activity): paced, 1 MiB waits 250 ms.
+        let t = tokio::time::Instant::now();
+        assert!(p.take(1 << 20, io(8 << 20, 0), || false).await);
+        assert_eq!(t.elapsed(), Duration::from_millis(250));
+        // Nothing read or written since, but not yet for IDLE_AFTER: still paced.
+        let t = tokio::time::Instant::now();
+        assert!(p.take(1 << 20, io(8 << 20, 0), || false).await);
+        assert_eq!(t.elapsed(), Duration::from_millis(250));
+        // Idle long enough: a GiB goes through at once, and again.
+        tokio::time::sleep(IDLE_AFTER).await;
+        let t = tokio::time::Instant::now();
+        assert!(p.take(1 << 30, io(8 << 20, 0), || false).await);
+        assert!(p.take(1 << 30, io(8 << 20, 0), || false).await);
+        assert_eq!(t.elapsed(), Duration::ZERO);
+        // A client read ends it: paced from an empty bucket, at the minimum rate (the
+        // write rate is still zero).
+        let t = tokio::time::Instant::now();
+        assert!(p.take(1 << 20, io(8 << 20, 4096), || false).await);
+        assert_eq!(t.elapsed(), Duration::from_millis(250));
+        // And a client write too, once idle again.
+        tokio::time::sleep(IDLE_AFTER).await;
+        assert!(p.take(1 << 30, io(8 << 20, 4096), || false).await);
+        let t = tokio::time::Instant::now();
+        assert!(p.take(1 << 20, io((8 << 20) + 4096, 4096), || false).await);
+        assert!(
+            t.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
     }
 }

@@ -601,17 +601,13 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
     volume.shutdown().await.expect("shutdown");
 }
 
-/// GC is paced: with clients idle it moves data at its minimum rate, not as fast as it
-/// can (which, on a fragmented volume, took client I/O latency up twentyfold).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
-    let dir = TempDir::new("engine-gc-pace");
-    let store: DynStore = Arc::new(MemStore::new());
+/// A 16 MiB volume, filled and then every other block overwritten with GC off: every
+/// object is half live (utilization below GC's default start). Returns the model.
+async fn half_live_volume(store: &DynStore, dir: &TempDir) -> Vec<u64> {
     let blocks = 4096u64; // 16 MiB
-    create_volume(&store, "v", blocks * BLOCK)
+    create_volume(store, "v", blocks * BLOCK)
         .await
         .expect("create");
-    // Fill, then overwrite every other block, with GC off: every object is half live.
     let off = EngineConfig {
         gc: lsvd_core::gc::GcConfig {
             start_utilization: 0.0,
@@ -626,12 +622,18 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
     write_version(&volume, &mut model, 0..blocks, 1).await;
     write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
     volume.shutdown().await.expect("shutdown");
-    // Reopen with GC on at 2 MiB/s and no client writes, on a manual clock: at every
-    // point of simulated time GC has moved no more than the rate allows.
+    model
+}
+
+/// [`half_live_volume`] reopened with GC on at `rate` bytes per second (4 MiB passes)
+/// on a manual clock.
+async fn open_paced(
+    store: &DynStore,
+    dir: &TempDir,
+    rate: u64,
+) -> (Arc<Volume>, Arc<super::clock::ManualClock>) {
     use super::clock::{ManualClock, SharedClock};
-    use std::time::Duration;
     let clock = ManualClock::new();
-    let rate = 2u64 << 20;
     let on = EngineConfig {
         gc_min_rate_bytes: rate,
         gc: lsvd_core::gc::GcConfig {
@@ -645,24 +647,65 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
         .await
         .expect("reopen");
     assert!(volume.status().utilization < 0.70);
+    (volume, clock)
+}
+
+/// Shut `volume` down while its manual clock keeps moving: a pass's last paced step
+/// (its checkpoint's share) may still be sleeping on it, and only time ends that
+/// sleep. A clock stopped here hung a test.
+async fn shutdown_ticking(volume: Arc<Volume>, clock: &Arc<super::clock::ManualClock>) {
+    use std::time::Duration;
+    let ticker = {
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            loop {
+                clock.advance(Duration::from_millis(100));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    volume.shutdown().await.expect("shutdown");
+    ticker.abort();
+}
+
+fn gc_done(volume: &Volume) -> bool {
+    let s = volume.status();
+    s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight
+}
+
+/// GC is paced while clients do I/O: it moves data at its minimum rate, not as fast as
+/// it can (which, on a fragmented volume, took client I/O latency up twentyfold).
+/// Reads keep the clients busy here without raising the rate (which follows writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
+    use std::time::Duration;
+    let dir = TempDir::new("engine-gc-pace");
+    let store: DynStore = Arc::new(MemStore::new());
+    let model = half_live_volume(&store, &dir).await;
+    // At every point of simulated time GC has moved no more than the rate allows.
+    let rate = 2u64 << 20;
+    let (volume, clock) = open_paced(&store, &dir, rate).await;
     let step = Duration::from_millis(100);
     let mut elapsed = Duration::ZERO;
     let mut done = false;
-    for _ in 0..3000 {
+    for i in 0..3000u64 {
+        volume
+            .read((i % 4096) * BLOCK, BLOCK)
+            .await
+            .expect("client read");
         clock.advance(step);
         elapsed += step;
         // Real time for the tasks to do what the new time allows.
         tokio::time::sleep(Duration::from_millis(2)).await;
-        let s = volume.status();
         // GC read at least what it moved; its bucket starts empty and holds at most
         // 1 MiB.
+        let moved = volume.status().gc_moved_bytes;
         let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
         assert!(
-            s.gc_moved_bytes as f64 <= allowed,
-            "GC moved {} bytes in {elapsed:?} of clock time, faster than {rate} bytes/s",
-            s.gc_moved_bytes
+            moved as f64 <= allowed,
+            "GC moved {moved} bytes in {elapsed:?} of clock time, faster than {rate} bytes/s",
         );
-        if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
+        if gc_done(&volume) {
             done = true;
             break;
         }
@@ -679,20 +722,45 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_are_idle() {
         volume.status()
     );
     verify_all(&volume, &model).await;
-    // The clock keeps moving while the volume shuts down: a pass's last paced step
-    // (its checkpoint's share) may still be sleeping on it, and only time ends that
-    // sleep. A clock stopped here hung the test.
-    let ticker = {
-        let clock = clock.clone();
-        tokio::spawn(async move {
-            loop {
-                clock.advance(step);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        })
-    };
-    volume.shutdown().await.expect("shutdown");
-    ticker.abort();
+    shutdown_ticking(volume, &clock).await;
+}
+
+/// Pacing protects client I/O: once clients have done none for two seconds, GC runs
+/// as fast as it can, far faster than its rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_runs_unpaced_once_clients_are_idle() {
+    use std::time::Duration;
+    let dir = TempDir::new("engine-gc-idle");
+    let store: DynStore = Arc::new(MemStore::new());
+    let model = half_live_volume(&store, &dir).await;
+    // 64 KiB/s: paced, the 2 MiB or more this GC moves would take 30 s of clock time.
+    let rate = 64u64 << 10;
+    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    let step = Duration::from_millis(20);
+    let mut elapsed = Duration::ZERO;
+    let mut done = false;
+    for _ in 0..3000 {
+        clock.advance(step);
+        elapsed += step;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if gc_done(&volume) {
+            done = true;
+            break;
+        }
+    }
+    assert!(
+        done,
+        "GC did not reach its stop threshold: {:?}",
+        volume.status()
+    );
+    let moved = volume.status().gc_moved_bytes;
+    let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
+    assert!(
+        moved >= 2 << 20 && moved as f64 > allowed,
+        "GC moved {moved} bytes in {elapsed:?} of clock time; paced it could move {allowed}"
+    );
+    verify_all(&volume, &model).await;
+    shutdown_ticking(volume, &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
