@@ -268,9 +268,15 @@ impl FsStore {
                     .map_err(|e| io_err("read", &path, e))?;
             }
             Some(r) => {
+                // Room for exactly what will be read (a range past the end returns
+                // what exists): `read_to_end` through `Take` cannot see the size, and
+                // grew the buffer by doubling, copying what it had read each time.
+                let file_bytes = f.metadata().map_err(|e| io_err("stat", &path, e))?.len();
+                let want = r.end.min(file_bytes).saturating_sub(r.start);
+                buf.reserve_exact(usize::try_from(want).unwrap_or(0));
                 f.seek(SeekFrom::Start(r.start))
                     .map_err(|e| io_err("seek", &path, e))?;
-                f.take(r.end.saturating_sub(r.start))
+                f.take(want)
                     .read_to_end(&mut buf)
                     .map_err(|e| io_err("read", &path, e))?;
             }
