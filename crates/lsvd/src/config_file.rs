@@ -45,6 +45,9 @@
 //! virtual_hosted_style = false
 //! # Allow http:// endpoints. Default: yes when the endpoint is http://.
 //! allow_http = true
+//! # Sign requests without hashing their bodies (UNSIGNED-PAYLOAD). Default: yes over
+//! # https (TLS protects the body), no over http (the signature is all it has).
+//! # unsigned_payload = true
 //! connect_timeout_secs = 5      # TCP/TLS connect
 //! request_timeout_secs = 30     # ranged GET, HEAD, LIST, DELETE
 //! bulk_timeout_secs = 300       # PUT and whole-object GET
@@ -114,6 +117,7 @@ region = "us-east-1"
 credentials = "environment"
 virtual_hosted_style = false
 # allow_http = true
+# unsigned_payload = true   # default: yes over https, no over http
 connect_timeout_secs = 5
 request_timeout_secs = 30
 bulk_timeout_secs = 300
@@ -240,6 +244,7 @@ pub struct S3Section {
     pub credentials: Option<String>,
     pub virtual_hosted_style: Option<bool>,
     pub allow_http: Option<bool>,
+    pub unsigned_payload: Option<bool>,
     pub connect_timeout_secs: Option<u64>,
     pub request_timeout_secs: Option<u64>,
     pub bulk_timeout_secs: Option<u64>,
@@ -417,6 +422,7 @@ impl LsvdConfig {
             session_token: s.session_token.as_ref().map(|x| x.0.clone()),
             virtual_hosted_style: s.virtual_hosted_style,
             allow_http: s.allow_http,
+            unsigned_payload: s.unsigned_payload,
             connect_timeout: positive_secs(
                 "[s3] connect_timeout_secs",
                 s.connect_timeout_secs,

@@ -464,6 +464,62 @@ async fn missing_bucket_is_not_a_missing_object() {
     eprintln!("{e}");
 }
 
+/// Requests signed without hashing their bodies (the default over HTTPS; forced here,
+/// since the test server is plain HTTP) are accepted, single and multipart, and read
+/// back intact; a wrong secret is still refused, since the headers are still signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
+    let Some(bucket) = s3_bucket("unsigned_payload_uploads_read_back_and_still_need_the_key")
+    else {
+        return;
+    };
+    let url = unique_url(&bucket, "unsigned");
+    let settings = S3Settings {
+        unsigned_payload: Some(true),
+        multipart_threshold_bytes: 6 << 20,
+        multipart_part_bytes: 5 << 20,
+        ..S3Settings::default()
+    };
+    let s =
+        lsvd::store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
+    selftest::run(&*s)
+        .await
+        .expect("self-test with unsigned payloads");
+    let data: Bytes = (0..(12u32 << 20) + 777)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    s.put("small", data.slice(..4096), PutMode::IfAbsent)
+        .await
+        .expect("single put");
+    assert_eq!(s.get("small").await.expect("get"), &data[..4096]);
+    s.put("big", data.clone(), PutMode::Overwrite)
+        .await
+        .expect("multipart put");
+    assert_eq!(s.get("big").await.expect("get"), data);
+
+    let wrong = S3Settings {
+        unsigned_payload: Some(true),
+        access_key_id: env("AWS_ACCESS_KEY_ID").map(|k| Secret::new(&k)),
+        secret_access_key: Some(Secret::new("WRONG-secret-unsigned-3b9d")),
+        max_retries: 0,
+        ..S3Settings::default()
+    };
+    let fast = RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    };
+    let w = lsvd::store::s3::open_with_retry(&url, &wrong, &fast).expect("open (no I/O)");
+    let e = w
+        .put("other", data.slice(..4096), PutMode::IfAbsent)
+        .await
+        .expect_err("a wrong secret is refused");
+    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert!(
+        w.get("small").await.is_err(),
+        "a wrong secret reads nothing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_overwrite_uses_multipart() {
     let Some(bucket) = s3_bucket("large_overwrite_uses_multipart") else {
