@@ -435,8 +435,11 @@ async fn run_pass(
                 to = end;
                 run_end += 1;
             }
-            let client = ClientIo::of(shared);
-            if stopping(shared) || !pacer.take(to - from, client, || stopping(shared)).await {
+            if stopping(shared)
+                || !pacer
+                    .take(to - from, ClientIo::of(shared), || stopping(shared))
+                    .await
+            {
                 return Ok(None);
             }
             let buf = read::read_object_background(shared, victim, kind, from, to).await?;
@@ -551,8 +554,8 @@ mod tests {
         assert!(off.take(1 << 30, ClientIo::default(), || false).await);
         assert_eq!(t.elapsed(), Duration::ZERO);
 
-        // 4 MiB/s with idle clients: the bucket starts empty, so each MiB waits a
-        // quarter second.
+        // 4 MiB/s, clients not idle yet (first seen now): the bucket starts empty, so
+        // each MiB waits a quarter second.
         let mut p = Pacer::new(4 << 20, SharedClock::default());
         let t = tokio::time::Instant::now();
         for _ in 0..3 {

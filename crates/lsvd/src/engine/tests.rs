@@ -668,9 +668,30 @@ async fn shutdown_ticking(volume: Arc<Volume>, clock: &Arc<super::clock::ManualC
     ticker.abort();
 }
 
-fn gc_done(volume: &Volume) -> bool {
-    let s = volume.status();
-    s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight
+/// Advance `clock` by `step` at a time (2 ms of real time after each, for the tasks to
+/// do what the new time allows), calling `each` with the clock time so far after each
+/// step, until GC has reached its stop threshold with nothing left to upload; fail if
+/// it does not within 3000 steps, or if it moved under 2 MiB. Returns the clock time
+/// it took and the bytes GC moved.
+async fn step_until_gc_done(
+    volume: &Volume,
+    clock: &super::clock::ManualClock,
+    step: std::time::Duration,
+    mut each: impl AsyncFnMut(std::time::Duration),
+) -> (std::time::Duration, u64) {
+    let mut elapsed = std::time::Duration::ZERO;
+    for _ in 0..3000 {
+        clock.advance(step);
+        elapsed += step;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        each(elapsed).await;
+        let s = volume.status();
+        if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
+            assert!(s.gc_moved_bytes >= 2 << 20, "GC moved too little: {s:?}");
+            return (elapsed, s.gc_moved_bytes);
+        }
+    }
+    panic!("GC did not reach its stop threshold: {:?}", volume.status());
 }
 
 /// GC is paced while clients do I/O: it moves data at its minimum rate, not as fast as
@@ -682,45 +703,35 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
     let dir = TempDir::new("engine-gc-pace");
     let store: DynStore = Arc::new(MemStore::new());
     let model = half_live_volume(&store, &dir).await;
-    // At every point of simulated time GC has moved no more than the rate allows.
-    let rate = 2u64 << 20;
+    // At every point of simulated time GC has moved no more than the rate allows. At
+    // 256 KiB/s the 2 MiB or more it moves take several seconds of clock time, more
+    // than the two that would make idle clients unpace it: the client reads must be
+    // what keeps it paced (a pacer blind to reads failed here).
+    let rate = 256u64 << 10;
     let (volume, clock) = open_paced(&store, &dir, rate).await;
-    let step = Duration::from_millis(100);
-    let mut elapsed = Duration::ZERO;
-    let mut done = false;
-    for i in 0..3000u64 {
-        volume
-            .read((i % 4096) * BLOCK, BLOCK)
-            .await
-            .expect("client read");
-        clock.advance(step);
-        elapsed += step;
-        // Real time for the tasks to do what the new time allows.
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        // GC read at least what it moved; its bucket starts empty and holds at most
-        // 1 MiB.
-        let moved = volume.status().gc_moved_bytes;
-        let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
-        assert!(
-            moved as f64 <= allowed,
-            "GC moved {moved} bytes in {elapsed:?} of clock time, faster than {rate} bytes/s",
-        );
-        if gc_done(&volume) {
-            done = true;
-            break;
-        }
-    }
-    assert!(
-        done,
-        "GC did not reach its stop threshold: {:?}",
-        volume.status()
-    );
-    let moved = volume.status().gc_moved_bytes;
-    assert!(
-        moved >= 2 << 20,
-        "GC moved {moved} bytes: {:?}",
-        volume.status()
-    );
+    let mut reads = 0u64;
+    step_until_gc_done(
+        &volume,
+        &clock,
+        Duration::from_millis(100),
+        async |elapsed| {
+            // GC read at least what it moved; its bucket starts empty and holds at most
+            // 1 MiB.
+            let moved = volume.status().gc_moved_bytes;
+            let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
+            assert!(
+                moved as f64 <= allowed,
+                "GC moved {moved} bytes in {elapsed:?} of clock time, faster than {rate} bytes/s",
+            );
+            // A client read in every step: the clients are never idle.
+            volume
+                .read((reads % 4096) * BLOCK, BLOCK)
+                .await
+                .expect("client read");
+            reads += 1;
+        },
+    )
+    .await;
     verify_all(&volume, &model).await;
     shutdown_ticking(volume, &clock).await;
 }
@@ -736,27 +747,11 @@ async fn gc_runs_unpaced_once_clients_are_idle() {
     // 64 KiB/s: paced, the 2 MiB or more this GC moves would take 30 s of clock time.
     let rate = 64u64 << 10;
     let (volume, clock) = open_paced(&store, &dir, rate).await;
-    let step = Duration::from_millis(20);
-    let mut elapsed = Duration::ZERO;
-    let mut done = false;
-    for _ in 0..3000 {
-        clock.advance(step);
-        elapsed += step;
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        if gc_done(&volume) {
-            done = true;
-            break;
-        }
-    }
-    assert!(
-        done,
-        "GC did not reach its stop threshold: {:?}",
-        volume.status()
-    );
-    let moved = volume.status().gc_moved_bytes;
+    let (elapsed, moved) =
+        step_until_gc_done(&volume, &clock, Duration::from_millis(20), async |_| {}).await;
     let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
     assert!(
-        moved >= 2 << 20 && moved as f64 > allowed,
+        moved as f64 > allowed,
         "GC moved {moved} bytes in {elapsed:?} of clock time; paced it could move {allowed}"
     );
     verify_all(&volume, &model).await;

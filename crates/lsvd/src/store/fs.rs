@@ -258,6 +258,9 @@ impl FsStore {
     }
 
     fn get_range_sync(&self, key: &str, range: Option<Range<u64>>) -> StoreResult<Vec<u8>> {
+        /// Most a ranged read reserves before reading: more than any object lsvd writes
+        /// (a 32 MiB batch and its header).
+        const RESERVE_CAP_BYTES: u64 = 64 << 20;
         valid_key(key)?;
         let path = self.inner.root.join(key);
         let mut f = fs::File::open(&path).map_err(|e| io_err("open", &path, e))?;
@@ -268,12 +271,12 @@ impl FsStore {
                     .map_err(|e| io_err("read", &path, e))?;
             }
             Some(r) => {
-                // Room for exactly what will be read (a range past the end returns
-                // what exists): `read_to_end` through `Take` cannot see the size, and
-                // grew the buffer by doubling, copying what it had read each time.
-                let file_bytes = f.metadata().map_err(|e| io_err("stat", &path, e))?.len();
-                let want = r.end.min(file_bytes).saturating_sub(r.start);
-                buf.reserve_exact(usize::try_from(want).unwrap_or(0));
+                // Room for the range up front: `read_to_end` through `Take` cannot see
+                // the size, and grew the buffer by doubling, copying what it had read
+                // each time. Capped, so a range far past the end (which returns what
+                // exists) costs no more than that; no `fstat` on the read path.
+                let want = r.end.saturating_sub(r.start);
+                buf.reserve_exact(usize::try_from(want.min(RESERVE_CAP_BYTES)).unwrap_or(0));
                 f.seek(SeekFrom::Start(r.start))
                     .map_err(|e| io_err("seek", &path, e))?;
                 f.take(want)
