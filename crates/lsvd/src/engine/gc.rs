@@ -42,7 +42,7 @@ use lsvd_core::live_rates::LiveWriteRates;
 use super::clock::{SharedClock, timeout};
 use super::read;
 use super::shared::Shared;
-use crate::store::fs::DirectBuf;
+use crate::store::direct_buf::DirectBuf;
 
 /// Live extents of one victim closer than this are fetched with one GET.
 const RUN_GAP_BYTES: u64 = 256 << 10;
@@ -486,20 +486,21 @@ async fn run_pass(
             // Lay the data out straight into the object's data section.
             let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();
             let header_len = object_header_len(&spec, data_bytes);
-            let mut buf = DirectBuf::zeroed(header_len + data_bytes as usize);
-            let object = buf.as_mut_slice();
-            let mut at = header_len;
-            for r in group {
-                let len = (r.sectors * SECTOR_BYTES) as usize;
-                while data_of[next].len() == consumed {
-                    next += 1;
-                    consumed = 0;
+            // Appended in order, not zeroed first: zeroing the buffer was 2% of lsvd's
+            // CPU time under 4 KiB random writes.
+            let mut buf = DirectBuf::filled(header_len + data_bytes as usize, |object| {
+                object.resize(object.len() + header_len, 0);
+                for r in group {
+                    let len = (r.sectors * SECTOR_BYTES) as usize;
+                    while data_of[next].len() == consumed {
+                        next += 1;
+                        consumed = 0;
+                    }
+                    object.extend_from_slice(&data_of[next][consumed..consumed + len]);
+                    consumed += len;
                 }
-                object[at..at + len].copy_from_slice(&data_of[next][consumed..consumed + len]);
-                consumed += len;
-                at += len;
-            }
-            finish_object_in_place(&spec, object, header_len);
+            });
+            finish_object_in_place(&spec, buf.as_mut_slice(), header_len);
             encoded.push((data_bytes, buf.into_bytes()));
         }
         encoded

@@ -28,7 +28,7 @@ use super::log_scan::{CorruptRecord, VerifyError, read_verified};
 use super::put::upload_object;
 use super::shared::{LogPos, Shared};
 use crate::cache_dev::CacheDevice;
-use crate::store::fs::DirectBuf;
+use crate::store::direct_buf::{Assembly, DirectBuf};
 
 /// The uploader wakes at least this often: batch timeouts and the checkpoint interval
 /// are checked then.
@@ -253,7 +253,7 @@ fn from_memory(
 
 /// The object (header left zero) when some records must be read back from the log:
 /// record by record (one read-back buffer), each verified before its pieces are
-/// copied to their places.
+/// copied to their places (in an [`Assembly`]: the buffer is not zeroed first).
 fn reading_back(
     batch: &Batch<LogPos>,
     records: &[Taken],
@@ -262,16 +262,12 @@ fn reading_back(
     cache: &dyn CacheDevice,
     read_back_count: &AtomicU64,
 ) -> Result<DirectBuf, VerifyError> {
-    let mut buf = DirectBuf::zeroed(total);
-    let object = buf.as_mut_slice();
-    // (piece, place in the object), grouped by record.
-    let mut pieces = Vec::with_capacity(batch.extents.len());
-    let mut at = header_len;
-    for p in &batch.extents {
-        pieces.push((p, at));
-        at += (p.sectors * SECTOR_BYTES) as usize;
-    }
-    pieces.sort_unstable_by_key(|(p, _)| p.location.record_seq);
+    let piece_bytes = |p: &Piece<LogPos>| (p.sectors * SECTOR_BYTES) as usize;
+    let mut object = Assembly::new(total, header_len, batch.extents.iter().map(piece_bytes))
+        .ok_or_else(|| assembly_error("its pieces do not add up to the object's size"))?;
+    // Piece indexes, grouped by record.
+    let mut pieces: Vec<usize> = (0..batch.extents.len()).collect();
+    pieces.sort_unstable_by_key(|&i| batch.extents[i].location.record_seq);
     let mut read_back = Vec::new();
     let mut next = 0;
     for (offset, header, kept) in records {
@@ -283,13 +279,24 @@ fn reading_back(
                 &read_back
             }
         };
-        while let Some(&(p, to)) = pieces.get(next)
-            && p.location.record_seq == header.seq
+        while let Some(&i) = pieces.get(next)
+            && batch.extents[i].location.record_seq == header.seq
         {
-            let range = piece_at(p, *offset, header)?;
-            object[to..to + range.len()].copy_from_slice(&record[range]);
+            let range = piece_at(&batch.extents[i], *offset, header)?;
+            if !object.put(i, &record[range]) {
+                return Err(assembly_error("a piece does not fit its place"));
+            }
             next += 1;
         }
     }
-    Ok(buf)
+    object
+        .finish()
+        .ok_or_else(|| assembly_error("the batch names a record the upload did not take"))
+}
+
+/// The uploader's own inconsistency (not the log's): reported, not a panic.
+fn assembly_error(why: &str) -> VerifyError {
+    VerifyError::Io(std::io::Error::other(format!(
+        "building an object from the write log: {why}"
+    )))
 }

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
+use super::direct_buf::DIRECT_ALIGN;
 use super::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
 use crate::error::{Error, ErrorKind};
 
@@ -38,10 +39,6 @@ struct FsInner {
 
 /// Puts of at least this many bytes are written with `O_DIRECT`.
 const DIRECT_MIN_BYTES: usize = 1 << 20;
-
-/// Alignment of `O_DIRECT` buffers, offsets and lengths: a multiple of any logical
-/// block size (512 or 4096 bytes).
-const DIRECT_ALIGN: usize = 4096;
 
 /// Bytes copied into the aligned buffer and written per `pwrite`.
 const DIRECT_CHUNK_BYTES: usize = 1 << 20;
@@ -79,58 +76,6 @@ pub(crate) fn valid_key(key: &str) -> StoreResult<()> {
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
-}
-
-/// A buffer whose first byte is aligned for `O_DIRECT`, for objects built in memory
-/// and then put: [`write_direct`] writes its whole blocks straight from it, with no
-/// copy through a bounce buffer (an 8 MiB copy per object was 7% of the server's CPU
-/// under 4 KiB random writes). Zeroed, or filled in order without zeroing first.
-pub(crate) struct DirectBuf {
-    vec: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-/// Where in `vec`'s allocation (of at least `DIRECT_ALIGN` spare bytes) the first
-/// aligned byte is; 0 if the allocator cannot say.
-fn aligned_start(vec: &[u8]) -> usize {
-    match vec.as_ptr().align_offset(DIRECT_ALIGN) {
-        s if s <= DIRECT_ALIGN => s,
-        _ => 0,
-    }
-}
-
-impl DirectBuf {
-    /// `len` zeroed bytes (the allocator's zeroed memory: fresh pages cost no
-    /// memset). If the allocator cannot say where alignment starts, the buffer is
-    /// unaligned and the store copies it as before.
-    pub(crate) fn zeroed(len: usize) -> DirectBuf {
-        let vec = vec![0u8; len + DIRECT_ALIGN];
-        let start = aligned_start(&vec);
-        DirectBuf { vec, start, len }
-    }
-
-    /// `len` bytes appended in order by `fill` to an empty vector (no zeroing first:
-    /// 8% of a 4 KiB write's instructions went to zeroing object buffers that were
-    /// then overwritten). Short of `len`, the rest is zeros; past it, cut to `len`.
-    pub(crate) fn filled(len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> DirectBuf {
-        let mut vec: Vec<u8> = Vec::with_capacity(len + DIRECT_ALIGN);
-        let start = aligned_start(&vec);
-        vec.resize(start, 0);
-        fill(&mut vec);
-        debug_assert_eq!(vec.len(), start + len, "filled as many bytes as announced");
-        vec.resize(start + len, 0);
-        DirectBuf { vec, start, len }
-    }
-
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.vec[self.start..self.start + self.len]
-    }
-
-    /// The bytes, sharing the allocation (so its alignment) with no copy.
-    pub(crate) fn into_bytes(self) -> Bytes {
-        Bytes::from(self.vec).slice(self.start..self.start + self.len)
-    }
 }
 
 /// Create `path` and write `data` with `O_DIRECT`: its whole blocks straight from
@@ -411,6 +356,7 @@ impl ObjectStore for FsStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::direct_buf::DirectBuf;
     use crate::testutil::TempDir;
 
     /// Found by the crash oracle (`store_faults`, seed 0xec1e2e1e84be58ee): a listing

@@ -12,6 +12,7 @@ pub mod azure;
 pub mod chain;
 pub mod cloud;
 pub mod cloud_errors;
+pub(crate) mod direct_buf;
 pub mod faulty;
 pub mod fs;
 pub mod gcs;
