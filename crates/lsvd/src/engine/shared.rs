@@ -146,7 +146,8 @@ pub struct CopyRepairs {
 
 /// The state behind the lock.
 pub(crate) struct State {
-    /// LBA → write-log position of data not yet applied to the store map.
+    /// LBA → write-log position of the newest data the write log holds, applied to
+    /// the store or not: entries go when their record is freed (`super::log_tail`).
     pub(crate) log_map: LogMap,
     /// Batching, numbering, uploads, apply order, GC passes; owns the store state.
     pub(crate) pipeline: EnginePipeline,
