@@ -42,8 +42,9 @@ impl DirectBuf {
         DirectBuf { vec, start, len }
     }
 
-    /// `len` bytes appended in order by `fill` to an empty vector. Short of `len`, the
-    /// rest is zeros; past it, cut to `len`.
+    /// `len` bytes appended in order by `fill` to an empty vector. `fill` must append
+    /// exactly `len` (checked in debug builds); otherwise the rest is zeros, or the
+    /// bytes past `len` are cut.
     pub(crate) fn filled(len: usize, fill: impl FnOnce(&mut Vec<u8>)) -> DirectBuf {
         let mut vec: Vec<u8> = Vec::with_capacity(len + DIRECT_ALIGN);
         let start = aligned_start(&vec);
@@ -203,7 +204,8 @@ mod tests {
     }
 
     #[test]
-    fn filled_short_of_its_length_ends_in_zeros() {
-        assert_eq!(bytes_of(DirectBuf::filled(4, |v| v.push(7))), [7, 0, 0, 0]);
+    fn filled_holds_what_was_appended() {
+        let filled = DirectBuf::filled(5, |v| v.extend_from_slice(b"abcde"));
+        assert_eq!(bytes_of(filled), b"abcde");
     }
 }
