@@ -156,12 +156,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);
         let total = header_len + data_bytes as usize;
-        let mut buf = if records.iter().all(|(_, _, kept)| kept.is_some()) {
-            from_memory(&batch, &records, header_len, total)?
-        } else {
-            let (cache, count) = (task.cache.as_ref(), &task.stats.log_records_read_back);
-            reading_back(&batch, &records, header_len, total, cache, count)?
-        };
+        let (cache, count) = (task.cache.as_ref(), &task.stats.log_records_read_back);
+        let mut buf = assemble(&batch, &records, header_len, total, cache, count)?;
         finish_object_in_place(&spec, buf.as_mut_slice(), header_len);
         Ok(buf)
     })
@@ -212,49 +208,11 @@ fn piece_at(
     Ok(i..i + n)
 }
 
-/// The object (header left zero) when every record is in memory: the pieces
-/// appended in object order, nothing zeroed first.
-fn from_memory(
-    batch: &Batch<LogPos>,
-    records: &[Taken],
-    header_len: usize,
-    total: usize,
-) -> Result<DirectBuf, VerifyError> {
-    let mut slices = Vec::with_capacity(batch.extents.len());
-    for p in &batch.extents {
-        let i = records
-            .binary_search_by_key(&p.location.record_seq, |(_, h, _)| h.seq)
-            .expect("records hold every record the batch's pieces name");
-        let (offset, header, kept) = &records[i];
-        let record = kept
-            .as_ref()
-            .expect("from_memory is only used when every record is kept");
-        let range = piece_at(p, *offset, header)?;
-        // The buffer the log writer wrote holds the whole record; check anyway
-        // rather than panic on a slice past its end.
-        let piece = record.get(range).ok_or_else(|| {
-            let n = (p.sectors * SECTOR_BYTES) as usize;
-            VerifyError::Corrupt(CorruptRecord::outside(
-                header,
-                *offset,
-                p.location.offset,
-                n,
-            ))
-        })?;
-        slices.push(piece);
-    }
-    Ok(DirectBuf::filled(total, |v| {
-        v.resize(v.len() + header_len, 0);
-        for s in slices {
-            v.extend_from_slice(s);
-        }
-    }))
-}
-
-/// The object (header left zero) when some records must be read back from the log:
-/// record by record (one read-back buffer), each verified before its pieces are
-/// copied to their places (in an [`Assembly`]: the buffer is not zeroed first).
-fn reading_back(
+/// The object (header left zero), assembled record by record: a record still in
+/// memory as written (its bytes are the ones clients sent, so they need no check),
+/// otherwise read back from the log into one reused buffer and verified first. Each
+/// piece is copied to its place in an [`Assembly`], so the buffer is not zeroed first.
+fn assemble(
     batch: &Batch<LogPos>,
     records: &[Taken],
     header_len: usize,
@@ -282,8 +240,20 @@ fn reading_back(
         while let Some(&i) = pieces.get(next)
             && batch.extents[i].location.record_seq == header.seq
         {
-            let range = piece_at(&batch.extents[i], *offset, header)?;
-            if !object.put(i, &record[range]) {
+            let p = &batch.extents[i];
+            let range = piece_at(p, *offset, header)?;
+            // A record in memory is the buffer the log writer wrote, whole; check
+            // anyway rather than panic on a slice past its end.
+            let piece = record.get(range).ok_or_else(|| {
+                let n = piece_bytes(p);
+                VerifyError::Corrupt(CorruptRecord::outside(
+                    header,
+                    *offset,
+                    p.location.offset,
+                    n,
+                ))
+            })?;
+            if !object.put(i, piece) {
                 return Err(assembly_error("a piece does not fit its place"));
             }
             next += 1;

@@ -5,8 +5,9 @@
 //! a measurable share of the server's CPU under small random writes (8% of a 4 KiB
 //! write's instructions once; then 4% of all samples, in GC's objects and in uploads
 //! whose records are read back from the write log). The two ways to build one without
-//! that: append its bytes in order ([`DirectBuf::filled`]), or place whole pieces in any
-//! order where the pieces tile the object ([`Assembly`]).
+//! that: append its bytes in order ([`DirectBuf::filled`], GC's objects), or place whole
+//! pieces in any order where the pieces tile the object ([`Assembly`], uploads, which
+//! take their pieces record by record).
 
 use bytes::Bytes;
 
