@@ -21,7 +21,7 @@
 # compact-in-body), VOLUME (768M), DRIVE_DEV (1088M: each drive's block device),
 # DRIVE_SIZE (864M: the chain's drive_size), PIECE (24k), PIECE_MS (1), LOG_SIZE (64M),
 # RUN_SECONDS (75: the random-write phase), IODEPTH (32), SERVE_ARGS (more `lsvd serve`
-# flags, e.g. "--gc-rate 0"), NAME (gecko-live: the prefix of the output files).
+# flags, e.g. "--gc-rate 0"; --gc-headroom 0 unless they name one), NAME (gecko-live: the prefix of the output files).
 set -eu
 
 : "${LSVD:?set LSVD to the lsvd binary (cargo build --release -p lsvd)}"
@@ -38,6 +38,13 @@ LOG_SIZE="${LOG_SIZE:-64M}"
 RUN_SECONDS="${RUN_SECONDS:-75}"
 IODEPTH="${IODEPTH:-32}"
 SERVE_ARGS="${SERVE_ARGS:-}"
+# The runs in gecko.md were made when clients waited for GC as soon as it fell behind
+# (no headroom); `lsvd serve` now defaults to a headroom of a quarter of the log, so say 0
+# unless SERVE_ARGS picks one.
+case " $SERVE_ARGS " in
+    *" --gc-headroom "*) ;;
+    *) SERVE_ARGS="--gc-headroom 0 $SERVE_ARGS" ;;
+esac
 NAME="${NAME:-gecko-live}"
 DRIVES=2
 

@@ -182,6 +182,31 @@ pub fn client_object_fits(
     stored + (pending_bytes + object_bytes) as f64 <= limit + slack_bytes as f64
 }
 
+/// How much of its headroom the store has used, from 0 (within `live /
+/// start_utilization + slack_bytes`, where [`client_object_fits`] needs no headroom)
+/// to 1 (`headroom_bytes` past that: client objects wait for GC). The live engine
+/// paces GC by it, so that a burst of client writes spends the headroom before GC
+/// takes the CPU and the disk from them at full pace, and GC catches up once clients
+/// are idle or the headroom runs short. Always 1 without headroom (GC runs at full pace
+/// whenever it runs) and 0 with GC disabled.
+pub fn headroom_used(
+    state: &StoreState,
+    cfg: &GcConfig,
+    pending_bytes: u64,
+    slack_bytes: u64,
+    headroom_bytes: u64,
+) -> f64 {
+    if !cfg.enabled() {
+        return 0.0;
+    }
+    if headroom_bytes == 0 {
+        return 1.0;
+    }
+    let bound = state.live_bytes() as f64 / cfg.start_utilization + slack_bytes as f64;
+    let over = state.stored_bytes() as f64 + pending_bytes as f64 - bound;
+    (over / headroom_bytes as f64).clamp(0.0, 1.0)
+}
+
 /// Choose victims for one pass. `now_seq` is the next object sequence number (the
 /// clock for ages); objects for which `busy` is true are skipped.
 pub fn select_victims(
@@ -549,6 +574,33 @@ mod tests {
         };
         assert!(client_object_fits(&s, &lax, 0, 1 << 30, 0));
         assert!(!client_object_fits(&s, &lax, 4096, 1 << 30, 0));
+    }
+
+    #[test]
+    fn headroom_used_runs_from_the_bound_to_the_headroom_past_it() {
+        let s = state_with_garbage();
+        let cfg = GcConfig::default();
+        let bound = s.live_bytes() as f64 / cfg.start_utilization;
+        let excess = s.stored_bytes() as f64 - bound;
+        assert!(excess > 0.0, "the state is over live/0.70");
+        let slack = 4096;
+        let over = excess - slack as f64;
+        // Half the headroom used; all of it (and no more) once pending bytes add the
+        // other half and some.
+        let headroom = (2.0 * over) as u64;
+        let half = headroom_used(&s, &cfg, 0, slack, headroom);
+        assert!((half - 0.5).abs() < 1e-3, "{half}");
+        let full = headroom_used(&s, &cfg, headroom / 2 + 1, slack, headroom);
+        assert_eq!(full, 1.0, "pending bytes count; never past 1");
+        // Within the bound plus slack: none used.
+        assert_eq!(headroom_used(&s, &cfg, 0, excess as u64 + 1, headroom), 0.0);
+        // No headroom: GC always at full pace. GC disabled: no pace at all.
+        assert_eq!(headroom_used(&s, &cfg, 0, slack, 0), 1.0);
+        let off = GcConfig {
+            start_utilization: 0.0,
+            ..cfg
+        };
+        assert_eq!(headroom_used(&s, &off, 0, slack, headroom), 0.0);
     }
 
     #[test]

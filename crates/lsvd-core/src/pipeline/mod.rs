@@ -532,6 +532,18 @@ impl<L: Location, G> Pipeline<L, G> {
         self.pending_total_bytes
     }
 
+    /// How much of the GC headroom the store and what is on its way there use, 0..=1
+    /// ([`crate::gc::headroom_used`]; 1 without headroom): the live engine's GC pace.
+    pub fn gc_headroom_used(&self) -> f64 {
+        crate::gc::headroom_used(
+            &self.store,
+            &self.cfg.gc,
+            self.pending_total_bytes,
+            self.cfg.batch_size_bytes,
+            self.cfg.gc_headroom_bytes,
+        )
+    }
+
     /// A GC pass is under way: relocating, or waiting for its closing checkpoint.
     pub fn gc_pass_in_flight(&self) -> bool {
         !self.gc.busy.is_empty()

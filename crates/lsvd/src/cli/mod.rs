@@ -4,6 +4,8 @@ mod admin;
 mod chain;
 mod check;
 mod delete;
+#[cfg(test)]
+mod engine_args_tests;
 mod inspect;
 mod rename;
 mod replicate;
@@ -368,19 +370,25 @@ pub struct EngineArgs {
     /// more, smaller data objects; see docs/sim/hylog.md).
     #[arg(long, default_value = "greedy", value_parser = ["greedy", "cost-benefit", "hylog"])]
     pub gc_policy: String,
-    /// GC moves at most this many bytes per second, or four times the rate clients
-    /// write if that is more (0: as fast as it can). Once clients have done no I/O for
-    /// two seconds GC is not paced, until their next request.
+    /// While clients do I/O, GC moves at most this many bytes per second, or more as
+    /// the --gc-headroom runs out: up to four times the rate clients write (with no
+    /// headroom, four times whenever that is more). 0: as fast as it can. Once clients
+    /// have done no I/O for two seconds GC is not paced, until their next request.
     #[arg(long, default_value = "16M")]
     pub gc_rate: String,
     /// How far the store may grow past live/--gc-start before client writes wait for
-    /// GC. 0 (the default): once GC falls behind, client objects wait for it, and the
-    /// store stays within live/--gc-start plus two batches. Above 0, client objects go
-    /// on while GC runs beside them (GC also starts while uploads are queued) until the
-    /// store is that much larger: on a chained-drive store (--store chain:...) GC then
-    /// cleans the body while the tail takes client writes, as in Gecko. Costs that
-    /// much more store space. Example: --gc-headroom 4G
-    #[arg(long, default_value = "0")]
+    /// GC. Within it GC runs beside client writes at a pace that follows how much of
+    /// it is used: `--gc-rate` while little is, up to four times the clients' write
+    /// rate as it runs out, and unpaced once clients are idle, so a burst of writes is
+    /// not slowed by GC and the store shrinks back afterwards. `auto`: a quarter of
+    /// --log-size (more lets a burst leave the store so sparse that the read cache,
+    /// which holds whole chunks of objects, holds little live data, and reads from a
+    /// remote store miss it until GC has caught up). 0: client objects wait for GC as
+    /// soon as it falls behind, and the store stays within live/--gc-start plus two
+    /// batches. On a chained-drive store (--store chain:...) GC cleans the body
+    /// while the tail takes client writes, as in Gecko. Costs up to that much more
+    /// store space during bursts. Example: --gc-headroom 4G
+    #[arg(long, default_value = "auto", value_name = "SIZE")]
     pub gc_headroom: String,
     /// Keep each volume's newest write-log records in memory, up to this many bytes,
     /// so uploads take them from there instead of reading them back from the log.
@@ -427,8 +435,11 @@ impl EngineArgs {
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
-        let gc_headroom_bytes = crate::size::parse_size(&self.gc_headroom)
-            .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?;
+        let gc_headroom_bytes = match self.gc_headroom.as_str() {
+            "auto" => log_size_bytes / 4,
+            size => crate::size::parse_size(size)
+                .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?,
+        };
         let upload_memory_bytes = match self.upload_memory.as_str() {
             "auto" => batch_size_bytes.saturating_mul(4),
             size => crate::size::parse_size(size)

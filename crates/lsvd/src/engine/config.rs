@@ -44,11 +44,14 @@ pub struct EngineConfig {
     /// is remote).
     pub read_cache_admit: Admission,
     /// GC moves at most this many bytes per second, or four times the rate clients
-    /// write if that is more, and unpaced while clients are idle (`engine::gc::Pacer`);
-    /// 0: always unpaced. Default: 16 MiB/s.
+    /// write (times the share of the GC headroom used) if that is more, and unpaced
+    /// while clients are idle (`engine::gc::Pacer`); 0: always unpaced. Default:
+    /// 16 MiB/s.
     pub gc_min_rate_bytes: u64,
     /// How far the store may grow past live/`gc.start_utilization` before client
-    /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`). Default: 0.
+    /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`); within it GC's pace
+    /// follows how much of it is used (`engine::gc::Pacer`). Default: 0 (`lsvd serve`'s
+    /// default, `--gc-headroom auto`, is a quarter of the write log's size).
     pub gc_headroom_bytes: u64,
     /// Write-log records kept in memory after they are written, so the upload takes
     /// them from there instead of reading them back from the log

@@ -40,6 +40,9 @@ pub async fn episode(
         // Free each record once uploaded, or keep uploaded ones for reads until the
         // 16 MiB log needs the space.
         log_free_target: rng.pick(&["all", "2M", "8M"]).to_string(),
+        // Client objects wait for GC as soon as it falls behind, or GC runs beside
+        // them, paced by how much of the headroom (a quarter of the 16 MiB log) is used.
+        gc_headroom: rng.pick(&["0", "auto"]).to_string(),
     };
     let ctx = format!(
         "lsvd serve, 16 MiB volume, {args:?}, data dir {}",

@@ -55,6 +55,8 @@ pub struct ServerArgs {
     pub gc_policy: String,
     /// `--log-free-target`.
     pub log_free_target: String,
+    /// `--gc-headroom`.
+    pub gc_headroom: String,
 }
 
 pub struct Server {
@@ -173,6 +175,7 @@ impl Server {
             .args(["--gc-stop", &gc_stop.to_string()])
             .args(["--gc-policy", &self.args.gc_policy])
             .args(["--log-free-target", &self.args.log_free_target])
+            .args(["--gc-headroom", &self.args.gc_headroom])
             .env("LSVD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
