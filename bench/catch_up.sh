@@ -64,7 +64,7 @@ def metrics():
     return vals
 
 t0, first = time.time(), metrics()
-took = None
+took, moved, stored = None, 0.0, 0.0
 while True:
     now = metrics()
     if took is None and now.get("lsvd_log_used_bytes", 1) == 0 \
@@ -79,8 +79,7 @@ while True:
         break
     if time.time() - t0 > 1800:
         print(f"{name}: the store did not catch up within 1800 s", file=sys.stderr)
-        took = took or float("nan")
-        moved, stored = (moved, stored) if took == took else (0, 0)
+        took = float("nan") if took is None else took
         break
     time.sleep(0.5)
 compacted = time.time() - t0

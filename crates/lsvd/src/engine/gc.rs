@@ -17,9 +17,10 @@
 //! the dead bytes between nearby live extents, so GC moves less than it reads). So GC
 //! works steadily in the background instead of in bursts that hold up client I/O.
 //! With a GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom`, by default
-//! a quarter of the write log's size) the client share is scaled by how much of the headroom the
-//! store uses (`Pipeline::gc_headroom_used`): a burst of writes spends the headroom
-//! while GC keeps to the minimum rate, and GC speeds up only as the headroom runs out.
+//! a quarter of the write log's size) the client share is scaled by how much of the
+//! headroom the store uses (`Pipeline::gc_headroom_used`): a burst of writes spends
+//! the headroom while GC keeps to the minimum rate, and GC speeds up only as the
+//! headroom runs out.
 //! Measured on 4 KiB random writes after a 1 GiB fill: 81k IOPS without a headroom,
 //! 91k with one (medians of 3, docs/ARCHITECTURE.md, "Why these choices"); and
 //! victims left longer hold less live data, so GC moves fewer bytes.
@@ -192,9 +193,15 @@ impl Pacer {
     }
 }
 
-/// How much of the GC headroom the store uses (`--gc-headroom`; 1 without one).
-fn headroom_used(shared: &Shared) -> f64 {
-    shared.lock().pipeline.gc_headroom_used()
+/// Account for `bytes` of GC I/O with the pacer, given the volume's client I/O and how
+/// much of the GC headroom the store uses now; false if GC must stop meanwhile.
+async fn pace(shared: &Shared, pacer: &mut Pacer, bytes: u64) -> bool {
+    let headroom_used = shared.lock().pipeline.gc_headroom_used();
+    pacer
+        .take(bytes, ClientIo::of(shared), headroom_used, || {
+            stopping(shared)
+        })
+        .await
 }
 
 /// GC must stop: writes have stopped or the volume failed.
@@ -287,14 +294,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     let store = st.pipeline.store();
                     32 * (store.map().extent_count() + store.objects().len()) as u64
                 };
-                pacer
-                    .take(
-                        checkpoint,
-                        ClientIo::of(&shared),
-                        headroom_used(&shared),
-                        || stopping(&shared),
-                    )
-                    .await;
+                pace(&shared, &mut pacer, checkpoint).await;
             }
             Err(e) => {
                 failed_in_a_row = failed_in_a_row.saturating_add(1);
@@ -423,16 +423,7 @@ async fn run_pass(
                 let r = &relocations[i];
                 let len = r.sectors * SECTOR_BYTES;
                 if let Some(buf) = cached.read(shared, r.source.offset, len) {
-                    if stopping(shared)
-                        || !pacer
-                            .take(
-                                buf.len() as u64,
-                                ClientIo::of(shared),
-                                headroom_used(shared),
-                                || stopping(shared),
-                            )
-                            .await
-                    {
+                    if stopping(shared) || !pace(shared, pacer, buf.len() as u64).await {
                         return Ok(None);
                     }
                     shared
@@ -461,16 +452,7 @@ async fn run_pass(
                 to = end;
                 run_end += 1;
             }
-            if stopping(shared)
-                || !pacer
-                    .take(
-                        to - from,
-                        ClientIo::of(shared),
-                        headroom_used(shared),
-                        || stopping(shared),
-                    )
-                    .await
-            {
+            if stopping(shared) || !pace(shared, pacer, to - from).await {
                 return Ok(None);
             }
             let buf = read::read_object_background(shared, victim, kind, from, to).await?;
