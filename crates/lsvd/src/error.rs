@@ -69,8 +69,16 @@ pub enum ErrorKind {
     DataLoss,
     /// The object store is failing for now: a retry may help.
     Transient,
-    /// The object store refuses: credentials, a bad request, a permanent I/O error.
+    /// The object store refuses for good: a bad request, a permanent I/O error.
     Permanent,
+    /// There is no room: the store's filesystem is full (ENOSPC), a quota is used up
+    /// (EDQUOT, S3 `QuotaExceeded`, HTTP 507), every drive of a chain is full. Not
+    /// retried in a loop: reported at once; it ends when someone makes room. NBD
+    /// clients see ENOSPC.
+    Full,
+    /// The store refuses these credentials or this request (HTTP 401/403, EACCES,
+    /// EPERM on the store's files). Not retried in a loop: reported at once.
+    Denied,
     /// The cache device or the local filesystem failed.
     LocalIo,
     /// The volume stopped taking requests after an earlier failure.
@@ -88,7 +96,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [ErrorKind; 13] = [
+    pub const ALL: [ErrorKind; 15] = [
         ErrorKind::NotFound,
         ErrorKind::AlreadyExists,
         ErrorKind::Corrupt,
@@ -96,6 +104,8 @@ impl ErrorKind {
         ErrorKind::DataLoss,
         ErrorKind::Transient,
         ErrorKind::Permanent,
+        ErrorKind::Full,
+        ErrorKind::Denied,
         ErrorKind::LocalIo,
         ErrorKind::VolumeFailed,
         ErrorKind::ShuttingDown,
@@ -112,8 +122,8 @@ impl ErrorKind {
     }
 
     /// The `io::ErrorKind` an `Error` of this kind becomes in an `io::Error`, which the
-    /// NBD server turns into an errno: `EINVAL`, `EPERM`, `ENOTSUP`, `ESHUTDOWN`, and
-    /// `EIO` for everything else.
+    /// NBD server turns into an errno: `EINVAL`, `EPERM`, `ENOTSUP`, `ESHUTDOWN`,
+    /// `ENOSPC` (`Full`), and `EIO` for everything else.
     pub fn io_kind(self) -> io::ErrorKind {
         match self {
             ErrorKind::BadInput => io::ErrorKind::InvalidInput,
@@ -122,7 +132,9 @@ impl ErrorKind {
             ErrorKind::ReadOnly => io::ErrorKind::PermissionDenied,
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::ShuttingDown => io::ErrorKind::BrokenPipe,
-            ErrorKind::Corrupt
+            ErrorKind::Full => io::ErrorKind::StorageFull,
+            ErrorKind::Denied
+            | ErrorKind::Corrupt
             | ErrorKind::Conflict
             | ErrorKind::DataLoss
             | ErrorKind::Transient
@@ -245,7 +257,7 @@ impl From<lsvd_trace::Error> for Error {
 mod tests {
     use std::error::Error as _;
 
-    use lsvd_nbd::proto::consts::{EINVAL, EIO, ENOTSUP, EPERM, ESHUTDOWN};
+    use lsvd_nbd::proto::consts::{EINVAL, EIO, ENOSPC, ENOTSUP, EPERM, ESHUTDOWN};
     use lsvd_nbd::proto::transmission::error_code;
 
     use super::*;
@@ -308,7 +320,9 @@ mod tests {
                 ErrorKind::ReadOnly => EPERM,
                 ErrorKind::Unsupported => ENOTSUP,
                 ErrorKind::ShuttingDown => ESHUTDOWN,
-                ErrorKind::NotFound
+                ErrorKind::Full => ENOSPC,
+                ErrorKind::Denied
+                | ErrorKind::NotFound
                 | ErrorKind::AlreadyExists
                 | ErrorKind::Corrupt
                 | ErrorKind::Conflict
