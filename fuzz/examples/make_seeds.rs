@@ -105,6 +105,8 @@ fn objects() {
         trims: &[(1000, 8)],
         volume_size_bytes: None,
         parts_after: 0,
+        epoch: 2,
+        first_record_seq: 38,
     };
     put(
         "format_object",
@@ -189,6 +191,7 @@ fn checkpoints() {
             header_bytes: 200,
             total_bytes: 9000,
             live_bytes: 4096,
+            epoch: 2,
         }],
         extents: vec![CheckpointExtent {
             lba: 8,
@@ -272,6 +275,24 @@ fn supers() {
         durable_through: 40,
         last_record_seq: 41,
         written_unix_ms: 1_800_000_000_000,
+        epoch: 2,
+        lease_timeout_ms: 10_000,
+        holder: "host-a pid 42 (lsvd serve)".into(),
+        history: lsvd_core::history::History {
+            from_seq: 0,
+            segments: vec![
+                lsvd_core::history::Segment {
+                    first_seq: 1,
+                    epoch: 1,
+                    after_seq: 0,
+                },
+                lsvd_core::history::Segment {
+                    first_seq: 9,
+                    epoch: 2,
+                    after_seq: 7,
+                },
+            ],
+        },
     };
     put(
         "format_supers",
@@ -298,6 +319,14 @@ fn supers() {
         through_seq: 14,
         last_record_seq: 41,
         created_unix_ms: 1_800_000_000_000,
+        history: lsvd_core::history::History {
+            from_seq: 10,
+            segments: vec![lsvd_core::history::Segment {
+                first_seq: 9,
+                epoch: 2,
+                after_seq: 7,
+            }],
+        },
     };
     put(
         "format_supers",

@@ -226,6 +226,10 @@ fn spec_of(h: &ObjectHeader) -> ObjectSpec<'_> {
         trims: &h.trims,
         volume_size_bytes: h.volume_size_bytes,
         parts_after: h.parts_after,
+        epoch: h.epoch,
+        first_record_seq: h
+            .first_record_seq
+            .unwrap_or(h.last_record_seq.saturating_add(1)),
     }
 }
 
@@ -298,6 +302,8 @@ fn generate_object(b: &mut Bytes<'_>) {
         trims: &trims,
         volume_size_bytes,
         parts_after,
+        epoch: b.u64(),
+        first_record_seq: last_record_seq.saturating_sub(b.u64() % 64),
     };
     let buf = encode_object(&spec, &data);
     let h = decode_object_header(&buf).expect("encoded object decodes");

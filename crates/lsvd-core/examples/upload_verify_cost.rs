@@ -80,6 +80,8 @@ fn main() {
         trims: &[],
         volume_size_bytes: None,
         parts_after: 0,
+        epoch: 1,
+        first_record_seq: 1,
     };
     let header_len = object_header_len(&spec, (RECORDS * BLOCK) as u64);
     let mut object = vec![0u8; header_len + RECORDS * BLOCK];

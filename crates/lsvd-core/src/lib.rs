@@ -11,6 +11,7 @@ pub mod extent_map;
 pub mod format;
 pub mod gc;
 pub mod heat;
+pub mod history;
 pub mod hylog;
 pub mod live_rates;
 pub mod log_map;

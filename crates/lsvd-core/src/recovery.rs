@@ -23,14 +23,18 @@
 use std::fmt;
 
 mod base;
+mod continuity;
 mod parts;
 pub use base::{Base, BaseChooser, Step};
+pub use continuity::RecordContinuity;
 pub use parts::PartGroup;
 
 /// What a listing says about one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ListedObject {
     pub seq: u64,
+    /// The epoch in its name (0 for names without one: written before epochs).
+    pub epoch: u64,
     pub is_checkpoint: bool,
 }
 
@@ -399,12 +403,14 @@ mod tests {
     fn obj(seq: u64) -> ListedObject {
         ListedObject {
             seq,
+            epoch: 0,
             is_checkpoint: false,
         }
     }
     fn ckpt(seq: u64) -> ListedObject {
         ListedObject {
             seq,
+            epoch: 0,
             is_checkpoint: true,
         }
     }

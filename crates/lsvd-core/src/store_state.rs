@@ -7,7 +7,7 @@
 //! copy from overwriting newer data. Live-byte accounting is exact at every step and is
 //! what GC planning reads.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::extent_map::{ExtentMap, Location, Piece};
 use crate::format::SECTOR_BYTES;
@@ -39,6 +39,8 @@ impl Location for ObjLoc {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub kind: ObjectKind,
+    /// The claim it was written under: with its sequence number and kind, its name.
+    pub epoch: u64,
     pub header_bytes: u32,
     pub total_bytes: u64,
     pub live_bytes: u64,
@@ -97,7 +99,8 @@ pub struct StoreState {
     pub volume_size_bytes: u64,
     map: ExtentMap<ObjLoc>,
     objects: BTreeMap<u64, ObjectInfo>,
-    checkpoints: BTreeSet<u64>,
+    /// Checkpoints known to be in the store: sequence number -> epoch.
+    checkpoints: BTreeMap<u64, u64>,
     /// Sequence number the next applied object must have.
     next_object_seq: u64,
     /// Newest write-log record whose data the applied objects contain.
@@ -142,7 +145,7 @@ impl StoreState {
             volume_size_bytes,
             map: ExtentMap::new(),
             objects: BTreeMap::new(),
-            checkpoints: BTreeSet::new(),
+            checkpoints: BTreeMap::new(),
             next_object_seq: 1,
             last_record_seq: 0,
             open_batch_from: None,
@@ -158,7 +161,8 @@ impl StoreState {
     pub fn objects(&self) -> &BTreeMap<u64, ObjectInfo> {
         &self.objects
     }
-    pub fn checkpoints(&self) -> &BTreeSet<u64> {
+    /// Checkpoints known to be in the store, sequence number -> epoch.
+    pub fn checkpoints(&self) -> &BTreeMap<u64, u64> {
         &self.checkpoints
     }
     pub fn next_object_seq(&self) -> u64 {
@@ -235,6 +239,7 @@ impl StoreState {
                 h.seq,
                 ObjectInfo {
                     kind: h.kind,
+                    epoch: h.epoch,
                     header_bytes: h.header_bytes,
                     total_bytes: h.total_bytes(),
                     live_bytes: 0,
@@ -369,7 +374,7 @@ impl StoreState {
             self.open_batch_from.get_or_insert(h.seq);
         }
         if h.kind == ObjectKind::Checkpoint {
-            self.checkpoints.insert(h.seq);
+            self.checkpoints.insert(h.seq, h.epoch);
         }
         Some(a.header)
     }
@@ -389,11 +394,34 @@ impl StoreState {
         Ok(())
     }
 
+    /// Number the next object `seq` instead of `next_object_seq()` (which `seq` must
+    /// not be below): the numbers in between belong to no object of this history.
+    /// Recovery steps over them where the history says a claim started numbering
+    /// further on; a claim starts past every number any object in the store has, so
+    /// that no number is ever used twice.
+    pub fn skip_to(&mut self, seq: u64) -> Result<(), ApplyError> {
+        if self.applying.is_some() || seq < self.next_object_seq {
+            return Err(ApplyError::OutOfOrder {
+                expected: self.next_object_seq,
+                got: seq,
+            });
+        }
+        if self.open_batch_from.is_some() && seq != self.next_object_seq {
+            // The rest of a split batch cannot be skipped.
+            return Err(ApplyError::OutOfOrder {
+                expected: self.next_object_seq,
+                got: seq,
+            });
+        }
+        self.next_object_seq = seq;
+        Ok(())
+    }
+
     /// Record that an older checkpoint object exists (found by listing), so that it is
     /// known and can be deleted once newer checkpoints exist.
-    pub fn note_checkpoint(&mut self, seq: u64) {
+    pub fn note_checkpoint(&mut self, seq: u64, epoch: u64) {
         if seq < self.next_object_seq {
-            self.checkpoints.insert(seq);
+            self.checkpoints.insert(seq, epoch);
         }
     }
 
@@ -474,6 +502,7 @@ impl StoreState {
                     header_bytes: o.header_bytes,
                     total_bytes: o.total_bytes,
                     live_bytes: o.live_bytes,
+                    epoch: o.epoch,
                 })
                 .collect(),
             // Sized up front: growing a vector of 200,000 extents by doubling copies
@@ -506,9 +535,14 @@ impl StoreState {
         pieces.next().map(|p| p.lba)
     }
 
-    /// Rebuild from checkpoint object `checkpoint_seq`. Validates that every extent
-    /// points at a listed object and that live bytes agree with the map.
-    pub fn from_checkpoint(checkpoint_seq: u64, c: &Checkpoint) -> Result<Self, String> {
+    /// Rebuild from checkpoint object `checkpoint_seq` (written under `epoch`).
+    /// Validates that every extent points at a listed object and that live bytes
+    /// agree with the map.
+    pub fn from_checkpoint(
+        checkpoint_seq: u64,
+        epoch: u64,
+        c: &Checkpoint,
+    ) -> Result<Self, String> {
         if c.next_object_seq != checkpoint_seq {
             return Err(format!(
                 "checkpoint {checkpoint_seq:016x} says it is {:016x}",
@@ -518,7 +552,7 @@ impl StoreState {
         let mut s = StoreState::new(c.volume_size_bytes);
         s.next_object_seq = checkpoint_seq + 1;
         s.last_record_seq = c.last_record_seq;
-        s.checkpoints.insert(checkpoint_seq);
+        s.checkpoints.insert(checkpoint_seq, epoch);
         for o in &c.objects {
             let kind = if o.kind == 2 {
                 ObjectKind::Gc
@@ -529,6 +563,7 @@ impl StoreState {
                 o.seq,
                 ObjectInfo {
                     kind,
+                    epoch: o.epoch,
                     header_bytes: o.header_bytes,
                     total_bytes: o.total_bytes,
                     live_bytes: 0,
@@ -649,6 +684,8 @@ mod tests {
             trims,
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: 0,
+            first_record_seq: (seq * 10).saturating_sub(9),
         };
         decode_object_header(&encode_object(&spec, &data)).expect("valid")
     }
@@ -749,7 +786,7 @@ mod tests {
         s.apply(&object(ObjectKind::Data, 2, &[ext(8, 16)], &[]))
             .expect("apply");
         let c = s.to_checkpoint(false, Counters::default());
-        let r = StoreState::from_checkpoint(3, &c).expect("valid");
+        let r = StoreState::from_checkpoint(3, 0, &c).expect("valid");
         assert_eq!(
             r.map().iter().collect::<Vec<_>>(),
             s.map().iter().collect::<Vec<_>>()
@@ -758,7 +795,7 @@ mod tests {
         assert_eq!(r.next_object_seq(), 4);
         let mut bad = c.clone();
         bad.objects[0].live_bytes += 512;
-        assert!(StoreState::from_checkpoint(3, &bad).is_err());
+        assert!(StoreState::from_checkpoint(3, 0, &bad).is_err());
     }
 
     #[test]

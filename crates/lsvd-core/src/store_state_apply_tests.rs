@@ -340,7 +340,7 @@ fn a_resize_changes_the_size_where_it_applies() {
     .expect("a write past the old end");
     // A checkpoint carries the size.
     let c = s.to_checkpoint(false, Default::default());
-    let back = StoreState::from_checkpoint(3, &c).expect("loads");
+    let back = StoreState::from_checkpoint(3, 0, &c).expect("loads");
     assert_eq!(back.volume_size_bytes, 2 * VOLUME_SECTORS * 512);
 
     // A shrink must trim what it cuts off.

@@ -45,7 +45,7 @@ fn one_million_extent_checkpoint() {
     let ck = decode_checkpoint(&bytes).expect("decodes");
     let decode = t.elapsed();
     let t = Instant::now();
-    let loaded = StoreState::from_checkpoint(seq, &ck).expect("loads");
+    let loaded = StoreState::from_checkpoint(seq, 0, &ck).expect("loads");
     let load = t.elapsed();
     assert_eq!(loaded.map().extent_count(), s.map().extent_count());
     println!(

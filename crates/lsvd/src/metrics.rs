@@ -341,6 +341,74 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "Ranged GETs issued.",
         &|v, _| v.stats().store_gets.load(Ordering::Relaxed) as f64,
     );
+    metric(
+        "store_full",
+        "gauge",
+        "1 while the store refuses uploads for lack of room (ENOSPC, a quota, HTTP \
+         507): writes go on into the write log and fail with ENOSPC once it is full.",
+        &|v, _| f64::from(u8::from(v.stats().store_full.load(Ordering::Relaxed))),
+    );
+    metric(
+        "store_denied",
+        "gauge",
+        "1 while the store refuses uploads with these credentials (HTTP 401/403).",
+        &|v, _| f64::from(u8::from(v.stats().store_denied.load(Ordering::Relaxed))),
+    );
+    metric(
+        "store_full_episodes_total",
+        "counter",
+        "Episodes in which the store refused uploads for lack of room.",
+        &|v, _| v.stats().store_full_episodes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "store_denied_episodes_total",
+        "counter",
+        "Episodes in which the store refused uploads' credentials.",
+        &|v, _| v.stats().store_denied_episodes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "lease_held",
+        "gauge",
+        "1 while this server holds the volume's lease and may answer requests; 0 \
+         while answers wait for a renewal, after a takeover, or with no lease.",
+        &|v, _| f64::from(u8::from(v.lease_status().held)),
+    );
+    metric(
+        "lease_fenced",
+        "gauge",
+        "1 once another process took the volume over: every request fails.",
+        &|v, _| f64::from(u8::from(v.lease_status().fenced)),
+    );
+    metric(
+        "lease_took_over",
+        "gauge",
+        "1 if this server took the volume over from a holder whose lease lapsed.",
+        &|v, _| f64::from(u8::from(v.lease_status().took_over)),
+    );
+    metric(
+        "lease_epoch",
+        "gauge",
+        "The epoch of this server's claim of the volume (its objects carry it).",
+        &|v, _| v.lease_status().epoch as f64,
+    );
+    metric(
+        "lease_renewals_total",
+        "counter",
+        "Volume superblock generations written (renewals and checkpoints).",
+        &|v, _| v.lease_status().renewals as f64,
+    );
+    metric(
+        "lease_renewal_failures_total",
+        "counter",
+        "Lease renewals the store did not take.",
+        &|v, _| v.lease_status().renewal_failures as f64,
+    );
+    metric(
+        "lease_expiries_total",
+        "counter",
+        "Episodes in which answers waited because the lease was not renewed in time.",
+        &|v, _| v.lease_status().expiries as f64,
+    );
     out
 }
 

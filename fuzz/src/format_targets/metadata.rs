@@ -58,6 +58,7 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
             header_bytes: b.u32(),
             total_bytes: b.u64(),
             live_bytes: b.u64(),
+            epoch: b.u64(),
         })
         .collect();
     let extents = (0..b.below(8))
@@ -337,6 +338,16 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 durable_through: b.u64(),
                 last_record_seq: b.u64(),
                 written_unix_ms: b.u64(),
+                lease_timeout_ms: b.u32(),
+                holder: (0..b.below(40))
+                    .map(|_| char::from(b"host-a pid 42()"[b.below(15) as usize]))
+                    .collect(),
+                history: history(b),
+                epoch: 0,
+            };
+            let s = VolumeSuper {
+                epoch: s.history.newest_epoch() + b.u64() % 4,
+                ..s
             };
             let buf = encode_volume_super(&s);
             assert_eq!(
@@ -435,6 +446,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 through_seq,
                 last_record_seq: b.u64(),
                 created_unix_ms: b.u64(),
+                history: history(b),
             };
             let buf = encode_snapshot(&r).expect("a valid name encodes");
             assert_eq!(decode_snapshot(&buf), Ok(r), "snapshot record round trip");
@@ -497,4 +509,22 @@ pub fn supers(data: &[u8]) {
     let mut fixed = rest.to_vec();
     fix_supers(which, &mut fixed);
     check_supers_bytes(which, &fixed);
+}
+
+/// A valid history table (`lsvd_core::history`): a few claims, each past the last.
+fn history(b: &mut Bytes<'_>) -> lsvd_core::history::History {
+    let mut h = lsvd_core::history::History::legacy();
+    let mut first = 1 + b.u64() % 1000;
+    let mut epoch = 0;
+    for _ in 0..b.below(5) {
+        epoch += 1 + b.u64() % 3;
+        let after = first + b.u64() % 50;
+        first = after + 1 + b.u64() % 10;
+        h.claim(epoch, after, first);
+    }
+    if b.bool() {
+        let from = b.u64() % (first + 1);
+        h.prune(from);
+    }
+    h
 }

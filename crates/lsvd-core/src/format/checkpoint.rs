@@ -9,7 +9,7 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDCKP\0"
-//!      8    2 version (2; version 1 is still read)
+//!      8    2 version (3; versions 1 and 2 are still read)
 //!     10    2 flags: bit 0 = volume closed cleanly
 //!     12    4 payload crc32c (this field zero)
 //!     16    8 volume size in bytes
@@ -21,8 +21,9 @@
 //!               GC passes, GC bytes moved (u64 each)
 //!     88   16 (version 2) lifetime counters: GC bytes moved as hot, as cold
 //!    104    8 (version 2) heat section length in bytes (0: none)
-//!    112 32*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
-//!                      total_bytes u64, live_bytes u64
+//!    112 40*n objects: seq u64, kind u16, reserved u16, header_bytes u32,
+//!                      total_bytes u64, live_bytes u64, epoch u64 (version 3;
+//!                      versions 1 and 2: 32 bytes, without the epoch)
 //!      . 32*m extents: lba u64, sectors u64, object seq u64, byte offset u64
 //!      . heat section (version 2, when its length is not 0):
 //!           0  8 bytes written since the last decay
@@ -36,7 +37,9 @@
 //! ```
 //!
 //! Version 1 is the same without the fields marked version 2 (its header is 88
-//! bytes); it decodes with those counters zero and no heat section.
+//! bytes); it decodes with those counters zero and no heat section. Versions 1 and 2
+//! list objects without their epoch (32 bytes each): they decode with epoch 0, the
+//! epoch of every object written before epochs.
 //!
 //! The heat section carries the `hylog` GC policy's write-frequency tracker
 //! ([`crate::heat`]) so a restart does not forget which data is hot. Counters are
@@ -47,7 +50,7 @@
 use super::{FormatError, Reader, Writer, crc_with_hole, invalid};
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"LSVDCKP\0";
-pub const CHECKPOINT_VERSION: u16 = 2;
+pub const CHECKPOINT_VERSION: u16 = 3;
 const CRC_AT: usize = 12;
 const HEADER_BYTES_V1: usize = 88;
 const HEADER_BYTES: usize = 112;
@@ -68,7 +71,12 @@ pub struct CheckpointObject {
     pub header_bytes: u32,
     pub total_bytes: u64,
     pub live_bytes: u64,
+    /// The claim the object was written under (its name carries it; 0 before epochs).
+    pub epoch: u64,
 }
+
+/// Bytes of one object entry in version 3; 32 in versions 1 and 2.
+const OBJECT_ENTRY_BYTES: u64 = 40;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointExtent {
@@ -252,8 +260,9 @@ fn decode_heat(buf: &[u8]) -> Result<CheckpointHeat, FormatError> {
 
 pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
     let heat = c.heat.as_ref().map(encode_heat).unwrap_or_default();
-    let mut w =
-        Writer::with_capacity(HEADER_BYTES + 32 * (c.objects.len() + c.extents.len()) + heat.len());
+    let mut w = Writer::with_capacity(
+        HEADER_BYTES + 40 * c.objects.len() + 32 * c.extents.len() + heat.len(),
+    );
     w.bytes(CHECKPOINT_MAGIC);
     w.u16(CHECKPOINT_VERSION);
     w.u16(if c.clean { FLAG_CLEAN } else { 0 });
@@ -277,6 +286,7 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
         w.u32(o.header_bytes);
         w.u64(o.total_bytes);
         w.u64(o.live_bytes);
+        w.u64(o.epoch);
     }
     for e in &c.extents {
         w.u64(e.lba);
@@ -299,7 +309,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     let version = r.u16()?;
     let header_bytes = match version {
         1 => HEADER_BYTES_V1,
-        CHECKPOINT_VERSION => HEADER_BYTES,
+        2 | CHECKPOINT_VERSION => HEADER_BYTES,
         _ => {
             return Err(FormatError::UnsupportedVersion {
                 what: WHAT,
@@ -327,9 +337,14 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
                 have: buf.len(),
             })?
     };
+    let object_bytes = if version == CHECKPOINT_VERSION {
+        OBJECT_ENTRY_BYTES
+    } else {
+        32
+    };
     let expected_len = object_count
-        .checked_add(extent_count)
-        .and_then(|n| n.checked_mul(32))
+        .checked_mul(object_bytes)
+        .and_then(|o| extent_count.checked_mul(32).and_then(|e| o.checked_add(e)))
         .and_then(|n| n.checked_add(header_bytes as u64))
         .and_then(|n| n.checked_add(heat_len))
         .ok_or_else(|| invalid(WHAT, "counts overflow"))?;
@@ -369,12 +384,18 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
         let header_bytes = r.u32()?;
         let total_bytes = r.u64()?;
         let live_bytes = r.u64()?;
+        let epoch = if version == CHECKPOINT_VERSION {
+            r.u64()?
+        } else {
+            0
+        };
         objects.push(CheckpointObject {
             seq,
             kind,
             header_bytes,
             total_bytes,
             live_bytes,
+            epoch,
         });
     }
     let mut extents = Vec::with_capacity(extent_count as usize);
@@ -428,6 +449,7 @@ mod tests {
                 header_bytes: 200,
                 total_bytes: 8392,
                 live_bytes: 4096,
+                epoch: 4,
             }],
             extents: vec![CheckpointExtent {
                 lba: 8,
@@ -454,8 +476,9 @@ mod tests {
     #[test]
     fn round_trip_and_golden_prefix() {
         let buf = encode_checkpoint(&sample());
-        assert_eq!(buf.len(), 112 + 64);
-        assert_eq!(&buf[..12], b"LSVDCKP\0\x02\x00\x01\x00");
+        assert_eq!(buf.len(), 112 + 40 + 32);
+        assert_eq!(&buf[..12], b"LSVDCKP\0\x03\x00\x01\x00");
+        assert_eq!(&buf[144..152], &4u64.to_le_bytes(), "the object's epoch");
         assert_eq!(
             &buf[88..112],
             &[
@@ -474,7 +497,7 @@ mod tests {
         let section = 24 + 2 + 2 + 2 + 2 + 5;
         let counts = &c.heat.as_ref().expect("has heat").counts;
         assert_eq!(heat_section_bytes(counts), section as u64);
-        assert_eq!(buf.len(), 112 + 64 + section);
+        assert_eq!(buf.len(), 112 + 72 + section);
         assert_eq!(&buf[104..112], &(section as u64).to_le_bytes());
         assert_eq!(
             &buf[buf.len() - 13..],
@@ -502,15 +525,31 @@ mod tests {
         };
         let buf = encode_checkpoint(&c);
         // 3, then 2^20 - 2 zeros (a 0 byte and 3 bytes of LEB128), then 9.
-        assert_eq!(buf.len(), 112 + 64 + 24 + 1 + 4 + 1);
+        assert_eq!(buf.len(), 112 + 72 + 24 + 1 + 4 + 1);
         assert_eq!(decode_checkpoint(&buf).expect("decodes"), c);
         let counts = &c.heat.as_ref().expect("heat").counts;
         assert_eq!(heat_section_bytes(counts), 24 + 1 + 4 + 1);
     }
 
+    /// A version 2 payload (objects without epochs) as releases before epochs wrote
+    /// it.
+    fn version_2_bytes(c: &Checkpoint) -> Vec<u8> {
+        let v3 = encode_checkpoint(c);
+        let mut v2 = v3[..112].to_vec();
+        v2[8] = 2;
+        let objects_end = 112 + 40 * c.objects.len();
+        for entry in v3[112..objects_end].chunks(40) {
+            v2.extend_from_slice(&entry[..32]);
+        }
+        v2.extend_from_slice(&v3[objects_end..]);
+        let crc = crc_with_hole(&v2, CRC_AT);
+        v2[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        v2
+    }
+
     /// A version 1 payload (88-byte header, no heat) as earlier releases wrote it.
     fn version_1_bytes(c: &Checkpoint) -> Vec<u8> {
-        let v2 = encode_checkpoint(c);
+        let v2 = version_2_bytes(c);
         let mut v1 = v2[..88].to_vec();
         v1[8] = 1;
         v1.extend_from_slice(&v2[112..]);
@@ -520,18 +559,30 @@ mod tests {
     }
 
     #[test]
+    fn version_2_still_decodes_with_epoch_0() {
+        for c in [sample(), sample_with_heat()] {
+            let v2 = version_2_bytes(&c);
+            let mut expected = c.clone();
+            expected.objects[0].epoch = 0;
+            assert_eq!(decode_checkpoint(&v2).expect("decodes"), expected);
+        }
+        assert_eq!(version_2_bytes(&sample()).len(), 112 + 64);
+    }
+
+    #[test]
     fn version_1_still_decodes_without_the_new_counters() {
         let v1 = version_1_bytes(&sample());
         assert_eq!(v1.len(), 88 + 64);
         let mut expected = sample();
         expected.counters.gc_hot_moved_bytes = 0;
         expected.counters.gc_cold_moved_bytes = 0;
+        expected.objects[0].epoch = 0;
         assert_eq!(decode_checkpoint(&v1).expect("decodes"), expected);
-        let mut v3 = encode_checkpoint(&sample());
-        v3[8] = 3;
+        let mut v4 = encode_checkpoint(&sample());
+        v4[8] = 4;
         assert!(matches!(
-            decode_checkpoint(&v3),
-            Err(FormatError::UnsupportedVersion { version: 3, .. })
+            decode_checkpoint(&v4),
+            Err(FormatError::UnsupportedVersion { version: 4, .. })
         ));
     }
 

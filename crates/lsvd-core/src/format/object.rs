@@ -9,12 +9,11 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDOBJ\0"
-//!      8    2 version (1; 2 when the object resizes the volume; 3 for a data object
-//!               that is not the last part of its batch)
+//!      8    2 version: 4 (written since epochs); 1, 2 and 3 are still read
 //!     10    2 kind: 1 data, 2 gc (relocated data), 3 checkpoint
 //!     12    4 header_bytes (data starts here)
 //!     16   16 volume id
-//!     32    8 sequence number (also the object's name)
+//!     32    8 sequence number (also in the object's name)
 //!     40    8 last write-log record sequence number contained (or carried over)
 //!     48    4 extent count
 //!     52    4 trim count
@@ -22,18 +21,31 @@
 //!     64    4 chunk bytes (4096)
 //!     68    4 chunk count
 //!     72    4 header crc32c (this field zero)
-//!     76    4 version 3: parts_after, the data objects after this one that hold
-//!               the rest of its batch (1 or more); versions 1 and 2: reserved (0)
-//!     80    8 version 2 only: the volume's size in bytes from this object on
-//!  80/88    . extents, each: lba u64, sectors u32, reserved u32
+//!     76    4 parts_after: the data objects after this one that hold the rest of
+//!               its batch (0 unless the batch was split by heat)
+//!     80    8 the volume's size in bytes from this object on (0: unchanged)
+//!     88    8 epoch: the claim of the volume under which the object was written
+//!               (also in the object's name)
+//!     96    8 first write-log record sequence number whose data it holds
+//!               (last + 1 when it holds no record's data: gc, checkpoint, resize)
+//!    104    8 reserved (0)
+//!    112    . extents, each: lba u64, sectors u32, reserved u32
 //!               (gc objects add: source object seq u64, source byte offset u64)
 //!      .    . trims, each: lba u64, sectors u64
 //!      .    . chunk crc32c, u32 each
 //! ```
+//!
+//! Versions 1 to 3 (written before epochs) have an 80-byte fixed part (88 for
+//! version 2, which adds the size at 80; version 3 uses 76 for `parts_after`); they
+//! decode with epoch 0 and no first record sequence number.
 
 use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, expect_magic_version, invalid};
 
 pub const OBJECT_MAGIC: &[u8; 8] = b"LSVDOBJ\0";
+/// The version written: every field at a fixed place, the epoch and the first record
+/// included. Versions 1 to 3 are read.
+pub const OBJECT_VERSION_EPOCHS: u16 = 4;
+/// The first version: neither a size, parts, an epoch nor a first record.
 pub const OBJECT_VERSION: u16 = 1;
 /// The version of an object that also sets the volume's size (`lsvd resize`): the
 /// fixed part grows by that one field. Every other object stays version 1.
@@ -47,6 +59,8 @@ pub const CHUNK_BYTES: u64 = 4096;
 const FIXED_BYTES: usize = 80;
 /// The fixed part of a version 2 header: version 1's and the volume size.
 const FIXED_BYTES_RESIZE: usize = 88;
+/// The fixed part of a version 4 header.
+const FIXED_BYTES_V4: usize = 112;
 const HEADER_CRC_AT: usize = 72;
 /// Enough to hold the header of a typical object in one ranged GET.
 pub const HEADER_PROBE_BYTES: u64 = 64 * 1024;
@@ -113,6 +127,13 @@ pub struct ObjectHeader {
     /// header; 0 for every other object). Recovery applies a batch's parts all or
     /// none: a run of objects that ends inside a batch ends before its first part.
     pub parts_after: u32,
+    /// The claim of the volume this object was written under (0: before epochs). Its
+    /// name carries it too, so no two claims ever write the same name.
+    pub epoch: u64,
+    /// The first write-log record whose data the object holds (`last_record_seq + 1`
+    /// when it holds none); `None` in headers written before version 4. Recovery checks
+    /// that records continue from object to object.
+    pub first_record_seq: Option<u64>,
 }
 
 impl ObjectHeader {
@@ -211,13 +232,17 @@ pub struct ObjectSpec<'a> {
     /// Set the volume's size to this many bytes from this object on (a version 2
     /// header; only data objects made by `lsvd resize` carry one).
     pub volume_size_bytes: Option<u64>,
-    /// Data objects after this one that hold the rest of its batch (a version 3
-    /// header when not 0; only data objects, never with a resize).
+    /// Data objects after this one that hold the rest of its batch (not 0 only for
+    /// data objects, never with a resize).
     pub parts_after: u32,
+    /// The claim (lease epoch) it is written under.
+    pub epoch: u64,
+    /// The first write-log record whose data it holds; `last_record_seq + 1` for an
+    /// object that holds no record's data.
+    pub first_record_seq: u64,
 }
 
-/// Size of a version 1 header (an object that does not resize the volume) for these
-/// counts.
+/// Size of the header written (version 4) for these counts.
 pub fn header_bytes_for(
     kind: ObjectKind,
     extent_count: usize,
@@ -225,18 +250,13 @@ pub fn header_bytes_for(
     data_bytes: u64,
 ) -> u64 {
     let extent_bytes = if kind == ObjectKind::Gc { 32 } else { 16 };
-    (FIXED_BYTES + extent_bytes * extent_count + 16 * trim_count) as u64
+    (FIXED_BYTES_V4 + extent_bytes * extent_count + 16 * trim_count) as u64
         + 4 * data_bytes.div_ceil(CHUNK_BYTES)
 }
 
 /// Size of the header of `spec` with `data_bytes` of data.
 fn spec_header_bytes(spec: &ObjectSpec<'_>, data_bytes: u64) -> u64 {
-    let resize = if spec.volume_size_bytes.is_some() {
-        (FIXED_BYTES_RESIZE - FIXED_BYTES) as u64
-    } else {
-        0
-    };
-    header_bytes_for(spec.kind, spec.extents.len(), spec.trims.len(), data_bytes) + resize
+    header_bytes_for(spec.kind, spec.extents.len(), spec.trims.len(), data_bytes)
 }
 
 /// The header an object with these extents would have, without its data or chunk
@@ -265,6 +285,8 @@ pub fn header_without_data(
         chunk_crcs: vec![0; data_bytes.div_ceil(CHUNK_BYTES) as usize],
         volume_size_bytes: None,
         parts_after: 0,
+        epoch: 0,
+        first_record_seq: None,
     }
 }
 
@@ -280,13 +302,7 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
             || (spec.kind == ObjectKind::Data && spec.volume_size_bytes.is_none()),
         "only a data object that does not resize is part of a split batch"
     );
-    w.u16(if spec.volume_size_bytes.is_some() {
-        OBJECT_VERSION_RESIZE
-    } else if spec.parts_after > 0 {
-        OBJECT_VERSION_PART
-    } else {
-        OBJECT_VERSION
-    });
+    w.u16(OBJECT_VERSION_EPOCHS);
     w.u16(spec.kind.code());
     w.u32(header_bytes as u32);
     w.bytes(&spec.volume.0);
@@ -299,9 +315,10 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     w.u32(chunk_count as u32);
     w.u32(0);
     w.u32(spec.parts_after);
-    if let Some(size) = spec.volume_size_bytes {
-        w.u64(size);
-    }
+    w.u64(spec.volume_size_bytes.unwrap_or(0));
+    w.u64(spec.epoch);
+    w.u64(spec.first_record_seq);
+    w.u64(0);
     for e in spec.extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -367,18 +384,21 @@ pub fn peek_header_bytes(buf: &[u8]) -> Result<u64, FormatError> {
 fn peek_header(buf: &[u8]) -> Result<(u64, usize, u16), FormatError> {
     const WHAT: &str = "object header";
     let mut r = Reader::new(buf, WHAT);
-    let (fixed, version) = match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION, WHAT) {
-        Ok(()) => (FIXED_BYTES, OBJECT_VERSION),
-        Err(FormatError::UnsupportedVersion { version, .. })
-            if version == OBJECT_VERSION_RESIZE =>
-        {
-            (FIXED_BYTES_RESIZE, version)
-        }
-        Err(FormatError::UnsupportedVersion { version, .. }) if version == OBJECT_VERSION_PART => {
-            (FIXED_BYTES, version)
-        }
-        Err(e) => return Err(e),
-    };
+    let (fixed, version) =
+        match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION_EPOCHS, WHAT) {
+            Ok(()) => (FIXED_BYTES_V4, OBJECT_VERSION_EPOCHS),
+            Err(FormatError::UnsupportedVersion { version, .. })
+                if version == OBJECT_VERSION_RESIZE =>
+            {
+                (FIXED_BYTES_RESIZE, version)
+            }
+            Err(FormatError::UnsupportedVersion { version, .. })
+                if version == OBJECT_VERSION || version == OBJECT_VERSION_PART =>
+            {
+                (FIXED_BYTES, version)
+            }
+            Err(e) => return Err(e),
+        };
     r.u16()?;
     let n = r.u32()? as u64;
     if !(fixed as u64..=MAX_HEADER_BYTES).contains(&n) {
@@ -415,10 +435,18 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let chunk_count = r.u32()? as u64;
     let stored_crc = r.u32()?;
     let parts_after = r.u32()?;
-    let volume_size_bytes = if fixed_bytes == FIXED_BYTES_RESIZE {
-        Some(r.u64()?)
-    } else {
-        None
+    let (volume_size_bytes, epoch, first_record_seq) = match version {
+        OBJECT_VERSION_RESIZE => (Some(r.u64()?), 0, None),
+        OBJECT_VERSION_EPOCHS => {
+            let size = r.u64()?;
+            let epoch = r.u64()?;
+            let first = r.u64()?;
+            if r.u64()? != 0 {
+                return Err(invalid(WHAT, "reserved field at 104 is not zero"));
+            }
+            ((size != 0).then_some(size), epoch, Some(first))
+        }
+        _ => (None, 0, None),
     };
     let computed = super::crc_with_hole(hbuf, HEADER_CRC_AT);
     if computed != stored_crc {
@@ -436,15 +464,31 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
             format!("a {kind:?} object resizing the volume to {size} bytes"),
         ));
     }
-    if version == OBJECT_VERSION_PART {
-        if kind != ObjectKind::Data || parts_after == 0 {
+    let parts_allowed = matches!(version, OBJECT_VERSION_PART | OBJECT_VERSION_EPOCHS);
+    if version == OBJECT_VERSION_PART && parts_after == 0 {
+        return Err(invalid(
+            WHAT,
+            format!("a {kind:?} object as part of a batch with {parts_after} parts after it"),
+        ));
+    }
+    if parts_after != 0 {
+        if !parts_allowed {
+            return Err(invalid(WHAT, "reserved field at 76 is not zero"));
+        }
+        if kind != ObjectKind::Data || volume_size_bytes.is_some() {
             return Err(invalid(
                 WHAT,
                 format!("a {kind:?} object as part of a batch with {parts_after} parts after it"),
             ));
         }
-    } else if parts_after != 0 {
-        return Err(invalid(WHAT, "reserved field at 76 is not zero"));
+    }
+    if let Some(first) = first_record_seq
+        && first > last_record_seq.saturating_add(1)
+    {
+        return Err(invalid(
+            WHAT,
+            format!("first record {first} is past its last record {last_record_seq} + 1"),
+        ));
     }
     if chunk_bytes != CHUNK_BYTES {
         return Err(invalid(
@@ -518,6 +562,8 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
         chunk_crcs,
         volume_size_bytes,
         parts_after,
+        epoch,
+        first_record_seq,
     })
 }
 
@@ -548,6 +594,8 @@ mod tests {
             trims: &[(1000, 8)],
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: 7,
+            first_record_seq: 70,
         };
         encode_object(&spec, &data)
     }
@@ -560,7 +608,8 @@ mod tests {
         assert_eq!(h.seq, 5);
         assert_eq!(h.last_record_seq, 77);
         assert_eq!(h.trims, vec![(1000, 8)]);
-        assert_eq!(h.header_bytes as usize, 80 + 32 + 16 + 4 * 3);
+        assert_eq!(h.header_bytes as usize, 112 + 32 + 16 + 4 * 3);
+        assert_eq!((h.epoch, h.first_record_seq), (7, Some(70)));
         assert_eq!(obj.len() as u64, h.total_bytes());
         let offsets: Vec<u64> = h.extent_offsets().map(|(_, o)| o).collect();
         assert_eq!(
@@ -608,7 +657,7 @@ mod tests {
     #[test]
     fn golden_fixed_header() {
         let obj = data_object();
-        assert_eq!(&obj[..16], b"LSVDOBJ\0\x01\x00\x01\x00\x8c\x00\x00\x00");
+        assert_eq!(&obj[..16], b"LSVDOBJ\0\x04\x00\x01\x00\xac\x00\x00\x00");
         assert_eq!(
             &obj[32..48],
             &[5, 0, 0, 0, 0, 0, 0, 0, 77, 0, 0, 0, 0, 0, 0, 0]
@@ -619,6 +668,74 @@ mod tests {
                 2, 0, 0, 0, 1, 0, 0, 0, 0, 0x22, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 3, 0, 0, 0
             ]
         );
+        assert_eq!(&obj[76..80], &[0; 4], "parts_after");
+        assert_eq!(&obj[80..88], &[0; 8], "no resize");
+        assert_eq!(&obj[88..96], &7u64.to_le_bytes(), "epoch");
+        assert_eq!(&obj[96..104], &70u64.to_le_bytes(), "first record");
+        assert_eq!(&obj[104..112], &[0; 8], "reserved");
+        assert_eq!(&obj[112..120], &0u64.to_le_bytes(), "first extent's lba");
+        assert_eq!(
+            u32::from_le_bytes(obj[72..76].try_into().expect("4 bytes")),
+            GOLDEN_CRC
+        );
+    }
+    const GOLDEN_CRC: u32 = 0xca22_442d;
+
+    /// The same object as an older build wrote it: version 1 (or 2 with a size, 3
+    /// with `parts_after`), the 80-byte fixed part, no epoch, no first record.
+    fn legacy(v4: &[u8], version: u16) -> Vec<u8> {
+        let h = decode_object_header(v4).expect("v4 decodes");
+        let hb = h.header_bytes as usize;
+        let mut head = v4[..80].to_vec();
+        head[8..10].copy_from_slice(&version.to_le_bytes());
+        if version != OBJECT_VERSION_PART {
+            head[76..80].fill(0);
+        }
+        if version == OBJECT_VERSION_RESIZE {
+            head.extend_from_slice(&h.volume_size_bytes.expect("a size").to_le_bytes());
+        }
+        head.extend_from_slice(&v4[112..hb]);
+        let n = head.len() as u32;
+        head[12..16].copy_from_slice(&n.to_le_bytes());
+        head[72..76].fill(0);
+        let crc = crc32c::crc32c(&head);
+        head[72..76].copy_from_slice(&crc.to_le_bytes());
+        head.extend_from_slice(&v4[hb..]);
+        head
+    }
+
+    /// Objects written before version 4 still read: the same fields, epoch 0 and no
+    /// first record; the data section unchanged.
+    #[test]
+    fn versions_1_to_3_still_read() {
+        let v4 = data_object();
+        let v1 = legacy(&v4, OBJECT_VERSION);
+        assert_eq!(&v1[..16], b"LSVDOBJ\0\x01\x00\x01\x00\x8c\x00\x00\x00");
+        let h4 = decode_object_header(&v4).expect("v4");
+        let h1 = decode_object_header(&v1).expect("v1");
+        assert_eq!((h1.epoch, h1.first_record_seq), (0, None));
+        assert_eq!(
+            (&h1.extents, &h1.trims, &h1.chunk_crcs, h1.last_record_seq),
+            (&h4.extents, &h4.trims, &h4.chunk_crcs, h4.last_record_seq)
+        );
+        assert_eq!(&v1[140..], &v4[172..], "the data section");
+        let r4 = resize_object(ObjectKind::Data, 1 << 20);
+        let r2 = legacy(&r4, OBJECT_VERSION_RESIZE);
+        assert_eq!(&r2[..16], b"LSVDOBJ\0\x02\x00\x01\x00\x68\x00\x00\x00");
+        let h2 = decode_object_header(&r2).expect("v2");
+        assert_eq!((h2.volume_size_bytes, h2.epoch), (Some(1 << 20), 0));
+        let p4 = part_object(ObjectKind::Data, 2);
+        let p3 = legacy(&p4, OBJECT_VERSION_PART);
+        assert_eq!(&p3[..16], b"LSVDOBJ\0\x03\x00\x01\x00\x64\x00\x00\x00");
+        assert_eq!(decode_object_header(&p3).expect("v3").parts_after, 2);
+        for old in [&v1, &r2, &p3] {
+            let h = decode_object_header(old).expect("decodes");
+            for pos in 0..h.header_bytes as usize {
+                let mut bad = old.to_vec();
+                bad[pos] ^= 1;
+                assert!(decode_object_header(&bad).is_err(), "header flip at {pos}");
+            }
+        }
     }
 
     #[test]
@@ -656,6 +773,8 @@ mod tests {
             trims: &[],
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: 7,
+            first_record_seq: 2,
         };
         let obj = encode_object(&spec, &[0u8; 4096]);
         let h = decode_object_header(&obj).expect("decodes");
@@ -672,27 +791,29 @@ mod tests {
             trims: &[(2048, 2048)],
             volume_size_bytes: Some(size),
             parts_after: 0,
+            epoch: 7,
+            first_record_seq: 41,
         };
         encode_object(&spec, &[])
     }
 
-    /// An object that resizes the volume is version 2, with the size at 80; every
-    /// other object stays version 1 (the golden header above), so older readers read
-    /// every object that does not resize.
+    /// An object that resizes the volume carries the size at 80 (0 in every other
+    /// object).
     #[test]
-    fn a_resize_object_is_version_2_with_the_size_at_80() {
+    fn a_resize_object_carries_the_size_at_80() {
         let obj = resize_object(ObjectKind::Data, 1 << 20);
-        assert_eq!(&obj[..16], b"LSVDOBJ\0\x02\x00\x01\x00\x68\x00\x00\x00");
+        assert_eq!(&obj[..16], b"LSVDOBJ\0\x04\x00\x01\x00\x80\x00\x00\x00");
         assert_eq!(&obj[80..88], &(1u64 << 20).to_le_bytes());
-        assert_eq!(&obj[88..96], &2048u64.to_le_bytes());
-        assert_eq!(obj.len(), 88 + 16);
+        assert_eq!(&obj[112..120], &2048u64.to_le_bytes());
+        assert_eq!(obj.len(), 112 + 16);
         let h = decode_object_header(&obj).expect("decodes");
         assert_eq!(h.volume_size_bytes, Some(1 << 20));
         assert_eq!(h.trims, vec![(2048, 2048)]);
-        assert_eq!(h.header_bytes, 104);
+        assert_eq!(h.header_bytes, 128);
+        assert_eq!(h.first_record_seq, Some(41));
         assert_eq!(
             decode_object_header(&data_object())
-                .expect("v1")
+                .expect("v4")
                 .volume_size_bytes,
             None
         );
@@ -708,7 +829,6 @@ mod tests {
         for (kind, size) in [
             (ObjectKind::Gc, 1 << 20),
             (ObjectKind::Checkpoint, 1 << 20),
-            (ObjectKind::Data, 0),
             (ObjectKind::Data, (1 << 20) + 512),
         ] {
             let err = decode_object_header(&resize_object(kind, size)).expect_err("refused");
@@ -718,11 +838,11 @@ mod tests {
             );
         }
         // An unknown version is refused as such.
-        let mut v4 = resize_object(ObjectKind::Data, 1 << 20);
-        v4[8] = 4;
+        let mut v5 = resize_object(ObjectKind::Data, 1 << 20);
+        v5[8] = 5;
         assert!(matches!(
-            decode_object_header(&v4),
-            Err(FormatError::UnsupportedVersion { version: 4, .. })
+            decode_object_header(&v5),
+            Err(FormatError::UnsupportedVersion { version: 5, .. })
         ));
     }
 
@@ -742,28 +862,29 @@ mod tests {
             trims: &[],
             volume_size_bytes: None,
             parts_after,
+            epoch: 7,
+            first_record_seq: 90,
         };
         encode_object(&spec, &[7u8; 4096])
     }
 
-    /// A part of a split batch is version 3: version 1's layout with `parts_after` at
-    /// 76; the last part (and every unsplit batch) stays version 1.
+    /// A part of a split batch carries `parts_after` at 76; the last part (and every
+    /// unsplit batch) 0.
     #[test]
-    fn a_part_with_parts_after_it_is_version_3_with_the_count_at_76() {
+    fn a_part_with_parts_after_it_carries_the_count_at_76() {
         let obj = part_object(ObjectKind::Data, 2);
-        assert_eq!(&obj[..16], b"LSVDOBJ\0\x03\x00\x01\x00\x64\x00\x00\x00");
+        assert_eq!(&obj[..16], b"LSVDOBJ\0\x04\x00\x01\x00\x84\x00\x00\x00");
         assert_eq!(&obj[76..80], &2u32.to_le_bytes());
-        assert_eq!(&obj[80..88], &64u64.to_le_bytes());
+        assert_eq!(&obj[112..120], &64u64.to_le_bytes());
         let h = decode_object_header(&obj).expect("decodes");
         assert_eq!(
             (h.parts_after, h.header_bytes, h.volume_size_bytes),
-            (2, 100, None)
+            (2, 132, None)
         );
         let last = part_object(ObjectKind::Data, 0);
-        assert_eq!(&last[8..10], &1u16.to_le_bytes());
         assert_eq!(&last[76..80], &[0; 4]);
-        assert_eq!(decode_object_header(&last).expect("v1").parts_after, 0);
-        for pos in 0..100 {
+        assert_eq!(decode_object_header(&last).expect("v4").parts_after, 0);
+        for pos in 0..132 {
             let mut bad = obj.clone();
             bad[pos] ^= 1;
             assert!(decode_object_header(&bad).is_err(), "header flip at {pos}");
@@ -783,7 +904,7 @@ mod tests {
             obj[72..76].copy_from_slice(&crc.to_le_bytes());
             obj
         };
-        let data = part_object(ObjectKind::Data, 1);
+        let data = legacy(&part_object(ObjectKind::Data, 1), OBJECT_VERSION_PART);
         assert!(decode_object_header(&with_crc(data.clone(), 3, 1)).is_ok());
         let err = decode_object_header(&with_crc(data.clone(), 3, 0)).expect_err("no parts after");
         assert!(err.to_string().contains("part of a batch"), "{err}");
@@ -792,6 +913,11 @@ mod tests {
         let mut gc = data.clone();
         gc[10..12].copy_from_slice(&2u16.to_le_bytes());
         let err = decode_object_header(&with_crc(gc, 3, 1)).expect_err("gc part");
+        assert!(err.to_string().contains("part of a batch"), "{err}");
+        // Version 4: the same rule.
+        let mut gc4 = part_object(ObjectKind::Data, 1);
+        gc4[10..12].copy_from_slice(&2u16.to_le_bytes());
+        let err = decode_object_header(&with_crc(gc4, 4, 1)).expect_err("gc part");
         assert!(err.to_string().contains("part of a batch"), "{err}");
     }
 

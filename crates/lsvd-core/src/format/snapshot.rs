@@ -12,23 +12,37 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDSNP\0"
-//!      8    2 version (1)
+//!      8    2 version (2; version 1, 136 bytes without the history, is still read)
 //!     10    2 flags (0; others refused)
-//!     12    4 crc32c over bytes 0..136 (this field zero)
+//!     12    4 crc32c over the whole record (this field zero)
 //!     16   16 volume id
 //!     32    8 base checkpoint's sequence number (NONE = u64::MAX)
 //!     40    8 through_seq: the snapshot holds the objects below it
 //!     48    8 newest write-log record sequence number the snapshot holds
 //!     56    8 created at, milliseconds since the Unix epoch
 //!     64    2 name length in bytes (1..=64)
-//!     66    6 reserved (0)
+//!     66    2 history segment count n (version 2; reserved 0 in version 1)
+//!     68    4 reserved (0)
 //!     72   64 name (ASCII, zero-padded)
+//!  version 2:
+//!    136    8 history from_seq
+//!    144 24*n history segments: first_seq u64, epoch u64, after_seq u64
 //! ```
+//!
+//! The history (`crate::history`) says which epoch wrote each object from the base
+//! checkpoint to `through_seq`, so the snapshot names exactly the objects it holds
+//! even where objects of other epochs share their numbers. Version 1 records were
+//! written before epochs: every object they hold is epoch 0.
 
-use super::{FormatError, VolumeId, Writer, invalid, open_fixed_record, padded_text};
+use super::{
+    FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid,
+    padded_text,
+};
+use crate::history::{History, MAX_SEGMENTS, Segment};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LSVDSNP\0";
-pub const SNAPSHOT_VERSION: u16 = 1;
+pub const SNAPSHOT_VERSION: u16 = 2;
+/// Size of a version 1 record; a version 2 record adds 8 + 24 per segment.
 pub const SNAPSHOT_BYTES: usize = 136;
 /// Longest snapshot name, in bytes.
 pub const MAX_SNAPSHOT_NAME_BYTES: usize = 64;
@@ -45,6 +59,8 @@ pub struct SnapshotRecord {
     pub through_seq: u64,
     pub last_record_seq: u64,
     pub created_unix_ms: u64,
+    /// Which epoch wrote each object it holds (from the base checkpoint on).
+    pub history: History,
 }
 
 /// Encode `s`. A name longer than [`MAX_SNAPSHOT_NAME_BYTES`] or empty is the
@@ -57,7 +73,8 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
             format!("a name of {} bytes", name.len()),
         ));
     }
-    let mut w = Writer::with_capacity(SNAPSHOT_BYTES);
+    let segments = &s.history.segments[..s.history.segments.len().min(MAX_SEGMENTS)];
+    let mut w = Writer::with_capacity(SNAPSHOT_BYTES + 8 + 24 * segments.len());
     w.bytes(SNAPSHOT_MAGIC);
     w.u16(SNAPSHOT_VERSION);
     w.u16(0);
@@ -68,9 +85,16 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
     w.u64(s.last_record_seq);
     w.u64(s.created_unix_ms);
     w.u16(name.len() as u16);
-    w.zeros(6);
+    w.u16(segments.len() as u16);
+    w.zeros(4);
     w.bytes(name);
     w.zeros(MAX_SNAPSHOT_NAME_BYTES - name.len());
+    w.u64(s.history.from_seq);
+    for seg in segments {
+        w.u64(seg.first_seq);
+        w.u64(seg.epoch);
+        w.u64(seg.after_seq);
+    }
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     Ok(w.buf)
@@ -78,24 +102,68 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
 
 pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
     const WHAT: &str = "snapshot record";
-    let (mut r, _flags) = open_fixed_record(
-        buf,
-        WHAT,
-        SNAPSHOT_BYTES,
-        SNAPSHOT_MAGIC,
-        SNAPSHOT_VERSION,
-        0,
-    )?;
+    let mut r = Reader::new(buf, WHAT);
+    let version = match expect_magic_version(&mut r, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, WHAT) {
+        Ok(()) => SNAPSHOT_VERSION,
+        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
+        Err(e) => return Err(e),
+    };
+    let flags = r.u16()?;
+    let stored = r.u32()?;
+    let min_len = if version == 1 {
+        SNAPSHOT_BYTES
+    } else {
+        SNAPSHOT_BYTES + 8
+    };
+    if buf.len() < min_len || (version == 1 && buf.len() != min_len) {
+        return Err(invalid(
+            WHAT,
+            format!("{} bytes, expected {min_len}", buf.len()),
+        ));
+    }
+    let computed = crc_with_hole(buf, CRC_AT);
+    if computed != stored {
+        return Err(FormatError::BadChecksum {
+            what: WHAT,
+            stored,
+            computed,
+        });
+    }
+    if flags != 0 {
+        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
+    }
     let volume = VolumeId(r.array()?);
     let base = r.u64()?;
     let through_seq = r.u64()?;
     let last_record_seq = r.u64()?;
     let created_unix_ms = r.u64()?;
     let name_len = r.u16()? as usize;
-    let reserved: [u8; 6] = r.array()?;
+    let segment_count = r.u16()? as usize;
+    let reserved: [u8; 4] = r.array()?;
     let name_field: [u8; MAX_SNAPSHOT_NAME_BYTES] = r.array()?;
-    if reserved != [0; 6] {
+    if reserved != [0; 4] || (version == 1 && segment_count != 0) {
         return Err(invalid(WHAT, "reserved bytes are not zero"));
+    }
+    let mut history = History::legacy();
+    if version == SNAPSHOT_VERSION {
+        let expected = SNAPSHOT_BYTES + 8 + 24 * segment_count;
+        if segment_count > MAX_SEGMENTS || buf.len() != expected {
+            return Err(invalid(
+                WHAT,
+                format!("{} bytes, its counts say {expected}", buf.len()),
+            ));
+        }
+        history.from_seq = r.u64()?;
+        for _ in 0..segment_count {
+            history.segments.push(Segment {
+                first_seq: r.u64()?,
+                epoch: r.u64()?,
+                after_seq: r.u64()?,
+            });
+        }
+        history
+            .validate()
+            .map_err(|e| invalid(WHAT, format!("history: {e}")))?;
     }
     let name = padded_text(WHAT, "name", name_len, &name_field)?;
     let base_checkpoint = (base != NO_CHECKPOINT).then_some(base);
@@ -112,6 +180,7 @@ pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
         through_seq,
         last_record_seq,
         created_unix_ms,
+        history,
     })
 }
 
@@ -127,15 +196,51 @@ mod tests {
             through_seq: 0x45,
             last_record_seq: 1234,
             created_unix_ms: 1_800_000_000_000,
+            history: History {
+                from_seq: 0x40,
+                segments: vec![Segment {
+                    first_seq: 0x3c,
+                    epoch: 6,
+                    after_seq: 0x3a,
+                }],
+            },
         }
+    }
+
+    /// The record as builds before epochs wrote it.
+    fn version_1(s: &SnapshotRecord) -> Vec<u8> {
+        let mut buf = encode_snapshot(s).expect("encodes")[..SNAPSHOT_BYTES].to_vec();
+        buf[8] = 1;
+        buf[66..68].fill(0);
+        buf[CRC_AT..CRC_AT + 4].fill(0);
+        let crc = crc32c::crc32c(&buf);
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    #[test]
+    fn version_1_still_reads_with_every_object_epoch_0() {
+        let v1 = version_1(&sample());
+        let back = decode_snapshot(&v1).expect("decodes");
+        assert_eq!(
+            back,
+            SnapshotRecord {
+                history: History::legacy(),
+                ..sample()
+            }
+        );
+        assert_eq!(back.history.epoch_of(0x41), Some(0));
     }
 
     #[test]
     fn round_trip_golden_and_corruption() {
         let buf = encode_snapshot(&sample()).expect("encodes");
-        assert_eq!(buf.len(), SNAPSHOT_BYTES);
+        assert_eq!(buf.len(), SNAPSHOT_BYTES + 8 + 24);
         assert_eq!(&buf[..8], SNAPSHOT_MAGIC);
-        assert_eq!(&buf[8..12], &[1, 0, 0, 0]);
+        assert_eq!(&buf[8..12], &[2, 0, 0, 0]);
+        assert_eq!(&buf[66..68], &[1, 0]);
+        assert_eq!(&buf[136..144], &0x40u64.to_le_bytes());
+        assert_eq!(&buf[152..160], &6u64.to_le_bytes());
         assert_eq!(&buf[32..40], &0x40u64.to_le_bytes());
         assert_eq!(&buf[40..48], &0x45u64.to_le_bytes());
         assert_eq!(&buf[64..66], &14u16.to_le_bytes());
@@ -150,9 +255,9 @@ mod tests {
             bad[pos] ^= 0x10;
             assert!(decode_snapshot(&bad).is_err(), "flip at {pos}");
         }
-        assert!(decode_snapshot(&buf[..SNAPSHOT_BYTES - 1]).is_err());
+        assert!(decode_snapshot(&buf[..buf.len() - 1]).is_err());
     }
-    const GOLDEN_CRC: u32 = 0x9290_5ebc;
+    const GOLDEN_CRC: u32 = 0x7a0c_3abb;
 
     #[test]
     fn no_checkpoint_and_bad_names() {

@@ -76,6 +76,8 @@ fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
             chunk_crcs: Vec::new(),
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: 0,
+            first_record_seq: None,
         },
     }
 }

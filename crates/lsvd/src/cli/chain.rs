@@ -181,11 +181,14 @@ fn verify_key(key: &str, bytes: &[u8]) -> Verdict {
         Ok(()) => Verdict::Good,
         Err(why) => Verdict::Bad(why),
     };
-    if let Some((seq, kind)) = parse_object_name(key) {
+    if let Some(n) = parse_object_name(key) {
         return verdict((|| {
             let h = decode_object_header(bytes).map_err(|e| e.to_string())?;
-            if h.seq != seq || h.kind != kind {
-                return Err(format!("header says seq {:016x} kind {:?}", h.seq, h.kind));
+            if h.seq != n.seq || h.kind != n.kind || h.epoch != n.epoch {
+                return Err(format!(
+                    "header says seq {:016x} epoch {} kind {:?}",
+                    h.seq, h.epoch, h.kind
+                ));
             }
             if h.total_bytes() != bytes.len() as u64 {
                 return Err(format!(

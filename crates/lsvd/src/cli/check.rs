@@ -17,7 +17,7 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 
 use super::Common;
 use crate::cache_dev::{CacheDevice, FileCache};
-use crate::engine::keys::{object_key, objects_prefix, parse_object_name};
+use crate::engine::keys::{ObjectName, object_key, objects_prefix, parse_object_name};
 use crate::engine::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
 use crate::engine::read_meta;
 use crate::engine::store_recovery::recover_store;
@@ -65,7 +65,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
     let mut bytes_read = 0u64;
     let mut bad_copies = 0usize;
     for entry in &listing {
-        let Some((seq, kind)) = parse_object_name(&entry.key) else {
+        let Some(ObjectName { seq, epoch, kind }) = parse_object_name(&entry.key) else {
             problems.push(format!("{}: unexpected object name", entry.key));
             continue;
         };
@@ -93,7 +93,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                 }
             };
             bytes_read += bytes.len() as u64;
-            match verify_object(&bytes, seq, kind, &meta) {
+            match verify_object(&bytes, seq, epoch, kind, &meta) {
                 Ok(notes) => {
                     good = true;
                     problems.extend(notes.into_iter().map(|n| format!("{what}: {n}")));
@@ -105,7 +105,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
             }
         }
         if good {
-            verified.insert(seq);
+            verified.insert((seq, epoch));
         }
     }
     if bad_copies > 0 {
@@ -141,7 +141,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                     rec.stranded.len(),
                     rec.stranded
                         .iter()
-                        .map(|(s, _)| format!("{s:016x}"))
+                        .map(|n| format!("{:016x}", n.seq))
                         .collect::<Vec<_>>()
                 ));
             }
@@ -159,7 +159,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                         if p.location.offset < o.header_bytes as u64 || end > o.total_bytes {
                             problems.push(format!("lba {} maps outside object {seq:016x}", p.lba));
                         }
-                        if !verified.contains(&seq) && lineage.owner(seq).is_none() {
+                        if !verified.contains(&(seq, o.epoch)) && lineage.owner(seq).is_none() {
                             problems.push(format!(
                                 "lba {} maps to object {seq:016x}, which is missing or corrupt",
                                 p.lba
@@ -197,8 +197,9 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                 println!("  {shared} objects shared with the volumes this one is a clone of");
             }
             for &seq in st.objects().keys() {
-                if !verified.contains(&seq) && lineage.owner(seq).is_none() {
-                    let key = object_key(name, seq, st.objects()[&seq].kind);
+                let o = st.objects()[&seq];
+                if !verified.contains(&(seq, o.epoch)) && lineage.owner(seq).is_none() {
+                    let key = object_key(name, seq, o.epoch, o.kind);
                     problems.push(format!("{key}: in the object table but missing or corrupt"));
                 }
             }
@@ -275,15 +276,16 @@ async fn compare_copies(store: &crate::store::DynStore, key: &str, problems: &mu
 fn verify_object(
     bytes: &[u8],
     seq: u64,
+    epoch: u64,
     kind: ObjectKind,
     meta: &lsvd_core::format::volume_meta::VolumeMeta,
 ) -> std::result::Result<Vec<String>, String> {
     let h = decode_object_header(bytes).map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
-    if h.seq != seq || h.kind != kind || h.volume != meta.volume {
+    if h.seq != seq || h.kind != kind || h.volume != meta.volume || h.epoch != epoch {
         notes.push(format!(
-            "header says seq {:016x} kind {:?} volume {}",
-            h.seq, h.kind, h.volume
+            "header says seq {:016x} epoch {} kind {:?} volume {}",
+            h.seq, h.epoch, h.kind, h.volume
         ));
     }
     if h.total_bytes() != bytes.len() as u64 {

@@ -23,15 +23,20 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
         InspectWhat::Objects { name } => {
             let store = super::admin::store(common)?;
             let listing = store.list(&objects_prefix(&name)).await?;
-            println!("{:<18} {:<10} {:>12}", "seq", "kind", "bytes");
+            println!(
+                "{:<18} {:>6} {:<10} {:>12}",
+                "seq", "epoch", "kind", "bytes"
+            );
             for e in listing {
                 match parse_object_name(&e.key) {
-                    Some((seq, kind)) => println!(
-                        "{seq:016x}   {:<10} {:>12}",
-                        format!("{kind:?}"),
+                    Some(n) => println!(
+                        "{:016x}   {:>6} {:<10} {:>12}",
+                        n.seq,
+                        n.epoch,
+                        format!("{:?}", n.kind),
                         e.size_bytes
                     ),
-                    None => println!("{:<18} {:<10} {:>12}", e.key, "?", e.size_bytes),
+                    None => println!("{:<18} {:>6} {:<10} {:>12}", e.key, "?", "?", e.size_bytes),
                 }
             }
             Ok(())
@@ -40,18 +45,20 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             let store = super::admin::store(common)?;
             let seq = parse_seq(&seq)?;
             let listing = store.list(&objects_prefix(&name)).await?;
-            let kind = listing
+            // The newest epoch's object with that number (others are a superseded
+            // writer's, which `inspect objects` lists).
+            let found = listing
                 .iter()
                 .filter_map(|e| parse_object_name(&e.key))
-                .find(|(s, _)| *s == seq)
-                .map(|(_, k)| k)
+                .filter(|n| n.seq == seq)
+                .max_by_key(|n| n.epoch)
                 .ok_or_else(|| {
                     Error::new(
                         ErrorKind::NotFound,
                         format!("no object {seq:016x} in volume {name}"),
                     )
                 })?;
-            let key = object_key(&name, seq, kind);
+            let key = object_key(&name, seq, found.epoch, found.kind);
             let bytes = store.get(&key).await?;
             let h = decode_object_header(&bytes).map_err(|e| corrupt(key.as_str(), e))?;
             println!("object {key}");

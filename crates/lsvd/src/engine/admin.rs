@@ -199,7 +199,7 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
         next_object_seq: s.next_object_seq(),
         last_record_seq: s.last_record_seq(),
         map_extents: s.map().extent_count() as u64,
-        stranded_objects: rec.stranded.iter().map(|(s, _)| *s).collect(),
+        stranded_objects: rec.stranded.iter().map(|n| n.seq).collect(),
         client_write_bytes: rec.counters.client_write_bytes,
         store_write_bytes: rec.counters.store_write_bytes,
         write_amplification: if rec.counters.client_write_bytes == 0 {

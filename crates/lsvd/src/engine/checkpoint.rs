@@ -42,6 +42,7 @@ pub(crate) struct CheckpointSnapshot {
     checkpoint: Checkpoint,
     volume: lsvd_core::VolumeId,
     seq: u64,
+    epoch: u64,
     last_record_seq: u64,
 }
 
@@ -59,6 +60,7 @@ pub(crate) fn snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> Ch
         checkpoint,
         volume: shared.meta.volume,
         seq,
+        epoch: shared.epoch(),
         last_record_seq: store.last_record_seq(),
     }
 }
@@ -95,6 +97,8 @@ impl CheckpointSnapshot {
             trims: &[],
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: self.epoch,
+            first_record_seq: self.last_record_seq + 1,
         };
         Ok(encode_object(&spec, &payload))
     }
@@ -129,7 +133,9 @@ pub(crate) async fn run(
     let clean = snapshot.checkpoint.clean;
     if let Some(bytes) = encode_off_runtime(shared, snapshot).await {
         upload_object(shared, seq, ObjectKind::Checkpoint, bytes.into()).await;
-        if !shared.is_failed() && name_in_volume_super(shared, seq, clean).await {
+        // Deletes only once the checkpoint is named: a superblock that still names
+        // the one before (the write failed) may need what this one left out.
+        if !shared.is_failed() && name_in_volume_super(shared, seq, clean).await == Named::Yes {
             // A snapshot being taken chooses its checkpoint under this lock.
             let _deletions = shared.deletions.lock().await;
             delete_old_checkpoints(shared).await;
@@ -161,9 +167,16 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
                 .objects()
                 .get(&victim)
                 .map_or(0, |o| o.total_bytes);
+            let epoch = st
+                .pipeline
+                .store()
+                .objects()
+                .get(&victim)
+                .map_or(0, |o| o.epoch);
             st.pipeline.forget_object(victim);
             deferred.push(DeferredDelete {
                 seq: victim,
+                epoch,
                 kind,
                 total_bytes,
                 left_out_by: checkpoint,
@@ -222,7 +235,7 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
                 .retain(|x| x.seq != d.seq);
             continue;
         }
-        let key = object_key(&shared.meta.name, d.seq, d.kind);
+        let key = object_key(&shared.meta.name, d.seq, d.epoch, d.kind);
         match shared.store.delete(&key).await {
             Ok(()) => {
                 shared
@@ -255,60 +268,85 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
     }
 }
 
+/// What naming a checkpoint in a volume superblock came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// The generation naming it landed (or a newer checkpoint is named already).
+    Yes,
+    /// The store kept failing: the checkpoint is not named; the next one tries again.
+    No,
+    /// The volume must stop: another process took it over, or it failed.
+    Stop,
+}
+
 /// Write the next volume superblock generation naming checkpoint `seq` (durable and
-/// applied). Returns false if the volume must stop: another process took it over.
-/// A store that keeps failing only costs the hint; the next checkpoint tries again.
-async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
+/// applied); the history it carries is pruned to what recovery from the previous
+/// checkpoint needs. A generation that lands renews the lease too.
+async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
     use super::volume_super::{WriteError, write};
-    // One generation at a time, in checkpoint order: two checkpoints' writes may
-    // otherwise race for the same generation.
+    // One generation at a time, in checkpoint order: two checkpoints' writes (and the
+    // lease's renewals) may otherwise race for the same generation.
     let _serial = shared.volume_super_writes.lock().await;
     // A failed volume names nothing more: after an in-process crash (a test's
     // `Volume::crash`) another open may be recovering the volume, and would take a
     // superblock written now for a second writer.
     if shared.is_failed() {
-        return false;
+        return Named::Stop;
+    }
+    if clean {
+        // The last generation: no renewal may follow it.
+        shared.lease.stopping.store(true, Ordering::SeqCst);
     }
     let next = {
-        let last = *shared
+        let last = shared
             .volume_super
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if last.newest_checkpoint.is_some_and(|c| c >= seq) {
-            return true; // a newer checkpoint is already named
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if last.newest_checkpoint.is_some_and(|c| c >= seq) && !clean {
+            return Named::Yes; // a newer checkpoint is already named
         }
         let st = shared.lock();
         let store = st.pipeline.store();
+        let previous_checkpoint = last.newest_checkpoint.filter(|&c| c != seq);
+        let mut history = last.history.clone();
+        history.prune(previous_checkpoint.unwrap_or(seq));
         lsvd_core::format::volume_super::VolumeSuper {
             generation: last.generation + 1,
             clean,
             deleting: false,
-            previous_checkpoint: last.newest_checkpoint.filter(|&c| c != seq),
+            previous_checkpoint,
             newest_checkpoint: Some(seq),
             // Not into a split batch whose last part is not applied yet: recovery
             // would stop before its first part.
             durable_through: store.whole_next_object_seq().max(seq + 1),
             last_record_seq: store.last_record_seq(),
             written_unix_ms: shared.clock().unix_ms(),
+            history,
             ..last
         }
     };
+    let sent_ns = shared.now_ns();
+    let sent_unix_ms = shared.clock().unix_ms();
     // Retries against a failing store take up to half a minute; a volume that fails
     // meanwhile abandons the write (and releases the lock `Volume::crash` waits on).
-    let written = write(&shared.store, &shared.meta.name, &next, 12, shared.clock());
-    tokio::pin!(written);
-    let result = loop {
-        tokio::select! {
-            r = &mut written => break r,
-            () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
-                if shared.is_failed() {
-                    return false;
+    let result = {
+        let written = write(&shared.store, &shared.meta.name, &next, 12, shared.clock());
+        tokio::pin!(written);
+        loop {
+            tokio::select! {
+                r = &mut written => break r,
+                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                    if shared.is_failed() {
+                        return Named::Stop;
+                    }
                 }
             }
         }
     };
     match result {
         Ok(()) => {
+            shared.lease.extend(sent_ns, sent_unix_ms);
             *shared
                 .volume_super
                 .lock()
@@ -317,15 +355,20 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
                 .stats
                 .superblocks_written
                 .fetch_add(1, Ordering::Relaxed);
-            true
+            Named::Yes
         }
-        Err(e @ WriteError::Superseded { .. }) => {
-            shared.fail(&e.to_string());
-            false
+        Err(WriteError::Superseded { holder, .. }) => {
+            let by = if holder.is_empty() {
+                "another lsvd process".to_string()
+            } else {
+                holder
+            };
+            shared.fence(&by);
+            Named::Stop
         }
         Err(WriteError::Store(e)) => {
             crate::log::warn(&format!("volume superblock not updated: {e}"));
-            true
+            Named::No
         }
     }
 }
@@ -334,10 +377,11 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> bool {
 async fn delete_old_checkpoints(shared: &Shared) {
     // Never delete a checkpoint the newest volume superblock in the store names: after
     // a crash, recovery insists on finding it.
-    let named = *shared
+    let named = shared
         .volume_super
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let Some(keep_from) = named
         .previous_checkpoint
         .or(named.newest_checkpoint)
@@ -345,17 +389,17 @@ async fn delete_old_checkpoints(shared: &Shared) {
     else {
         return;
     };
-    let old: Vec<u64> = {
+    let old: Vec<(u64, u64)> = {
         let st = shared.lock();
         st.pipeline
             .store()
             .checkpoints()
             .iter()
-            .copied()
-            .filter(|&c| c < keep_from)
+            .map(|(&c, &e)| (c, e))
+            .filter(|&(c, _)| c < keep_from)
             .collect()
     };
-    for c in old {
+    for (c, epoch) in old {
         if !shared.owns(c) {
             shared.lock().pipeline.forget_object(c);
             continue;
@@ -370,7 +414,7 @@ async fn delete_old_checkpoints(shared: &Shared) {
             shared.lock().pipeline.forget_object(c);
             continue;
         }
-        let key = object_key(&shared.meta.name, c, ObjectKind::Checkpoint);
+        let key = object_key(&shared.meta.name, c, epoch, ObjectKind::Checkpoint);
         match shared.store.delete(&key).await {
             Ok(()) => shared.lock().pipeline.forget_object(c),
             Err(e) => crate::log::warn(&format!("could not delete old checkpoint {key}: {e}")),

@@ -76,10 +76,23 @@ impl Clock for SystemClock {
 
 /// A clock that moves only when told to ([`ManualClock::advance`]): for tests that
 /// wait on timers (batch timeouts, the checkpoint interval, retries) without sleeping.
-/// Wall-clock timestamps are real.
-#[derive(Debug, Default)]
+/// Wall-clock timestamps are the real time it was made at, plus how far it moved.
+#[derive(Debug)]
 pub struct ManualClock {
     inner: Mutex<ManualInner>,
+    /// The wall clock when it was made, in milliseconds since the Unix epoch.
+    start_unix_ms: u64,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock {
+            inner: Mutex::default(),
+            start_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +135,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Duration {
         self.lock().now
+    }
+
+    fn unix_ms(&self) -> u64 {
+        self.start_unix_ms + self.now().as_millis() as u64
     }
 
     fn sleep(&self, d: Duration) -> SleepFuture {

@@ -119,8 +119,11 @@ pub async fn create_clone(
         trims: &[],
         volume_size_bytes: None,
         parts_after: 0,
+        // Written before the clone is ever claimed: the first claim's epoch follows.
+        epoch: 0,
+        first_record_seq: state.last_record_seq() + 1,
     };
-    let key = object_key(name, seq, ObjectKind::Checkpoint);
+    let key = object_key(name, seq, 0, ObjectKind::Checkpoint);
     store
         .put(
             &key,

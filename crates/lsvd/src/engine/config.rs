@@ -70,7 +70,20 @@ pub struct EngineConfig {
     pub clock: SharedClock,
     /// Seed of the upload retries' jitter. Default: None, a random seed per open.
     pub jitter_seed: Option<u64>,
+    /// The volume's lease: how long it holds, what to do about another holder, who
+    /// this process is (`engine::lease`). Default: no lease (the engine API claims at
+    /// once and renews nothing; `lsvd serve` and the commands take one).
+    pub lease: super::lease::LeaseConfig,
+    /// How long a request may wait for what it needs (a renewed lease, room in the
+    /// write log) before it fails instead. Default: 30000 (30 s).
+    pub stall_timeout_ms: u64,
+    /// Discard a write log whose records a superseded session acknowledged (another
+    /// process claimed the volume since) instead of refusing to open. Default: false.
+    pub discard_superseded_log: bool,
 }
+
+/// Default of [`EngineConfig::stall_timeout_ms`].
+pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 30_000;
 
 /// No GC pass starts while more objects than this wait for upload: client data goes
 /// first while GC keeps up.
@@ -115,6 +128,9 @@ impl Default for EngineConfig {
             log_free_target_bytes: None,
             clock: SharedClock::default(),
             jitter_seed: None,
+            lease: Default::default(),
+            stall_timeout_ms: DEFAULT_STALL_TIMEOUT_MS,
+            discard_superseded_log: false,
         }
     }
 }

@@ -26,7 +26,7 @@ use lsvd_core::format::volume_super::VolumeSuper;
 
 use super::keys::{meta_key, parse_super_name, super_key, validate_volume_name};
 use super::store_meta::{is_being_deleted, random_session_id, read_meta};
-use super::volume_super::{WriteError, is_tombstone, read_newest, write};
+use super::volume_super::{WriteError, is_tombstone, write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
@@ -158,21 +158,24 @@ pub async fn delete_volume(
 async fn claim(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
     let clock = super::clock::SystemClock::new();
     for _ in 0..4 {
-        let newest = read_newest(store, meta).await?;
+        // Not from under a live server (another host's): its lease must lapse first.
+        let lease = super::lease::LeaseConfig::for_command("lsvd delete");
+        let acquired = super::lease::acquire(store, meta, None, &lease, &clock).await?;
+        let newest = acquired.newest;
         let sb = VolumeSuper {
             volume: meta.volume,
-            generation: newest.map_or(0, |s| s.generation) + 1,
+            generation: acquired.claim_generation,
             session: random_session_id(),
             clean: false,
             deleting: true,
-            newest_checkpoint: newest.and_then(|s| s.newest_checkpoint),
-            previous_checkpoint: newest.and_then(|s| s.previous_checkpoint),
-            durable_through: newest.map_or(0, |s| s.durable_through),
-            last_record_seq: newest.map_or(0, |s| s.last_record_seq),
             written_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            epoch: newest.as_ref().map_or(0, |s| s.epoch) + 1,
+            lease_timeout_ms: 0,
+            holder: lease.holder.clone(),
+            ..newest.unwrap_or_default()
         };
         match write(store, &meta.name, &sb, 12, &clock).await {
             Ok(()) => return Ok(sb.generation),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use lsvd_core::format::object::ObjectKind;
 
-use super::keys::{object_key, parse_object_name};
+use super::keys::parse_object_name;
 use super::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
 use crate::error::ErrorKind;
 use crate::store::mem::MemStore;
@@ -129,16 +129,16 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .await
         .expect("shutdown writes a clean checkpoint");
     drop(vol);
-    let checkpoint = mem
+    let (checkpoint, key) = mem
         .snapshot()
         .iter()
         .filter_map(|(k, _)| {
-            parse_object_name(k).filter(|(_, kind)| *kind == ObjectKind::Checkpoint)
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
         })
-        .map(|(seq, _)| seq)
         .max()
         .expect("a checkpoint");
-    let key = object_key("v", checkpoint, ObjectKind::Checkpoint);
     let mut bytes = store.get(&key).await.expect("get");
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
@@ -160,45 +160,32 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
     drop(vol);
     // With the first object gone too, nothing can stand in for it: data loss, naming
     // the checkpoint.
-    let first = mem
+    let (first, first_key) = mem
         .snapshot()
         .iter()
-        .filter_map(|(k, _)| parse_object_name(k))
-        .map(|(seq, _)| seq)
+        .filter_map(|(k, _)| parse_object_name(k).map(|n| (n.seq, k.clone())))
         .min()
         .expect("objects");
     let newest = mem
         .snapshot()
         .iter()
         .filter_map(|(k, _)| {
-            parse_object_name(k).filter(|(_, kind)| *kind == ObjectKind::Checkpoint)
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
         })
-        .map(|(seq, _)| seq)
         .collect::<Vec<_>>();
     // Corrupt the checkpoints written since (the first one already is).
-    for c in newest.iter().filter(|&&c| c != checkpoint) {
-        let key = object_key("v", *c, ObjectKind::Checkpoint);
-        let mut bytes = store.get(&key).await.expect("get");
+    for (_, key) in newest.iter().filter(|c| c.0 != checkpoint) {
+        let mut bytes = store.get(key).await.expect("get");
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         store
-            .put(&key, bytes.into(), PutMode::Overwrite)
+            .put(key, bytes.into(), PutMode::Overwrite)
             .await
             .expect("overwrite");
     }
-    let first_kind = parse_object_name(
-        &mem.snapshot()
-            .iter()
-            .map(|(k, _)| k.clone())
-            .find(|k| parse_object_name(k).is_some_and(|(s, _)| s == first))
-            .expect("first"),
-    )
-    .expect("name")
-    .1;
-    store
-        .delete(&object_key("v", first, first_kind))
-        .await
-        .expect("delete");
+    store.delete(&first_key).await.expect("delete");
     let e = match open_volume(store.clone(), "v", dir.path(), config()).await {
         Ok((_, rep)) => panic!(
             "opened without object {first}: {rep:?} {:?}",

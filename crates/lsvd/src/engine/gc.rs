@@ -49,7 +49,7 @@ use lsvd_core::live_rates::LiveWriteRates;
 
 use super::clock::{SharedClock, timeout};
 use super::read;
-use super::shared::Shared;
+use super::shared::{ObjectTag, Shared};
 use crate::store::direct_buf::DirectBuf;
 
 /// Live extents of one victim closer than this are fetched with one GET.
@@ -237,12 +237,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 continue;
             };
             let store = st.pipeline.store();
-            let kinds: BTreeMap<u64, (ObjectKind, u64)> = pass
+            let kinds: BTreeMap<u64, (ObjectTag, u64)> = pass
                 .victims
                 .iter()
                 .map(|v| {
                     let o = &store.objects()[v];
-                    (*v, (o.kind, u64::from(o.header_bytes)))
+                    (*v, (ObjectTag::of(o), u64::from(o.header_bytes)))
                 })
                 .collect();
             (pass.victims, kinds)
@@ -398,7 +398,7 @@ async fn group_off_runtime(
 async fn run_pass(
     shared: &Arc<Shared>,
     groups: Vec<(HeatClass, Vec<Relocation>)>,
-    kinds: &BTreeMap<u64, (ObjectKind, u64)>,
+    kinds: &BTreeMap<u64, (ObjectTag, u64)>,
     pacer: &mut Pacer,
 ) -> crate::error::Result<Option<u64>> {
     // The relocations in the groups' order, which the layout below walks in step.
@@ -412,7 +412,13 @@ async fn run_pass(
         by_victim.entry(r.source.object_seq).or_default().push(i);
     }
     for (victim, mut idxs) in by_victim {
-        let (kind, header_bytes) = kinds.get(&victim).copied().unwrap_or((ObjectKind::Data, 0));
+        let (tag, header_bytes) = kinds.get(&victim).copied().unwrap_or((
+            ObjectTag {
+                kind: ObjectKind::Data,
+                epoch: 0,
+            },
+            0,
+        ));
         idxs.sort_by_key(|&i| relocations[i].source.offset);
         // Live data clients read recently is in the read cache: copy it from there
         // (paced like a GET: it is I/O on the local SSD) and GET only the rest.
@@ -455,7 +461,7 @@ async fn run_pass(
             if stopping(shared) || !pace(shared, pacer, to - from).await {
                 return Ok(None);
             }
-            let buf = read::read_object_background(shared, victim, kind, from, to).await?;
+            let buf = read::read_object_background(shared, victim, tag, from, to).await?;
             for &i in &idxs[run_start..run_end] {
                 let r = &relocations[i];
                 let at = (r.source.offset - from) as usize;
@@ -479,6 +485,7 @@ async fn run_pass(
         (first, st.pipeline.store().last_record_seq())
     };
     let volume = shared.meta.volume;
+    let epoch = shared.epoch();
     let encoded = tokio::task::spawn_blocking(move || {
         let mut encoded = Vec::with_capacity(groups.len());
         let mut next = 0usize; // index into relocations (and data_of)
@@ -495,6 +502,8 @@ async fn run_pass(
                 trims: &[],
                 volume_size_bytes: None,
                 parts_after: 0,
+                epoch,
+                first_record_seq: last_record_seq + 1,
             };
             // Lay the data out straight into the object's data section.
             let data_bytes: u64 = group.iter().map(|r| r.sectors * SECTOR_BYTES).sum();

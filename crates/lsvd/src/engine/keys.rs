@@ -2,9 +2,10 @@
 //!
 //! ```text
 //! <volume>/meta                     volume metadata (put-if-absent, written once)
-//! <volume>/obj/<seq:016x>.d         data object
-//! <volume>/obj/<seq:016x>.g         GC output object
-//! <volume>/obj/<seq:016x>.c         checkpoint object
+//! <volume>/obj/<seq:016x>.<epoch:016x>.d   data object
+//! <volume>/obj/<seq:016x>.<epoch:016x>.g   GC output object
+//! <volume>/obj/<seq:016x>.<epoch:016x>.c   checkpoint object
+//! <volume>/obj/<seq:016x>.d|g|c     the same, written before epochs (epoch 0)
 //! <volume>/super/<generation:016x>  volume superblock (put-if-absent, one per generation)
 //! <volume>/snap/<name>              snapshot record (put-if-absent, never changed)
 //! <volume>/parent                   clone link of a clone (put-if-absent)
@@ -13,6 +14,9 @@
 //! <volume>/replica-of               in a replica: its status (overwritten)
 //! ```
 //! Fixed-width hexadecimal sequence numbers make lexicographic order numeric order.
+//! The epoch (the claim of the volume that wrote the object) makes every name unique:
+//! two processes that both think they own the volume never write the same key, and
+//! a number used by an object stranded past a gap is never read as another object.
 
 use lsvd_core::format::object::ObjectKind;
 
@@ -26,13 +30,19 @@ pub fn objects_prefix(volume: &str) -> String {
     format!("{volume}/obj/")
 }
 
-pub fn object_key(volume: &str, seq: u64, kind: ObjectKind) -> String {
+/// The key of object `seq` written under `epoch` (epoch 0: the name objects had
+/// before epochs).
+pub fn object_key(volume: &str, seq: u64, epoch: u64, kind: ObjectKind) -> String {
     let suffix = match kind {
         ObjectKind::Data => 'd',
         ObjectKind::Gc => 'g',
         ObjectKind::Checkpoint => 'c',
     };
-    format!("{volume}/obj/{seq:016x}.{suffix}")
+    if epoch == 0 {
+        format!("{volume}/obj/{seq:016x}.{suffix}")
+    } else {
+        format!("{volume}/obj/{seq:016x}.{epoch:016x}.{suffix}")
+    }
 }
 
 pub fn super_prefix(volume: &str) -> String {
@@ -76,21 +86,41 @@ pub fn parse_super_name(key: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
+/// What an object's name says: its sequence number, epoch and kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectName {
+    pub seq: u64,
+    pub epoch: u64,
+    pub kind: ObjectKind,
+}
+
 /// Parse the last path component of an object key.
-pub fn parse_object_name(key: &str) -> Option<(u64, ObjectKind)> {
+pub fn parse_object_name(key: &str) -> Option<ObjectName> {
     let name = key.rsplit('/').next()?;
-    let (hex, suffix) = name.split_once('.')?;
-    if hex.len() != 16 {
-        return None;
-    }
-    let seq = u64::from_str_radix(hex, 16).ok()?;
+    let (hex, rest) = name.split_once('.')?;
+    let hex16 = |h: &str| {
+        (h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u64::from_str_radix(h, 16).ok())
+            .flatten()
+    };
+    let seq = hex16(hex)?;
+    let (epoch, suffix) = match rest.split_once('.') {
+        Some((e, suffix)) => {
+            let epoch = hex16(e)?;
+            if epoch == 0 {
+                return None; // epoch 0 is written without it
+            }
+            (epoch, suffix)
+        }
+        None => (0, rest),
+    };
     let kind = match suffix {
         "d" => ObjectKind::Data,
         "g" => ObjectKind::Gc,
         "c" => ObjectKind::Checkpoint,
         _ => return None,
     };
-    Some((seq, kind))
+    Some(ObjectName { seq, epoch, kind })
 }
 
 /// Volume names: 1 to 64 characters of `[A-Za-z0-9._-]`, not starting with a dot.
@@ -117,10 +147,24 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        let k = object_key("disk0", 0x2a, ObjectKind::Checkpoint);
+        let k = object_key("disk0", 0x2a, 0, ObjectKind::Checkpoint);
         assert_eq!(k, "disk0/obj/000000000000002a.c");
-        assert_eq!(parse_object_name(&k), Some((0x2a, ObjectKind::Checkpoint)));
+        let name = |seq, epoch, kind| Some(ObjectName { seq, epoch, kind });
+        assert_eq!(parse_object_name(&k), name(0x2a, 0, ObjectKind::Checkpoint));
+        let k = object_key("disk0", 0x2a, 3, ObjectKind::Gc);
+        assert_eq!(k, "disk0/obj/000000000000002a.0000000000000003.g");
+        assert_eq!(parse_object_name(&k), name(0x2a, 3, ObjectKind::Gc));
         assert_eq!(parse_object_name("disk0/obj/2a.d"), None);
+        assert_eq!(
+            parse_object_name("disk0/obj/000000000000002a.0000000000000000.d"),
+            None,
+            "epoch 0 has one name"
+        );
+        assert_eq!(
+            parse_object_name("disk0/obj/000000000000002a.00000003.d"),
+            None
+        );
+        assert_eq!(parse_object_name("disk0/obj/000000000000002a.x.d"), None);
         assert_eq!(super_key("disk0", 3), "disk0/super/0000000000000003");
         assert_eq!(parse_super_name(&super_key("disk0", 3)), Some(3));
         assert_eq!(parse_super_name("disk0/super/3"), None);

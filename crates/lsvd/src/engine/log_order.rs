@@ -315,6 +315,11 @@ impl LogOrder {
             if group.need_sync && rs.dirty {
                 result = sync(shared, &mut rs);
             }
+            // Answer only while the lease holds: another process may have claimed
+            // the volume (`super::lease`).
+            if result.is_ok() {
+                result = shared.lease_wait_blocking();
+            }
         }
         drop(rs);
         for done in group.replies {

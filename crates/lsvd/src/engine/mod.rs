@@ -46,6 +46,7 @@ mod heat_tests;
 #[cfg(test)]
 mod integrity_tests;
 pub mod keys;
+pub mod lease;
 pub(crate) mod lineage;
 pub(crate) mod log_index;
 #[cfg(test)]
@@ -109,5 +110,5 @@ pub use resize::Resized;
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use store_meta::{is_being_deleted, read_meta};
-pub use volume::{Answer, Volume, VolumeStatus};
+pub use volume::{Answer, LeaseStatus, Volume, VolumeStatus};
 pub use volume_super::read_newest as newest_volume_super;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CacheSuper, encode_cache_super};
 use lsvd_core::format::record::LOG_ALIGN_BYTES;
 use lsvd_core::format::volume_super::VolumeSuper;
+use lsvd_core::history::History;
 use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
 use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_log_recovery};
@@ -26,6 +27,7 @@ use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_l
 use super::cache_layout::CacheLayout;
 use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 use super::keys::validate_volume_name;
+use super::lease::{Acquired, Lease, acquire};
 use super::log_index;
 use super::log_order;
 use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
@@ -35,7 +37,7 @@ use super::recent_records::RecentRecords;
 use super::shared::{Shared, State, Stats};
 use super::started::{self, LogWriter};
 use super::store_meta::{is_being_deleted, random_session_id, read_meta};
-use super::store_recovery::{StoreRecovery, recover_store, settle_store};
+use super::store_recovery::{StoreRecovery, check_recovered, recover_store, settle_store};
 use super::volume::Volume;
 use super::{gc, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
@@ -53,6 +55,13 @@ pub struct OpenReport {
     pub stranded_deleted: Vec<u64>,
     /// The volume superblock generation this open claimed.
     pub superblock_generation: u64,
+    /// The epoch of this open's claim (its objects carry it).
+    pub epoch: u64,
+    /// The holder whose lease lapsed, when this open took the volume over.
+    pub took_over_from: Option<String>,
+    /// Write-log records a superseded session acknowledged, discarded
+    /// (`EngineConfig::discard_superseded_log`).
+    pub log_records_discarded: u64,
     /// Write-log records taken from the write-log index instead of read from the log.
     pub log_records_from_index: u64,
     pub log_records_replayed: u64,
@@ -123,8 +132,16 @@ async fn open_files_and_volume(
     let log_path = data_dir.join(format!("{stem}.wlog"));
     let log_size =
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
-    // Check the volume exists before making a log file for it.
+    // Check the volume exists, and that this process may claim it, before making a
+    // log file for it.
     let meta = read_meta(&store, name).await?;
+    let acquired = match &snapshot {
+        Some(_) => None,
+        None => {
+            let own = log_session_of(&log_path, &meta);
+            Some(acquire(&store, &meta, own, &config.lease, &*config.clock).await?)
+        }
+    };
     // Writing a large log takes a moment: say why the first start waits.
     if !log_path.exists() && log_size >= 256 << 20 {
         crate::log::info(&format!(
@@ -154,6 +171,7 @@ async fn open_files_and_volume(
         read_cache,
         config,
         snapshot,
+        acquired,
     )
     .await?;
     report.cache_created = created;
@@ -169,7 +187,22 @@ pub async fn open_volume_on(
     cache_name: &str,
     config: EngineConfig,
 ) -> Result<(Arc<Volume>, OpenReport)> {
-    open_inner(store, name, cache, cache_name, None, config, None).await
+    open_inner(store, name, cache, cache_name, None, config, None, None).await
+}
+
+/// The session of the write log at `path` (its index epoch: the session id it
+/// claimed the volume with), if the file exists and holds `meta`'s log. Read before
+/// anything is made, so a process refused the volume leaves no file behind.
+fn log_session_of(path: &Path, meta: &lsvd_core::format::volume_meta::VolumeMeta) -> Option<u64> {
+    use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
+    use std::io::Read;
+    let mut head = vec![0u8; 2 * CACHE_SUPER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let (a, b) = head.split_at(CACHE_SUPER_BYTES);
+    newest_cache_super(a, b)
+        .ok()
+        .filter(|sb| sb.volume == meta.volume)
+        .map(|sb| sb.index_epoch)
 }
 
 /// What the log side of recovery decided.
@@ -254,6 +287,7 @@ fn plan_log(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn open_inner(
     store: DynStore,
     name: &str,
@@ -262,9 +296,26 @@ async fn open_inner(
     read_cache: Option<ReadCache>,
     config: EngineConfig,
     snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
+    acquired: Option<Acquired>,
 ) -> Result<(Arc<Volume>, OpenReport)> {
-    // 1. The store side (what the snapshots keep is not garbage).
+    // 0. May this process claim the volume? (Reading only.)
     let meta = read_meta(&store, name).await?;
+    let existing = read_cache_super(cache.as_ref(), &meta, cache_name)?;
+    let acquired = match (acquired, &snapshot) {
+        (Some(a), _) => Some(a),
+        (None, Some(_)) => None,
+        (None, None) => Some(
+            acquire(
+                &store,
+                &meta,
+                existing.map(|sb| sb.index_epoch),
+                &config.lease,
+                &*config.clock,
+            )
+            .await?,
+        ),
+    };
+    // 1. The store side (what the snapshots keep is not garbage).
     let pins = super::snapshot::load_pins(&store, &meta).await?;
     let lineage = super::lineage::load_lineage(&store, &meta).await?;
     let mut rec = match &snapshot {
@@ -274,24 +325,65 @@ async fn open_inner(
             record,
         ),
     };
-    rec.orphans.retain(|&(seq, _)| !pins.holds(seq));
+    rec.orphans.retain(|n| !pins.holds(n.seq));
     let mut report = OpenReport {
         checkpoint_seq: rec.checkpoint_seq,
         checkpoint_clean: rec.checkpoint_clean,
         objects_replayed: rec.objects_replayed,
         checkpoints_skipped: rec.skipped_checkpoints.clone(),
+        took_over_from: acquired.as_ref().and_then(|a| a.took_over_from.clone()),
         ..Default::default()
     };
-    report.stranded_deleted = settle_store(&store, name, &rec, config.recovery_mode).await?;
+    // The holder renewed (or another process claimed) after this one decided it may
+    // claim: it is alive, and this open changes nothing.
+    if let (Some(a), Some(sb)) = (&acquired, &rec.superblock)
+        && sb.generation >= a.claim_generation
+    {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "volume '{name}' was claimed by {} (superblock generation {}) while this process recovered it; refusing to open it",
+                if sb.holder.is_empty() {
+                    "another lsvd process"
+                } else {
+                    &sb.holder
+                },
+                sb.generation
+            ),
+        ));
+    }
+    check_recovered(&rec, config.recovery_mode)?;
+    // The claim's epoch and where it numbers its objects: past every epoch and
+    // number any object in the store has, so no name and no number is used twice.
+    let claim_plan = acquired.as_ref().map(|a| ClaimPlan {
+        generation: a.claim_generation,
+        epoch: a
+            .newest
+            .as_ref()
+            .map_or(0, |sb| sb.epoch)
+            .max(rec.listed_max_epoch)
+            .max(rec.history.newest_epoch())
+            + 1,
+        after_seq: rec.state.next_object_seq() - 1,
+        first_seq: rec
+            .state
+            .next_object_seq()
+            .max(rec.listed_max_seq.saturating_add(1)),
+    });
+    if let Some(p) = &claim_plan {
+        rec.state.skip_to(p.first_seq).map_err(|e| {
+            Error::with_source(ErrorKind::Corrupt, "numbering the claim's objects", e)
+        })?;
+    }
     let base_counters = rec.counters;
     let heat = (config.gc.policy.tracks_heat() && snapshot.is_none())
         .then(|| restored_heat(&meta, rec.state.volume_size_bytes, rec.heat.as_ref()));
-    let newest_super = rec.superblock;
-    let store_state = rec.state;
+    let newest_super = rec.superblock.clone();
+    let history = rec.history.clone();
+    let store_state = rec.state.clone();
     let last_in_store = store_state.last_record_seq();
 
     // 2. The log side.
-    let existing = read_cache_super(cache.as_ref(), &meta, cache_name)?;
     let layout = match existing {
         Some(sb) => CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end)
             .ok_or_else(|| {
@@ -343,8 +435,49 @@ async fn open_inner(
     // The session that claimed the volume last used its log epoch as its session id
     // (`claim`): if that is this log's, nobody has written the volume since.
     let store_last_written_by_this_log = existing.is_some_and(|sb| {
-        sb.index_epoch != 0 && newest_super.is_some_and(|v| v.session == sb.index_epoch)
+        sb.index_epoch != 0
+            && newest_super
+                .as_ref()
+                .is_some_and(|v| v.session == sb.index_epoch)
     });
+    // Records past the store's end that a session acknowledged after which another
+    // process claimed the volume: that process's history does not hold them, and
+    // replaying them would mix two histories. Refused, or discarded when asked.
+    let superseded = chain
+        .iter()
+        .filter(|r| r.header.seq > last_in_store)
+        .count() as u64;
+    if snapshot.is_none() && existing.is_some() && !store_last_written_by_this_log && superseded > 0
+    {
+        let first = chain
+            .iter()
+            .find(|r| r.header.seq > last_in_store)
+            .map_or(0, |r| r.header.seq);
+        let last = chain.last().map_or(0, |r| r.header.seq);
+        let by = newest_super.as_ref().map_or_else(
+            || "another process".to_string(),
+            |sb| {
+                if sb.holder.is_empty() {
+                    format!("session {:016x}", sb.session)
+                } else {
+                    sb.holder.clone()
+                }
+            },
+        );
+        if !config.discard_superseded_log {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "write log {cache_name} holds {superseded} records (sequence {first}..={last}) that a superseded session of volume '{name}' acknowledged but never uploaded; {by} has claimed the volume since, so they are not in it. Discard them with `lsvd serve {name} --discard-superseded-log` (or move the file away)"
+                ),
+            ));
+        }
+        crate::log::warn(&format!(
+            "volume {name}: discarding {superseded} records (sequence {first}..={last}) of write log {cache_name}: a superseded session acknowledged them, and {by} has claimed the volume since"
+        ));
+        report.log_records_discarded = superseded;
+        chain.retain(|r| r.header.seq <= last_in_store);
+    }
     let plan = plan_log(
         chain,
         existing.as_ref(),
@@ -397,15 +530,7 @@ async fn open_inner(
         super_lock: Mutex::new(()),
         volume_super: Mutex::new(VolumeSuper {
             volume: meta.volume,
-            generation: 0,
-            session: 0,
-            clean: false,
-            deleting: false,
-            newest_checkpoint: None,
-            previous_checkpoint: None,
-            durable_through: 0,
-            last_record_seq: 0,
-            written_unix_ms: 0,
+            ..Default::default()
         }),
         headers: Mutex::new(Default::default()),
         admit_uploads: read_cache.is_some()
@@ -417,6 +542,12 @@ async fn open_inner(
         failed: AtomicBool::new(false),
         failure: Mutex::new(None),
         volume_claimed: AtomicBool::new(false),
+        epoch: AtomicU64::new(0),
+        lease: Lease::new(if snapshot.is_some() {
+            0
+        } else {
+            config.lease.timeout_ms
+        }),
         volume_super_writes: tokio::sync::Mutex::new(()),
         deferred_deletes: Mutex::new(Vec::new()),
         pins: Mutex::new(pins),
@@ -430,18 +561,6 @@ async fn open_inner(
         jitter: Mutex::new(lsvd_trace::synthetic::prng::Rng::new(jitter_seed)),
         config: config.clone(),
     });
-    // Sequence numbers of stranded objects are used again: nothing cached from them
-    // may be taken for the new objects, even after another crash.
-    if let Some(rc) = &shared.read_cache {
-        for &seq in &report.stranded_deleted {
-            rc.forget_object(seq, true).map_err(|e| {
-                Error::local_io(
-                    format!("cannot drop stranded object {seq:016x} from the read cache"),
-                    e,
-                )
-            })?;
-        }
-    }
     let generation = {
         let mut guard = shared.lock();
         let st = &mut *guard;
@@ -476,6 +595,9 @@ async fn open_inner(
             report.log_bytes_replayed += r.header.data_bytes();
         }
         if let Some(through) = plan.bridge_through {
+            // One object with no data stands for the records dropped past the gap,
+            // so the records the history holds still continue without a break.
+            st.pipeline.record(now_ns, last_in_store + 1, &[]);
             st.pipeline.record(now_ns, through, &[]);
         }
         st.pipeline.close_batch();
@@ -514,92 +636,107 @@ async fn open_inner(
         .map_err(write_failed)?;
     cache.sync().map_err(write_failed)?;
 
-    if shared.snapshot.is_none() {
-        report.superblock_generation = claim(&shared, newest_super).await?;
+    if let Some(p) = claim_plan {
+        report.superblock_generation = claim(&shared, &p, history).await?;
+        report.epoch = p.epoch;
+        shared
+            .lease
+            .took_over
+            .store(report.took_over_from.is_some(), Ordering::SeqCst);
+        // Only now, holding the volume: remove what is not the history's.
+        report.stranded_deleted = settle_store(&store, name, &rec).await?;
     }
     Ok((Arc::new(start_tasks(shared)?), report))
 }
 
-/// Claim the volume before anything new reaches the store: a second process opening
-/// it at the same time finds this generation taken and refuses. Returns the claimed
-/// generation. With the store down, serve from the write log now and claim the volume
-/// once the store answers; uploads (and so GC and deletions) wait for the claim.
-/// Another process's claim is a `Conflict`.
-async fn claim(shared: &Arc<Shared>, newest_super: Option<VolumeSuper>) -> Result<u64> {
+/// What the claim writes: generation, epoch, and where its objects are numbered.
+struct ClaimPlan {
+    generation: u64,
+    epoch: u64,
+    /// The last sequence number of the recovered history.
+    after_seq: u64,
+    /// The first sequence number this claim uses.
+    first_seq: u64,
+}
+
+/// Claim the volume before anything reaches the store: write generation
+/// `plan.generation` with a new epoch and the history that says where its objects
+/// start, with put-if-absent. Another process that wrote that generation first (the
+/// holder renewed, or a second claimant won) makes this a `Conflict`; so does a
+/// newer generation found after it (the holder renewed further: this one only filled
+/// a deleted number). A store that keeps failing fails the open: without the claim
+/// nothing may be answered. Returns the claimed generation.
+async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> Result<u64> {
     let name = &shared.meta.name;
+    history.claim(plan.epoch, plan.after_seq, plan.first_seq);
     let claimed = {
         let st = shared.lock();
         let store = st.pipeline.store();
-        let checkpoints: Vec<u64> = store.checkpoints().iter().copied().collect();
+        let checkpoints: Vec<u64> = store.checkpoints().keys().copied().collect();
+        let previous_checkpoint = checkpoints.iter().rev().nth(1).copied();
+        if let Some(from) = previous_checkpoint.or(checkpoints.last().copied()) {
+            history.prune(from);
+        }
         VolumeSuper {
             volume: shared.meta.volume,
-            generation: newest_super.map_or(0, |sb| sb.generation) + 1,
+            generation: plan.generation,
             // Random, and the write log's epoch too: the next open tells from it
             // whether this log's session was the volume's last writer.
             session: shared.index_epoch,
             clean: false,
             deleting: false,
             newest_checkpoint: checkpoints.last().copied(),
-            previous_checkpoint: checkpoints.iter().rev().nth(1).copied(),
+            previous_checkpoint,
             durable_through: store.whole_next_object_seq(),
             last_record_seq: store.last_record_seq(),
             written_unix_ms: shared.clock().unix_ms(),
+            epoch: plan.epoch,
+            lease_timeout_ms: shared.lease.timeout_ms,
+            holder: shared.config.lease.holder.clone(),
+            history,
         }
     };
     *shared
         .volume_super
         .lock()
-        .unwrap_or_else(|p| p.into_inner()) = claimed;
-    match super::volume_super::write(&shared.store, name, &claimed, 3, shared.clock()).await {
-        Ok(()) => shared.volume_claimed.store(true, Ordering::SeqCst),
-        Err(super::volume_super::WriteError::Superseded { generation }) => {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "volume '{name}' is being opened by another lsvd process (superblock generation {generation} appeared while this one recovered); refusing to start"
-                ),
-            ));
-        }
-        Err(super::volume_super::WriteError::Store(e)) => {
-            crate::log::warn(&format!(
-                "cannot write the volume superblock yet ({e}); serving from the write log, uploads wait"
-            ));
-            tokio::spawn(claim_in_background(shared.clone(), claimed));
-        }
-    }
-    Ok(claimed.generation)
-}
-
-/// Keep trying to write the open-time superblock generation; uploads start when it
-/// lands. Fails the volume if another process claimed it meanwhile.
-async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper) {
-    use super::volume_super::{WriteError, write};
-    loop {
-        if shared.is_failed() {
-            return;
-        }
-        match write(
-            &shared.store,
-            &shared.meta.name,
-            &claimed,
-            12,
-            shared.clock(),
+        .unwrap_or_else(|p| p.into_inner()) = claimed.clone();
+    shared.epoch.store(plan.epoch, Ordering::SeqCst);
+    let sent_ns = shared.now_ns();
+    let sent_unix_ms = shared.clock().unix_ms();
+    let conflict = |holder: &str, generation: u64| {
+        let who = if holder.is_empty() {
+            "another lsvd process"
+        } else {
+            holder
+        };
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "volume '{name}' is held by {who} (superblock generation {generation} appeared while this process opened it); refusing to start"
+            ),
         )
-        .await
-        {
-            Ok(()) => {
-                shared.volume_claimed.store(true, Ordering::SeqCst);
-                crate::log::info("volume superblock written; uploads resume");
-                shared.upload_wake.notify_one();
-                return;
-            }
-            Err(e @ WriteError::Superseded { .. }) => {
-                shared.fail(&e.to_string());
-                return;
-            }
-            Err(WriteError::Store(_)) => {}
+    };
+    match super::volume_super::write(&shared.store, name, &claimed, 12, shared.clock()).await {
+        Ok(()) => {}
+        Err(super::volume_super::WriteError::Superseded {
+            generation, holder, ..
+        }) => return Err(conflict(&holder, generation)),
+        Err(super::volume_super::WriteError::Store(e)) => {
+            return Err(e.context(format!("cannot claim volume '{name}'")));
         }
     }
+    // A generation above ours means the holder is alive and ours filled a number it
+    // had deleted: not a claim.
+    let newest = super::volume_super::read_newest(&shared.store, &shared.meta).await?;
+    if let Some(sb) = newest
+        && sb.generation > claimed.generation
+    {
+        return Err(conflict(&sb.holder, sb.generation));
+    }
+    shared.lease.extend(sent_ns, sent_unix_ms);
+    shared.volume_claimed.store(true, Ordering::SeqCst);
+    super::volume_super::delete_all_old(&shared.store, name, claimed.generation).await;
+    Ok(claimed.generation)
 }
 
 /// Start the log writer thread, the uploader and the GC of a recovered volume.
@@ -624,6 +761,8 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
             Some(tokio::spawn(gc::run(shared.clone()))),
         ),
     };
+    let lease_task = (shared.snapshot.is_none() && shared.lease.enabled())
+        .then(|| tokio::spawn(super::lease::renew(shared.clone())));
     shared.upload_wake.notify_one();
     Ok(Volume {
         shared,
@@ -632,6 +771,7 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
         writer_thread: Mutex::new(Some(writer_thread)),
         uploader: Mutex::new(uploader_task),
         gc: Mutex::new(gc_task),
+        lease_task: Mutex::new(lease_task),
     })
 }
 

@@ -1,10 +1,18 @@
-//! Putting one object into the store: fenced, put-if-absent, retried until it lands,
-//! then handed back to the pipeline and applied in sequence order.
+//! Putting one object into the store: put-if-absent under this claim's own name,
+//! retried until it lands, then handed back to the pipeline and applied in sequence
+//! order.
 //!
 //! A failed PUT is retried with capped exponential backoff (jittered from the volume's
-//! seeded generator), without limit: client writes keep landing in the write log
-//! meanwhile and wait only once it is full. Before each attempt the volume superblock
-//! is checked: a process that another has taken the volume from writes nothing more.
+//! seeded generator): client writes keep landing in the write log meanwhile and wait
+//! only once it is full (and then fail after the stall timeout). A store that is full
+//! or refuses the credentials is said at once (a log line per episode, a gauge and a
+//! counter) and tried again every few seconds, so the volume resumes by itself when
+//! someone makes room. Before each attempt the next volume superblock generation is
+//! looked for: a process another has taken the volume from (or `lsvd delete`
+//! fenced) stops within one object. That check only saves work and litter: the
+//! object's name carries this claim's epoch, so what a superseded process uploads in
+//! the moment between the check and the PUT is a name recovery never takes
+//! (`lsvd_core::history`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,28 +44,26 @@ pub(crate) async fn upload_object(
             return;
         }
     };
-    let key = object_key(&shared.meta.name, seq, kind);
+    let key = object_key(&shared.meta.name, seq, header.epoch, kind);
     let placement = placement_of(shared, &header);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0u32;
     loop {
-        // After a local failure (or a simulated crash) nothing more may change state.
+        // After a local failure, a fence (or a simulated crash) nothing more may
+        // change state.
         if shared.is_failed() {
             return;
         }
         attempt += 1;
-        // Fencing: stop before writing if another process has claimed the volume.
-        let current = *shared
+        let current = shared
             .volume_super
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         match super::volume_super::superseded(&shared.store, &shared.meta.name, &current).await {
-            Ok(false) => {}
-            Ok(true) => {
-                shared.fail(&format!(
-                    "another lsvd process has taken over the volume (superblock generation {} exists); not uploading {key}",
-                    current.generation + 1
-                ));
+            Ok(None) => {}
+            Ok(Some(by)) => {
+                shared.fence(&by);
                 return;
             }
             Err(e) => {
@@ -84,17 +90,18 @@ pub(crate) async fn upload_object(
                         "store reachable again: {key} uploaded after {attempt} attempts"
                     ));
                 }
+                shared.stats.note_store_healthy();
                 break;
             }
-            // An earlier attempt landed but its answer was lost, or another process
-            // writes this volume: only our own bytes count as landed.
+            // An earlier attempt landed but its answer was lost: the name is this
+            // claim's alone, and the bytes must be ours.
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 let header_len = header.header_bytes as u64;
                 match shared.store.get_range(&key, 0..header_len).await {
                     Ok(found) if found[..] == bytes[..header_len as usize] => break,
                     Ok(_) => {
                         shared.fail(&format!(
-                            "{key} already exists with other contents: another lsvd process is writing this volume"
+                            "{key} already exists with other contents (this process's epoch must be its alone: is another process using the same session?)"
                         ));
                         return;
                     }
@@ -162,7 +169,11 @@ fn placement_of(shared: &Shared, header: &ObjectHeader) -> Placement {
         let objects = st.pipeline.store().objects();
         sources
             .into_iter()
-            .filter_map(|seq| objects.get(&seq).map(|o| shared.object_key(seq, o.kind)))
+            .filter_map(|seq| {
+                objects
+                    .get(&seq)
+                    .map(|o| shared.object_key(seq, o.epoch, o.kind))
+            })
             .collect()
     };
     Placement::Gc { victim_keys }
@@ -194,14 +205,29 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
     });
 }
 
-/// Count a failed store request of an upload (the ownership check or the PUT) in
-/// `store_put_retries_total` and say so on the first attempt and every 20th after it:
-/// one line per outage and object, not one per retry.
+/// Count a failed PUT of an upload in `store_put_retries_total` and say so on the
+/// first attempt and every 20th after it: one line per outage and object, not one per
+/// retry. A full store or refused credentials are said at once, once per episode
+/// (`Stats::note_store_refusal`).
 fn note_store_error(shared: &Shared, attempt: u32, what: &str, e: &crate::error::Error) {
     shared
         .stats
         .store_put_retries
         .fetch_add(1, Ordering::Relaxed);
+    if matches!(e.kind, ErrorKind::Full | ErrorKind::Denied) {
+        if shared.stats.note_store_refusal(e.kind) {
+            crate::log::error(&format!(
+                "volume {}: the store refuses uploads ({what}: {e}); writes go on into the write log, and fail with {} once it is full; uploads are tried again every few seconds",
+                shared.meta.name,
+                if e.kind == ErrorKind::Full {
+                    "ENOSPC"
+                } else {
+                    "EIO"
+                }
+            ));
+        }
+        return;
+    }
     if attempt == 1 || attempt.is_multiple_of(20) {
         crate::log::warn(&format!(
             "store unavailable: {what} (attempt {attempt}), retrying: {e}"

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::log_map::LogLoc;
 
-use super::shared::Shared;
+use super::shared::{ObjectTag, Shared};
 use crate::error::{Error, ErrorKind, Result};
 
 pub(crate) use object::{CachedObjectReader, read_object_background, remember_header};
@@ -33,7 +33,7 @@ enum Source {
     },
     Object {
         seq: u64,
-        kind: lsvd_core::format::object::ObjectKind,
+        tag: ObjectTag,
         /// Where the object's data section starts (its header's size).
         data_start: u64,
         offset: u64,
@@ -72,14 +72,20 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
                     let source = match q.location {
                         None => Source::Zero,
                         Some(loc) => {
-                            let (kind, data_start) =
+                            let (tag, data_start) =
                                 st.pipeline.store().objects().get(&loc.object_seq).map_or(
-                                    (lsvd_core::format::object::ObjectKind::Data, 0),
-                                    |o| (o.kind, u64::from(o.header_bytes)),
+                                    (
+                                        ObjectTag {
+                                            kind: lsvd_core::format::object::ObjectKind::Data,
+                                            epoch: 0,
+                                        },
+                                        0,
+                                    ),
+                                    |o| (ObjectTag::of(o), u64::from(o.header_bytes)),
                                 );
                             Source::Object {
                                 seq: loc.object_seq,
-                                kind,
+                                tag,
                                 data_start,
                                 offset: loc.offset,
                             }
@@ -195,14 +201,14 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
                     }
                     Source::Object {
                         seq,
-                        kind,
+                        tag,
                         data_start,
                         offset,
                     } => object_pieces.push(ObjectPiece {
                         lba: p_lba,
                         sectors: p_sectors,
                         seq,
-                        kind,
+                        tag,
                         data_start,
                         offset,
                         want_last: 0,
@@ -217,7 +223,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
             match object::read_object(
                 shared,
                 p.seq,
-                p.kind,
+                p.tag,
                 p.data_start,
                 p.offset,
                 dst,
@@ -275,7 +281,7 @@ struct ObjectPiece {
     lba: u64,
     sectors: u64,
     seq: u64,
-    kind: lsvd_core::format::object::ObjectKind,
+    tag: ObjectTag,
     data_start: u64,
     offset: u64,
     /// The last data-section chunk of the run of adjacent chunks of this object the

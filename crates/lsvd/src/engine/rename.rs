@@ -94,7 +94,7 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
         ));
     }
     let newest = read_newest(store, &meta).await?;
-    if newest.is_some_and(|sb| !sb.clean) {
+    if newest.as_ref().is_some_and(|sb| !sb.clean) {
         return Err(Error::new(
             ErrorKind::Conflict,
             format!(

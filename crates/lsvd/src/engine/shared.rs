@@ -132,6 +132,40 @@ pub struct Stats {
     pub log_full_waits: AtomicU64,
     /// True while a write waits for space in a full write log.
     pub log_full: std::sync::atomic::AtomicBool,
+    /// Writes that waited for space longer than the stall timeout and failed.
+    pub log_full_failures: AtomicU64,
+    /// True while the store refuses uploads because it is full (ENOSPC, a quota)...
+    pub store_full: AtomicBool,
+    /// ...or refuses the credentials (401/403).
+    pub store_denied: AtomicBool,
+    /// Episodes of each (a refusal after the store had taken an upload).
+    pub store_full_episodes: AtomicU64,
+    pub store_denied_episodes: AtomicU64,
+}
+
+impl Stats {
+    /// The store refused an upload with `kind` (`Full` or `Denied`): set its gauge.
+    /// True when this starts an episode (say so once).
+    pub(crate) fn note_store_refusal(&self, kind: crate::error::ErrorKind) -> bool {
+        let (flag, episodes) = match kind {
+            crate::error::ErrorKind::Full => (&self.store_full, &self.store_full_episodes),
+            _ => (&self.store_denied, &self.store_denied_episodes),
+        };
+        let new = !flag.swap(true, Ordering::SeqCst);
+        if new {
+            episodes.fetch_add(1, Ordering::Relaxed);
+        }
+        new
+    }
+
+    /// An upload landed: the store takes objects again.
+    pub(crate) fn note_store_healthy(&self) {
+        let was_full = self.store_full.swap(false, Ordering::SeqCst);
+        let was_denied = self.store_denied.swap(false, Ordering::SeqCst);
+        if was_full || was_denied {
+            crate::log::info("the store takes uploads again");
+        }
+    }
 }
 
 /// Repairs of bad copies of objects (shared with the tasks that run them).
@@ -239,6 +273,12 @@ pub(crate) struct Shared {
     pub(crate) lineage: super::lineage::Lineage,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
+    /// The epoch of this process's claim: every object it writes carries it in its
+    /// name and header (`lsvd_core::history`). 0 until claimed (and for a snapshot
+    /// export, which writes nothing).
+    pub(crate) epoch: AtomicU64,
+    /// The volume's lease: whether requests may be answered (`super::lease`).
+    pub(crate) lease: super::lease::Lease,
     /// Recently read object chunks on local disk (None: disabled).
     pub(crate) read_cache: Option<ReadCache>,
     /// Uploaded data goes into the read cache too (`EngineConfig::read_cache_admit`).
@@ -268,17 +308,24 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The store key of object `seq`: this volume's, or the ancestor's that owns it.
+    /// The store key of object `seq` written under `epoch`: this volume's, or the
+    /// ancestor's that owns it.
     pub(crate) fn object_key(
         &self,
         seq: u64,
+        epoch: u64,
         kind: lsvd_core::format::object::ObjectKind,
     ) -> String {
         let owner = self
             .lineage
             .owner(seq)
             .map_or(self.meta.name.as_str(), |a| a.name.as_str());
-        super::keys::object_key(owner, seq, kind)
+        super::keys::object_key(owner, seq, epoch, kind)
+    }
+
+    /// The epoch this process writes objects under.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// The volume id object `seq`'s header carries.
@@ -358,10 +405,28 @@ impl Shared {
     }
 }
 
+/// What names an object besides its sequence number: its kind and the epoch it was
+/// written under (`Shared::object_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ObjectTag {
+    pub kind: ObjectKind,
+    pub epoch: u64,
+}
+
+impl ObjectTag {
+    pub(crate) fn of(o: &lsvd_core::store_state::ObjectInfo) -> ObjectTag {
+        ObjectTag {
+            kind: o.kind,
+            epoch: o.epoch,
+        }
+    }
+}
+
 /// An object a checkpoint left out, waiting in the store for the next checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DeferredDelete {
     pub seq: u64,
+    pub epoch: u64,
     pub kind: ObjectKind,
     pub total_bytes: u64,
     /// The checkpoint that left it out: deleted once a later one is named.

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use lsvd_core::format::object::ObjectKind;
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
 use lsvd_core::format::volume_meta::VolumeMeta;
+use lsvd_core::history::Owner;
 use lsvd_core::store_state::StoreState;
 
 use super::keys::{object_key, objects_prefix, parse_object_name, snapshot_key, snapshots_prefix};
@@ -128,7 +129,7 @@ pub async fn read_snapshot(
 async fn pin_for(store: &DynStore, meta: &VolumeMeta, record: SnapshotRecord) -> Result<Pin> {
     let listed = match record.base_checkpoint {
         None => BTreeSet::new(),
-        Some(c) => match load_checkpoint(store, meta, c).await {
+        Some(c) => match load_checkpoint(store, meta, c, base_epoch(&record)).await {
             Ok(loaded) => loaded.state.objects().keys().copied().collect(),
             Err(e) if matches!(e.kind, ErrorKind::NotFound | ErrorKind::Corrupt) => {
                 crate::log::warn(&format!(
@@ -141,6 +142,14 @@ async fn pin_for(store: &DynStore, meta: &VolumeMeta, record: SnapshotRecord) ->
         },
     };
     Ok(Pin::new(record, listed))
+}
+
+/// The epoch of `record`'s base checkpoint (0 for records written before epochs).
+fn base_epoch(record: &SnapshotRecord) -> u64 {
+    record
+        .base_checkpoint
+        .and_then(|c| record.history.epoch_of(c))
+        .unwrap_or(0)
 }
 
 /// What every snapshot of `meta`'s volume keeps.
@@ -161,30 +170,53 @@ pub(crate) async fn snapshot_state(
     record: &SnapshotRecord,
 ) -> Result<StoreState> {
     let mut state = match record.base_checkpoint {
-        Some(c) => load_checkpoint(store, meta, c).await?.state,
+        Some(c) => {
+            load_checkpoint(store, meta, c, base_epoch(record))
+                .await?
+                .state
+        }
         None => StoreState::new(meta.size_bytes),
     };
     let listing = store
         .list(&objects_prefix(&meta.name))
         .await
         .map_err(|e| e.context(format!("cannot list objects of '{}'", meta.name)))?;
-    let kinds: BTreeMap<u64, ObjectKind> = listing
+    let kinds: BTreeMap<(u64, u64), ObjectKind> = listing
         .iter()
         .filter_map(|e| parse_object_name(&e.key))
+        .map(|n| ((n.seq, n.epoch), n.kind))
         .collect();
-    for seq in state.next_object_seq()..record.through_seq {
-        let Some(&kind) = kinds.get(&seq) else {
+    let mut seq = state.next_object_seq();
+    while seq < record.through_seq {
+        let epoch = match record.history.owner(seq) {
+            Owner::Epoch(e) => e,
+            Owner::Hole { resumes_at } => {
+                state.skip_to(resumes_at).map_err(|e| {
+                    Error::with_source(ErrorKind::Corrupt, format!("snapshot '{}'", record.name), e)
+                })?;
+                seq = resumes_at;
+                continue;
+            }
+            Owner::Unknown => 0,
+        };
+        let Some(&kind) = kinds.get(&(seq, epoch)) else {
             return Err(Error::new(
                 ErrorKind::DataLoss,
                 format!(
-                    "snapshot '{}' of '{}' needs object {seq:016x}, which is missing from the store",
-                    record.name, meta.name
+                    "snapshot '{}' of '{}' needs object {}, which is missing from the store",
+                    record.name,
+                    meta.name,
+                    object_key(&meta.name, seq, epoch, ObjectKind::Data)
                 ),
             ));
         };
-        let key = object_key(&meta.name, seq, kind);
+        let key = object_key(&meta.name, seq, epoch, kind);
         let header = read_header(store, &key).await?;
-        if header.volume != meta.volume || header.seq != seq || header.kind != kind {
+        if header.volume != meta.volume
+            || header.seq != seq
+            || header.kind != kind
+            || header.epoch != epoch
+        {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!("object {key} does not match its name"),
@@ -193,6 +225,7 @@ pub(crate) async fn snapshot_state(
         state
             .apply(&header)
             .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
+        seq += 1;
     }
     Ok(state)
 }
@@ -236,12 +269,14 @@ impl Volume {
             // written after the call): the snapshot holds whole batches only.
             (store.whole_next_object_seq(), store.last_record_seq())
         };
-        let base_checkpoint = shared
-            .volume_super
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .newest_checkpoint
-            .filter(|&c| c < through_seq);
+        let (base_checkpoint, history) = {
+            let sb = shared
+                .volume_super
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let base = sb.newest_checkpoint.filter(|&c| c < through_seq);
+            (base, sb.history.pruned(base.unwrap_or(0)))
+        };
         let record = SnapshotRecord {
             volume: shared.meta.volume,
             name: name.to_string(),
@@ -249,6 +284,7 @@ impl Volume {
             through_seq,
             last_record_seq,
             created_unix_ms: shared.clock().unix_ms(),
+            history,
         };
         let pin = pin_for(&shared.store, &shared.meta, record.clone()).await?;
         let bytes = encode_snapshot(&record).map_err(|e| Error::bad_input(e.to_string()))?;
@@ -311,10 +347,11 @@ impl Volume {
             .list(&objects_prefix(&shared.meta.name))
             .await
             .map_err(|e| e.context("cannot list objects"))?;
-        let named = *shared
+        let named = shared
             .volume_super
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let deferred: BTreeSet<u64> = shared
             .deferred_deletes
             .lock()
@@ -322,19 +359,20 @@ impl Volume {
             .iter()
             .map(|d| d.seq)
             .collect();
-        let doomed: Vec<(u64, ObjectKind)> = {
+        let doomed: Vec<super::keys::ObjectName> = {
             let st = shared.lock();
             let store = st.pipeline.store();
             let pins = shared.pins.lock().unwrap_or_else(|p| p.into_inner());
             listing
                 .iter()
                 .filter_map(|e| parse_object_name(&e.key))
-                .filter(|&(seq, _)| {
+                .filter(|n| {
+                    let seq = n.seq;
                     released.holds(seq)
                         && !pins.holds(seq)
                         && seq < store.next_object_seq()
                         && !store.objects().contains_key(&seq)
-                        && !store.checkpoints().contains(&seq)
+                        && !store.checkpoints().contains_key(&seq)
                         && !deferred.contains(&seq)
                         && named.newest_checkpoint != Some(seq)
                         && named.previous_checkpoint != Some(seq)
@@ -342,8 +380,8 @@ impl Volume {
                 .collect()
         };
         let mut deleted = 0;
-        for (seq, kind) in doomed {
-            let key = object_key(&shared.meta.name, seq, kind);
+        for n in doomed {
+            let key = object_key(&shared.meta.name, n.seq, n.epoch, n.kind);
             match shared.store.delete(&key).await {
                 Ok(()) => {
                     deleted += 1;

@@ -318,6 +318,10 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     mem.delete(&super::keys::object_key(
         "v",
         base,
+        record
+            .history
+            .epoch_of(base)
+            .expect("the record's history names it"),
         lsvd_core::format::object::ObjectKind::Checkpoint,
     ))
     .await

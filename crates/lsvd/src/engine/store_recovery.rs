@@ -9,13 +9,16 @@
 //! it acknowledged. A corrupt or missing newest checkpoint is passed over with a
 //! warning naming it.
 
+use std::collections::BTreeMap;
+
 use lsvd_core::format::checkpoint::{CheckpointHeat, decode_checkpoint};
 use lsvd_core::format::object::{ObjectKind, verify_chunks};
 use lsvd_core::format::volume_meta::VolumeMeta;
-use lsvd_core::recovery::{BaseChooser, ListedObject, PartGroup, Step};
+use lsvd_core::history::History;
+use lsvd_core::recovery::{BaseChooser, ListedObject, PartGroup, RecordContinuity, Step};
 use lsvd_core::store_state::StoreState;
 
-use super::keys::{object_key, objects_prefix, parse_object_name};
+use super::keys::{ObjectName, object_key, objects_prefix, parse_object_name};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
@@ -29,10 +32,19 @@ pub(crate) struct StoreRecovery {
     pub counters: lsvd_core::format::checkpoint::Counters,
     /// The hylog write-frequency tracker the base checkpoint carried, if any.
     pub heat: Option<CheckpointHeat>,
-    /// Data and GC objects below the base checkpoint that it does not list: garbage
-    /// whose deletion was interrupted.
-    pub orphans: Vec<(u64, ObjectKind)>,
-    pub stranded: Vec<(u64, ObjectKind)>,
+    /// Objects below the base checkpoint that are not the history's: garbage whose
+    /// deletion was interrupted, or a superseded writer's.
+    pub orphans: Vec<ObjectName>,
+    /// Objects after the base checkpoint that are not the history's: past a gap, in
+    /// a hole the history jumps over, or of another epoch than the owner of their
+    /// number (a superseded writer's, an upload that landed after its writer died).
+    pub stranded: Vec<ObjectName>,
+    /// The highest sequence number and epoch any object in the store has: a claim
+    /// numbers its objects past the one and takes an epoch past the other.
+    pub listed_max_seq: u64,
+    pub listed_max_epoch: u64,
+    /// Which epoch wrote which part of the history (the superblock's).
+    pub history: History,
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
@@ -58,6 +70,9 @@ impl StoreRecovery {
             heat: None,
             orphans: Vec::new(),
             stranded: Vec::new(),
+            listed_max_seq: 0,
+            listed_max_epoch: 0,
+            history: record.history.clone(),
             checkpoint_seq: record.base_checkpoint,
             checkpoint_clean: true,
             objects_replayed: 0,
@@ -71,47 +86,64 @@ impl StoreRecovery {
 /// Rebuild the store's view of volume `meta`. Store errors keep their kind (with
 /// context); objects that fail their checks or do not match their names are `Corrupt`.
 pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result<StoreRecovery> {
+    let superblock = super::volume_super::read_newest(store, meta).await?;
+    recover_store_as_of(store, meta, superblock).await
+}
+
+/// [`recover_store`] with `superblock` standing for the newest generation (a replica
+/// is checked against the source's before that generation is copied to it).
+pub(crate) async fn recover_store_as_of(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
+) -> Result<StoreRecovery> {
     let name = &meta.name;
     let listing = store
         .list(&objects_prefix(name))
         .await
         .map_err(|e| e.context(format!("cannot list objects of '{name}'")))?;
-    let mut kinds = std::collections::BTreeMap::new();
+    // (seq, epoch) -> kind of every object listed.
+    let mut kinds: BTreeMap<(u64, u64), ObjectKind> = BTreeMap::new();
     for entry in &listing {
         match parse_object_name(&entry.key) {
-            Some((seq, kind)) => {
-                kinds.insert(seq, kind);
+            Some(n) => {
+                kinds.insert((n.seq, n.epoch), n.kind);
             }
             None => crate::log::warn(&format!("ignoring unexpected object {}", entry.key)),
         }
     }
     let listed: Vec<ListedObject> = kinds
         .iter()
-        .map(|(&seq, &kind)| ListedObject {
+        .map(|(&(seq, epoch), &kind)| ListedObject {
             seq,
+            epoch,
             is_checkpoint: kind == ObjectKind::Checkpoint,
         })
         .collect();
-    let superblock = super::volume_super::read_newest(store, meta).await?;
-    if superblock.is_some_and(|sb| sb.deleting) {
+    let listed_max_seq = kinds.keys().map(|k| k.0).max().unwrap_or(0);
+    let listed_max_epoch = kinds.keys().map(|k| k.1).max().unwrap_or(0);
+    if superblock.as_ref().is_some_and(|sb| sb.deleting) {
         return Err(super::volume_super::being_deleted(&meta.name));
     }
+    let history = superblock
+        .as_ref()
+        .map_or_else(History::legacy, |sb| sb.history.clone());
     let named: Vec<u64> = superblock
         .iter()
         .flat_map(|sb| [sb.newest_checkpoint, sb.previous_checkpoint])
         .flatten()
         .collect();
-    let chooser = BaseChooser::new(&listed, &named);
+    let chooser = BaseChooser::new(&listed, &named, &history);
     // The newest checkpoint that reads and verifies; corrupt or vanished ones are
     // passed over (with a warning), any other error stops recovery.
     let mut failed = Vec::new();
     let mut skipped_why = Vec::new();
     let loaded = loop {
-        let Some(c) = chooser.next_candidate(&failed) else {
+        let Some((c, epoch)) = chooser.next_candidate(&failed) else {
             break None;
         };
-        match load_checkpoint(store, meta, c).await {
-            Ok(l) => break Some((c, l)),
+        match load_checkpoint(store, meta, c, epoch).await {
+            Ok(l) => break Some((c, epoch, l)),
             Err(e) if matches!(e.kind, ErrorKind::Corrupt | ErrorKind::NotFound) => {
                 skipped_why.push((c, e.to_string()));
                 failed.push(c);
@@ -119,15 +151,22 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
             Err(e) => return Err(e),
         }
     };
-    let base = chooser.base(loaded.as_ref().map(|(c, _)| *c));
+    let base = chooser.base(loaded.as_ref().map(|(c, _, _)| *c));
+    let key_of = |seq: u64, kind: ObjectKind| {
+        let epoch = history.epoch_of(seq).unwrap_or(0);
+        object_key(name, seq, epoch, kind)
+    };
     for &c in &base.skipped {
-        let key = object_key(name, c, ObjectKind::Checkpoint);
+        let key = key_of(c, ObjectKind::Checkpoint);
         let why = skipped_why.iter().find(|(s, _)| *s == c).map_or_else(
             || "named by the volume superblock but missing from the store".to_string(),
             |(_, why)| why.clone(),
         );
         let from = match base.checkpoint {
-            Some(b) => format!("checkpoint {}", object_key(name, b, ObjectKind::Checkpoint)),
+            Some((b, e)) => format!(
+                "checkpoint {}",
+                object_key(name, b, e, ObjectKind::Checkpoint)
+            ),
             None => "the first object (no usable checkpoint)".to_string(),
         };
         crate::log::warn(&format!(
@@ -135,7 +174,7 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         ));
     }
     let (mut state, checkpoint_seq, checkpoint_clean, counters, heat) = match loaded {
-        Some((c, l)) => (l.state, Some(c), l.clean, l.counters, l.heat),
+        Some((c, _, l)) => (l.state, Some(c), l.clean, l.counters, l.heat),
         None => (
             StoreState::new(meta.size_bytes),
             None,
@@ -153,26 +192,32 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         )));
     }
     // Older checkpoints that exist are known, so they are deleted in their turn.
-    for &c in chooser.candidates() {
+    for &(c, epoch) in chooser.candidates() {
         if checkpoint_seq.is_some_and(|b| c < b) && !chooser.is_missing(c) {
-            state.note_checkpoint(c);
+            state.note_checkpoint(c, epoch);
         }
     }
-    let orphans: Vec<(u64, ObjectKind)> = match checkpoint_seq {
+    let orphans: Vec<ObjectName> = match checkpoint_seq {
         Some(c) => kinds
             .iter()
-            .filter(|&(&seq, &kind)| {
-                seq < c && kind != ObjectKind::Checkpoint && !state.objects().contains_key(&seq)
+            .filter(|&(&(seq, epoch), &kind)| {
+                seq < c
+                    && match kind {
+                        ObjectKind::Checkpoint => state.checkpoints().get(&seq) != Some(&epoch),
+                        _ => state.objects().get(&seq).map(|o| o.epoch) != Some(epoch),
+                    }
             })
-            .map(|(&seq, &kind)| (seq, kind))
+            .map(|(&(seq, epoch), &kind)| ObjectName { seq, epoch, kind })
             .collect(),
         None => Vec::new(),
     };
     let mut replayed = 0;
     // Parts of a split batch apply together, once its last part is read.
     let mut parts = PartGroup::default();
-    for step in &base.steps {
-        let seq = match *step {
+    let mut records = RecordContinuity::new(state.last_record_seq());
+    let mut broken: Option<(usize, String)> = None;
+    for (i, step) in base.steps.iter().enumerate() {
+        let (seq, epoch) = match *step {
             Step::Skip(seq) if parts.is_open() => {
                 return Err(corrupt(format!(
                     "checkpoint {seq:016x} comes between the parts of a batch"
@@ -184,52 +229,111 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
                 })?;
                 continue;
             }
-            Step::Apply(seq) => seq,
+            Step::Jump(to) if parts.is_open() => {
+                return Err(corrupt(format!(
+                    "the history jumps to {to:016x} between the parts of a batch"
+                )));
+            }
+            Step::Jump(to) => {
+                state.skip_to(to).map_err(|e| {
+                    Error::with_source(ErrorKind::Corrupt, format!("jumping to {to:016x}"), e)
+                })?;
+                continue;
+            }
+            Step::Apply(seq, epoch) => (seq, epoch),
         };
-        let kind = kinds[&seq];
-        let key = object_key(name, seq, kind);
+        let kind = kinds[&(seq, epoch)];
+        let key = object_key(name, seq, epoch, kind);
         let header = read_header(store, &key).await?;
-        if header.volume != meta.volume || header.seq != seq || header.kind != kind {
+        if header.volume != meta.volume
+            || header.seq != seq
+            || header.kind != kind
+            || header.epoch != epoch
+        {
             return Err(corrupt(format!(
                 "object {key} does not match its name (another volume's data?)"
             )));
         }
+        if let Err(why) = records.check(&header) {
+            broken = Some((i, format!("object {key}: {why}")));
+            break;
+        }
         for header in parts.push(header).map_err(corrupt)? {
-            let key = object_key(name, header.seq, header.kind);
+            let key = object_key(name, header.seq, header.epoch, header.kind);
             state
                 .apply(&header)
                 .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
             replayed += 1;
         }
     }
+    let name_of = |seq: u64, epoch: u64| ObjectName {
+        seq,
+        epoch,
+        kind: kinds[&(seq, epoch)],
+    };
     // A run that ends inside a split batch ends before its first part: those parts
-    // are stranded like objects past a gap.
-    let stranded = parts
-        .into_unfinished()
-        .iter()
-        .chain(&base.stranded)
-        .map(|s| (*s, kinds[s]))
-        .collect();
+    // are stranded like objects past a gap. So is everything after a break in the
+    // records.
+    let unfinished = parts.into_unfinished();
+    let mut stranded: Vec<ObjectName> = base.stranded.iter().map(|&(s, e)| name_of(s, e)).collect();
+    for step in &base.steps {
+        if let Step::Apply(s, e) = *step
+            && unfinished.contains(&s)
+        {
+            stranded.push(name_of(s, e));
+        }
+    }
+    if let Some((i, _)) = &broken {
+        for step in &base.steps[*i..] {
+            if let Step::Apply(s, e) = *step
+                && !unfinished.contains(&s)
+            {
+                stranded.push(name_of(s, e));
+            }
+        }
+    }
+    stranded.sort_unstable_by_key(|n| (n.seq, n.epoch));
+    stranded.dedup();
     let short = base.short_of.map(|missing| {
         format!(
             "checkpoint {} cannot be used and recovery from {} stops at object {missing:016x}, which is missing from the store (objects without live data are deleted once a newer checkpoint is named)",
-            object_key(name, base.skipped[0], ObjectKind::Checkpoint),
+            key_of(base.skipped[0], ObjectKind::Checkpoint),
             base.checkpoint.map_or_else(
                 || "the first object".to_string(),
-                |b| format!("checkpoint {}", object_key(name, b, ObjectKind::Checkpoint))
+                |(b, e)| format!("checkpoint {}", object_key(name, b, e, ObjectKind::Checkpoint))
             )
         )
     });
-    let superblock_violation = short.or_else(|| superblock.and_then(|sb| {
-        let generation = sb.generation;
-        let next = state.next_object_seq();
-        (next < sb.durable_through).then(|| {
-            format!(
-                "volume superblock generation {generation} says every object below sequence {} was durable, but object {next:016x} is missing from the store",
-                sb.durable_through
-            )
-        })
-    }));
+    let vouched = base.vouched_missing.map(|missing| {
+        format!(
+            "object {missing:016x} is missing from the store, but a later claim of the volume recovered past it"
+        )
+    });
+    let newer_epoch = (listed_max_epoch > history.newest_epoch()
+        && superblock.as_ref().is_some_and(|sb| sb.epoch < listed_max_epoch))
+    .then(|| {
+        format!(
+            "the store holds objects of epoch {listed_max_epoch}, newer than the newest volume superblock's (epoch {}): the superblock that claimed that epoch is lost or corrupt",
+            superblock.as_ref().map_or(0, |sb| sb.epoch)
+        )
+    });
+    let superblock_violation = broken
+        .map(|(_, why)| format!("the write-log records break at {why}"))
+        .or(short)
+        .or(vouched)
+        .or(newer_epoch)
+        .or_else(|| {
+            superblock.as_ref().and_then(|sb| {
+                let generation = sb.generation;
+                let next = state.next_object_seq();
+                (next < sb.durable_through).then(|| {
+                    format!(
+                        "volume superblock generation {generation} says every object below sequence {} was durable, but object {next:016x} is missing from the store",
+                        sb.durable_through
+                    )
+                })
+            })
+        });
     Ok(StoreRecovery {
         superblock,
         superblock_violation,
@@ -238,6 +342,9 @@ pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result
         heat,
         orphans,
         stranded,
+        listed_max_seq,
+        listed_max_epoch,
+        history,
         checkpoint_seq,
         checkpoint_clean: checkpoint_clean && replayed == 0 && base.skipped.is_empty(),
         skipped_checkpoints: base.skipped.clone(),
@@ -315,17 +422,13 @@ async fn other_copies(store: &DynStore, key: &str, range: std::ops::Range<u64>) 
     }
 }
 
-/// Act on what the store side of recovery found, before anything new is written:
-/// refuse (strict mode) or warn when the store lost what the volume superblock says
-/// it held; delete objects stranded past a gap (they must go before any new object
-/// could take their numbers); delete garbage a crash left (best effort). Returns the
-/// stranded objects deleted. The strict refusal is `DataLoss`.
-pub(crate) async fn settle_store(
-    store: &DynStore,
-    name: &str,
+/// Refuse (strict mode, `DataLoss`) or warn when the store lost what the volume
+/// superblock or the history says it held. Before the claim: a refusal changes
+/// nothing in the store.
+pub(crate) fn check_recovered(
     rec: &StoreRecovery,
     mode: super::config::RecoveryMode,
-) -> Result<Vec<u64>> {
+) -> Result<()> {
     if let Some(why) = &rec.superblock_violation {
         if mode == super::config::RecoveryMode::Strict {
             return Err(Error::new(
@@ -339,20 +442,34 @@ pub(crate) async fn settle_store(
             "{why}; continuing (--recovery-mode accept-prefix)"
         ));
     }
+    Ok(())
+}
+
+/// Act on what the store side of recovery found, once the volume is claimed (never
+/// before: a process that has not claimed the volume may be looking at a live
+/// holder's objects): delete the objects that are not the history's (stranded past
+/// a gap, a superseded writer's), and garbage a crash left below the checkpoint
+/// (best effort). Their names are never used again. Returns the sequence numbers
+/// of the stranded objects deleted.
+pub(crate) async fn settle_store(
+    store: &DynStore,
+    name: &str,
+    rec: &StoreRecovery,
+) -> Result<Vec<u64>> {
     let mut deleted = Vec::new();
-    for &(seq, kind) in &rec.stranded {
-        let key = object_key(name, seq, kind);
+    for n in &rec.stranded {
+        let key = object_key(name, n.seq, n.epoch, n.kind);
         store
             .delete(&key)
             .await
             .map_err(|e| e.context(format!("cannot delete stranded object {key}")))?;
         crate::log::warn(&format!(
-            "deleted stranded object {key} (past a gap in the sequence, or part of a batch whose other parts are missing)"
+            "deleted stranded object {key} (past a gap in the sequence, of a superseded writer, or part of a batch whose other parts are missing)"
         ));
-        deleted.push(seq);
+        deleted.push(n.seq);
     }
-    for &(seq, kind) in &rec.orphans {
-        let key = object_key(name, seq, kind);
+    for n in &rec.orphans {
+        let key = object_key(name, n.seq, n.epoch, n.kind);
         match store.delete(&key).await {
             Ok(()) => crate::log::info(&format!(
                 "deleted garbage object {key} (not in the checkpoint)"
@@ -372,20 +489,22 @@ pub(super) struct LoadedCheckpoint {
     heat: Option<CheckpointHeat>,
 }
 
-/// Read checkpoint `c` whole and verify it: the state it describes, whether the
-/// volume was closed cleanly, its counters and write frequencies. A checkpoint that
-/// fails a check is `Corrupt`, a vanished one `NotFound`.
+/// Read checkpoint `c` (written under `epoch`) whole and verify it: the state it
+/// describes, whether the volume was closed cleanly, its counters and write
+/// frequencies. A checkpoint that fails a check is `Corrupt`, a vanished one
+/// `NotFound`.
 pub(super) async fn load_checkpoint(
     store: &DynStore,
     meta: &VolumeMeta,
     c: u64,
+    epoch: u64,
 ) -> Result<LoadedCheckpoint> {
-    let key = object_key(&meta.name, c, ObjectKind::Checkpoint);
+    let key = object_key(&meta.name, c, epoch, ObjectKind::Checkpoint);
     let bytes = store
         .get(&key)
         .await
         .map_err(|e| e.context(format!("reading checkpoint {key}")))?;
-    match decode_loaded_checkpoint(meta, c, &key, &bytes) {
+    match decode_loaded_checkpoint(meta, c, epoch, &key, &bytes) {
         Err(e) if e.kind == ErrorKind::Corrupt => {
             // A store that keeps copies (a mirrored chain) may hold a good one.
             for (i, copy) in other_copies(store, &key, 0..u64::MAX)
@@ -393,7 +512,7 @@ pub(super) async fn load_checkpoint(
                 .iter()
                 .enumerate()
             {
-                if let Ok(loaded) = decode_loaded_checkpoint(meta, c, &key, copy) {
+                if let Ok(loaded) = decode_loaded_checkpoint(meta, c, epoch, &key, copy) {
                     crate::log::warn(&format!(
                         "checkpoint {key} failed its checks; read it from copy {i}"
                     ));
@@ -410,6 +529,7 @@ pub(super) async fn load_checkpoint(
 fn decode_loaded_checkpoint(
     meta: &VolumeMeta,
     c: u64,
+    epoch: u64,
     key: &str,
     bytes: &[u8],
 ) -> Result<LoadedCheckpoint> {
@@ -421,7 +541,11 @@ fn decode_loaded_checkpoint(
         )
     };
     let header = lsvd_core::format::object::decode_object_header(bytes).map_err(is_corrupt)?;
-    if header.volume != meta.volume || header.seq != c || header.kind != ObjectKind::Checkpoint {
+    if header.volume != meta.volume
+        || header.seq != c
+        || header.kind != ObjectKind::Checkpoint
+        || header.epoch != epoch
+    {
         return Err(corrupt(format!(
             "checkpoint {key} belongs to another volume or sequence"
         )));
@@ -431,7 +555,7 @@ fn decode_loaded_checkpoint(
         .ok_or_else(|| corrupt(format!("checkpoint {key} is shorter than its header")))?;
     verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload).map_err(is_corrupt)?;
     let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
-    let state = StoreState::from_checkpoint(c, &ck)
+    let state = StoreState::from_checkpoint(c, epoch, &ck)
         .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
     Ok(LoadedCheckpoint {
         state,

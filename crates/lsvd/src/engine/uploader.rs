@@ -141,8 +141,15 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         }
     };
     let task = shared.clone();
+    let epoch = shared.epoch();
     let bytes = tokio::task::spawn_blocking(move || -> Result<DirectBuf, VerifyError> {
         let extents = batch.object_extents();
+        // A batch of records holds them from its first; a resize holds none.
+        let first_record_seq = if batch.volume_size_bytes.is_some() {
+            batch.last_record_seq + 1
+        } else {
+            batch.first_record_seq
+        };
         let spec = ObjectSpec {
             kind: ObjectKind::Data,
             volume,
@@ -152,6 +159,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
             trims: &batch.trims,
             volume_size_bytes: batch.volume_size_bytes,
             parts_after: batch.parts_after,
+            epoch,
+            first_record_seq,
         };
         let data_bytes: u64 = batch.extents.iter().map(|p| p.sectors * SECTOR_BYTES).sum();
         let header_len = object_header_len(&spec, data_bytes);

@@ -80,6 +80,25 @@ pub struct VolumeStatus {
     pub read_ahead_bytes: u64,
 }
 
+/// The lease of an open volume (`engine::lease`), for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseStatus {
+    /// The volume keeps a lease (`lsvd serve` always does).
+    pub enabled: bool,
+    /// It may answer requests now.
+    pub held: bool,
+    /// Another process took the volume over: every request fails.
+    pub fenced: bool,
+    /// This open took the volume over from a holder whose lease lapsed.
+    pub took_over: bool,
+    /// The epoch of this process's claim.
+    pub epoch: u64,
+    pub renewals: u64,
+    pub renewal_failures: u64,
+    /// Episodes in which acknowledgements waited for a renewal.
+    pub expiries: u64,
+}
+
 /// What [`Volume::start_write`] and its kin call with a request's result.
 pub type Answer = Box<dyn FnOnce(Result<()>) + Send>;
 
@@ -91,6 +110,8 @@ pub struct Volume {
     pub(crate) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Renews the lease (`super::lease::renew`), when the volume has one.
+    pub(crate) lease_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 fn closed() -> Error {
@@ -298,7 +319,10 @@ impl Volume {
     /// object fails its checksums), or a store error's kind.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check_range(offset, len)?;
-        read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await
+        let data = read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await?;
+        // Only a holder of the lease answers: another process may own the volume.
+        self.shared.lease_wait().await?;
+        Ok(data)
     }
 
     /// [`Volume::read`] if it needs no waiting: all of it is zeros, in the write log or
@@ -307,7 +331,8 @@ impl Volume {
         if let Err(e) = self.check_range(offset, len) {
             return Some(Err(e));
         }
-        read::read_local(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES)
+        let data = read::read_local(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES)?;
+        Some(data.and_then(|d| self.shared.lease_wait_blocking().map(|()| d)))
     }
 
     /// Allocation of `[offset, offset+len)`: runs of (bytes, allocated).
@@ -422,6 +447,21 @@ impl Volume {
         &self.shared.stats
     }
 
+    /// The volume's lease as the metrics show it.
+    pub fn lease_status(&self) -> LeaseStatus {
+        let lease = &self.shared.lease;
+        LeaseStatus {
+            enabled: lease.enabled(),
+            held: lease.held(self.shared.clock()),
+            fenced: lease.fenced.load(Ordering::SeqCst),
+            took_over: lease.took_over.load(Ordering::SeqCst),
+            epoch: self.shared.epoch(),
+            renewals: lease.renewals.load(Ordering::Relaxed),
+            renewal_failures: lease.renewal_failures.load(Ordering::Relaxed),
+            expiries: lease.expiries.load(Ordering::Relaxed),
+        }
+    }
+
     /// Simulate a process crash: stop uploading and refuse all further I/O at once,
     /// without draining anything. For in-process crash tests; the volume must then be
     /// dropped and reopened from its store and cache device.
@@ -437,6 +477,14 @@ impl Volume {
         }
         if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
             g.abort();
+        }
+        if let Some(l) = self
+            .lease_task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            l.abort();
         }
         // A checkpoint naming itself in a volume superblock may be half way through
         // the write, on another thread; a process that died would write nothing more.

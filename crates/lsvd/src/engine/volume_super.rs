@@ -18,49 +18,84 @@ use crate::store::{DynStore, PutMode};
 /// Generations kept in the store; older ones are deleted after a new one lands.
 pub const GENERATIONS_KEPT: u64 = 4;
 
-/// The newest superblock generation of the volume, if any exists. A newest
-/// generation that is unreadable or corrupt is an error that names it (`Corrupt`, or
-/// the store's kind).
+/// The newest superblock generation of the volume that reads and verifies, if any
+/// exists. A newest generation that is unreadable or corrupt is passed over with a
+/// warning naming it, and the one before it is read (the store keeps
+/// [`GENERATIONS_KEPT`]; they differ only in what the newest had changed since). If
+/// none verifies: `Corrupt`, naming the newest. Store errors keep their kind.
 pub async fn read_newest(store: &DynStore, meta: &VolumeMeta) -> Result<Option<VolumeSuper>> {
     let prefix = super_prefix(&meta.name);
     let listing = store
         .list(&prefix)
         .await
         .map_err(|e| e.context(format!("cannot list {prefix}")))?;
-    let Some(generation) = listing
+    let mut generations: Vec<u64> = listing
         .iter()
         .filter_map(|e| parse_super_name(&e.key))
-        .max()
-    else {
-        return Ok(None);
-    };
+        .collect();
+    generations.sort_unstable_by(|a, b| b.cmp(a));
+    let mut first_error: Option<Error> = None;
+    for &generation in &generations {
+        let key = super_key(&meta.name, generation);
+        match read_generation(store, meta, generation).await {
+            Ok(sb) => {
+                if let Some(e) = &first_error {
+                    crate::log::warn(&format!(
+                        "volume {}: {e}; using the older generation {generation}",
+                        meta.name
+                    ));
+                }
+                return Ok(Some(sb));
+            }
+            // Deleted between the listing and the read: a newer one landed (the
+            // holder renews its lease by writing generations).
+            Err(e) if e.is_not_found() => continue,
+            Err(e) if e.kind == ErrorKind::Corrupt => {
+                first_error.get_or_insert(e.context(format!("volume superblock {key}")));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match first_error {
+        Some(e) => Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{e}, and no older generation verifies; if the store is otherwise sound, delete the superblocks under {prefix} to recover from the object listing"
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Generation `generation` of `meta`'s superblock, read and verified (`Corrupt` if
+/// it fails its checks or names another volume or generation, `NotFound` if absent).
+pub async fn read_generation(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    generation: u64,
+) -> Result<VolumeSuper> {
     let key = super_key(&meta.name, generation);
     let bytes = store
         .get(&key)
         .await
         .map_err(|e| e.context(format!("reading volume superblock {key}")))?;
-    let sb = decode_volume_super(&bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "volume superblock {key} is corrupt ({e}); if the store is otherwise sound, delete it to recover from the object listing"
-            ),
-        )
-    })?;
+    let sb = decode_volume_super(&bytes)
+        .map_err(|e| Error::with_source(ErrorKind::Corrupt, "corrupt", e))?;
     if sb.volume != meta.volume || sb.generation != generation {
         return Err(Error::new(
             ErrorKind::Corrupt,
-            format!("volume superblock {key} belongs to another volume or generation"),
+            "belongs to another volume or generation",
         ));
     }
-    Ok(Some(sb))
+    Ok(sb)
 }
 
 /// Why a superblock generation could not be written.
 #[derive(Debug)]
 pub enum WriteError {
-    /// Another process wrote this generation: it owns the volume now.
-    Superseded { generation: u64 },
+    /// Another process wrote this generation: it owns the volume now (`holder` says
+    /// who).
+    Superseded { generation: u64, holder: String },
     /// The store kept failing (the error keeps the store's kind).
     Store(Error),
 }
@@ -68,10 +103,19 @@ pub enum WriteError {
 impl std::fmt::Display for WriteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WriteError::Superseded { generation } => write!(
-                f,
-                "another lsvd process has taken over the volume (superblock generation {generation} was written by a different session)"
-            ),
+            WriteError::Superseded {
+                generation, holder, ..
+            } => {
+                let who = if holder.is_empty() {
+                    "another lsvd process"
+                } else {
+                    holder.as_str()
+                };
+                write!(
+                    f,
+                    "{who} has taken over the volume (superblock generation {generation} was written by another session)"
+                )
+            }
             WriteError::Store(e) => write!(f, "{e}"),
         }
     }
@@ -79,8 +123,9 @@ impl std::fmt::Display for WriteError {
 
 /// Write `sb` (its generation must be one past the newest) with put-if-absent,
 /// retrying transient failures. A reply lost after the PUT landed is recognized by
-/// reading the generation back and comparing the session id. Then delete generations
-/// older than [`GENERATIONS_KEPT`] (best effort).
+/// reading the generation back and comparing the session id. Then delete the
+/// generation [`GENERATIONS_KEPT`] below it (best effort; the claim at open deletes
+/// every older one).
 /// `attempts` bounds the tries on transient errors (12 take about 30 s).
 pub async fn write(
     store: &DynStore,
@@ -91,23 +136,40 @@ pub async fn write(
 ) -> Result<(), WriteError> {
     let key = super_key(name, sb.generation);
     let bytes = bytes::Bytes::from(encode_volume_super(sb));
+    write_bytes(store, name, sb, &key, bytes, attempts, clock).await
+}
+
+async fn write_bytes(
+    store: &DynStore,
+    name: &str,
+    sb: &VolumeSuper,
+    key: &str,
+    bytes: bytes::Bytes,
+    attempts: u32,
+    clock: &dyn super::clock::Clock,
+) -> Result<(), WriteError> {
     let mut backoff = Duration::from_millis(50);
     let mut last_error: Option<Error> = None;
     for attempt in 1..=attempts.max(1) {
-        match store.put(&key, bytes.clone(), PutMode::IfAbsent).await {
+        match store.put(key, bytes.clone(), PutMode::IfAbsent).await {
             Ok(()) => {
                 delete_old(store, name, sb.generation).await;
                 return Ok(());
             }
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                return match store.get(&key).await {
+                return match store.get(key).await {
                     Ok(found) => match decode_volume_super(&found) {
                         Ok(other) if other.session == sb.session => {
                             delete_old(store, name, sb.generation).await;
                             Ok(())
                         }
-                        _ => Err(WriteError::Superseded {
+                        Ok(other) => Err(WriteError::Superseded {
                             generation: sb.generation,
+                            holder: other.holder,
+                        }),
+                        Err(_) => Err(WriteError::Superseded {
+                            generation: sb.generation,
+                            holder: String::new(),
                         }),
                     },
                     Err(e) => Err(WriteError::Store(
@@ -115,7 +177,7 @@ pub async fn write(
                     )),
                 };
             }
-            Err(e) if e.kind == ErrorKind::Permanent => {
+            Err(e) if !matches!(e.kind, ErrorKind::Transient) => {
                 return Err(WriteError::Store(e.context(format!("writing {key}"))));
             }
             Err(e) => {
@@ -136,17 +198,41 @@ pub async fn write(
 }
 
 /// Has another process claimed the volume since `current` (the generation this
-/// process wrote last)? One small GET of the next generation's key; checked before
-/// every upload, so a superseded process stops within one object.
-pub async fn superseded(store: &DynStore, name: &str, current: &VolumeSuper) -> Result<bool> {
+/// process wrote last)? One small GET of the next generation's key, checked before
+/// every upload, so a superseded process stops within one object. `Some(who)` if so.
+pub(crate) async fn superseded(
+    store: &DynStore,
+    name: &str,
+    current: &VolumeSuper,
+) -> Result<Option<String>> {
     match store.get(&super_key(name, current.generation + 1)).await {
-        Ok(bytes) => Ok(decode_volume_super(&bytes).map_or(true, |s| s.session != current.session)),
-        Err(e) if e.is_not_found() => Ok(false),
+        Ok(bytes) => Ok(match decode_volume_super(&bytes) {
+            Ok(s) if s.session == current.session => None,
+            Ok(s) if !s.holder.is_empty() => Some(s.holder),
+            _ => Some("another lsvd process".to_string()),
+        }),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// Delete the generation [`GENERATIONS_KEPT`] below `newest` (one per write: a
+/// holder renews its lease with a generation every few seconds, and a listing each
+/// time would cost more than the write).
 async fn delete_old(store: &DynStore, name: &str, newest: u64) {
+    let Some(old) = newest.checked_sub(GENERATIONS_KEPT) else {
+        return;
+    };
+    if let Err(e) = store.delete(&super_key(name, old)).await {
+        crate::log::warn(&format!(
+            "could not delete old superblock generation {old}: {e}"
+        ));
+    }
+}
+
+/// Delete every generation older than the newest [`GENERATIONS_KEPT`] below
+/// `newest` (at a claim: what earlier holders left).
+pub(crate) async fn delete_all_old(store: &DynStore, name: &str, newest: u64) {
     let Some(oldest_kept) = newest.checked_sub(GENERATIONS_KEPT - 1) else {
         return;
     };

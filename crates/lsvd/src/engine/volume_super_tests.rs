@@ -10,6 +10,15 @@ use lsvd_core::format::volume_super::VolumeSuper;
 use super::clock::SystemClock;
 use super::config::RecoveryMode;
 use super::keys::{object_key, parse_object_name, parse_super_name};
+
+/// The key of object `seq` in `mem` (whatever its epoch).
+fn key_of(mem: &MemStore, seq: u64) -> String {
+    mem.snapshot()
+        .iter()
+        .map(|(k, _)| k.clone())
+        .find(|k| parse_object_name(k).is_some_and(|n| n.seq == seq))
+        .expect("the object is in the store")
+}
 use super::volume_super::{WriteError, read_newest, write};
 use super::{EngineConfig, Volume, create_volume, open_volume, read_meta};
 use crate::store::DynStore;
@@ -89,9 +98,8 @@ async fn open_and_checkpoints_write_new_generations_and_old_ones_are_pruned() {
     assert!(sb.clean, "the shutdown checkpoint's generation says clean");
     let c = sb.newest_checkpoint.expect("names a checkpoint");
     assert!(
-        mem.snapshot()
-            .iter()
-            .any(|(k, _)| parse_object_name(k) == Some((c, ObjectKind::Checkpoint))),
+        mem.snapshot().iter().any(|(k, _)| parse_object_name(k)
+            .is_some_and(|n| n.seq == c && n.kind == ObjectKind::Checkpoint)),
         "the named checkpoint exists"
     );
     assert_eq!(sb.durable_through, c + 1);
@@ -146,13 +154,8 @@ async fn a_lost_reply_is_not_mistaken_for_another_writer() {
         volume: meta.volume,
         generation: 7,
         session: 11,
-        clean: false,
-        deleting: false,
-        newest_checkpoint: None,
-        previous_checkpoint: None,
         durable_through: 1,
-        last_record_seq: 0,
-        written_unix_ms: 0,
+        ..Default::default()
     };
     write(&store, "v", &sb, 3, &SystemClock::new())
         .await
@@ -165,7 +168,7 @@ async fn a_lost_reply_is_not_mistaken_for_another_writer() {
     let other = VolumeSuper { session: 12, ..sb };
     assert!(matches!(
         write(&store, "v", &other, 3, &SystemClock::new()).await,
-        Err(WriteError::Superseded { generation: 7 })
+        Err(WriteError::Superseded { generation: 7, .. })
     ));
 }
 
@@ -217,7 +220,7 @@ async fn newest_checkpoint_falls_back(corrupt: bool) {
     let sb = two_checkpoints_and_an_object_between(&dir, &store).await;
     let c = sb.newest_checkpoint.expect("checkpoint");
     let previous = sb.previous_checkpoint.expect("a previous checkpoint");
-    let key = object_key("v", c, ObjectKind::Checkpoint);
+    let key = key_of(&mem, c);
     if corrupt {
         let mut bytes = store.get(&key).await.expect("get");
         let last = bytes.len() - 1;
@@ -267,8 +270,8 @@ fn data_objects(mem: &MemStore) -> Vec<u64> {
     mem.snapshot()
         .iter()
         .filter_map(|(k, _)| parse_object_name(k))
-        .filter(|&(_, kind)| kind == ObjectKind::Data)
-        .map(|(s, _)| s)
+        .filter(|n| n.kind == ObjectKind::Data)
+        .map(|n| n.seq)
         .collect()
 }
 
@@ -321,10 +324,7 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
         "objects dead at checkpoint {c} are kept until the next: {first:?} vs {still:?}"
     );
     // The newest checkpoint is lost, and the cache with it.
-    store
-        .delete(&object_key("v", c, ObjectKind::Checkpoint))
-        .await
-        .expect("delete");
+    store.delete(&key_of(&mem, c)).await.expect("delete");
     let fresh = TempDir::new("engine-vsuper-fresh");
     let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
         .await
@@ -354,21 +354,18 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
     let sb = two_checkpoints_and_an_object_between(&dir, &store).await;
     let c = sb.newest_checkpoint.expect("checkpoint");
     let previous = sb.previous_checkpoint.expect("a previous checkpoint");
-    let key = object_key("v", c, ObjectKind::Checkpoint);
+    let key = key_of(&mem, c);
     // The newest checkpoint and a data object the fallback would need are gone.
     let lost = mem
         .snapshot()
         .iter()
         .filter_map(|(k, _)| parse_object_name(k))
-        .filter(|&(s, kind)| kind == ObjectKind::Data && s > previous && s < c)
-        .map(|(s, _)| s)
+        .filter(|n| n.kind == ObjectKind::Data && n.seq > previous && n.seq < c)
+        .map(|n| n.seq)
         .max()
         .expect("a data object between the checkpoints");
     store.delete(&key).await.expect("delete");
-    store
-        .delete(&object_key("v", lost, ObjectKind::Data))
-        .await
-        .expect("delete");
+    store.delete(&key_of(&mem, lost)).await.expect("delete");
     // Cache lost too, so nothing else can vouch for the data.
     let fresh = TempDir::new("engine-vsuper-fresh");
     let e = open_volume(store.clone(), "v", fresh.path(), config())
@@ -399,13 +396,13 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_counting_as_landed() {
     let (dir, _mem, store) = setup().await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
         .await
         .expect("open");
-    // Another process got to the next object key first (a retried PUT used to take
+    // Something else got to the next object key first (a retried PUT used to take
     // "already exists" as its own lost reply).
     let next = vol.status().next_object_seq;
-    let key = object_key("v", next, ObjectKind::Data);
+    let key = object_key("v", next, rep.epoch, ObjectKind::Data);
     store
         .put(
             &key,

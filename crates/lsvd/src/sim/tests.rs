@@ -48,7 +48,7 @@ fn write_block(sim: &mut VolumeSim, block: u64) {
 /// Size of a data object with `extents` 4 KiB extents: fixed header, 16 bytes per
 /// extent, a 4-byte checksum per 4 KiB chunk, and the data.
 fn data_object_bytes(extents: u64) -> u64 {
-    80 + 16 * extents + 4 * extents + extents * BLOCK
+    112 + 16 * extents + 4 * extents + extents * BLOCK
 }
 
 #[test]
@@ -72,12 +72,12 @@ fn coalescing_within_a_batch_gives_the_merge_ratio() {
     assert_eq!(r.merge_ratio, 3.0 / 16.0);
     // In the store map the 13 extents are contiguous in LBA and in the object: one.
     assert_eq!(r.map_extents, 1);
-    // The clean checkpoint: 112 fixed + 32 per object and per extent, and a header of
-    // 80 bytes plus one chunk checksum.
-    assert_eq!(r.counters.checkpoint_bytes, 80 + 4 + 112 + 32 * 2);
+    // The clean checkpoint: 112 fixed + 40 per object and 32 per extent, and a header
+    // of 112 bytes plus one chunk checksum.
+    assert_eq!(r.counters.checkpoint_bytes, 112 + 4 + 112 + 40 + 32);
     assert_eq!(
         r.write_amplification,
-        (data_object_bytes(13) + 84 + 112 + 64) as f64 / (16 * BLOCK) as f64
+        (data_object_bytes(13) + 116 + 112 + 72) as f64 / (16 * BLOCK) as f64
     );
     assert_eq!(r.live_bytes, 13 * BLOCK);
 }
@@ -102,9 +102,9 @@ fn without_overwrites_waf_is_one_plus_header_overhead() {
     assert_eq!(c.data_object_bytes, 4 * data_object_bytes(16));
     assert_eq!(c.coalesced_bytes, 0);
     assert_eq!(c.gc_passes, 0);
-    // Data objects alone: 1 + (80 + 16*20) / 65536 per object.
+    // Data objects alone: 1 + (112 + 16*20) / 65536 per object.
     let data_waf = c.data_object_bytes as f64 / c.client_write_bytes as f64;
-    assert!((data_waf - (1.0 + 400.0 / 65536.0)).abs() < 1e-12);
+    assert!((data_waf - (1.0 + 432.0 / 65536.0)).abs() < 1e-12);
     assert_eq!(
         r.write_amplification,
         (c.data_object_bytes + c.checkpoint_bytes) as f64 / c.client_write_bytes as f64
@@ -138,6 +138,8 @@ fn checkpoint_size_matches_the_encoder() {
         trims: &[],
         volume_size_bytes: None,
         parts_after: 0,
+        epoch: 0,
+        first_record_seq: state.last_record_seq() + 1,
     };
     assert_eq!(
         encode_object(&spec, &encoded).len() as u64,
@@ -190,12 +192,12 @@ fn trims_remove_data_and_dead_objects_are_deleted_at_checkpoints() {
     assert_eq!(
         sim.state()
             .checkpoints()
-            .iter()
+            .keys()
             .copied()
             .collect::<Vec<_>>(),
         vec![3]
     );
-    // Object 2's header carries the trim: 80 + 16 extents * 20 + one 16-byte trim.
+    // Object 2's header carries the trim: 112 + 16 extents * 20 + one 16-byte trim.
     assert_eq!(c.data_object_bytes, 2 * data_object_bytes(16) + 16);
     assert_eq!(sim.live_bytes(), 16 * BLOCK);
     // The next checkpoint deletes it.

@@ -338,6 +338,7 @@ fn checkpoint_layout() -> (u64, u64, u64) {
                 header_bytes: 0,
                 total_bytes: 0,
                 live_bytes: 0,
+                epoch: 0,
             }],
             ..empty.clone()
         };
@@ -708,6 +709,8 @@ impl VolumeSim {
             chunk_crcs: Vec::new(),
             volume_size_bytes: None,
             parts_after: 0,
+            epoch: 0,
+            first_record_seq: None,
         };
         self.pipeline.upload_done(seq, h);
         self.apply_all();

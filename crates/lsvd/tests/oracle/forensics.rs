@@ -139,7 +139,8 @@ pub async fn explain(image: &[u8], store: &DynStore, volume: &str, blocks: &[u64
         }
     };
     for entry in listing {
-        let Some((seq, kind)) = parse_object_name(&entry.key) else {
+        let Some(lsvd::engine::keys::ObjectName { seq, kind, .. }) = parse_object_name(&entry.key)
+        else {
             continue;
         };
         let Ok(bytes) = store.get(&entry.key).await else {

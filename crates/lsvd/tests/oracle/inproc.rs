@@ -194,7 +194,7 @@ async fn objects(store: &DynStore) -> io::Result<Vec<(u64, String)>> {
         .await
         .map_err(io::Error::other)?
         .into_iter()
-        .filter_map(|e| parse_object_name(&e.key).map(|(seq, _)| (seq, e.key)))
+        .filter_map(|e| parse_object_name(&e.key).map(|n| (n.seq, e.key)))
         .collect();
     out.sort();
     Ok(out)
@@ -1038,7 +1038,7 @@ async fn store_faults_round(
         // loss no design can undo.)
         let newest_ckpt = objs
             .iter()
-            .filter(|o| parse_object_name(&o.1).is_some_and(|(_, k)| k == ObjectKind::Checkpoint))
+            .filter(|o| parse_object_name(&o.1).is_some_and(|n| n.kind == ObjectKind::Checkpoint))
             .map(|o| o.0)
             .max()
             .unwrap_or(0);
@@ -1363,10 +1363,12 @@ mod tests {
             trims: &[],
             volume_size_bytes: None,
             parts_after,
+            epoch: 1,
+            first_record_seq: last + 1,
         };
         store
             .put(
-                &object_key(NAME, seq, kind),
+                &object_key(NAME, seq, 1, kind),
                 encode_object(&spec, &[]).into(),
                 PutMode::Overwrite,
             )

@@ -17,7 +17,7 @@ use lsvd_core::format::SECTOR_BYTES;
 use super::{Source, object, plan};
 use crate::engine::config::DEFAULT_READ_AHEAD_BYTES;
 use crate::engine::read_cache::READ_CACHE_CHUNK_BYTES;
-use crate::engine::shared::Shared;
+use crate::engine::shared::{ObjectTag, Shared};
 
 /// The read-ahead size in force: the configured one, or the default for this store.
 pub(super) fn read_ahead_bytes(shared: &Shared) -> u64 {
@@ -78,7 +78,7 @@ struct Run {
     seq: u64,
     first: u64,
     last: u64,
-    kind: lsvd_core::format::object::ObjectKind,
+    tag: ObjectTag,
 }
 
 /// Fetch the object chunks sectors `[lba, lba + sectors)` map to (those not cached
@@ -91,7 +91,7 @@ async fn fetch_window(shared: &Arc<Shared>, lba: u64, sectors: u64) {
         .filter_map(|p| match p.source {
             Source::Object {
                 seq,
-                kind,
+                tag,
                 data_start,
                 offset,
             } if data_start > 0 && offset >= data_start => {
@@ -100,7 +100,7 @@ async fn fetch_window(shared: &Arc<Shared>, lba: u64, sectors: u64) {
                     seq,
                     first: rel / READ_CACHE_CHUNK_BYTES,
                     last: (rel + p.bytes as u64 - 1) / READ_CACHE_CHUNK_BYTES,
-                    kind,
+                    tag,
                 })
             }
             _ => None,
@@ -110,7 +110,7 @@ async fn fetch_window(shared: &Arc<Shared>, lba: u64, sectors: u64) {
         if shared.is_failed() {
             return;
         }
-        match object::prefetch_chunks(shared, rc, run.seq, run.kind, run.first, run.last).await {
+        match object::prefetch_chunks(shared, rc, run.seq, run.tag, run.first, run.last).await {
             Ok(bytes) => {
                 rc.read_ahead_bytes.fetch_add(bytes, Ordering::Relaxed);
             }
@@ -145,7 +145,10 @@ mod tests {
             seq,
             first,
             last,
-            kind: ObjectKind::Data,
+            tag: ObjectTag {
+                kind: ObjectKind::Data,
+                epoch: 0,
+            },
         };
         let mut runs = vec![r(2, 5, 6), r(1, 3, 3), r(1, 0, 2), r(2, 8, 9), r(1, 4, 4)];
         assert_eq!(

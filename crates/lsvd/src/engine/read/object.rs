@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use lsvd_core::format::object::{
-    HEADER_PROBE_BYTES, ObjectHeader, ObjectKind, decode_object_header, peek_header_bytes,
+    HEADER_PROBE_BYTES, ObjectHeader, decode_object_header, peek_header_bytes,
 };
 
 use crate::engine::read_cache::inflight::{self, ClaimResult};
 use crate::engine::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
-use crate::engine::shared::Shared;
+use crate::engine::shared::{ObjectTag, Shared};
 use crate::error::{Error, ErrorKind, Result};
 
 /// A store error reading `key`, keeping its kind ("not found" tells the read loop that
@@ -144,7 +144,7 @@ async fn fetch_header(shared: &Shared, key: &str, background: bool) -> Result<Ob
 pub(crate) async fn read_object(
     shared: &Shared,
     seq: u64,
-    kind: ObjectKind,
+    tag: ObjectTag,
     data_start: u64,
     offset: u64,
     dst: &mut [u8],
@@ -164,7 +164,7 @@ pub(crate) async fn read_object(
     }
     let offset = offset + done as u64;
     let dst = &mut dst[done..];
-    let key = shared.object_key(seq, kind);
+    let key = shared.object_key(seq, tag.epoch, tag.kind);
     let header = object_header(shared, &key, seq, false).await?;
     match &shared.read_cache {
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, want_last).await,
@@ -233,11 +233,11 @@ pub(super) fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) ->
 pub(crate) async fn read_object_background(
     shared: &Shared,
     seq: u64,
-    kind: ObjectKind,
+    tag: ObjectTag,
     from: u64,
     to: u64,
 ) -> Result<Vec<u8>> {
-    let key = shared.object_key(seq, kind);
+    let key = shared.object_key(seq, tag.epoch, tag.kind);
     let header = object_header(shared, &key, seq, true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
@@ -442,7 +442,7 @@ pub(super) async fn prefetch_chunks(
     shared: &Shared,
     rc: &ReadCache,
     seq: u64,
-    kind: ObjectKind,
+    tag: ObjectTag,
     first: u64,
     last: u64,
 ) -> Result<u64> {
@@ -450,7 +450,7 @@ pub(super) async fn prefetch_chunks(
     if (first..=last).all(|c| rc.contains(seq, c)) {
         return Ok(0);
     }
-    let key = shared.object_key(seq, kind);
+    let key = shared.object_key(seq, tag.epoch, tag.kind);
     let header = object_header(shared, &key, seq, false).await?;
     if header.data_bytes == 0 {
         return Ok(0);

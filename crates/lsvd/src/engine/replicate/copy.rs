@@ -22,9 +22,10 @@ pub(super) async fn get_verified(
     source: &DynStore,
     meta: &VolumeMeta,
     seq: u64,
+    epoch: u64,
     kind: ObjectKind,
 ) -> std::result::Result<Bytes, PassError> {
-    let key = object_key(&meta.name, seq, kind);
+    let key = object_key(&meta.name, seq, epoch, kind);
     let bytes = match source.get(&key).await {
         Ok(b) => b,
         Err(e) if e.is_not_found() => {
@@ -39,7 +40,11 @@ pub(super) async fn get_verified(
         ))
     };
     let header = decode_object_header(&bytes).map_err(|e| corrupt(format!("is corrupt ({e})")))?;
-    if header.volume != meta.volume || header.seq != seq || header.kind != kind {
+    if header.volume != meta.volume
+        || header.seq != seq
+        || header.kind != kind
+        || header.epoch != epoch
+    {
         return Err(corrupt("does not match its name".to_string()));
     }
     let payload = bytes
@@ -59,12 +64,13 @@ pub(super) async fn put_object(target: &DynStore, key: &str, bytes: Bytes) -> Re
         .map_err(|e| e.context(format!("writing {key} to {}", target.describe())))
 }
 
-/// Copy `objects` (sequence, kind, size), `jobs` at a time. Returns (objects, bytes).
+/// Copy `objects` (sequence, epoch, kind, size), `jobs` at a time. Returns
+/// (objects, bytes).
 pub(super) async fn copy_objects(
     source: &DynStore,
     target: &DynStore,
     meta: &VolumeMeta,
-    objects: Vec<(u64, ObjectKind, u64)>,
+    objects: Vec<(u64, u64, ObjectKind, u64)>,
     jobs: usize,
     progress: &ReplicateProgress,
 ) -> std::result::Result<(u64, u64), PassError> {
@@ -74,13 +80,13 @@ pub(super) async fn copy_objects(
     let (mut n, mut bytes) = (0u64, 0u64);
     loop {
         while running.len() < jobs.max(1) {
-            let Some((seq, kind, size)) = pending.next() else {
+            let Some((seq, epoch, kind, size)) = pending.next() else {
                 break;
             };
             let (source, target, meta) = (source.clone(), target.clone(), meta.clone());
             running.spawn(async move {
-                let data = get_verified(&source, &meta, seq, kind).await?;
-                let key = object_key(&meta.name, seq, kind);
+                let data = get_verified(&source, &meta, seq, epoch, kind).await?;
+                let key = object_key(&meta.name, seq, epoch, kind);
                 put_object(&target, &key, data).await?;
                 Ok::<u64, PassError>(size)
             });

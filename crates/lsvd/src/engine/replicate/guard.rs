@@ -63,8 +63,8 @@ pub(super) async fn check_target_identity(target: &DynStore, meta: &VolumeMeta) 
     }
     // No metadata yet: an earlier pass that did not finish, or someone else's keys.
     let dst = list_objects(target, &meta.name).await?;
-    if let Some((&seq, &(kind, _))) = dst.iter().next() {
-        let key = object_key(&meta.name, seq, kind);
+    if let Some((&(seq, epoch), &(kind, _))) = dst.iter().next() {
+        let key = object_key(&meta.name, seq, epoch, kind);
         let header = crate::engine::store_recovery::read_header(target, &key).await?;
         if header.volume != meta.volume {
             return Err(foreign());

@@ -49,7 +49,7 @@ use lsvd_core::format::object::ObjectKind;
 use super::keys::{meta_key, object_key, objects_prefix, parse_object_name, replica_of_key};
 use super::lineage::{clones_prefix, load_lineage, parent_key};
 use super::store_meta::read_meta;
-use super::store_recovery::recover_store;
+use super::store_recovery::recover_store_as_of;
 use super::volume_super::read_newest;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{DynStore, PutMode};
@@ -158,8 +158,8 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Objects of one listing: sequence number → (kind, size in bytes).
-type Listing = BTreeMap<u64, (ObjectKind, u64)>;
+/// Objects of one listing: (sequence number, epoch) → (kind, size in bytes).
+type Listing = BTreeMap<(u64, u64), (ObjectKind, u64)>;
 
 async fn list_objects(store: &DynStore, name: &str) -> Result<Listing> {
     let listing = store.list(&objects_prefix(name)).await.map_err(|e| {
@@ -170,7 +170,9 @@ async fn list_objects(store: &DynStore, name: &str) -> Result<Listing> {
     })?;
     Ok(listing
         .iter()
-        .filter_map(|e| parse_object_name(&e.key).map(|(seq, kind)| (seq, (kind, e.size_bytes))))
+        .filter_map(|e| {
+            parse_object_name(&e.key).map(|n| ((n.seq, n.epoch), (n.kind, e.size_bytes)))
+        })
         .collect())
 }
 
@@ -188,13 +190,13 @@ async fn pass(
     check_not_served(source, target, &meta).await?;
     check_parent_replicated(target, &meta, &lineage).await?;
     let sb = read_newest(source, &meta).await?;
-    if sb.is_some_and(|s| s.deleting) {
+    if sb.as_ref().is_some_and(|s| s.deleting) {
         return Err(PassError::Failed(super::volume_super::being_deleted(name)));
     }
     let src = list_objects(source, name).await?;
     let dst = list_objects(target, name).await?;
     let mut report = PassReport {
-        source_next_seq: src.keys().next_back().map_or(0, |s| s + 1),
+        source_next_seq: src.keys().next_back().map_or(0, |s| s.0 + 1),
         ..Default::default()
     };
     if sb.is_none() && !src.is_empty() {
@@ -208,18 +210,20 @@ async fn pass(
     let plan = plan_pass(source, &meta, &lineage, sb.as_ref(), &src).await?;
 
     // 1. Data and GC objects, any order.
-    let copy: Vec<(u64, ObjectKind, u64)> = plan
+    let copy: Vec<(u64, u64, ObjectKind, u64)> = plan
         .objects
         .iter()
-        .map(|s| (*s, src[s].0, src[s].1))
-        .filter(|(seq, _, size)| dst.get(seq).is_none_or(|(_, have)| have != size))
+        .map(|o| (o.0, o.1, src[o].0, src[o].1))
+        .filter(|&(seq, epoch, _, size)| {
+            dst.get(&(seq, epoch)).is_none_or(|&(_, have)| have != size)
+        })
         .collect();
     report.objects_present = (plan.objects.len() - copy.len()) as u64;
     progress
         .objects_total
         .fetch_add(copy.len() as u64, Ordering::Relaxed);
     progress.bytes_total.fetch_add(
-        copy.iter().map(|(_, _, size)| size).sum::<u64>(),
+        copy.iter().map(|(_, _, _, size)| size).sum::<u64>(),
         Ordering::Relaxed,
     );
     let (n, bytes) = copy_objects(source, target, &meta, copy, options.jobs, progress).await?;
@@ -231,15 +235,16 @@ async fn pass(
         if dst.get(&c).is_some_and(|&(_, size)| size == src[&c].1) {
             continue;
         }
-        let key = object_key(name, c, ObjectKind::Checkpoint);
+        let key = object_key(name, c.0, c.1, ObjectKind::Checkpoint);
         let bytes = match plan.fetched.get(&c) {
             Some(b) => b.clone(),
-            None => get_verified(source, &meta, c, ObjectKind::Checkpoint).await?,
+            None => get_verified(source, &meta, c.0, c.1, ObjectKind::Checkpoint).await?,
         };
-        let listed = listed_objects(&meta, &lineage, c, &bytes)?;
+        let listed = listed_objects(&meta, &lineage, c.0, c.1, &bytes)?;
         if let Some(missing) = listed.iter().find(|&&s| !plan.holds(s)) {
             return Err(PassError::Raced(Raced(format!(
-                "checkpoint {key} lists object {missing:016x}, which the source no longer holds"
+                "checkpoint {key} lists object {:016x} (epoch {}), which the source no longer holds",
+                missing.0, missing.1
             ))));
         }
         put_object(target, &key, bytes).await?;
@@ -252,7 +257,8 @@ async fn pass(
     report.snapshots_deleted = delete_gone_snapshots(target, &meta, &plan.snapshots).await?;
 
     // 4. The superblock, once the replica recovers at least as far as it promises.
-    let rec = recover_store(target, &meta).await?;
+    // Recovered by the source's superblock: which epoch owns which number.
+    let rec = recover_store_as_of(target, &meta, sb.clone()).await?;
     report.replica_next_seq = rec.state.next_object_seq();
     if let Some(sb) = &sb {
         if rec.checkpoint_seq < sb.newest_checkpoint || report.replica_next_seq < sb.durable_through
@@ -289,10 +295,10 @@ async fn pass(
 
     // 6. What the source deleted and the replica no longer needs.
     let base = rec.checkpoint_seq.unwrap_or(0);
-    for (&seq, &(kind, _)) in dst.range(..base) {
-        if !src.contains_key(&seq) && !plan.holds(seq) {
+    for (&(seq, epoch), &(kind, _)) in dst.range(..(base, 0)) {
+        if !src.contains_key(&(seq, epoch)) && !plan.holds((seq, epoch)) {
             target
-                .delete(&object_key(name, seq, kind))
+                .delete(&object_key(name, seq, epoch, kind))
                 .await
                 .map_err(|e| e.context("deleting an object the source deleted"))?;
             report.objects_deleted += 1;

@@ -25,6 +25,7 @@ fn newest_checkpoint(pos: &[[PathBuf; 2]]) -> (PathBuf, u64) {
                 && let Some(seq) = p
                     .file_stem()
                     .and_then(|s| s.to_str())
+                    .and_then(|s| s.split('.').next())
                     .and_then(|s| u64::from_str_radix(s, 16).ok())
             {
                 found.push((seq, p));

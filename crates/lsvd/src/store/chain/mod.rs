@@ -73,16 +73,23 @@ pub fn home_drive(key: &str, drive_count: usize) -> usize {
     crc32c::crc32c(key.as_bytes()) as usize % drive_count.max(1)
 }
 
-/// True for a log object's key, `.../obj/<16 hex digits>.<kind>`: the keys a chain
-/// places on its tail (or, for GC output, in its body). The one thing these stores
-/// know about the engine's names (docs/format/README.md, "Store layout").
+/// True for a log object's key, `.../obj/<16 hex digits>[.<16 hex digits>].<kind>`
+/// (sequence number, epoch, kind): the keys a chain places on its tail (or, for GC
+/// output, in its body). The one thing these stores know about the engine's names
+/// (docs/format/README.md, "Store layout").
 pub fn is_log_object(key: &str) -> bool {
     let mut parts = key.rsplit('/');
     let (Some(name), Some(dir)) = (parts.next(), parts.next()) else {
         return false;
     };
     let b = name.as_bytes();
-    dir == "obj" && b.len() == 18 && b[16] == b'.' && b[..16].iter().all(u8::is_ascii_hexdigit)
+    let hex = |s: &[u8]| s.iter().all(u8::is_ascii_hexdigit);
+    dir == "obj"
+        && match b.len() {
+            18 => b[16] == b'.' && hex(&b[..16]),
+            35 => b[16] == b'.' && b[33] == b'.' && hex(&b[..16]) && hex(&b[17..33]),
+            _ => false,
+        }
 }
 
 /// The drive record's name is not a key.
