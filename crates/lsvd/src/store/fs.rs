@@ -200,6 +200,14 @@ impl FsStore {
     fn put_sync(&self, key: &str, data: &[u8], mode: PutMode) -> StoreResult<()> {
         valid_key(key)?;
         let path = self.inner.root.join(key);
+        #[cfg(test)]
+        if let Some(errno) = injected::put_errno(&self.inner.root) {
+            return Err(io_err(
+                "write",
+                &path,
+                std::io::Error::from_raw_os_error(errno),
+            ));
+        }
         let dir = path.parent().unwrap_or(&self.inner.root).to_path_buf();
         fs::create_dir_all(&dir).map_err(|e| io_err("create directory", &dir, e))?;
         let n = self.inner.tmp_counter.fetch_add(1, Ordering::Relaxed);
@@ -333,6 +341,35 @@ impl FsStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("delete", &path, e)),
         }
+    }
+}
+
+/// Unit tests make the puts of one store directory fail with an errno (a full or
+/// read-only filesystem a test cannot mount), by the directory's path, so parallel
+/// tests do not see each other's faults.
+#[cfg(test)]
+pub(crate) mod injected {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static PUT_ERRNO: Mutex<Vec<(PathBuf, i32)>> = Mutex::new(Vec::new());
+
+    fn table() -> std::sync::MutexGuard<'static, Vec<(PathBuf, i32)>> {
+        PUT_ERRNO.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on every put into the store directory `root` fails with `errno`
+    /// (`None`: puts work again).
+    pub(crate) fn fail_puts(root: &Path, errno: Option<i32>) {
+        let mut t = table();
+        t.retain(|(p, _)| p != root);
+        if let Some(errno) = errno {
+            t.push((root.to_path_buf(), errno));
+        }
+    }
+
+    pub(super) fn put_errno(root: &Path) -> Option<i32> {
+        table().iter().find(|(p, _)| p == root).map(|&(_, e)| e)
     }
 }
 
