@@ -121,8 +121,9 @@ const FULL_CODES: [&str; 4] = [
 ];
 /// Error codes saying the credentials or the request's authorization are refused,
 /// whatever the status they come with: [`ErrorKind::Denied`].
-const DENIED_CODES: [&str; 22] = [
-    // S3 and S3-compatible servers.
+const DENIED_CODES: [&str; 23] = [
+    // S3 and S3-compatible servers (versitygw answers an unknown key id with a 404
+    // XAdminUserNotFound).
     "AccessDenied",
     "AccountProblem",
     "AllAccessDisabled",
@@ -133,6 +134,7 @@ const DENIED_CODES: [&str; 22] = [
     "RequestTimeTooSkewed",
     "SignatureDoesNotMatch",
     "TokenRefreshRequired",
+    "XAdminUserNotFound",
     "XMinioInvalidIAMCredentials",
     // Azure.
     "AccountIsDisabled",
@@ -275,6 +277,9 @@ fn classify_not_found(service: Service, text: &str) -> (ErrorKind, Option<&'stat
         }
         None => (ErrorKind::NotFound, None),
         Some(code) if MISSING_OBJECT_CODES.contains(&code) => (ErrorKind::NotFound, None),
+        Some(code) if DENIED_CODES.contains(&code) => {
+            (ErrorKind::Denied, Some(service.credentials_hint()))
+        }
         Some(_) => (
             ErrorKind::Permanent,
             Some("not a missing object: check the credentials and the endpoint"),

@@ -142,6 +142,10 @@ fn maps_s3_errors() {
         ),
         (
             "status code: 404 Not Found: <Error><Code>XAdminUserNotFound</Code><Message>No user</Message></Error>",
+            ErrorKind::Denied,
+        ),
+        (
+            "status code: 404 Not Found: <Error><Code>SomethingElse</Code></Error>",
             ErrorKind::Permanent,
         ),
     ] {
