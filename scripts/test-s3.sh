@@ -5,6 +5,8 @@
 # crates/lsvd/tests/common/mod.rs):
 #
 #   s3_store      the S3 store itself (fails, not skips, without a server here)
+#   store_faults  a wrong secret is Denied at once; versitygw on a full tmpfs is Full
+#                 (root only), the local store and a mirror on a full tmpfs
 #   cli, nbd_clients, persistence, ext4
 #                 real clients, restarts, SIGKILL, rebuild from the store, GC
 #   integrity     a record corrupted on the cache device is refused and reported
@@ -33,7 +35,7 @@ fi
 start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
-    --test s3_store --test cli --test nbd_clients --test persistence --test ext4 \
+    --test s3_store --test store_faults --test cli --test nbd_clients --test persistence --test ext4 \
     --test integrity --test probe_settings --test replicate
 LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_

@@ -57,13 +57,16 @@
 //! multipart_part_size = "16M"   # at least 5M
 //!
 //! [retry]
-//! # Whole-operation retries on top of the S3 client (store/retry.rs), for get,
-//! # ranged get, list and delete. Uploads are retried forever by the engine itself.
+//! # Whole-operation retries of every store (store/retry.rs; on top of the S3
+//! # client's own), for get, ranged get, list and delete. Only transient errors are
+//! # retried: a full store or refused credentials are reported at once. Uploads
+//! # (put-if-absent) are retried by the engine itself.
 //! attempts = 4                  # tries per operation, including the first
 //! put_attempts = 1              # tries per overwrite PUT (put-if-absent: always 1)
 //! initial_backoff_ms = 200      # doubled per failure, with jitter
 //! max_backoff_ms = 5000
-//! attempt_timeout_secs = 120    # deadline for one try
+//! attempt_timeout_secs = 120    # timeout of one try
+//! deadline_secs = 300           # the longest one operation takes, retries included
 //!
 //! [selftest]
 //! # Check the store at `lsvd serve` startup (put-if-absent honoured, ranged reads,
@@ -94,7 +97,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::retry::RetryPolicy;
 use crate::store::s3::{S3Settings, Secret};
 use crate::store::s3_credentials::CredentialSource;
-use crate::store::{DynStore, open_store};
+use crate::store::{DynStore, open_store_with};
 
 /// The default data directory (matches the CLI's `--data` default).
 pub const DEFAULT_DATA_DIR: &str = "./lsvd-data";
@@ -132,6 +135,7 @@ put_attempts = 1
 initial_backoff_ms = 200
 max_backoff_ms = 5000
 attempt_timeout_secs = 120
+deadline_secs = 300
 
 [selftest]
 on_start = true
@@ -264,6 +268,7 @@ pub struct RetrySection {
     pub initial_backoff_ms: Option<u64>,
     pub max_backoff_ms: Option<u64>,
     pub attempt_timeout_secs: Option<u64>,
+    pub deadline_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -469,6 +474,8 @@ impl LsvdConfig {
                 r.attempt_timeout_secs,
                 d.attempt_timeout,
             )?,
+            deadline: positive_secs("[retry] deadline_secs", r.deadline_secs, d.deadline)?,
+            jitter_seed: d.jitter_seed,
         };
         if policy.attempts == 0 || policy.put_attempts == 0 {
             return Err(Error::bad_input(
@@ -535,13 +542,13 @@ impl LsvdConfig {
             .unwrap_or_else(|| format!("file://{}", data_dir.join("store").display()))
     }
 
-    /// Open the store at `url` with this file's S3 and retry settings (other schemes:
-    /// as [`open_store`]).
+    /// Open the store at `url` with this file's retry settings (and, for `s3://`, its
+    /// S3 settings; other schemes as [`open_store_with`]).
     pub fn open_store(&self, url: &str) -> Result<DynStore> {
         if url.starts_with("s3://") {
             crate::store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)
         } else {
-            open_store(url)
+            open_store_with(url, &self.retry_policy()?)
         }
     }
 }
@@ -663,6 +670,10 @@ mod tests {
                 "remove access_key_id",
             ),
             ("[retry]\nattempts = 0", "at least 1"),
+            (
+                "[retry]\ndeadline_secs = 0",
+                "deadline_secs must be at least 1",
+            ),
             ("[selftest]\non_start = \"yes\"", "line 2"),
             ("store = \"\"", "empty"),
         ] {

@@ -420,7 +420,7 @@ async fn credentials_never_appear_in_errors() {
         let want = if what == "connection refused" {
             ErrorKind::Transient
         } else {
-            ErrorKind::Permanent
+            ErrorKind::Denied
         };
         assert_eq!(e.kind, want, "{what}: {e}");
         messages.push(e.to_string());
@@ -513,7 +513,7 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
         .put("other", data.slice(..4096), PutMode::IfAbsent)
         .await
         .expect_err("a wrong secret is refused");
-    assert_eq!(e.kind, ErrorKind::Permanent, "{e}");
+    assert_eq!(e.kind, ErrorKind::Denied, "{e}");
     assert!(
         w.get("small").await.is_err(),
         "a wrong secret reads nothing"

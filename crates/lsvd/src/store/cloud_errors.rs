@@ -1,9 +1,19 @@
 //! What an `object_store` error from a cloud service means for lsvd, and how to say it.
 //!
 //! The cloud stores ([`super::cloud`]) turn every `object_store` error into one of our
-//! kinds (`NotFound`, `AlreadyExists`, `Transient`, `Permanent`) with a one-line
-//! message for the operator. The services disagree in the details, so the mapping
-//! takes the [`Service`]:
+//! kinds (`NotFound`, `AlreadyExists`, `Transient`, `Full`, `Denied`, `Permanent`)
+//! with a one-line message for the operator. The services disagree in the details, so
+//! the mapping takes the [`Service`]:
+//!
+//! * Out of room (`Full`): HTTP `507 Insufficient Storage` (versitygw's answer to
+//!   `ENOSPC`, MinIO's `XMinioStorageFull`), and the quota codes whatever their status
+//!   (`QuotaExceeded`: versitygw's `EDQUOT` and Ceph RGW, a `403`; MinIO's
+//!   `XMinioAdminBucketQuotaExceeded`; GCS's `quotaExceeded` reason).
+//! * Refused (`Denied`): `401` and `403` (other than a quota), and the credential codes
+//!   some services send with another status (S3 `ExpiredToken` and `InvalidToken` are
+//!   `400`s).
+//! * `EntityTooLarge` (`400`) is `Permanent`: a limit on one object's size, which no
+//!   amount of freed space changes.
 //!
 //! * A failed put-if-absent is `412 Precondition Failed` on S3 and GCS, and
 //!   `409 Conflict` (`BlobAlreadyExists`) on Azure and Azurite (`412` on Azure too when
@@ -68,6 +78,21 @@ impl Service {
         }
     }
 
+    /// `Full` or `Denied` from what the service said (its error code, its status), if
+    /// either: checked before everything else, since a quota comes as a `403` and an
+    /// expired token as a `400`.
+    fn full_or_denied(self, text: &str, status: Option<u16>) -> Option<(ErrorKind, &'static str)> {
+        let code = xml_error(text).map(|(code, _)| code);
+        let gcs_quota = self == Service::Gcs && text.contains("\"quotaExceeded\"");
+        if status == Some(507) || gcs_quota || code.is_some_and(|c| FULL_CODES.contains(&c)) {
+            return Some((ErrorKind::Full, FULL_HINT));
+        }
+        if code.is_some_and(|c| DENIED_CODES.contains(&c)) {
+            return Some((ErrorKind::Denied, self.credentials_hint()));
+        }
+        None
+    }
+
     fn missing_container_hint(self) -> &'static str {
         match self {
             Service::S3 | Service::Gcs => "the bucket does not exist",
@@ -86,6 +111,48 @@ impl Service {
 const MISSING_OBJECT_CODES: [&str; 2] = ["NoSuchKey", "BlobNotFound"];
 /// Error codes saying the bucket or container is missing.
 const MISSING_CONTAINER_CODES: [&str; 2] = ["NoSuchBucket", "ContainerNotFound"];
+
+/// Error codes saying the service is out of room or over a quota: [`ErrorKind::Full`].
+const FULL_CODES: [&str; 4] = [
+    "QuotaExceeded",
+    "InsufficientStorage",
+    "XMinioStorageFull",
+    "XMinioAdminBucketQuotaExceeded",
+];
+/// Error codes saying the credentials or the request's authorization are refused,
+/// whatever the status they come with: [`ErrorKind::Denied`].
+const DENIED_CODES: [&str; 23] = [
+    // S3 and S3-compatible servers (versitygw answers an unknown key id with a 404
+    // XAdminUserNotFound).
+    "AccessDenied",
+    "AccountProblem",
+    "AllAccessDisabled",
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidSecurity",
+    "InvalidToken",
+    "RequestTimeTooSkewed",
+    "SignatureDoesNotMatch",
+    "TokenRefreshRequired",
+    "XAdminUserNotFound",
+    "XMinioInvalidIAMCredentials",
+    // Azure.
+    "AccountIsDisabled",
+    "AuthenticationFailed",
+    "AuthorizationFailure",
+    "AuthorizationPermissionMismatch",
+    "AuthorizationProtocolMismatch",
+    "AuthorizationResourceTypeMismatch",
+    "AuthorizationServiceMismatch",
+    "AuthorizationSourceIPMismatch",
+    "InsufficientAccountPermissions",
+    "InvalidAuthenticationInfo",
+    "NoAuthenticationInformation",
+];
+
+/// The hint for an error that says the service has no room for it.
+const FULL_HINT: &str =
+    "the service is out of space or over a quota: make room, or raise the quota";
 
 /// Replace every secret in `text` with `[redacted]`.
 pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
@@ -210,6 +277,9 @@ fn classify_not_found(service: Service, text: &str) -> (ErrorKind, Option<&'stat
         }
         None => (ErrorKind::NotFound, None),
         Some(code) if MISSING_OBJECT_CODES.contains(&code) => (ErrorKind::NotFound, None),
+        Some(code) if DENIED_CODES.contains(&code) => {
+            (ErrorKind::Denied, Some(service.credentials_hint()))
+        }
         Some(_) => (
             ErrorKind::Permanent,
             Some("not a missing object: check the credentials and the endpoint"),
@@ -226,6 +296,11 @@ pub(crate) fn classify(
     use object_store::Error as E;
     let text = chain_text(e);
     let status = status_in(&text);
+    if !matches!(e, E::NotFound { .. })
+        && let Some((kind, hint)) = service.full_or_denied(&text, status)
+    {
+        return (kind, Some(hint));
+    }
     match e {
         E::NotFound { .. } => classify_not_found(service, &text),
         E::AlreadyExists { .. } if status == Some(409) => {
@@ -247,7 +322,7 @@ pub(crate) fn classify(
             (ErrorKind::AlreadyExists, None)
         }
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
-            (ErrorKind::Permanent, Some(service.credentials_hint()))
+            (ErrorKind::Denied, Some(service.credentials_hint()))
         }
         E::NotImplemented { .. } | E::NotSupported { .. } => (
             ErrorKind::Permanent,
@@ -259,7 +334,7 @@ pub(crate) fn classify(
                 return match s {
                     408 | 429 | 500..=599 => (ErrorKind::Transient, None),
                     400 if text.contains("RequestTimeout") => (ErrorKind::Transient, None),
-                    403 | 401 => (ErrorKind::Permanent, Some(service.credentials_hint())),
+                    403 | 401 => (ErrorKind::Denied, Some(service.credentials_hint())),
                     404 => match classify_not_found(service, &text) {
                         // A bare 404 outside `NotFound` is never a plain missing object.
                         (ErrorKind::NotFound, _) => (ErrorKind::Permanent, None),

@@ -43,19 +43,63 @@ const DIRECT_MIN_BYTES: usize = 1 << 20;
 /// Bytes copied into the aligned buffer and written per `pwrite`.
 const DIRECT_CHUNK_BYTES: usize = 1 << 20;
 
-/// `what` failed on `path`: the store's kind for `e`, with `e` as the source.
+/// `what` failed on `path`: the store's kind for `e` ([`io_error_kind`]), with `e` as
+/// the source.
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
-    let kind = match e.kind() {
-        std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-        std::io::ErrorKind::AlreadyExists => ErrorKind::AlreadyExists,
-        std::io::ErrorKind::Interrupted
-        | std::io::ErrorKind::WouldBlock
-        | std::io::ErrorKind::TimedOut => ErrorKind::Transient,
-        // A full disk may be freed by the operator: worth retrying.
-        std::io::ErrorKind::StorageFull => ErrorKind::Transient,
+    Error::with_source(io_error_kind(&e), format!("{what} {}", path.display()), e)
+}
+
+/// The store error class of a failed file operation (docs/SEMANTICS.md, "Store error
+/// classes"). The errno decides where there is one; errors made up by the standard
+/// library (no errno) go by their `io::ErrorKind`.
+///
+/// * `ENOSPC`, `EDQUOT`: [`Full`](ErrorKind::Full). Room comes back only when someone
+///   makes it (GC deleting objects, the operator); retrying in a loop meanwhile only
+///   hides the problem, so it is reported at once.
+/// * `EACCES`, `EPERM`, `EROFS`: [`Denied`](ErrorKind::Denied): the store's files
+///   refuse this process.
+/// * `EINTR`, `EAGAIN`, `ETIMEDOUT`, `ENOMEM`, `ENOBUFS`, `EMFILE`, `ENFILE`, `EBUSY`,
+///   `ESTALE`, and the network errors a store directory on NFS or FUSE passes on:
+///   [`Transient`](ErrorKind::Transient), a retry may well succeed.
+/// * `EIO` and everything else (`EFBIG`, `ENAMETOOLONG`, `ENOTDIR`, `EINVAL`, ...):
+///   [`Permanent`](ErrorKind::Permanent). `EIO` is the device failing a request after
+///   its own retries; sending the same request again rarely helps, and on a mirrored
+///   chain it is what drops the failing copy.
+pub(crate) fn io_error_kind(e: &std::io::Error) -> ErrorKind {
+    if let Some(errno) = e.raw_os_error() {
+        return match errno {
+            libc::ENOENT => ErrorKind::NotFound,
+            libc::EEXIST => ErrorKind::AlreadyExists,
+            libc::ENOSPC | libc::EDQUOT => ErrorKind::Full,
+            libc::EACCES | libc::EPERM | libc::EROFS => ErrorKind::Denied,
+            libc::EINTR
+            | libc::EAGAIN
+            | libc::ETIMEDOUT
+            | libc::ENOMEM
+            | libc::ENOBUFS
+            | libc::EMFILE
+            | libc::ENFILE
+            | libc::EBUSY
+            | libc::ESTALE
+            | libc::ENOTCONN
+            | libc::ECONNRESET
+            | libc::ECONNABORTED
+            | libc::EHOSTDOWN
+            | libc::EHOSTUNREACH
+            | libc::ENETDOWN
+            | libc::ENETUNREACH => ErrorKind::Transient,
+            _ => ErrorKind::Permanent,
+        };
+    }
+    use std::io::ErrorKind as Io;
+    match e.kind() {
+        Io::NotFound => ErrorKind::NotFound,
+        Io::AlreadyExists => ErrorKind::AlreadyExists,
+        Io::StorageFull | Io::QuotaExceeded => ErrorKind::Full,
+        Io::PermissionDenied | Io::ReadOnlyFilesystem => ErrorKind::Denied,
+        Io::Interrupted | Io::WouldBlock | Io::TimedOut => ErrorKind::Transient,
         _ => ErrorKind::Permanent,
-    };
-    Error::with_source(kind, format!("{what} {}", path.display()), e)
+    }
 }
 
 pub(crate) fn valid_key(key: &str) -> StoreResult<()> {
@@ -156,6 +200,14 @@ impl FsStore {
     fn put_sync(&self, key: &str, data: &[u8], mode: PutMode) -> StoreResult<()> {
         valid_key(key)?;
         let path = self.inner.root.join(key);
+        #[cfg(test)]
+        if let Some(errno) = injected::put_errno(&self.inner.root) {
+            return Err(io_err(
+                "write",
+                &path,
+                std::io::Error::from_raw_os_error(errno),
+            ));
+        }
         let dir = path.parent().unwrap_or(&self.inner.root).to_path_buf();
         fs::create_dir_all(&dir).map_err(|e| io_err("create directory", &dir, e))?;
         let n = self.inner.tmp_counter.fetch_add(1, Ordering::Relaxed);
@@ -289,6 +341,35 @@ impl FsStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_err("delete", &path, e)),
         }
+    }
+}
+
+/// Unit tests make the puts of one store directory fail with an errno (a full or
+/// read-only filesystem a test cannot mount), by the directory's path, so parallel
+/// tests do not see each other's faults.
+#[cfg(test)]
+pub(crate) mod injected {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static PUT_ERRNO: Mutex<Vec<(PathBuf, i32)>> = Mutex::new(Vec::new());
+
+    fn table() -> std::sync::MutexGuard<'static, Vec<(PathBuf, i32)>> {
+        PUT_ERRNO.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on every put into the store directory `root` fails with `errno`
+    /// (`None`: puts work again).
+    pub(crate) fn fail_puts(root: &Path, errno: Option<i32>) {
+        let mut t = table();
+        t.retain(|(p, _)| p != root);
+        if let Some(errno) = errno {
+            t.push((root.to_path_buf(), errno));
+        }
+    }
+
+    pub(super) fn put_errno(root: &Path) -> Option<i32> {
+        table().iter().find(|(p, _)| p == root).map(|&(_, e)| e)
     }
 }
 
@@ -490,6 +571,56 @@ mod tests {
                 back[..] == unaligned[..],
                 "contents of a {n}-byte unaligned put"
             );
+        }
+    }
+
+    /// Every errno a store directory can answer with, and the class it is given (the
+    /// table in docs/SEMANTICS.md, "Store error classes"). A full filesystem used to be
+    /// `Transient`, so the engine retried its uploads forever.
+    #[test]
+    fn errors_are_classified_by_errno() {
+        use std::io::Error as IoError;
+        let cases = [
+            (libc::ENOENT, ErrorKind::NotFound),
+            (libc::EEXIST, ErrorKind::AlreadyExists),
+            (libc::ENOSPC, ErrorKind::Full),
+            (libc::EDQUOT, ErrorKind::Full),
+            (libc::EACCES, ErrorKind::Denied),
+            (libc::EPERM, ErrorKind::Denied),
+            (libc::EROFS, ErrorKind::Denied),
+            (libc::EINTR, ErrorKind::Transient),
+            (libc::EAGAIN, ErrorKind::Transient),
+            (libc::ETIMEDOUT, ErrorKind::Transient),
+            (libc::ENOMEM, ErrorKind::Transient),
+            (libc::EMFILE, ErrorKind::Transient),
+            (libc::ESTALE, ErrorKind::Transient),
+            (libc::ENOTCONN, ErrorKind::Transient),
+            (libc::EIO, ErrorKind::Permanent),
+            (libc::EFBIG, ErrorKind::Permanent),
+            (libc::ENAMETOOLONG, ErrorKind::Permanent),
+            (libc::ENOTDIR, ErrorKind::Permanent),
+            (libc::EINVAL, ErrorKind::Permanent),
+        ];
+        for (errno, want) in cases {
+            let e = io_err(
+                "write",
+                Path::new("/s/k"),
+                IoError::from_raw_os_error(errno),
+            );
+            assert_eq!(e.kind, want, "errno {errno}: {e}");
+            assert!(e.to_string().starts_with("write /s/k: "), "{e}");
+        }
+        // Errors without an errno go by their kind.
+        for (kind, want) in [
+            (std::io::ErrorKind::StorageFull, ErrorKind::Full),
+            (std::io::ErrorKind::QuotaExceeded, ErrorKind::Full),
+            (std::io::ErrorKind::PermissionDenied, ErrorKind::Denied),
+            (std::io::ErrorKind::ReadOnlyFilesystem, ErrorKind::Denied),
+            (std::io::ErrorKind::TimedOut, ErrorKind::Transient),
+            (std::io::ErrorKind::NotFound, ErrorKind::NotFound),
+            (std::io::ErrorKind::UnexpectedEof, ErrorKind::Permanent),
+        ] {
+            assert_eq!(io_error_kind(&IoError::new(kind, "x")), want, "{kind:?}");
         }
     }
 

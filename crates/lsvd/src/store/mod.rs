@@ -35,9 +35,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Errors of the stores are the crate's [`Error`]. A store uses the kinds
 /// `NotFound`, `AlreadyExists` (put-if-absent of a taken key), `Transient` (worth
-/// retrying: timeouts, throttling, connection errors, 5xx) and `Permanent` (not worth
-/// retrying: bad credentials, bad request, permanent I/O errors); opening a store can
-/// also fail with `BadInput`, `Unsupported` or `LocalIo`.
+/// retrying: timeouts, throttling, connection errors, 5xx), `Full` (no room: a full
+/// filesystem, a quota, every drive of a chain full), `Denied` (credentials or file
+/// permissions refused), `Corrupt` and `Permanent` (not worth retrying: a bad request,
+/// a device error); only `Transient` is retried ([`retry::is_retryable`]). The table
+/// of what each store answers is in docs/SEMANTICS.md, "Store error classes". Opening
+/// a store can also fail with `BadInput`, `Unsupported` or `LocalIo`.
 pub type StoreError = Error;
 pub type StoreResult<T> = Result<T>;
 
@@ -197,31 +200,41 @@ pub const KNOWN_STORE_URLS: &str = "file://PATH, a plain path, s3://BUCKET/PREFI
 /// The cloud stores take their settings from their standard environment variables:
 /// `AWS_*` for `s3://` (see [`s3`]; `lsvd.toml` can set them instead through
 /// `config_file::LsvdConfig::open_store`), `GOOGLE_*` for `gs://` (see [`gcs`]) and
-/// `AZURE_*` for `az://` (see [`azure`]). Each is wrapped in [`retry::RetryStore`]
-/// with the default [`retry::RetryPolicy`]. Opening does no I/O: run
-/// [`selftest::run`] to check the store before serving from it.
+/// `AZURE_*` for `az://` (see [`azure`]). Every store but `mem://` is wrapped in
+/// [`retry::RetryStore`] with the default [`retry::RetryPolicy`] (see
+/// [`open_store_with`]). Opening does no I/O: run [`selftest::run`] to check the store
+/// before serving from it.
 pub fn open_store(url: &str) -> Result<DynStore> {
+    open_store_with(url, &retry::RetryPolicy::default())
+}
+
+/// [`open_store`] with the retries of `policy` (`lsvd.toml`'s `[retry]`): the one
+/// retry layer every store gets, local directory, chain and stripe as much as the
+/// cloud stores. `mem://` (tests) is not wrapped: it never fails for a while.
+pub fn open_store_with(url: &str, policy: &retry::RetryPolicy) -> Result<DynStore> {
+    let retrying =
+        |inner: DynStore| -> DynStore { Arc::new(retry::RetryStore::new(inner, policy.clone())) };
     if let Some(path) = url.strip_prefix("file://") {
-        return Ok(Arc::new(fs::FsStore::open(std::path::Path::new(path))?));
+        let fs = fs::FsStore::open(std::path::Path::new(path))?;
+        return Ok(retrying(Arc::new(fs)));
     }
     if url.starts_with("mem://") {
         return Ok(Arc::new(mem::MemStore::new()));
     }
     if let Some(spec) = url.strip_prefix("chain:") {
-        return chain::open_chain(spec);
+        return Ok(retrying(chain::open_chain(spec)?));
     }
     if let Some(spec) = url.strip_prefix("stripe:") {
-        return chain::open_stripe(spec);
+        return Ok(retrying(chain::open_stripe(spec)?));
     }
-    let policy = retry::RetryPolicy::default();
     if url.starts_with("s3://") {
-        return s3::open_with_retry(url, &s3::S3Settings::default(), &policy);
+        return s3::open_with_retry(url, &s3::S3Settings::default(), policy);
     }
     if url.starts_with("gs://") {
-        return gcs::open_with_retry(url, &cloud::ClientSettings::default(), &policy);
+        return gcs::open_with_retry(url, &cloud::ClientSettings::default(), policy);
     }
     if url.starts_with("az://") {
-        return azure::open_with_retry(url, &cloud::ClientSettings::default(), &policy);
+        return azure::open_with_retry(url, &cloud::ClientSettings::default(), policy);
     }
     if let Some(scheme) = url_scheme(url) {
         let hint = match scheme {
@@ -240,7 +253,8 @@ pub fn open_store(url: &str) -> Result<DynStore> {
             ),
         ));
     }
-    Ok(Arc::new(fs::FsStore::open(std::path::Path::new(url))?))
+    let fs = fs::FsStore::open(std::path::Path::new(url))?;
+    Ok(retrying(Arc::new(fs)))
 }
 
 /// The scheme of a store URL (`s3` of `s3://b/p`, `chain` of `chain:a,b`): letters,

@@ -927,3 +927,102 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+// ---------------------------------------------------------------------------------
+// A small filesystem to fill: real ENOSPC for the store fault tests
+// ---------------------------------------------------------------------------------
+
+/// A tmpfs of a few MiB mounted on `dir` (created), unmounted on drop, even when the
+/// test panics: a filesystem a test can fill to get the real `ENOSPC` a full store
+/// disk gives. Mounting needs root; [`SmallTmpfs::mount`] says SKIPPED and returns
+/// `None` where it cannot. Drop it before the [`TempDir`] holding `dir` (declare it
+/// after), so the directory is removed once unmounted.
+pub struct SmallTmpfs {
+    path: PathBuf,
+}
+
+impl SmallTmpfs {
+    /// Mount a tmpfs of `size_mib` MiB on `dir`; `None` (after a SKIPPED line naming
+    /// `test`) if this process cannot (not root, no tmpfs, `mount` missing).
+    pub fn mount(dir: &Path, size_mib: u64, test: &str) -> Option<SmallTmpfs> {
+        std::fs::create_dir_all(dir).expect("mount point");
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let out = if root {
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o"])
+                .arg(format!("size={size_mib}m"))
+                .arg("tmpfs")
+                .arg(dir)
+                .output()
+                .map_err(|e| e.to_string())
+                .and_then(|o| {
+                    if o.status.success() {
+                        Ok(())
+                    } else {
+                        Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
+                    }
+                })
+        } else {
+            Err("not root".to_string())
+        };
+        match out {
+            Ok(()) => Some(SmallTmpfs {
+                path: dir.to_path_buf(),
+            }),
+            Err(why) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED {test}: cannot mount a {size_mib} MiB tmpfs ({why})"
+                );
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write a filler file until the filesystem is full (ENOSPC at the last byte a
+    /// page can take); returns the bytes written.
+    pub fn fill(&self) -> u64 {
+        let path = self.path.join("filler");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open filler");
+        let mut written = 0u64;
+        for chunk in [1usize << 20, 4096, 512, 1] {
+            let buf = vec![0x5au8; chunk];
+            loop {
+                match f.write(&buf) {
+                    Ok(0) => break,
+                    Ok(n) => written += n as u64,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling {}: {e}", path.display()),
+                }
+            }
+        }
+        written
+    }
+
+    /// Remove the filler: the room it took is free again.
+    pub fn free(&self) {
+        let _ = std::fs::remove_file(self.path.join("filler"));
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.path)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            // Busy (a server still holds a file): detach it now, gone once released.
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}

@@ -53,7 +53,7 @@ async fn a_full_chain_takes_a_new_drive_and_puts_continue_on_it() {
         match s.put(&key, body(&key, size), PutMode::IfAbsent).await {
             Ok(()) => stored.push(key),
             Err(e) => {
-                assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+                assert_eq!(e.kind, ErrorKind::Full, "{e}");
                 break key;
             }
         }

@@ -326,23 +326,39 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
     );
 }
 
-/// Counts puts and deletes under way in the store it wraps.
+/// Counts puts and deletes under way in the store it wraps. Each runs as a task of its
+/// own, to its end, even if its caller is dropped: the engine's uploader is aborted
+/// at the crash, and a put it had handed to a drive still lands (the drive's write is
+/// on the blocking pool), as the syscalls of a dying process do. Counted on the
+/// caller's future instead, a put dropped mid-flight was never uncounted and the test
+/// waited its full minute, then failed (seen under the load of `store::` in parallel).
 struct InFlight {
     inner: DynStore,
     active: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl InFlight {
-    fn track<'a, T: Send + 'a>(
-        &'a self,
-        f: crate::store::BoxFuture<'a, crate::store::StoreResult<T>>,
-    ) -> crate::store::BoxFuture<'a, crate::store::StoreResult<T>> {
+    fn track<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(DynStore) -> crate::store::BoxFuture<'static, crate::store::StoreResult<T>>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<T>> {
         use std::sync::atomic::Ordering;
         self.active.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            let r = f.await;
-            self.active.fetch_sub(1, Ordering::SeqCst);
+        let active = self.active.clone();
+        let task = op(self.inner.clone());
+        let handle = tokio::spawn(async move {
+            let r = task.await;
+            active.fetch_sub(1, Ordering::SeqCst);
             r
+        });
+        Box::pin(async move {
+            handle.await.map_err(|e| {
+                crate::error::Error::with_source(
+                    crate::error::ErrorKind::Transient,
+                    "store task failed",
+                    e,
+                )
+            })?
         })
     }
 }
@@ -354,7 +370,8 @@ impl crate::store::ObjectStore for InFlight {
         data: bytes::Bytes,
         mode: crate::store::PutMode,
     ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.track(self.inner.put(key, data, mode))
+        let key = key.to_string();
+        self.track(move |s| Box::pin(async move { s.put(&key, data, mode).await }))
     }
     fn put_placed(
         &self,
@@ -363,7 +380,11 @@ impl crate::store::ObjectStore for InFlight {
         mode: crate::store::PutMode,
         placement: &crate::store::Placement,
     ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.track(self.inner.put_placed(key, data, mode, placement))
+        let key = key.to_string();
+        let placement = placement.clone();
+        self.track(move |s| {
+            Box::pin(async move { s.put_placed(&key, data, mode, &placement).await })
+        })
     }
     fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
         self.inner.get(key)
@@ -389,7 +410,8 @@ impl crate::store::ObjectStore for InFlight {
         self.inner.list(prefix)
     }
     fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.track(self.inner.delete(key))
+        let key = key.to_string();
+        self.track(move |s| Box::pin(async move { s.delete(&key).await }))
     }
     fn describe(&self) -> String {
         self.inner.describe()
@@ -415,6 +437,7 @@ impl crate::store::ObjectStore for InFlight {
         key: &str,
         good: bytes::Bytes,
     ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<String>>> {
-        self.track(self.inner.repair_copies(key, good))
+        let key = key.to_string();
+        self.track(move |s| Box::pin(async move { s.repair_copies(&key, good).await }))
     }
 }

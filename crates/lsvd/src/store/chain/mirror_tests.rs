@@ -270,3 +270,134 @@ async fn copies_are_compared_byte_for_byte() {
     let problems = copy_problems(&*s, "v/").await;
     assert_eq!(problems.len(), 1, "{problems:?}");
 }
+
+/// The value of the store metric `name`.
+fn metric(s: &dyn ObjectStore, name: &str) -> f64 {
+    s.metrics()
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no metric {name}"))
+        .value
+}
+
+/// A copy whose filesystem is full (ENOSPC, injected) is dropped once its mirror has
+/// taken the object: the put succeeds, the position serves from the other copy
+/// (counted, flagged in its record), and the next open with room brings the copy in
+/// step. Before, ENOSPC was `Transient`: the put failed and the engine retried it
+/// forever, the mirror idle beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
+    use crate::store::fs::injected::fail_puts;
+    let root = TempDir::new("chain-mirror-full");
+    let (pos, url) = mirrored(&root);
+    let size = 8 << 10;
+    {
+        let s = open_store(&url).expect("open");
+        s.put(&obj(0), body(&obj(0), size), PutMode::IfAbsent)
+            .await
+            .expect("put");
+        assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 0.0);
+        // The second copy fills up.
+        fail_puts(&pos[0][1], Some(libc::ENOSPC));
+        s.put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
+            .await
+            .expect("lands on the first copy");
+        assert!(has(&pos[0][0], &obj(1)) && !has(&pos[0][1], &obj(1)));
+        assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+        let r = read_drive_record(&pos[0][0])
+            .expect("read")
+            .expect("record");
+        assert!(r.mirror_stale, "the serving copy notes its mirror is stale");
+        // Later puts, reads and deletes use the remaining copy; no second drop.
+        s.put(&obj(2), body(&obj(2), size), PutMode::IfAbsent)
+            .await
+            .expect("degraded put");
+        s.delete(&obj(0)).await.expect("degraded delete");
+        for seq in 1..3 {
+            check(&*s, &obj(seq), size).await;
+        }
+        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+        fail_puts(&pos[0][1], None);
+    }
+    // Room again: the open brings the copy in step (the put it missed copied, the
+    // delete applied) and the position is whole.
+    let s = open_store(&url).expect("open and rebuild");
+    assert!(has(&pos[0][1], &obj(1)) && has(&pos[0][1], &obj(2)));
+    assert!(!has(&pos[0][1], &obj(0)), "the delete it missed is applied");
+    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+    for dir in &pos[0] {
+        let r = read_drive_record(dir).expect("read").expect("record");
+        assert!(!r.mirror_stale, "{}: in step again", dir.display());
+    }
+
+    // The first copy full: the second decides put-if-absent and keeps serving.
+    fail_puts(&pos[0][0], Some(libc::EDQUOT));
+    s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
+        .await
+        .expect("lands on the second copy");
+    assert!(!has(&pos[0][0], &obj(3)) && has(&pos[0][1], &obj(3)));
+    let e = s
+        .put(&obj(3), body("x", 5), PutMode::IfAbsent)
+        .await
+        .expect_err("taken on the copy still serving");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists);
+    check(&*s, &obj(3), size).await;
+    assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+    fail_puts(&pos[0][0], None);
+}
+
+/// No room on either copy of a position: the object goes to the next position (a
+/// chain's log moves on), and with no room on any copy anywhere the put fails `Full`
+/// at once. Neither way is a copy dropped, so every position is whole again as soon as
+/// room is made. (Dropping the first full copy and then failing on the second, as for
+/// a failed copy, would degrade the position for nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_room_on_either_copy_is_full_and_drops_neither() {
+    use crate::store::fs::injected::fail_puts;
+    let root = TempDir::new("chain-mirror-both-full");
+    let (pos, url) = mirrored(&root);
+    let size = 8 << 10;
+    let s = open_store(&url).expect("open");
+    for dir in &pos[0] {
+        fail_puts(dir, Some(libc::ENOSPC));
+    }
+    s.put(&obj(0), body(&obj(0), size), PutMode::IfAbsent)
+        .await
+        .expect("the next position takes it");
+    assert!(has(&pos[1][0], &obj(0)) && has(&pos[1][1], &obj(0)));
+    for dir in &pos[1] {
+        fail_puts(dir, Some(libc::ENOSPC));
+    }
+    let e = s
+        .put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
+        .await
+        .expect_err("no room anywhere");
+    assert_eq!(e.kind, ErrorKind::Full, "{e}");
+    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+    assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 0.0);
+    for dir in pos.iter().flatten() {
+        fail_puts(dir, None);
+    }
+    s.put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
+        .await
+        .expect("room again");
+    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+}
+
+/// A copy that refuses this process (EACCES) is dropped like a failed one: `Denied`
+/// on a copy degrades the position rather than failing the put.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_refuses_writes_degrades() {
+    use crate::store::fs::injected::fail_puts;
+    let root = TempDir::new("chain-mirror-denied");
+    let (pos, url) = mirrored(&root);
+    let s = open_store(&url).expect("open");
+    fail_puts(&pos[0][1], Some(libc::EACCES));
+    s.put(&obj(0), body(&obj(0), 4096), PutMode::IfAbsent)
+        .await
+        .expect("lands on the first copy");
+    assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+    fail_puts(&pos[0][1], None);
+}

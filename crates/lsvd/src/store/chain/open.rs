@@ -265,10 +265,29 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             match (&source, interrupted_creation) {
                 // A creation stopped halfway: nothing to copy, just the record.
                 (_, true) => {}
-                (Some(from), false) => {
-                    rebuilt.push(rebuild_copy(i, from, dir)?);
-                    synced = true;
-                }
+                (Some(from), false) => match rebuild_copy(i, from, dir) {
+                    Ok(line) => {
+                        rebuilt.push(line);
+                        synced = true;
+                    }
+                    // Still no room on the copy (it was dropped for that while
+                    // serving): serve from the sibling, flagged, until room is made.
+                    Err(e) if out_of_room(&e) && source.as_ref() != Some(dir) => {
+                        crate::log::warn(&format!(
+                            "{name}: copy {} of drive {i} cannot be brought in step ({e}); \
+                             serving from {} (degraded) until it has room",
+                            dir.display(),
+                            source
+                                .as_ref()
+                                .map_or(String::new(), |s| s.display().to_string())
+                        ));
+                        if let Some(c) = drives[i].copies.iter().find(|c| &c.dir == dir) {
+                            c.take_out();
+                        }
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
                 (None, false) => {
                     return Err(Error::new(
                         ErrorKind::Conflict,
@@ -331,26 +350,23 @@ fn finish_creation(drives: &[Drive], creating: &DriveRecord) -> Result<DriveReco
     })
 }
 
-/// Make the copy at `to` an exact copy of the copy at `from`: every key `to` lacks
-/// (or holds with another size) copied, every key `from` lacks deleted. For a blank
-/// directory put in place of a lost copy, and for a copy that was away while its
-/// mirror served alone (it missed writes and deletes).
+/// True if `e` says a filesystem has no room (`ENOSPC`, `EDQUOT`), whatever kind it
+/// was given on the way.
+fn out_of_room(e: &Error) -> bool {
+    use std::error::Error as _;
+    e.kind == ErrorKind::Full
+        || e.source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| crate::store::fs::io_error_kind(io) == ErrorKind::Full)
+}
+
+/// Make the copy at `to` an exact copy of the copy at `from`: every key `from` lacks
+/// deleted (first, so a copy that was full has its room back), then every key `to`
+/// lacks (or holds with another size) copied. For a blank directory put in place of a
+/// lost copy, and for a copy that was away (or full) while its mirror served alone:
+/// it missed writes and deletes.
 fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<String> {
     let keys = FsStore::open(from)?.list_sync("")?;
-    let mut copied = 0usize;
-    for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
-        let target = to.join(&e.key);
-        if std::fs::metadata(&target).is_ok_and(|m| m.len() == e.size_bytes) {
-            continue;
-        }
-        let bytes = std::fs::read(from.join(&e.key))
-            .map_err(|err| Error::local_io(format!("read {}", from.join(&e.key).display()), err))?;
-        let dir = target.parent().unwrap_or(to);
-        std::fs::create_dir_all(dir)
-            .map_err(|err| Error::local_io(format!("create {}", dir.display()), err))?;
-        write_atomically(dir, &target, &bytes)?;
-        copied += 1;
-    }
     let wanted: HashSet<&str> = keys.iter().map(|e| e.key.as_str()).collect();
     let mut deleted = 0usize;
     for e in FsStore::open(to)?.list_sync("")? {
@@ -364,6 +380,20 @@ fn rebuild_copy(index: usize, from: &Path, to: &Path) -> Result<String> {
                 }
             }
         }
+    }
+    let mut copied = 0usize;
+    for e in keys.iter().filter(|e| e.key != DRIVE_RECORD_NAME) {
+        let target = to.join(&e.key);
+        if std::fs::metadata(&target).is_ok_and(|m| m.len() == e.size_bytes) {
+            continue;
+        }
+        let bytes = std::fs::read(from.join(&e.key))
+            .map_err(|err| Error::local_io(format!("read {}", from.join(&e.key).display()), err))?;
+        let dir = target.parent().unwrap_or(to);
+        std::fs::create_dir_all(dir)
+            .map_err(|err| Error::local_io(format!("create {}", dir.display()), err))?;
+        write_atomically(dir, &target, &bytes)?;
+        copied += 1;
     }
     let line = format!(
         "drive {index}: copy {} brought in step with {} ({copied} keys copied, {deleted} deleted)",

@@ -4,12 +4,15 @@
 //! A mirrored put writes the first working copy (which decides put-if-absent), then
 //! the other (overwrite): it completes when both are durable. A read that finds a copy
 //! missing or unreadable reads the other and writes the object back to the first
-//! (repair). A copy that fails with an I/O error (not "missing", not "full") is
-//! dropped, with a warning, and the position serves from the other copy (degraded)
-//! until the next open, which rebuilds a blank copy from its sibling. A copy that
-//! reads but holds wrong bytes only the engine can tell (its checksums): it asks for
-//! every copy of the range ([`Drive::read_copies`]) and, once it has verified a good
-//! one, has the others rewritten from it ([`Drive::rewrite_differing`]).
+//! (repair). A copy that fails for good (an I/O error, refused permissions, no room:
+//! anything but "missing", "taken" or a transient error) is dropped, with a warning,
+//! and the position serves from the other copy (degraded) until the next open (or
+//! `lsvd chain rebuild`), which brings the copy in step with its sibling. A full copy
+//! is dropped only once its mirror has taken the object: with no room on either, the
+//! put fails `Full` and both copies stay. A copy that reads but holds wrong bytes only
+//! the engine can tell (its checksums): it asks for every copy of the range
+//! ([`Drive::read_copies`]) and, once it has verified a good one, has the others
+//! rewritten from it ([`Drive::rewrite_differing`]).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -20,7 +23,7 @@ use bytes::Bytes;
 use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::{FsStore, valid_key};
-use crate::store::{CopyBytes, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::store::{CopyBytes, ListEntry, ObjectStore, PutMode, StoreMetric, StoreResult};
 
 /// A read to send to the position holding a key.
 pub enum Read {
@@ -35,12 +38,19 @@ pub struct Copy {
     /// None if it could not be opened.
     store: Option<FsStore>,
     failed: AtomicBool,
+    /// Dropped while serving (see [`Drive::fail`]), for the metric.
+    dropped: AtomicBool,
 }
 
 impl Copy {
     pub fn new(dir: PathBuf, store: Option<FsStore>) -> Copy {
         let failed = AtomicBool::new(store.is_none());
-        Copy { dir, store, failed }
+        Copy {
+            dir,
+            store,
+            failed,
+            dropped: AtomicBool::new(false),
+        }
     }
     pub(super) fn store(&self) -> Option<&FsStore> {
         if self.failed.load(Ordering::Relaxed) {
@@ -51,6 +61,15 @@ impl Copy {
     pub fn is_live(&self) -> bool {
         self.store().is_some()
     }
+    /// Take the copy out of service at open (it cannot be brought in step with its
+    /// sibling: no room). Not counted as dropped while serving.
+    pub(super) fn take_out(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+    /// True if the copy opened but was dropped while serving.
+    fn dropped(&self) -> bool {
+        self.dropped.load(Ordering::Relaxed)
+    }
 }
 
 /// A position: one copy, or two mirrored copies.
@@ -59,7 +78,8 @@ pub struct Drive {
     pub copies: Vec<Copy>,
 }
 
-/// An error that says the copy itself is broken (not "missing", "taken" or "full").
+/// An error that says the copy itself cannot serve (failed, full, refuses this
+/// process), not that the key is missing or taken or the copy fails for a moment.
 fn copy_broken(e: &Error) -> bool {
     !matches!(
         e.kind,
@@ -95,8 +115,15 @@ impl Drive {
             return false;
         }
         if !copy.failed.swap(true, Ordering::SeqCst) {
+            copy.dropped.store(true, Ordering::SeqCst);
+            let what = match e.kind {
+                ErrorKind::Full => "is full",
+                ErrorKind::Denied => "refuses this process",
+                _ => "failed",
+            };
             crate::log::warn(&format!(
-                "drive {}: copy {} failed ({e}); serving from its mirror (degraded) until the next open",
+                "drive {}: copy {} {what} ({e}); serving from its mirror (degraded) until \
+                 `lsvd chain rebuild` or the next open brings it in step",
                 self.index,
                 copy.dir.display()
             ));
@@ -179,36 +206,56 @@ impl Drive {
         Ok(all)
     }
 
-    /// Put on every live copy: the first decides put-if-absent, the others follow with
-    /// overwrite. A key the first has already is made sure of on the others too.
+    /// Put on every live copy: the first that takes it decides put-if-absent, the
+    /// others follow with overwrite. A key the deciding copy has already is made sure
+    /// of on the others too. A copy without room is skipped and, once another copy has
+    /// taken the object, dropped (the position degrades); if no copy has room the put
+    /// fails `Full` and every copy stays in service.
     pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
         // A bad key is the caller's mistake, not a broken copy.
         valid_key(key)?;
-        loop {
-            let live: Vec<(&Copy, &FsStore)> = self.live().collect();
-            let Some(((first, first_store), rest)) = live.split_first() else {
-                return Err(self.no_copy());
-            };
-            match first_store.put(key, data.clone(), mode).await {
-                Ok(()) => {}
+        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
+        if live.is_empty() {
+            return Err(self.no_copy());
+        }
+        // Copies that answered Full, dropped only once another copy holds the object.
+        let mut full: Vec<(&Copy, Error)> = Vec::new();
+        let mut decided = None;
+        for (i, (c, s)) in live.iter().enumerate() {
+            match s.put(key, data.clone(), mode).await {
+                Ok(()) => {
+                    decided = Some(i);
+                    break;
+                }
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                    for (c, s) in rest {
-                        self.ensure(first_store, c, s, key).await?;
+                    for (to, to_store) in &live[i + 1..] {
+                        self.ensure(s, to, to_store, key).await?;
+                    }
+                    for (c, e) in &full {
+                        self.fail(c, e);
                     }
                     return Err(e);
                 }
-                Err(e) if copy_broken(&e) && self.fail(first, &e) => continue,
+                Err(e) if e.kind == ErrorKind::Full => full.push((*c, e)),
+                Err(e) if copy_broken(&e) && self.fail(c, &e) => {}
                 Err(e) => return Err(e),
             }
-            for (c, s) in rest {
-                match s.put(key, data.clone(), PutMode::Overwrite).await {
-                    Ok(()) => {}
-                    Err(e) if copy_broken(&e) && self.fail(c, &e) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            return Ok(());
         }
+        let Some(i) = decided else {
+            // No copy took it: out of room everywhere (or the last copy broke).
+            return Err(full.pop().map_or_else(|| self.no_copy(), |(_, e)| e));
+        };
+        for (c, s) in &live[i + 1..] {
+            match s.put(key, data.clone(), PutMode::Overwrite).await {
+                Ok(()) => {}
+                Err(e) if copy_broken(&e) && self.fail(c, &e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for (c, e) in &full {
+            self.fail(c, e);
+        }
+        Ok(())
     }
 
     /// Copy `key` from `from` to `to` if `to` lacks it.
@@ -370,6 +417,31 @@ impl Drive {
             .min()
             .unwrap_or(0)
     }
+}
+
+/// The metrics of mirrored positions, for the chain's and the stripe's
+/// [`ObjectStore::metrics`]: positions serving from one copy, and copies dropped while
+/// serving (failed, full or refused).
+pub fn mirror_metrics(drives: &[Drive]) -> Vec<StoreMetric> {
+    let degraded = drives.iter().filter(|d| d.degraded()).count();
+    let dropped: usize = drives
+        .iter()
+        .map(|d| d.copies.iter().filter(|c| c.dropped()).count())
+        .sum();
+    vec![
+        StoreMetric {
+            name: "degraded_positions",
+            kind: "gauge",
+            help: "Mirrored positions serving from one copy (the other failed, is full or refuses writes; brought in step at the next open or by `lsvd chain rebuild`).",
+            value: degraded as f64,
+        },
+        StoreMetric {
+            name: "mirror_copies_dropped_total",
+            kind: "counter",
+            help: "Mirror copies taken out of service while serving: a failed copy, a full one (its mirror took the object) or one that refuses writes.",
+            value: dropped as f64,
+        },
+    ]
 }
 
 /// Overwrite the file at `path` with `data` and make it durable, if the file is

@@ -14,11 +14,13 @@ use bytes::Bytes;
 use super::drives::{DriveSpec, describe};
 use super::meta::{DRIVE_RECORD_NAME, Layout};
 use super::open::open_drives;
-use super::position::{Drive, Read};
+use super::position::{Drive, Read, mirror_metrics};
 use super::{home_drive, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
-use crate::store::{BoxFuture, CopyBytes, ListEntry, ObjectStore, PutMode, StoreResult};
+use crate::store::{
+    BoxFuture, CopyBytes, ListEntry, ObjectStore, PutMode, StoreMetric, StoreResult,
+};
 
 #[derive(Clone)]
 pub struct StripeStore {
@@ -92,6 +94,9 @@ impl ObjectStore for StripeStore {
     }
     fn is_local(&self) -> bool {
         true
+    }
+    fn metrics(&self) -> Vec<StoreMetric> {
+        mirror_metrics(&self.drives)
     }
     fn get_range_copies(
         &self,

@@ -214,8 +214,9 @@ async fn put_if_absent_holds_across_drives() {
 }
 
 /// Drives of 64 KiB, 16 KiB objects: four fill a drive, the tail moves on (recorded
-/// on every drive, kept by a reopen), a full chain refuses, and space GC frees on the
-/// first drive is used again once the tail wraps round.
+/// on every drive, kept by a reopen), a full chain refuses with `Full` (it was
+/// `Transient`, retried forever), and space GC frees on the first drive is used again
+/// once the tail wraps round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_moves_when_a_drive_fills_and_wraps_to_freed_space() {
     let root = TempDir::new("chain-tail");
@@ -243,7 +244,7 @@ async fn tail_moves_when_a_drive_fills_and_wraps_to_freed_space() {
     let full = s
         .put(&obj(12, 'd'), body("x", size), PutMode::IfAbsent)
         .await;
-    assert_eq!(full.expect_err("no room").kind, ErrorKind::Transient);
+    assert_eq!(full.expect_err("no room").kind, ErrorKind::Full);
     assert!(holders(&d, &obj(12, 'd')).is_empty());
     // Reopened: the tail is where it was.
     drop(s);
@@ -459,4 +460,60 @@ pub(super) async fn keys_async(s: &dyn ObjectStore) -> Vec<String> {
         .into_iter()
         .map(|e| e.key)
         .collect()
+}
+
+/// A drive whose filesystem fills before its `drive_size` (ENOSPC, injected) is passed
+/// over: the object goes to the next drive with room and the tail moves there. Once
+/// no drive has room the put is `Full`, and the next put tries every drive again (the
+/// full one may have room by then). Before, the ENOSPC came back as `Transient` and the
+/// chain sent every retry to the same full drive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_full_before_its_size_is_passed_over() {
+    use crate::store::fs::injected::fail_puts;
+    let root = TempDir::new("chain-enospc");
+    let d = dirs(&root, 3);
+    let s = open_chain(&d, "?drive_size=64K");
+    let size = 16 << 10;
+    fail_puts(&d[0], Some(libc::ENOSPC));
+    put(&s, &obj(0, 'd'), size).await;
+    assert_eq!(holders(&d, &obj(0, 'd')), vec![1]);
+    assert_eq!(s.tail(), 1);
+    fail_puts(&d[0], None);
+    // Drives 1 and 2 fill by their size; drive 0 is still taken for full.
+    for seq in 1..8 {
+        put(&s, &obj(seq, 'd'), size).await;
+    }
+    assert_eq!(s.used_bytes(), vec![0, 64 << 10, 64 << 10]);
+    let e = s
+        .put(&obj(8, 'd'), body("x", size), PutMode::IfAbsent)
+        .await
+        .expect_err("no drive with room");
+    assert_eq!(e.kind, ErrorKind::Full, "{e}");
+    // Tried again: drive 0 has room after all.
+    put(&s, &obj(8, 'd'), size).await;
+    assert_eq!(holders(&d, &obj(8, 'd')), vec![0]);
+    assert_eq!(s.tail(), 0);
+}
+
+/// A stripe's key lives on one drive: when that drive is full the put is `Full` at
+/// once (no other drive may take it), and the stripe reports its mirror metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stripe_member_is_full() {
+    use crate::store::fs::injected::fail_puts;
+    let root = TempDir::new("stripe-enospc");
+    let d = dirs(&root, 2);
+    let s = open_store(&url("stripe", &d, "")).expect("open stripe");
+    let key = obj(1, 'd');
+    let home = super::home_drive(&key, 2);
+    fail_puts(&d[home], Some(libc::ENOSPC));
+    let e = s
+        .put(&key, body(&key, 4096), PutMode::IfAbsent)
+        .await
+        .expect_err("its drive is full");
+    assert_eq!(e.kind, ErrorKind::Full, "{e}");
+    assert!(holders(&d, &key).is_empty());
+    fail_puts(&d[home], None);
+    put(&*s, &key, 4096).await;
+    let names: Vec<&str> = s.metrics().iter().map(|m| m.name).collect();
+    assert_eq!(names, ["degraded_positions", "mirror_copies_dropped_total"]);
 }

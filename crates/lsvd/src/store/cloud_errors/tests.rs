@@ -67,7 +67,7 @@ fn maps_s3_errors() {
             source: src("x"),
         },
     ] {
-        assert_eq!(k(s3, e), ErrorKind::Permanent);
+        assert_eq!(k(s3, e), ErrorKind::Denied);
     }
     for (m, want) in [
         (
@@ -142,6 +142,10 @@ fn maps_s3_errors() {
         ),
         (
             "status code: 404 Not Found: <Error><Code>XAdminUserNotFound</Code><Message>No user</Message></Error>",
+            ErrorKind::Denied,
+        ),
+        (
+            "status code: 404 Not Found: <Error><Code>SomethingElse</Code></Error>",
             ErrorKind::Permanent,
         ),
     ] {
@@ -263,4 +267,101 @@ fn scrubs_and_shortens_messages() {
         "https://s3.example.com"
     );
     assert_eq!(strip_userinfo("weird"), "weird");
+}
+
+/// An error as `object_store` reports a status it does not retry (403 ->
+/// `PermissionDenied`, 401 -> `Unauthenticated`, others `Generic`), with `body`.
+fn status(code: u16, body: &'static str) -> E {
+    let text: &'static str = Box::leak(
+        format!("Server returned non-2xx status code: {code} X: {body}").into_boxed_str(),
+    );
+    match code {
+        403 => E::PermissionDenied {
+            path: p(),
+            source: src(text),
+        },
+        401 => E::Unauthenticated {
+            path: p(),
+            source: src(text),
+        },
+        _ => generic(text),
+    }
+}
+
+/// Out of room is `Full` and refused credentials are `Denied`, on every service and
+/// whatever status they come with; throttling and server errors stay `Transient`. The
+/// bodies are what the servers send: versitygw answers `ENOSPC` with
+/// `507 InsufficientStorage` and `EDQUOT` with `403 QuotaExceeded` (its
+/// s3err/s3err.go), Ceph RGW a quota with `403 QuotaExceeded`, MinIO a full disk with
+/// `507 XMinioStorageFull`. A `403` was `Permanent` and a `507` `Transient` before:
+/// neither told the engine that retrying was pointless.
+#[test]
+fn maps_full_and_denied_answers() {
+    let xml = |code: &str| -> &'static str {
+        Box::leak(
+            format!(
+                "<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>m</Message></Error>"
+            )
+            .into_boxed_str(),
+        )
+    };
+    for service in [Service::S3, Service::Gcs, Service::Azure] {
+        for (code, body, want) in [
+            (507, xml("InsufficientStorage"), ErrorKind::Full),
+            (507, xml("XMinioStorageFull"), ErrorKind::Full),
+            (507, "", ErrorKind::Full),
+            (403, xml("QuotaExceeded"), ErrorKind::Full),
+            (400, xml("XMinioAdminBucketQuotaExceeded"), ErrorKind::Full),
+            (403, xml("AccessDenied"), ErrorKind::Denied),
+            (403, xml("SignatureDoesNotMatch"), ErrorKind::Denied),
+            (403, xml("InvalidAccessKeyId"), ErrorKind::Denied),
+            (403, xml("RequestTimeTooSkewed"), ErrorKind::Denied),
+            (403, "", ErrorKind::Denied),
+            (401, "", ErrorKind::Denied),
+            (400, xml("ExpiredToken"), ErrorKind::Denied),
+            (400, xml("InvalidToken"), ErrorKind::Denied),
+            (403, xml("AuthenticationFailed"), ErrorKind::Denied),
+            (
+                403,
+                xml("AuthorizationPermissionMismatch"),
+                ErrorKind::Denied,
+            ),
+            (400, xml("EntityTooLarge"), ErrorKind::Permanent),
+            (400, xml("InvalidArgument"), ErrorKind::Permanent),
+            (503, xml("SlowDown"), ErrorKind::Transient),
+            (500, xml("InternalError"), ErrorKind::Transient),
+            (429, "", ErrorKind::Transient),
+            (408, "", ErrorKind::Transient),
+        ] {
+            assert_eq!(
+                k(service, status(code, body)),
+                want,
+                "{service:?} {code} {body}"
+            );
+        }
+        // The hint says what to do.
+        let (_, hint) = classify(service, &status(507, xml("InsufficientStorage")));
+        assert_eq!(hint, Some(FULL_HINT));
+        let (_, hint) = classify(service, &status(403, xml("SignatureDoesNotMatch")));
+        assert_eq!(hint, Some(service.credentials_hint()));
+    }
+    // GCS sends JSON: a storage quota is a 403 with the reason quotaExceeded; a rate
+    // limit is a 429 (or a 403 rateLimitExceeded), which passes.
+    let gcs = Service::Gcs;
+    let quota = r#"{"error":{"code":403,"message":"Quota exceeded","errors":[{"reason":"quotaExceeded"}]}}"#;
+    assert_eq!(k(gcs, status(403, quota)), ErrorKind::Full);
+    let forbidden =
+        r#"{"error":{"code":403,"message":"x does not have storage.objects.create access"}}"#;
+    assert_eq!(k(gcs, status(403, forbidden)), ErrorKind::Denied);
+    let rate =
+        r#"{"error":{"code":429,"message":"rate","errors":[{"reason":"rateLimitExceeded"}]}}"#;
+    assert_eq!(k(gcs, status(429, rate)), ErrorKind::Transient);
+    // A missing object is never read as out of room or refused.
+    assert_eq!(
+        k(
+            Service::S3,
+            nf("status code: 404 Not Found: <Error><Code>NoSuchKey</Code></Error>")
+        ),
+        ErrorKind::NotFound
+    );
 }

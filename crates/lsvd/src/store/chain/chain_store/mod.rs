@@ -91,6 +91,10 @@ struct State {
     used_bytes: Vec<u64>,
     /// Bytes of puts in flight, per drive.
     reserved_bytes: Vec<u64>,
+    /// Drives whose filesystem answered a put with "full" (before `drive_size` or the
+    /// free space seen said so): no room until a delete there, or until no drive has
+    /// room (then every drive is tried again).
+    full: Vec<bool>,
     tail: usize,
     generation: u64,
     counters: Vec<DriveCounters>,
@@ -146,6 +150,7 @@ impl ChainStore {
                     in_flight: HashMap::new(),
                     used_bytes,
                     reserved_bytes: vec![0; n],
+                    full: vec![false; n],
                     tail,
                     generation: opened.current.generation,
                     counters: vec![DriveCounters::default(); n],

@@ -1,6 +1,6 @@
 //! The chain behind the `ObjectStore` trait: each call handed to its `ops` method,
 //! plus the store's metrics (reads, reads that reached the tail, the tail's position,
-//! degraded positions).
+//! degraded positions, mirror copies dropped).
 
 use super::*;
 
@@ -73,12 +73,8 @@ impl ObjectStore for ChainStore {
     }
     fn metrics(&self) -> Vec<StoreMetric> {
         let (reads, tail_reads) = self.read_counts();
-        let (tail, degraded) = {
-            let st = self.lock();
-            let degraded = self.inner.drives.iter().filter(|d| d.degraded()).count();
-            (st.tail, degraded)
-        };
-        vec![
+        let tail = self.lock().tail;
+        let mut metrics = vec![
             StoreMetric {
                 name: "reads_total",
                 kind: "counter",
@@ -97,12 +93,8 @@ impl ObjectStore for ChainStore {
                 help: "Position of the drive taking new writes.",
                 value: tail as f64,
             },
-            StoreMetric {
-                name: "degraded_positions",
-                kind: "gauge",
-                help: "Mirrored positions serving from one copy (the other failed; rebuilt at the next open).",
-                value: degraded as f64,
-            },
-        ]
+        ];
+        metrics.extend(super::super::position::mirror_metrics(&self.inner.drives));
+        metrics
     }
 }

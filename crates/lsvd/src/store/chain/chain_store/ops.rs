@@ -36,14 +36,61 @@ impl ChainStore {
         }
         valid_key(&key)?;
         let size_bytes = data.len() as u64;
-        let (drive, known, moved, to_tail) = {
+        // A log object whose drive turns out full goes to the next drive with room:
+        // each try marks one drive full, so after one try per drive the placement
+        // itself answers `Full` (and clears the marks for the next put).
+        for _ in 0..=self.inner.drives.len() {
+            let (result, drive, placed) = self
+                .put_once(&key, data.clone(), mode, &placement, size_bytes)
+                .await;
+            match result {
+                Err(e) if e.kind == ErrorKind::Full && placed => {
+                    self.lock().full[drive] = true;
+                    crate::log::warn(&format!(
+                        "{}: drive {drive} ({}) is full before its share was used ({e}); \
+                         placing {key} on another drive",
+                        self.inner.describe,
+                        self.inner.drives[drive].describe()
+                    ));
+                }
+                r => return r,
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Full,
+            format!(
+                "{}: every drive is full (putting {key})",
+                self.inner.describe
+            ),
+        ))
+    }
+
+    /// One try of a put: the drive chosen, the put there, the index and counters kept.
+    /// Returns the result, the drive, and whether the drive was chosen by room (a log
+    /// object new to the index, which another drive may take instead).
+    async fn put_once(
+        &self,
+        key: &str,
+        data: Bytes,
+        mode: PutMode,
+        placement: &Placement,
+        size_bytes: u64,
+    ) -> (StoreResult<()>, usize, bool) {
+        let chosen = {
             let mut st = self.lock();
-            let known = st.index.contains_key(&key) || st.in_flight.contains_key(&key);
-            let (d, moved) = self.choose(&mut st, &key, size_bytes, &placement)?;
-            st.reserved_bytes[d] += size_bytes;
-            st.in_flight.entry(key.clone()).or_insert((d, 0)).1 += 1;
-            (d, known, moved, d == st.tail)
+            let known = st.index.contains_key(key) || st.in_flight.contains_key(key);
+            self.choose(&mut st, key, size_bytes, placement)
+                .map(|(d, moved)| {
+                    st.reserved_bytes[d] += size_bytes;
+                    st.in_flight.entry(key.to_string()).or_insert((d, 0)).1 += 1;
+                    (d, known, moved, d == st.tail)
+                })
         };
+        let (drive, known, moved, to_tail) = match chosen {
+            Ok(c) => c,
+            Err(e) => return (Err(e), 0, false),
+        };
+        let placed = !known && is_log_object(key);
         let result = async {
             if moved {
                 self.record_tail().await;
@@ -51,7 +98,7 @@ impl ChainStore {
             // Written by another process on another drive since open: taken.
             if mode == PutMode::IfAbsent && !known {
                 for (d, other) in self.inner.drives.iter().enumerate() {
-                    if d != drive && other.stat(&key).is_some() {
+                    if d != drive && other.stat(key).is_some() {
                         return Err(Error::new(
                             ErrorKind::AlreadyExists,
                             format!("{key} exists on drive {d} ({})", other.describe()),
@@ -59,12 +106,12 @@ impl ChainStore {
                     }
                 }
             }
-            self.inner.drives[drive].put(&key, data, mode).await
+            self.inner.drives[drive].put(key, data, mode).await
         }
         .await;
         let mut st = self.lock();
         st.reserved_bytes[drive] -= size_bytes;
-        if let Entry::Occupied(mut e) = st.in_flight.entry(key.clone()) {
+        if let Entry::Occupied(mut e) = st.in_flight.entry(key.to_string()) {
             e.get_mut().1 -= 1;
             if e.get().1 == 0 {
                 e.remove();
@@ -72,13 +119,15 @@ impl ChainStore {
         }
         match &result {
             Ok(()) => {
-                let old = st.index.insert(key.clone(), Located { drive, size_bytes });
+                let old = st
+                    .index
+                    .insert(key.to_string(), Located { drive, size_bytes });
                 if let Some(old) = old {
                     st.used_bytes[old.drive] -= old.size_bytes.min(st.used_bytes[old.drive]);
                 }
                 st.used_bytes[drive] += size_bytes;
                 let gc = matches!(placement, Placement::Gc { .. });
-                let client_object = !gc && is_log_object(&key);
+                let client_object = !gc && is_log_object(key);
                 let c = &mut st.counters[drive];
                 c.puts += 1;
                 c.put_bytes += size_bytes;
@@ -89,11 +138,11 @@ impl ChainStore {
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 drop(st);
                 // Known now, wherever it is.
-                let _ = self.find(&key);
+                let _ = self.find(key);
             }
             Err(_) => {}
         }
-        result
+        (result, drive, placed)
     }
 
     pub(super) async fn read(&self, key: String, read: Read) -> StoreResult<Vec<u8>> {
@@ -213,6 +262,8 @@ impl ChainStore {
         if let Some(d) = drive {
             self.inner.drives[d].delete(&key).await?;
             self.forget(&key, d);
+            // Room made there: the drive takes puts again.
+            self.lock().full[d] = false;
         }
         Ok(())
     }

@@ -6,8 +6,11 @@
 use super::*;
 
 impl ChainStore {
-    /// Bytes drive `d` can still take.
+    /// Bytes drive `d` can still take (none once its filesystem said it is full).
     fn room(&self, st: &State, d: usize) -> u64 {
+        if st.full[d] {
+            return 0;
+        }
         match self.inner.drive_size_bytes {
             Some(cap) => cap.saturating_sub(st.used_bytes[d] + st.reserved_bytes[d]),
             None => self.inner.drives[d]
@@ -57,8 +60,11 @@ impl ChainStore {
                 return Ok((d, true));
             }
         }
+        // Out of room: the drives a filesystem called full are tried again by the next
+        // put (room may have been made meanwhile, by GC or the operator).
+        st.full.iter_mut().for_each(|f| *f = false);
         Err(Error::new(
-            ErrorKind::Transient,
+            ErrorKind::Full,
             format!(
                 "{}: no drive has room for {size_bytes} more bytes (GC may free some)",
                 self.inner.describe
