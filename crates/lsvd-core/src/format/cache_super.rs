@@ -7,9 +7,9 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDCSB\0"
-//!      8    2 version (1)
+//!      8    2 version (2; version 1 is still read)
 //!     10    2 flags: bit 0 = closed cleanly
-//!     12    4 crc32c over bytes 0..88 (this field zero)
+//!     12    4 crc32c over bytes 0..96 (0..88 in version 1) with this field zero
 //!     16   16 volume id
 //!     32    8 generation
 //!     40    8 cache file size in bytes
@@ -19,14 +19,18 @@
 //!     72    8 tail sequence number: that record's sequence number
 //!     80    8 index epoch: random per open; a write-log index counts only if it
 //!             carries the same epoch (0 = none; older builds wrote 0 here)
+//!     88    8 volume epoch: the claim of the volume this log's records belong to
+//!             (version 2; 0 in version 1: unknown). Another claim since means its
+//!             records after what that epoch uploaded were superseded.
 //! ```
 
 use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
 
 pub const CACHE_SUPER_MAGIC: &[u8; 8] = b"LSVDCSB\0";
-pub const CACHE_SUPER_VERSION: u16 = 1;
+pub const CACHE_SUPER_VERSION: u16 = 2;
 pub const CACHE_SUPER_BYTES: usize = 4096;
-const ENCODED_BYTES: usize = 88;
+const ENCODED_BYTES: usize = 96;
+const ENCODED_BYTES_V1: usize = 88;
 const CRC_AT: usize = 12;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +45,9 @@ pub struct CacheSuper {
     pub tail_seq: u64,
     /// Chosen at each open; write-log indexes written during that open carry it.
     pub index_epoch: u64,
+    /// The volume epoch (claim) this log's records were written under; 0: unknown
+    /// (version 1).
+    pub volume_epoch: u64,
 }
 
 /// Encode into a full 4 KiB block.
@@ -58,6 +65,7 @@ pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     w.u64(s.tail_offset);
     w.u64(s.tail_seq);
     w.u64(s.index_epoch);
+    w.u64(s.volume_epoch);
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.zeros(CACHE_SUPER_BYTES - ENCODED_BYTES);
@@ -73,9 +81,23 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
             have: buf.len(),
         });
     }
-    let body = &buf[..ENCODED_BYTES];
+    let version = match expect_magic_version(
+        &mut Reader::new(buf, WHAT),
+        CACHE_SUPER_MAGIC,
+        CACHE_SUPER_VERSION,
+        WHAT,
+    ) {
+        Ok(()) => CACHE_SUPER_VERSION,
+        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
+        Err(e) => return Err(e),
+    };
+    let body = &buf[..if version == 1 {
+        ENCODED_BYTES_V1
+    } else {
+        ENCODED_BYTES
+    }];
     let mut r = Reader::new(body, WHAT);
-    expect_magic_version(&mut r, CACHE_SUPER_MAGIC, CACHE_SUPER_VERSION, WHAT)?;
+    r.take(10)?;
     let flags = r.u16()?;
     let stored = r.u32()?;
     let computed = crc_with_hole(body, CRC_AT);
@@ -96,6 +118,7 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         tail_offset: r.u64()?,
         tail_seq: r.u64()?,
         index_epoch: r.u64()?,
+        volume_epoch: if version == 1 { 0 } else { r.u64()? },
     };
     if !(s.log_start <= s.tail_offset && s.tail_offset < s.log_end && s.log_end <= s.file_bytes) {
         return Err(invalid(WHAT, "log region or tail out of bounds"));
@@ -127,6 +150,7 @@ mod tests {
             tail_offset: 8192,
             tail_seq: 1,
             index_epoch: 9,
+            volume_epoch: 3,
         }
     }
 
@@ -139,6 +163,32 @@ mod tests {
         torn[40] ^= 1;
         assert_eq!(newest_cache_super(&a, &torn).expect("valid").generation, 4);
         assert!(newest_cache_super(&torn, &torn).is_err());
-        assert_eq!(&a[..10], b"LSVDCSB\0\x01\x00");
+        assert_eq!(&a[..10], b"LSVDCSB\0\x02\x00");
+        assert_eq!(&a[88..96], &3u64.to_le_bytes());
+        assert!(a[96..].iter().all(|&b| b == 0));
+        for pos in 0..96 {
+            let mut bad = a.clone();
+            bad[pos] ^= 0x10;
+            assert!(decode_cache_super(&bad).is_err(), "flip at {pos}");
+        }
+    }
+
+    /// A version 1 superblock (88 bytes checked) as builds before epochs wrote it.
+    #[test]
+    fn version_1_still_reads_with_an_unknown_epoch() {
+        let mut v1 = encode_cache_super(&sample(7));
+        v1[8] = 1;
+        v1[88..96].fill(0);
+        v1[CRC_AT..CRC_AT + 4].fill(0);
+        let crc = crc32c::crc32c(&v1[..88]);
+        v1[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let sb = decode_cache_super(&v1).expect("decodes");
+        assert_eq!(
+            sb,
+            CacheSuper {
+                volume_epoch: 0,
+                ..sample(7)
+            }
+        );
     }
 }

@@ -4,6 +4,7 @@ mod admin;
 mod chain;
 mod check;
 mod delete;
+mod duration;
 #[cfg(test)]
 mod engine_args_tests;
 mod inspect;
@@ -260,6 +261,20 @@ pub struct ServeArgs {
     /// port can read and write every export. Prints a warning.
     #[arg(long)]
     pub insecure: bool,
+    /// Stand by for one volume served by another lsvd (another host, or another
+    /// --data on this one, with the same --store): serve nothing until that server
+    /// stops (at once after a clean stop) or its lease lapses (--lease-timeout after
+    /// its last renewal, if it crashed, hung or lost the store), then take the volume
+    /// over and export it on this server's own --listen/--socket. After a crash the
+    /// volume holds what the store had: writes the old server acknowledged but had not
+    /// uploaded are lost, as after losing its disk. Example: lsvd serve disk0 --standby
+    #[arg(long)]
+    pub standby: bool,
+    /// This data directory's write log holds records a superseded session
+    /// acknowledged (another process took the volume over since): discard them, with a
+    /// warning, instead of refusing to start. They are not in the volume either way.
+    #[arg(long)]
+    pub discard_superseded_log: bool,
     /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
     #[arg(long)]
     pub metrics: Option<String>,
@@ -404,6 +419,19 @@ pub struct EngineArgs {
     /// each record as soon as it is uploaded. Example: --log-free-target 512M
     #[arg(long, default_value = "auto", value_name = "SIZE")]
     pub log_free_target: String,
+    /// How long this server may go without renewing its lease on the volume (it
+    /// renews every third of it) before another lsvd may take the volume over; and
+    /// how long a new server waits for a holder that stopped renewing before it takes
+    /// over. A server that cannot renew in time (paused, cut off from the store, a
+    /// full or refusing store) holds its answers until it has renewed. Example:
+    /// --lease-timeout 5s
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub lease_timeout: String,
+    /// How long a request may wait (for a lease renewal, for room in a full write
+    /// log) before it fails instead: ENOSPC when the store or the log is full, EIO
+    /// otherwise. Example: --stall-timeout 60s
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub stall_timeout: String,
 }
 
 impl EngineArgs {
@@ -453,6 +481,20 @@ impl EngineArgs {
                     .map_err(|e| Error::bad_input(format!("--log-free-target: {e}")))?,
             ),
         };
+        let lease_timeout =
+            duration::parse_positive_duration("--lease-timeout", &self.lease_timeout)?;
+        if lease_timeout < std::time::Duration::from_millis(300)
+            || lease_timeout.as_millis() > u128::from(u32::MAX)
+        {
+            return Err(Error::bad_input(format!(
+                "invalid --lease-timeout '{}': give 300ms or more (10s is the default)",
+                self.lease_timeout
+            )));
+        }
+        let lease_timeout_ms = lease_timeout.as_millis() as u32;
+        let stall_timeout_ms =
+            duration::parse_positive_duration("--stall-timeout", &self.stall_timeout)?.as_millis()
+                as u64;
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
@@ -475,6 +517,11 @@ impl EngineArgs {
             } else {
                 RecoveryMode::Strict
             },
+            lease: crate::engine::lease::LeaseConfig {
+                timeout_ms: lease_timeout_ms,
+                ..crate::engine::lease::LeaseConfig::for_command("lsvd serve")
+            },
+            stall_timeout_ms,
             ..EngineConfig::default()
         };
         tuning.apply(&mut config);

@@ -194,7 +194,23 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     };
     let resolved =
         tokio::task::block_in_place(|| resolve_tuning(common, &args.engine.tuning, use_))?;
-    let config = args.engine.to_config_tuned(&resolved.tuning)?;
+    let mut config = args.engine.to_config_tuned(&resolved.tuning)?;
+    config.discard_superseded_log = args.discard_superseded_log || args.standby;
+    config.lease.holder =
+        crate::engine::lease::describe_this_process(&match (&listen, &args.socket) {
+            (Some(l), _) => format!("lsvd serve on {l}"),
+            (None, Some(s)) => format!("lsvd serve on {}", s.display()),
+            (None, None) => "lsvd serve".to_string(),
+        });
+    if args.standby {
+        config.lease.takeover = crate::engine::lease::Takeover::Wait;
+        if args.names.len() != 1 || engine::split_export_name(&args.names[0]).1.is_some() {
+            return Err(Error::bad_input(
+                "--standby takes exactly one volume to stand by for (not a snapshot): lsvd serve VOL --standby",
+            ));
+        }
+    }
+    let mut signals = StopSignals::catch();
     let mut names = args.names.clone();
     if names.is_empty() {
         names.push(DEFAULT_VOLUME.to_string());
@@ -232,6 +248,40 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 )
                 .await
             }
+            (volume, None) if args.standby => {
+                eprintln!(
+                    "lsvd: standing by for {volume}: it is served here once its server stops or its lease lapses"
+                );
+                let stand_by = async {
+                    loop {
+                        match engine::open_volume(
+                            store.clone(),
+                            volume,
+                            &common.data,
+                            config.clone(),
+                        )
+                        .await
+                        {
+                            // Another process claimed it first, or the holder renewed
+                            // just as this one took over: stand by again.
+                            Err(e)
+                                if e.kind == ErrorKind::Conflict
+                                    && e.message.contains(crate::engine::lease::CLAIM_RACE) =>
+                            {
+                                crate::log::info(&format!("{e}; standing by again"));
+                            }
+                            other => return other,
+                        }
+                    }
+                };
+                tokio::select! {
+                    r = stand_by => r,
+                    () = signals.wait() => {
+                        eprintln!("lsvd: stopped while standing by (nothing was changed)");
+                        return Ok(());
+                    }
+                }
+            }
             (volume, None) => {
                 engine::open_volume(store.clone(), volume, &common.data, config.clone()).await
             }
@@ -255,6 +305,18 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 report.log_records_replayed,
                 format_size(report.log_bytes_replayed),
                 report.stranded_deleted.len()
+            );
+        }
+        if let Some(from) = &report.took_over_from {
+            eprintln!(
+                "lsvd: took {name} over from {from} (epoch {}): it serves what the store held",
+                report.epoch
+            );
+        }
+        if report.log_records_discarded > 0 {
+            eprintln!(
+                "lsvd: {name}: discarded {} write-log records a superseded session acknowledged",
+                report.log_records_discarded
             );
         }
         if report.log_records_kept > 0 {
@@ -285,7 +347,6 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
             })),
     );
-    let mut signals = StopSignals::catch();
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     if let Some(addr) = &listen {
@@ -361,7 +422,10 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     eprintln!("{}", settings_line(&resolved.tuning));
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
 
-    signals.wait().await;
+    let all_failed = tokio::select! {
+        () = signals.wait() => false,
+        () = all_volumes_failed(&volumes) => true,
+    };
     eprintln!("lsvd: shutting down: draining connections");
     let _ = shutdown_tx.send(true);
     for t in tasks {
@@ -384,10 +448,38 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     for path in args.socket.iter().chain(control.iter()) {
         let _ = std::fs::remove_file(path);
     }
+    if all_failed && result.is_ok() {
+        result = Err(Error::new(
+            ErrorKind::VolumeFailed,
+            "every volume this server served failed (see the lines above); it stopped",
+        ));
+    }
     if result.is_ok() {
         eprintln!("lsvd: stopped cleanly");
     }
     result
+}
+
+/// Returns once every writable volume has failed (fenced by a takeover, a failed
+/// cache device, a panic), a few seconds after the last one failed, so that requests
+/// in flight get their error answers first: a server with nothing left to serve
+/// stops, and exits non-zero.
+async fn all_volumes_failed(volumes: &[Arc<Volume>]) {
+    let writable: Vec<&Arc<Volume>> = volumes
+        .iter()
+        .filter(|v| v.snapshot_name().is_none())
+        .collect();
+    if writable.is_empty() {
+        return std::future::pending().await;
+    }
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if writable.iter().all(|v| v.status().failure.is_some()) {
+            crate::log::error("every volume of this server failed: stopping in 3 s");
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            return;
+        }
+    }
 }
 
 /// SIGINT and SIGTERM, caught from the moment this is made: a signal that arrives

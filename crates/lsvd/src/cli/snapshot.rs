@@ -223,7 +223,7 @@ pub(super) async fn with_volume<T>(
     // on another host: the command belongs there.
     let meta = engine::read_meta(&store, volume).await?;
     let newest = engine::newest_volume_super(&store, &meta).await?;
-    if newest.is_some_and(|sb| !sb.clean) && !log_path.exists() {
+    if newest.as_ref().is_some_and(|sb| !sb.clean) && !log_path.exists() {
         return Err(Error::new(
             crate::error::ErrorKind::Conflict,
             format!(
@@ -242,6 +242,8 @@ pub(super) async fn with_volume<T>(
             engine::MIN_LOG_SIZE_BYTES
         },
         read_cache_bytes: 0,
+        // Never from under a live server: one that renews its lease is refused.
+        lease: crate::engine::lease::LeaseConfig::for_command("lsvd command"),
         ..EngineConfig::default()
     };
     let (vol, report) = engine::open_volume(store, volume, &common.data, config).await?;

@@ -46,6 +46,10 @@ use crate::store::DynStore;
 
 /// Default lease timeout of `lsvd serve` and the commands that change a volume.
 pub const DEFAULT_LEASE_TIMEOUT_MS: u32 = 10_000;
+/// Words in the `Conflict` an open fails with when another process claimed the volume
+/// (or its holder renewed) between the wait and the claim: a standby waits again.
+pub const CLAIM_RACE: &str = "while this process";
+
 /// How often a process waiting for a holder looks for a new generation.
 pub const DEFAULT_LEASE_POLL_MS: u64 = 200;
 
@@ -195,24 +199,27 @@ pub(crate) async fn acquire(
         // Someone holds it: watch for its renewals for a whole lease timeout.
         let timeout_ms = sb.lease_timeout_ms;
         let timeout = Duration::from_millis(u64::from(timeout_ms));
-        let holder = holder_name(&sb);
-        if !said_waiting {
-            let what = match config.takeover {
-                Takeover::Wait => "standing by".to_string(),
-                _ => format!("waiting up to {} ms for its lease to lapse", timeout_ms),
-            };
-            crate::log::info(&format!(
-                "volume {name} is held by {holder} (superblock generation {}): {what}",
-                sb.generation
-            ));
-            said_waiting = true;
-        }
         let mut current = sb;
         let mut seen_at = clock.now();
         loop {
             clock
                 .sleep(Duration::from_millis(config.poll_ms.max(1)))
                 .await;
+            // Said once the holder is late (a live one renews every third of its
+            // timeout), or at once by a standby: a refusal stays one line.
+            let late = clock.now().saturating_sub(seen_at) > timeout / 3 + timeout / 10;
+            if !said_waiting && (late || config.takeover == Takeover::Wait) {
+                let what = match config.takeover {
+                    Takeover::Wait => "standing by".to_string(),
+                    _ => format!("waiting up to {timeout_ms} ms in all for its lease to lapse"),
+                };
+                crate::log::info(&format!(
+                    "volume {name} is held by {} (superblock generation {}): {what}",
+                    holder_name(&current),
+                    current.generation
+                ));
+                said_waiting = true;
+            }
             match read_generation(store, meta, current.generation + 1).await {
                 Ok(next) => {
                     if next.clean || next.deleting {

@@ -41,6 +41,7 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
             tail_offset,
             tail_seq,
             index_epoch: shared.index_epoch,
+            volume_epoch: shared.epoch(),
         };
         (sb, through)
     };

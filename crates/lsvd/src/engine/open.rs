@@ -443,15 +443,20 @@ async fn open_inner(
     // Records past the store's end that a session acknowledged after which another
     // process claimed the volume: that process's history does not hold them, and
     // replaying them would mix two histories. Refused, or discarded when asked.
+    let superseded_after = match existing {
+        Some(sb) if snapshot.is_none() && !store_last_written_by_this_log => {
+            superseded_after(&store, &meta, &sb, &history, last_in_store).await?
+        }
+        _ => u64::MAX,
+    };
     let superseded = chain
         .iter()
-        .filter(|r| r.header.seq > last_in_store)
+        .filter(|r| r.header.seq > superseded_after)
         .count() as u64;
-    if snapshot.is_none() && existing.is_some() && !store_last_written_by_this_log && superseded > 0
-    {
+    if superseded > 0 {
         let first = chain
             .iter()
-            .find(|r| r.header.seq > last_in_store)
+            .find(|r| r.header.seq > superseded_after)
             .map_or(0, |r| r.header.seq);
         let last = chain.last().map_or(0, |r| r.header.seq);
         let by = newest_super.as_ref().map_or_else(
@@ -476,7 +481,7 @@ async fn open_inner(
             "volume {name}: discarding {superseded} records (sequence {first}..={last}) of write log {cache_name}: a superseded session acknowledged them, and {by} has claimed the volume since"
         ));
         report.log_records_discarded = superseded;
-        chain.retain(|r| r.header.seq <= last_in_store);
+        chain.retain(|r| r.header.seq <= superseded_after.min(last_in_store));
     }
     let plan = plan_log(
         chain,
@@ -623,6 +628,7 @@ async fn open_inner(
         tail_offset,
         tail_seq,
         index_epoch,
+        volume_epoch: claim_plan.as_ref().map_or(0, |p| p.epoch),
     };
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
     let write_failed = |e| {
@@ -647,6 +653,60 @@ async fn open_inner(
         report.stranded_deleted = settle_store(&store, name, &rec).await?;
     }
     Ok((Arc::new(start_tasks(shared)?), report))
+}
+
+/// The newest record of write log `log` that its session got into the volume's
+/// history, when another session has claimed the volume since: the log's records
+/// after it were acknowledged by a superseded session and are not in the volume.
+///
+/// The log says which epoch its records belong to; the history's first segment of a
+/// later epoch says where that epoch's part of the history ended (`after_seq`), and
+/// that object's header how far in the log it reached. Where the history no longer
+/// says (it was pruned past those segments, or the log predates epochs), only a log
+/// closed cleanly is known to have uploaded everything; an unclean one counts as
+/// superseded from its tail on.
+async fn superseded_after(
+    store: &DynStore,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    log: &CacheSuper,
+    history: &History,
+    last_in_store: u64,
+) -> Result<u64> {
+    if log.volume_epoch != 0
+        && let Some(next) = history.segments.iter().find(|s| s.epoch > log.volume_epoch)
+    {
+        if next.after_seq == 0 {
+            return Ok(0);
+        }
+        // The object that ended that part of the history, found by its number.
+        let prefix = format!(
+            "{}{:016x}",
+            super::keys::objects_prefix(&meta.name),
+            next.after_seq
+        );
+        let listed = store
+            .list(&prefix)
+            .await
+            .map_err(|e| e.context(format!("cannot list {prefix}")))?;
+        let want_epoch = history.epoch_of(next.after_seq);
+        let found = listed.iter().find(|e| {
+            super::keys::parse_object_name(&e.key)
+                .is_some_and(|n| n.seq == next.after_seq && want_epoch.is_none_or(|w| n.epoch == w))
+        });
+        return match found {
+            Some(e) => {
+                let header = super::store_recovery::read_header(store, &e.key).await?;
+                Ok(header.last_record_seq)
+            }
+            // Collected below a checkpoint since: what it held is in the store, as
+            // is every record through the store's end.
+            None => Ok(last_in_store),
+        };
+    }
+    if log.clean {
+        return Ok(u64::MAX);
+    }
+    Ok(log.tail_seq.saturating_sub(1).min(last_in_store))
 }
 
 /// What the claim writes: generation, epoch, and where its objects are numbered.
