@@ -98,7 +98,7 @@ impl Default for Limits {
             max_handshakes: 256,
             max_in_flight: 128,
             max_in_flight_bytes: 2 * MAX_PAYLOAD_BYTES,
-            max_server_in_flight_bytes: 8 * MAX_PAYLOAD_BYTES,
+            max_server_in_flight_bytes: 4 * MAX_PAYLOAD_BYTES,
             reply_queue: 256,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(600)),
