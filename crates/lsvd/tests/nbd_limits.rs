@@ -6,9 +6,72 @@
 
 mod common;
 
-use std::time::Instant;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::*;
+
+/// The text of `lsvd serve --metrics ADDR`.
+fn metrics_text(addr: &str) -> String {
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect to metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: lsvd\r\n\r\n")
+        .expect("ask for metrics");
+    let mut text = String::new();
+    conn.read_to_string(&mut text).expect("read metrics");
+    text
+}
+
+/// The value of the sample `line_start VALUE` (name and labels) in the metrics.
+fn sample(addr: &str, line_start: &str) -> f64 {
+    let text = metrics_text(addr);
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {line_start} in\n{text}"))
+}
+
+/// A raw NBD connection on `socket` after the greeting: a peer in its handshake.
+fn half_open(socket: &Path) -> UnixStream {
+    let mut s = UnixStream::connect(socket).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).expect("greeting");
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    s
+}
+
+/// A raw NBD connection in transmission on `export` (fixed newstyle, no zeroes,
+/// NBD_OPT_EXPORT_NAME), having sent nothing since.
+fn in_transmission(socket: &Path, export: &str) -> UnixStream {
+    let mut s = half_open(socket);
+    let mut msg = 3u32.to_be_bytes().to_vec(); // FIXED_NEWSTYLE | NO_ZEROES
+    msg.extend_from_slice(b"IHAVEOPT");
+    msg.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
+    msg.extend_from_slice(&(export.len() as u32).to_be_bytes());
+    msg.extend_from_slice(export.as_bytes());
+    s.write_all(&msg).expect("send option");
+    let mut info = [0u8; 10];
+    s.read_exact(&mut info).expect("export size and flags");
+    s
+}
+
+/// Waits, on a thread of its own, until the server closes `s`; the handle answers how
+/// long after `since` that happened.
+fn watch_close(mut s: UnixStream, since: Instant) -> std::thread::JoinHandle<Duration> {
+    std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        match s.read(&mut byte) {
+            Ok(0) => since.elapsed(),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => since.elapsed(),
+            other => panic!("expected the server to close, got {other:?}"),
+        }
+    })
+}
 
 /// Peak and current resident memory of process `pid`, in bytes (VmHWM, VmRSS).
 fn memory_of(pid: i32) -> (u64, u64) {
@@ -175,4 +238,160 @@ print("storm ok")
         mib(STORM_RSS_LIMIT),
         server.log()
     );
+}
+
+/// `--handshake-timeout`: a peer that connects and says nothing is closed when its
+/// own deadline passes, while another client connects and works meanwhile; counted in
+/// the metrics and logged.
+#[test]
+fn an_idle_handshake_is_closed_while_another_client_works() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("hs_timeout");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let server = lsvd.serve(
+        &dir.join("nbd.sock"),
+        &["vol", "--handshake-timeout", "1s", "--metrics", &metrics],
+    );
+    let idle = watch_close(half_open(&server.socket), Instant::now());
+    let opened = Instant::now();
+    let out = nbdsh(
+        &server.uri("vol"),
+        r#"
+h = connect()
+h.pwrite(pattern(1, 65536), 0)
+assert h.pread(65536, 0) == pattern(1, 65536)
+print("other client ok")
+"#,
+    );
+    assert!(out.contains("other client ok"), "{out}");
+    let worked_after = opened.elapsed();
+    let took = idle.join().expect("watcher");
+    eprintln!(
+        "idle handshake closed {:.2} s after it connected (--handshake-timeout 1s); \
+         the other client was done after {:.2} s",
+        took.as_secs_f64(),
+        worked_after.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "closed after {took:?}, deadline 1 s"
+    );
+    assert_eq!(sample(&metrics, "lsvd_nbd_handshake_timeouts_total"), 1.0);
+    // Logged once the connection has ended, just after it closed.
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .log()
+            .contains("not done after 1000 ms")),
+        "{}",
+        server.log()
+    );
+}
+
+/// `--idle-timeout`: a connection in transmission that sends nothing is closed after
+/// the timeout, one that keeps sending is not; counted and logged. Off with `0`.
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("idle_timeout");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let server = lsvd.serve(
+        &dir.join("nbd.sock"),
+        &["vol", "--idle-timeout", "1s", "--metrics", &metrics],
+    );
+    let quiet = watch_close(in_transmission(&server.socket, "vol"), Instant::now());
+    // Busy for 2 s, never quiet for a second.
+    let out = nbdsh(
+        &server.uri("vol"),
+        r#"
+import time
+h = connect()
+for i in range(8):
+    h.pwrite(pattern(i, 4096), 4096 * i)
+    time.sleep(0.25)
+for i in range(8):
+    assert h.pread(4096, 4096 * i) == pattern(i, 4096)
+print("busy client ok")
+"#,
+    );
+    assert!(out.contains("busy client ok"), "{out}");
+    let took = quiet.join().expect("watcher");
+    eprintln!(
+        "idle connection closed {:.2} s after its handshake (--idle-timeout 1s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "closed after {took:?}, idle timeout 1 s"
+    );
+    assert_eq!(sample(&metrics, "lsvd_nbd_idle_timeouts_total"), 1.0);
+    assert!(
+        wait_until(Duration::from_secs(5), || server
+            .log()
+            .contains("(the idle timeout): closed")),
+        "{}",
+        server.log()
+    );
+}
+
+/// A WRITE over the advertised maximum is refused with EINVAL, its payload skipped:
+/// the connection goes on and nothing was written. The refusal is counted in
+/// `lsvd_nbd_requests_refused_total{reason="too_large"}` and logged.
+#[test]
+fn an_oversized_write_is_refused_counted_and_logged() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("oversized");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let server = lsvd.serve(&dir.join("nbd.sock"), &["vol", "--metrics", &metrics]);
+    let out = nbdsh(
+        &server.uri("vol"),
+        r#"
+h = connect(strict=False)
+mx = h.get_block_size(nbd.SIZE_MAXIMUM)
+h.pwrite(pattern(3, 4096), 0)
+expect_err("oversized write", lambda: h.pwrite(pattern(4, mx + 512), 0), errno.EINVAL)
+assert h.pread(4096, 0) == pattern(3, 4096), "refused write changed nothing"
+assert h.pread(4096, mx) == bytes(4096)
+print("max", mx)
+"#,
+    );
+    let max: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("max "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    let refused = r#"lsvd_nbd_requests_refused_total{reason="too_large"}"#;
+    assert_eq!(sample(&metrics, refused), 1.0);
+    let line = format!("refused WRITE of {} bytes at 0", max + 512);
+    assert!(server.log().contains(&line), "{line}\n{}", server.log());
+}
+
+/// The timeouts' flags take durations; one that cannot be read, or an off handshake
+/// deadline, is one line and exit status 2 before anything is opened.
+#[test]
+fn timeout_flags_are_checked_before_serving() {
+    let dir = TempDir::new("timeout_flags");
+    let lsvd = Lsvd::new(dir.join("data"));
+    for (flag, value, says) in [
+        ("--idle-timeout", "5x", "invalid --idle-timeout '5x'"),
+        ("--idle-timeout", "1.5s", "invalid --idle-timeout '1.5s'"),
+        ("--handshake-timeout", "off", "cannot be off"),
+        ("--handshake-timeout", "0", "cannot be off"),
+    ] {
+        let out = lsvd.run(&["serve", "--no-probe", "--socket", "x.sock", flag, value]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {value}: {}",
+            show("serve", &out)
+        );
+        let err = stderr(&out);
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
 }
