@@ -22,9 +22,9 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use lsvd_nbd::server::MAX_REPLY_EXTENTS;
+use lsvd_nbd::server::{MAX_REPLY_EXTENTS, NoticeLimiter};
 use lsvd_nbd::{
     AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
 };
@@ -56,6 +56,43 @@ pub struct NbdVolume {
     engine: tokio::runtime::Handle,
     /// [`PIECES_IN_FLIGHT`] permits, one per piece being read or written.
     pieces: Arc<Semaphore>,
+    /// Lines saying why reads (and CACHE, BLOCK_STATUS) failed.
+    failures: Arc<FailureLog>,
+}
+
+/// Why a request failed, for the log: the client sees only an errno. At most a line a
+/// second per export (a store outage fails every read that needs a GET), with a count
+/// of the lines held back. A volume that is shutting down is not worth a line. Writes,
+/// trims and flushes fail only once the volume has failed (the engine says why once:
+/// `volume NAME failed: ...`) or while it shuts down, so they are not logged here.
+struct FailureLog {
+    export: String,
+    limiter: Mutex<NoticeLimiter>,
+}
+
+impl FailureLog {
+    /// `r`, as the NBD server wants it; a failure logged (rate-limited), the line
+    /// returned.
+    fn check<T>(
+        &self,
+        request: impl FnOnce() -> String,
+        r: crate::error::Result<T>,
+    ) -> (io::Result<T>, Option<String>) {
+        let e = match r {
+            Ok(v) => return (Ok(v), None),
+            Err(e) => e,
+        };
+        let mut line = None;
+        if e.kind != crate::error::ErrorKind::ShuttingDown
+            && let Ok(mut limiter) = self.limiter.lock()
+        {
+            line = limiter.admit(|| format!("{}: {} failed: {e}", self.export, request()));
+        }
+        if let Some(line) = &line {
+            crate::log::warn(line);
+        }
+        (Err(e.into()), line)
+    }
 }
 
 impl NbdVolume {
@@ -74,10 +111,14 @@ impl NbdVolume {
             limit.next_power_of_two() / 2
         };
         NbdVolume {
-            volume,
             max_request_bytes: max_request_bytes.max(1 << 20),
             engine: tokio::runtime::Handle::current(),
             pieces: Arc::new(Semaphore::new(PIECES_IN_FLIGHT)),
+            failures: Arc::new(FailureLog {
+                export: volume.export_name(),
+                limiter: Mutex::default(),
+            }),
+            volume,
         }
     }
 
@@ -122,26 +163,16 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
-        let warn = move |volume: &Volume, e: &crate::error::Error| {
-            // The client only sees an errno: say why here.
-            crate::log::warn(&format!(
-                "{}: read of {length} bytes at {offset} failed: {e}",
-                volume.meta().name
-            ));
-        };
+        let what = move || format!("read of {length} bytes at {offset}");
         // Local data (the log, the read cache) is read right here, on any thread.
         if let Some(r) = self.volume.read_local(offset, length as u64) {
-            if let Err(e) = &r {
-                warn(&self.volume, e);
-            }
-            return Ok(r?);
+            return self.failures.check(what, r).0;
         }
+        let failures = Arc::clone(&self.failures);
         self.on_engine(move |volume| async move {
-            let r = volume.read(offset, length as u64).await;
-            if let Err(e) = &r {
-                warn(&volume, e);
-            }
-            Ok(r?)
+            failures
+                .check(what, volume.read(offset, length as u64).await)
+                .0
         })
         .await
     }
@@ -204,7 +235,11 @@ impl BlockDevice for NbdVolume {
         let mut at = offset;
         while at < end && extents.len() < MAX_REPLY_EXTENTS {
             let n = STATUS_WINDOW_BYTES.min(end - at);
-            for (bytes, allocated) in self.volume.allocation(at, n)? {
+            let runs = self.failures.check(
+                || format!("block status of {length} bytes at {offset}"),
+                self.volume.allocation(at, n),
+            );
+            for (bytes, allocated) in runs.0? {
                 let flags = if allocated {
                     0
                 } else {
@@ -228,21 +263,20 @@ impl BlockDevice for NbdVolume {
     /// time, each dropped once read; ranges never written hold nothing to fetch.
     async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
         let pieces = Arc::clone(&self.pieces);
+        let failures = Arc::clone(&self.failures);
         self.on_engine(move |volume| async move {
             let end = offset + u64::from(length);
             let mut at = offset;
+            let what = || format!("CACHE of {length} bytes at {offset}");
             while at < end {
                 let n = PIECE_BYTES.min(end - at);
-                if volume
-                    .allocation(at, n)?
-                    .iter()
-                    .any(|&(_, allocated)| allocated)
-                {
+                let runs = failures.check(what, volume.allocation(at, n)).0?;
+                if runs.iter().any(|&(_, allocated)| allocated) {
                     let _piece = pieces
                         .acquire()
                         .await
                         .map_err(|_| io::Error::other("pieces closed"))?;
-                    drop(volume.read(at, n).await?);
+                    drop(failures.check(what, volume.read(at, n).await).0?);
                 }
                 at += n;
             }
@@ -351,6 +385,39 @@ mod tests {
         want.last_mut().expect("extents").length_bytes -= 512;
         assert_eq!(got, want);
         dev.volume.shutdown().await.expect("shutdown");
+    }
+
+    /// A failed read is logged with why, at most a line a second, the rest counted; a
+    /// volume shutting down is not worth a line.
+    #[test]
+    fn failures_are_logged_at_most_once_a_second() {
+        let log = FailureLog {
+            export: "v".into(),
+            limiter: Mutex::default(),
+        };
+        let failed = || -> crate::error::Result<()> {
+            Err(crate::error::Error::new(
+                crate::error::ErrorKind::Corrupt,
+                "chunk checksum mismatch",
+            ))
+        };
+        let (r, line) = log.check(|| "read of 4096 bytes at 0".into(), failed());
+        assert!(r.is_err());
+        assert_eq!(
+            line.as_deref(),
+            Some("v: read of 4096 bytes at 0 failed: chunk checksum mismatch")
+        );
+        assert_eq!(log.check(|| "read".into(), failed()).1, None);
+        let (_, line) = log.check(
+            || "read".into(),
+            Err::<(), _>(crate::error::Error::new(
+                crate::error::ErrorKind::ShuttingDown,
+                "closing",
+            )),
+        );
+        assert_eq!(line, None);
+        assert_eq!(log.limiter.lock().expect("lock").take_held_back(), 1);
+        assert!(log.check(|| "read".into(), Ok(())).0.is_ok());
     }
 
     /// NO_HOLE zeroing in pieces: the range reads as zeros and stays allocated, up to

@@ -265,9 +265,10 @@ impl ConnectionStats {
     }
 }
 
-/// At most one line a second through [`Notices`]; says how many were held back.
+/// At most one log line a second (through [`Notices`] here; a device may use one for
+/// its own lines): says how many were held back.
 #[derive(Debug, Default)]
-pub(crate) struct NoticeLimiter {
+pub struct NoticeLimiter {
     pub(crate) last: Option<Instant>,
     held_back: u64,
 }
@@ -278,7 +279,7 @@ const NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 impl NoticeLimiter {
     /// `line` with what was held back since the last line said, or `None` if a line
     /// went out less than a second ago (then it is counted).
-    pub(crate) fn admit(&mut self, line: impl FnOnce() -> String) -> Option<String> {
+    pub fn admit(&mut self, line: impl FnOnce() -> String) -> Option<String> {
         let now = Instant::now();
         if self
             .last
@@ -300,7 +301,7 @@ impl NoticeLimiter {
     }
 
     /// How many lines were held back since the last one, resetting the count.
-    pub(crate) fn take_held_back(&mut self) -> u64 {
+    pub fn take_held_back(&mut self) -> u64 {
         std::mem::take(&mut self.held_back)
     }
 }
