@@ -111,4 +111,6 @@ pub mod server;
 
 pub use server::reply::{Completion, StartOp};
 pub use server::tls::{Tls, TlsAcceptor, TlsMode};
-pub use server::{ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, Server};
+pub use server::{
+    ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, RefusalReason, Server,
+};

@@ -16,12 +16,20 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use crate::proto::consts::*;
 use crate::proto::transmission::*;
 
+/// Payload bytes a request holds, on its connection and on the server, until its
+/// reply is written (`Limits::max_in_flight_bytes`, `Limits::max_server_in_flight_bytes`).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    pub(crate) _connection: OwnedSemaphorePermit,
+    pub(crate) _server: OwnedSemaphorePermit,
+}
+
 /// One reply, ready for the writer: `header` then `data` go out back to back.
 pub(crate) struct Reply {
     pub(crate) header: Vec<u8>,
     pub(crate) data: Vec<u8>,
     /// Payload budget held until the data has been written.
-    pub(crate) budget: Option<OwnedSemaphorePermit>,
+    pub(crate) budget: Option<Budget>,
 }
 
 /// The reply to a request without payload that succeeded.
@@ -111,7 +119,7 @@ pub struct Completion {
     cookie: u64,
     structured: bool,
     replies: mpsc::Sender<Reply>,
-    budget: Option<OwnedSemaphorePermit>,
+    budget: Option<Budget>,
     in_flight: Option<OwnedSemaphorePermit>,
     answered: bool,
 }
@@ -129,7 +137,7 @@ impl Completion {
         cookie: u64,
         structured: bool,
         replies: mpsc::Sender<Reply>,
-        budget: Option<OwnedSemaphorePermit>,
+        budget: Option<Budget>,
         in_flight: OwnedSemaphorePermit,
     ) -> Self {
         Completion {
@@ -144,7 +152,7 @@ impl Completion {
 
     /// A request the device declined: the server runs it on a task, under the same
     /// bounds.
-    pub(crate) fn into_permits(mut self) -> (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit) {
+    pub(crate) fn into_permits(mut self) -> (Option<Budget>, OwnedSemaphorePermit) {
         self.answered = true;
         let in_flight = self
             .in_flight

@@ -291,6 +291,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "US", default_value_t = 50,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub busy_poll_us: u64,
+    /// How long an NBD client may take from connecting to choosing an export; a
+    /// client still in its handshake then is closed (e.g. 500ms, 10s; it cannot be
+    /// off). At most 256 clients are in their handshake at once: more are closed at
+    /// once, not kept waiting.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub handshake_timeout: String,
+    /// Close an NBD connection that sends no request for this long while none of its
+    /// requests is running, or takes no reply for this long (e.g. 30s, 10m, 1h). `0`
+    /// or `off`: never, for clients that keep a quiet connection open on purpose (a
+    /// kernel nbd device, nbdfuse); qemu reconnects by itself.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub idle_timeout: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lsvd_nbd::server::{Export, Server};
-use lsvd_nbd::{Tls, TlsMode};
+use lsvd_nbd::{Limits, Tls, TlsMode};
 
+use super::duration::{parse_duration, parse_positive_duration};
 use super::tuning::{ProfileUse, resolve_tuning};
 use super::{Common, ServeArgs};
 use crate::engine::{self, Volume};
@@ -162,9 +163,20 @@ fn settings_line(t: &Tuning) -> String {
     format!("lsvd: settings: {}", parts.join(", "))
 }
 
+/// The NBD server's bounds: the library's defaults (lsvd_nbd's `Limits`) with the
+/// handshake and idle timeouts of the command line.
+fn nbd_limits(args: &ServeArgs) -> Result<Limits> {
+    Ok(Limits {
+        handshake_timeout: parse_positive_duration("--handshake-timeout", &args.handshake_timeout)?,
+        idle_timeout: parse_duration("--idle-timeout", &args.idle_timeout)?,
+        ..Limits::default()
+    })
+}
+
 pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     // Flags are checked before anything is measured or locked.
     args.engine.to_config()?;
+    let limits = nbd_limits(&args)?;
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(l.clone()),
         (None, Some(_)) => None,
@@ -335,11 +347,13 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     }
 
     let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
-    // A client that vanishes mid-request gets one line here and a count in
-    // lsvd_nbd_connections_aborted_total.
+    // A client that vanishes mid-request, or that a timeout closed, gets one line here
+    // and a count in lsvd_nbd_connections_aborted_total (timeouts also in their own
+    // counters). Refused requests and clients turned away go to the notices, at most
+    // a line a second per connection (lsvd_nbd_requests_refused_total).
     // Each client on a thread of its own: see lsvd_nbd's `threads` and nbd_device.rs.
     let server = Arc::new(
-        Server::new(exports)
+        Server::with_limits(exports, limits)
             .with_connection_threads(true)
             .with_busy_poll(std::time::Duration::from_micros(args.busy_poll_us))
             .with_notices(notices)
