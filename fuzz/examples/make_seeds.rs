@@ -257,12 +257,13 @@ fn supers() {
         tail_offset: 8192,
         tail_seq: 1,
         index_epoch: 9,
+        volume_epoch: 2,
     };
     put(
         "format_supers",
         "cache-super",
         &[0, 0],
-        &encode_cache_super(&cs)[..88],
+        &encode_cache_super(&cs)[..96],
     );
     let vs = VolumeSuper {
         volume: VolumeId([4; 16]),
