@@ -257,7 +257,8 @@ fn supers() {
         tail_offset: 8192,
         tail_seq: 1,
         index_epoch: 9,
-        volume_epoch: 2,
+        claimed_epoch: 2,
+        claimed_session: 8,
     };
     put(
         "format_supers",

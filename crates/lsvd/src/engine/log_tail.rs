@@ -41,7 +41,15 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
             tail_offset,
             tail_seq,
             index_epoch: shared.index_epoch,
-            volume_epoch: shared.epoch(),
+            claimed_epoch: shared.epoch(),
+            claimed_session: if shared
+                .volume_claimed
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                shared.index_epoch
+            } else {
+                0
+            },
         };
         (sb, through)
     };

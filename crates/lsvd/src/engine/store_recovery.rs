@@ -45,6 +45,10 @@ pub(crate) struct StoreRecovery {
     pub listed_max_epoch: u64,
     /// Which epoch wrote which part of the history (the superblock's).
     pub history: History,
+    /// The last sequence number of the recovered history: the last object (or
+    /// checkpoint passed over) the run took, not the numbers a trailing jump skipped
+    /// (a claim that wrote nothing after it leaves nothing there to vouch for).
+    pub history_end: u64,
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
@@ -73,6 +77,7 @@ impl StoreRecovery {
             listed_max_seq: 0,
             listed_max_epoch: 0,
             history: record.history.clone(),
+            history_end: record.through_seq.saturating_sub(1),
             checkpoint_seq: record.base_checkpoint,
             checkpoint_clean: true,
             objects_replayed: 0,
@@ -212,6 +217,7 @@ pub(crate) async fn recover_store_as_of(
         None => Vec::new(),
     };
     let mut replayed = 0;
+    let mut history_end = checkpoint_seq.unwrap_or(0);
     // Parts of a split batch apply together, once its last part is read.
     let mut parts = PartGroup::default();
     let mut records = RecordContinuity::new(state.last_record_seq());
@@ -227,6 +233,7 @@ pub(crate) async fn recover_store_as_of(
                 state.skip_checkpoint(seq).map_err(|e| {
                     Error::with_source(ErrorKind::Corrupt, format!("checkpoint {seq:016x}"), e)
                 })?;
+                history_end = seq;
                 continue;
             }
             Step::Jump(to) if parts.is_open() => {
@@ -264,6 +271,7 @@ pub(crate) async fn recover_store_as_of(
                 .apply(&header)
                 .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
             replayed += 1;
+            history_end = header.seq;
         }
     }
     let name_of = |seq: u64, epoch: u64| ObjectName {
@@ -345,6 +353,7 @@ pub(crate) async fn recover_store_as_of(
         listed_max_seq,
         listed_max_epoch,
         history,
+        history_end,
         checkpoint_seq,
         checkpoint_clean: checkpoint_clean && replayed == 0 && base.skipped.is_empty(),
         skipped_checkpoints: base.skipped.clone(),
