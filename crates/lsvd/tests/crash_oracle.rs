@@ -128,6 +128,7 @@ mod oracle;
 
 use oracle::inproc::{self, Kind};
 use oracle::proc_kinds::{self, ProcKind};
+use oracle::takeover::{self, TakeoverKind};
 use oracle::{Plan, run_plan};
 
 /// Crash points per episode (one volume lives through them).
@@ -188,6 +189,36 @@ fn process_cache_deleted() {
         plan,
         "SIGKILL of lsvd serve, write log deleted",
         |seed, rounds, stats| proc_kinds::episode(ProcKind::CacheDeleted, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn takeover_sigkill() {
+    let plan = Plan::new("takeover_sigkill", 0x5eed_0007, 10, ROUNDS);
+    run_plan(
+        plan,
+        "SIGKILL of the holder, a standby takes over, cache lost",
+        |seed, rounds, stats| takeover::episode(TakeoverKind::Kill, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn takeover_sigstop() {
+    let plan = Plan::new("takeover_sigstop", 0x5eed_0008, 8, 4);
+    run_plan(
+        plan,
+        "SIGSTOP of the holder, a standby takes over, SIGCONT: fenced; cache lost",
+        |seed, rounds, stats| takeover::episode(TakeoverKind::Stop, seed, rounds, stats),
+    );
+}
+
+#[test]
+fn two_servers_race() {
+    let plan = Plan::new("two_servers_race", 0x5eed_0009, 12, 4);
+    run_plan(
+        plan,
+        "two servers started at once (one may be a standby), winner SIGKILLed, cache lost",
+        takeover::race_episode,
     );
 }
 
