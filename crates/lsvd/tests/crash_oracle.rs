@@ -526,6 +526,97 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
     });
 }
 
+/// Engine bug found by `recovery_crash` (episode seed 0xef3c70c190889735, crash point
+/// 2: "recovery 1: store client dies at mutation 1 ... recovery 2: recovery failed:
+/// write log faulty-cache holds 224 records ... that a superseded session of volume
+/// 'v' acknowledged but never uploaded; session 2a7b42c37a6281e3 has claimed the
+/// volume since"; failing since the lease commit 1a431de), reduced: a recovery that
+/// stops at its claim (the store away, or the process killed, before the claim's PUT
+/// lands) has already rewritten the write log's superblock with its own session and
+/// epoch (`open_inner`, `engine/open.rs`: the cache superblock is written before
+/// `claim`), so the next open no longer sees that this log wrote the volume last (the
+/// newest volume superblock names the log's previous session) and refuses the log's
+/// own acknowledged, never uploaded records as a superseded session's; the way out it
+/// names, `--discard-superseded-log`, would drop them: acknowledged, flushed writes
+/// lost after a crash with the cache intact. Ignored until the engine is fixed.
+#[test]
+#[ignore = "engine bug: a recovery stopped at its claim makes the next open refuse its own write log"]
+fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused() {
+    use std::sync::Arc;
+
+    use lsvd::cache_dev::CacheDevice;
+    use lsvd::cache_dev::faulty::FaultyCache;
+    use lsvd::engine::clock::{Clock, SharedClock, SleepFuture, SystemClock};
+    use lsvd::engine::{self, EngineConfig};
+    use lsvd::store::DynStore;
+    use lsvd::store::faulty::{FaultPlan, FaultyStore};
+    use lsvd::store::mem::MemStore;
+
+    /// The system clock, with every sleep cut to a millisecond.
+    #[derive(Debug)]
+    struct HastyClock(SystemClock);
+    impl Clock for HastyClock {
+        fn now(&self) -> std::time::Duration {
+            self.0.now()
+        }
+        fn sleep(&self, d: std::time::Duration) -> SleepFuture {
+            self.0.sleep(d.min(std::time::Duration::from_millis(1)))
+        }
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let base: DynStore = Arc::new(MemStore::new());
+        engine::create_volume(&base, "v", 16 << 20)
+            .await
+            .expect("create");
+        let config = EngineConfig {
+            log_size_bytes: 16 << 20,
+            ..EngineConfig::default()
+        };
+        // A write acknowledged with FUA while the store is away: in the log only.
+        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
+        let cache = FaultyCache::new(16 << 20);
+        let (s, c): (DynStore, Arc<dyn CacheDevice>) = (store.clone(), cache.clone());
+        let (vol, _) = engine::open_volume_on(s, "v", c, "log", config.clone())
+            .await
+            .expect("open");
+        store.set_outage(true);
+        vol.write(0, vec![7u8; 4096], true)
+            .await
+            .expect("FUA write");
+        store.kill();
+        let image = cache.process_crash();
+        vol.crash();
+        // Recovery 1: the process dies at its first store mutation, the claim (which
+        // it retries: on a clock whose sleeps are short, not for 30 s).
+        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 2));
+        store.kill_after_mutations(1);
+        let cache = FaultyCache::from_image(image);
+        let (s, c): (DynStore, Arc<dyn CacheDevice>) = (store.clone(), cache.clone());
+        let hasty = EngineConfig {
+            clock: SharedClock(Arc::new(HastyClock(SystemClock::new()))),
+            ..config.clone()
+        };
+        let first = engine::open_volume_on(s, "v", c, "log", hasty).await;
+        assert!(first.is_err(), "recovery 1 dies at its claim");
+        let image = cache.process_crash();
+        // Recovery 2, the store healthy: the FUA write must be there.
+        let c: Arc<dyn CacheDevice> = FaultyCache::from_image(image);
+        let second = engine::open_volume_on(base.clone(), "v", c, "log", config).await;
+        let (vol, _) = match second {
+            Ok(v) => v,
+            Err(e) => panic!("recovery 2 refuses the write log of the last writer: {e}"),
+        };
+        assert_eq!(vol.read(0, 4096).await.expect("read"), vec![7u8; 4096]);
+        vol.shutdown().await.expect("shutdown");
+    });
+}
+
 /// Regression (found by `store_faults`, episode seed 0xbfddb26790c691a5, crash point
 /// 3: "WRITE did not complete within 60s (crashed: true)"): a volume that fails (a
 /// crash, a local I/O error) while writes wait for log space must fail those writes,
