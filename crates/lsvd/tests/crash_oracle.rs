@@ -644,7 +644,6 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
             .await
             .expect("create");
         let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
-        store.set_outage(true);
         let cache = FaultyCache::new(16 << 20);
         let config = EngineConfig {
             batch_size_bytes: 256 << 10,
@@ -658,6 +657,9 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
         let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
             .await
             .expect("open");
+        // The store goes away once the volume is open (an open claims the volume in
+        // the store, so it needs the store).
+        store.set_outage(true);
         // Fill the log while the store is down: writes stall once it is full.
         let mut tasks = Vec::new();
         for i in 0..64u64 {
