@@ -92,6 +92,21 @@
 //! - `recovery_crash` (v): after a crash, the first recovery is itself crashed (at a
 //!   chosen device I/O, store mutation, or moment while replayed records upload); the
 //!   second recovery is judged by the same rule.
+//! - `takeover_sigkill`: two `lsvd serve` on one store, each with its own data directory
+//!   (two hosts, `--lease-timeout 2s`); the holder SIGKILLed, the `--standby` takes over
+//!   when the lease lapses; cache lost (the store points: barriers and `lsvd sync` of the
+//!   holder at random moments); the old host stands by next, so takeovers chain.
+//! - `takeover_sigstop`: as above, the holder paused (SIGSTOP) with requests in flight and
+//!   resumed (SIGCONT) after the takeover: requests sent after the resume fail, it exits
+//!   fenced, the new holder's disk is judged after that and again after its own restart.
+//! - `two_servers_race`: both hosts started at once (plain, or one a standby): exactly one
+//!   serves, a plain loser refuses in one line naming the winner; the winner SIGKILLed, the
+//!   loser recovers; cache lost (`oracle::takeover` has the details of all three).
+//!
+//! `LSVD_ORACLE_KNOWN_BUGS=1` makes the takeover kinds also do what the engine is known
+//! to get wrong, each shown by an ignored `engine_bug_*` test below (a holder resumed
+//! late is not fenced; answers decided before a pause are sent after the takeover; a
+//! hole a claim leaves in the history is required two claims later): to check a fix.
 //!
 //! # Against S3
 //!
@@ -115,9 +130,12 @@
 //! reporting them, to look past a read failure while hunting something else (it was
 //! used past the read/GC-deletion race, `engine_bug_read_racing_gc_deletion_fails`).
 //!
-//! Defaults: 260 crash points (power_loss 100, recovery_crash 50, process_sigkill 40,
-//! cache_lost 30, process_cache_deleted 20, store_faults 20, each store_faults point
-//! judged twice), 3 to 4 minutes for the whole file in a debug build on 2 cores.
+//! Defaults: 290 crash points (power_loss 100, recovery_crash 50, process_sigkill 40,
+//! cache_lost 30, process_cache_deleted 20, store_faults 20, two_servers_race 12,
+//! takeover_sigkill 10, takeover_sigstop 8, each store_faults point judged twice), 3 to 4
+//! minutes for the whole file in a debug build on 2 cores before the two-host kinds,
+//! which take 35 to 55 s each more (mostly waiting: every takeover after a crash waits
+//! out a 2 s lease).
 //!
 //! A failure message also carries forensics for the first blocks named: every record in
 //! the crash image (live or stale) and every store object that maps the block, whose
