@@ -79,9 +79,12 @@ fn read_only_commands_poll_a_live_volume_through_gc_and_checkpoints() {
         &["list"],
     ];
     let started = Instant::now();
-    let (mut rounds, mut looks_again) = (0usize, 0usize);
+    let mut rounds = 0usize;
+    // Looks again, per command.
+    let mut looks_again = [0usize; 4];
+    let mut why: Option<String> = None;
     while !writer.is_finished() {
-        for args in polls {
+        for (i, args) in polls.iter().enumerate() {
             let out = lsvd.run(args);
             assert!(
                 out.status.success(),
@@ -91,7 +94,14 @@ fn read_only_commands_poll_a_live_volume_through_gc_and_checkpoints() {
                 show(&args.join(" "), &out),
                 server.log()
             );
-            looks_again += stderr(&out).matches("looking again").count();
+            let err = stderr(&out);
+            looks_again[i] += err.matches("looking again").count();
+            if why.is_none() {
+                why = err
+                    .lines()
+                    .find(|l| l.contains("looking again"))
+                    .map(str::to_string);
+            }
             if args[0] == "info" {
                 let info: serde_json::Value = serde_json::from_slice(&out.stdout)
                     .unwrap_or_else(|e| panic!("info --json: {e}\n{}", stdout(&out)));
@@ -106,10 +116,17 @@ fn read_only_commands_poll_a_live_volume_through_gc_and_checkpoints() {
     let _ = std::io::Write::write_all(
         &mut std::io::stderr(),
         format!(
-            "read_only: {rounds} rounds of {} commands in {:.1} s ({}), {looks_again} looks again, {gc_passes} GC passes\n",
+            "read_only: {rounds} rounds of {} commands in {:.1} s ({}), {gc_passes} GC passes; looks again: {}{}\n",
             polls.len(),
             started.elapsed().as_secs_f64(),
             wrote.trim(),
+            polls
+                .iter()
+                .zip(looks_again)
+                .map(|(args, n)| format!("{} {n}", args.join(" ")))
+                .collect::<Vec<_>>()
+                .join(", "),
+            why.map_or(String::new(), |w| format!(" (the first: {w})")),
         )
         .as_bytes(),
     );
