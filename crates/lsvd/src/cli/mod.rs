@@ -244,12 +244,14 @@ pub struct ServeArgs {
     /// --tls-cert /etc/lsvd/tls/server-cert.pem
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
-    /// Private key of --tls-cert (PEM: PKCS#8, RSA or EC). Example:
+    /// Private key of --tls-cert (PEM: PKCS#8, RSA or EC), readable by its owner only
+    /// (chmod 600; a key group or others can read is refused). Example:
     /// --tls-key /etc/lsvd/tls/server-key.pem
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Require every TLS client to present a certificate signed by this CA (PEM): the
-    /// access control of a networked lsvd. Example: --tls-client-ca /etc/lsvd/tls/ca-cert.pem
+    /// access control of a networked lsvd. Without it any client that completes a TLS
+    /// handshake gets every export (`serve` warns). Example: --tls-client-ca /etc/lsvd/tls/ca-cert.pem
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// `required` (the default with --tls-cert): clients must start TLS before anything
@@ -257,8 +259,9 @@ pub struct ServeArgs {
     /// non-loopback address that needs --insecure). Example: --tls optional
     #[arg(long, value_name = "MODE", value_parser = ["required", "optional"], requires = "tls_cert")]
     pub tls: Option<String>,
-    /// Allow plain-text NBD on a non-loopback --listen address: anyone who can reach the
-    /// port can read and write every export. Prints a warning.
+    /// Allow plain text on a non-loopback address: NBD on --listen (anyone who can
+    /// reach the port can read and write every export) and HTTP on --metrics (anyone
+    /// can read every volume's metrics). Prints a warning for each.
     #[arg(long)]
     pub insecure: bool,
     /// Stand by for one volume served by another lsvd (another host, or another
@@ -275,7 +278,8 @@ pub struct ServeArgs {
     /// warning, instead of refusing to start. They are not in the volume either way.
     #[arg(long)]
     pub discard_superseded_log: bool,
-    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
+    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100). Plain
+    /// HTTP without access control: a non-loopback address needs --insecure.
     #[arg(long)]
     pub metrics: Option<String>,
     /// Do not measure the disk on a first start without a probe profile, and ignore
