@@ -32,6 +32,18 @@ pub(crate) struct Reply {
     pub(crate) budget: Option<Budget>,
 }
 
+/// `reply` turned into the error `e` (its errno, EIO for most): the same cookie, no
+/// data. Replies are encoded already; the cookie sits at bytes 8..16 of a simple reply
+/// and of a structured chunk alike.
+pub(crate) fn refused(reply: &Reply, structured: bool, e: &io::Error) -> Reply {
+    let cookie = reply
+        .header
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes);
+    error_reply(cookie, structured, error_code(e), &e.to_string())
+}
+
 /// The reply to a request without payload that succeeded.
 pub(crate) fn done_reply(cookie: u64) -> Reply {
     let mut header = Vec::with_capacity(SIMPLE_REPLY_HEADER_LEN);

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
-    BufWriter,
 };
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -201,6 +200,7 @@ where
         writer,
         limits.idle_timeout,
         Arc::clone(&context.stats),
+        (Arc::clone(&device), params.structured),
     ));
     let conn = Conn {
         device,
@@ -824,12 +824,22 @@ fn clamp_extents(
 /// replies before the flush, instead of each reply costing its own `send`. A client
 /// that takes no reply for `stall_limit` (the idle timeout) ends the connection: its
 /// replies hold payload budget the server's other clients share.
-async fn write_replies<W: AsyncWrite + Unpin>(
+///
+/// Right before a batch goes to the socket the device is asked whether it may answer
+/// at all ([`BlockDevice::answerable`]); if not, every reply of the batch goes out as
+/// that error instead. Asked then, not when each request finished: a process paused
+/// in between (lsvd's lease lapsed and another host took the volume over) must not
+/// send answers decided before the pause once it runs again.
+async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
     mut rx: mpsc::Receiver<Reply>,
-    writer: W,
+    mut writer: W,
     stall_limit: Option<Duration>,
     stats: Arc<ConnectionStats>,
+    (device, structured): (Arc<D>, bool),
 ) -> io::Result<()> {
+    /// A batch is sent once it holds this much; a reply with more data than this goes
+    /// out on its own, without being copied into the batch.
+    const BATCH_BYTES: usize = 64 << 10;
     let stalled = || {
         stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
         format!(
@@ -837,12 +847,46 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             stall_limit.unwrap_or_default().as_millis()
         )
     };
-    let mut w = BufWriter::with_capacity(64 << 10, writer);
+    let mut batch: Vec<u8> = Vec::with_capacity(BATCH_BYTES);
+    // The replies in `batch` (their budgets are released once it is sent).
+    let mut held: Vec<Reply> = Vec::new();
     let mut next = rx.recv().await;
     while let Some(reply) = next {
-        within(stall_limit, w.write_all(&reply.header), stalled).await?;
-        within(stall_limit, w.write_all(&reply.data), stalled).await?;
-        drop(reply);
+        if reply.data.len() > BATCH_BYTES {
+            // Large data: what is batched first, then this reply on its own.
+            send_batch(
+                &mut writer,
+                &mut batch,
+                &mut held,
+                &*device,
+                structured,
+                stall_limit,
+                &stalled,
+            )
+            .await?;
+            let reply = match device.answerable().await {
+                Ok(()) => reply,
+                Err(e) => super::reply::refused(&reply, structured, &e),
+            };
+            within(stall_limit, writer.write_all(&reply.header), &stalled).await?;
+            within(stall_limit, writer.write_all(&reply.data), &stalled).await?;
+        } else {
+            batch.extend_from_slice(&reply.header);
+            batch.extend_from_slice(&reply.data);
+            held.push(reply);
+            if batch.len() >= BATCH_BYTES {
+                send_batch(
+                    &mut writer,
+                    &mut batch,
+                    &mut held,
+                    &*device,
+                    structured,
+                    stall_limit,
+                    &stalled,
+                )
+                .await?;
+            }
+        }
         next = match rx.try_recv() {
             Ok(reply) => Some(reply),
             Err(TryRecvError::Disconnected) => None,
@@ -852,15 +896,63 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                     Ok(reply) => Some(reply),
                     Err(TryRecvError::Disconnected) => None,
                     Err(TryRecvError::Empty) => {
-                        within(stall_limit, w.flush(), stalled).await?;
+                        send_batch(
+                            &mut writer,
+                            &mut batch,
+                            &mut held,
+                            &*device,
+                            structured,
+                            stall_limit,
+                            &stalled,
+                        )
+                        .await?;
+                        within(stall_limit, writer.flush(), &stalled).await?;
                         rx.recv().await
                     }
                 }
             }
         };
     }
-    within(stall_limit, w.flush(), stalled).await?;
-    w.shutdown().await
+    send_batch(
+        &mut writer,
+        &mut batch,
+        &mut held,
+        &*device,
+        structured,
+        stall_limit,
+        &stalled,
+    )
+    .await?;
+    within(stall_limit, writer.flush(), &stalled).await?;
+    writer.shutdown().await
+}
+
+/// Send the batched replies `held` (encoded in `batch`), or, if the device may not
+/// answer now, each of them as that error.
+#[allow(clippy::too_many_arguments)]
+async fn send_batch<W: AsyncWrite + Unpin, D: BlockDevice>(
+    writer: &mut W,
+    batch: &mut Vec<u8>,
+    held: &mut Vec<Reply>,
+    device: &D,
+    structured: bool,
+    stall_limit: Option<Duration>,
+    stalled: &impl Fn() -> String,
+) -> io::Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    if let Err(e) = device.answerable().await {
+        batch.clear();
+        for reply in held.iter() {
+            let refused = super::reply::refused(reply, structured, &e);
+            batch.extend_from_slice(&refused.header);
+        }
+    }
+    within(stall_limit, writer.write_all(batch), stalled).await?;
+    batch.clear();
+    held.clear();
+    Ok(())
 }
 
 #[cfg(test)]

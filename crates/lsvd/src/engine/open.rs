@@ -475,7 +475,23 @@ async fn open_inner(
             "volume {name}: discarding {superseded} records (sequence {first}..={last}) of write log {cache_name}: a superseded session acknowledged them, and {by} has claimed the volume since"
         ));
         report.log_records_discarded = superseded;
-        chain.retain(|r| r.header.seq <= superseded_after.min(last_in_store));
+        let keep_through = superseded_after.min(last_in_store);
+        // The first record dropped still chains to the last one kept: appends start
+        // at its place, and until they overwrite it the next open would follow the
+        // chain into what was discarded. Its header block is zeroed (and synced) first.
+        if let Some(first) = chain.iter().find(|r| r.header.seq > keep_through) {
+            let zeros = vec![0u8; lsvd_core::format::SECTOR_BYTES as usize];
+            cache
+                .write_at(&zeros, first.offset)
+                .and_then(|()| cache.sync())
+                .map_err(|e| {
+                    Error::local_io(
+                        format!("cannot discard the superseded records of write log {cache_name}"),
+                        e,
+                    )
+                })?;
+        }
+        chain.retain(|r| r.header.seq <= keep_through);
     }
     let plan = plan_log(
         chain,
