@@ -444,8 +444,11 @@ pub struct EngineArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub lease_timeout: String,
     /// How long a request may wait (for a lease renewal, for room in a full write
-    /// log) before it fails instead: ENOSPC when the store or the log is full, EIO
-    /// otherwise. Example: --stall-timeout 60s
+    /// log) before it fails instead: ENOSPC while the store refuses uploads as full,
+    /// EIO otherwise (the store refuses the credentials, is unreachable, or too slow).
+    /// Once one write failed so, writes that find the log still full fail at once
+    /// until uploads free room. Nothing acknowledged is lost. Example:
+    /// --stall-timeout 60s
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub stall_timeout: String,
 }

@@ -87,5 +87,14 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
         }
     }
     drop(st);
+    // Landed uploads freed log space: writes that found the log stalled may wait
+    // for room again (a write that merely fits never clears the stall).
+    if shared
+        .stats
+        .log_stalled
+        .swap(false, std::sync::atomic::Ordering::SeqCst)
+    {
+        crate::log::info("write log has room again; writes are accepted");
+    }
     shared.space_freed.notify_all();
 }
