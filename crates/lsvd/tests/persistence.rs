@@ -578,7 +578,9 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
             } else {
                 let log = s.log();
                 assert!(
-                    (log.contains("is served by") || log.contains("is held by"))
+                    (log.contains("is served by")
+                        || log.contains("is held by")
+                        || log.contains("was claimed by"))
                         && log.lines().filter(|l| l.starts_with("lsvd: error")).count() == 1,
                     "round {round}: server {i} refused without one line naming the holder\n{log}"
                 );
