@@ -21,7 +21,7 @@ cd "$repo"
 
 CARGO_AFL_VERSION=0.18.2
 TARGETS=(format_record format_object format_checkpoint format_log_index format_supers
-    nbd_proto nbd_session trace_parse)
+    nbd_proto nbd_session nbd_volume trace_parse)
 seconds=8
 long=0
 selected=()

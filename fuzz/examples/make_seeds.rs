@@ -257,12 +257,14 @@ fn supers() {
         tail_offset: 8192,
         tail_seq: 1,
         index_epoch: 9,
+        claimed_epoch: 2,
+        claimed_session: 8,
     };
     put(
         "format_supers",
         "cache-super",
         &[0, 0],
-        &encode_cache_super(&cs)[..88],
+        &encode_cache_super(&cs)[..96],
     );
     let vs = VolumeSuper {
         volume: VolumeId([4; 16]),
@@ -556,8 +558,7 @@ impl Script {
     }
 }
 
-fn sessions(captures: &[(String, Vec<u8>)]) {
-    let t = "nbd_session";
+fn sessions(t: &str, captures: &[(String, Vec<u8>)]) {
     // nbdinfo --map-like: structured replies, base:allocation, GO, I/O, block status.
     let mut s = Script::default();
     s.setup(true).structured().set_meta(0).go(0);
@@ -599,6 +600,41 @@ fn sessions(captures: &[(String, Vec<u8>)]) {
         s.setup(true).n(12).b(stream.get(4..).unwrap_or(&[]));
         put(t, &format!("{name}-capture"), &[], &s.0);
     }
+}
+
+/// Scripts for lsvd's adapter (`nbd_volume`), besides the sessions both targets take:
+/// the first number makes the volume 4 MiB, so CACHE and NO_HOLE zeroing run in
+/// several 1 MiB pieces and BLOCK_STATUS sees data, trims and zeros side by side.
+fn volume_sessions() {
+    let t = "nbd_volume";
+    const MIB: u64 = 1 << 20;
+    let mut s = Script::default();
+    s.n(1023).n(0).n(1).n(0).n(2); // 4 MiB, then as `setup`
+    s.structured().set_meta(0).go(0);
+    s.request(2, 5, 0, 65536) // WRITE
+        .request(2, 0, 3 * MIB, 131072) // WRITE, FUA
+        .request(7, 1, 4096, (2 * MIB + 8192) as u32) // WRITE_ZEROES NO_HOLE, 3 pieces
+        .request(8, 5, 0, (4 * MIB) as u32) // BLOCK_STATUS of everything
+        .request(5, 5, 3 * MIB + 4096, 8192) // TRIM inside the data
+        .request(7, 5, 3 * MIB + 65536, 4096) // WRITE_ZEROES (a hole)
+        .request(8, 2, 3 * MIB, (MIB) as u32) // BLOCK_STATUS, REQ_ONE
+        .request(6, 5, 0, (4 * MIB) as u32) // CACHE of everything
+        .request(4, 5, 0, 0) // FLUSH
+        .request(0, 5, 3 * MIB, 262144) // READ
+        .request(8, 5, 2 * MIB, (2 * MIB) as u32) // BLOCK_STATUS of the second half
+        .request(9, 5, 0, 0); // DISC
+    put(t, "pieces-and-status", &[], &s.0);
+    // Simple replies, NO_HOLE zeroing with FUA over the whole volume, then reads.
+    let mut s = Script::default();
+    s.n(1023).n(0).n(1).n(0).n(1).n(0).n(1).n(1).n(1); // EXPORT_NAME "disk"
+    s.request(2, 5, MIB - 4096, 8192)
+        .request(7, 0, 0, (4 * MIB) as u32) // WRITE_ZEROES, FUA
+        .request(2, 5, 2 * MIB, 4096)
+        .request(7, 1, 0, (4 * MIB) as u32) // WRITE_ZEROES, NO_HOLE: 4 pieces
+        .request(0, 5, MIB - 4096, 8192)
+        .request(6, 5, 4 * MIB - 512, 512) // CACHE of the last sector
+        .request(6, 5, 4 * MIB, 512); // CACHE past the end
+    put(t, "zero-everything", &[], &s.0);
 }
 
 /// Trace lines from lsvd-trace's own parser tests, one seed per format (the first byte
@@ -678,7 +714,9 @@ fn main() {
     log_indexes();
     supers();
     proto(&captures);
-    sessions(&captures);
+    sessions("nbd_session", &captures);
+    sessions("nbd_volume", &captures);
+    volume_sessions();
     traces();
     println!("seeds written under {}", dir().display());
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 8] = [
+const TARGETS: [(&str, Check); 9] = [
     ("format_record", crate::format_targets::record),
     ("format_object", crate::format_targets::object),
     ("format_checkpoint", crate::format_targets::checkpoint),
@@ -15,6 +15,7 @@ const TARGETS: [(&str, Check); 8] = [
     ("format_supers", crate::format_targets::supers),
     ("nbd_proto", crate::nbd_proto::proto),
     ("nbd_session", crate::nbd_session::session),
+    ("nbd_volume", crate::nbd_volume::volume),
     ("trace_parse", crate::trace_parse::trace),
 ];
 

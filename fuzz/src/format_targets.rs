@@ -248,7 +248,14 @@ fn check_object_bytes(buf: &[u8]) {
     if have == total && h.data_bytes <= 1 << 20 && h.verify_data(data_start, data).is_ok() {
         let encoded = encode_object(&spec_of(&h), data);
         let again = decode_object_header(&encoded).expect("re-encoded object decodes");
-        assert_eq!(again, h, "re-encoded object decodes differently");
+        // A header of a version before 4 is written again as version 4: a longer
+        // fixed part, and the first record it says nothing of filled in.
+        let mut want = h.clone();
+        if want.first_record_seq.is_none() {
+            want.first_record_seq = again.first_record_seq;
+            want.header_bytes = again.header_bytes;
+        }
+        assert_eq!(again, want, "re-encoded object decodes differently");
     }
 }
 

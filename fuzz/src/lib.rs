@@ -12,6 +12,7 @@ pub mod bytes;
 pub mod format_targets;
 pub mod nbd_proto;
 pub mod nbd_session;
+pub mod nbd_volume;
 pub mod trace_parse;
 
 #[cfg(test)]

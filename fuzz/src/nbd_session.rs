@@ -37,12 +37,12 @@ use crate::bytes::Bytes;
 const NAMES: [&str; 4] = ["", "disk", "other", "nope"];
 
 /// A device that checks the server kept its side of the [`BlockDevice`] contract.
-struct Guarded {
-    inner: MemDevice,
-    size: u64,
+pub(crate) struct Guarded<D> {
+    pub(crate) inner: D,
+    pub(crate) size: u64,
 }
 
-impl Guarded {
+impl<D> Guarded<D> {
     fn check(&self, op: &str, offset: u64, length: u64) {
         let end = offset.checked_add(length);
         assert!(
@@ -53,7 +53,7 @@ impl Guarded {
     }
 }
 
-impl BlockDevice for Guarded {
+impl<D: BlockDevice> BlockDevice for Guarded<D> {
     fn size_bytes(&self) -> u64 {
         self.size
     }
@@ -62,6 +62,9 @@ impl BlockDevice for Guarded {
     }
     fn flush_is_global(&self) -> bool {
         true
+    }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
     }
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
         self.check("read", offset, u64::from(length));
@@ -109,10 +112,13 @@ struct Client {
 
 /// The client's view of one export during transmission.
 pub(crate) struct Attached {
-    size: u64,
-    shadow: Vec<u8>,
+    pub(crate) size: u64,
+    /// What the export holds, as far as the client's answered requests say.
+    pub(crate) shadow: Vec<u8>,
     structured: bool,
     allocation_id: Option<u32>,
+    /// Raw bytes went out: requests the shadow knows nothing of may have run.
+    pub(crate) raw_sent: bool,
 }
 
 fn export_index(name: &str) -> Option<usize> {
@@ -430,22 +436,7 @@ async fn run(data: &[u8]) {
     let mut b = Bytes::new(data);
     let size0 = u64::from(b.below(64 << 10) + 1);
     let size1 = u64::from(b.below(8 << 10));
-    let min = match b.below(4) {
-        0 => 1,
-        1 => 512,
-        2 => 4096,
-        _ => b.u32() % 8192,
-    };
-    let max = match b.below(3) {
-        0 => 32 << 20,
-        1 => 4096,
-        _ => b.u32(),
-    };
-    let sizes = BlockSizes {
-        minimum_bytes: min,
-        preferred_bytes: 4096,
-        maximum_bytes: max,
-    };
+    let sizes = block_sizes(&mut b);
     let device = |size: u64| {
         Arc::new(Guarded {
             inner: MemDevice::with_block_sizes(size as usize, sizes),
@@ -464,13 +455,45 @@ async fn run(data: &[u8]) {
             device: device(size1),
         },
     ];
+    drive(exports, [size0, size1], &mut b).await;
+}
+
+/// The block sizes a script asks the exports for (the lsvd target reads and ignores
+/// them, so both targets' scripts start alike).
+pub(crate) fn block_sizes(b: &mut Bytes<'_>) -> BlockSizes {
+    let min = match b.below(4) {
+        0 => 1,
+        1 => 512,
+        2 => 4096,
+        _ => b.u32() % 8192,
+    };
+    let max = match b.below(3) {
+        0 => 32 << 20,
+        1 => 4096,
+        _ => b.u32(),
+    };
+    BlockSizes {
+        minimum_bytes: min,
+        preferred_bytes: 4096,
+        maximum_bytes: max,
+    }
+}
+
+/// Runs the rest of the script as a client of a server with `exports` (sizes
+/// `export_sizes`, named "disk" and "other") over an in-memory stream. Returns what
+/// the client knows of the export it attached to, if it did, once the session is over.
+pub(crate) async fn drive<D: BlockDevice>(
+    exports: Vec<Export<Guarded<D>>>,
+    export_sizes: [u64; 2],
+    b: &mut Bytes<'_>,
+) -> Option<Attached> {
     let server = Arc::new(Server::new(exports));
     let (mut client, server_end) = tokio::io::duplex(64 << 10);
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(Arc::clone(&server).handle_connection(server_end, stop_rx));
 
-    let export_sizes = [size0, size1];
-    if let Some((index, c)) = handshake(&mut client, &mut b, &export_sizes).await {
+    let mut attached = None;
+    if let Some((index, c)) = handshake(&mut client, b, &export_sizes).await {
         let size = export_sizes[index];
         let mut att = Attached {
             size,
@@ -480,12 +503,15 @@ async fn run(data: &[u8]) {
                 .allocation
                 .filter(|&(i, _)| c.structured && i == index)
                 .map(|(_, id)| id),
+            raw_sent: false,
         };
-        transmission::requests(&mut client, &mut b, &mut att).await;
+        transmission::requests(&mut client, b, &mut att).await;
+        attached = Some(att);
     }
     // Whatever state the script left, a client that hangs up must end the session.
     let _ = client.shutdown().await;
     let mut rest = Vec::new();
     let _ = client.read_to_end(&mut rest).await;
     let _ = task.await;
+    attached
 }

@@ -299,7 +299,10 @@ impl std::error::Error for LogRecoveryRefusal {}
 /// [`LogRecoveryPlan`]):
 ///
 /// 1. If the superblock's tail is past `store_last_record_seq + 1`, the log released
-///    records the store lacks: strict refuses, accept-prefix warns and goes on.
+///    records the store lacks: strict refuses, accept-prefix warns and goes on. Only
+///    when this log's session wrote the store last: a log another session has
+///    superseded released records into a history that is not the volume's any more
+///    (what it held that the volume lacks is the engine's to refuse or discard).
 /// 2. The chain's records after `store_last_record_seq` are the ones to replay; those
 ///    up to it are kept (the store has them; the log serves reads of them).
 /// 3. If they do not start at `store_last_record_seq + 1`, records in between are in
@@ -317,6 +320,7 @@ pub fn plan_log_recovery(input: &LogRecoveryInput) -> Result<LogRecoveryPlan, Lo
 
     if let (Some(tail), Some(expected)) = (input.cache_tail_seq, store_next)
         && tail > expected
+        && input.store_last_written_by_this_log
     {
         let released_through = tail - 1;
         match input.mode {

@@ -329,9 +329,11 @@ fn plans_keep_their_invariants_on_random_inputs() {
         let store = input.store_last_record_seq;
         let chain_last = input.chain.map(|c| c.last());
         let newest = chain_last.unwrap_or(0).max(store);
-        let tail_past_store = input
-            .cache_tail_seq
-            .is_some_and(|t| store.checked_add(1).is_some_and(|next| t > next));
+        // Only this log's own releases count: a superseded log's do not.
+        let tail_past_store = input.store_last_written_by_this_log
+            && input
+                .cache_tail_seq
+                .is_some_and(|t| store.checked_add(1).is_some_and(|next| t > next));
         let gap = input
             .chain
             .is_some_and(|c| c.last() > store && c.first() > store + 1);
@@ -442,4 +444,32 @@ fn plans_keep_their_invariants_on_random_inputs() {
         replays > 1000 && bridges > 500 && refusals > 1000,
         "{replays} {bridges} {refusals}"
     );
+}
+
+/// Regression (found by the crash oracle's `takeover_sigstop`): a log another session
+/// has superseded had released records into its own session's view of the store,
+/// which the volume's history (the other session's) does not hold. That is no loss
+/// for strict recovery to refuse: what such a log holds past its session's part of
+/// the history is the engine's to refuse or discard as superseded.
+#[test]
+fn a_superseded_logs_releases_are_not_refused() {
+    let input = LogRecoveryInput {
+        cache_tail_seq: Some(370),
+        chain: Some(range(370, 372)),
+        store_last_record_seq: 350,
+        store_last_written_by_this_log: true,
+        mode: Strict,
+    };
+    assert!(matches!(
+        plan_log_recovery(&input),
+        Err(LogRecoveryRefusal::LogReleasedRecordsStoreLacks { .. })
+    ));
+    // The engine dropped the superseded records (past 350) before asking.
+    let superseded = LogRecoveryInput {
+        chain: None,
+        store_last_written_by_this_log: false,
+        ..input
+    };
+    let p = plan_log_recovery(&superseded).expect("nothing of this log's to refuse");
+    assert_eq!((p.replay, p.keep, p.next_record_seq), (None, None, 351));
 }

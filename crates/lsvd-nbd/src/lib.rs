@@ -102,6 +102,15 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// connection thread ([`server::on_connection_thread`]) it may block for as long as
     /// the work takes (an `fdatasync`): nothing else runs there meanwhile.
     fn unplug(&self) {}
+    /// May the server send answers now? Checked right before each reply goes to the
+    /// socket (not when the work finished): a device that may lose the right to
+    /// answer (lsvd's lease on a volume other hosts can take over) waits here while
+    /// it cannot be sure, and fails once it knows it may not. A reply whose check
+    /// fails is sent as that error instead (EIO unless the error says otherwise).
+    /// The default always allows.
+    fn answerable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        std::future::ready(Ok(()))
+    }
 }
 
 pub mod client;
@@ -111,4 +120,6 @@ pub mod server;
 
 pub use server::reply::{Completion, StartOp};
 pub use server::tls::{Tls, TlsAcceptor, TlsMode};
-pub use server::{ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, Server};
+pub use server::{
+    ConnectionErrorHook, ConnectionStats, Export, Limits, Listener, Notices, RefusalReason, Server,
+};

@@ -350,11 +350,14 @@ async fn pipelined_requests_split_at_odd_boundaries() {
     }
 }
 
+/// Longer than the server skips to refuse a write (`MAX_DISCARDED_PAYLOAD_BYTES`):
+/// the spec's hard disconnect. (Shorter ones are refused: tests/limits.rs.)
 #[tokio::test]
 async fn absurd_write_length_closes_the_connection() {
     let server = two_export_server();
     let mut c = connect_go(&server, false).await;
-    c.client.send(Command::Write, 0, 0, 64 << 20, &[]).await;
+    let len = lsvd_nbd::server::MAX_DISCARDED_PAYLOAD_BYTES as u32 + 512;
+    c.client.send(Command::Write, 0, 0, len, &[]).await;
     assert!(c.client.is_closed().await);
     assert!(c.server.await.expect("no panic").is_err());
 }

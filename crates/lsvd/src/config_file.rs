@@ -97,7 +97,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::retry::RetryPolicy;
 use crate::store::s3::{S3Settings, Secret};
 use crate::store::s3_credentials::CredentialSource;
-use crate::store::{DynStore, open_store_with};
+use crate::store::{DynStore, OpenMode, open_store_mode};
 
 /// The default data directory (matches the CLI's `--data` default).
 pub const DEFAULT_DATA_DIR: &str = "./lsvd-data";
@@ -543,12 +543,27 @@ impl LsvdConfig {
     }
 
     /// Open the store at `url` with this file's retry settings (and, for `s3://`, its
-    /// S3 settings; other schemes as [`open_store_with`]).
+    /// S3 settings; other schemes as [`open_store_mode`]).
     pub fn open_store(&self, url: &str) -> Result<DynStore> {
+        self.open_store_mode(url, OpenMode::ReadWrite)
+    }
+
+    /// [`open_store`](Self::open_store) in `mode` (see [`OpenMode`]).
+    pub fn open_store_mode(&self, url: &str, mode: OpenMode) -> Result<DynStore> {
         if url.starts_with("s3://") {
-            crate::store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)
+            let store = crate::store::s3::open_with_retry(
+                url,
+                &self.s3_settings()?,
+                &self.retry_policy()?,
+            )?;
+            Ok(match mode {
+                OpenMode::ReadWrite => store,
+                OpenMode::ReadOnly => {
+                    std::sync::Arc::new(crate::store::read_only::ReadOnlyStore::new(store))
+                }
+            })
         } else {
-            open_store_with(url, &self.retry_policy()?)
+            open_store_mode(url, &self.retry_policy()?, mode)
         }
     }
 }
@@ -811,5 +826,11 @@ impl Common {
     /// Open the store (S3 settings and retry policy from the config file).
     pub fn open_store(&self) -> Result<crate::store::DynStore> {
         self.file.open_store(&self.store)
+    }
+
+    /// Open the store for a read-only command: nothing in it changes
+    /// ([`OpenMode::ReadOnly`]).
+    pub fn open_store_read_only(&self) -> Result<crate::store::DynStore> {
+        self.file.open_store_mode(&self.store, OpenMode::ReadOnly)
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use lsvd_nbd::ConnectionStats;
+use lsvd_nbd::{ConnectionStats, RefusalReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -421,7 +421,8 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
 }
 
 /// The NBD server's connection counters (not per volume: a connection that breaks
-/// before or during the handshake has no volume).
+/// before or during the handshake has no volume), and the requests it refused itself,
+/// by reason.
 pub fn render_connections(stats: &ConnectionStats) -> String {
     let mut out = String::new();
     for (name, help, value) in [
@@ -433,13 +434,46 @@ pub fn render_connections(stats: &ConnectionStats) -> String {
         (
             "nbd_connections_aborted_total",
             "NBD connections that ended with an error: a client that hung up mid-request \
-             or with requests unanswered, broke the protocol, or stopped reading replies.",
+             or with requests unanswered, broke the protocol, stopped reading replies, or \
+             was closed by the handshake or idle timeout.",
             stats.ended_with_error.load(Ordering::Relaxed),
+        ),
+        (
+            "nbd_connections_turned_away_total",
+            "NBD clients closed as soon as they connected because every connection slot \
+             or every handshake slot was taken (not in nbd_connections_total).",
+            stats.turned_away.load(Ordering::Relaxed),
+        ),
+        (
+            "nbd_handshake_timeouts_total",
+            "NBD connections closed because their handshake outlived --handshake-timeout.",
+            stats.handshake_timeouts.load(Ordering::Relaxed),
+        ),
+        (
+            "nbd_idle_timeouts_total",
+            "NBD connections closed by --idle-timeout: no request, or no reply taken, \
+             for that long.",
+            stats.idle_timeouts.load(Ordering::Relaxed),
         ),
     ] {
         let _ = writeln!(out, "# HELP lsvd_{name} {help}");
         let _ = writeln!(out, "# TYPE lsvd_{name} counter");
         let _ = writeln!(out, "lsvd_{name} {value}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP lsvd_nbd_requests_refused_total NBD requests the server refused itself, \
+         before the volume saw them: too_large (over the advertised maximum), \
+         out_of_range, misaligned, read_only, invalid (unknown command, flag or context)."
+    );
+    let _ = writeln!(out, "# TYPE lsvd_nbd_requests_refused_total counter");
+    for reason in RefusalReason::ALL {
+        let _ = writeln!(
+            out,
+            "lsvd_nbd_requests_refused_total{{reason=\"{}\"}} {}",
+            reason.label(),
+            stats.requests_refused(reason)
+        );
     }
     out
 }

@@ -11,25 +11,88 @@
 //! was opened on: a connection's runtime ends with the connection. So the async
 //! methods below run there ([`NbdVolume::on_engine`]); writes, flushes and trims are
 //! started and appended on the connection's thread (`start`, `unplug`).
+//!
+//! Nothing here holds memory in proportion to a length the client chose: a CACHE
+//! (up to 4 GiB) is read a piece at a time ([`PIECE_BYTES`]) and each piece dropped,
+//! unwritten ranges skipped; a NO_HOLE WRITE_ZEROES writes zeros a piece at a time;
+//! at most [`PIECES_IN_FLIGHT`] pieces of either are in memory per export, whatever
+//! the number of connections and requests; a BLOCK_STATUS walks the map in windows
+//! and stops at a reply's worth of extents. READ and WRITE are bounded by the maximum request size
+//! and the server's payload budget (lsvd_nbd's `Limits`).
 
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use lsvd_nbd::server::{MAX_REPLY_EXTENTS, NoticeLimiter};
 use lsvd_nbd::{
     AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
 };
+use tokio::sync::Semaphore;
 
 use crate::engine::Volume;
 
 /// Largest request we accept; clients learn it from NBD_INFO_BLOCK_SIZE.
 pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
 
+/// What a CACHE reads, and a NO_HOLE WRITE_ZEROES writes, at a time: a multiple of
+/// the read cache's 64 KiB chunks.
+pub const PIECE_BYTES: u64 = 1 << 20;
+
+/// Pieces of CACHE and NO_HOLE WRITE_ZEROES in memory at once, over every connection
+/// to one export (8 MiB): neither is counted in the NBD server's payload budget, and
+/// there may be many such requests in flight. (The engine takes a write's buffer by
+/// value, so each zero piece is a fresh buffer; this bounds them.)
+pub const PIECES_IN_FLIGHT: usize = 8;
+
+/// How much of the volume one look at the map covers for BLOCK_STATUS: at most this
+/// many bytes / 512 runs come back from one look (64 Ki runs, 1 MiB).
+const STATUS_WINDOW_BYTES: u64 = 32 << 20;
+
 pub struct NbdVolume {
     pub volume: Arc<Volume>,
     max_request_bytes: u32,
     /// The runtime the volume was opened on, where its async work runs.
     engine: tokio::runtime::Handle,
+    /// [`PIECES_IN_FLIGHT`] permits, one per piece being read or written.
+    pieces: Arc<Semaphore>,
+    /// Lines saying why reads (and CACHE, BLOCK_STATUS) failed.
+    failures: Arc<FailureLog>,
+}
+
+/// Why a request failed, for the log: the client sees only an errno. At most a line a
+/// second per export (a store outage fails every read that needs a GET), with a count
+/// of the lines held back. A volume that is shutting down is not worth a line. Writes,
+/// trims and flushes fail only once the volume has failed (the engine says why once:
+/// `volume NAME failed: ...`) or while it shuts down, so they are not logged here.
+struct FailureLog {
+    export: String,
+    limiter: Mutex<NoticeLimiter>,
+}
+
+impl FailureLog {
+    /// `r`, as the NBD server wants it; a failure logged (rate-limited), the line
+    /// returned.
+    fn check<T>(
+        &self,
+        request: impl FnOnce() -> String,
+        r: crate::error::Result<T>,
+    ) -> (io::Result<T>, Option<String>) {
+        let e = match r {
+            Ok(v) => return (Ok(v), None),
+            Err(e) => e,
+        };
+        let mut line = None;
+        if e.kind != crate::error::ErrorKind::ShuttingDown
+            && let Ok(mut limiter) = self.limiter.lock()
+        {
+            line = limiter.admit(|| format!("{}: {} failed: {e}", self.export, request()));
+        }
+        if let Some(line) = &line {
+            crate::log::warn(line);
+        }
+        (Err(e.into()), line)
+    }
 }
 
 impl NbdVolume {
@@ -48,9 +111,14 @@ impl NbdVolume {
             limit.next_power_of_two() / 2
         };
         NbdVolume {
-            volume,
             max_request_bytes: max_request_bytes.max(1 << 20),
             engine: tokio::runtime::Handle::current(),
+            pieces: Arc::new(Semaphore::new(PIECES_IN_FLIGHT)),
+            failures: Arc::new(FailureLog {
+                export: volume.export_name(),
+                limiter: Mutex::default(),
+            }),
+            volume,
         }
     }
 
@@ -95,26 +163,16 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
-        let warn = move |volume: &Volume, e: &crate::error::Error| {
-            // The client only sees an errno: say why here.
-            crate::log::warn(&format!(
-                "{}: read of {length} bytes at {offset} failed: {e}",
-                volume.meta().name
-            ));
-        };
+        let what = move || format!("read of {length} bytes at {offset}");
         // Local data (the log, the read cache) is read right here, on any thread.
         if let Some(r) = self.volume.read_local(offset, length as u64) {
-            if let Err(e) = &r {
-                warn(&self.volume, e);
-            }
-            return Ok(r?);
+            return self.failures.check(what, r).0;
         }
+        let failures = Arc::clone(&self.failures);
         self.on_engine(move |volume| async move {
-            let r = volume.read(offset, length as u64).await;
-            if let Err(e) = &r {
-                warn(&volume, e);
-            }
-            Ok(r?)
+            failures
+                .check(what, volume.read(offset, length as u64).await)
+                .0
         })
         .await
     }
@@ -143,16 +201,21 @@ impl BlockDevice for NbdVolume {
         fua: bool,
         no_hole: bool,
     ) -> io::Result<()> {
-        let chunk = self.max_request_bytes as u64;
+        let pieces = Arc::clone(&self.pieces);
         self.on_engine(move |volume| async move {
             if !no_hole {
                 return Ok(volume.write_zeroes(offset, length as u64, fua).await?);
             }
-            // The client wants the range allocated: write real zeros, in bounded pieces.
+            // The client wants the range allocated: write real zeros, a piece at a
+            // time, each piece's buffer counted against the export's few.
             let end = offset + length as u64;
             let mut at = offset;
             while at < end {
-                let n = chunk.min(end - at);
+                let n = PIECE_BYTES.min(end - at);
+                let _piece = pieces
+                    .acquire()
+                    .await
+                    .map_err(|_| io::Error::other("pieces closed"))?;
                 volume.write(at, vec![0u8; n as usize], false).await?;
                 at += n;
             }
@@ -164,25 +227,59 @@ impl BlockDevice for NbdVolume {
         .await
     }
 
+    /// At most a reply's worth of extents ([`MAX_REPLY_EXTENTS`]; the client asks
+    /// again for the rest), the map looked at a window at a time.
     async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
-        let runs = self.volume.allocation(offset, length as u64)?;
-        Ok(runs
-            .into_iter()
-            .map(|(bytes, allocated)| AllocationExtent {
-                length_bytes: bytes as u32,
-                flags: if allocated {
+        let end = offset + u64::from(length);
+        let mut extents: Vec<AllocationExtent> = Vec::new();
+        let mut at = offset;
+        while at < end && extents.len() < MAX_REPLY_EXTENTS {
+            let n = STATUS_WINDOW_BYTES.min(end - at);
+            let runs = self.failures.check(
+                || format!("block status of {length} bytes at {offset}"),
+                self.volume.allocation(at, n),
+            );
+            for (bytes, allocated) in runs.0? {
+                let flags = if allocated {
                     0
                 } else {
                     STATE_HOLE | STATE_ZERO
-                },
-            })
-            .collect())
+                };
+                // Lengths add up to at most `length`, a u32.
+                match extents.last_mut() {
+                    Some(last) if last.flags == flags => last.length_bytes += bytes as u32,
+                    _ => extents.push(AllocationExtent {
+                        length_bytes: bytes as u32,
+                        flags,
+                    }),
+                }
+            }
+            at += n;
+        }
+        Ok(extents)
     }
 
+    /// Reading pulls the range's object chunks into the read cache: a piece at a
+    /// time, each dropped once read; ranges never written hold nothing to fetch.
     async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
-        // Reading pulls the range's object chunks into the read cache.
+        let pieces = Arc::clone(&self.pieces);
+        let failures = Arc::clone(&self.failures);
         self.on_engine(move |volume| async move {
-            volume.read(offset, length as u64).await?;
+            let end = offset + u64::from(length);
+            let mut at = offset;
+            let what = || format!("CACHE of {length} bytes at {offset}");
+            while at < end {
+                let n = PIECE_BYTES.min(end - at);
+                let runs = failures.check(what, volume.allocation(at, n)).0?;
+                if runs.iter().any(|&(_, allocated)| allocated) {
+                    let _piece = pieces
+                        .acquire()
+                        .await
+                        .map_err(|_| io::Error::other("pieces closed"))?;
+                    drop(failures.check(what, volume.read(at, n).await).0?);
+                }
+                at += n;
+            }
             Ok(())
         })
         .await
@@ -228,5 +325,142 @@ impl BlockDevice for NbdVolume {
         } else {
             self.volume.unplug();
         }
+    }
+
+    /// The lease, checked as each answer is sent: a server paused after it finished a
+    /// request must not answer it once another has taken the volume over.
+    fn answerable(&self) -> impl Future<Output = io::Result<()>> + Send {
+        // The common case costs two clock reads and no reference count.
+        let slow = (!self.volume.may_answer_now()).then(|| self.volume.clone());
+        async move {
+            match slow {
+                None => Ok(()),
+                Some(volume) => volume.answerable().await.map_err(io::Error::from),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{EngineConfig, create_volume, open_volume};
+    use crate::store::DynStore;
+    use crate::store::mem::MemStore;
+    use crate::testutil::TempDir;
+
+    const MIB: u64 = 1 << 20;
+
+    async fn device(dir: &TempDir, size_bytes: u64) -> NbdVolume {
+        let store: DynStore = Arc::new(MemStore::new());
+        create_volume(&store, "v", size_bytes)
+            .await
+            .expect("create");
+        let config = EngineConfig {
+            log_size_bytes: 16 * MIB,
+            ..EngineConfig::default()
+        };
+        let (volume, _) = open_volume(store, "v", dir.path(), config)
+            .await
+            .expect("open");
+        NbdVolume::new(volume, 16 * MIB)
+    }
+
+    /// BLOCK_STATUS looks at the map a window at a time; runs that cross a window's
+    /// edge come back as one extent, and the extents cover the range exactly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn block_status_merges_runs_across_windows() {
+        let dir = TempDir::new("nbd-device-status");
+        let dev = device(&dir, 128 * MIB).await;
+        // 2 MiB of data across the first window's end, 1 MiB across the second's.
+        for at in [31 * MIB, 32 * MIB, 63 * MIB + MIB / 2] {
+            dev.write(at, vec![7u8; MIB as usize], false)
+                .await
+                .expect("write");
+        }
+        let hole = STATE_HOLE | STATE_ZERO;
+        // Lengths in half MiB.
+        let ext = |halves: u64, flags| AllocationExtent {
+            length_bytes: (halves * MIB / 2) as u32,
+            flags,
+        };
+        let got = dev
+            .block_status(0, (128 * MIB - 512) as u32)
+            .await
+            .expect("status");
+        let mut want = vec![
+            ext(62, hole),
+            ext(4, 0),
+            ext(61, hole),
+            ext(2, 0),
+            ext(127, hole),
+        ];
+        want.last_mut().expect("extents").length_bytes -= 512;
+        assert_eq!(got, want);
+        dev.volume.shutdown().await.expect("shutdown");
+    }
+
+    /// A failed read is logged with why, at most a line a second, the rest counted; a
+    /// volume shutting down is not worth a line.
+    #[test]
+    fn failures_are_logged_at_most_once_a_second() {
+        let log = FailureLog {
+            export: "v".into(),
+            limiter: Mutex::default(),
+        };
+        let failed = || -> crate::error::Result<()> {
+            Err(crate::error::Error::new(
+                crate::error::ErrorKind::Corrupt,
+                "chunk checksum mismatch",
+            ))
+        };
+        let (r, line) = log.check(|| "read of 4096 bytes at 0".into(), failed());
+        assert!(r.is_err());
+        assert_eq!(
+            line.as_deref(),
+            Some("v: read of 4096 bytes at 0 failed: chunk checksum mismatch")
+        );
+        assert_eq!(log.check(|| "read".into(), failed()).1, None);
+        let (_, line) = log.check(
+            || "read".into(),
+            Err::<(), _>(crate::error::Error::new(
+                crate::error::ErrorKind::ShuttingDown,
+                "closing",
+            )),
+        );
+        assert_eq!(line, None);
+        assert_eq!(log.limiter.lock().expect("lock").take_held_back(), 1);
+        assert!(log.check(|| "read".into(), Ok(())).0.is_ok());
+    }
+
+    /// NO_HOLE zeroing in pieces: the range reads as zeros and stays allocated, up to
+    /// an end that is not a piece boundary; a CACHE over written and unwritten ranges
+    /// succeeds and leaves the data as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_hole_zeroing_and_cache_work_a_piece_at_a_time() {
+        let dir = TempDir::new("nbd-device-zero");
+        let dev = device(&dir, 64 * MIB).await;
+        let data: Vec<u8> = (0..4 * MIB).map(|i| (i % 251) as u8).collect();
+        dev.write(MIB, data.clone(), false).await.expect("write");
+        let (at, len) = (MIB + 4096, 2 * MIB + MIB / 2);
+        dev.write_zeroes(at, len as u32, true, true)
+            .await
+            .expect("zero");
+        let got = dev.read(MIB, 4 * MIB as u32).await.expect("read");
+        let mut want = data;
+        want[4096..4096 + len as usize].fill(0);
+        assert!(got == want, "zeroed range or its neighbours wrong");
+        let status = dev.block_status(MIB, 4 * MIB as u32).await.expect("status");
+        assert_eq!(
+            status,
+            vec![AllocationExtent {
+                length_bytes: 4 * MIB as u32,
+                flags: 0
+            }],
+            "NO_HOLE left the range allocated"
+        );
+        dev.cache(0, (64 * MIB) as u32).await.expect("cache");
+        assert!(dev.read(MIB, 4 * MIB as u32).await.expect("read") == want);
+        dev.volume.shutdown().await.expect("shutdown");
     }
 }

@@ -6,7 +6,9 @@
 //! client already builds) lives in the binary that needs it.
 //!
 //! Access control is by client certificate: with a client CA, the handshake fails for
-//! a client that presents no certificate or one not signed by that CA.
+//! a client that presents no certificate or one not signed by that CA. The private key
+//! must be its owner's alone (mode 600): one that its group or others can read is
+//! refused at startup, since whoever reads it can pose as the server.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -71,13 +73,37 @@ fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::bad_input(format!("cannot read TLS key {}: {e}", path.display())))?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
         Error::bad_input(format!(
             "TLS key {} holds no usable private key (expected PEM: -----BEGIN PRIVATE KEY-----, \
              RSA PRIVATE KEY or EC PRIVATE KEY): {e}",
             path.display()
         ))
-    })
+    })?;
+    check_key_mode(path)?;
+    Ok(key)
+}
+
+/// A private key its group or others may read (or write) is refused: whoever can read
+/// it can pose as this server to every client. Checked once the file is known to hold
+/// a key (a file that holds none is a different mistake, reported as such).
+fn check_key_mode(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|e| Error::bad_input(format!("cannot read TLS key {}: {e}", path.display())))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(Error::bad_input(format!(
+            "TLS key {} is open to its group or others (mode {:04o}): anyone who can read it \
+             can pose as this server; run chmod 600 {} (and keep it owned by the user lsvd \
+             runs as)",
+            path.display(),
+            mode & 0o7777,
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 impl TlsFiles {

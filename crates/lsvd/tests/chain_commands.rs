@@ -1,6 +1,8 @@
 //! The chain's admin commands through the real binary, on a volume served over NBD
 //! and written with nbdsh: `lsvd check` verifying both copies of a mirrored chain,
-//! `lsvd chain rebuild` repairing them, `lsvd chain add-drive` growing the chain.
+//! `lsvd chain rebuild` repairing them, `lsvd chain add-drive` growing the chain, and
+//! the read-only commands (`info`, `check`, `inspect`, `list`, `snapshot list`)
+//! leaving a chain with a blank and a stale copy exactly as it was.
 
 mod common;
 
@@ -192,8 +194,6 @@ fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
     std::fs::create_dir(b2).expect("make b2");
     std::fs::remove_file(a2.join("vol/obj").join(&objects[0])).expect("delete copy");
     flip_byte_near_end(&a.join("vol/obj").join(&objects[1]));
-    // (Not `lsvd check` here: any open of the chain, its own included, rebuilds a
-    // blank mirror directory from its sibling.)
 
     let out = stdout(&s.lsvd.run_ok(&["chain", "rebuild"]));
     let repaired = |what: &str, dir: &Path| {
@@ -217,6 +217,84 @@ fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
     // Nothing left to do: a second run repairs nothing.
     let again = stdout(&s.lsvd.run_ok(&["chain", "rebuild"]));
     assert!(!again.contains("repaired:"), "{again}");
+}
+
+/// Issue 40: opening a mirrored chain resynced a blank copy, and a read repaired a
+/// missing one, under read-only commands, which hold no lock and may run beside a
+/// live server. Now they change no file on any drive (they report the copies;
+/// `check` fails naming them), and `lsvd chain rebuild` still repairs them.
+#[test]
+fn read_only_commands_change_no_drive_and_rebuild_still_repairs() {
+    if skip_on_s3("chain: is local directories") {
+        return;
+    }
+    require_tools(&["nbdsh"]);
+    let s = mirrored_volume("chain_read_only");
+    let [a, a2] = &s.pos[0];
+    let [b, b2] = &s.pos[1];
+    let objects = data_objects(a);
+    assert!(!objects.is_empty(), "data objects on drive 0: {objects:?}");
+    // A blank mirror directory (a replaced drive, which any read-write open rebuilds),
+    // and an object missing from the first copy of its position (which a read-write
+    // read writes back from the second).
+    std::fs::remove_dir_all(b2).expect("empty b2");
+    std::fs::create_dir(b2).expect("make b2");
+    std::fs::remove_file(a.join("vol/obj").join(&objects[0])).expect("delete copy");
+    let drives = [a, a2, b, b2];
+    let trees = || drives.map(|d| tree(d));
+    let before = trees();
+
+    let seq = &objects[0][..16];
+    let commands: [&[&str]; 9] = [
+        &["list"],
+        &["info", "vol"],
+        &["info", "vol", "--json"],
+        &["inspect", "objects", "vol"],
+        &["inspect", "object", "vol", seq],
+        &["inspect", "super", "vol"],
+        &["snapshot", "list", "vol"],
+        &["check", "vol"],
+        &["list"],
+    ];
+    for args in commands {
+        let out = s.lsvd.run(args);
+        let what = args.join(" ");
+        if args[0] == "check" {
+            // It reports both copies, and fails.
+            let text = stdout(&out);
+            assert_eq!(out.status.code(), Some(1), "{}", show(&what, &out));
+            let line = problem_naming(&text, &objects[0], a)
+                .unwrap_or_else(|| panic!("no problem names {} in a\n{text}", objects[0]));
+            assert!(line.contains("missing from this copy"), "{line}");
+            assert!(
+                text.lines().any(|l| l.starts_with("problem:")
+                    && l.contains("lsvd chain rebuild")
+                    && names_dir(l, b2)),
+                "no problem names the blank copy {}\n{text}",
+                b2.display()
+            );
+        } else {
+            assert!(out.status.success(), "{}", show(&what, &out));
+        }
+        if args[0] == "info" && args.len() == 2 {
+            assert!(stdout(&out).contains("degraded:"), "{}", show(&what, &out));
+        }
+        assert!(
+            trees() == before,
+            "`lsvd {what}` changed a file on a drive\n{}",
+            show(&what, &out)
+        );
+    }
+
+    // The command that may change the drives (holding the data directory's lock)
+    // still repairs both.
+    let out = stdout(&s.lsvd.run_ok(&["chain", "rebuild"]));
+    assert!(out.contains("brought in step"), "{out}");
+    assert_eq!(tree(a), tree(a2), "drive 0's copies agree");
+    assert_eq!(tree(b), tree(b2), "drive 1's copies agree");
+    let check = stdout(&s.lsvd.run_ok(&["check", "vol"]));
+    assert!(check.contains("ok: no problems found"), "{check}");
+    s.read_back();
 }
 
 #[test]

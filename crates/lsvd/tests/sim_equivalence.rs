@@ -109,7 +109,9 @@ fn store_objects(mem: &MemStore) -> Vec<(u64, char, u64)> {
         .into_iter()
         .filter_map(|(key, size)| {
             let name = key.strip_prefix("v/obj/")?;
-            let (hex, kind) = name.split_once('.')?;
+            // `<seq:016x>.<epoch:016x>.<kind>`; the epoch does not matter here.
+            let (hex, rest) = name.split_once('.')?;
+            let (_epoch, kind) = rest.rsplit_once('.')?;
             let seq = u64::from_str_radix(hex, 16).expect("hex sequence number");
             Some((seq, kind.chars().next().expect("kind"), size))
         })

@@ -6,7 +6,9 @@
 //! socket and after a restart; plain clients are refused (with a server log line) when
 //! TLS is required and served when it is optional; clients without a certificate or
 //! with one from another CA are refused; the `--insecure` rule for non-loopback
-//! addresses; bad certificate files fail the start with one line.
+//! addresses, for NBD and for `--metrics`; bad certificate files, and a key its group
+//! or others can read, fail the start with one line; TLS without `--tls-client-ca`
+//! warns that any client gets every export, on loopback too.
 
 mod common;
 
@@ -129,6 +131,8 @@ fn tls_required_round_trips_and_refuses_strangers() {
         log.contains("refused a plain-text client (127.0.0.1:"),
         "no log line for the refused plain client\n{log}"
     );
+    // Client certificates are the access control: no warning.
+    assert!(!log.contains("without --tls-client-ca"), "{log}");
     assert!(
         log.contains("TLS handshake with 127.0.0.1:") && log.contains("failed"),
         "no log line for the refused certificate\n{log}"
@@ -192,6 +196,14 @@ fn tls_optional_serves_plain_and_tls_clients() {
     assert_eq!(stdout(&size).trim(), (4 * MIB).to_string());
     let log = server.stop_clean();
     assert!(!log.contains("refused"), "{log}");
+    // Encryption without access control, on loopback too: the server says so.
+    assert!(
+        log.contains("warn: serving 127.0.0.1:0 over TLS without --tls-client-ca")
+            && log.contains(
+                "any client that completes a TLS handshake can read and write every export"
+            ),
+        "{log}"
+    );
 }
 
 /// One `lsvd serve` that must not start; returns its single error line.
@@ -276,6 +288,22 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
     assert!(err.contains("cannot be used together"), "{err}");
     let err = tls_case(cert, key, &["--tls-client-ca", missing]);
     assert!(err.contains("cannot read client CA certificate"), "{err}");
+    // A key its group or others can read: refused, naming the file and the fix.
+    for mode in [0o644, 0o640, 0o604] {
+        let open_key = dir.join(format!("open-key-{mode:o}.pem"));
+        std::fs::copy(&pki.server_key, &open_key).expect("copy key");
+        let mut perms = std::fs::metadata(&open_key).expect("stat").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, mode);
+        std::fs::set_permissions(&open_key, perms).expect("chmod");
+        let open_key = open_key.to_str().expect("utf-8");
+        let err = tls_case(cert, open_key, &[]);
+        assert!(
+            err.contains(&format!("TLS key {open_key}"))
+                && err.contains(&format!("chmod 600 {open_key}"))
+                && err.contains(&format!("mode {mode:04o}")),
+            "{err}"
+        );
+    }
     // TLS is for TCP: with only a Unix socket, the flags are a mistake.
     let err = serve_error(
         &lsvd,
@@ -312,5 +340,60 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
     let log = server.log();
     assert!(log.contains("without --tls-client-ca"), "{log}");
     assert!(!log.contains("--insecure"), "{log}");
+    server.stop_clean();
+}
+
+/// `--metrics` is plain HTTP without access control: on a non-loopback address it
+/// needs `--insecure` (refused in one line otherwise, before anything is opened), and
+/// is served with a warning; loopback needs nothing.
+#[test]
+fn metrics_off_loopback_need_insecure() {
+    let dir = TempDir::new("metrics_insecure");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "4M");
+    let socket = dir.join("nbd.sock");
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        let err = serve_error(&lsvd, &socket, &["vol", "--metrics", addr]);
+        assert!(
+            err.contains(&format!("refusing to serve metrics on {addr}"))
+                && err.contains("not a loopback address")
+                && err.contains("--metrics 127.0.0.1:PORT")
+                && err.contains("--insecure"),
+            "{err}"
+        );
+    }
+    // Refused before the data directory is locked or a write log made.
+    assert!(!lsvd.data.join("vol.wlog").exists());
+
+    let mut server = lsvd.serve(&socket, &["vol", "--metrics", "127.0.0.1:0"]);
+    wait_until(SHORT, || server.log().contains("lsvd: metrics on"));
+    let log = server.stop_clean();
+    assert!(log.contains("lsvd: metrics on http://127.0.0.1:"), "{log}");
+    assert!(!log.contains("warn:"), "{log}");
+
+    let mut server = lsvd.serve(&socket, &["vol", "--metrics", "0.0.0.0:0", "--insecure"]);
+    // The metrics line comes after the socket the server is waited for.
+    wait_until(SHORT, || server.log().contains("lsvd: metrics on"));
+    let log = server.log();
+    assert!(
+        log.contains("warn: serving metrics on 0.0.0.0:0 (--insecure)"),
+        "{log}"
+    );
+    let port: u16 = log
+        .split("lsvd: metrics on http://0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics line\n{log}"));
+    assert!(
+        wait_until(SHORT, || metric(
+            &format!("127.0.0.1:{port}"),
+            "size_bytes",
+            "vol"
+        )
+        .is_some()),
+        "the metrics are served\n{}",
+        server.log()
+    );
     server.stop_clean();
 }

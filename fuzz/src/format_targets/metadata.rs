@@ -307,6 +307,8 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 tail_offset: b.u64(),
                 tail_seq: b.u64(),
                 index_epoch: b.u64(),
+                claimed_epoch: b.u64(),
+                claimed_session: b.u64(),
             };
             let buf = encode_cache_super(&s);
             let in_bounds = s.log_start <= s.tail_offset

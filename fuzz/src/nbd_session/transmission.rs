@@ -6,14 +6,16 @@ use lsvd_nbd::proto::transmission::{
     CHUNK_HEADER_LEN, Command, RequestHeader, SIMPLE_REPLY_HEADER_LEN, parse_block_status,
     parse_chunk_header, parse_error_chunk, parse_simple_reply,
 };
-use lsvd_nbd::server::MAX_PAYLOAD_BYTES;
+use lsvd_nbd::server::{MAX_DISCARDED_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::DuplexStream;
 
 use super::{Attached, expect_eof, is_error_value, read_n, send};
 use crate::bytes::Bytes;
 
 /// Largest WRITE payload a script sends (longer lengths are cut to this, except those
-/// past [`MAX_PAYLOAD_BYTES`], which the server must refuse by hanging up).
+/// past [`MAX_DISCARDED_PAYLOAD_BYTES`], which the server must refuse by hanging up;
+/// a WRITE over the export's maximum but not past that is refused with its payload
+/// skipped, which the short ones of an export with a small maximum exercise).
 const MAX_SCRIPT_WRITE: u32 = 256 << 10;
 
 fn pick_range(b: &mut Bytes<'_>, size: u64) -> (u64, u32) {
@@ -55,6 +57,7 @@ pub(super) async fn requests(s: &mut DuplexStream, b: &mut Bytes<'_>, att: &mut 
             _ => {
                 if b.bool() {
                     // Raw bytes: the rest of the script goes out as it is.
+                    att.raw_sent = true;
                     send(s, b.rest()).await;
                     return;
                 }
@@ -70,7 +73,7 @@ pub(super) async fn requests(s: &mut DuplexStream, b: &mut Bytes<'_>, att: &mut 
             _ => 0,
         };
         let (offset, mut length) = pick_range(b, att.size);
-        let oversized = command == Command::Write && length as usize > MAX_PAYLOAD_BYTES;
+        let oversized = command == Command::Write && length as usize > MAX_DISCARDED_PAYLOAD_BYTES;
         if command == Command::Write && !oversized && length > MAX_SCRIPT_WRITE {
             length %= MAX_SCRIPT_WRITE;
         }
@@ -216,8 +219,19 @@ async fn reply(s: &mut DuplexStream, hdr: &RequestHeader, att: &Attached) -> boo
                 if hdr.flags & CMD_FLAG_REQ_ONE != 0 {
                     assert_eq!(extents.len(), 1, "REQ_ONE answered with several extents");
                 }
+                let mut at = hdr.offset;
                 for e in &extents {
                     assert_eq!(e.flags & !(STATE_HOLE_ZERO), 0, "unknown status flags");
+                    // What is reported as reading as zeros must read as zeros.
+                    if e.flags & lsvd_nbd::STATE_ZERO != 0 {
+                        let r = at as usize..(at + u64::from(e.length_bytes)) as usize;
+                        assert!(
+                            att.shadow.get(r).is_some_and(|d| d.iter().all(|&b| b == 0)),
+                            "status says zeros at {at}+{} over written data",
+                            e.length_bytes
+                        );
+                    }
+                    at += u64::from(e.length_bytes);
                 }
                 data_seen += 1;
             }

@@ -9,7 +9,7 @@
 //!      0    8 magic "LSVDCSB\0"
 //!      8    2 version (2; version 1 is still read)
 //!     10    2 flags: bit 0 = closed cleanly
-//!     12    4 crc32c over bytes 0..96 (0..88 in version 1) with this field zero
+//!     12    4 crc32c over bytes 0..104 (0..88 in version 1) with this field zero
 //!     16   16 volume id
 //!     32    8 generation
 //!     40    8 cache file size in bytes
@@ -19,17 +19,25 @@
 //!     72    8 tail sequence number: that record's sequence number
 //!     80    8 index epoch: random per open; a write-log index counts only if it
 //!             carries the same epoch (0 = none; older builds wrote 0 here)
-//!     88    8 volume epoch: the claim of the volume this log's records belong to
-//!             (version 2; 0 in version 1: unknown). Another claim since means its
-//!             records after what that epoch uploaded were superseded.
+//!     88    8 claimed epoch: the epoch of the last claim of the volume this log's
+//!             session made that landed (version 2; 0 in version 1: unknown)
+//!     96    8 claimed session: the session id of that claim (version 2; version 1:
+//!             the index epoch, which was the session then)
 //! ```
+//!
+//! Why two sessions: an open writes this superblock with its new session (the index
+//! epoch) before it claims the volume, and again once the claim has landed. A crash
+//! in between leaves the store naming either the old claim or the new one; both are
+//! this log's. Any other session in the store's newest superblock means another
+//! process claimed the volume since, and the log's records after what the claimed
+//! epoch uploaded were superseded.
 
 use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
 
 pub const CACHE_SUPER_MAGIC: &[u8; 8] = b"LSVDCSB\0";
 pub const CACHE_SUPER_VERSION: u16 = 2;
 pub const CACHE_SUPER_BYTES: usize = 4096;
-const ENCODED_BYTES: usize = 96;
+const ENCODED_BYTES: usize = 104;
 const ENCODED_BYTES_V1: usize = 88;
 const CRC_AT: usize = 12;
 
@@ -45,9 +53,19 @@ pub struct CacheSuper {
     pub tail_seq: u64,
     /// Chosen at each open; write-log indexes written during that open carry it.
     pub index_epoch: u64,
-    /// The volume epoch (claim) this log's records were written under; 0: unknown
-    /// (version 1).
-    pub volume_epoch: u64,
+    /// The epoch of this log's last claim of the volume that landed; 0: unknown
+    /// (version 1). Its records were written under it.
+    pub claimed_epoch: u64,
+    /// The session id of that claim (the index epoch of the open that made it).
+    pub claimed_session: u64,
+}
+
+impl CacheSuper {
+    /// Is `session` (the volume superblock's) this log's: the claim it made last, or
+    /// the one its current open was making?
+    pub fn is_own_session(&self, session: u64) -> bool {
+        session != 0 && (session == self.index_epoch || session == self.claimed_session)
+    }
 }
 
 /// Encode into a full 4 KiB block.
@@ -65,7 +83,8 @@ pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     w.u64(s.tail_offset);
     w.u64(s.tail_seq);
     w.u64(s.index_epoch);
-    w.u64(s.volume_epoch);
+    w.u64(s.claimed_epoch);
+    w.u64(s.claimed_session);
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.zeros(CACHE_SUPER_BYTES - ENCODED_BYTES);
@@ -108,7 +127,7 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
             computed,
         });
     }
-    let s = CacheSuper {
+    let mut s = CacheSuper {
         clean: flags & 1 != 0,
         volume: VolumeId(r.array()?),
         generation: r.u64()?,
@@ -118,8 +137,15 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         tail_offset: r.u64()?,
         tail_seq: r.u64()?,
         index_epoch: r.u64()?,
-        volume_epoch: if version == 1 { 0 } else { r.u64()? },
+        claimed_epoch: 0,
+        claimed_session: 0,
     };
+    if version == 1 {
+        s.claimed_session = s.index_epoch;
+    } else {
+        s.claimed_epoch = r.u64()?;
+        s.claimed_session = r.u64()?;
+    }
     if !(s.log_start <= s.tail_offset && s.tail_offset < s.log_end && s.log_end <= s.file_bytes) {
         return Err(invalid(WHAT, "log region or tail out of bounds"));
     }
@@ -150,7 +176,8 @@ mod tests {
             tail_offset: 8192,
             tail_seq: 1,
             index_epoch: 9,
-            volume_epoch: 3,
+            claimed_epoch: 3,
+            claimed_session: 8,
         }
     }
 
@@ -165,8 +192,9 @@ mod tests {
         assert!(newest_cache_super(&torn, &torn).is_err());
         assert_eq!(&a[..10], b"LSVDCSB\0\x02\x00");
         assert_eq!(&a[88..96], &3u64.to_le_bytes());
-        assert!(a[96..].iter().all(|&b| b == 0));
-        for pos in 0..96 {
+        assert_eq!(&a[96..104], &8u64.to_le_bytes());
+        assert!(a[104..].iter().all(|&b| b == 0));
+        for pos in 0..104 {
             let mut bad = a.clone();
             bad[pos] ^= 0x10;
             assert!(decode_cache_super(&bad).is_err(), "flip at {pos}");
@@ -178,7 +206,7 @@ mod tests {
     fn version_1_still_reads_with_an_unknown_epoch() {
         let mut v1 = encode_cache_super(&sample(7));
         v1[8] = 1;
-        v1[88..96].fill(0);
+        v1[88..104].fill(0);
         v1[CRC_AT..CRC_AT + 4].fill(0);
         let crc = crc32c::crc32c(&v1[..88]);
         v1[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
@@ -186,9 +214,11 @@ mod tests {
         assert_eq!(
             sb,
             CacheSuper {
-                volume_epoch: 0,
+                claimed_epoch: 0,
+                claimed_session: 9,
                 ..sample(7)
             }
         );
+        assert!(sb.is_own_session(9) && !sb.is_own_session(8) && !sb.is_own_session(0));
     }
 }

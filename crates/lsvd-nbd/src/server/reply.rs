@@ -16,12 +16,32 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use crate::proto::consts::*;
 use crate::proto::transmission::*;
 
+/// Payload bytes a request holds, on its connection and on the server, until its
+/// reply is written (`Limits::max_in_flight_bytes`, `Limits::max_server_in_flight_bytes`).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    pub(crate) _connection: OwnedSemaphorePermit,
+    pub(crate) _server: OwnedSemaphorePermit,
+}
+
 /// One reply, ready for the writer: `header` then `data` go out back to back.
 pub(crate) struct Reply {
     pub(crate) header: Vec<u8>,
     pub(crate) data: Vec<u8>,
     /// Payload budget held until the data has been written.
-    pub(crate) budget: Option<OwnedSemaphorePermit>,
+    pub(crate) budget: Option<Budget>,
+}
+
+/// `reply` turned into the error `e` (its errno, EIO for most): the same cookie, no
+/// data. Replies are encoded already; the cookie sits at bytes 8..16 of a simple reply
+/// and of a structured chunk alike.
+pub(crate) fn refused(reply: &Reply, structured: bool, e: &io::Error) -> Reply {
+    let cookie = reply
+        .header
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_be_bytes);
+    error_reply(cookie, structured, error_code(e), &e.to_string())
 }
 
 /// The reply to a request without payload that succeeded.
@@ -111,7 +131,7 @@ pub struct Completion {
     cookie: u64,
     structured: bool,
     replies: mpsc::Sender<Reply>,
-    budget: Option<OwnedSemaphorePermit>,
+    budget: Option<Budget>,
     in_flight: Option<OwnedSemaphorePermit>,
     answered: bool,
 }
@@ -129,7 +149,7 @@ impl Completion {
         cookie: u64,
         structured: bool,
         replies: mpsc::Sender<Reply>,
-        budget: Option<OwnedSemaphorePermit>,
+        budget: Option<Budget>,
         in_flight: OwnedSemaphorePermit,
     ) -> Self {
         Completion {
@@ -144,7 +164,7 @@ impl Completion {
 
     /// A request the device declined: the server runs it on a task, under the same
     /// bounds.
-    pub(crate) fn into_permits(mut self) -> (Option<OwnedSemaphorePermit>, OwnedSemaphorePermit) {
+    pub(crate) fn into_permits(mut self) -> (Option<Budget>, OwnedSemaphorePermit) {
         self.answered = true;
         let in_flight = self
             .in_flight

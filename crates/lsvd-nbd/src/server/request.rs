@@ -8,7 +8,7 @@ use crate::BlockSizes;
 use crate::proto::consts::*;
 use crate::proto::transmission::{Command, RequestHeader};
 
-use super::MAX_PAYLOAD_BYTES;
+use super::{MAX_PAYLOAD_BYTES, RefusalReason};
 
 /// What the transmission phase needs to know about the negotiated export and session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +58,33 @@ pub(crate) enum Op {
     },
 }
 
-/// Why a request is refused: the NBD error value and a message for humans.
+/// Why a request is refused: the NBD error value, a message for humans, and the
+/// reason it is counted under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rejection {
     pub error: u32,
     pub message: &'static str,
+    pub reason: RefusalReason,
 }
 
 fn reject(error: u32, message: &'static str) -> Rejection {
-    Rejection { error, message }
+    let reason = match error {
+        EPERM => RefusalReason::ReadOnly,
+        _ => RefusalReason::Invalid,
+    };
+    Rejection {
+        error,
+        message,
+        reason,
+    }
+}
+
+fn reject_for(error: u32, message: &'static str, reason: RefusalReason) -> Rejection {
+    Rejection {
+        error,
+        message,
+        reason,
+    }
 }
 
 /// Block sizes to advertise and enforce, derived from the device's wish but forced to
@@ -117,7 +135,11 @@ pub(crate) fn validate(hdr: &RequestHeader, p: &ExportParams) -> Result<Op, Reje
         return Err(reject(EINVAL, "no metadata context was negotiated"));
     }
     if matches!(hdr.command, Command::Read | Command::Write) && length > p.sizes.maximum_bytes {
-        return Err(reject(EINVAL, "request longer than the maximum block size"));
+        return Err(reject_for(
+            EINVAL,
+            "request longer than the maximum block size",
+            RefusalReason::TooLarge,
+        ));
     }
     let end = offset.checked_add(u64::from(length));
     if end.is_none_or(|end| end > p.size) {
@@ -125,14 +147,19 @@ pub(crate) fn validate(hdr: &RequestHeader, p: &ExportParams) -> Result<Op, Reje
             Command::Write | Command::WriteZeroes => ENOSPC,
             _ => EINVAL,
         };
-        return Err(reject(error, "request past the end of the export"));
+        return Err(reject_for(
+            error,
+            "request past the end of the export",
+            RefusalReason::OutOfRange,
+        ));
     }
     let min = u64::from(p.sizes.minimum_bytes.max(1));
     let ends_at_export_end = end == Some(p.size);
     if offset % min != 0 || (u64::from(length) % min != 0 && !ends_at_export_end) {
-        return Err(reject(
+        return Err(reject_for(
             EINVAL,
             "request not aligned to the minimum block size",
+            RefusalReason::Misaligned,
         ));
     }
     Ok(match hdr.command {
@@ -297,6 +324,43 @@ mod tests {
             ..p
         };
         assert!(validate(&hdr(Command::BlockStatus, 0, 0, 512), &no_ctx).is_err());
+    }
+
+    #[test]
+    fn every_rejection_names_the_reason_it_is_counted_under() {
+        let p = params();
+        let reason = |h: RequestHeader, p: &ExportParams| validate(&h, p).map_err(|r| r.reason);
+        assert_eq!(
+            reason(hdr(Command::Write, 0, 0, 65536 + 512), &p),
+            Err(RefusalReason::TooLarge)
+        );
+        assert_eq!(
+            reason(hdr(Command::Read, 0, 1 << 20, 512), &p),
+            Err(RefusalReason::OutOfRange)
+        );
+        assert_eq!(
+            reason(hdr(Command::WriteZeroes, 0, 1 << 20, 512), &p),
+            Err(RefusalReason::OutOfRange)
+        );
+        assert_eq!(
+            reason(hdr(Command::Trim, 0, 100, 512), &p),
+            Err(RefusalReason::Misaligned)
+        );
+        let ro = ExportParams {
+            read_only: true,
+            ..p
+        };
+        assert_eq!(
+            reason(hdr(Command::Trim, 0, 0, 512), &ro),
+            Err(RefusalReason::ReadOnly)
+        );
+        for h in [
+            hdr(Command::Unknown(99), 0, 0, 0),
+            hdr(Command::Read, CMD_FLAG_NO_HOLE, 0, 512),
+            hdr(Command::BlockStatus, 0, 0, 0),
+        ] {
+            assert_eq!(reason(h, &p), Err(RefusalReason::Invalid));
+        }
     }
 
     #[test]

@@ -3,30 +3,38 @@
 //! A reader loop parses requests and spawns one task per command, so many requests are
 //! in flight and replies go out in completion order. A single writer task owns the write
 //! half and drains a bounded reply queue. Bounds: a semaphore caps requests in flight, a
-//! second one caps READ/WRITE payload bytes held (released only once a read's data has
-//! been handed to the socket), and the reply queue is bounded.
+//! second one caps READ/WRITE payload and BLOCK_STATUS reply bytes held (released only
+//! once a read's data has been handed to the socket), a third, the server's, caps the
+//! same bytes over every connection, and the reply queue is bounded. A refused WRITE's
+//! payload is skipped through the read buffer, never held.
 //!
 //! The session ends on NBD_CMD_DISC, EOF or shutdown — then in-flight requests finish and
 //! their replies are written before the stream is closed — or on a protocol violation
-//! (bad magic, absurd WRITE length), which drops the connection at once.
+//! (bad magic, absurd WRITE length) or the idle timeout, which drop the connection at
+//! once.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::io::{
-    AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter,
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
 use tokio::sync::mpsc::error::TryRecvError;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Sleep;
 
 use super::negotiate::ALLOCATION_CONTEXT_ID;
-use super::reply::{Completion, Reply, StartOp, error_reply, read_reply, result_reply};
-use super::request::{ExportParams, Op, validate};
-use super::{Limits, MAX_PAYLOAD_BYTES, shutdown_requested};
+use super::reply::{Budget, Completion, Reply, StartOp, error_reply, read_reply, result_reply};
+use super::request::{ExportParams, Op, Rejection, validate};
+use super::{
+    ConnectionStats, Limits, MAX_DISCARDED_PAYLOAD_BYTES, MAX_REPLY_EXTENTS, NoticeLimiter,
+    Notices, shutdown_requested,
+};
 use crate::proto::consts::*;
 use crate::proto::transmission::*;
 use crate::{AllocationExtent, BlockDevice, STATE_HOLE, STATE_ZERO};
@@ -47,6 +55,81 @@ enum End {
 /// Bytes the reader takes from the socket per read syscall. Payloads larger than this
 /// (and arriving with the buffer empty) are read straight into their own buffer.
 const READ_BUFFER_BYTES: usize = 256 << 10;
+
+/// Read and drop `len` bytes of a refused WRITE's payload, through the read buffer.
+async fn discard<R: AsyncBufRead + Unpin>(reader: &mut R, mut len: usize) -> io::Result<()> {
+    while len > 0 {
+        let available = reader.fill_buf().await?.len();
+        if available == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let n = available.min(len);
+        Pin::new(&mut *reader).consume(n);
+        len -= n;
+    }
+    Ok(())
+}
+
+/// `work`, failing with `TimedOut` (saying `what`) if it takes longer than `limit`.
+/// Work that is done at once never touches a timer (the common case for a reply
+/// written into the writer's buffer).
+async fn within<T>(
+    limit: Option<Duration>,
+    work: impl Future<Output = io::Result<T>>,
+    what: impl FnOnce() -> String,
+) -> io::Result<T> {
+    let mut work = std::pin::pin!(work);
+    let Some(limit) = limit else {
+        return work.await;
+    };
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+        return r;
+    }
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, what())))
+}
+
+/// The name of `command` in log lines.
+fn command_name(command: Command) -> String {
+    match command {
+        Command::Read => "READ".into(),
+        Command::Write => "WRITE".into(),
+        Command::Disc => "DISC".into(),
+        Command::Flush => "FLUSH".into(),
+        Command::Trim => "TRIM".into(),
+        Command::Cache => "CACHE".into(),
+        Command::WriteZeroes => "WRITE_ZEROES".into(),
+        Command::BlockStatus => "BLOCK_STATUS".into(),
+        Command::Unknown(n) => format!("command {n}"),
+    }
+}
+
+fn errno_name(error: u32) -> &'static str {
+    match error {
+        EPERM => "EPERM",
+        EIO => "EIO",
+        ENOMEM => "ENOMEM",
+        EINVAL => "EINVAL",
+        ENOSPC => "ENOSPC",
+        EOVERFLOW => "EOVERFLOW",
+        ENOTSUP => "ENOTSUP",
+        ESHUTDOWN => "ESHUTDOWN",
+        _ => "an error",
+    }
+}
+
+/// Bytes of a BLOCK_STATUS reply to `length` bytes of an export with blocks of
+/// `minimum_bytes`: one 8-byte descriptor per block at most, [`MAX_REPLY_EXTENTS`] at
+/// most, plus the chunk header and context id. Reserved from the payload budget.
+fn block_status_reply_bytes(length: u32, minimum_bytes: u32, req_one: bool) -> u32 {
+    let extents = if req_one {
+        1
+    } else {
+        (length.div_ceil(minimum_bytes.max(1)) as usize).clamp(1, MAX_REPLY_EXTENTS)
+    };
+    (CHUNK_HEADER_LEN + 4 + 8 * extents) as u32
+}
 
 /// Read a WRITE's payload of `len` bytes into a buffer that is not zeroed first (the
 /// read fills it; zeroing 4 KiB per write was a measurable share of a write's cost).
@@ -81,24 +164,44 @@ async fn poll_for_input<R: AsyncBufRead + Unpin>(reader: &mut R, budget: Duratio
     }
 }
 
+/// What a session needs from its server besides the device and the stream.
+pub(crate) struct Context {
+    pub limits: Limits,
+    /// How long the reader polls for the next request before it sleeps (zero: never;
+    /// `Server::with_busy_poll`, connection threads only).
+    pub busy_poll: Duration,
+    pub stats: Arc<ConnectionStats>,
+    /// `Limits::max_server_in_flight_bytes`, shared by the server's connections.
+    pub server_budget: Arc<Semaphore>,
+    pub notices: Option<Notices>,
+    /// Who the client is, for log lines.
+    pub peer: String,
+}
+
 pub(crate) async fn run<D, S>(
     device: Arc<D>,
     params: ExportParams,
     stream: S,
     mut shutdown: watch::Receiver<bool>,
-    limits: Limits,
-    busy_poll: Duration,
+    context: Context,
 ) -> io::Result<()>
 where
     D: BlockDevice,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let limits = context.limits;
     let (reader, writer) = tokio::io::split(stream);
     // Clients keep many requests in flight: one read syscall picks up every request
     // header (and small payload) that has arrived, instead of two syscalls per request.
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let (tx, rx) = mpsc::channel(limits.reply_queue);
-    let mut writer = tokio::spawn(write_replies(rx, writer));
+    let mut writer = tokio::spawn(write_replies(
+        rx,
+        writer,
+        limits.idle_timeout,
+        Arc::clone(&context.stats),
+        (Arc::clone(&device), params.structured),
+    ));
     let conn = Conn {
         device,
         params,
@@ -107,11 +210,14 @@ where
         budget: Arc::new(Semaphore::new(limits.max_in_flight_bytes)),
         max_in_flight: limits.max_in_flight,
         started: AtomicBool::new(false),
-        busy_poll,
+        idle_timeout: limits.idle_timeout,
+        refusals: Mutex::default(),
+        context,
     };
     let end = conn.read_requests(&mut reader, &mut shutdown).await;
     // Whatever ended the reader, what it started must run.
     conn.unplug();
+    conn.say_held_back_refusals();
     // Tasks still running hold clones of the sender; the writer ends after the last one.
     drop(conn);
     match end {
@@ -154,9 +260,10 @@ struct Conn<D> {
     max_in_flight: usize,
     /// Requests were handed to the device with `start` since its last `unplug`.
     started: AtomicBool,
-    /// How long the reader polls for the next request before it sleeps (zero: never;
-    /// `Server::with_busy_poll`, connection threads only).
-    busy_poll: Duration,
+    idle_timeout: Option<Duration>,
+    /// Lines about refused requests: at most one a second for this connection.
+    refusals: Mutex<NoticeLimiter>,
+    context: Context,
 }
 
 impl<D: BlockDevice> Conn<D> {
@@ -193,6 +300,12 @@ impl<D: BlockDevice> Conn<D> {
         // client sends quickly. A wait that slept includes the wake-up itself, so a
         // wait of up to twice the polling time still counts as quick.
         let mut last_wait = Duration::ZERO;
+        // When the last read from the client ended: every byte in the read buffer
+        // arrived by then, so taking requests from the buffer needs no clock. The idle
+        // timer counts from here; it is one timer for the session, moved only when it
+        // fires (never per request).
+        let mut last_input = Instant::now();
+        let mut idle = self.idle_timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         loop {
             let mut buf = [0u8; REQUEST_HEADER_LEN];
             if let Some(end) = self.stopping(shutdown) {
@@ -204,23 +317,35 @@ impl<D: BlockDevice> Conn<D> {
             } else {
                 self.unplug();
                 let waiting_since = Instant::now();
-                if !self.busy_poll.is_zero() && last_wait <= 2 * self.busy_poll {
-                    poll_for_input(reader, self.busy_poll).await;
+                let busy_poll = self.context.busy_poll;
+                if !busy_poll.is_zero() && last_wait <= 2 * busy_poll {
+                    poll_for_input(reader, busy_poll).await;
                 }
-                tokio::select! {
-                biased;
-                () = shutdown_requested(shutdown) => return End::Drain,
-                () = self.tx.closed() => return End::WriterGone,
-                read = reader.read_exact(&mut buf) => match read {
-                    Ok(_) => last_wait = waiting_since.elapsed(),
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        let unanswered =
-                            self.max_in_flight.saturating_sub(self.ops.available_permits());
-                        return if unanswered == 0 { End::Drain } else { End::HungUp(unanswered) };
+                let read = reader.read_exact(&mut buf);
+                tokio::pin!(read);
+                loop {
+                    tokio::select! {
+                    biased;
+                    () = shutdown_requested(shutdown) => return End::Drain,
+                    () = self.tx.closed() => return End::WriterGone,
+                    read = &mut read => match read {
+                        Ok(_) => break,
+                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                            let unanswered = self.in_flight();
+                            return if unanswered == 0 { End::Drain } else { End::HungUp(unanswered) };
+                        }
+                        Err(e) => return End::Abort(e),
+                    },
+                    () = idle_fired(&mut idle) => {
+                        if let Some(end) = self.idle_check(&mut idle, last_input) {
+                            return end;
+                        }
                     }
-                    Err(e) => return End::Abort(e),
-                },
+                    }
                 }
+                let now = Instant::now();
+                last_wait = now.duration_since(waiting_since);
+                last_input = now;
             }
             let hdr = match parse_request_header(&buf) {
                 Ok(hdr) => hdr,
@@ -230,47 +355,44 @@ impl<D: BlockDevice> Conn<D> {
                 return End::Drain;
             }
 
-            // A WRITE's payload must be consumed even if the request is then refused.
-            let mut payload = Vec::new();
-            let mut budget = None;
-            if hdr.command == Command::Write {
-                if hdr.length as usize > MAX_PAYLOAD_BYTES {
-                    return End::Abort(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "NBD write payload too large",
-                    ));
-                }
-                let Some(permit) = self.take_budget(hdr.length, shutdown).await else {
-                    return End::Drain;
-                };
-                budget = Some(permit);
-                let len = hdr.length as usize;
-                if let Some(data) = reader.buffer().get(..len) {
-                    payload = data.to_vec();
-                    Pin::new(&mut *reader).consume(len);
-                } else {
-                    self.unplug();
-                    tokio::select! {
-                        biased;
-                        // Stuck mid-payload at shutdown: the request is lost, the stream unusable.
-                        () = shutdown_requested(shutdown) => return End::Drain,
-                        read = read_payload(reader, hdr.length as usize) => match read {
-                            Ok(p) => payload = p,
-                            Err(e) => return End::Abort(io::Error::new(
-                                e.kind(),
-                                format!(
-                                    "WRITE of {} bytes at {} cut short, not executed: {e}",
-                                    hdr.length, hdr.offset
-                                ),
-                            )),
-                        },
-                    }
-                }
-            }
-
             let op = match validate(&hdr, &self.params) {
                 Ok(op) => op,
                 Err(rejection) => {
+                    self.note_refusal(&hdr, &rejection);
+                    // A WRITE's payload must be consumed even though it is refused.
+                    if hdr.command == Command::Write && hdr.length > 0 {
+                        let len = hdr.length as usize;
+                        if len > MAX_DISCARDED_PAYLOAD_BYTES {
+                            return End::Abort(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!(
+                                    "WRITE of {len} bytes at {} from {}: longer than the \
+                                     {MAX_DISCARDED_PAYLOAD_BYTES} bytes the server skips to \
+                                     refuse a write, so the connection is closed",
+                                    hdr.offset, self.context.peer
+                                ),
+                            ));
+                        }
+                        self.unplug();
+                        let skipped = tokio::select! {
+                            biased;
+                            () = shutdown_requested(shutdown) => return End::Drain,
+                            skipped = within(self.idle_timeout, discard(reader, len), || {
+                                self.context.stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+                                format!("{} stalled in the payload of a refused WRITE", self.context.peer)
+                            }) => skipped,
+                        };
+                        if let Err(e) = skipped {
+                            return End::Abort(io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "refused WRITE of {len} bytes at {} cut short: {e}",
+                                    hdr.offset
+                                ),
+                            ));
+                        }
+                        last_input = Instant::now();
+                    }
                     let reply = error_reply(
                         hdr.cookie,
                         self.params.structured,
@@ -284,11 +406,62 @@ impl<D: BlockDevice> Conn<D> {
                     continue;
                 }
             };
-            if let Op::Read { length, .. } = op {
-                let Some(permit) = self.take_budget(length, shutdown).await else {
+
+            let mut payload = Vec::new();
+            let mut budget = None;
+            if let Op::Write { offset, .. } = op {
+                let len = hdr.length as usize;
+                let Some(permit) = self.take_budget(hdr.length, shutdown).await else {
                     return End::Drain;
                 };
                 budget = Some(permit);
+                if let Some(data) = reader.buffer().get(..len) {
+                    payload = data.to_vec();
+                    Pin::new(&mut *reader).consume(len);
+                } else {
+                    self.unplug();
+                    let stalled = || {
+                        self.context
+                            .stats
+                            .idle_timeouts
+                            .fetch_add(1, Ordering::Relaxed);
+                        format!("{} stalled in a WRITE payload", self.context.peer)
+                    };
+                    tokio::select! {
+                        biased;
+                        // Stuck mid-payload at shutdown: the request is lost, the stream unusable.
+                        () = shutdown_requested(shutdown) => return End::Drain,
+                        read = within(self.idle_timeout, read_payload(reader, len), stalled) => match read {
+                            Ok(p) => payload = p,
+                            Err(e) => return End::Abort(io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "WRITE of {len} bytes at {offset} cut short, not executed: {e}"
+                                ),
+                            )),
+                        },
+                    }
+                    last_input = Instant::now();
+                }
+            }
+            match op {
+                Op::Read { length, .. } => {
+                    let Some(permit) = self.take_budget(length, shutdown).await else {
+                        return End::Drain;
+                    };
+                    budget = Some(permit);
+                }
+                Op::BlockStatus {
+                    length, req_one, ..
+                } => {
+                    let reply_bytes =
+                        block_status_reply_bytes(length, self.params.sizes.minimum_bytes, req_one);
+                    let Some(permit) = self.take_budget(reply_bytes, shutdown).await else {
+                        return End::Drain;
+                    };
+                    budget = Some(permit);
+                }
+                _ => {}
             }
             if *shutdown.borrow() {
                 return End::Drain;
@@ -340,24 +513,130 @@ impl<D: BlockDevice> Conn<D> {
         }
     }
 
-    /// Reserves `length` bytes of payload budget; `None` if shutdown came first.
+    /// Reserves `length` bytes of payload budget, the connection's then the
+    /// server's; `None` if shutdown came first.
     async fn take_budget(
         &self,
         length: u32,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Option<OwnedSemaphorePermit> {
+    ) -> Option<Budget> {
         if *shutdown.borrow() {
             return None;
         }
-        if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(length) {
+        let connection = self.take_permits(&self.budget, length, shutdown).await?;
+        let server = self
+            .take_permits(&self.context.server_budget, length, shutdown)
+            .await?;
+        Some(Budget {
+            _connection: connection,
+            _server: server,
+        })
+    }
+
+    async fn take_permits(
+        &self,
+        semaphore: &Arc<Semaphore>,
+        n: u32,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(semaphore).try_acquire_many_owned(n) {
             return Some(permit);
         }
         self.unplug();
         tokio::select! {
             biased;
             () = shutdown_requested(shutdown) => None,
-            permit = Arc::clone(&self.budget).acquire_many_owned(length) => permit.ok(),
+            permit = Arc::clone(semaphore).acquire_many_owned(n) => permit.ok(),
         }
+    }
+
+    /// Requests taken and not yet answered.
+    fn in_flight(&self) -> usize {
+        self.max_in_flight
+            .saturating_sub(self.ops.available_permits())
+    }
+
+    /// The idle timer fired: the end of the session if the client sent nothing since
+    /// `last_input` for the whole idle timeout and has nothing in flight; otherwise the
+    /// timer is moved to when that could next be true.
+    fn idle_check(&self, idle: &mut Option<Pin<Box<Sleep>>>, last_input: Instant) -> Option<End> {
+        let (Some(timeout), Some(timer)) = (self.idle_timeout, idle.as_mut()) else {
+            return None;
+        };
+        let now = Instant::now();
+        let due = last_input + timeout;
+        if due > now {
+            timer.as_mut().reset(due.into());
+            return None;
+        }
+        if self.in_flight() > 0 {
+            // A request may take long (writes wait while the log is full): that is
+            // not idleness. Look again a timeout from now.
+            timer.as_mut().reset((now + timeout).into());
+            return None;
+        }
+        self.context
+            .stats
+            .idle_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        Some(End::Abort(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{} sent no request for {} ms (the idle timeout): closed",
+                self.context.peer,
+                timeout.as_millis()
+            ),
+        )))
+    }
+
+    /// Count a request the server refuses itself, and log it (at most a line a
+    /// second for this connection).
+    fn note_refusal(&self, hdr: &RequestHeader, rejection: &Rejection) {
+        self.context.stats.count_refusal(rejection.reason);
+        let Some(notices) = &self.context.notices else {
+            return;
+        };
+        let line = match self.refusals.lock() {
+            Ok(mut limiter) => limiter.admit(|| {
+                format!(
+                    "nbd: refused {} of {} bytes at {} from {}: {} ({})",
+                    command_name(hdr.command),
+                    hdr.length,
+                    hdr.offset,
+                    self.context.peer,
+                    rejection.message,
+                    errno_name(rejection.error)
+                )
+            }),
+            Err(_) => None,
+        };
+        if let Some(line) = line {
+            notices(&line);
+        }
+    }
+
+    /// At the end of the session: how many refusals went unlogged since the last line.
+    fn say_held_back_refusals(&self) {
+        let held_back = match self.refusals.lock() {
+            Ok(mut limiter) => limiter.take_held_back(),
+            Err(_) => 0,
+        };
+        if held_back > 0
+            && let Some(notices) = &self.context.notices
+        {
+            notices(&format!(
+                "nbd: {held_back} more requests from {} were refused (not logged one by one)",
+                self.context.peer
+            ));
+        }
+    }
+}
+
+/// Resolves when the idle timer fires; never without one.
+async fn idle_fired(idle: &mut Option<Pin<Box<Sleep>>>) {
+    match idle {
+        Some(timer) => timer.as_mut().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -514,7 +793,11 @@ fn clamp_extents(
     to_end: u64,
 ) -> Option<Vec<AllocationExtent>> {
     let limit = u64::from(length).min(to_end);
-    let max_count = if req_one { 1 } else { MAX_BLOCK_STATUS_EXTENTS };
+    let max_count = if req_one {
+        1
+    } else {
+        MAX_REPLY_EXTENTS.min(MAX_BLOCK_STATUS_EXTENTS)
+    };
     let mut out = Vec::with_capacity(extents.len().min(max_count));
     let mut covered = 0u64;
     for e in extents {
@@ -538,17 +821,72 @@ fn clamp_extents(
 /// the socket only when no more replies are ready, so that bursts of small replies share
 /// one syscall. When the queue looks empty it first yields once: the tasks whose
 /// completions arrived together (one group commit answers many writes) then queue their
-/// replies before the flush, instead of each reply costing its own `send`.
-async fn write_replies<W: AsyncWrite + Unpin>(
+/// replies before the flush, instead of each reply costing its own `send`. A client
+/// that takes no reply for `stall_limit` (the idle timeout) ends the connection: its
+/// replies hold payload budget the server's other clients share.
+///
+/// Right before a batch goes to the socket the device is asked whether it may answer
+/// at all ([`BlockDevice::answerable`]); if not, every reply of the batch goes out as
+/// that error instead. Asked then, not when each request finished: a process paused
+/// in between (lsvd's lease lapsed and another host took the volume over) must not
+/// send answers decided before the pause once it runs again.
+async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
     mut rx: mpsc::Receiver<Reply>,
-    writer: W,
+    mut writer: W,
+    stall_limit: Option<Duration>,
+    stats: Arc<ConnectionStats>,
+    (device, structured): (Arc<D>, bool),
 ) -> io::Result<()> {
-    let mut w = BufWriter::with_capacity(64 << 10, writer);
+    /// A batch is sent once it holds this much; a reply with more data than this goes
+    /// out on its own, without being copied into the batch.
+    const BATCH_BYTES: usize = 64 << 10;
+    let stalled = || {
+        stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
+        format!(
+            "the client took no reply for {} ms (the idle timeout): closed",
+            stall_limit.unwrap_or_default().as_millis()
+        )
+    };
+    let mut batch: Vec<u8> = Vec::with_capacity(BATCH_BYTES);
+    // The replies in `batch` (their budgets are released once it is sent).
+    let mut held: Vec<Reply> = Vec::new();
     let mut next = rx.recv().await;
     while let Some(reply) = next {
-        w.write_all(&reply.header).await?;
-        w.write_all(&reply.data).await?;
-        drop(reply);
+        if reply.data.len() > BATCH_BYTES {
+            // Large data: what is batched first, then this reply on its own.
+            send_batch(
+                &mut writer,
+                &mut batch,
+                &mut held,
+                &*device,
+                structured,
+                stall_limit,
+                &stalled,
+            )
+            .await?;
+            let reply = match device.answerable().await {
+                Ok(()) => reply,
+                Err(e) => super::reply::refused(&reply, structured, &e),
+            };
+            within(stall_limit, writer.write_all(&reply.header), &stalled).await?;
+            within(stall_limit, writer.write_all(&reply.data), &stalled).await?;
+        } else {
+            batch.extend_from_slice(&reply.header);
+            batch.extend_from_slice(&reply.data);
+            held.push(reply);
+            if batch.len() >= BATCH_BYTES {
+                send_batch(
+                    &mut writer,
+                    &mut batch,
+                    &mut held,
+                    &*device,
+                    structured,
+                    stall_limit,
+                    &stalled,
+                )
+                .await?;
+            }
+        }
         next = match rx.try_recv() {
             Ok(reply) => Some(reply),
             Err(TryRecvError::Disconnected) => None,
@@ -558,15 +896,63 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                     Ok(reply) => Some(reply),
                     Err(TryRecvError::Disconnected) => None,
                     Err(TryRecvError::Empty) => {
-                        w.flush().await?;
+                        send_batch(
+                            &mut writer,
+                            &mut batch,
+                            &mut held,
+                            &*device,
+                            structured,
+                            stall_limit,
+                            &stalled,
+                        )
+                        .await?;
+                        within(stall_limit, writer.flush(), &stalled).await?;
                         rx.recv().await
                     }
                 }
             }
         };
     }
-    w.flush().await?;
-    w.shutdown().await
+    send_batch(
+        &mut writer,
+        &mut batch,
+        &mut held,
+        &*device,
+        structured,
+        stall_limit,
+        &stalled,
+    )
+    .await?;
+    within(stall_limit, writer.flush(), &stalled).await?;
+    writer.shutdown().await
+}
+
+/// Send the batched replies `held` (encoded in `batch`), or, if the device may not
+/// answer now, each of them as that error.
+#[allow(clippy::too_many_arguments)]
+async fn send_batch<W: AsyncWrite + Unpin, D: BlockDevice>(
+    writer: &mut W,
+    batch: &mut Vec<u8>,
+    held: &mut Vec<Reply>,
+    device: &D,
+    structured: bool,
+    stall_limit: Option<Duration>,
+    stalled: &impl Fn() -> String,
+) -> io::Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    if let Err(e) = device.answerable().await {
+        batch.clear();
+        for reply in held.iter() {
+            let refused = super::reply::refused(reply, structured, &e);
+            batch.extend_from_slice(&refused.header);
+        }
+    }
+    within(stall_limit, writer.write_all(batch), stalled).await?;
+    batch.clear();
+    held.clear();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -604,6 +990,38 @@ mod tests {
         assert_eq!(
             clamp_extents(vec![ext(40, 1)], 10, false, 3),
             Some(vec![ext(3, 1)])
+        );
+        // No more than a reply's worth, however many the device returned.
+        let many = vec![ext(1, 1); MAX_REPLY_EXTENTS + 5];
+        let clamped = clamp_extents(many, u32::MAX, false, u64::MAX).expect("extents");
+        assert_eq!(clamped.len(), MAX_REPLY_EXTENTS);
+    }
+
+    #[test]
+    fn block_status_replies_reserve_their_size_at_most() {
+        let header = (CHUNK_HEADER_LEN + 4) as u32;
+        assert_eq!(block_status_reply_bytes(4096, 512, false), header + 8 * 8);
+        assert_eq!(block_status_reply_bytes(u32::MAX, 512, true), header + 8);
+        assert_eq!(
+            block_status_reply_bytes(u32::MAX, 1, false),
+            header + 8 * MAX_REPLY_EXTENTS as u32
+        );
+        assert_eq!(block_status_reply_bytes(0, 0, false), header + 8);
+    }
+
+    #[test]
+    fn notices_are_limited_to_one_a_second_with_a_count_of_the_rest() {
+        let mut limiter = NoticeLimiter::default();
+        assert_eq!(limiter.admit(|| "a".into()), Some("a".to_string()));
+        assert_eq!(limiter.admit(|| "b".into()), None);
+        assert_eq!(limiter.admit(|| "c".into()), None);
+        assert_eq!(limiter.take_held_back(), 2);
+        assert_eq!(limiter.take_held_back(), 0);
+        assert_eq!(limiter.admit(|| "d".into()), None);
+        limiter.last = Instant::now().checked_sub(Duration::from_secs(2));
+        assert_eq!(
+            limiter.admit(|| "e".into()),
+            Some("e (1 more like it since the last line, not logged)".to_string())
         );
     }
 }

@@ -20,7 +20,7 @@ use std::io;
 use std::sync::Arc;
 
 use tokio::net::{TcpStream, UnixStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, oneshot, watch};
 
 use super::Server;
 use super::tls::Tls;
@@ -64,13 +64,14 @@ impl<D: BlockDevice> Server<D> {
         stream: Detached,
         tls: Option<Tls>,
         peer: String,
+        handshake: OwnedSemaphorePermit,
         shutdown: watch::Receiver<bool>,
     ) -> io::Result<()> {
         let (answer, answered) = oneshot::channel();
         std::thread::Builder::new()
             .name("nbd-connection".to_string())
             .spawn(move || {
-                let _ = answer.send(serve_here(self, stream, tls, &peer, shutdown));
+                let _ = answer.send(serve_here(self, stream, tls, &peer, handshake, shutdown));
             })?;
         answered.await.unwrap_or_else(|_| {
             Err(io::Error::other(
@@ -85,6 +86,7 @@ fn serve_here<D: BlockDevice>(
     stream: Detached,
     tls: Option<Tls>,
     peer: &str,
+    handshake: OwnedSemaphorePermit,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     CONNECTION_THREAD.with(|c| c.set(true));
@@ -96,11 +98,15 @@ fn serve_here<D: BlockDevice>(
             // Registered with this thread's reactor.
             Detached::Tcp(s) => {
                 let s = TcpStream::from_std(s)?;
-                server.connection_with(s, tls, peer, shutdown).await
+                server
+                    .connection_with(s, tls, peer, handshake, shutdown)
+                    .await
             }
             Detached::Unix(s) => {
                 let s = UnixStream::from_std(s)?;
-                server.connection_with(s, tls, peer, shutdown).await
+                server
+                    .connection_with(s, tls, peer, handshake, shutdown)
+                    .await
             }
         }
     });

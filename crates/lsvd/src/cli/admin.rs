@@ -1,13 +1,29 @@
-//! `lsvd create`, `lsvd list`, `lsvd info`, `lsvd sync`, `lsvd selftest`.
+//! `lsvd create`, `lsvd list`, `lsvd info`, `lsvd sync`, `lsvd selftest`, and the two
+//! ways commands open the store.
+//!
+//! The read-only commands (`info`, `list`, `check`, `inspect`, `snapshot list`) open it
+//! with [`store_read_only`]: they take no lock and may run beside a live server, so
+//! they change nothing (no mirror resync, repair or delete, issue 40) and read a volume
+//! being changed from a fresh listing when a key vanishes under them
+//! (`engine::look_again`, issue 41).
 
 use super::Common;
 use crate::engine;
+use crate::engine::store_recovery::{is_vanished, vanished};
 use crate::error::{Error, Result};
 use crate::size::{format_size, parse_size};
 use crate::store::DynStore;
 
+/// The store for `serve` and the commands that change it (those that may do the
+/// store's upkeep, such as a chain's mirror resync, hold the data directory's lock).
 pub(super) fn store(common: &Common) -> Result<DynStore> {
     common.open_store()
+}
+
+/// The store for a read-only command: nothing in it changes
+/// ([`crate::store::OpenMode::ReadOnly`]).
+pub(super) fn store_read_only(common: &Common) -> Result<DynStore> {
+    common.open_store_read_only()
 }
 
 /// `lsvd selftest`: run the store self-test and say how it went.
@@ -69,42 +85,61 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
 }
 
 pub async fn list(common: &Common) -> Result<()> {
-    let store = store(common)?;
-    let (names, leftovers) = engine::list_volumes_and_leftovers(&store).await?;
-    if names.is_empty() && leftovers.is_empty() {
+    let store = store_read_only(common)?;
+    let lines = engine::look_again("lsvd list", async || list_lines(&store).await).await?;
+    if lines.is_empty() {
         eprintln!(
             "no volumes in {} (create one with: lsvd create NAME --size 20G)",
             store.describe()
         );
     }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One look at the store for `lsvd list`: a line per volume, then one per name with
+/// keys but no metadata. A volume deleted or changed under the look is an error
+/// [`is_vanished`] recognizes (look again).
+async fn list_lines(store: &DynStore) -> Result<Vec<String>> {
+    let (names, leftovers) = engine::list_volumes_and_leftovers(store).await?;
     let finish = |name: &str| format!("finish with: lsvd delete {name} --yes");
+    let mut lines = Vec::new();
     for name in names {
-        match engine::read_meta(&store, &name).await {
-            Ok(meta) => match engine::is_being_deleted(&store, &meta).await {
-                Ok(true) => println!(
+        match engine::read_meta(store, &name).await {
+            Ok(meta) => match engine::is_being_deleted(store, &meta).await {
+                Ok(true) => lines.push(format!(
                     "{name}\t{}\t(being deleted: {})",
                     format_size(meta.size_bytes),
                     finish(&name)
-                ),
-                _ => println!(
-                    "{name}\t{}{}",
+                )),
+                _ => {
                     // The size now (`lsvd resize`); the creation size if the store
                     // cannot be read back right now.
-                    format_size(
-                        engine::current_size_bytes(&store, &meta)
-                            .await
-                            .unwrap_or(meta.size_bytes)
-                    ),
-                    relations(&store, &name).await
-                ),
+                    let size = match engine::current_size_bytes(store, &meta).await {
+                        Ok(size) => size,
+                        Err(e) if is_vanished(&e) => return Err(e),
+                        Err(_) => meta.size_bytes,
+                    };
+                    lines.push(format!(
+                        "{name}\t{}{}",
+                        format_size(size),
+                        relations(store, &name).await
+                    ));
+                }
             },
-            Err(e) => println!("{name}\t(unreadable: {e})"),
+            // Listed a moment ago: deleted (or being renamed) under the look.
+            Err(e) if e.is_not_found() => return Err(vanished(e)),
+            Err(e) => lines.push(format!("{name}\t(unreadable: {e})")),
         }
     }
     for name in leftovers {
-        println!("{name}\t-\t(keys but no volume metadata: remove with lsvd delete {name} --yes)");
+        lines.push(format!(
+            "{name}\t-\t(keys but no volume metadata: remove with lsvd delete {name} --yes)"
+        ));
     }
-    Ok(())
+    Ok(lines)
 }
 
 /// What `lsvd list` says of a volume's place among clones: the snapshot it was made
@@ -133,7 +168,7 @@ pub async fn info(
     json: bool,
     tuning: &super::TuningArgs,
 ) -> Result<()> {
-    let store = store(common)?;
+    let store = store_read_only(common)?;
     let info = engine::inspect_volume(&store, name).await?;
     let resolved =
         super::tuning::resolve_tuning(common, tuning, super::tuning::ProfileUse::LoadOnly)?;

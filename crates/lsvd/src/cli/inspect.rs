@@ -1,4 +1,9 @@
 //! `lsvd inspect`: dump a volume's persisted structures in readable form.
+//!
+//! Read-only: the store is opened so that nothing in it changes, and a volume a server
+//! is changing meanwhile is read again from a fresh listing when a key it listed
+//! vanishes before it is read (`engine::look_again`); what is printed comes from one
+//! look.
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, decode_cache_super};
@@ -10,7 +15,9 @@ use super::{Common, InspectWhat};
 use crate::cache_dev::{CacheDevice, FileCache};
 use crate::engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
 use crate::engine::log_scan::scan_log;
+use crate::engine::store_recovery::vanished;
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::DynStore;
 use lsvd_core::format::volume_super::decode_volume_super;
 
 /// `what` fails its checks.
@@ -21,7 +28,7 @@ fn corrupt(what: impl Into<String>, e: impl std::error::Error + Send + Sync + 's
 pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
     match what {
         InspectWhat::Objects { name } => {
-            let store = super::admin::store(common)?;
+            let store = super::admin::store_read_only(common)?;
             let listing = store.list(&objects_prefix(&name)).await?;
             println!(
                 "{:<18} {:>6} {:<10} {:>12}",
@@ -42,24 +49,13 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             Ok(())
         }
         InspectWhat::Object { name, seq } => {
-            let store = super::admin::store(common)?;
+            let store = super::admin::store_read_only(common)?;
             let seq = parse_seq(&seq)?;
-            let listing = store.list(&objects_prefix(&name)).await?;
-            // The newest epoch's object with that number (others are a superseded
-            // writer's, which `inspect objects` lists).
-            let found = listing
-                .iter()
-                .filter_map(|e| parse_object_name(&e.key))
-                .filter(|n| n.seq == seq)
-                .max_by_key(|n| n.epoch)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::NotFound,
-                        format!("no object {seq:016x} in volume {name}"),
-                    )
-                })?;
-            let key = object_key(&name, seq, found.epoch, found.kind);
-            let bytes = store.get(&key).await?;
+            let (key, bytes) = crate::engine::look_again(
+                &format!("lsvd inspect object {name} {seq:016x}"),
+                async || find_object(&store, &name, seq).await,
+            )
+            .await?;
             let h = decode_object_header(&bytes).map_err(|e| corrupt(key.as_str(), e))?;
             println!("object {key}");
             println!(
@@ -140,18 +136,21 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             Ok(())
         }
         InspectWhat::Super { name } => {
-            let store = super::admin::store(common)?;
-            let listing = store.list(&super_prefix(&name)).await?;
-            if listing.is_empty() {
+            let store = super::admin::store_read_only(common)?;
+            let generations =
+                crate::engine::look_again(&format!("lsvd inspect super {name}"), async || {
+                    read_generations(&store, &name).await
+                })
+                .await?;
+            if generations.is_empty() {
                 println!("volume {name}: no superblock generations in the store");
             }
-            for e in listing {
-                let bytes = store.get(&e.key).await?;
+            for (key, bytes) in generations {
                 match decode_volume_super(&bytes) {
-                    Err(err) => println!("{}: CORRUPT: {err}", e.key),
+                    Err(err) => println!("{key}: CORRUPT: {err}"),
                     Ok(sb) => {
                         let seq = |c: Option<u64>| c.map_or("none".into(), |c| format!("{c:016x}"));
-                        println!("{}", e.key);
+                        println!("{key}");
                         println!(
                             "  generation {}, session {:016x}, volume {}{}",
                             sb.generation,
@@ -254,6 +253,46 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The key and bytes of object `seq` of volume `name`: the newest epoch's object with
+/// that number (others are a superseded writer's, which `inspect objects` lists).
+/// `NotFound` if the listing has none; one listed and gone when read (GC) is an error
+/// `look_again` recognizes.
+async fn find_object(store: &DynStore, name: &str, seq: u64) -> Result<(String, Vec<u8>)> {
+    let listing = store.list(&objects_prefix(name)).await?;
+    let found = listing
+        .iter()
+        .filter_map(|e| parse_object_name(&e.key))
+        .filter(|n| n.seq == seq)
+        .max_by_key(|n| n.epoch)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("no object {seq:016x} in volume {name}"),
+            )
+        })?;
+    let key = object_key(name, seq, found.epoch, found.kind);
+    match store.get(&key).await {
+        Ok(bytes) => Ok((key, bytes)),
+        Err(e) if e.is_not_found() => Err(vanished(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every superblock generation of volume `name`, oldest first: key and bytes. One
+/// listed and gone when read (replaced by a lease renewal) is an error `look_again`
+/// recognizes.
+async fn read_generations(store: &DynStore, name: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for e in store.list(&super_prefix(name)).await? {
+        match store.get(&e.key).await {
+            Ok(bytes) => out.push((e.key, bytes)),
+            Err(err) if err.is_not_found() => return Err(vanished(err)),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(out)
 }
 
 fn parse_seq(s: &str) -> Result<u64> {

@@ -244,12 +244,14 @@ pub struct ServeArgs {
     /// --tls-cert /etc/lsvd/tls/server-cert.pem
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
-    /// Private key of --tls-cert (PEM: PKCS#8, RSA or EC). Example:
+    /// Private key of --tls-cert (PEM: PKCS#8, RSA or EC), readable by its owner only
+    /// (chmod 600; a key group or others can read is refused). Example:
     /// --tls-key /etc/lsvd/tls/server-key.pem
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Require every TLS client to present a certificate signed by this CA (PEM): the
-    /// access control of a networked lsvd. Example: --tls-client-ca /etc/lsvd/tls/ca-cert.pem
+    /// access control of a networked lsvd. Without it any client that completes a TLS
+    /// handshake gets every export (`serve` warns). Example: --tls-client-ca /etc/lsvd/tls/ca-cert.pem
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
     /// `required` (the default with --tls-cert): clients must start TLS before anything
@@ -257,8 +259,9 @@ pub struct ServeArgs {
     /// non-loopback address that needs --insecure). Example: --tls optional
     #[arg(long, value_name = "MODE", value_parser = ["required", "optional"], requires = "tls_cert")]
     pub tls: Option<String>,
-    /// Allow plain-text NBD on a non-loopback --listen address: anyone who can reach the
-    /// port can read and write every export. Prints a warning.
+    /// Allow plain text on a non-loopback address: NBD on --listen (anyone who can
+    /// reach the port can read and write every export) and HTTP on --metrics (anyone
+    /// can read every volume's metrics). Prints a warning for each.
     #[arg(long)]
     pub insecure: bool,
     /// Stand by for one volume served by another lsvd (another host, or another
@@ -275,7 +278,8 @@ pub struct ServeArgs {
     /// warning, instead of refusing to start. They are not in the volume either way.
     #[arg(long)]
     pub discard_superseded_log: bool,
-    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100).
+    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9100). Plain
+    /// HTTP without access control: a non-loopback address needs --insecure.
     #[arg(long)]
     pub metrics: Option<String>,
     /// Do not measure the disk on a first start without a probe profile, and ignore
@@ -291,6 +295,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "US", default_value_t = 50,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub busy_poll_us: u64,
+    /// How long an NBD client may take from connecting to choosing an export; a
+    /// client still in its handshake then is closed (e.g. 500ms, 10s; it cannot be
+    /// off). At most 256 clients are in their handshake at once: more are closed at
+    /// once, not kept waiting.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub handshake_timeout: String,
+    /// Close an NBD connection that sends no request for this long while none of its
+    /// requests is running, or takes no reply for this long (e.g. 30s, 10m, 1h). `0`
+    /// or `off`: never, for clients that keep a quiet connection open on purpose (a
+    /// kernel nbd device, nbdfuse); qemu reconnects by itself.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub idle_timeout: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -428,8 +444,11 @@ pub struct EngineArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub lease_timeout: String,
     /// How long a request may wait (for a lease renewal, for room in a full write
-    /// log) before it fails instead: ENOSPC when the store or the log is full, EIO
-    /// otherwise. Example: --stall-timeout 60s
+    /// log) before it fails instead: ENOSPC while the store refuses uploads as full,
+    /// EIO otherwise (the store refuses the credentials, is unreachable, or too slow).
+    /// Once one write failed so, writes that find the log still full fail at once
+    /// until uploads free room. Nothing acknowledged is lost. Example:
+    /// --stall-timeout 60s
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub stall_timeout: String,
     /// How long GC keeps what a replication pass under way (`lsvd replicate`) still

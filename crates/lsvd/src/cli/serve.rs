@@ -1,4 +1,12 @@
 //! `lsvd serve`: open volumes, serve them over NBD, shut down cleanly on a signal.
+//!
+//! Who may connect is settled before anything is opened (docs/SEMANTICS.md, "Who may
+//! connect"): plain-text listeners (NBD without TLS or with `--tls optional`, and the
+//! HTTP metrics endpoint, which names every volume and has no access control) on a
+//! non-loopback address need `--insecure`, and say so with a warning; TLS without
+//! `--tls-client-ca` warns on any address, loopback included, that any client
+//! completing the handshake gets every export (encryption is not access control,
+//! and a listener set up with TLS is usually on its way to being exposed).
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -7,8 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use lsvd_nbd::server::{Export, Server};
-use lsvd_nbd::{Tls, TlsMode};
+use lsvd_nbd::{Limits, Tls, TlsMode};
 
+use super::duration::{parse_duration, parse_positive_duration};
 use super::tuning::{ProfileUse, resolve_tuning};
 use super::{Common, ServeArgs};
 use crate::engine::{self, Volume};
@@ -96,8 +105,15 @@ fn all_loopback(addrs: &[SocketAddr]) -> bool {
 
 /// The TLS settings of the TCP listener, with the files read and checked now (so a bad
 /// file fails the start, not the first connection), and the `--insecure` rule applied:
-/// plain NBD on a non-loopback address needs it, and gets a warning.
-async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<Tls>> {
+/// plain NBD on a non-loopback address needs it, and gets a warning. TLS without a
+/// client CA is served on any address, with a warning that anyone may connect. The
+/// warnings are returned, to be printed once every rule passed (a refused start stays
+/// one line).
+async fn tcp_security(
+    args: &ServeArgs,
+    listen: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Tls>> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let files = crate::tls::TlsFiles {
@@ -119,6 +135,11 @@ async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<T
     let Some(addr) = listen else {
         return Ok(tls);
     };
+    if tls.is_some() && args.tls_client_ca.is_none() {
+        warnings.push(format!(
+            "serving {addr} over TLS without --tls-client-ca: traffic is encrypted, but any client that completes a TLS handshake can read and write every export (give --tls-client-ca CA.pem to require client certificates)"
+        ));
+    }
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr)
         .await
         .map_err(|e| listen_error(format!("cannot listen on {addr}"), e))?
@@ -128,11 +149,6 @@ async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<T
     }
     let plain_served = tls.as_ref().is_none_or(|t| t.mode == TlsMode::Optional);
     if !plain_served {
-        if args.tls_client_ca.is_none() {
-            crate::log::warn(&format!(
-                "serving {addr} over TLS without --tls-client-ca: traffic is encrypted, but any client that reaches it can read and write every export"
-            ));
-        }
         return Ok(tls);
     }
     if !args.insecure {
@@ -146,10 +162,39 @@ async fn tcp_security(args: &ServeArgs, listen: Option<&str>) -> Result<Option<T
              {how}, listen on 127.0.0.1, or add --insecure if every host that can reach the port may read and write the disks"
         )));
     }
-    crate::log::warn(&format!(
+    warnings.push(format!(
         "serving plain-text NBD on {addr} (--insecure): anyone who can reach it can read and write every export"
     ));
     Ok(tls)
+}
+
+/// The `--insecure` rule for `--metrics ADDR`: the endpoint is plain HTTP with no
+/// access control, and what it serves (every volume's name, size, traffic and store
+/// activity) is for the host's operator, so a non-loopback address needs
+/// `--insecure`, and gets a warning (returned, as by [`tcp_security`]).
+async fn metrics_security(args: &ServeArgs, warnings: &mut Vec<String>) -> Result<()> {
+    let Some(addr) = &args.metrics else {
+        return Ok(());
+    };
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(addr.as_str())
+        .await
+        .map_err(|e| listen_error(format!("cannot listen for metrics on {addr}"), e))?
+        .collect();
+    if all_loopback(&addrs) {
+        return Ok(());
+    }
+    if !args.insecure {
+        return Err(Error::bad_input(format!(
+            "refusing to serve metrics on {addr}, which is not a loopback address: the \
+             endpoint is plain HTTP without access control and names every volume; give \
+             --metrics 127.0.0.1:PORT (scrape it through a proxy or tunnel), or add \
+             --insecure if every host that can reach the port may read it"
+        )));
+    }
+    warnings.push(format!(
+        "serving metrics on {addr} (--insecure): plain HTTP, anyone who can reach it can read every volume's metrics"
+    ));
+    Ok(())
 }
 
 /// One line naming each tuned setting, its value and its origin.
@@ -162,9 +207,20 @@ fn settings_line(t: &Tuning) -> String {
     format!("lsvd: settings: {}", parts.join(", "))
 }
 
+/// The NBD server's bounds: the library's defaults (lsvd_nbd's `Limits`) with the
+/// handshake and idle timeouts of the command line.
+fn nbd_limits(args: &ServeArgs) -> Result<Limits> {
+    Ok(Limits {
+        handshake_timeout: parse_positive_duration("--handshake-timeout", &args.handshake_timeout)?,
+        idle_timeout: parse_duration("--idle-timeout", &args.idle_timeout)?,
+        ..Limits::default()
+    })
+}
+
 pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     // Flags are checked before anything is measured or locked.
     args.engine.to_config()?;
+    let limits = nbd_limits(&args)?;
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(l.clone()),
         (None, Some(_)) => None,
@@ -175,7 +231,12 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             "--tls-cert applies to --listen (TCP); Unix sockets are always plain",
         ));
     }
-    let tls = tcp_security(&args, listen.as_deref()).await?;
+    let mut warnings = Vec::new();
+    let tls = tcp_security(&args, listen.as_deref(), &mut warnings).await?;
+    metrics_security(&args, &mut warnings).await?;
+    for w in &warnings {
+        crate::log::warn(w);
+    }
     let _lock = lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
     if common.file.selftest_on_start() {
@@ -335,11 +396,13 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     }
 
     let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
-    // A client that vanishes mid-request gets one line here and a count in
-    // lsvd_nbd_connections_aborted_total.
+    // A client that vanishes mid-request, or that a timeout closed, gets one line here
+    // and a count in lsvd_nbd_connections_aborted_total (timeouts also in their own
+    // counters). Refused requests and clients turned away go to the notices, at most
+    // a line a second per connection (lsvd_nbd_requests_refused_total).
     // Each client on a thread of its own: see lsvd_nbd's `threads` and nbd_device.rs.
     let server = Arc::new(
-        Server::new(exports)
+        Server::with_limits(exports, limits)
             .with_connection_threads(true)
             .with_busy_poll(std::time::Duration::from_micros(args.busy_poll_us))
             .with_notices(notices)

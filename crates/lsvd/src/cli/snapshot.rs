@@ -134,7 +134,7 @@ pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
 }
 
 async fn list(common: &Common, volume: &str, json: bool) -> Result<()> {
-    let store = super::admin::store(common)?;
+    let store = super::admin::store_read_only(common)?;
     let meta = engine::read_meta(&store, volume).await?;
     let snapshots = engine::list_snapshots(&store, &meta).await?;
     if json {

@@ -2,15 +2,26 @@
 //!
 //! None of it opens a volume: `info` rebuilds the store's view of it
 //! ([`super::store_recovery`]) without changing anything.
+//!
+//! The read-only commands (`lsvd info`, `check`, `inspect`, `list`) take no lock and
+//! may look at a volume a server is changing: its GC deletes objects, its checkpoints
+//! replace older ones, its lease renewals replace superblock generations, all between
+//! a command's listing and its reads (issue 41: `lsvd info --json`, polled during GC
+//! on Azurite, failed with `404 BlobNotFound`). A key that vanished that way means
+//! "look again from a fresh listing": [`look_again`] runs the whole read again, a few
+//! times with a short backoff, and only then reports the error, saying the store kept
+//! changing. [`held_now`] tells the commands whether a server holds the volume (what
+//! they see may then be mid-change: an upload in flight past a gap, a write log in
+//! use).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lsvd_core::format::checkpoint::CheckpointHeat;
 use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::keys::{meta_key, validate_volume_name};
 use super::store_meta::{random_volume_id, read_meta, write_meta};
-use super::store_recovery::recover_store;
+use super::store_recovery::{is_vanished, recover_store_view};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
@@ -168,15 +179,86 @@ fn heat_info(saved: &CheckpointHeat, size_bytes: u64, utilization: f64) -> HeatI
     }
 }
 
-/// The volume's size now: the creation size in its metadata, changed by any
-/// `lsvd resize` in its object stream (so this recovers the store's state).
-pub async fn current_size_bytes(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
-    Ok(recover_store(store, meta).await?.state.volume_size_bytes)
+/// How many times a read-only command reads the store before it reports that a key
+/// it listed kept vanishing ([`look_again`]).
+pub const LOOKS: u32 = 5;
+/// The pause before the second look; it doubles before each later one (50, 100, 200,
+/// 400 ms: 0.75 s in all).
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// Run `read` (a whole read-only read of the store: listings and the reads of what
+/// they named) until it does not fail with a key that vanished under it
+/// ([`is_vanished`]), at most [`LOOKS`] times, pausing between looks. Each look says
+/// so on stderr (info). After the last, the error is returned saying the store kept
+/// changing. Any other result is returned as it is.
+pub async fn look_again<T>(what: &str, mut read: impl AsyncFnMut() -> Result<T>) -> Result<T> {
+    let mut pause = FIRST_PAUSE;
+    let mut look = 1;
+    loop {
+        match read().await {
+            Err(e) if is_vanished(&e) && look < LOOKS => {
+                look += 1;
+                crate::log::info(&format!("{what}: {e}; looking again ({look} of {LOOKS})"));
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) if is_vanished(&e) => {
+                return Err(e.context(format!(
+                    "{what}: the store kept changing under this read ({LOOKS} looks); run it again"
+                )));
+            }
+            other => return other,
+        }
+    }
 }
 
+/// True if `sb`, a volume's newest superblock generation, says a server holds the
+/// volume now: not written at a clean stop or by a delete, and its lease (renewed by
+/// writing a generation every third of it) has not run out by this host's clock. Only
+/// a hint for messages and for how readily to look again (another host's clock may
+/// differ): a server that crashed looks held until its lease runs out.
+pub fn held_now(sb: &lsvd_core::format::volume_super::VolumeSuper, now_unix_ms: u64) -> bool {
+    !sb.clean
+        && !sb.deleting
+        && sb.lease_timeout_ms > 0
+        && now_unix_ms
+            < sb.written_unix_ms
+                .saturating_add(u64::from(sb.lease_timeout_ms))
+}
+
+/// Milliseconds since the Unix epoch by this host's clock (0 if it is before it).
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The volume's size now: the creation size in its metadata, changed by any
+/// `lsvd resize` in its object stream (so this recovers the store's state; a key that
+/// vanished under the read is an error [`is_vanished`] recognizes: look again).
+pub async fn current_size_bytes(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
+    Ok(recover_store_view(store, meta)
+        .await?
+        .state
+        .volume_size_bytes)
+}
+
+/// What the store says about volume `name` ([`VolumeInfo`]), read without changing
+/// anything; a volume being changed by a server meanwhile is read again from a fresh
+/// listing when a key vanishes under the read ([`look_again`]). `NotFound` if there is
+/// no such volume.
 pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> {
     let meta = read_meta(store, name).await?;
-    let rec = recover_store(store, &meta).await?;
+    look_again(&format!("lsvd info {name}"), async || {
+        inspect_meta(store, &meta).await
+    })
+    .await
+}
+
+/// One look at the volume `meta` describes.
+async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo> {
+    let meta = meta.clone();
+    let rec = recover_store_view(store, &meta).await?;
     let s = &rec.state;
     let store_bytes = s.stored_bytes();
     let utilization = if store_bytes == 0 {
@@ -268,4 +350,190 @@ pub async fn list_volumes_and_leftovers(store: &DynStore) -> Result<(Vec<String>
     }
     let leftovers = prefixes.difference(&volumes).cloned().collect();
     Ok((volumes.into_iter().collect(), leftovers))
+}
+
+#[cfg(test)]
+mod tests {
+    //! A key that vanishes between a listing and its read (issue 41): a store that
+    //! answers `NotFound` for the volume's checkpoint a given number of times stands
+    //! for a server whose GC and checkpoints delete what a read-only command listed.
+
+    use std::ops::Range;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::engine::store_recovery::recover_store;
+    use crate::engine::{EngineConfig, open_volume};
+    use crate::store::mem::MemStore;
+    use crate::store::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
+    use crate::testutil::TempDir;
+
+    /// `inner`, except that reads of a checkpoint are `NotFound` while `vanish` is
+    /// above 0 (each one counted down), as if it was deleted after the listing.
+    struct Vanishing {
+        inner: DynStore,
+        vanish: AtomicU32,
+        reads: AtomicU32,
+    }
+
+    impl Vanishing {
+        fn read(&self, key: &str) -> Option<Error> {
+            if !key.ends_with(".c") {
+                return None;
+            }
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let left = self.vanish.load(Ordering::SeqCst);
+            if left == 0 {
+                return None;
+            }
+            self.vanish.store(left - 1, Ordering::SeqCst);
+            Some(Error::new(ErrorKind::NotFound, format!("{key}: gone")))
+        }
+    }
+
+    impl ObjectStore for Vanishing {
+        fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
+            self.inner.put(key, data, mode)
+        }
+        fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+            match self.read(key) {
+                Some(e) => Box::pin(async move { Err(e) }),
+                None => self.inner.get(key),
+            }
+        }
+        fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+            match self.read(key) {
+                Some(e) => Box::pin(async move { Err(e) }),
+                None => self.inner.get_range(key, range),
+            }
+        }
+        fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
+            self.inner.delete(key)
+        }
+        fn describe(&self) -> String {
+            "vanishing".into()
+        }
+    }
+
+    /// A volume `v` with data and a checkpoint (a clean stop), in memory.
+    fn volume_with_a_checkpoint() -> MemStore {
+        let mem = MemStore::new();
+        let store: DynStore = Arc::new(mem.clone());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let dir = TempDir::new("look-again");
+            create_volume(&store, "v", 4 << 20).await.expect("create");
+            let config = EngineConfig {
+                log_size_bytes: 16 << 20,
+                read_cache_bytes: 0,
+                ..EngineConfig::default()
+            };
+            let (vol, _) = open_volume(store.clone(), "v", dir.path(), config)
+                .await
+                .expect("open");
+            vol.write(0, vec![7; 64 << 10], true).await.expect("write");
+            vol.shutdown().await.expect("shutdown");
+        });
+        mem
+    }
+
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn a_read_only_read_looks_again_when_a_listed_key_vanishes() {
+        let mem = volume_with_a_checkpoint();
+        let vanishing = Arc::new(Vanishing {
+            inner: Arc::new(mem),
+            vanish: AtomicU32::new(1),
+            reads: AtomicU32::new(0),
+        });
+        let store: DynStore = vanishing.clone();
+        paused().block_on(async {
+            let meta = read_meta(&store, "v").await.expect("meta");
+            // The view for a read-only command stops at the vanished checkpoint...
+            let e = recover_store_view(&store, &meta)
+                .await
+                .err()
+                .expect("vanished");
+            assert!(is_vanished(&e), "{e}");
+            assert!(e.to_string().contains("listed a moment before"), "{e}");
+            // ...which recovery for a claimed volume passes over, as before.
+            vanishing.vanish.store(1, Ordering::SeqCst);
+            let rec = recover_store(&store, &meta).await.expect("passed over");
+            assert_eq!(rec.skipped_checkpoints.len(), 1);
+
+            // `lsvd info` looks again, and the second look sees the volume whole.
+            vanishing.vanish.store(1, Ordering::SeqCst);
+            vanishing.reads.store(0, Ordering::SeqCst);
+            let info = inspect_volume(&store, "v").await.expect("info");
+            assert_eq!(vanishing.reads.load(Ordering::SeqCst), 2, "two looks");
+            assert_eq!(info.live_bytes, 64 << 10);
+            assert!(info.closed_cleanly);
+
+            // A key that keeps vanishing: LOOKS looks, then the error, saying so.
+            vanishing.vanish.store(u32::MAX, Ordering::SeqCst);
+            vanishing.reads.store(0, Ordering::SeqCst);
+            let started = tokio::time::Instant::now();
+            let e = inspect_volume(&store, "v")
+                .await
+                .expect_err("kept vanishing");
+            assert_eq!(vanishing.reads.load(Ordering::SeqCst), LOOKS);
+            assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+            assert!(e.to_string().contains("kept changing"), "{e}");
+            // Paused between looks: 50 + 100 + 200 + 400 ms.
+            assert_eq!(started.elapsed(), Duration::from_millis(750));
+
+            // A volume that does not exist is not looked for again.
+            vanishing.reads.store(0, Ordering::SeqCst);
+            let e = inspect_volume(&store, "nosuch")
+                .await
+                .expect_err("no volume");
+            assert!(e.is_not_found() && !is_vanished(&e), "{e}");
+            assert_eq!(vanishing.reads.load(Ordering::SeqCst), 0);
+        });
+    }
+
+    #[test]
+    fn held_now_follows_the_lease() {
+        let sb =
+            |clean: bool, lease_timeout_ms: u32| lsvd_core::format::volume_super::VolumeSuper {
+                volume: lsvd_core::format::VolumeId([1; 16]),
+                generation: 3,
+                session: 1,
+                clean,
+                deleting: false,
+                newest_checkpoint: None,
+                previous_checkpoint: None,
+                durable_through: 0,
+                last_record_seq: 0,
+                written_unix_ms: 1_000_000,
+                epoch: 1,
+                lease_timeout_ms,
+                holder: "lsvd serve".into(),
+                history: lsvd_core::history::History::legacy(),
+            };
+        assert!(held_now(&sb(false, 10_000), 1_005_000));
+        assert!(
+            !held_now(&sb(false, 10_000), 1_010_000),
+            "the lease ran out"
+        );
+        assert!(!held_now(&sb(true, 10_000), 1_005_000), "stopped cleanly");
+        assert!(!held_now(&sb(false, 0), 1_005_000), "no lease kept");
+    }
 }

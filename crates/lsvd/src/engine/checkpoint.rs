@@ -362,6 +362,22 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
             }
         }
     };
+    // Landed, but only in a gap a newer holder's deleted generation left: fenced.
+    let result = match result {
+        Ok(()) => {
+            match super::volume_super::newer_than(&shared.store, &shared.meta, next.generation)
+                .await
+            {
+                Ok(None) => Ok(()),
+                Ok(Some(holder)) => Err(WriteError::Superseded {
+                    generation: next.generation,
+                    holder,
+                }),
+                Err(e) => Err(WriteError::Store(e)),
+            }
+        }
+        Err(e) => Err(e),
+    };
     match result {
         Ok(()) => {
             shared.lease.extend(sent_ns, sent_unix_ms);

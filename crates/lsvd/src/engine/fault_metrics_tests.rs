@@ -294,3 +294,128 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
         .expect("shutdown task")
         .expect("shutdown within 300 s of clock time");
 }
+
+/// A volume with a 4 MiB write log whose writes find the log full within a few
+/// writes once `fault` is switched on for PUTs, with a 500 ms stall timeout.
+async fn stalled_volume(
+    name: &str,
+    fault: Option<crate::store::faulty::Fault>,
+) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
+    let dir = TempDir::new(name);
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 64 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 4 << 20,
+        stall_timeout_ms: 500,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    match fault {
+        Some(f) => faulty.faults().fail(crate::store::faulty::Ops::PUT, f),
+        None => faulty.set_outage(true),
+    }
+    (vol, faulty, dir)
+}
+
+/// The errno an NBD client gets for `e`.
+fn nbd_errno(e: &crate::error::Error) -> u32 {
+    lsvd_nbd::proto::transmission::error_code(&std::io::Error::from(e.clone()))
+}
+
+/// Writes until one is refused; returns the chunks acknowledged and the refusal.
+async fn write_until_refused(vol: &super::Volume) -> (u64, crate::error::Error) {
+    for i in 0..256u64 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(60),
+            vol.write(i * (256 << 10), vec![(i % 250) as u8 + 1; 256 << 10], false),
+        )
+        .await
+        .expect("a write stalled past the stall timeout without an answer");
+        if let Err(e) = r {
+            return (i, e);
+        }
+    }
+    panic!("64 MiB went into a 4 MiB log with the store refusing every upload");
+}
+
+/// The store away while the write log fills: the write that finds no room waits the
+/// stall timeout and fails with EIO, the next fails at once, a FLUSH still answers
+/// (for what was acknowledged), and nothing acknowledged is lost: once the store is
+/// back every acknowledged chunk reads back and writes are accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
+    let (vol, faulty, _dir) = stalled_volume("engine-log-stall", None).await;
+    let stats = vol.stats();
+    let started = std::time::Instant::now();
+    let (acked, e) = write_until_refused(&vol).await;
+    assert_eq!(e.kind, crate::error::ErrorKind::Transient, "{e}");
+    assert_eq!(nbd_errno(&e), lsvd_nbd::proto::consts::EIO, "{e}");
+    assert!(acked > 0, "no write was accepted before the log filled");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(stats.log_stalled.load(Ordering::SeqCst));
+    // The next write that does not fit fails at once, and is counted.
+    let at_once = std::time::Instant::now();
+    vol.write(acked * (256 << 10), vec![9; 256 << 10], false)
+        .await
+        .expect_err("a write while the log is stalled");
+    assert!(
+        at_once.elapsed() < Duration::from_millis(400),
+        "waited {:?}",
+        at_once.elapsed()
+    );
+    assert!(stats.log_full_failures.load(Ordering::Relaxed) >= 2);
+    vol.flush()
+        .await
+        .expect("a FLUSH answers for what was acknowledged");
+
+    faulty.set_outage(false);
+    wait_until("the log has room", || {
+        !stats.log_stalled.load(Ordering::SeqCst)
+    })
+    .await;
+    vol.write(0, vec![0xee; 4096], false)
+        .await
+        .expect("writes are accepted again once uploads free room");
+    assert!(!stats.log_stalled.load(Ordering::SeqCst));
+    for i in 1..acked {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
+    }
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// A full store (ENOSPC, a quota) behind a full write log: writes fail with ENOSPC;
+/// a store refusing the credentials: EIO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_answers_enospc_for_a_full_store_and_eio_for_a_denied_one() {
+    use crate::store::faulty::{Fault, Ops};
+    use lsvd_nbd::proto::consts::{EIO, ENOSPC};
+    for (fault, kind, errno) in [
+        (Fault::DiskFull, crate::error::ErrorKind::Full, ENOSPC),
+        (Fault::QuotaExceeded, crate::error::ErrorKind::Full, ENOSPC),
+        (Fault::Denied, crate::error::ErrorKind::Denied, EIO),
+    ] {
+        let (vol, faulty, _dir) = stalled_volume("engine-log-stall-kind", Some(fault)).await;
+        let (acked, e) = write_until_refused(&vol).await;
+        assert_eq!(e.kind, kind, "{fault:?}: {e}");
+        assert_eq!(nbd_errno(&e), errno, "{fault:?}: {e}");
+        faulty.faults().heal(Ops::PUT);
+        vol.flush()
+            .await
+            .expect("flush once the store takes uploads");
+        for i in 0..acked {
+            let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+            assert!(
+                got.iter().all(|b| *b == (i % 250) as u8 + 1),
+                "{fault:?}: chunk {i}"
+            );
+        }
+        vol.shutdown().await.expect("shutdown");
+    }
+}

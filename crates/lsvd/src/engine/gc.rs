@@ -424,7 +424,8 @@ async fn run_pass(
         // (paced like a GET: it is I/O on the local SSD) and GET only the rest.
         if shared.read_cache.is_some() {
             let mut uncached = Vec::with_capacity(idxs.len());
-            let cached = read::CachedObjectReader::new(victim, header_bytes);
+            let obj = super::read_cache::CacheObject::new(victim, tag.epoch);
+            let cached = read::CachedObjectReader::new(obj, header_bytes);
             for i in idxs {
                 let r = &relocations[i];
                 let len = r.sectors * SECTOR_BYTES;

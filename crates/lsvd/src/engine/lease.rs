@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use lsvd_core::format::cache_super::CacheSuper;
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::VolumeSuper;
 
@@ -153,15 +154,15 @@ async fn newest_listed_generation(store: &DynStore, meta: &VolumeMeta) -> Result
 
 /// Wait until volume `meta` may be claimed, reading only (nothing in the store
 /// changes): at once when nobody holds it (never opened, stopped cleanly), when
-/// `own_session` (this data directory's write log, whose lock this process holds)
-/// was its last holder, or under [`Takeover::Immediate`]. Otherwise watch the
+/// `own_log` (this data directory's write log, whose lock this process holds) says
+/// its last holder was one of its sessions, or under [`Takeover::Immediate`]. Otherwise watch the
 /// holder's generations for its lease timeout: one that renews is refused
 /// (`Conflict`, naming it) or, under [`Takeover::Wait`], waited for; one that lets go
 /// or lapses is taken over.
 pub(crate) async fn acquire(
     store: &DynStore,
     meta: &VolumeMeta,
-    own_session: Option<u64>,
+    own_log: Option<CacheSuper>,
     config: &LeaseConfig,
     clock: &dyn Clock,
 ) -> Result<Acquired> {
@@ -183,7 +184,7 @@ pub(crate) async fn acquire(
         }
         if sb.clean
             || config.takeover == Takeover::Immediate
-            || own_session.is_some_and(|s| s != 0 && s == sb.session)
+            || own_log.is_some_and(|log| log.is_own_session(sb.session))
         {
             return Ok(free(None));
         }
@@ -543,6 +544,13 @@ async fn renew_once(shared: &Arc<Shared>) -> Result<bool> {
         .await
     {
         Ok(()) => {
+            if let Some(by) =
+                super::volume_super::newer_than(&shared.store, &shared.meta, next.generation)
+                    .await?
+            {
+                shared.fence(&by);
+                return Ok(false);
+            }
             *shared
                 .volume_super
                 .lock()

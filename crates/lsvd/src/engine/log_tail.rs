@@ -41,7 +41,15 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
             tail_offset,
             tail_seq,
             index_epoch: shared.index_epoch,
-            volume_epoch: shared.epoch(),
+            claimed_epoch: shared.epoch(),
+            claimed_session: if shared
+                .volume_claimed
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                shared.index_epoch
+            } else {
+                0
+            },
         };
         (sb, through)
     };
@@ -79,5 +87,14 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
         }
     }
     drop(st);
+    // Landed uploads freed log space: writes that found the log stalled may wait
+    // for room again (a write that merely fits never clears the stall).
+    if shared
+        .stats
+        .log_stalled
+        .swap(false, std::sync::atomic::Ordering::SeqCst)
+    {
+        crate::log::info("write log has room again; writes are accepted");
+    }
     shared.space_freed.notify_all();
 }

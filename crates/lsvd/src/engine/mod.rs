@@ -96,8 +96,8 @@ mod volume_super_tests;
 mod writer;
 
 pub use admin::{
-    ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, inspect_volume, list_volumes,
-    list_volumes_and_leftovers,
+    LOOKS, ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, held_now, inspect_volume,
+    list_volumes, list_volumes_and_leftovers, look_again, now_unix_ms,
 };
 pub use clone::create_clone;
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};

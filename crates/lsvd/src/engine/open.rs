@@ -193,8 +193,11 @@ pub async fn open_volume_on(
 /// The session of the write log at `path` (its index epoch: the session id it
 /// claimed the volume with), if the file exists and holds `meta`'s log. Read before
 /// anything is made, so a process refused the volume leaves no file behind.
-fn log_session_of(path: &Path, meta: &lsvd_core::format::volume_meta::VolumeMeta) -> Option<u64> {
-    use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
+fn log_session_of(
+    path: &Path,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+) -> Option<CacheSuper> {
+    use lsvd_core::format::cache_super::newest_cache_super;
     use std::io::Read;
     let mut head = vec![0u8; 2 * CACHE_SUPER_BYTES];
     std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
@@ -202,7 +205,6 @@ fn log_session_of(path: &Path, meta: &lsvd_core::format::volume_meta::VolumeMeta
     newest_cache_super(a, b)
         .ok()
         .filter(|sb| sb.volume == meta.volume)
-        .map(|sb| sb.index_epoch)
 }
 
 /// What the log side of recovery decided.
@@ -304,16 +306,9 @@ async fn open_inner(
     let acquired = match (acquired, &snapshot) {
         (Some(a), _) => Some(a),
         (None, Some(_)) => None,
-        (None, None) => Some(
-            acquire(
-                &store,
-                &meta,
-                existing.map(|sb| sb.index_epoch),
-                &config.lease,
-                &*config.clock,
-            )
-            .await?,
-        ),
+        (None, None) => {
+            Some(acquire(&store, &meta, existing, &config.lease, &*config.clock).await?)
+        }
     };
     // 1. The store side (what the snapshots keep is not garbage).
     let pins = super::snapshot::load_pins(&store, &meta).await?;
@@ -364,7 +359,7 @@ async fn open_inner(
             .max(rec.listed_max_epoch)
             .max(rec.history.newest_epoch())
             + 1,
-        after_seq: rec.state.next_object_seq() - 1,
+        after_seq: rec.history_end,
         first_seq: rec
             .state
             .next_object_seq()
@@ -435,10 +430,9 @@ async fn open_inner(
     // The session that claimed the volume last used its log epoch as its session id
     // (`claim`): if that is this log's, nobody has written the volume since.
     let store_last_written_by_this_log = existing.is_some_and(|sb| {
-        sb.index_epoch != 0
-            && newest_super
-                .as_ref()
-                .is_some_and(|v| v.session == sb.index_epoch)
+        newest_super
+            .as_ref()
+            .is_some_and(|v| sb.is_own_session(v.session))
     });
     // Records past the store's end that a session acknowledged after which another
     // process claimed the volume: that process's history does not hold them, and
@@ -481,7 +475,23 @@ async fn open_inner(
             "volume {name}: discarding {superseded} records (sequence {first}..={last}) of write log {cache_name}: a superseded session acknowledged them, and {by} has claimed the volume since"
         ));
         report.log_records_discarded = superseded;
-        chain.retain(|r| r.header.seq <= superseded_after.min(last_in_store));
+        let keep_through = superseded_after.min(last_in_store);
+        // The first record dropped still chains to the last one kept: appends start
+        // at its place, and until they overwrite it the next open would follow the
+        // chain into what was discarded. Its header block is zeroed (and synced) first.
+        if let Some(first) = chain.iter().find(|r| r.header.seq > keep_through) {
+            let zeros = vec![0u8; lsvd_core::format::SECTOR_BYTES as usize];
+            cache
+                .write_at(&zeros, first.offset)
+                .and_then(|()| cache.sync())
+                .map_err(|e| {
+                    Error::local_io(
+                        format!("cannot discard the superseded records of write log {cache_name}"),
+                        e,
+                    )
+                })?;
+        }
+        chain.retain(|r| r.header.seq <= keep_through);
     }
     let plan = plan_log(
         chain,
@@ -629,7 +639,10 @@ async fn open_inner(
         tail_offset,
         tail_seq,
         index_epoch,
-        volume_epoch: claim_plan.as_ref().map_or(0, |p| p.epoch),
+        // This open has not claimed the volume yet: the last claim that landed is
+        // still the one the log had (written again once the claim lands, below).
+        claimed_epoch: existing.map_or(0, |sb| sb.claimed_epoch),
+        claimed_session: existing.map_or(0, |sb| sb.claimed_session),
     };
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
     let write_failed = |e| {
@@ -644,14 +657,21 @@ async fn open_inner(
     cache.sync().map_err(write_failed)?;
 
     if let Some(p) = claim_plan {
-        report.superblock_generation = claim(&shared, &p, history).await?;
+        report.superblock_generation = p.generation;
         report.epoch = p.epoch;
         shared
             .lease
             .took_over
             .store(report.took_over_from.is_some(), Ordering::SeqCst);
-        // Only now, holding the volume: remove what is not the history's.
-        report.stranded_deleted = settle_store(&store, name, &rec).await?;
+        match claim(&shared, &p, history).await? {
+            // Only now, holding the volume: remove what is not the history's.
+            Claim::Landed(generation) => {
+                report.stranded_deleted = finish_claim(&shared, &rec, generation).await?;
+            }
+            Claim::InBackground(claimed) => {
+                tokio::spawn(claim_in_background(shared.clone(), claimed, rec));
+            }
+        }
     }
     Ok((Arc::new(start_tasks(shared)?), report))
 }
@@ -673,8 +693,11 @@ async fn superseded_after(
     history: &History,
     last_in_store: u64,
 ) -> Result<u64> {
-    if log.volume_epoch != 0
-        && let Some(next) = history.segments.iter().find(|s| s.epoch > log.volume_epoch)
+    if log.claimed_epoch != 0
+        && let Some(next) = history
+            .segments
+            .iter()
+            .find(|s| s.epoch > log.claimed_epoch)
     {
         if next.after_seq == 0 {
             return Ok(0);
@@ -727,7 +750,7 @@ struct ClaimPlan {
 /// newer generation found after it (the holder renewed further: this one only filled
 /// a deleted number). A store that keeps failing fails the open: without the claim
 /// nothing may be answered. Returns the claimed generation.
-async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> Result<u64> {
+async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> Result<Claim> {
     let name = &shared.meta.name;
     history.claim(plan.epoch, plan.after_seq, plan.first_seq);
     let claimed = {
@@ -777,11 +800,24 @@ async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> 
             ),
         )
     };
-    match super::volume_super::write(&shared.store, name, &claimed, 12, shared.clock()).await {
+    // With a lease nothing may be answered before the claim: give the store about 30 s.
+    // Without one, a few tries, then the claim goes on in the background.
+    let attempts = if shared.lease.enabled() { 12 } else { 3 };
+    match super::volume_super::write(&shared.store, name, &claimed, attempts, shared.clock()).await
+    {
         Ok(()) => {}
         Err(super::volume_super::WriteError::Superseded {
             generation, holder, ..
         }) => return Err(conflict(&holder, generation)),
+        // Without a lease nothing waits for the claim but the uploads: serve from the
+        // write log now and claim in the background (the engine API's opens, which
+        // own their store).
+        Err(super::volume_super::WriteError::Store(e)) if !shared.lease.enabled() => {
+            crate::log::warn(&format!(
+                "cannot write the volume superblock yet ({e}); serving from the write log, uploads wait"
+            ));
+            return Ok(Claim::InBackground(claimed));
+        }
         Err(super::volume_super::WriteError::Store(e)) => {
             return Err(e.context(format!("cannot claim volume '{name}'")));
         }
@@ -795,9 +831,74 @@ async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> 
         return Err(conflict(&sb.holder, sb.generation));
     }
     shared.lease.extend(sent_ns, sent_unix_ms);
+    Ok(Claim::Landed(claimed.generation))
+}
+
+/// How [`claim`] went.
+enum Claim {
+    /// The generation is in the store.
+    Landed(u64),
+    /// The store is away and the volume keeps no lease: keep trying in the
+    /// background ([`claim_in_background`]); uploads and deletes wait for it.
+    InBackground(VolumeSuper),
+}
+
+/// What follows a claim that landed: the write log's superblock names it, uploads may
+/// start, and what is not the history's (stranded objects, a superseded writer's,
+/// garbage, older superblock generations) is removed, now that this process holds
+/// the volume. Returns the stranded objects deleted.
+async fn finish_claim(
+    shared: &Arc<Shared>,
+    rec: &StoreRecovery,
+    generation: u64,
+) -> Result<Vec<u64>> {
     shared.volume_claimed.store(true, Ordering::SeqCst);
-    super::volume_super::delete_all_old(&shared.store, name, claimed.generation).await;
-    Ok(claimed.generation)
+    // A crash before this leaves the store naming this open's session, which the
+    // log knows too (its index epoch).
+    let through = shared.lock().log_freeing_through;
+    super::log_tail::persist_tail_off_runtime(shared, through, false).await;
+    if shared.is_failed() {
+        return Err(shared.failed_error());
+    }
+    let name = &shared.meta.name;
+    super::volume_super::delete_all_old(&shared.store, name, generation).await;
+    let deleted = settle_store(&shared.store, name, rec).await?;
+    shared.upload_wake.notify_one();
+    Ok(deleted)
+}
+
+/// Keep trying to write the open-time superblock generation of a volume without a
+/// lease; uploads start when it lands. Fails the volume if another process claimed it
+/// meanwhile.
+async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper, rec: StoreRecovery) {
+    use super::volume_super::{WriteError, write};
+    loop {
+        if shared.is_failed() {
+            return;
+        }
+        match write(
+            &shared.store,
+            &shared.meta.name,
+            &claimed,
+            12,
+            shared.clock(),
+        )
+        .await
+        {
+            Ok(()) => {
+                crate::log::info("volume superblock written; uploads resume");
+                if let Err(e) = finish_claim(&shared, &rec, claimed.generation).await {
+                    shared.fail(&format!("after the claim: {e}"));
+                }
+                return;
+            }
+            Err(e @ WriteError::Superseded { .. }) => {
+                shared.fail(&e.to_string());
+                return;
+            }
+            Err(WriteError::Store(_)) => {}
+        }
+    }
 }
 
 /// Start the log writer thread, the uploader and the GC of a recovered volume.

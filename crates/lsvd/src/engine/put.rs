@@ -198,7 +198,8 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
         if let Some(rc) = &s.read_cache {
             let data = &bytes[header.header_bytes as usize..];
             for (chunk, piece) in data.chunks(READ_CACHE_CHUNK_BYTES as usize).enumerate() {
-                rc.admit(header.seq, chunk as u64, piece);
+                let obj = super::read_cache::CacheObject::new(header.seq, header.epoch);
+                rc.admit(obj, chunk as u64, piece);
             }
         }
         s.admissions_pending.fetch_sub(1, Ordering::AcqRel);

@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::log_map::LogLoc;
 
+use super::read_cache::CacheObject;
 use super::shared::{ObjectTag, Shared};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -114,14 +115,15 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
     for p in &pieces {
         if let Source::Object {
             seq,
+            tag,
             data_start,
             offset,
-            ..
         } = p.source
         {
             let rc = shared.read_cache.as_ref()?;
             let rel = object::data_rel(offset, data_start)?;
-            if !object::all_cached(rc, seq, rel, p.bytes as u64) {
+            let obj = CacheObject::new(seq, tag.epoch);
+            if !object::all_cached(rc, obj, rel, p.bytes as u64) {
                 return None;
             }
         }
@@ -142,14 +144,15 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
             }
             Source::Object {
                 seq,
+                tag,
                 data_start,
                 offset,
-                ..
             } => {
                 let rc = shared.read_cache.as_ref()?;
                 let rel = object::data_rel(offset, data_start)?;
                 // Evicted since the check above (rare): the long way after all.
-                if object::read_cached(rc, seq, rel, dst) < dst.len() {
+                let obj = CacheObject::new(seq, tag.epoch);
+                if object::read_cached(rc, obj, rel, dst) < dst.len() {
                     return None;
                 }
                 chunk_hits += object::chunks_spanned(rel, dst.len() as u64);

@@ -136,8 +136,12 @@ pub struct Stats {
     pub log_full_waits: AtomicU64,
     /// True while a write waits for space in a full write log.
     pub log_full: std::sync::atomic::AtomicBool,
-    /// Writes that waited for space longer than the stall timeout and failed.
+    /// Writes that waited for space longer than the stall timeout and failed (or
+    /// found the log still stalled and failed at once).
     pub log_full_failures: AtomicU64,
+    /// True from a write's stall timeout until the log has room again: writes that
+    /// find no room fail at once instead of waiting.
+    pub log_stalled: AtomicBool,
     /// True while the store refuses uploads because it is full (ENOSPC, a quota)...
     pub store_full: AtomicBool,
     /// ...or refuses the credentials (401/403).

@@ -8,6 +8,14 @@
 //! `lsvd_core::recovery::PartGroup`), and reports what the store no longer holds that
 //! it acknowledged. A corrupt or missing newest checkpoint is passed over with a
 //! warning naming it.
+//!
+//! A read-only command (`lsvd info`, `check`, `list`) may run beside a live server,
+//! whose GC and checkpoints delete objects and checkpoints the listing named a moment
+//! before. For those, [`recover_store_view`] does not pass a vanished key over (a
+//! recovery from an older checkpoint would only run into more of them): it stops
+//! with an error [`is_vanished`] says is one, and the command looks again from a fresh
+//! listing (`admin::look_again`). A key that is not there when read was listed, so the
+//! store changed under the read; it says nothing about the volume.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +53,10 @@ pub(crate) struct StoreRecovery {
     pub listed_max_epoch: u64,
     /// Which epoch wrote which part of the history (the superblock's).
     pub history: History,
+    /// The last sequence number of the recovered history: the last object (or
+    /// checkpoint passed over) the run took, not the numbers a trailing jump skipped
+    /// (a claim that wrote nothing after it leaves nothing there to vouch for).
+    pub history_end: u64,
     pub checkpoint_seq: Option<u64>,
     pub checkpoint_clean: bool,
     pub objects_replayed: u64,
@@ -73,6 +85,7 @@ impl StoreRecovery {
             listed_max_seq: 0,
             listed_max_epoch: 0,
             history: record.history.clone(),
+            history_end: record.through_seq.saturating_sub(1),
             checkpoint_seq: record.base_checkpoint,
             checkpoint_clean: true,
             objects_replayed: 0,
@@ -83,11 +96,61 @@ impl StoreRecovery {
     }
 }
 
+/// Why a key a listing named was not there when read: the store changed between the
+/// listing and the read (GC deleted the object, a newer checkpoint or superblock
+/// generation replaced it). The source of the `NotFound` [`vanished`] makes.
+#[derive(Debug)]
+pub struct Vanished;
+
+impl std::fmt::Display for Vanished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("it was listed a moment before: the store changed under this read")
+    }
+}
+
+impl std::error::Error for Vanished {}
+
+/// `e` (a `NotFound` reading a key a listing named) marked as a key that vanished
+/// under the read: still `NotFound`, now with [`Vanished`] as its source.
+pub fn vanished(e: Error) -> Error {
+    Error::with_source(ErrorKind::NotFound, e.to_string(), Vanished)
+}
+
+/// True if `e` is [`vanished`]'s: a read-only command looks again rather than report
+/// it.
+pub fn is_vanished(e: &Error) -> bool {
+    use std::error::Error as _;
+    e.is_not_found() && e.source().is_some_and(|s| s.is::<Vanished>())
+}
+
 /// Rebuild the store's view of volume `meta`. Store errors keep their kind (with
 /// context); objects that fail their checks or do not match their names are `Corrupt`.
 pub(crate) async fn recover_store(store: &DynStore, meta: &VolumeMeta) -> Result<StoreRecovery> {
     let superblock = super::volume_super::read_newest(store, meta).await?;
-    recover_store_as_of(store, meta, superblock).await
+    recover(store, meta, superblock, Vanishing::PassOver).await
+}
+
+/// [`recover_store`] for a read-only command, which may be looking at a live volume:
+/// a checkpoint or object the listing named that is gone when read is an error
+/// [`is_vanished`] recognizes (look again), not a checkpoint passed over or an error
+/// of the volume's.
+pub(crate) async fn recover_store_view(
+    store: &DynStore,
+    meta: &VolumeMeta,
+) -> Result<StoreRecovery> {
+    let superblock = super::volume_super::read_newest(store, meta).await?;
+    recover(store, meta, superblock, Vanishing::Stop).await
+}
+
+/// What recovery does with a key the listing named that is gone when read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vanishing {
+    /// A checkpoint is passed over (with a warning) like a corrupt one; an object
+    /// is a `NotFound` error. For a process that claimed the volume: nothing else
+    /// changes it.
+    PassOver,
+    /// Either is a [`vanished`] error at once.
+    Stop,
 }
 
 /// [`recover_store`] with `superblock` standing for the newest generation (a replica
@@ -96,6 +159,15 @@ pub(crate) async fn recover_store_as_of(
     store: &DynStore,
     meta: &VolumeMeta,
     superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
+) -> Result<StoreRecovery> {
+    recover(store, meta, superblock, Vanishing::PassOver).await
+}
+
+async fn recover(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
+    vanishing: Vanishing,
 ) -> Result<StoreRecovery> {
     let name = &meta.name;
     let listing = store
@@ -144,6 +216,10 @@ pub(crate) async fn recover_store_as_of(
         };
         match load_checkpoint(store, meta, c, epoch).await {
             Ok(l) => break Some((c, epoch, l)),
+            // Listed, then gone (candidates named but not listed are never loaded).
+            Err(e) if e.is_not_found() && vanishing == Vanishing::Stop => {
+                return Err(vanished(e));
+            }
             Err(e) if matches!(e.kind, ErrorKind::Corrupt | ErrorKind::NotFound) => {
                 skipped_why.push((c, e.to_string()));
                 failed.push(c);
@@ -212,6 +288,7 @@ pub(crate) async fn recover_store_as_of(
         None => Vec::new(),
     };
     let mut replayed = 0;
+    let mut history_end = checkpoint_seq.unwrap_or(0);
     // Parts of a split batch apply together, once its last part is read.
     let mut parts = PartGroup::default();
     let mut records = RecordContinuity::new(state.last_record_seq());
@@ -227,6 +304,7 @@ pub(crate) async fn recover_store_as_of(
                 state.skip_checkpoint(seq).map_err(|e| {
                     Error::with_source(ErrorKind::Corrupt, format!("checkpoint {seq:016x}"), e)
                 })?;
+                history_end = seq;
                 continue;
             }
             Step::Jump(to) if parts.is_open() => {
@@ -244,7 +322,12 @@ pub(crate) async fn recover_store_as_of(
         };
         let kind = kinds[&(seq, epoch)];
         let key = object_key(name, seq, epoch, kind);
-        let header = read_header(store, &key).await?;
+        let header = match read_header(store, &key).await {
+            Err(e) if e.is_not_found() && vanishing == Vanishing::Stop => {
+                return Err(vanished(e));
+            }
+            other => other?,
+        };
         if header.volume != meta.volume
             || header.seq != seq
             || header.kind != kind
@@ -264,6 +347,7 @@ pub(crate) async fn recover_store_as_of(
                 .apply(&header)
                 .map_err(|e| Error::with_source(ErrorKind::Corrupt, format!("object {key}"), e))?;
             replayed += 1;
+            history_end = header.seq;
         }
     }
     let name_of = |seq: u64, epoch: u64| ObjectName {
@@ -345,6 +429,7 @@ pub(crate) async fn recover_store_as_of(
         listed_max_seq,
         listed_max_epoch,
         history,
+        history_end,
         checkpoint_seq,
         checkpoint_clean: checkpoint_clean && replayed == 0 && base.skipped.is_empty(),
         skipped_checkpoints: base.skipped.clone(),

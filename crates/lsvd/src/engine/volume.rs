@@ -447,6 +447,22 @@ impl Volume {
         &self.shared.stats
     }
 
+    /// May answers be sent now? At once while the lease holds (or the volume keeps
+    /// none); while it is being renewed, after the renewal; an error once another
+    /// process took the volume over, or when no renewal came within the stall timeout.
+    /// The NBD server asks right before it sends each answer.
+    pub async fn answerable(&self) -> Result<()> {
+        if self.may_answer_now() {
+            return Ok(());
+        }
+        self.shared.lease_wait().await
+    }
+
+    /// [`Volume::answerable`] without waiting: true while the lease holds.
+    pub fn may_answer_now(&self) -> bool {
+        self.shared.lease.is_valid(self.shared.clock())
+    }
+
     /// The volume's lease as the metrics show it.
     pub fn lease_status(&self) -> LeaseStatus {
         let lease = &self.shared.lease;

@@ -216,6 +216,35 @@ pub(crate) async fn superseded(
     }
 }
 
+/// Is there a generation newer than `generation` (one this process just wrote)? Then
+/// another process holds the volume, and this one's write only filled a number whose
+/// generation had been deleted (every write deletes the one [`GENERATIONS_KEPT`]
+/// below it): a holder paused for several of the new holder's renewals would
+/// otherwise go on renewing in the gaps. `Some(holder)` if so. One LIST per write.
+pub(crate) async fn newer_than(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    generation: u64,
+) -> Result<Option<String>> {
+    let prefix = super_prefix(&meta.name);
+    let listing = store
+        .list(&prefix)
+        .await
+        .map_err(|e| e.context(format!("cannot list {prefix}")))?;
+    let Some(newest) = listing
+        .iter()
+        .filter_map(|e| parse_super_name(&e.key))
+        .filter(|&g| g > generation)
+        .max()
+    else {
+        return Ok(None);
+    };
+    Ok(Some(match read_generation(store, meta, newest).await {
+        Ok(sb) if !sb.holder.is_empty() => sb.holder,
+        _ => "another lsvd process".to_string(),
+    }))
+}
+
 /// Delete the generation [`GENERATIONS_KEPT`] below `newest` (one per write: a
 /// holder renews its lease with a generation every few seconds, and a listing each
 /// time would cost more than the write).

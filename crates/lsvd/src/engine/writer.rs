@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 
 use super::log_order::{Done, Group, LogWrites, PlacedRecord};
 use super::shared::Shared;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// An operation for the write log, with whoever waits for its end.
 pub(crate) enum LogOp {
@@ -234,10 +234,22 @@ pub(crate) fn process_group(
         Err(e) => group.error = Some(e),
     }
     drop(parts);
+    // Writes refused while the volume is healthy (the log stalled, a record too large)
+    // are answered now; the group's FLUSHes still answer for the records before it.
+    let refused = match group.error.take() {
+        Some(e) if !shared.is_failed() => Some(e),
+        other => {
+            group.error = other;
+            None
+        }
+    };
     // The data is in the record now: keep only the callers to answer.
     let mut shutdown = None;
     for op in ops {
         match op {
+            LogOp::Write { done, .. } | LogOp::Zero { done, .. } if refused.is_some() => {
+                done.send(Err(refused.clone().expect("checked by the guard")));
+            }
             LogOp::Write { done, .. } | LogOp::Zero { done, .. } | LogOp::Flush { done } => {
                 group.replies.push(done);
             }
@@ -320,7 +332,31 @@ fn place(
                 st = shared.lock();
                 continue;
             }
+            // A write that already found the log full past the stall timeout, with no
+            // room freed since: fail at once (the first one waited the whole timeout).
+            if shared.stats.log_stalled.load(Ordering::SeqCst) {
+                shared
+                    .stats
+                    .log_full_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(log_stall_error(shared, None));
+            }
             let now = shared.clock().now();
+            if let Some(start) = started_waiting {
+                let waited = now.saturating_sub(start);
+                if waited >= Duration::from_millis(shared.config.stall_timeout_ms) {
+                    shared.stats.log_stalled.store(true, Ordering::SeqCst);
+                    shared
+                        .stats
+                        .log_full_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    let e = log_stall_error(shared, Some(waited));
+                    crate::log::warn(&format!(
+                        "{e}; further writes fail at once until the log has room"
+                    ));
+                    return Err(e);
+                }
+            }
             let since = match waited_since {
                 Some(since) => since,
                 None => {
@@ -368,6 +404,30 @@ fn place(
             total_bytes: total,
         },
     ))
+}
+
+/// The answer to a write that cannot get log space within the stall timeout: ENOSPC
+/// while the store refuses uploads as full, EIO otherwise (the store refuses the
+/// credentials, is away, or is too slow). The write is not in the log; nothing
+/// acknowledged is lost.
+fn log_stall_error(shared: &Shared, waited: Option<Duration>) -> Error {
+    let stats = &shared.stats;
+    let (kind, why) = if stats.store_full.load(Ordering::SeqCst) {
+        (ErrorKind::Full, "the store is full")
+    } else if stats.store_denied.load(Ordering::SeqCst) {
+        (ErrorKind::Denied, "the store refuses the credentials")
+    } else {
+        (ErrorKind::Transient, "uploads to the store do not complete")
+    };
+    let waited = waited.map_or_else(String::new, |w| format!(" after {} ms", w.as_millis()));
+    Error::new(
+        kind,
+        format!(
+            "volume {}: write not accepted{waited}: the write log is full and {why} \
+             (stall timeout {} ms)",
+            shared.meta.name, shared.config.stall_timeout_ms
+        ),
+    )
 }
 
 #[cfg(test)]

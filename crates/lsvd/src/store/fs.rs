@@ -169,6 +169,7 @@ fn write_direct(path: &Path, data: &[u8]) -> std::io::Result<fs::File> {
 }
 
 impl FsStore {
+    /// The store in directory `root`, created if missing.
     pub fn open(root: &Path) -> crate::error::Result<Self> {
         fs::create_dir_all(root).map_err(|e| {
             Error::local_io(
@@ -176,6 +177,21 @@ impl FsStore {
                 e,
             )
         })?;
+        Self::open_existing(root)
+    }
+
+    /// The store in directory `root` for reading only: nothing is created. A missing
+    /// directory is an empty store (it lists nothing, every key is `NotFound`), so a
+    /// read-only command leaves no trace; a path that is not a directory is
+    /// `BadInput`.
+    pub fn open_read_only(root: &Path) -> crate::error::Result<Self> {
+        match fs::metadata(root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::at(root)),
+            _ => Self::open_existing(root),
+        }
+    }
+
+    fn open_existing(root: &Path) -> crate::error::Result<Self> {
         let meta = fs::metadata(root)
             .map_err(|e| Error::local_io(format!("store {}", root.display()), e))?;
         if !meta.is_dir() {
@@ -184,13 +200,17 @@ impl FsStore {
                 root.display()
             )));
         }
-        Ok(FsStore {
+        Ok(Self::at(root))
+    }
+
+    fn at(root: &Path) -> Self {
+        FsStore {
             inner: Arc::new(FsInner {
                 root: root.to_path_buf(),
                 tmp_counter: AtomicU64::new(0),
                 direct_refused: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     pub fn root(&self) -> &Path {

@@ -17,6 +17,7 @@ pub mod faulty;
 pub mod fs;
 pub mod gcs;
 pub mod mem;
+pub mod read_only;
 pub mod retry;
 pub mod s3;
 pub mod s3_credentials;
@@ -208,24 +209,64 @@ pub fn open_store(url: &str) -> Result<DynStore> {
     open_store_with(url, &retry::RetryPolicy::default())
 }
 
+/// How a store is opened: for the commands that may change it, or for reading only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpenMode {
+    /// `lsvd serve`, and the commands that take the data directory's lock or write to
+    /// the store: an open may do the store's own upkeep (a chain creates its drive
+    /// records, brings a mirror copy that was away or blank in step, and its reads
+    /// write a missing copy back).
+    #[default]
+    ReadWrite,
+    /// `lsvd info`, `check`, `inspect`, `list`, `snapshot list`: nothing in the store
+    /// changes, not even a directory created. They take no lock and may run beside a
+    /// live server, so upkeep is left to the commands that hold the lock: a chain's
+    /// mirror copy found behind is read around, not repaired, and every put, delete
+    /// or repair is refused ([`read_only::ReadOnlyStore`]).
+    ReadOnly,
+}
+
 /// [`open_store`] with the retries of `policy` (`lsvd.toml`'s `[retry]`): the one
 /// retry layer every store gets, local directory, chain and stripe as much as the
 /// cloud stores. `mem://` (tests) is not wrapped: it never fails for a while.
 pub fn open_store_with(url: &str, policy: &retry::RetryPolicy) -> Result<DynStore> {
+    open_store_mode(url, policy, OpenMode::ReadWrite)
+}
+
+/// [`open_store_with`] in `mode`: [`OpenMode::ReadOnly`] opens the local stores
+/// without creating or repairing anything and wraps every store in
+/// [`read_only::ReadOnlyStore`].
+pub fn open_store_mode(url: &str, policy: &retry::RetryPolicy, mode: OpenMode) -> Result<DynStore> {
+    let store = open_store_inner(url, policy, mode)?;
+    Ok(match mode {
+        OpenMode::ReadWrite => store,
+        OpenMode::ReadOnly => Arc::new(read_only::ReadOnlyStore::new(store)),
+    })
+}
+
+/// The local directory at `path` as a store opened in `mode`.
+fn open_dir(path: &std::path::Path, mode: OpenMode) -> Result<fs::FsStore> {
+    match mode {
+        OpenMode::ReadWrite => fs::FsStore::open(path),
+        OpenMode::ReadOnly => fs::FsStore::open_read_only(path),
+    }
+}
+
+fn open_store_inner(url: &str, policy: &retry::RetryPolicy, mode: OpenMode) -> Result<DynStore> {
     let retrying =
         |inner: DynStore| -> DynStore { Arc::new(retry::RetryStore::new(inner, policy.clone())) };
     if let Some(path) = url.strip_prefix("file://") {
-        let fs = fs::FsStore::open(std::path::Path::new(path))?;
+        let fs = open_dir(std::path::Path::new(path), mode)?;
         return Ok(retrying(Arc::new(fs)));
     }
     if url.starts_with("mem://") {
         return Ok(Arc::new(mem::MemStore::new()));
     }
     if let Some(spec) = url.strip_prefix("chain:") {
-        return Ok(retrying(chain::open_chain(spec)?));
+        return Ok(retrying(chain::open_chain_mode(spec, mode)?));
     }
     if let Some(spec) = url.strip_prefix("stripe:") {
-        return Ok(retrying(chain::open_stripe(spec)?));
+        return Ok(retrying(chain::open_stripe_mode(spec, mode)?));
     }
     if url.starts_with("s3://") {
         return s3::open_with_retry(url, &s3::S3Settings::default(), policy);
@@ -253,7 +294,7 @@ pub fn open_store_with(url: &str, policy: &retry::RetryPolicy) -> Result<DynStor
             ),
         ));
     }
-    let fs = fs::FsStore::open(std::path::Path::new(url))?;
+    let fs = open_dir(std::path::Path::new(url), mode)?;
     Ok(retrying(Arc::new(fs)))
 }
 

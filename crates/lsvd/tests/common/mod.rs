@@ -511,9 +511,10 @@ impl Lsvd {
             .unwrap_or_else(|e| panic!("info --json is not JSON: {e}\n{}", stdout(&out)))
     }
 
-    /// `lsvd serve ARGS --socket SOCKET --log-size 64M --read-cache-size 64M`, and
-    /// `--no-probe` (no disk measurement on first start, the built-in defaults) unless
-    /// ARGS has `--probe-profiles` (which is taken out): tests/probe_settings.rs.
+    /// `lsvd serve ARGS --socket SOCKET --log-size 64M --read-cache-size 64M` (either
+    /// size left out if ARGS sets it), and `--no-probe` (no disk measurement on first
+    /// start, the built-in defaults) unless ARGS has `--probe-profiles` (which is taken
+    /// out): tests/probe_settings.rs.
     pub fn serve_cmd(&self, socket: &Path, args: &[&str]) -> Command {
         let mut cmd = self.cmd(["serve"]);
         let use_profiles = args.contains(&"--probe-profiles");
@@ -525,12 +526,15 @@ impl Lsvd {
         if !use_profiles {
             cmd.arg("--no-probe");
         }
-        cmd.args(args).arg("--socket").arg(socket).args([
-            "--log-size",
-            LOG_SIZE,
-            "--read-cache-size",
-            READ_CACHE_SIZE,
-        ]);
+        cmd.args(&args).arg("--socket").arg(socket);
+        for (flag, size) in [
+            ("--log-size", LOG_SIZE),
+            ("--read-cache-size", READ_CACHE_SIZE),
+        ] {
+            if !args.contains(&flag) {
+                cmd.args([flag, size]);
+            }
+        }
         cmd
     }
 

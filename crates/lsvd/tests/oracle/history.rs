@@ -174,7 +174,8 @@ impl History {
         g.rec.ops.len() - 1
     }
 
-    pub fn end_op(&self, index: usize, ok: bool) {
+    /// Record the answer to operation `index` now; returns the tick.
+    pub fn end_op(&self, index: usize, ok: bool) -> Time {
         let mut g = self.lock();
         g.clock += 1;
         let t = g.clock;
@@ -188,6 +189,12 @@ impl History {
         for b in first..first + n {
             g.latest[b as usize] = if ok { Some(content) } else { None };
         }
+        t
+    }
+
+    /// When operation `index` was issued.
+    pub fn issued_at(&self, index: usize) -> Time {
+        self.lock().rec.ops[index].issue
     }
 
     pub fn begin_flush(&self) -> usize {
@@ -201,7 +208,8 @@ impl History {
         g.rec.flushes.len() - 1
     }
 
-    pub fn end_flush(&self, index: usize, ok: bool) {
+    /// Record the answer to FLUSH `index` now; returns the tick.
+    pub fn end_flush(&self, index: usize, ok: bool) -> Time {
         let mut g = self.lock();
         g.clock += 1;
         let t = g.clock;
@@ -210,6 +218,7 @@ impl History {
         } else {
             Outcome::Failed(t)
         };
+        t
     }
 
     pub fn store_point(&self, t: Time) {

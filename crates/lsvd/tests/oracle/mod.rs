@@ -9,6 +9,7 @@ pub mod proc_kinds;
 pub mod process;
 pub mod rng;
 pub mod stamp;
+pub mod takeover;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
@@ -144,6 +145,12 @@ impl Stats {
             .unwrap_or_else(|p| p.into_inner())
             .entry(key.to_string())
             .or_default() += n;
+    }
+    /// Keep the largest value seen under `key`.
+    pub fn max(&self, key: &str, n: u64) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let v = g.entry(key.to_string()).or_default();
+        *v = (*v).max(n);
     }
     pub fn get(&self, key: &str) -> u64 {
         self.inner

@@ -30,20 +30,7 @@ pub async fn episode(
 ) -> Result<(), Failure> {
     let mut rng = Rng::new(seed);
     let mut tmp = TempDir::new("proc");
-    let args = ServerArgs {
-        batch_size: rng.pick(&["64K", "256K", "1M"]).to_string(),
-        batch_timeout_ms: *rng.pick(&[50, 100, 200]),
-        uploads: *rng.pick(&[1, 2, 4]),
-        read_cache_size: rng.pick(&["0", "1M", "4M"]).to_string(),
-        gc_start: *rng.pick(&[0.0, 0.7, 0.85, 0.9]),
-        gc_policy: rng.pick(&["greedy", "cost-benefit"]).to_string(),
-        // Free each record once uploaded, or keep uploaded ones for reads until the
-        // 16 MiB log needs the space.
-        log_free_target: rng.pick(&["all", "2M", "8M"]).to_string(),
-        // Client objects wait for GC as soon as it falls behind, or GC runs beside
-        // them, paced by how much of the headroom (a quarter of the 16 MiB log) is used.
-        gc_headroom: rng.pick(&["0", "auto"]).to_string(),
-    };
+    let args = random_args(&mut rng);
     let ctx = format!(
         "lsvd serve, 16 MiB volume, {args:?}, data dir {}",
         tmp.path().display()
@@ -102,6 +89,7 @@ pub async fn episode(
         let target = Target::Nbd {
             conns: conns.clone(),
             wlog: wlog.clone(),
+            syncer: None,
         };
         let killer = Arc::new(server.killer());
         let hooks = Hooks {
@@ -188,6 +176,7 @@ pub async fn episode(
         let seen = match (Target::Nbd {
             conns: conns.clone(),
             wlog: wlog.clone(),
+            syncer: None,
         })
         .read_all(NBLOCKS)
         .await
@@ -256,6 +245,7 @@ pub async fn episode(
     let seen = Target::Nbd {
         conns: conns.clone(),
         wlog: wlog.clone(),
+        syncer: None,
     }
     .read_all(NBLOCKS)
     .await
@@ -284,7 +274,25 @@ pub async fn episode(
     Ok(())
 }
 
-fn to_seen(c: Content) -> Seen {
+/// Server settings for an episode, drawn from `rng`.
+pub fn random_args(rng: &mut Rng) -> ServerArgs {
+    ServerArgs {
+        batch_size: rng.pick(&["64K", "256K", "1M"]).to_string(),
+        batch_timeout_ms: *rng.pick(&[50, 100, 200]),
+        uploads: *rng.pick(&[1, 2, 4]),
+        read_cache_size: rng.pick(&["0", "1M", "4M"]).to_string(),
+        gc_start: *rng.pick(&[0.0, 0.7, 0.85, 0.9]),
+        gc_policy: rng.pick(&["greedy", "cost-benefit"]).to_string(),
+        // Free each record once uploaded, or keep uploaded ones for reads until the
+        // 16 MiB log needs the space.
+        log_free_target: rng.pick(&["all", "2M", "8M"]).to_string(),
+        // Client objects wait for GC as soon as it falls behind, or GC runs beside
+        // them, paced by how much of the headroom (a quarter of the 16 MiB log) is used.
+        gc_headroom: rng.pick(&["0", "auto"]).to_string(),
+    }
+}
+
+pub fn to_seen(c: Content) -> Seen {
     match c {
         Content::Zero => Seen::Zero,
         Content::Write(id) => Seen::Write(id),
@@ -294,7 +302,7 @@ fn to_seen(c: Content) -> Seen {
 /// Count the GC passes the volume's newest checkpoint records since the last look
 /// (passes whose closing checkpoint a SIGKILL lost are not seen); `round`: the look
 /// ends a crash round.
-fn note_gc(server: &Server, stats: &Stats, seen: &mut (u64, u64), round: bool) {
+pub fn note_gc(server: &Server, stats: &Stats, seen: &mut (u64, u64), round: bool) {
     if let Some((passes, moved)) = server.lifetime_gc() {
         let new = passes.saturating_sub(seen.0);
         stats.add("gc_passes", new);

@@ -1,4 +1,6 @@
-//! The real `lsvd serve` process: start it, talk NBD to it, SIGKILL it.
+//! The real `lsvd serve` process: start it, talk NBD to it, SIGKILL it; pause and
+//! resume it (SIGSTOP, SIGCONT), run `lsvd sync` against it, and run two of them on
+//! one store from two data directories (two hosts).
 
 use std::fs::File;
 use std::io;
@@ -69,6 +71,10 @@ pub struct Server {
     pub store_url: String,
     pub socket: PathBuf,
     args: ServerArgs,
+    /// Flags every start of this server adds to `lsvd serve` (a lease timeout).
+    pub extra: Vec<String>,
+    /// Names this server's logs apart from another's on the same store (`a`, `b`).
+    tag: String,
     child: Arc<Mutex<Option<Child>>>,
     starts: u32,
 }
@@ -95,15 +101,28 @@ impl Server {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        Ok(Server {
+        Ok(Server::attach(data, store, args, ""))
+    }
+
+    /// A server of the volume already created in `store`, with its own data directory
+    /// (another host): `tag` names its logs.
+    pub fn attach(data: &Path, store: &Path, args: ServerArgs, tag: &str) -> Server {
+        Server {
             data: data.to_path_buf(),
             store: store.to_path_buf(),
-            store_url,
+            store_url: crate::common::store_url_for(store),
             socket: data.join("nbd.sock"),
             args,
+            extra: Vec::new(),
+            tag: tag.to_string(),
             child: Arc::new(Mutex::new(None)),
             starts: 0,
-        })
+        }
+    }
+
+    /// Name this server's logs `serve-TAG-N.log`.
+    pub fn set_tag(&mut self, tag: &str) {
+        self.tag = tag.to_string();
     }
 
     pub fn wlog(&self) -> PathBuf {
@@ -111,17 +130,57 @@ impl Server {
     }
 
     fn stderr_path(&self, n: u32) -> PathBuf {
-        self.store
-            .parent()
-            .unwrap_or(&self.store)
-            .join(format!("serve-{n}.log"))
+        let name = if self.tag.is_empty() {
+            format!("serve-{n}.log")
+        } else {
+            format!("serve-{}-{n}.log", self.tag)
+        };
+        self.store.parent().unwrap_or(&self.store).join(name)
     }
 
     /// The last lines the server printed (for failure messages).
     pub fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.stderr_path(self.starts)).unwrap_or_default();
+        let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// Everything the current (or last) start printed.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.stderr_path(self.starts)).unwrap_or_default()
+    }
+
+    /// Its process id while it runs (or ran, unreaped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Child::id)
+    }
+
+    /// Send `sig` to the server (SIGSTOP, SIGCONT); false if it is not running.
+    pub fn signal(&self, sig: libc::c_int) -> bool {
+        signal_child(&self.child, sig)
+    }
+
+    /// Has the server exited? (Its status, once.)
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        self.try_wait()
+    }
+
+    /// Wait up to `within` for the server to exit on its own.
+    pub async fn wait_exit(&self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = self.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// GC passes and bytes moved over the volume's life, from the newest checkpoint in
@@ -140,6 +199,14 @@ impl Server {
         Some((v["gc_passes"].as_u64()?, v["gc_moved_bytes"].as_u64()?))
     }
 
+    /// A handle that runs `lsvd sync` against this server's data directory.
+    pub fn syncer(&self) -> Syncer {
+        Syncer {
+            data: self.data.clone(),
+            store_url: self.store_url.clone(),
+        }
+    }
+
     /// Start the server and connect `conns` NBD connections.
     pub async fn start(&mut self, conns: usize) -> io::Result<Vec<Arc<NbdConn>>> {
         self.spawn()?;
@@ -148,6 +215,11 @@ impl Server {
 
     /// Start the server process without waiting for it.
     pub fn spawn(&mut self) -> io::Result<()> {
+        self.spawn_with(&[])
+    }
+
+    /// Start the server process with `flags` added to `lsvd serve` this time.
+    pub fn spawn_with(&mut self, flags: &[&str]) -> io::Result<()> {
         self.starts += 1;
         std::fs::create_dir_all(&self.data)?;
         let log = File::create(self.stderr_path(self.starts))?;
@@ -176,6 +248,8 @@ impl Server {
             .args(["--gc-policy", &self.args.gc_policy])
             .args(["--log-free-target", &self.args.log_free_target])
             .args(["--gc-headroom", &self.args.gc_headroom])
+            .args(&self.extra)
+            .args(flags)
             .env("LSVD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -187,7 +261,16 @@ impl Server {
 
     /// Wait until the server accepts connections (recovery done), then connect.
     pub async fn connect(&mut self, conns: usize) -> io::Result<Vec<Arc<NbdConn>>> {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        self.connect_within(conns, Duration::from_secs(120)).await
+    }
+
+    /// [`Server::connect`], waiting at most `within` (a standby waits for a takeover).
+    pub async fn connect_within(
+        &mut self,
+        conns: usize,
+        within: Duration,
+    ) -> io::Result<Vec<Arc<NbdConn>>> {
+        let deadline = Instant::now() + within;
         let first = loop {
             if let Some(status) = self.try_wait() {
                 return Err(io::Error::other(format!(
@@ -202,7 +285,8 @@ impl Server {
             }
             if Instant::now() > deadline {
                 return Err(io::Error::other(format!(
-                    "lsvd serve did not accept connections within 120 s:\n{}",
+                    "lsvd serve did not accept connections within {} s:\n{}",
+                    within.as_secs(),
                     self.stderr_tail()
                 )));
             }
@@ -230,6 +314,14 @@ impl Server {
         }
     }
 
+    /// A handle that sends `sig` to the server (a crash hook that pauses it).
+    pub fn signaller(&self, sig: libc::c_int) -> impl Fn() + Send + Sync + 'static {
+        let child = self.child.clone();
+        move || {
+            signal_child(&child, sig);
+        }
+    }
+
     /// SIGKILL the server and reap it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -249,6 +341,82 @@ impl Server {
             libc::kill(c.id() as libc::pid_t, libc::SIGTERM);
         }
         c.wait()
+    }
+}
+
+/// Send `sig` to a child that has not exited (never to a reaped pid, which another
+/// process may have by now).
+fn signal_child(child: &Mutex<Option<Child>>, sig: libc::c_int) -> bool {
+    let mut g = child.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(c) = g.as_mut() else {
+        return false;
+    };
+    if !matches!(c.try_wait(), Ok(None)) {
+        return false;
+    }
+    // SAFETY: kill(2) on the pid of a child we own that has not been reaped.
+    unsafe { libc::kill(c.id() as libc::pid_t, sig) == 0 }
+}
+
+/// `lsvd sync` of one server's data directory (usable from a task of its own).
+#[derive(Debug, Clone)]
+pub struct Syncer {
+    data: PathBuf,
+    store_url: String,
+}
+
+impl Syncer {
+    /// Run `lsvd sync`, given up (killed) after `within`: Ok(true) once every write
+    /// the server acknowledged before the command is in the store, Ok(false) when the
+    /// command failed or took too long.
+    pub async fn sync(&self, within: Duration) -> io::Result<bool> {
+        let mut child = Command::new(bin())
+            .arg("--data")
+            .arg(&self.data)
+            .arg("--store")
+            .arg(&self.store_url)
+            .args(["sync", VOLUME])
+            .env("LSVD_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = child.try_wait()? {
+                return Ok(st.success());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Server {
+    /// SIGTERM, and wait up to `within` for it to exit (a clean stop uploads
+    /// everything first); SIGKILL and an error if it does not.
+    pub async fn stop_within(&mut self, within: Duration) -> io::Result<std::process::ExitStatus> {
+        if !self.signal(libc::SIGTERM) {
+            return match self.exited() {
+                Some(st) => Ok(st),
+                None => Err(io::Error::other("server not running")),
+            };
+        }
+        match self.wait_exit(within).await {
+            Some(st) => Ok(st),
+            None => {
+                self.kill();
+                Err(io::Error::other(format!(
+                    "did not stop within {} s of SIGTERM:\n{}",
+                    within.as_secs(),
+                    self.stderr_tail()
+                )))
+            }
+        }
     }
 }
 

@@ -32,10 +32,14 @@ pub const OP_TIMEOUT: Duration = Duration::from_secs(60);
 pub enum Target {
     /// The engine in this process.
     Vol(Arc<Volume>),
-    /// An `lsvd serve` process over NBD; `wlog` is its write-log file.
+    /// An `lsvd serve` process over NBD; `wlog` is its write-log file. With a
+    /// `syncer`, a store barrier runs `lsvd sync` instead of watching the write log
+    /// drain (which a log that keeps uploaded records, `--log-free-target`, may not
+    /// do for a long time).
     Nbd {
         conns: Vec<Arc<NbdConn>>,
         wlog: PathBuf,
+        syncer: Option<super::process::Syncer>,
     },
 }
 
@@ -103,6 +107,17 @@ impl Target {
                 s.log_used_bytes == 0 && s.uploads_pending == 0
             }
             Target::Nbd { wlog, .. } => super::process::log_drained(wlog).unwrap_or(false),
+        }
+    }
+
+    /// A store barrier by `lsvd sync`, if this target has a syncer: Some(true) once
+    /// the store holds every write acknowledged so far.
+    async fn sync_barrier(&self) -> Option<bool> {
+        match self {
+            Target::Nbd {
+                syncer: Some(s), ..
+            } => Some(s.sync(Duration::from_secs(30)).await.unwrap_or(false)),
+            _ => None,
         }
     }
 
@@ -231,6 +246,12 @@ pub struct Control {
     pub hangs: Mutex<Vec<String>>,
     pub barriers_ok: AtomicU64,
     pub barriers_failed: AtomicU64,
+    /// A tick of the history's clock (0: none): every successful answer the workload
+    /// gets later is listed in `late_successes`. Set just before a paused holder is
+    /// resumed after a takeover (the workload issues nothing after a crash, so these
+    /// are requests sent before the pause).
+    pub fence_mark: AtomicU64,
+    pub late_successes: Mutex<Vec<String>>,
 }
 
 pub struct Hooks {
@@ -280,6 +301,18 @@ impl Shared {
         b[first as usize..(first + n) as usize]
             .iter_mut()
             .for_each(|x| *x = false);
+    }
+
+    /// A successful answer came at tick `t`: list it if that is after the fence mark.
+    fn answered(&self, t: u64, what: impl FnOnce() -> String) {
+        let mark = self.ctl.fence_mark.load(Ordering::SeqCst);
+        if mark != 0 && t > mark {
+            self.ctl
+                .late_successes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("{} (answered t={t}, resumed t={mark})", what()));
+        }
     }
 
     fn failed(&self, what: String) {
@@ -460,9 +493,10 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
         let Some(r) = timed(s, "FLUSH", s.target.flush(w)).await else {
             return false;
         };
-        s.hist.end_flush(i, r.is_ok());
+        let t = s.hist.end_flush(i, r.is_ok());
         return match r {
             Ok(()) => {
+                s.answered(t, || "FLUSH succeeded".to_string());
                 acked(s);
                 true
             }
@@ -498,6 +532,10 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
             };
             match r {
                 Ok(data) => {
+                    let t = s.hist.now();
+                    s.answered(t, || {
+                        format!("READ blocks {first}..{} succeeded", first + n)
+                    });
                     if !s.crashed() {
                         for (i, chunk) in data.chunks(BLOCK).enumerate() {
                             let b = first + i as u64;
@@ -535,9 +573,17 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            s.hist.end_op(i, r.is_ok());
+            let t = s.hist.end_op(i, r.is_ok());
             match r {
                 Ok(()) => {
+                    s.answered(t, || {
+                        let f = if fua { "+FUA" } else { "" };
+                        format!(
+                            "WRITE{f} #{id} blocks {first}..{} (issued t={}) succeeded",
+                            first + n,
+                            s.hist.issued_at(i)
+                        )
+                    });
                     acked(s);
                     true
                 }
@@ -555,9 +601,12 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            s.hist.end_op(i, r.is_ok());
+            let t = s.hist.end_op(i, r.is_ok());
             match r {
                 Ok(()) => {
+                    s.answered(t, || {
+                        format!("{kind:?} #{id} blocks {first}..{} succeeded", first + n)
+                    });
                     acked(s);
                     true
                 }
@@ -611,7 +660,10 @@ async fn barriers(s: Arc<Shared>, mut rng: Rng) {
         let i = s.hist.begin_flush();
         let r = timed(&s, "barrier FLUSH", s.target.flush(0)).await;
         let ok = matches!(r, Some(Ok(())));
-        s.hist.end_flush(i, ok);
+        let t = s.hist.end_flush(i, ok);
+        if ok {
+            s.answered(t, || "barrier FLUSH succeeded".to_string());
+        }
         if !ok {
             if let Some(Err(e)) = r {
                 s.failed(format!("barrier FLUSH: {e}"));
@@ -621,9 +673,13 @@ async fn barriers(s: Arc<Shared>, mut rng: Rng) {
         }
         let t0 = s.hist.now();
         let mut drained = false;
+        let synced = s.target.sync_barrier().await;
+        if let Some(ok) = synced {
+            drained = ok && !s.crashed();
+        }
         // Up to 4 s: long enough for a batch timeout and a few uploads; under store
         // faults a barrier may give up (it is then simply not a store point).
-        for _ in 0..200 {
+        for _ in 0..if synced.is_some() { 0 } else { 200 } {
             if s.target.drained().await {
                 drained = true;
                 break;

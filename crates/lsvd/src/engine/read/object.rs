@@ -14,7 +14,7 @@ use lsvd_core::format::object::{
 };
 
 use crate::engine::read_cache::inflight::{self, ClaimResult};
-use crate::engine::read_cache::{READ_CACHE_CHUNK_BYTES, ReadCache};
+use crate::engine::read_cache::{CacheObject, READ_CACHE_CHUNK_BYTES, ReadCache};
 use crate::engine::shared::{ObjectTag, Shared};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -76,18 +76,19 @@ fn cached_header(shared: &Shared, seq: u64) -> Option<Arc<ObjectHeader>> {
 async fn object_header(
     shared: &Shared,
     key: &str,
-    seq: u64,
+    obj: CacheObject,
     background: bool,
 ) -> Result<Arc<ObjectHeader>> {
+    let seq = obj.seq;
     let mut _claim = None;
     for _ in 0..WAITS_PER_CHUNK {
-        if let Some(h) = cached_header(shared, seq) {
+        if let Some(h) = cached_header(shared, seq).filter(|h| h.epoch == obj.epoch) {
             return Ok(h);
         }
         let Some(rc) = &shared.read_cache else { break };
         match rc
             .inflight
-            .claim(seq, HEADER_CHUNK, HEADER_CHUNK, |_| false)
+            .claim(obj, HEADER_CHUNK, HEADER_CHUNK, |_| false)
         {
             ClaimResult::Busy(rx) => inflight::wait(rx).await,
             ClaimResult::Claimed(claim) => {
@@ -97,7 +98,7 @@ async fn object_header(
         }
     }
     let is_named = |h: &ObjectHeader| {
-        if h.seq != seq || h.volume != shared.volume_of(seq) {
+        if h.seq != seq || h.epoch != obj.epoch || h.volume != shared.volume_of(seq) {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!("object {key} is not the object its name says"),
@@ -155,7 +156,7 @@ pub(crate) async fn read_object(
     if let Some(rc) = &shared.read_cache
         && let Some(rel) = data_rel(offset, data_start)
     {
-        done = read_cached(rc, seq, rel, dst);
+        done = read_cached(rc, CacheObject::new(seq, tag.epoch), rel, dst);
         let chunks = chunks_spanned(rel, done as u64);
         rc.hits.fetch_add(chunks, Ordering::Relaxed);
         if done == dst.len() {
@@ -165,7 +166,7 @@ pub(crate) async fn read_object(
     let offset = offset + done as u64;
     let dst = &mut dst[done..];
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    let header = object_header(shared, &key, seq, false).await?;
+    let header = object_header(shared, &key, CacheObject::new(seq, tag.epoch), false).await?;
     match &shared.read_cache {
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, want_last).await,
         None => {
@@ -203,21 +204,21 @@ pub(super) fn chunks_spanned(rel: u64, len: u64) -> u64 {
 /// Does the read cache hold every chunk of data-section bytes `[rel, rel + len)` of
 /// object `seq`? (Without reading them: a caller that would rather not start I/O it
 /// cannot finish asks first.)
-pub(super) fn all_cached(rc: &ReadCache, seq: u64, rel: u64, len: u64) -> bool {
-    chunk_span(rel, len).is_none_or(|(first, last)| (first..=last).all(|c| rc.contains(seq, c)))
+pub(super) fn all_cached(rc: &ReadCache, obj: CacheObject, rel: u64, len: u64) -> bool {
+    chunk_span(rel, len).is_none_or(|(first, last)| (first..=last).all(|c| rc.contains(obj, c)))
 }
 
 /// Fill `dst` with data-section bytes `[rel, rel + dst.len())` of object `seq` from the
 /// read cache, up to the first chunk it does not hold. Returns the bytes filled (from
 /// the start of `dst`; all of it on a full hit, ending at a chunk boundary otherwise).
-pub(super) fn read_cached(rc: &ReadCache, seq: u64, rel: u64, dst: &mut [u8]) -> usize {
+pub(super) fn read_cached(rc: &ReadCache, obj: CacheObject, rel: u64, dst: &mut [u8]) -> usize {
     let end = rel + dst.len() as u64;
     let mut at = rel;
     while at < end {
         let chunk = at / READ_CACHE_CHUNK_BYTES;
         let chunk_start = chunk * READ_CACHE_CHUNK_BYTES;
         let to = end.min(chunk_start + READ_CACHE_CHUNK_BYTES);
-        let Some(bytes) = rc.get(seq, chunk, at - chunk_start, to - chunk_start) else {
+        let Some(bytes) = rc.get(obj, chunk, at - chunk_start, to - chunk_start) else {
             break;
         };
         dst[(at - rel) as usize..(to - rel) as usize].copy_from_slice(&bytes);
@@ -238,7 +239,7 @@ pub(crate) async fn read_object_background(
     to: u64,
 ) -> Result<Vec<u8>> {
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    let header = object_header(shared, &key, seq, true).await?;
+    let header = object_header(shared, &key, CacheObject::new(seq, tag.epoch), true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let bytes = shared
@@ -277,15 +278,15 @@ pub(crate) async fn read_object_background(
 /// Reads of one object from the read cache alone (GC: a victim's live data that
 /// clients read recently needs no GET).
 pub(crate) struct CachedObjectReader {
-    seq: u64,
+    obj: CacheObject,
     /// Where the object's data section starts (its header's size, as the store map
     /// knows it).
     data_start: u64,
 }
 
 impl CachedObjectReader {
-    pub(crate) fn new(seq: u64, data_start: u64) -> Self {
-        CachedObjectReader { seq, data_start }
+    pub(crate) fn new(obj: CacheObject, data_start: u64) -> Self {
+        CachedObjectReader { obj, data_start }
     }
 
     /// `len` bytes from byte `offset` of the object, or None if some of it is not
@@ -294,7 +295,7 @@ impl CachedObjectReader {
         let rc = shared.read_cache.as_ref()?;
         let rel = offset.checked_sub(self.data_start)?;
         let mut dst = vec![0u8; len as usize];
-        (read_cached(rc, self.seq, rel, &mut dst) == dst.len()).then_some(dst)
+        (read_cached(rc, self.obj, rel, &mut dst) == dst.len()).then_some(dst)
     }
 }
 
@@ -348,6 +349,7 @@ async fn read_via_cache(
     dst: &mut [u8],
     want_last: u64,
 ) -> Result<()> {
+    let obj = CacheObject::new(header.seq, header.epoch);
     let data_start = header.header_bytes as u64;
     let rel_start = offset - data_start;
     let rel_end = rel_start + dst.len() as u64;
@@ -380,7 +382,7 @@ async fn read_via_cache(
     while c <= last {
         let (s, e) = chunk_range(c, header.data_bytes);
         let (from, to) = (rel_start.max(s), rel_end.min(e));
-        if let Some(bytes) = rc.get(header.seq, c, from - s, to - s) {
+        if let Some(bytes) = rc.get(obj, c, from - s, to - s) {
             rc.hits.fetch_add(1, Ordering::Relaxed);
             copy(from, &bytes);
             c += 1;
@@ -391,10 +393,7 @@ async fn read_via_cache(
             .max(c + fetch_chunks(shared) - 1)
             .min(object_last);
         let claim = if waits < WAITS_PER_CHUNK {
-            match rc
-                .inflight
-                .claim(header.seq, c, limit, |k| rc.contains(header.seq, k))
-            {
+            match rc.inflight.claim(obj, c, limit, |k| rc.contains(obj, k)) {
                 ClaimResult::Busy(rx) => {
                     // Another reader is fetching this chunk: take it from the cache
                     // when that fetch ends.
@@ -403,7 +402,7 @@ async fn read_via_cache(
                     continue;
                 }
                 // Cached by a fetch that ended since we looked: read it from there.
-                ClaimResult::Claimed(_) if rc.contains(header.seq, c) => {
+                ClaimResult::Claimed(_) if rc.contains(obj, c) => {
                     waits += 1;
                     continue;
                 }
@@ -423,9 +422,9 @@ async fn read_via_cache(
             let (ks, ke) = chunk_range(k, header.data_bytes);
             let data = &bytes[(ks - s) as usize..(ke - s) as usize];
             if k <= asked_last {
-                rc.insert(header.seq, k, data);
+                rc.insert(obj, k, data);
             } else {
-                rc.prefetch(header.seq, k, data);
+                rc.prefetch(obj, k, data);
             }
         }
         drop(claim);
@@ -446,12 +445,13 @@ pub(super) async fn prefetch_chunks(
     first: u64,
     last: u64,
 ) -> Result<u64> {
+    let obj = CacheObject::new(seq, tag.epoch);
     // All there already: not even the header is needed.
-    if (first..=last).all(|c| rc.contains(seq, c)) {
+    if (first..=last).all(|c| rc.contains(obj, c)) {
         return Ok(0);
     }
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    let header = object_header(shared, &key, seq, false).await?;
+    let header = object_header(shared, &key, obj, false).await?;
     if header.data_bytes == 0 {
         return Ok(0);
     }
@@ -463,11 +463,11 @@ pub(super) async fn prefetch_chunks(
         if shared.is_failed() {
             break;
         }
-        if rc.contains(seq, c) {
+        if rc.contains(obj, c) {
             c += 1;
             continue;
         }
-        let claim = match rc.inflight.claim(seq, c, last, |k| rc.contains(seq, k)) {
+        let claim = match rc.inflight.claim(obj, c, last, |k| rc.contains(obj, k)) {
             // A client (or another read-ahead) is fetching it.
             ClaimResult::Busy(_) => {
                 c += 1;
@@ -481,7 +481,7 @@ pub(super) async fn prefetch_chunks(
         fetched += bytes.len() as u64;
         for k in c..=claim.last {
             let (ks, ke) = chunk_range(k, header.data_bytes);
-            rc.prefetch(seq, k, &bytes[(ks - s) as usize..(ke - s) as usize]);
+            rc.prefetch(obj, k, &bytes[(ks - s) as usize..(ke - s) as usize]);
         }
         c = claim.last + 1;
     }

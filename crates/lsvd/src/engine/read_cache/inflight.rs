@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::Key;
+use super::{CacheObject, Key};
 
 /// The table: for every chunk being fetched, a receiver that closes when its fetch
 /// ends. Bounded by the fetches in flight (each holds its chunks' entries).
@@ -21,10 +21,10 @@ pub(crate) struct InFlight {
     map: Mutex<HashMap<Key, watch::Receiver<()>>>,
 }
 
-/// Chunks `[first, last]` of object `seq`, claimed for fetching by one reader.
+/// Chunks `[first, last]` of object `obj`, claimed for fetching by one reader.
 pub(crate) struct Claim {
     table: Arc<InFlight>,
-    seq: u64,
+    obj: CacheObject,
     pub first: u64,
     pub last: u64,
     done: watch::Sender<()>,
@@ -45,31 +45,31 @@ pub(crate) async fn wait(mut rx: watch::Receiver<()>) {
 }
 
 impl InFlight {
-    /// Claim chunks of `seq` from `first` on, up to `last`, stopping before the first
+    /// Claim chunks of `obj` from `first` on, up to `last`, stopping before the first
     /// chunk that is in flight or for which `skip` says so (cached). `first` itself is
     /// claimed unless it is in flight.
     pub(crate) fn claim(
         self: &Arc<Self>,
-        seq: u64,
+        obj: CacheObject,
         first: u64,
         last: u64,
         skip: impl Fn(u64) -> bool,
     ) -> ClaimResult {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rx) = map.get(&(seq, first)) {
+        if let Some(rx) = map.get(&(obj, first)) {
             return ClaimResult::Busy(rx.clone());
         }
         let mut end = first;
-        while end < last && !map.contains_key(&(seq, end + 1)) && !skip(end + 1) {
+        while end < last && !map.contains_key(&(obj, end + 1)) && !skip(end + 1) {
             end += 1;
         }
         let (done, rx) = watch::channel(());
         for c in first..=end {
-            map.insert((seq, c), rx.clone());
+            map.insert((obj, c), rx.clone());
         }
         ClaimResult::Claimed(Claim {
             table: self.clone(),
-            seq,
+            obj,
             first,
             last: end,
             done,
@@ -87,10 +87,10 @@ impl Drop for Claim {
         let mut map = self.table.map.lock().unwrap_or_else(|p| p.into_inner());
         for c in self.first..=self.last {
             if map
-                .get(&(self.seq, c))
+                .get(&(self.obj, c))
                 .is_some_and(|rx| rx.same_channel(&self.done.subscribe()))
             {
-                map.remove(&(self.seq, c));
+                map.remove(&(self.obj, c));
             }
         }
         // `done` drops after this, closing every waiter's receiver.
@@ -104,16 +104,16 @@ mod tests {
     #[tokio::test]
     async fn a_claim_blocks_others_until_dropped() {
         let t = Arc::new(InFlight::default());
-        let ClaimResult::Claimed(a) = t.claim(1, 2, 9, |c| c == 6) else {
+        let ClaimResult::Claimed(a) = t.claim(CacheObject::new(1, 0), 2, 9, |c| c == 6) else {
             panic!("first claim");
         };
         assert_eq!((a.first, a.last), (2, 5), "stops before the cached chunk 6");
         // Another object, or chunks past the claim, are free.
         assert!(matches!(
-            t.claim(2, 2, 2, |_| false),
+            t.claim(CacheObject::new(2, 0), 2, 2, |_| false),
             ClaimResult::Claimed(_)
         ));
-        let ClaimResult::Claimed(b) = t.claim(1, 0, 9, |_| false) else {
+        let ClaimResult::Claimed(b) = t.claim(CacheObject::new(1, 0), 0, 9, |_| false) else {
             panic!("chunk 0 is free");
         };
         assert_eq!(
@@ -121,14 +121,14 @@ mod tests {
             (0, 1),
             "stops before the chunks in flight"
         );
-        let ClaimResult::Busy(rx) = t.claim(1, 3, 3, |_| false) else {
+        let ClaimResult::Busy(rx) = t.claim(CacheObject::new(1, 0), 3, 3, |_| false) else {
             panic!("chunk 3 is in flight");
         };
         let waiter = tokio::spawn(wait(rx));
         drop(a);
         waiter.await.expect("woken when the claim ends");
         assert!(matches!(
-            t.claim(1, 3, 3, |_| false),
+            t.claim(CacheObject::new(1, 0), 3, 3, |_| false),
             ClaimResult::Claimed(_)
         ));
         drop(b);

@@ -55,7 +55,22 @@ use slot_table::{BLOCK_BYTES, BLOCKS_PER_SLOT, Entry, SlotTable};
 
 pub const READ_CACHE_CHUNK_BYTES: u64 = 64 << 10;
 
-type Key = (u64, u64); // (object seq, chunk index)
+/// Which object a cached chunk belongs to: its sequence number and the epoch it was
+/// written under (both in its name), so no two objects ever share an entry, whatever
+/// a crash or a superseded writer left in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct CacheObject {
+    pub seq: u64,
+    pub epoch: u64,
+}
+
+impl CacheObject {
+    pub(crate) fn new(seq: u64, epoch: u64) -> CacheObject {
+        CacheObject { seq, epoch }
+    }
+}
+
+type Key = (CacheObject, u64); // (object, chunk index)
 
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -209,7 +224,7 @@ impl Index {
     }
 
     fn place(&mut self, slot: usize, entry: &Entry, mode: PutMode) {
-        let key = (entry.object_seq, entry.chunk);
+        let key = (entry.object, entry.chunk);
         let admitted = mode != PutMode::Read;
         self.slots[slot] = SlotState::Used(Slot {
             key,
@@ -275,7 +290,7 @@ impl ReadCache {
         let mut index = Index::with_slots(slot_count);
         let mut placed = vec![false; slot_count];
         for (slot, entry) in entries {
-            if !index.map.contains_key(&(entry.object_seq, entry.chunk)) {
+            if !index.map.contains_key(&(entry.object, entry.chunk)) {
                 index.place(slot, &entry, PutMode::Read);
                 placed[slot] = true;
             }
@@ -306,24 +321,24 @@ impl ReadCache {
         self.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn contains(&self, seq: u64, chunk: u64) -> bool {
-        self.lock().map.contains_key(&(seq, chunk))
+    pub fn contains(&self, obj: CacheObject, chunk: u64) -> bool {
+        self.lock().map.contains_key(&(obj, chunk))
     }
 
     pub fn entries(&self) -> usize {
         self.lock().map.len()
     }
 
-    /// Bytes `[from, to)` of chunk `chunk` of object `seq` (offsets within the chunk),
+    /// Bytes `[from, to)` of chunk `chunk` of object `obj` (offsets within the chunk),
     /// if cached and intact: only the 4 KiB blocks covering the range are read, each
     /// checked against its hash. A chunk that fails is dropped.
-    pub fn get(&self, seq: u64, chunk: u64, from: u64, to: u64) -> Option<Vec<u8>> {
+    pub fn get(&self, obj: CacheObject, chunk: u64, from: u64, to: u64) -> Option<Vec<u8>> {
         if from >= to || to > READ_CACHE_CHUNK_BYTES {
             return None;
         }
         let (slot, hashes, len) = {
             let mut idx = self.lock();
-            let slot = *idx.map.get(&(seq, chunk))?;
+            let slot = *idx.map.get(&(obj, chunk))?;
             let SlotState::Used(s) = &mut idx.slots[slot as usize] else {
                 return None;
             };
@@ -356,7 +371,7 @@ impl ReadCache {
         if !intact {
             // Lost or torn by a crash, or the device returned bad data: drop it.
             let mut idx = self.lock();
-            if idx.map.get(&(seq, chunk)) == Some(&slot) {
+            if idx.map.get(&(obj, chunk)) == Some(&slot) {
                 idx.evict(slot as usize);
             }
             return None;
@@ -370,13 +385,13 @@ impl ReadCache {
 
     /// Cache `data` (at most one chunk), read from the store by a client, as chunk
     /// `chunk` of object `seq`.
-    pub fn insert(&self, seq: u64, chunk: u64, data: &[u8]) {
-        self.put(seq, chunk, data, PutMode::Read);
+    pub fn insert(&self, obj: CacheObject, chunk: u64, data: &[u8]) {
+        self.put(obj, chunk, data, PutMode::Read);
     }
 
     /// Admit `data` (at most one chunk) of an object just uploaded.
-    pub fn admit(&self, seq: u64, chunk: u64, data: &[u8]) {
-        if self.put(seq, chunk, data, PutMode::Admit) {
+    pub fn admit(&self, obj: CacheObject, chunk: u64, data: &[u8]) {
+        if self.put(obj, chunk, data, PutMode::Admit) {
             self.admitted_chunks.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -384,8 +399,8 @@ impl ReadCache {
     /// Cache `data` (at most one chunk), fetched before any client asked for it
     /// (the rest of a miss's fetch, read-ahead): it evicts nothing clients read
     /// recently. True if it was cached.
-    pub fn prefetch(&self, seq: u64, chunk: u64, data: &[u8]) -> bool {
-        let cached = self.put(seq, chunk, data, PutMode::Prefetch);
+    pub fn prefetch(&self, obj: CacheObject, chunk: u64, data: &[u8]) -> bool {
+        let cached = self.put(obj, chunk, data, PutMode::Prefetch);
         if cached {
             self.prefetched_bytes
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -393,13 +408,18 @@ impl ReadCache {
         cached
     }
 
-    fn put(&self, seq: u64, chunk: u64, data: &[u8], mode: PutMode) -> bool {
-        if data.is_empty() || data.len() as u64 > READ_CACHE_CHUNK_BYTES {
+    fn put(&self, obj: CacheObject, chunk: u64, data: &[u8], mode: PutMode) -> bool {
+        // The slot table keeps the chunk index in 32 bits (objects are at most a few
+        // tens of MiB: hundreds of chunks).
+        if data.is_empty()
+            || data.len() as u64 > READ_CACHE_CHUNK_BYTES
+            || chunk > u64::from(u32::MAX)
+        {
             return false;
         }
         let slot = {
             let mut idx = self.lock();
-            if idx.slots.is_empty() || idx.map.contains_key(&(seq, chunk)) {
+            if idx.slots.is_empty() || idx.map.contains_key(&(obj, chunk)) {
                 return false;
             }
             // The victim comes back `Writing`: nobody else may pick it.
@@ -411,7 +431,7 @@ impl ReadCache {
             let Some(v) = victim else { return false };
             v
         };
-        let entry = Entry::describe(seq, chunk, data);
+        let entry = Entry::describe(obj, chunk, data);
         // The slot, then its entry: a crash between the two leaves a slot whose
         // hashes do not match, which the next read of it drops.
         let written = self
@@ -420,7 +440,7 @@ impl ReadCache {
             .and_then(|()| self.table.write(slot, &entry));
         let mut idx = self.lock();
         match written {
-            Ok(()) if !idx.map.contains_key(&(seq, chunk)) => {
+            Ok(()) if !idx.map.contains_key(&(obj, chunk)) => {
                 idx.place(slot, &entry, mode);
                 true
             }
@@ -431,16 +451,15 @@ impl ReadCache {
         }
     }
 
-    /// Drop every chunk of object `seq` (it was deleted). With `durably`, their table
-    /// entries are cleared and synced too: for objects whose sequence number will be
-    /// used again (stranded objects deleted at recovery).
+    /// Drop every chunk of object `seq` (of any epoch: it was deleted). With `durably`,
+    /// their table entries are cleared and synced too.
     pub fn forget_object(&self, seq: u64, durably: bool) -> io::Result<()> {
         let slots: Vec<u32> = {
             let mut idx = self.lock();
             let slots: Vec<u32> = idx
                 .map
                 .iter()
-                .filter(|(k, _)| k.0 == seq)
+                .filter(|(k, _)| k.0.seq == seq)
                 .map(|(_, &s)| s)
                 .collect();
             for &s in &slots {

@@ -10,14 +10,16 @@ use lsvd_core::VolumeId;
 
 use crate::cache_dev::CacheDevice;
 
-use super::READ_CACHE_CHUNK_BYTES;
+use super::{CacheObject, READ_CACHE_CHUNK_BYTES};
 
 /// Blocks of a slot are hashed and read separately.
 pub(super) const BLOCK_BYTES: u64 = 4096;
 pub(super) const BLOCKS_PER_SLOT: usize = (READ_CACHE_CHUNK_BYTES / BLOCK_BYTES) as usize;
 
 const MAGIC: &[u8; 8] = b"LSVDRCS\0";
-const VERSION: u16 = 1;
+/// Version 2 names each chunk's object by sequence number and epoch; a table of
+/// version 1 (sequence number only) is started afresh.
+const VERSION: u16 = 2;
 const HEADER_BYTES: u64 = 4096;
 /// Bytes of the header the checksum covers (the rest of its block is zero).
 const HEADER_USED_BYTES: usize = 48;
@@ -37,7 +39,7 @@ pub(super) fn block_hash(block: &[u8]) -> u64 {
 /// What one slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Entry {
-    pub object_seq: u64,
+    pub object: CacheObject,
     pub chunk: u64,
     /// Bytes of the chunk (a chunk at the end of an object may be short).
     pub len: u32,
@@ -46,13 +48,13 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    pub(super) fn describe(object_seq: u64, chunk: u64, data: &[u8]) -> Entry {
+    pub(super) fn describe(object: CacheObject, chunk: u64, data: &[u8]) -> Entry {
         let mut hashes = [0u64; BLOCKS_PER_SLOT];
         for (h, block) in hashes.iter_mut().zip(data.chunks(BLOCK_BYTES as usize)) {
             *h = block_hash(block);
         }
         Entry {
-            object_seq,
+            object,
             chunk,
             len: data.len() as u32,
             hashes,
@@ -61,9 +63,10 @@ impl Entry {
 
     fn encode(&self, volume: VolumeId, slot: usize) -> [u8; ENTRY_BYTES as usize] {
         let mut b = [0u8; ENTRY_BYTES as usize];
-        b[0..8].copy_from_slice(&self.object_seq.to_le_bytes());
-        b[8..16].copy_from_slice(&self.chunk.to_le_bytes());
+        b[0..8].copy_from_slice(&self.object.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.object.epoch.to_le_bytes());
         b[16..20].copy_from_slice(&self.len.to_le_bytes());
+        b[20..24].copy_from_slice(&(self.chunk as u32).to_le_bytes());
         for (i, h) in self.hashes.iter().enumerate() {
             b[24 + 8 * i..32 + 8 * i].copy_from_slice(&h.to_le_bytes());
         }
@@ -96,8 +99,8 @@ impl Entry {
             *h = u64_at(24 + 8 * i);
         }
         Some(Entry {
-            object_seq: u64_at(0),
-            chunk: u64_at(8),
+            object: CacheObject::new(u64_at(0), u64_at(8)),
+            chunk: u64::from(u32_at(20)),
             len,
             hashes,
         })
@@ -210,7 +213,7 @@ mod tests {
     #[test]
     fn entries_round_trip_and_any_damage_or_move_is_refused() {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let e = Entry::describe(7, 3, &data);
+        let e = Entry::describe(CacheObject::new(7, 0), 3, &data);
         assert_eq!(e.len, 10_000);
         assert_eq!(e.hashes[2], block_hash(&data[8192..]));
         assert_eq!(e.hashes[3], 0);
@@ -247,7 +250,7 @@ mod tests {
         assert!(header_matches(&h, VolumeId([1; 16]), 2));
         assert!(!header_matches(&h, VolumeId([2; 16]), 2));
         assert!(!header_matches(&h, VolumeId([1; 16]), 3));
-        let e = Entry::describe(1, 0, &[0xab; 4096]);
+        let e = Entry::describe(CacheObject::new(1, 0), 0, &[0xab; 4096]);
         let b = e.encode(VolumeId([1; 16]), 0);
         // seq 1, chunk 0, length 4096, then the hash of the one block.
         assert_eq!(

@@ -15,6 +15,14 @@ use crate::testutil::TempDir;
 
 const CHUNK: u64 = READ_CACHE_CHUNK_BYTES;
 
+/// (object seq, chunk) of an object of epoch 0, as these tests name chunks.
+type Key = (u64, u64);
+
+/// Object `seq` of epoch 0.
+fn o(seq: u64) -> CacheObject {
+    CacheObject::new(seq, 0)
+}
+
 fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) {
     let (data, _) = FileCache::open_or_create(&dir.path().join("c"), slots * CHUNK).expect("file");
     let (table, _) =
@@ -33,7 +41,7 @@ fn chunk(key: Key) -> Vec<u8> {
 }
 
 fn whole(rc: &ReadCache, key: Key) -> Option<Vec<u8>> {
-    rc.get(key.0, key.1, 0, CHUNK)
+    rc.get(o(key.0), key.1, 0, CHUNK)
 }
 
 #[test]
@@ -44,27 +52,27 @@ fn hits_partial_reads_eviction_and_warm_restart() {
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     assert!(whole(&rc, (1, 0)).is_none());
     for i in 0..4 {
-        rc.insert(1, i, &chunk((1, i)));
+        rc.insert(o(1), i, &chunk((1, i)));
     }
     assert_eq!(whole(&rc, (1, 2)), Some(chunk((1, 2))));
     // Any range, read and checked 4 KiB block by block.
     assert_eq!(
-        rc.get(1, 3, 5000, 9000),
+        rc.get(o(1), 3, 5000, 9000),
         Some(chunk((1, 3))[5000..9000].to_vec())
     );
-    assert_eq!(rc.get(1, 3, 9000, 9000), None, "empty range");
+    assert_eq!(rc.get(o(1), 3, 9000, 9000), None, "empty range");
     // Full: a fifth chunk makes CLOCK evict an unreferenced one, not chunk 2.
-    rc.insert(2, 0, &chunk((2, 0)));
+    rc.insert(o(2), 0, &chunk((2, 0)));
     assert_eq!(whole(&rc, (2, 0)), Some(chunk((2, 0))));
     assert!(whole(&rc, (1, 2)).is_some());
     assert_eq!(rc.entries(), 4);
     // A short chunk (the end of an object): reads past its end miss.
-    rc.insert(3, 0, &chunk((3, 0))[..6000]);
+    rc.insert(o(3), 0, &chunk((3, 0))[..6000]);
     assert_eq!(
-        rc.get(3, 0, 4096, 6000),
+        rc.get(o(3), 0, 4096, 6000),
         Some(chunk((3, 0))[4096..6000].to_vec())
     );
-    assert_eq!(rc.get(3, 0, 4096, 8192), None);
+    assert_eq!(rc.get(o(3), 0, 4096, 8192), None);
     // Warm restart, with no shutdown at all: the table was written as chunks came in.
     let entries = rc.entries();
     drop(rc);
@@ -82,16 +90,16 @@ fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
     let (dev, table) = devices(&dir, 2);
     let vol = VolumeId([5; 16]);
     let rc = ReadCache::open(dev.clone(), table, vol).expect("open");
-    rc.insert(1, 0, &chunk((1, 0)));
+    rc.insert(o(1), 0, &chunk((1, 0)));
     // Rot one byte of the third block on the device.
     dev.write_at(&[0xee], 2 * 4096 + 7).expect("write");
     assert_eq!(
-        rc.get(1, 0, 0, 8192),
+        rc.get(o(1), 0, 0, 8192),
         Some(chunk((1, 0))[..8192].to_vec()),
         "blocks that are intact still read"
     );
-    assert_eq!(rc.get(1, 0, 8192, 12288), None);
-    assert!(!rc.contains(1, 0), "the damaged chunk is dropped");
+    assert_eq!(rc.get(o(1), 0, 8192, 12288), None);
+    assert!(!rc.contains(o(1), 0), "the damaged chunk is dropped");
 }
 
 #[test]
@@ -102,27 +110,27 @@ fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
     let rc = ReadCache::open(dev, table, vol).expect("open");
     // Eight chunks clients read, read again (referenced).
     for i in 0..8 {
-        rc.insert(1, i, &chunk((1, i)));
+        rc.insert(o(1), i, &chunk((1, i)));
         assert!(whole(&rc, (1, i)).is_some());
     }
     // A stream of uploads: many more chunks than the cache holds.
     for i in 0..200 {
-        rc.admit(2, i, &chunk((2, i)));
+        rc.admit(o(2), i, &chunk((2, i)));
     }
     for i in 0..8 {
         assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))), "read chunk {i}");
     }
-    let admitted = (0..200).filter(|&i| rc.contains(2, i)).count();
+    let admitted = (0..200).filter(|&i| rc.contains(o(2), i)).count();
     assert_eq!(admitted, 8, "half of the 16 slots");
     // The newest are the ones kept.
-    assert!((192..200).all(|i| rc.contains(2, i)));
+    assert!((192..200).all(|i| rc.contains(o(2), i)));
     assert_eq!(rc.admitted_chunks.load(Ordering::Relaxed), 200);
     // Reading an admitted chunk makes it read data: it is no longer replaced first.
     assert!(whole(&rc, (2, 192)).is_some());
     for i in 200..210 {
-        rc.admit(2, i, &chunk((2, i)));
+        rc.admit(o(2), i, &chunk((2, i)));
     }
-    assert!(rc.contains(2, 192));
+    assert!(rc.contains(o(2), 192));
 }
 
 #[test]
@@ -133,29 +141,32 @@ fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
     let rc = ReadCache::open(dev, table, vol).expect("open");
     // An empty cache: uploads may fill all of it (free space displaces nothing).
     for i in 0..16 {
-        rc.admit(2, i, &chunk((2, i)));
+        rc.admit(o(2), i, &chunk((2, i)));
     }
-    assert!((0..16).all(|i| rc.contains(2, i)));
+    assert!((0..16).all(|i| rc.contains(o(2), i)));
     // Past that, the oldest admitted chunks go first.
     for i in 16..20 {
-        rc.admit(2, i, &chunk((2, i)));
+        rc.admit(o(2), i, &chunk((2, i)));
     }
-    assert!((0..4).all(|i| !rc.contains(2, i)));
-    assert!((4..20).all(|i| rc.contains(2, i)));
+    assert!((0..4).all(|i| !rc.contains(o(2), i)));
+    assert!((4..20).all(|i| rc.contains(o(2), i)));
     // A client's misses find room among the admitted chunks nobody read.
     for i in 0..10 {
-        rc.insert(1, i, &chunk((1, i)));
+        rc.insert(o(1), i, &chunk((1, i)));
         assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))));
     }
     // Slots freed by a deleted object are taken by admission before anything is
     // replaced.
     rc.forget_object(1, false).expect("forget");
-    let kept: Vec<u64> = (4..20).filter(|&i| rc.contains(2, i)).collect();
+    let kept: Vec<u64> = (4..20).filter(|&i| rc.contains(o(2), i)).collect();
     for i in 100..110 {
-        rc.admit(2, i, &chunk((2, i)));
+        rc.admit(o(2), i, &chunk((2, i)));
     }
-    assert!(kept.iter().all(|&i| rc.contains(2, i)), "nothing replaced");
-    assert!((100..110).all(|i| rc.contains(2, i)));
+    assert!(
+        kept.iter().all(|&i| rc.contains(o(2), i)),
+        "nothing replaced"
+    );
+    assert!((100..110).all(|i| rc.contains(o(2), i)));
 }
 
 #[test]
@@ -166,11 +177,11 @@ fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
     let rc = ReadCache::open(dev, table, vol).expect("open");
     // Four chunks clients read, read again (referenced): the cache is full.
     for i in 0..4 {
-        rc.insert(1, i, &chunk((1, i)));
+        rc.insert(o(1), i, &chunk((1, i)));
         assert!(whole(&rc, (1, i)).is_some());
     }
     for i in 0..16 {
-        assert!(!rc.prefetch(2, i, &chunk((2, i))), "no room: chunk {i}");
+        assert!(!rc.prefetch(o(2), i, &chunk((2, i))), "no room: chunk {i}");
     }
     for i in 0..4 {
         assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))), "read chunk {i}");
@@ -179,12 +190,15 @@ fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
     // its whole length, later reads do not count again.
     let (dev, table) = devices(&TempDir::new("rcache-prefetch2"), 8);
     let rc = ReadCache::open(dev, table, vol).expect("open");
-    assert!(rc.prefetch(3, 0, &chunk((3, 0))));
-    assert!(rc.prefetch(3, 1, &chunk((3, 1))[..5000]));
+    assert!(rc.prefetch(o(3), 0, &chunk((3, 0))));
+    assert!(rc.prefetch(o(3), 1, &chunk((3, 1))[..5000]));
     assert_eq!(rc.prefetched_bytes.load(Ordering::Relaxed), CHUNK + 5000);
-    assert_eq!(rc.get(3, 0, 0, 4096), Some(chunk((3, 0))[..4096].to_vec()));
     assert_eq!(
-        rc.get(3, 0, 4096, 8192),
+        rc.get(o(3), 0, 0, 4096),
+        Some(chunk((3, 0))[..4096].to_vec())
+    );
+    assert_eq!(
+        rc.get(o(3), 0, 4096, 8192),
         Some(chunk((3, 0))[4096..8192].to_vec())
     );
     assert_eq!(rc.prefetch_hit_bytes.load(Ordering::Relaxed), CHUNK);
@@ -242,12 +256,12 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
         for _ in 0..2000 {
             let key = (rng.below(6), rng.below(8));
             match rng.below(100) {
-                0..=39 => rc.insert(key.0, key.1, &chunk(key)),
-                40..=64 => rc.admit(key.0, key.1, &chunk(key)),
+                0..=39 => rc.insert(o(key.0), key.1, &chunk(key)),
+                40..=64 => rc.admit(o(key.0), key.1, &chunk(key)),
                 65..=89 => {
                     let from = rng.below(CHUNK);
                     let to = from + 1 + rng.below(CHUNK - from);
-                    if let Some(got) = rc.get(key.0, key.1, from, to) {
+                    if let Some(got) = rc.get(o(key.0), key.1, from, to) {
                         assert_eq!(got, chunk(key)[from as usize..to as usize], "seed {seed}");
                     }
                 }
@@ -279,16 +293,16 @@ fn forgetting_durably_survives_a_reopen() {
     let (dev, table) = devices(&dir, 4);
     let vol = VolumeId([8; 16]);
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
-    rc.insert(5, 0, &chunk((5, 0)));
-    rc.insert(6, 0, &chunk((6, 0)));
+    rc.insert(o(5), 0, &chunk((5, 0)));
+    rc.insert(o(6), 0, &chunk((6, 0)));
     rc.forget_object(5, true).expect("forget");
     drop(rc);
     let rc = ReadCache::open(dev, table, vol).expect("open");
     assert!(
-        !rc.contains(5, 0),
+        !rc.contains(o(5), 0),
         "a stranded object's number is used again"
     );
-    assert!(rc.contains(6, 0));
+    assert!(rc.contains(o(6), 0));
 }
 
 #[test]
@@ -302,10 +316,10 @@ fn the_index_keeps_its_entries_consistent() {
     for i in 0..3000u64 {
         let key = (rng.below(4), rng.below(6));
         match i % 6 {
-            0 | 1 => rc.insert(key.0, key.1, &chunk(key)),
-            2 | 3 => rc.admit(key.0, key.1, &chunk(key)),
+            0 | 1 => rc.insert(o(key.0), key.1, &chunk(key)),
+            2 | 3 => rc.admit(o(key.0), key.1, &chunk(key)),
             4 => {
-                rc.get(key.0, key.1, 0, 4096);
+                rc.get(o(key.0), key.1, 0, 4096);
             }
             _ => rc.forget_object(key.0, false).expect("forget"),
         }
@@ -316,7 +330,10 @@ fn the_index_keeps_its_entries_consistent() {
                 SlotState::Used(slot) => assert_eq!(slot.key, k),
                 other => panic!("map names slot {s} in state {other:?}"),
             }
-            assert!(names.insert(s, k).is_none(), "two keys in slot {s}");
+            assert!(
+                names.insert(s, (k.0.seq, k.1)).is_none(),
+                "two keys in slot {s}"
+            );
         }
         let used = idx
             .slots
@@ -339,4 +356,31 @@ fn the_index_keeps_its_entries_consistent() {
         assert_eq!(free, free_slots);
         assert!(idx.admitted.len() <= 2 * idx.slots.len() + 1);
     }
+}
+
+/// Regression: the cache was keyed by sequence number alone, so an object of another
+/// epoch under a number the cache held (a stranded object deleted at recovery and its
+/// number taken by a new object, before epochs) was served the old object's bytes.
+/// Now the epoch is part of the key, in memory and in the slot table.
+#[test]
+fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
+    let dir = TempDir::new("rcache-epoch");
+    let (data, table) = devices(&dir, 8);
+    let vol = VolumeId([3; 16]);
+    let rc = ReadCache::open(data.clone(), table.clone(), vol).expect("open");
+    let old = CacheObject::new(7, 1);
+    let new = CacheObject::new(7, 2);
+    rc.insert(old, 0, &chunk((7, 0)));
+    assert!(rc.contains(old, 0));
+    assert!(!rc.contains(new, 0), "same number, other epoch");
+    assert_eq!(rc.get(new, 0, 0, 4096), None);
+    drop(rc);
+    // After a restart too (the slot table names the epoch).
+    let rc = ReadCache::open(data, table, vol).expect("reopen");
+    assert!(rc.contains(old, 0), "warm");
+    assert_eq!(rc.get(new, 0, 0, 4096), None);
+    assert_eq!(
+        rc.get(old, 0, 0, 4096),
+        Some(chunk((7, 0))[..4096].to_vec())
+    );
 }

@@ -24,6 +24,7 @@ use super::meta::{
 };
 use super::open::open_drives;
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::OpenMode;
 use crate::store::fs::FsStore;
 
 /// What [`add_drive`] did.
@@ -43,7 +44,7 @@ pub struct AddedDrive {
 /// degraded position (rebuild first) and a directory that holds anything but an
 /// interrupted add of this very drive, then writes the records.
 pub fn add_drive(spec: &DriveSpec, new_copies: &[PathBuf]) -> Result<AddedDrive> {
-    let opened = open_drives(&spec.dirs, Layout::Chain)?;
+    let opened = open_drives(&spec.dirs, Layout::Chain, OpenMode::ReadWrite)?;
     let current = opened.current;
     let position = opened.drives.len();
     if let Some(d) = opened.drives.iter().find(|d| d.degraded()) {

@@ -30,7 +30,7 @@ impl Drive {
                 self.copies.len()
             )));
         };
-        let Some(s) = c.store() else {
+        let Some(s) = c.store_for_check() else {
             return Err(Error::new(
                 ErrorKind::Permanent,
                 format!(

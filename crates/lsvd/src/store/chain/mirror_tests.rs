@@ -401,3 +401,121 @@ async fn a_copy_that_refuses_writes_degrades() {
     assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
     fail_puts(&pos[0][1], None);
 }
+
+/// Every file under `dir` (path relative to it, bytes), in order; and the directories.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+            if p.is_dir() {
+                out.push((rel, Vec::new()));
+                stack.push(p);
+            } else {
+                out.push((rel, std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 40: a read-only open (the read-only commands, which hold no lock) of a chain
+/// with a blank mirror copy and a copy missing an object changes nothing on any drive:
+/// no rebuild, no repair, no record written, every write refused. Reads are served
+/// from the good copies; `get_copy` still reads the copy that is behind (for `lsvd
+/// check`); a read-write open afterwards repairs both as before. An all-blank set and
+/// a missing directory open read-only as an empty store without being created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_open_changes_nothing_on_any_drive() {
+    use crate::store::retry::RetryPolicy;
+    use crate::store::{OpenMode, open_store_mode};
+    let root = TempDir::new("chain-mirror-read-only");
+    let (pos, url) = mirrored(&root);
+    // Four objects fill position 0, two go to position 1.
+    let size = 16 << 10;
+    {
+        let s = open_store(&url).expect("create");
+        for seq in 0..6 {
+            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
+                .await
+                .expect("put");
+        }
+    }
+    std::fs::remove_dir_all(&pos[1][1]).expect("blank b2");
+    std::fs::create_dir(&pos[1][1]).expect("blank b2");
+    std::fs::remove_file(pos[0][0].join(obj(1))).expect("lose a copy");
+    let all = || pos.iter().flatten().map(|d| files(d)).collect::<Vec<_>>();
+    let before = all();
+
+    let policy = RetryPolicy::default();
+    let s = open_store_mode(&url, &policy, OpenMode::ReadOnly).expect("open read-only");
+    for seq in 0..6 {
+        check(&*s, &obj(seq), size).await;
+    }
+    let r = s.get_range(&obj(1), 10..20).await.expect("range");
+    assert_eq!(r, body(&obj(1), size)[10..20]);
+    assert_eq!(s.list("v/").await.expect("list").len(), 6);
+    assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+    // `lsvd check` reads each copy on its own, the one behind included.
+    let behind = pos[1][1].display().to_string();
+    let on_b = obj(5);
+    let copies = s.copies_of(&on_b).await.expect("copies");
+    let i = copies.iter().position(|c| *c == behind).expect("b2 named");
+    let e = s.get_copy(&on_b, i).await.expect_err("missing on b2");
+    assert!(e.is_not_found(), "{e}");
+    let problems = copy_problems(&*s, "v/").await;
+    assert!(
+        problems.iter().any(|p| p.contains(&obj(1)))
+            && problems.iter().any(|p| p.contains(&behind)),
+        "{problems:?}"
+    );
+    for e in [
+        s.put(&obj(9), body("x", 9), PutMode::IfAbsent)
+            .await
+            .expect_err("put"),
+        s.delete(&obj(0)).await.expect_err("delete"),
+        s.repair_copies(&obj(1), body(&obj(1), size))
+            .await
+            .expect_err("repair"),
+    ] {
+        assert_eq!(e.kind, ErrorKind::ReadOnly, "{e}");
+    }
+    // The chain itself refuses too, under the decorator.
+    let spec = super::drives::parse_spec("chain", &url["chain:".len()..]).expect("spec");
+    let chain = super::chain_store::ChainStore::open_mode(&spec, OpenMode::ReadOnly)
+        .expect("open the chain read-only");
+    let e = chain
+        .put(&obj(9), body("x", 9), PutMode::IfAbsent)
+        .await
+        .expect_err("chain put");
+    assert_eq!(e.kind, ErrorKind::ReadOnly, "{e}");
+    drop((s, chain));
+    assert!(all() == before, "a read-only open changed a drive");
+
+    // A read-write open brings the blank copy in step, and a read the missing one.
+    let s = open_store(&url).expect("open read-write");
+    check(&*s, &obj(1), size).await;
+    assert!(has(&pos[0][0], &obj(1)), "repaired by the read");
+    assert!(has(&pos[1][1], &obj(5)), "b2 rebuilt at open");
+
+    // Blank and missing directories: an empty store, nothing created.
+    let blank = root.path().join("blank");
+    std::fs::create_dir(&blank).expect("blank dir");
+    let gone = root.path().join("gone");
+    let url = format!("chain:{}+{}", blank.display(), gone.display());
+    let s = open_store_mode(&url, &policy, OpenMode::ReadOnly).expect("empty");
+    assert!(s.list("").await.expect("list").is_empty());
+    assert!(s.get(&obj(0)).await.expect_err("nothing").is_not_found());
+    assert!(files(&blank).is_empty(), "{:?}", files(&blank));
+    assert!(
+        !gone.exists(),
+        "a read-only open created {}",
+        gone.display()
+    );
+}

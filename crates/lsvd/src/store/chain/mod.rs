@@ -50,20 +50,30 @@ mod tests;
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::{DynStore, ListEntry};
+use crate::store::{DynStore, ListEntry, OpenMode};
 use drives::parse_spec;
 use position::Drive;
 
 /// Open `chain:SPEC` (`spec` is what follows the scheme).
 pub fn open_chain(spec: &str) -> Result<DynStore> {
+    open_chain_mode(spec, OpenMode::ReadWrite)
+}
+
+/// Open `chain:SPEC` in `mode` (read-only: nothing on the drives changes, [`open`]).
+pub fn open_chain_mode(spec: &str, mode: OpenMode) -> Result<DynStore> {
     let spec = parse_spec("chain", spec)?;
-    Ok(Arc::new(chain_store::ChainStore::open(&spec)?))
+    Ok(Arc::new(chain_store::ChainStore::open_mode(&spec, mode)?))
 }
 
 /// Open `stripe:SPEC`.
 pub fn open_stripe(spec: &str) -> Result<DynStore> {
+    open_stripe_mode(spec, OpenMode::ReadWrite)
+}
+
+/// Open `stripe:SPEC` in `mode`.
+pub fn open_stripe_mode(spec: &str, mode: OpenMode) -> Result<DynStore> {
     let spec = parse_spec("stripe", spec)?;
-    Ok(Arc::new(stripe::StripeStore::open(&spec)?))
+    Ok(Arc::new(stripe::StripeStore::open_mode(&spec, mode)?))
 }
 
 /// The drive a key lives on when its place is fixed by its name (every key of a

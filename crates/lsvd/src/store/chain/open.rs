@@ -6,6 +6,16 @@
 //! number of copies, a drive at another position, a blank directory where a drive of
 //! a set that finished creation should be (with no mirror to rebuild it from), a
 //! directory that holds objects but no record.
+//!
+//! Opened read-only ([`OpenMode::ReadOnly`], the read-only commands, which take no
+//! lock and may run beside a live server) the same checks refuse the same sets, but
+//! nothing is written: no directory or record created, no creation finished, no
+//! interrupted `add-drive` record rewritten, no copy brought in step, no record
+//! flagged. A mirror copy that a read-write open would bring in step (blank, missing,
+//! or behind a sibling flagged `mirror_stale`) is left out of reads instead
+//! ([`Copy::set_behind`]), with a warning saying what brings it in step; a set whose
+//! directories are all blank reads as an empty store. Issue 40: `lsvd info`, `check`
+//! and `inspect` resynced, and could delete, mirror keys under a live server.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -15,8 +25,8 @@ use super::meta::{
 };
 use super::position::{Copy, Drive};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::ListEntry;
 use crate::store::fs::FsStore;
+use crate::store::{ListEntry, OpenMode};
 
 /// An opened set: the drives in order, the current record (highest generation) and
 /// what each drive held at open.
@@ -52,18 +62,27 @@ fn chain_id_hex(id: &[u8; 16]) -> String {
 }
 
 /// Open every copy of every position. A mirrored copy that cannot be opened is left
-/// out (degraded); a position with none is an error.
-fn open_copies(positions: &[Vec<PathBuf>], layout: Layout) -> Result<Vec<Drive>> {
+/// out (degraded); a position with none is an error. Read-only, a missing directory
+/// is not created: it opens as a blank one.
+fn open_copies(positions: &[Vec<PathBuf>], layout: Layout, mode: OpenMode) -> Result<Vec<Drive>> {
+    let read_only = mode == OpenMode::ReadOnly;
     let mut drives = Vec::with_capacity(positions.len());
     let mut canonical = HashSet::new();
     for (index, dirs) in positions.iter().enumerate() {
         let mut copies = Vec::with_capacity(dirs.len());
         let mut last_err = None;
         for dir in dirs {
-            let opened = FsStore::open(dir).and_then(|s| {
-                std::fs::canonicalize(dir)
-                    .map(|real| (s, real))
-                    .map_err(|e| Error::local_io(format!("resolve {}", dir.display()), e))
+            let opened = match mode {
+                OpenMode::ReadWrite => FsStore::open(dir),
+                OpenMode::ReadOnly => FsStore::open_read_only(dir),
+            }
+            .and_then(|s| match std::fs::canonicalize(dir) {
+                Ok(real) => Ok((s, real)),
+                // Not there (read-only: not created); `..` in it cannot be resolved.
+                Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => {
+                    Ok((s, std::path::absolute(dir).unwrap_or_else(|_| dir.clone())))
+                }
+                Err(e) => Err(Error::local_io(format!("resolve {}", dir.display()), e)),
             });
             match opened {
                 Ok((store, real)) => {
@@ -92,15 +111,26 @@ fn open_copies(positions: &[Vec<PathBuf>], layout: Layout) -> Result<Vec<Drive>>
         if !copies.iter().any(Copy::is_live) {
             return Err(last_err.unwrap_or_else(|| Error::bad_input("a drive without directories")));
         }
-        drives.push(Drive { index, copies });
+        drives.push(Drive {
+            index,
+            copies,
+            read_only,
+        });
     }
     Ok(drives)
 }
 
 /// Open the directories as drives of one set of `layout`, creating the set if every
-/// directory is blank and rebuilding a blank mirror copy from its sibling.
-pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedDrives> {
-    let drives = open_copies(positions, layout)?;
+/// directory is blank and rebuilding a blank mirror copy from its sibling (read-write:
+/// the commands that hold the data directory's lock, and `serve`). Read-only, the
+/// same checks and nothing written (see the module documentation).
+pub fn open_drives(
+    positions: &[Vec<PathBuf>],
+    layout: Layout,
+    mode: OpenMode,
+) -> Result<OpenedDrives> {
+    let read_only = mode == OpenMode::ReadOnly;
+    let drives = open_copies(positions, layout, mode)?;
     // Each live copy's record.
     let mut copy_records: Vec<Vec<(PathBuf, Option<DriveRecord>)>> = Vec::new();
     for d in &drives {
@@ -142,8 +172,13 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
             copies,
             mirror_stale: false,
         };
-        persist_records(&drives, &creating, None)?;
-        let current = finish_creation(&drives, &creating)?;
+        // Read-only: an empty store, of a set that does not exist yet.
+        let current = if read_only {
+            creating
+        } else {
+            persist_records(&drives, &creating, None)?;
+            finish_creation(&drives, &creating)?
+        };
         return Ok(OpenedDrives {
             drives,
             current,
@@ -221,6 +256,15 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
         }
     }
     for (dir, i, mirror_stale, was) in grown {
+        if read_only {
+            crate::log::warn(&format!(
+                "{name}: {} still says {was} drives (an interrupted add-drive); opened \
+                 read-only, so left as it is: `lsvd chain add-drive` or the next `lsvd serve` \
+                 finishes it",
+                dir.display()
+            ));
+            continue;
+        }
         crate::log::warn(&format!(
             "{name}: {} still said {was} drives (an interrupted add-drive); now {}",
             dir.display(),
@@ -260,6 +304,36 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
         for (dir, r) in rs {
             let behind = r.is_none() || (stale_mirror && source.as_ref() != Some(dir));
             if !behind {
+                continue;
+            }
+            if read_only {
+                match (&source, interrupted_creation) {
+                    (_, true) => {}
+                    (Some(from), false) => {
+                        crate::log::warn(&format!(
+                            "{name}: copy {} of drive {i} is behind its mirror {} (blank, or \
+                             it missed writes while away); opened read-only, so reading \
+                             from {} alone: `lsvd chain rebuild` (servers stopped) or the \
+                             next `lsvd serve` brings it in step",
+                            dir.display(),
+                            from.display(),
+                            from.display()
+                        ));
+                        if let Some(c) = drives[i].copies.iter().find(|c| &c.dir == dir) {
+                            c.set_behind();
+                        }
+                    }
+                    (None, false) => {
+                        return Err(Error::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "{name}: {} has no drive record: it is not drive {i} of set \
+                                 {id} (a missing or replaced drive?); refusing to read without it",
+                                dir.display()
+                            ),
+                        ));
+                    }
+                }
                 continue;
             }
             match (&source, interrupted_creation) {
@@ -319,13 +393,24 @@ pub fn open_drives(positions: &[Vec<PathBuf>], layout: Layout) -> Result<OpenedD
         }
     }
     // Served with a copy away from here on: what is written now, that copy misses.
+    // (Read-only nothing is written, and nothing is marked.)
     for d in drives.iter().filter(|d| d.degraded()) {
         d.mark_mirror_stale();
     }
-    let current = if current.generation == 0 {
+    let current = if current.generation == 0 && !read_only {
         finish_creation(&drives, &current)?
     } else {
         current
+    };
+    // Read-only, a copy left out of reads: its keys (deleted elsewhere since) are not
+    // the position's.
+    let listings = if read_only && drives.iter().any(Drive::degraded) {
+        drives
+            .iter()
+            .map(|d| d.list_sync(""))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        listings
     };
     Ok(OpenedDrives {
         drives,

@@ -13,6 +13,13 @@
 //! the engine can tell (its checksums): it asks for every copy of the range
 //! ([`Drive::read_copies`]) and, once it has verified a good one, has the others
 //! rewritten from it ([`Drive::rewrite_differing`]).
+//!
+//! Opened read-only ([`crate::store::OpenMode::ReadOnly`]: `lsvd info`, `check`,
+//! `inspect`, `list`), a position changes nothing: puts and deletes are refused, a
+//! read that finds a copy missing reads the other and writes nothing back, a copy that
+//! fails is left out of this process's reads without flagging its sibling's record,
+//! and a copy the open found behind its mirror is read around (`lsvd check` still
+//! reads it, copy by copy, to report what it lacks).
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -40,6 +47,9 @@ pub struct Copy {
     failed: AtomicBool,
     /// Dropped while serving (see [`Drive::fail`]), for the metric.
     dropped: AtomicBool,
+    /// Found behind its mirror by a read-only open, which may not bring it in step:
+    /// out of service for reads, still read by [`Drive::read_one_copy`].
+    behind: AtomicBool,
 }
 
 impl Copy {
@@ -50,6 +60,7 @@ impl Copy {
             store,
             failed,
             dropped: AtomicBool::new(false),
+            behind: AtomicBool::new(false),
         }
     }
     pub(super) fn store(&self) -> Option<&FsStore> {
@@ -70,12 +81,29 @@ impl Copy {
     fn dropped(&self) -> bool {
         self.dropped.load(Ordering::Relaxed)
     }
+    /// Take the copy out of service for a read-only open that found it behind its
+    /// mirror (it missed writes or deletes): reads go to the mirror, and only
+    /// [`Drive::read_one_copy`] still reads it.
+    pub(super) fn set_behind(&self) {
+        self.behind.store(true, Ordering::SeqCst);
+        self.take_out();
+    }
+    /// The copy's store for reading it on its own: a live copy, or one a read-only
+    /// open found behind.
+    pub(super) fn store_for_check(&self) -> Option<&FsStore> {
+        if self.behind.load(Ordering::Relaxed) {
+            return self.store.as_ref();
+        }
+        self.store()
+    }
 }
 
 /// A position: one copy, or two mirrored copies.
 pub struct Drive {
     pub index: usize,
     pub copies: Vec<Copy>,
+    /// Opened read-only: nothing on its copies is written, created or deleted.
+    pub read_only: bool,
 }
 
 /// An error that says the copy itself cannot serve (failed, full, refuses this
@@ -110,9 +138,21 @@ impl Drive {
     }
 
     /// Drop `copy` after `e` if another copy is still live; false if it is the last.
+    /// Read-only, the copy is left out of this process's reads and nothing is noted
+    /// on the drives.
     fn fail(&self, copy: &Copy, e: &Error) -> bool {
         if self.live().filter(|(c, _)| !std::ptr::eq(*c, copy)).count() == 0 {
             return false;
+        }
+        if self.read_only {
+            if !copy.failed.swap(true, Ordering::SeqCst) {
+                crate::log::warn(&format!(
+                    "drive {}: copy {} failed ({e}); reading from its mirror",
+                    self.index,
+                    copy.dir.display()
+                ));
+            }
+            return true;
         }
         if !copy.failed.swap(true, Ordering::SeqCst) {
             copy.dropped.store(true, Ordering::SeqCst);
@@ -140,6 +180,9 @@ impl Drive {
     /// Flag the live copies' records: their mirror misses what is written from now on
     /// (the next open that finds it makes it an exact copy again).
     pub fn mark_mirror_stale(&self) {
+        if self.read_only {
+            return;
+        }
         for (c, _) in self.live() {
             let result = read_drive_record(&c.dir).and_then(|r| match r {
                 Some(r) if !r.mirror_stale => write_drive_record(
@@ -159,6 +202,18 @@ impl Drive {
                 ));
             }
         }
+    }
+
+    /// The error of a write to a position opened read-only.
+    fn read_only_error(&self, what: &str, key: &str) -> Error {
+        Error::new(
+            ErrorKind::ReadOnly,
+            format!(
+                "{what} {key} on drive {} ({}): opened read-only",
+                self.index,
+                self.describe()
+            ),
+        )
     }
 
     fn no_copy(&self) -> Error {
@@ -214,6 +269,9 @@ impl Drive {
     pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
         // A bad key is the caller's mistake, not a broken copy.
         valid_key(key)?;
+        if self.read_only {
+            return Err(self.read_only_error("put", key));
+        }
         let live: Vec<(&Copy, &FsStore)> = self.live().collect();
         if live.is_empty() {
             return Err(self.no_copy());
@@ -293,8 +351,10 @@ impl Drive {
             };
             match result {
                 Ok(v) => {
-                    for (to, to_store) in needs_repair {
-                        self.repair(s, to, to_store, key).await;
+                    if !self.read_only {
+                        for (to, to_store) in needs_repair {
+                            self.repair(s, to, to_store, key).await;
+                        }
                     }
                     return Ok(v);
                 }
@@ -360,6 +420,9 @@ impl Drive {
     /// the old: a copy deleted meanwhile stays deleted. Returns the copies rewritten.
     pub async fn rewrite_differing(&self, key: &str, good: Bytes) -> StoreResult<Vec<String>> {
         valid_key(key)?;
+        if self.read_only {
+            return Err(self.read_only_error("rewrite", key));
+        }
         let mut rewritten = Vec::new();
         if self.copies.len() < 2 {
             return Ok(rewritten);
@@ -396,6 +459,9 @@ impl Drive {
     /// Delete from every live copy.
     pub async fn delete(&self, key: &str) -> StoreResult<()> {
         valid_key(key)?;
+        if self.read_only {
+            return Err(self.read_only_error("delete", key));
+        }
         let live: Vec<(&Copy, &FsStore)> = self.live().collect();
         if live.is_empty() {
             return Err(self.no_copy());

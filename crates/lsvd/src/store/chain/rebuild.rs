@@ -22,6 +22,7 @@ use super::meta::{DRIVE_RECORD_NAME, Layout, write_atomically};
 use super::open::open_drives;
 use super::position::Drive;
 use crate::error::{Error, Result};
+use crate::store::OpenMode;
 use crate::store::fs::FsStore;
 
 /// What a verifier says of one copy's bytes of a key.
@@ -57,7 +58,7 @@ pub fn rebuild(
     layout: Layout,
     verify: &dyn Fn(&str, &[u8]) -> Verdict,
 ) -> Result<RebuildReport> {
-    let opened = open_drives(&spec.dirs, layout)?;
+    let opened = open_drives(&spec.dirs, layout, OpenMode::ReadWrite)?;
     let mut report = RebuildReport {
         repaired: opened.rebuilt,
         ..RebuildReport::default()

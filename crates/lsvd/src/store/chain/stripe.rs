@@ -19,7 +19,7 @@ use super::{home_drive, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
 use crate::store::{
-    BoxFuture, CopyBytes, ListEntry, ObjectStore, PutMode, StoreMetric, StoreResult,
+    BoxFuture, CopyBytes, ListEntry, ObjectStore, OpenMode, PutMode, StoreMetric, StoreResult,
 };
 
 #[derive(Clone)]
@@ -31,12 +31,17 @@ pub struct StripeStore {
 impl StripeStore {
     /// Open (or create, if every directory is blank) the stripe `spec` describes.
     pub fn open(spec: &DriveSpec) -> Result<StripeStore> {
+        Self::open_mode(spec, OpenMode::ReadWrite)
+    }
+
+    /// [`open`](Self::open) in `mode` (read-only: see [`super::open`]).
+    pub fn open_mode(spec: &DriveSpec, mode: OpenMode) -> Result<StripeStore> {
         if spec.drive_size_bytes.is_some() {
             return Err(Error::bad_input(
                 "stripe: drive_size applies to chain: only (a stripe fills its drives evenly)",
             ));
         }
-        let opened = open_drives(&spec.dirs, Layout::Stripe)?;
+        let opened = open_drives(&spec.dirs, Layout::Stripe, mode)?;
         let describe = describe("stripe", &opened.drives);
         Ok(StripeStore {
             drives: Arc::new(opened.drives),

@@ -41,7 +41,8 @@ use super::{home_drive, is_log_object, merge_listings, reserved_key_error};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::fs::valid_key;
 use crate::store::{
-    BoxFuture, CopyBytes, ListEntry, ObjectStore, Placement, PutMode, StoreMetric, StoreResult,
+    BoxFuture, CopyBytes, ListEntry, ObjectStore, OpenMode, Placement, PutMode, StoreMetric,
+    StoreResult,
 };
 
 /// Without `drive_size`, a drive is full this far before its filesystem is: room for
@@ -76,6 +77,9 @@ struct Inner {
     /// Held while drive records are rewritten, so tail moves are recorded in order.
     record_lock: Mutex<()>,
     describe: String,
+    /// Opened read-only: puts and deletes are refused before a drive is chosen (a
+    /// put could move the tail, which rewrites every drive's record).
+    read_only: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -109,7 +113,13 @@ impl ChainStore {
     /// Open (or create, if every directory is blank) the chain `spec` describes, and
     /// list every drive into the index.
     pub fn open(spec: &DriveSpec) -> Result<ChainStore> {
-        let opened = open_drives(&spec.dirs, Layout::Chain)?;
+        Self::open_mode(spec, OpenMode::ReadWrite)
+    }
+
+    /// [`open`](Self::open) in `mode`: read-only, nothing on the drives changes (see
+    /// [`super::open`]) and every put and delete is refused.
+    pub fn open_mode(spec: &DriveSpec, mode: OpenMode) -> Result<ChainStore> {
+        let opened = open_drives(&spec.dirs, Layout::Chain, mode)?;
         let n = opened.drives.len();
         let mut index = HashMap::new();
         let mut used_bytes = vec![0u64; n];
@@ -160,6 +170,7 @@ impl ChainStore {
                 }),
                 record_lock: Mutex::new(()),
                 describe,
+                read_only: mode == OpenMode::ReadOnly,
             }),
         })
     }

@@ -35,6 +35,7 @@ impl ChainStore {
             return Err(reserved_key_error(&key));
         }
         valid_key(&key)?;
+        self.refuse_if_read_only("put", &key)?;
         let size_bytes = data.len() as u64;
         // A log object whose drive turns out full goes to the next drive with room:
         // each try marks one drive full, so after one try per drive the placement
@@ -172,6 +173,17 @@ impl ChainStore {
         }
     }
 
+    /// `ReadOnly` when the chain was opened read-only.
+    fn refuse_if_read_only(&self, what: &str, key: &str) -> StoreResult<()> {
+        if self.inner.read_only {
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                format!("{what} {key}: {} is open read-only", self.inner.describe),
+            ));
+        }
+        Ok(())
+    }
+
     fn count_read(&self, drive: usize) {
         let mut st = self.lock();
         st.reads += 1;
@@ -254,6 +266,7 @@ impl ChainStore {
         if key == DRIVE_RECORD_NAME {
             return Err(reserved_key_error(&key));
         }
+        self.refuse_if_read_only("delete", &key)?;
         let known = self.lock().index.get(&key).map(|l| l.drive);
         let drive = match known {
             Some(d) => Some(d),
