@@ -58,7 +58,7 @@ use copy::{
 use guard::{check_not_served, check_parent_replicated, check_target_identity, ensure_distinct};
 use identity::{Identity, same_object};
 use plan::{listed_objects, plan_pass};
-use status::{record_pass, record_status, status_bytes};
+use status::{mark_replica_pass, record_pass, record_status, status_bytes};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -455,6 +455,22 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         )));
     }
     let plan = plan_pass(source, &meta, &lineage, sb.as_ref(), &src).await?;
+    // Objects of a newer claim than the replica's superblock arrive before the
+    // superblock that claimed them: the replica's record says so meanwhile.
+    if let Some(have) = read_newest(target, &meta).await?
+        && plan
+            .objects
+            .iter()
+            .chain(&plan.checkpoints)
+            .any(|o| o.1 > have.epoch)
+    {
+        let pass = PassInProgress {
+            started_unix_ms: started_unix_ms.max(1),
+            checkpoint: report.checkpoint,
+            through_seq: report.source_next_seq,
+        };
+        mark_replica_pass(target, &meta, have.generation, pass, &source.describe()).await?;
+    }
 
     // 2. Data and GC objects, any order: those missing, and those present whose
     // identity is not known to be the source's yet.

@@ -98,6 +98,51 @@ pub(super) async fn record_pass(
     }
 }
 
+/// Say in the replica's record (`<volume>/replica-of`) that a pass is under way, before
+/// it copies objects of a claim of the source newer than the replica's superblock
+/// (generation `generation`): until the pass puts the superblock that claimed them,
+/// recovery of the replica takes them for that superblock's objects on their way, not
+/// for a lost superblock (`store_recovery`), so a pass stopped there leaves a replica
+/// that opens as it was. The step that puts the superblock clears it.
+pub(super) async fn mark_replica_pass(
+    target: &DynStore,
+    meta: &VolumeMeta,
+    generation: u64,
+    pass: PassInProgress,
+    source: &str,
+) -> Result<()> {
+    let status = match replica_of(target, meta).await? {
+        Some(s) => s,
+        // A pass stopped between the superblock and its record (`check_not_served`
+        // found the generation to be replication's).
+        None => ReplicaStatus {
+            volume: meta.volume,
+            updated_unix_ms: 0,
+            current_as_of_unix_ms: 0,
+            lag_objects: 0,
+            replica_next_seq: 0,
+            source_next_seq: 0,
+            bytes_copied: 0,
+            generation: Some(generation),
+            peer: cut_peer(source),
+            pass: None,
+        },
+    };
+    let bytes = encode_replica_status(&ReplicaStatus {
+        pass: Some(pass),
+        ..status
+    })
+    .map_err(|e| Error::with_source(ErrorKind::BadInput, "replica status", e))?;
+    target
+        .put(
+            &replica_of_key(&meta.name),
+            Bytes::from(bytes),
+            PutMode::Overwrite,
+        )
+        .await
+        .map_err(|e| e.context("writing the replica's status record"))
+}
+
 /// A status record of `report` (see `docs/format/replica-status.md`), with no pass in
 /// progress; `peer` is the other store's description.
 pub(super) fn status_bytes(
