@@ -296,6 +296,14 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| v.stats().object_deletes_failed.load(Ordering::Relaxed) as f64,
     );
     metric(
+        "replica_held_deletes_total",
+        "counter",
+        "Deletes after a checkpoint put off because a replication pass under way (lsvd \
+         replicate) still copies the object: tried again after the next checkpoint, \
+         for at most --replica-hold after the pass began.",
+        &|v, _| v.stats().replica_held_deletes.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "store_get_failures_total",
         "counter",
         "Ranged GETs that failed after the store client's retries: each one a client \

@@ -1,8 +1,9 @@
 //! `lsvd replicate` with real processes: a `--follow` copy killed (SIGKILL) at seeded
 //! points while `lsvd serve` takes writes leaves a replica that is a prefix of the
-//! volume's history; a finished copy serves the same bytes as the source; bad targets
-//! are refused with one line. Under `LSVD_TEST_STORE=s3` the source and the replica
-//! are both prefixes in the S3 bucket.
+//! volume's history; `lsvd serve` killed and restarted under a running `--follow`
+//! leaves replicas that are states the volume had; a finished copy serves the same
+//! bytes as the source; bad targets are refused with one line. Under
+//! `LSVD_TEST_STORE=s3` the source and the replica are both prefixes in the S3 bucket.
 
 mod common;
 
@@ -280,4 +281,218 @@ fn replicate_refuses_bad_targets_with_one_line() {
         store: Some(target),
     };
     assert_eq!(replica.info_json("vol")["size_bytes"], 16 << 20);
+}
+
+/// Writes version START, START+1, ... (version `v` to block [`block_of_version`]`(v)`),
+/// one at a time, a FLUSH every 64, until the file STOP exists or the server goes
+/// away; prints the last version the server acknowledged.
+const VERSION_WRITER: &str = r#"
+import os, struct
+def stamp(b, v):
+    return struct.pack('<QQ', b, v) * 256
+last = int(os.environ['START']) - 1
+try:
+    h = connect()
+    v = last + 1
+    while not os.path.exists(os.environ['STOP']):
+        b = (v * 2654435761) % 4294967296 % BLOCKS
+        h.pwrite(stamp(b, v), b * 4096)
+        last = v
+        v += 1
+        if v % 64 == 0:
+            h.flush()
+except Exception:
+    pass
+print(last)
+"#;
+
+/// The block [`VERSION_WRITER`] writes version `v` to.
+fn block_of_version(v: u64) -> u64 {
+    (v * 2_654_435_761) % (1 << 32) % BLOCKS
+}
+
+/// The length of the prefix of `writes` (block, version), applied to blocks never
+/// written, after which the blocks hold `state`; None when no prefix does (a mix of
+/// points, or a write that is not in `writes`). Versions are unique, so at most one
+/// prefix matches.
+fn prefix_len(writes: &[(u64, u64)], state: &[u64]) -> Option<usize> {
+    let mut now = vec![0u64; state.len()];
+    let mut differ = state.iter().filter(|&&v| v != 0).count();
+    if differ == 0 {
+        return Some(0);
+    }
+    for (i, &(b, v)) in writes.iter().enumerate() {
+        let b = b as usize;
+        let was = now[b] == state[b];
+        now[b] = v;
+        match (was, now[b] == state[b]) {
+            (true, false) => differ += 1,
+            (false, true) => differ -= 1,
+            _ => {}
+        }
+        if differ == 0 {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// The blocks of `vol` in the replica `target` as it is now, read from a copy of it
+/// (a replication of the replica into a store of its own, served from there: serving
+/// the replica itself would make it a volume of its own); None while it is no volume.
+fn replica_blocks(dir: &std::path::Path, target: &str, point: &str) -> Option<Vec<u64>> {
+    let check = dir.join(format!("check-{point}"));
+    let reader = Lsvd {
+        data: check.join("d1"),
+        store: Some(target.to_string()),
+    };
+    let copy_url = format!("file://{}", check.join("store").display());
+    let out = reader.run(&["replicate", "vol", "--to", &copy_url]);
+    if !out.status.success() {
+        assert!(
+            stderr(&out).contains("no volume 'vol'"),
+            "{point}: {}",
+            show("replicate the replica", &out)
+        );
+        return None;
+    }
+    let copy = Lsvd {
+        data: check.join("d2"),
+        store: Some(copy_url),
+    };
+    Some(served_versions(&copy, &check.join("nbd.sock")))
+}
+
+/// `lsvd serve` killed (SIGKILL) while a writer writes and restarted, again and again,
+/// under one `lsvd replicate --follow`: every replica seen meanwhile holds the blocks
+/// after some prefix of the writes the volume's history holds at the end (never a mix,
+/// never a write the volume lost), and once the writes stop the replica equals the
+/// source.
+#[test]
+fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had() {
+    require_tools(&["nbdsh"]);
+    let dir = TempDir::new("replicate_source_crash");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    let serve_args = [
+        "vol",
+        "--batch-size",
+        "128K",
+        "--batch-timeout-ms",
+        "50",
+        "--checkpoint-every",
+        "4",
+        "--lease-timeout",
+        "2s",
+    ];
+    let target = store_url_for(&dir.join("replica"));
+    let log = std::fs::File::create(dir.join("follow.log")).expect("log");
+    let mut follow = lsvd
+        .cmd([
+            "replicate",
+            "vol",
+            "--to",
+            &target,
+            "--follow",
+            "--interval-ms",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn replicate --follow");
+
+    let mut rng = Lcg(0x5eed_0040);
+    // Every write acknowledged (and the one in flight at each kill), cut back at each
+    // restart to what the restarted volume holds: at the end, the volume's history.
+    let mut writes: Vec<(u64, u64)> = Vec::new();
+    let mut seen: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut next_version = 1u64;
+    const CRASHES: usize = 4;
+    for crash in 0..=CRASHES {
+        let mut server = lsvd.serve(&socket, &serve_args);
+        let now = nbdsh(&server.uri("vol"), &script(VERSIONS))
+            .split_whitespace()
+            .map(|x| x.parse().expect("a number"))
+            .collect::<Vec<u64>>();
+        let held = prefix_len(&writes, &now)
+            .unwrap_or_else(|| panic!("restart {crash}: the volume is no prefix of its writes"));
+        assert!(
+            held + 1 >= writes.len(),
+            "restart {crash}: acknowledged writes lost ({held} of {})",
+            writes.len()
+        );
+        writes.truncate(held);
+        next_version = writes
+            .last()
+            .map_or(next_version, |w| w.1 + 1)
+            .max(next_version);
+        if let Some(state) = replica_blocks(dir.path(), &target, &format!("r{crash}")) {
+            seen.push((format!("after restart {crash}"), state));
+        }
+        if crash == CRASHES {
+            server.stop_clean();
+            break;
+        }
+        let stop = dir.join(format!("stop-{crash}"));
+        let writer = tool("nbdsh")
+            .arg("-n")
+            .arg("-c")
+            .arg(format!("{NBDSH_PRELUDE}\n{}", script(VERSION_WRITER)))
+            .env("URI", server.uri("vol"))
+            .env("STOP", &stop)
+            .env("START", next_version.to_string())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the writer");
+        std::thread::sleep(Duration::from_millis(600 + rng.below(900)));
+        if let Some(state) = replica_blocks(dir.path(), &target, &format!("w{crash}")) {
+            seen.push((format!("while writing before crash {crash}"), state));
+        }
+        server.kill9();
+        let out = writer.wait_with_output().expect("the writer");
+        let last: u64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("the last version acknowledged");
+        // The acknowledged writes, and the one in flight (it may have reached the log).
+        for v in next_version..=last + 1 {
+            writes.push((block_of_version(v), v));
+        }
+        next_version = last + 2;
+        eprintln!("crash {crash}: versions up to {last} acknowledged");
+    }
+    // The volume is stopped: the replica catches up with it.
+    let source = served_versions(&lsvd, &socket);
+    assert_eq!(prefix_len(&writes, &source), Some(writes.len()));
+    let mut tries = 0;
+    let caught_up = wait_until(Duration::from_secs(60), || {
+        tries += 1;
+        replica_blocks(dir.path(), &target, &format!("e{tries}")).as_ref() == Some(&source)
+    });
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let follow_log = std::fs::read_to_string(dir.join("follow.log")).unwrap_or_default();
+    assert!(
+        caught_up,
+        "the replica did not catch up with the stopped volume\n--- replicate --follow ---\n{follow_log}"
+    );
+    for (what, state) in &seen {
+        assert!(
+            prefix_len(&writes, state).is_some(),
+            "{what}: the replica holds no state of the volume's history"
+        );
+    }
+    assert!(
+        seen.len() >= CRASHES,
+        "only {} replicas seen\n--- replicate --follow ---\n{follow_log}",
+        seen.len()
+    );
+    eprintln!(
+        "{} replicas checked against {} writes; --follow restarted {} passes",
+        seen.len(),
+        writes.len(),
+        follow_log.matches("starting the pass again").count()
+    );
 }

@@ -20,7 +20,7 @@ use lsvd_core::format::record::{
     ExtentKind, RecordExtent, decode_record_header, encode_header_prefix, encode_record,
 };
 use lsvd_core::format::replica_status::{
-    ReplicaStatus, cut_peer, decode_replica_status, encode_replica_status,
+    PassInProgress, ReplicaStatus, cut_peer, decode_replica_status, encode_replica_status,
 };
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
@@ -400,6 +400,13 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                     (b.bool() && g != u64::MAX).then_some(g)
                 },
                 peer: target,
+                pass: b.bool().then(|| PassInProgress {
+                    started_unix_ms: b.u64().max(1),
+                    checkpoint: b
+                        .bool()
+                        .then(|| (b.u64().min(u64::MAX - 1), b.u64())),
+                    through_seq: b.u64(),
+                }),
             };
             let buf = encode_replica_status(&r).expect("a cut target encodes");
             assert_eq!(

@@ -451,6 +451,18 @@ pub struct EngineArgs {
     /// --stall-timeout 60s
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub stall_timeout: String,
+    /// How long GC keeps what a replication pass under way (`lsvd replicate`) still
+    /// has to copy, counted from the pass's start: old checkpoints and objects it
+    /// emptied are deleted only once no pass registered in the store needs them, or
+    /// once the pass is this old (a replicator that died), or once they come to more
+    /// than --replica-hold-max. 0 or off: keep nothing for replicas (a long pass under
+    /// heavy GC may then start again and again). Example: --replica-hold 4h
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub replica_hold: String,
+    /// Most garbage kept for replication passes under way; past it, it is deleted
+    /// (and those passes start again from a newer checkpoint).
+    #[arg(long, value_name = "SIZE", default_value = "16G")]
+    pub replica_hold_max: String,
 }
 
 impl EngineArgs {
@@ -514,6 +526,10 @@ impl EngineArgs {
         let stall_timeout_ms =
             duration::parse_positive_duration("--stall-timeout", &self.stall_timeout)?.as_millis()
                 as u64;
+        let replica_hold_ms = duration::parse_duration("--replica-hold", &self.replica_hold)?
+            .map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64);
+        let replica_hold_max_bytes = crate::size::parse_size(&self.replica_hold_max)
+            .map_err(|e| Error::bad_input(format!("--replica-hold-max: {e}")))?;
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
             size => Some(crate::size::parse_size(size)?),
@@ -541,6 +557,8 @@ impl EngineArgs {
                 ..crate::engine::lease::LeaseConfig::for_command("lsvd serve")
             },
             stall_timeout_ms,
+            replica_hold_ms,
+            replica_hold_max_bytes,
             ..EngineConfig::default()
         };
         tuning.apply(&mut config);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::Common;
-use crate::engine::{self, PassReport, ReplicateOptions, ReplicateProgress};
+use crate::engine::{self, PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::DynStore;
 
@@ -68,7 +68,8 @@ pub async fn run(common: &Common, args: ReplicateArgs) -> Result<()> {
     let options = ReplicateOptions { jobs: args.jobs };
     if !args.follow {
         let started = Instant::now();
-        let report = pass_with_progress(&source, &target, &args.volume, &options).await?;
+        let run = ReplicateRun::default();
+        let report = pass_with_progress(&source, &target, &args.volume, &options, &run).await?;
         print_pass(&args.volume, &target, &report, started.elapsed());
         return Ok(());
     }
@@ -106,9 +107,11 @@ async fn follow(
     ));
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
+    // What the passes verified is not read again by the next ones.
+    let run = ReplicateRun::default();
     loop {
         let pass_started = Instant::now();
-        let pass = pass_with_progress(source, target, &args.volume, options);
+        let pass = pass_with_progress(source, target, &args.volume, options, &run);
         let report = tokio::select! {
             r = pass => r,
             _ = &mut interrupted => break,
@@ -123,7 +126,11 @@ async fn follow(
                 );
                 lag.passes.fetch_add(1, Ordering::Relaxed);
                 lag.bytes.fetch_add(report.bytes_copied, Ordering::Relaxed);
-                if behind > 0 || report.objects_deleted > 0 || report.snapshots_deleted > 0 {
+                if behind > 0
+                    || report.objects_deleted > 0
+                    || report.snapshots_deleted > 0
+                    || report.objects_replaced > 0
+                {
                     print_pass(&args.volume, target, &report, pass_started.elapsed());
                 }
             }
@@ -152,6 +159,7 @@ async fn pass_with_progress(
     target: &DynStore,
     volume: &str,
     options: &ReplicateOptions,
+    run: &ReplicateRun,
 ) -> Result<PassReport> {
     let progress = Arc::new(ReplicateProgress::default());
     let ticker = std::io::stderr().is_terminal().then(|| {
@@ -164,7 +172,7 @@ async fn pass_with_progress(
             }
         })
     });
-    let result = engine::replicate_once(source, target, volume, options, &progress).await;
+    let result = engine::replicate_pass(source, target, volume, options, run, &progress).await;
     if let Some(t) = ticker {
         t.abort();
         if progress.objects_total.load(Ordering::Relaxed) > 0 {
@@ -191,14 +199,15 @@ fn print_pass(volume: &str, target: &DynStore, report: &PassReport, took: Durati
     let secs = took.as_secs_f64().max(1e-3);
     println!(
         "replicated {volume} to {}: {} objects and {} checkpoints copied ({:.1} MiB, {:.1} MB/s), \
-         {} already there, {} deleted; {} snapshots copied, {} deleted; the replica recovers \
-         through object {:016x}{}",
+         {} already there, {} replaced (other bytes under the same name), {} deleted; {} snapshots \
+         copied, {} deleted; the replica recovers through object {:016x}{}",
         target.describe(),
         report.objects_copied,
         report.checkpoints_copied,
         report.bytes_copied as f64 / (1 << 20) as f64,
         report.bytes_copied as f64 / secs / 1e6,
         report.objects_present,
+        report.objects_replaced,
         report.objects_deleted,
         report.snapshots_copied,
         report.snapshots_deleted,

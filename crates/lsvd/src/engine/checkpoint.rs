@@ -28,6 +28,7 @@ use lsvd_core::pipeline::Upload;
 use super::keys::object_key;
 use super::log_tail::persist_tail_off_runtime;
 use super::put::upload_object;
+use super::replica_hold::Holds;
 use super::shared::{DeferredDelete, Shared, State};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -136,11 +137,19 @@ pub(crate) async fn run(
         // Deletes only once the checkpoint is named: a superblock that still names
         // the one before (the write failed) may need what this one left out.
         if !shared.is_failed() && name_in_volume_super(shared, seq, clean).await == Named::Yes {
+            // What replication passes under way need (read once per checkpoint, after
+            // naming it: `replica_hold`); None: unreadable, delete nothing this time.
+            let holds = super::replica_hold::load(shared).await;
             // A snapshot being taken chooses its checkpoint under this lock.
             let _deletions = shared.deletions.lock().await;
-            delete_old_checkpoints(shared).await;
+            let holds = holds.map(|h| super::replica_hold::bounded(shared, h, seq));
+            if let Some(holds) = &holds {
+                delete_old_checkpoints(shared, holds).await;
+            }
             forget_dead(shared, seq, &dead);
-            delete_deferred(shared, seq).await;
+            if let Some(holds) = &holds {
+                delete_deferred(shared, seq, holds).await;
+            }
         }
     }
     shared.lock().pipeline.checkpoint_finished(seq);
@@ -208,8 +217,9 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
 /// Delete the objects an earlier checkpoint than `checkpoint` (now named) left out:
 /// neither kept checkpoint needs them. One whose delete fails stays listed and is
 /// tried after the next checkpoint (one left behind by a crash is found and removed at
-/// the next open, below the checkpoint and not listed in it).
-async fn delete_deferred(shared: &Shared, checkpoint: u64) {
+/// the next open, below the checkpoint and not listed in it); so does one a
+/// replication pass under way still needs (`holds`).
+async fn delete_deferred(shared: &Shared, checkpoint: u64, holds: &Holds) {
     let due: Vec<DeferredDelete> = shared
         .deferred_deletes
         .lock()
@@ -233,6 +243,14 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64) {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .retain(|x| x.seq != d.seq);
+            continue;
+        }
+        if holds.keeps_object(d.seq, d.left_out_by) {
+            // A replication pass copies it: tried again after the next checkpoint.
+            shared
+                .stats
+                .replica_held_deletes
+                .fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let key = object_key(&shared.meta.name, d.seq, d.epoch, d.kind);
@@ -389,8 +407,9 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
     }
 }
 
-/// Keep the newest two checkpoints; delete older ones (best effort).
-async fn delete_old_checkpoints(shared: &Shared) {
+/// Keep the newest two checkpoints, and one a replication pass under way copies from
+/// (`holds`; tried again after the next checkpoint); delete older ones (best effort).
+async fn delete_old_checkpoints(shared: &Shared, holds: &Holds) {
     // Never delete a checkpoint the newest volume superblock in the store names: after
     // a crash, recovery insists on finding it.
     let named = shared
@@ -428,6 +447,13 @@ async fn delete_old_checkpoints(shared: &Shared) {
         {
             // A snapshot's base: kept until the snapshot is deleted.
             shared.lock().pipeline.forget_object(c);
+            continue;
+        }
+        if holds.keeps_checkpoint(c, epoch) {
+            shared
+                .stats
+                .replica_held_deletes
+                .fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let key = object_key(&shared.meta.name, c, epoch, ObjectKind::Checkpoint);

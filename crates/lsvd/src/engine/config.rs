@@ -80,7 +80,22 @@ pub struct EngineConfig {
     /// Discard a write log whose records a superseded session acknowledged (another
     /// process claimed the volume since) instead of refusing to open. Default: false.
     pub discard_superseded_log: bool,
+    /// Keep what a replication pass registered in the source store still needs
+    /// (`engine::replica_hold`) for at most this long after the pass began; 0 keeps
+    /// nothing for replicas. Default: [`DEFAULT_REPLICA_HOLD_MS`] (1 hour).
+    pub replica_hold_ms: u64,
+    /// Delete what replication passes keep once it comes to more than this many
+    /// bytes. Default: [`DEFAULT_REPLICA_HOLD_MAX_BYTES`] (16 GiB).
+    pub replica_hold_max_bytes: u64,
 }
+
+/// Default of [`EngineConfig::replica_hold_ms`]: a pass that has not finished within
+/// an hour is probably dead, and one that is alive starts again from a newer
+/// checkpoint, keeping what it copied.
+pub const DEFAULT_REPLICA_HOLD_MS: u64 = 3_600_000;
+
+/// Default of [`EngineConfig::replica_hold_max_bytes`].
+pub const DEFAULT_REPLICA_HOLD_MAX_BYTES: u64 = 16 << 30;
 
 /// Default of [`EngineConfig::stall_timeout_ms`].
 pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 30_000;
@@ -131,6 +146,8 @@ impl Default for EngineConfig {
             lease: Default::default(),
             stall_timeout_ms: DEFAULT_STALL_TIMEOUT_MS,
             discard_superseded_log: false,
+            replica_hold_ms: DEFAULT_REPLICA_HOLD_MS,
+            replica_hold_max_bytes: DEFAULT_REPLICA_HOLD_MAX_BYTES,
         }
     }
 }

@@ -68,6 +68,7 @@ mod recent_records;
 mod rename;
 #[cfg(test)]
 mod rename_tests;
+mod replica_hold;
 mod replicate;
 #[cfg(test)]
 mod replicate_tests;
@@ -105,7 +106,9 @@ pub(crate) use lineage::load_lineage;
 pub use lineage::{list_clones, refuse_if_cloned};
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use rename::{Renamed, rename_volume};
-pub use replicate::{PassReport, ReplicateOptions, ReplicateProgress, replicate_once};
+pub use replicate::{
+    PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun, replicate_once, replicate_pass,
+};
 pub use resize::Resized;
 pub use shared::{LogPos, Stats};
 pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};

@@ -566,6 +566,7 @@ async fn open_inner(
         volume_super_writes: tokio::sync::Mutex::new(()),
         deferred_deletes: Mutex::new(Vec::new()),
         pins: Mutex::new(pins),
+        replica_holds: Default::default(),
         deletions: tokio::sync::Mutex::new(()),
         snapshot: snapshot.as_ref().map(|r| r.name.clone()),
         lineage,

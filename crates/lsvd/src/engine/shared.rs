@@ -120,6 +120,10 @@ pub struct Stats {
     pub objects_deleted: AtomicU64,
     /// Deletes of dead objects the store refused or failed (each retried later).
     pub object_deletes_failed: AtomicU64,
+    /// Deletes put off because a replication pass under way still needs the object or
+    /// checkpoint (`super::replica_hold`); each is tried again after the next
+    /// checkpoint, so one object may count several times.
+    pub replica_held_deletes: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
     pub uploader_wakeups: AtomicU64,
     /// Iterations of the GC loop (likewise).
@@ -266,6 +270,9 @@ pub(crate) struct Shared {
     pub(crate) deferred_deletes: Mutex<Vec<DeferredDelete>>,
     /// What the volume's snapshots keep in the store: every delete asks it first.
     pub(crate) pins: Mutex<super::pins::Pins>,
+    /// What replication passes under way keep in the store, as read after the latest
+    /// checkpoint was named (`super::replica_hold`).
+    pub(crate) replica_holds: Mutex<super::replica_hold::HoldState>,
     /// Held while objects are deleted after a checkpoint and while a snapshot chooses
     /// its checkpoint and records its pin ([`super::snapshot`]).
     pub(crate) deletions: tokio::sync::Mutex<()>,

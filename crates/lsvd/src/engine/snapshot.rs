@@ -359,14 +359,14 @@ impl Volume {
             .iter()
             .map(|d| d.seq)
             .collect();
-        let doomed: Vec<super::keys::ObjectName> = {
+        let doomed: Vec<(super::keys::ObjectName, u64)> = {
             let st = shared.lock();
             let store = st.pipeline.store();
             let pins = shared.pins.lock().unwrap_or_else(|p| p.into_inner());
             listing
                 .iter()
-                .filter_map(|e| parse_object_name(&e.key))
-                .filter(|n| {
+                .filter_map(|e| parse_object_name(&e.key).map(|n| (n, e.size_bytes)))
+                .filter(|(n, _)| {
                     let seq = n.seq;
                     released.holds(seq)
                         && !pins.holds(seq)
@@ -379,8 +379,33 @@ impl Volume {
                 })
                 .collect()
         };
+        // Every doomed object was left out by the newest named checkpoint or an earlier
+        // one: a replication pass from a checkpoint before the newest may need it
+        // (`replica_hold`, with the passes read at the latest checkpoint). Such objects
+        // wait in the deferred list as if that checkpoint had left them out.
+        let newest = named.newest_checkpoint.unwrap_or(0);
+        let holds = shared
+            .replica_holds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .current
+            .clone();
         let mut deleted = 0;
-        for n in doomed {
+        for (n, total_bytes) in doomed {
+            if holds.keeps_object(n.seq, newest) {
+                shared
+                    .deferred_deletes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(super::shared::DeferredDelete {
+                        seq: n.seq,
+                        epoch: n.epoch,
+                        kind: n.kind,
+                        total_bytes,
+                        left_out_by: newest,
+                    });
+                continue;
+            }
             let key = object_key(&shared.meta.name, n.seq, n.epoch, n.kind);
             match shared.store.delete(&key).await {
                 Ok(()) => {

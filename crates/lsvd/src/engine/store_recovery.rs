@@ -393,9 +393,30 @@ async fn recover(
             "object {missing:016x} is missing from the store, but a later claim of the volume recovered past it"
         )
     });
+    // A replica holds a newer claim's objects before that claim's superblock while a
+    // pass copies them: not a lost superblock, if its status record says a pass is
+    // under way that copies them (below its end).
+    let newer: Vec<u64> = kinds
+        .keys()
+        .filter(|&&(_, epoch)| epoch > history.newest_epoch())
+        .map(|&(seq, _)| seq)
+        .collect();
+    let in_flight = match newer.iter().max() {
+        Some(&max)
+            if superblock
+                .as_ref()
+                .is_some_and(|sb| sb.epoch < listed_max_epoch) =>
+        {
+            replica_pass_through(store, meta)
+                .await
+                .is_some_and(|through| max < through)
+        }
+        _ => false,
+    };
     let newer_epoch = (listed_max_epoch > history.newest_epoch()
-        && superblock.as_ref().is_some_and(|sb| sb.epoch < listed_max_epoch))
-    .then(|| {
+        && superblock.as_ref().is_some_and(|sb| sb.epoch < listed_max_epoch)
+        && !in_flight)
+        .then(|| {
         format!(
             "the store holds objects of epoch {listed_max_epoch}, newer than the newest volume superblock's (epoch {}): the superblock that claimed that epoch is lost or corrupt",
             superblock.as_ref().map_or(0, |sb| sb.epoch)
@@ -435,6 +456,18 @@ async fn recover(
         skipped_checkpoints: base.skipped.clone(),
         objects_replayed: replayed,
     })
+}
+
+/// The end of the pass under way, if `store` holds a replica of `meta`'s volume whose
+/// status record (`<volume>/replica-of`) says a pass is copying into it (unreadable
+/// or absent: None).
+async fn replica_pass_through(store: &DynStore, meta: &VolumeMeta) -> Option<u64> {
+    let bytes = store
+        .get(&super::keys::replica_of_key(&meta.name))
+        .await
+        .ok()?;
+    let status = lsvd_core::format::replica_status::decode_replica_status(&bytes).ok()?;
+    (status.volume == meta.volume).then_some(status.pass?.through_seq)
 }
 
 pub(crate) async fn read_header(

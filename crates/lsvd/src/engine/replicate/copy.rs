@@ -10,6 +10,7 @@ use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::VolumeSuper;
 
 use super::guard::written_elsewhere;
+use super::identity::{Identity, same_object};
 use super::{PassError, Raced, ReplicateProgress};
 use crate::engine::keys::{object_key, parse_super_name, snapshot_key, super_key, super_prefix};
 use crate::engine::snapshot::list_snapshots;
@@ -55,8 +56,8 @@ pub(super) async fn get_verified(
     Ok(Bytes::from(bytes))
 }
 
-/// Put an object (immutable, so one already there under the key is the same one,
-/// unless its size differed, which the caller checked: then it is replaced).
+/// Put an object: one already there under the key is replaced (the caller found it
+/// is not the source's, by its size or its identity).
 pub(super) async fn put_object(target: &DynStore, key: &str, bytes: Bytes) -> Result<()> {
     target
         .put(key, bytes, PutMode::Overwrite)
@@ -64,48 +65,91 @@ pub(super) async fn put_object(target: &DynStore, key: &str, bytes: Bytes) -> Re
         .map_err(|e| e.context(format!("writing {key} to {}", target.describe())))
 }
 
-/// Copy `objects` (sequence, epoch, kind, size), `jobs` at a time. Returns
-/// (objects, bytes).
+/// An object a pass needs in the replica.
+pub(super) struct Item {
+    pub seq: u64,
+    pub epoch: u64,
+    pub kind: ObjectKind,
+    pub size_bytes: u64,
+    /// The replica holds an object of that name and size: compare identities first,
+    /// copy only if they differ.
+    pub check_first: bool,
+}
+
+/// What became of an [`Item`].
+pub(super) struct Done {
+    pub seq: u64,
+    pub epoch: u64,
+    pub identity: Identity,
+    /// Its identity was read from both stores.
+    pub checked: bool,
+    /// Copied (after a check: the replica's object was another, now replaced).
+    pub copied: bool,
+}
+
+/// Bring `items` into the replica, `jobs` at a time.
 pub(super) async fn copy_objects(
     source: &DynStore,
     target: &DynStore,
     meta: &VolumeMeta,
-    objects: Vec<(u64, u64, ObjectKind, u64)>,
+    items: Vec<Item>,
     jobs: usize,
     progress: &ReplicateProgress,
-) -> std::result::Result<(u64, u64), PassError> {
+) -> std::result::Result<Vec<Done>, PassError> {
     let meta = Arc::new(meta.clone());
-    let mut pending = objects.into_iter();
+    let mut pending = items.into_iter();
     let mut running = tokio::task::JoinSet::new();
-    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut done = Vec::new();
     loop {
         while running.len() < jobs.max(1) {
-            let Some((seq, epoch, kind, size)) = pending.next() else {
+            let Some(item) = pending.next() else {
                 break;
             };
             let (source, target, meta) = (source.clone(), target.clone(), meta.clone());
             running.spawn(async move {
-                let data = get_verified(&source, &meta, seq, epoch, kind).await?;
-                let key = object_key(&meta.name, seq, epoch, kind);
+                let key = object_key(&meta.name, item.seq, item.epoch, item.kind);
+                let finished = |identity, copied| Done {
+                    seq: item.seq,
+                    epoch: item.epoch,
+                    identity,
+                    checked: item.check_first,
+                    copied,
+                };
+                if item.check_first {
+                    if let Some(identity) =
+                        same_object(&source, &target, &key, item.size_bytes).await?
+                    {
+                        return Ok::<Done, PassError>(finished(identity, false));
+                    }
+                    crate::log::warn(&format!(
+                        "replicate {}: the replica's {key} is not the source's object (same name and size, other header): replacing it",
+                        meta.name
+                    ));
+                }
+                let data = get_verified(&source, &meta, item.seq, item.epoch, item.kind).await?;
+                let identity = Identity::of(&data);
                 put_object(&target, &key, data).await?;
-                Ok::<u64, PassError>(size)
+                Ok(finished(identity, true))
             });
         }
-        let Some(done) = running.join_next().await else {
+        let Some(joined) = running.join_next().await else {
             break;
         };
-        let size = done.map_err(|e| {
+        let d = joined.map_err(|e| {
             PassError::Failed(Error::new(
                 ErrorKind::Permanent,
                 format!("a copy task failed: {e}"),
             ))
         })??;
-        n += 1;
-        bytes += size;
         progress.objects_done.fetch_add(1, Ordering::Relaxed);
-        progress.bytes_done.fetch_add(size, Ordering::Relaxed);
+        if d.copied {
+            progress
+                .bytes_done
+                .fetch_add(d.identity.total_bytes, Ordering::Relaxed);
+        }
+        done.push(d);
     }
-    Ok((n, bytes))
+    Ok(done)
 }
 
 pub(super) async fn copy_snapshot_records(
@@ -159,21 +203,18 @@ pub(super) async fn delete_gone_snapshots(
     Ok(deleted)
 }
 
-/// Put the source's superblock generation into the replica, verbatim, and drop the
-/// replica's generations older than the ones kept. A generation the replica holds that
-/// the source did not write is `Conflict`.
+/// Put the source's superblock generation `sb` into the replica, verbatim (`bytes`,
+/// read from the source when the pass began), and drop the replica's generations older
+/// than the ones kept. A generation the replica holds that the source did not write
+/// is `Conflict`.
 pub(super) async fn copy_superblock(
-    source: &DynStore,
     target: &DynStore,
     meta: &VolumeMeta,
     sb: &VolumeSuper,
+    bytes: Bytes,
 ) -> Result<()> {
     let name = &meta.name;
     let key = super_key(name, sb.generation);
-    let bytes = source
-        .get(&key)
-        .await
-        .map_err(|e| e.context(format!("reading {key}")))?;
     let generations: Vec<u64> = target
         .list(&super_prefix(name))
         .await?
@@ -184,10 +225,7 @@ pub(super) async fn copy_superblock(
     if generations.iter().any(|&g| g > sb.generation) {
         return Err(written_elsewhere());
     }
-    match target
-        .put(&key, Bytes::from(bytes.clone()), PutMode::IfAbsent)
-        .await
-    {
+    match target.put(&key, bytes.clone(), PutMode::IfAbsent).await {
         Ok(()) => {}
         Err(e) if e.kind == ErrorKind::AlreadyExists => {
             if target.get(&key).await? != bytes {
