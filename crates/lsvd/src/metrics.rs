@@ -344,6 +344,20 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|v, _| f64::from(u8::from(v.stats().log_full.load(Ordering::Relaxed))),
     );
     metric(
+        "log_stalled",
+        "gauge",
+        "1 from a write that found the write log full past --stall-timeout until \
+         landed uploads free room: writes that do not fit fail at once meanwhile.",
+        &|v, _| f64::from(u8::from(v.stats().log_stalled.load(Ordering::Relaxed))),
+    );
+    metric(
+        "log_full_failures_total",
+        "counter",
+        "Writes failed (ENOSPC for a full store, EIO otherwise) because the write log \
+         stayed full past --stall-timeout.",
+        &|v, _| v.stats().log_full_failures.load(Ordering::Relaxed) as f64,
+    );
+    metric(
         "store_gets_total",
         "counter",
         "Ranged GETs issued.",

@@ -42,8 +42,13 @@ const FAULT_ZONE_BLOCKS: u64 = 1024;
 /// `--data` filesystem: the write log (16 MiB) and read cache (96 MiB) fit, with room
 /// to spare that the test then fills.
 const DATA_FS_MIB: u64 = 144;
-const SERVE_ARGS: [&str; 11] = [
+/// The stall timeout is past the longest outage (30 s, extended by up to 30 s until a
+/// failure is seen): the soak checks that writes wait an outage out; failing them
+/// past the timeout is `engine::fault_metrics_tests`' and `tests/faults.rs`' part.
+const SERVE_ARGS: [&str; 13] = [
     VOLUME,
+    "--stall-timeout",
+    "180s",
     "--log-size",
     "16M",
     "--read-cache-size",

@@ -26,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{SmallTmpfs, TempDir, free_tcp_port};
+use common::{Lsvd, SmallTmpfs, TempDir, free_tcp_port, nbdsh};
 use lsvd::error::ErrorKind;
 use lsvd::store::s3::{S3Settings, S3Store, Secret};
 use lsvd::store::{DynStore, ObjectStore, PutMode, open_store};
@@ -408,4 +408,111 @@ async fn a_wrong_secret_is_denied_at_once() {
         assert_eq!(e.kind, ErrorKind::Denied, "{what}: {e}");
         assert!(t.elapsed() < Duration::from_secs(20), "{what}: not retried");
     }
+}
+
+/// `lsvd serve` with its store on a filesystem that fills up, driven by a real client
+/// (libnbd's nbdsh): writes go on into the write log, then, once it is full (or the
+/// lease cannot be renewed on the full store) and the stall timeout has passed, fail
+/// with ENOSPC, never hanging; nothing acknowledged is lost: once the filesystem has
+/// room again writes are accepted and every acknowledged chunk reads back.
+#[test]
+fn a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing() {
+    const TEST: &str = "a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing";
+    common::require_tools(&["nbdsh"]);
+    let dir = TempDir::new("store-full-serve");
+    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 48, TEST) else {
+        return;
+    };
+    // The local store on the small filesystem, also on the S3 pass (the fault is the
+    // filesystem's).
+    let lsvd = Lsvd {
+        data: dir.join("data"),
+        store: Some(format!("file://{}", fs.path().join("store").display())),
+    };
+    lsvd.create("vol", "64M");
+    let socket = dir.join("nbd.sock");
+    let args = [
+        "vol",
+        "--log-size",
+        "16M",
+        "--batch-size",
+        "1M",
+        "--batch-timeout-ms",
+        "100",
+        "--stall-timeout",
+        "3s",
+        "--lease-timeout",
+        "3s",
+    ];
+    let mut server = lsvd.serve(&socket, &args);
+    let uri = server.uri("vol");
+    // Four chunks written and flushed while the store has room.
+    nbdsh(
+        &uri,
+        "h = connect()\nfor i in range(4):\n    h.pwrite(pattern(i, 1 << 20), i << 20)\nh.flush()\n",
+    );
+    fs.fill();
+    // Writes until one fails: it must be ENOSPC, within the stall timeouts.
+    let out = nbdsh(
+        &uri,
+        r#"
+import time
+h = connect()
+acked = 4
+t = time.monotonic()
+while True:
+    assert acked < 64, "64 MiB were acknowledged into a 16 MiB log with a full store"
+    try:
+        h.pwrite(pattern(acked, 1 << 20), acked << 20)
+    except nbd.Error as e:
+        assert e.errnum == errno.ENOSPC, "errno %s: %s" % (errno.errorcode.get(e.errnum), e.string)
+        break
+    acked += 1
+print("acked", acked, "refused after", round(time.monotonic() - t, 2))
+"#,
+    );
+    eprintln!("{TEST}: {}", out.trim());
+    let (acked, refused_after_s) = match out.split_whitespace().collect::<Vec<_>>()[..] {
+        ["acked", n, "refused", "after", s] => (
+            n.parse::<u64>().expect("count"),
+            s.parse::<f64>().expect("seconds"),
+        ),
+        _ => panic!("unexpected output: {out}"),
+    };
+    assert!(
+        refused_after_s < 30.0,
+        "the refusal took {refused_after_s} s"
+    );
+    assert!(
+        server.log().contains("the store refuses uploads"),
+        "no log line for the full store\n{}",
+        server.log()
+    );
+    fs.free();
+    // Room again: writes are accepted (within a minute: uploads are tried again every
+    // few seconds, the lease renewed), and everything acknowledged reads back.
+    nbdsh(
+        &uri,
+        &format!(
+            r#"
+import time
+deadline = time.monotonic() + 60
+while True:
+    h = connect()
+    try:
+        h.pwrite(pattern(1000, 1 << 20), 63 << 20)
+        h.flush()
+        break
+    except nbd.Error as e:
+        assert time.monotonic() < deadline, "writes still refused: %s" % e.string
+        h.shutdown()
+        time.sleep(0.5)
+for i in range({acked}):
+    assert h.pread(1 << 20, i << 20) == pattern(i, 1 << 20), "chunk %d" % i
+assert h.pread(1 << 20, 63 << 20) == pattern(1000, 1 << 20)
+"#
+        ),
+    );
+    let log = server.stop_clean();
+    assert!(log.contains("lsvd: stopped cleanly"), "{log}");
 }
