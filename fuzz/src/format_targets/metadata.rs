@@ -402,9 +402,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 peer: target,
                 pass: b.bool().then(|| PassInProgress {
                     started_unix_ms: b.u64().max(1),
-                    checkpoint: b
-                        .bool()
-                        .then(|| (b.u64().min(u64::MAX - 1), b.u64())),
+                    checkpoint: b.bool().then(|| (b.u64().min(u64::MAX - 1), b.u64())),
                     through_seq: b.u64(),
                 }),
             };
