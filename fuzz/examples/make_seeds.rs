@@ -22,7 +22,7 @@ use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
 };
 use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
-use lsvd_core::format::replica_status::{ReplicaStatus, encode_replica_status};
+use lsvd_core::format::replica_status::{PassInProgress, ReplicaStatus, encode_replica_status};
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
@@ -361,6 +361,11 @@ fn supers() {
         bytes_copied: 1 << 20,
         generation: Some(5),
         peer: "file:///replica".into(),
+        pass: Some(PassInProgress {
+            started_unix_ms: 1_800_000_004_000,
+            checkpoint: Some((32, 2)),
+            through_seq: 41,
+        }),
     };
     put(
         "format_supers",
