@@ -99,7 +99,7 @@ pub async fn delete_volume(
     if let Some(meta) = &plan.meta
         && !plan.resuming
     {
-        fence = Some(claim(store, meta).await?);
+        fence = Some(claim_for_removal(store, meta, "lsvd delete", None).await?);
     }
     // A clone: its parent no longer needs to keep the snapshot for it (fenced, the
     // clone never opens again).
@@ -153,15 +153,36 @@ pub async fn delete_volume(
     Ok(())
 }
 
-/// Write the next superblock generation with the deleting flag; returns it. A server
-/// claiming the same generation at the same moment makes this try the next one.
-async fn claim(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
+/// Write the next superblock generation with the deleting flag, as `what` (the
+/// command); returns it. A server claiming the same generation at the same moment
+/// makes this try the next one. With `expected`, the newest generation must still be
+/// that one (`lsvd rename` copied the volume as of it): a volume opened since is a
+/// `Conflict`, and nothing is claimed.
+pub(crate) async fn claim_for_removal(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    what: &str,
+    expected: Option<&Option<VolumeSuper>>,
+) -> Result<u64> {
     let clock = super::clock::SystemClock::new();
     for _ in 0..4 {
         // Not from under a live server (another host's): its lease must lapse first.
-        let lease = super::lease::LeaseConfig::for_command("lsvd delete");
+        let lease = super::lease::LeaseConfig::for_command(what);
         let acquired = super::lease::acquire(store, meta, None, &lease, &clock).await?;
         let newest = acquired.newest;
+        if let Some(expected) = expected
+            && newest.as_ref().map(|s| s.generation) != expected.as_ref().map(|s| s.generation)
+        {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "volume '{}' was opened (superblock generation {}) since `{what}` read it (generation {})",
+                    meta.name,
+                    newest.as_ref().map_or(0, |s| s.generation),
+                    expected.as_ref().map_or(0, |s| s.generation),
+                ),
+            ));
+        }
         let sb = VolumeSuper {
             volume: meta.volume,
             generation: acquired.claim_generation,
@@ -186,8 +207,8 @@ async fn claim(store: &DynStore, meta: &VolumeMeta) -> Result<u64> {
     Err(Error::new(
         ErrorKind::Conflict,
         format!(
-            "volume '{}' kept changing hands while `lsvd delete` tried to claim it: is \
-             it being opened in a loop?",
+            "volume '{}' kept changing hands while `{what}` tried to claim it: is it being \
+             opened in a loop?",
             meta.name
         ),
     ))

@@ -15,13 +15,19 @@
 //! 2. Check that `OLD`'s newest superblock generation is still the one copied (no
 //!    process opened `OLD` meanwhile), then write `NEW/meta`: the same id, size and
 //!    creation time under the new name. From here `NEW` is the volume; the marker goes.
-//! 3. Delete `OLD/meta`, then the rest of `OLD`.
+//! 3. Claim `OLD` for removal: its next superblock generation, flagged deleting, with
+//!    put-if-absent, as of the generation copied (`delete::claim_for_removal`). A
+//!    server that opened `OLD` after step 2's check (from any host) has claimed a
+//!    generation of its own: the rename stops with a `Conflict`, deleting nothing, and
+//!    both names hold the volume (`OLD` with what was written since). Once the claim
+//!    landed no server opens `OLD`.
+//! 4. Delete the rest of `OLD`, then `OLD/meta`, then the claim.
 //!
 //! Stopped in step 1, `OLD` is whole and `rename` run again resumes (or
-//! `lsvd delete NEW --yes` removes the partial copy). Stopped in step 3 before `OLD/meta`
-//! went, both names hold the same volume (same id): run again, it checks that and
-//! finishes. Stopped after, `OLD` is keys without metadata (`lsvd list` names them;
-//! `lsvd delete OLD --yes` removes them).
+//! `lsvd delete NEW --yes` removes the partial copy). Stopped in step 3 or 4 before
+//! `OLD/meta` went, both names hold the same volume (same id): run again, it checks
+//! that and finishes. Stopped after, only the claim is left under `OLD`, and running
+//! the rename again removes it.
 //!
 //! Refused: a volume being served or not stopped cleanly (the caller opens and stops
 //! it first when its write log is local), a clone or a volume clones depend on (their
@@ -73,8 +79,29 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
             "'{old}' is already the volume's name"
         )));
     }
-    let meta = read_meta(store, old).await?;
+    let meta = match read_meta(store, old).await {
+        Ok(m) => m,
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            return match finish_after_old_meta(store, old, new).await? {
+                Some(renamed) => Ok(renamed),
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    let new_meta = match read_meta(store, new).await {
+        Ok(there) => Some(there),
+        Err(e) if e.kind == ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    // An earlier run claimed the old name for removal after the new one held the
+    // whole volume: only the old keys' deletes are left.
     if is_being_deleted(store, &meta).await? {
+        if new_meta.as_ref().is_some_and(|m| m.volume == meta.volume) {
+            let mut renamed = Renamed::default();
+            remove_old(store, old, new, &mut renamed).await?;
+            return Ok(renamed);
+        }
         return Err(Error::new(
             ErrorKind::Conflict,
             format!("volume '{old}' is being deleted (finish with: lsvd delete {old} --yes)"),
@@ -104,8 +131,8 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
         ));
     }
     let mut renamed = Renamed::default();
-    match read_meta(store, new).await {
-        Ok(there) if there.volume == meta.volume => {
+    match new_meta {
+        Some(there) if there.volume == meta.volume => {
             // An earlier rename wrote the new metadata and stopped before deleting the
             // old name: the copy was whole then. Unless either name was opened since
             // (a new superblock generation in one of them), the two are the same.
@@ -121,13 +148,13 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
                 ));
             }
         }
-        Ok(_) => {
+        Some(_) => {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
                 format!("volume '{new}' already exists in {}", store.describe()),
             ));
         }
-        Err(e) if e.kind == ErrorKind::NotFound => {
+        None => {
             copy_keys(store, &meta, new, &mut renamed).await?;
             // A process that opened the old name meanwhile wrote a new generation: its
             // writes may be missing from the copy.
@@ -146,27 +173,109 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
             };
             write_meta(store, &moved).await?;
         }
-        Err(e) => return Err(e),
     }
+    // The new name holds the whole volume. Before anything under the old name goes,
+    // claim it for removal (a generation with the deleting flag, put-if-absent), as of
+    // the generation copied: a server that opened the old name since the check above
+    // (another host's too) has claimed a generation of its own, and then nothing is
+    // deleted; no server opens it once the claim landed.
+    super::delete::claim_for_removal(store, &meta, "lsvd rename", Some(&newest))
+        .await
+        .map_err(|e| {
+            if e.kind == ErrorKind::Conflict {
+                Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "{e}: '{old}' and '{new}' both hold volume {} now, '{old}' with what \
+                         was written since; nothing was deleted. Keep the one you want and \
+                         delete the other (lsvd delete NAME --yes)",
+                        meta.volume
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+    remove_old(store, old, new, &mut renamed).await?;
+    Ok(renamed)
+}
+
+/// Step 3, once the old name is claimed for removal: the marker, every key under the
+/// old name but its metadata and newest superblock generation (the claim), then the
+/// metadata, then the claim. Stopped before the metadata went, running the rename
+/// again comes back here (the old name is being deleted, the new one holds the
+/// volume); after, [`finish_after_old_meta`] removes the claim.
+async fn remove_old(store: &DynStore, old: &str, new: &str, renamed: &mut Renamed) -> Result<()> {
     store
         .delete(&marker_key(new))
         .await
         .map_err(|e| e.context(format!("cannot delete {}", marker_key(new))))?;
-    // The new name holds the volume: the old one goes, metadata first.
-    store
-        .delete(&meta_key(old))
-        .await
-        .map_err(|e| e.context(format!("cannot delete {}", meta_key(old))))?;
-    let rest: Vec<String> = store
+    let keys: Vec<String> = store
         .list(&format!("{old}/"))
         .await
         .map_err(|e| e.context(format!("cannot list {old}/")))?
         .into_iter()
         .map(|e| e.key)
         .collect();
-    renamed.keys_deleted = 1 + rest.len() as u64;
+    let claim = keys
+        .iter()
+        .filter_map(|k| super::keys::parse_super_name(k).map(|g| (g, k.clone())))
+        .max()
+        .map(|(_, k)| k);
+    let meta = meta_key(old);
+    let rest: Vec<String> = keys
+        .iter()
+        .filter(|k| **k != meta && Some(*k) != claim.as_ref())
+        .cloned()
+        .collect();
+    renamed.keys_deleted = keys.len() as u64;
+    delete_all(store, rest).await?;
+    delete_all(store, vec![meta]).await?;
+    delete_all(store, claim.into_iter().collect()).await
+}
+
+/// A rename run again after it deleted the old name's metadata: only its claim (the
+/// newest superblock generation, flagged deleting, of the volume the new name holds)
+/// can be left under the old name. Removes it; None if the old name holds anything
+/// else (not this rename's leftovers: the caller reports the missing volume).
+async fn finish_after_old_meta(store: &DynStore, old: &str, new: &str) -> Result<Option<Renamed>> {
+    let Ok(there) = read_meta(store, new).await else {
+        return Ok(None);
+    };
+    let keys: Vec<String> = store
+        .list(&format!("{old}/"))
+        .await
+        .map_err(|e| e.context(format!("cannot list {old}/")))?
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    let supers: Vec<u64> = keys
+        .iter()
+        .filter_map(|k| super::keys::parse_super_name(k))
+        .collect();
+    let (Some(&newest), true) = (supers.iter().max(), supers.len() == keys.len()) else {
+        return Ok(None);
+    };
+    let as_old = VolumeMeta {
+        name: old.to_string(),
+        ..there
+    };
+    match super::volume_super::read_generation(store, &as_old, newest).await {
+        Ok(sb) if sb.deleting => {}
+        _ => return Ok(None),
+    }
+    let renamed = Renamed {
+        keys_deleted: keys.len() as u64,
+        ..Renamed::default()
+    };
+    delete_all(store, keys).await?;
+    Ok(Some(renamed))
+}
+
+/// Delete `keys`, a few at a time.
+async fn delete_all(store: &DynStore, keys: Vec<String>) -> Result<()> {
     for_each_key(
-        rest,
+        keys,
         |key, store| async move {
             store
                 .delete(&key)
@@ -177,7 +286,7 @@ pub async fn rename_volume(store: &DynStore, old: &str, new: &str) -> Result<Ren
         store,
     )
     .await?;
-    Ok(renamed)
+    Ok(())
 }
 
 /// Copy every key under `old/` but the metadata to the same place under `new/`.

@@ -181,15 +181,13 @@ async fn a_rename_stopped_at_any_store_mutation_is_finished_by_running_it_again(
             );
             vol.shutdown().await.expect("shutdown");
         }
-        if old_there {
-            rename_volume(&mem, "old", "new")
-                .await
-                .unwrap_or_else(|e| panic!("n={n}: running it again: {e}"));
-        } else if let Ok(plan) = super::plan_delete(&mem, "old").await {
-            // Only keys without metadata can be left under the old name.
-            super::delete_volume(&mem, &plan, &|_, _| {})
-                .await
-                .expect("delete leftovers");
+        // Running it again finishes; once the old metadata went, only the rename's
+        // claim can be left under the old name, which it removes (or nothing, and the
+        // old name is not found).
+        match rename_volume(&mem, "old", "new").await {
+            Ok(_) => {}
+            Err(e) if !old_there && e.kind == ErrorKind::NotFound => {}
+            Err(e) => panic!("n={n}: running it again: {e}"),
         }
         assert_moved(&mem, &format!("n={n}")).await;
         if finished {
@@ -197,4 +195,100 @@ async fn a_rename_stopped_at_any_store_mutation_is_finished_by_running_it_again(
         }
     }
     assert!(finished, "the rename never finished within 200 mutations");
+}
+
+/// A store that, once, runs `hook` just before the put of `key` goes through: another
+/// process acting at the worst moment of a command.
+struct HookBeforePut {
+    inner: DynStore,
+    key: String,
+    hook: std::sync::Mutex<Option<crate::store::BoxFuture<'static, ()>>>,
+}
+
+impl crate::store::ObjectStore for HookBeforePut {
+    fn put(
+        &self,
+        key: &str,
+        data: bytes::Bytes,
+        mode: crate::store::PutMode,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        let hook = if key == self.key {
+            self.hook.lock().expect("hook lock").take()
+        } else {
+            None
+        };
+        let key = key.to_string();
+        Box::pin(async move {
+            if let Some(h) = hook {
+                h.await;
+            }
+            self.inner.put(&key, data, mode).await
+        })
+    }
+    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get_range(key, range)
+    }
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.inner.delete(key)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// A server opens the old name (and writes) after the rename copied it and checked
+/// it, just before the new name's metadata lands: the rename must not delete the old
+/// name (it did: the writes made there were lost with it). It refuses with a
+/// `Conflict` naming both names; the old name opens with the new writes, the new name
+/// with the copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_opening_the_old_name_mid_rename_keeps_it_and_its_writes() {
+    let mem: DynStore = Arc::new(MemStore::new());
+    made(&mem).await;
+    let dir = TempDir::new("engine-rename-race");
+    let server_store = mem.clone();
+    let server_dir = dir.path().to_path_buf();
+    let hooked: DynStore = Arc::new(HookBeforePut {
+        inner: mem.clone(),
+        key: "new/meta".to_string(),
+        hook: std::sync::Mutex::new(Some(Box::pin(async move {
+            let (vol, _) = open_volume(server_store, "old", &server_dir, config())
+                .await
+                .expect("the server opens the old name");
+            write_all(&vol, 3).await;
+            vol.shutdown().await.expect("shutdown");
+        }))),
+    });
+    let e = rename_volume(&hooked, "old", "new")
+        .await
+        .expect_err("the old name was opened during the rename");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert!(
+        e.to_string().contains("'old' and 'new' both hold volume"),
+        "{e}"
+    );
+    let check = TempDir::new("engine-rename-race-check");
+    let (vol, _) = open_volume(mem.clone(), "old", check.path(), config())
+        .await
+        .expect("the old name still opens");
+    assert_eq!(versions(&vol).await, vec![3; BLOCKS as usize]);
+    vol.shutdown().await.expect("shutdown");
+    let (vol, _) = open_volume(mem.clone(), "new", check.path(), config())
+        .await
+        .expect("the new name opens");
+    assert_eq!(versions(&vol).await, vec![2; BLOCKS as usize]);
+    vol.shutdown().await.expect("shutdown");
 }
