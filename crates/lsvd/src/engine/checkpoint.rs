@@ -132,6 +132,7 @@ pub(crate) async fn run(
     dead: Vec<(u64, ObjectKind)>,
 ) {
     let clean = snapshot.checkpoint.clean;
+    shared.panic_point("checkpoint");
     if let Some(bytes) = encode_off_runtime(shared, snapshot).await {
         upload_object(shared, seq, ObjectKind::Checkpoint, bytes.into()).await;
         // Deletes only once the checkpoint is named: a superblock that still names

@@ -226,6 +226,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         )
         .await;
         shared.stats.gc_wakeups.fetch_add(1, Ordering::Relaxed);
+        shared.panic_point("gc");
         tokio::task::coop::consume_budget().await;
         let rates = write_rates(&shared).await;
         let (victims, kinds) = {

@@ -493,6 +493,7 @@ pub(crate) async fn renew(shared: Arc<Shared>) {
         if shared.is_failed() || shared.lease.stopping.load(Ordering::SeqCst) {
             return;
         }
+        shared.panic_point("lease");
         match renew_once(&shared).await {
             Ok(true) => {
                 if failures_in_a_row > 0 {

@@ -60,6 +60,8 @@ pub(crate) mod log_scan;
 pub mod log_space;
 mod log_tail;
 pub(crate) mod open;
+#[cfg(test)]
+mod panic_tests;
 mod pins;
 mod put;
 mod read;
@@ -84,6 +86,7 @@ mod started;
 mod started_tests;
 pub(crate) mod store_meta;
 pub(crate) mod store_recovery;
+mod supervise;
 #[cfg(test)]
 mod sync_tests;
 #[cfg(test)]

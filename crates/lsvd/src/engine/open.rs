@@ -540,6 +540,8 @@ async fn open_inner(
             heat,
         }),
         space_freed: Condvar::new(),
+        #[cfg(test)]
+        injected_panic: Mutex::new(None),
         upload_wake: tokio::sync::Notify::new(),
         gc_wake: tokio::sync::Notify::new(),
         super_lock: Mutex::new(()),
@@ -656,6 +658,7 @@ async fn open_inner(
         .map_err(write_failed)?;
     cache.sync().map_err(write_failed)?;
 
+    let mut lease_task = None;
     if let Some(p) = claim_plan {
         report.superblock_generation = p.generation;
         report.epoch = p.epoch;
@@ -666,14 +669,38 @@ async fn open_inner(
         match claim(&shared, &p, history).await? {
             // Only now, holding the volume: remove what is not the history's.
             Claim::Landed(generation) => {
-                report.stranded_deleted = finish_claim(&shared, &rec, generation).await?;
+                // Renewed from the claim on: what is left of the open (deletes, the
+                // tasks) may take longer than a lease on a slow store or a busy host,
+                // and a standby would take the volume over before it served.
+                lease_task = spawn_lease_task(&shared);
+                match finish_claim(&shared, &rec, generation).await {
+                    Ok(deleted) => report.stranded_deleted = deleted,
+                    Err(e) => {
+                        if let Some(t) = lease_task {
+                            t.abort();
+                        }
+                        return Err(e);
+                    }
+                }
             }
             Claim::InBackground(claimed) => {
-                tokio::spawn(claim_in_background(shared.clone(), claimed, rec));
+                super::supervise::spawn(
+                    &shared,
+                    "claim",
+                    claim_in_background(shared.clone(), claimed, rec),
+                );
             }
         }
     }
-    Ok((Arc::new(start_tasks(shared)?), report))
+    let lease_task = lease_task.or_else(|| spawn_lease_task(&shared));
+    Ok((Arc::new(start_tasks(shared, lease_task)?), report))
+}
+
+/// The task renewing the volume's lease, if it keeps one (a snapshot export writes
+/// nothing and claims nothing).
+fn spawn_lease_task(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
+    (shared.snapshot.is_none() && shared.lease.enabled())
+        .then(|| super::supervise::spawn(shared, "lease", super::lease::renew(shared.clone())))
 }
 
 /// The newest record of write log `log` that its session got into the volume's
@@ -901,8 +928,12 @@ async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper, rec: Sto
     }
 }
 
-/// Start the log writer thread, the uploader and the GC of a recovered volume.
-fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
+/// Start the log writer thread, the uploader and the GC of a recovered volume, which
+/// keeps `lease_task` (aborted if they cannot start).
+fn start_tasks(
+    shared: Arc<Shared>,
+    lease_task: Option<tokio::task::JoinHandle<()>>,
+) -> Result<Volume> {
     let (log_tx, log_rx) = tokio::sync::mpsc::channel(4096);
     let log_writer = Arc::new(LogWriter::new(
         &shared,
@@ -913,18 +944,35 @@ fn start_tasks(shared: Arc<Shared>) -> Result<Volume> {
     let runtime = tokio::runtime::Handle::current();
     let writer_thread = std::thread::Builder::new()
         .name(format!("lsvd-log-{}", shared.meta.name))
-        .spawn(move || started::run(writer_shared, thread_writer, log_rx, runtime))
-        .map_err(|e| Error::local_io("cannot start log writer", e))?;
+        .spawn(move || {
+            let s = writer_shared.clone();
+            super::supervise::run_thread(&s, "log writer", move || {
+                started::run(writer_shared, thread_writer, log_rx, runtime)
+            })
+        })
+        .map_err(|e| {
+            if let Some(t) = &lease_task {
+                t.abort();
+            }
+            Error::local_io("cannot start log writer", e)
+        })?;
     // A snapshot export writes nothing: no uploads, no GC.
     let (uploader_task, gc_task) = match shared.snapshot {
         Some(_) => (None, None),
         None => (
-            Some(tokio::spawn(uploader::run(shared.clone()))),
-            Some(tokio::spawn(gc::run(shared.clone()))),
+            Some(super::supervise::spawn(
+                &shared,
+                "uploader",
+                uploader::run(shared.clone()),
+            )),
+            Some(super::supervise::spawn(
+                &shared,
+                "GC",
+                gc::run(shared.clone()),
+            )),
         ),
     };
-    let lease_task = (shared.snapshot.is_none() && shared.lease.enabled())
-        .then(|| tokio::spawn(super::lease::renew(shared.clone())));
+
     shared.upload_wake.notify_one();
     Ok(Volume {
         shared,

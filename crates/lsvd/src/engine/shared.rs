@@ -254,6 +254,9 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     /// Signalled when log space is freed.
     pub(crate) space_freed: Condvar,
+    /// A panic a test injected at a named point (`supervise`).
+    #[cfg(test)]
+    pub(crate) injected_panic: Mutex<Option<&'static str>>,
     /// Wakes the uploader.
     pub(crate) upload_wake: tokio::sync::Notify,
     /// Wakes the garbage collector.
@@ -355,11 +358,16 @@ impl Shared {
     /// Take the state lock. Released with the guard, which then wakes what the
     /// pipeline asked for.
     pub(crate) fn lock(&self) -> StateGuard<'_> {
-        // The state is only mutated by code that does not panic mid-update; a poisoned
-        // lock means a bug already reported by the panic, so keep serving.
+        // A poisoned lock: a thread panicked while holding it, and the state may be
+        // half-updated. Fail the volume (requests get EIO, nothing more is uploaded or
+        // marked clean); the guard is still given so the failure path can run.
+        let guard = self.state.lock().unwrap_or_else(|p| {
+            self.fail("a thread panicked while holding the volume's state lock");
+            p.into_inner()
+        });
         StateGuard {
             shared: self,
-            guard: Some(self.state.lock().unwrap_or_else(|p| p.into_inner())),
+            guard: Some(guard),
         }
     }
 

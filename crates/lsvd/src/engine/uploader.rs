@@ -36,6 +36,7 @@ pub(crate) const TICK: Duration = Duration::from_millis(200);
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     loop {
+        shared.panic_point("uploader");
         // A cooperative yield point: even a loop woken over and over stays
         // preemptible (and a runtime shutting down can stop it).
         tokio::task::coop::consume_budget().await;
@@ -66,16 +67,18 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             let task_shared = shared.clone();
             match upload {
                 Upload::Data { seq, batch } => {
-                    tokio::spawn(async move { upload_data(task_shared, seq, batch).await });
+                    super::supervise::spawn(&shared, "upload", async move {
+                        upload_data(task_shared, seq, batch).await
+                    });
                 }
                 Upload::Gc { seq, object } => {
-                    tokio::spawn(async move {
+                    super::supervise::spawn(&shared, "GC upload", async move {
                         upload_object(&task_shared, seq, ObjectKind::Gc, object).await
                     });
                 }
                 Upload::Checkpoint { seq, dead, .. } => {
                     let snapshot = snapshot.expect("taken above for every checkpoint");
-                    tokio::spawn(async move {
+                    super::supervise::spawn(&shared, "checkpoint", async move {
                         checkpoint::run(&task_shared, seq, snapshot, dead).await
                     });
                 }
@@ -112,6 +115,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     // the records themselves where they are still in memory.
     let records: Result<Vec<Taken>, u64> = {
         let st = shared.lock();
+        // (Under the state lock: a panic here poisons it.)
+        shared.panic_point("upload");
         let mut seqs: Vec<u64> = batch
             .extents
             .iter()

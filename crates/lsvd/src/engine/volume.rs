@@ -152,6 +152,15 @@ impl Volume {
         Ok(())
     }
 
+    /// A failed volume (fenced, a task panicked, the cache device failed) answers no
+    /// request: what it holds may not be the volume's any more.
+    fn check_not_failed(&self) -> Result<()> {
+        if self.shared.is_failed() {
+            return Err(self.shared.failed_error());
+        }
+        Ok(())
+    }
+
     pub(super) fn check_writable(&self) -> Result<()> {
         if let Some(snap) = &self.shared.snapshot {
             return Err(Error::new(
@@ -319,6 +328,7 @@ impl Volume {
     /// object fails its checksums), or a store error's kind.
     pub async fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check_range(offset, len)?;
+        self.check_not_failed()?;
         let data = read::read(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES).await?;
         // Only a holder of the lease answers: another process may own the volume.
         self.shared.lease_wait().await?;
@@ -328,7 +338,10 @@ impl Volume {
     /// [`Volume::read`] if it needs no waiting: all of it is zeros, in the write log or
     /// in the read cache. `None` otherwise (call [`Volume::read`]).
     pub fn read_local(&self, offset: u64, len: u64) -> Option<Result<Vec<u8>>> {
-        if let Err(e) = self.check_range(offset, len) {
+        if let Err(e) = self
+            .check_range(offset, len)
+            .and_then(|()| self.check_not_failed())
+        {
             return Some(Err(e));
         }
         let data = read::read_local(&self.shared, offset / SECTOR_BYTES, len / SECTOR_BYTES)?;

@@ -159,6 +159,7 @@ pub(crate) fn process_group(
     ops: Vec<LogOp>,
     may_wait: bool,
 ) -> std::result::Result<bool, Vec<LogOp>> {
+    shared.panic_point("log writer");
     let writes = &appender.writes;
     let chain_crc = &mut appender.chain_crc;
     let size_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
