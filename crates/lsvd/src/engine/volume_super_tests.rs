@@ -432,3 +432,61 @@ async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_count
     );
     vol.crash();
 }
+
+/// A newest superblock generation that fails its checks is passed over for the newest
+/// older one that verifies (the store keeps a few): the volume opens from the store
+/// alone, whole. With every generation corrupt, the open refuses, saying how to
+/// recover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
+    use crate::store::PutMode;
+    let (dir, mem, store) = setup().await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_blocks(&vol, 0, 64, 7).await;
+    wait_idle(&vol).await;
+    vol.shutdown().await.expect("shutdown");
+    let mut gens = generations(&mem);
+    gens.sort_unstable();
+    assert!(gens.len() >= 2, "older generations kept: {gens:?}");
+    let corrupt = |g: u64| {
+        let store = store.clone();
+        async move {
+            let key = super::keys::super_key("v", g);
+            let mut bytes = store.get(&key).await.expect("get");
+            let at = bytes.len() / 2;
+            bytes[at] = bytes[at].wrapping_add(1);
+            store
+                .put(&key, bytes.into(), PutMode::Overwrite)
+                .await
+                .expect("put");
+        }
+    };
+    corrupt(*gens.last().expect("a generation")).await;
+    // From the store alone (a new data directory): the log cannot help.
+    let fresh = TempDir::new("engine-vsuper-fallback");
+    let (vol, _) = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .expect("an older generation verifies");
+    for b in 0..64u64 {
+        assert_eq!(
+            vol.read(b * 4096, 4096).await.expect("read"),
+            vec![7; 4096],
+            "block {b}"
+        );
+    }
+    vol.shutdown().await.expect("shutdown");
+    for g in generations(&mem) {
+        corrupt(g).await;
+    }
+    let fresh = TempDir::new("engine-vsuper-fallback-none");
+    let e = open_volume(store.clone(), "v", fresh.path(), config())
+        .await
+        .map(|_| ())
+        .expect_err("no generation verifies");
+    assert!(
+        e.to_string().contains("no older generation verifies"),
+        "{e}"
+    );
+}
