@@ -160,7 +160,12 @@ impl LogWrites {
                 let rx = rx.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("lsvd-log-io-{i}"))
-                    .spawn(move || io_thread(&order, &rx));
+                    .spawn(move || {
+                        let shared = order.shared.clone();
+                        super::supervise::run_thread(&shared, "log I/O thread", || {
+                            io_thread(&order, &rx)
+                        })
+                    });
                 match spawned {
                     Ok(h) => writes.workers.push(h),
                     // Fewer threads only means less overlap; with none, write inline.

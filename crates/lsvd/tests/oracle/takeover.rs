@@ -162,18 +162,23 @@ async fn start_standby(host: &mut Server) -> Result<(), String> {
         .map_err(|e| format!("the standby {e}"))
 }
 
-/// Does the server at `socket` answer an NBD handshake (within 5 s)?
+/// Does the server at `socket` answer an NBD read of the volume (within 5 s)?
 async fn answers(socket: &Path) -> bool {
     if !socket.exists() {
         return false;
     }
-    match tokio::time::timeout(Duration::from_secs(5), NbdConn::connect(socket, VOLUME)).await {
-        Ok(Ok(c)) => {
-            c.disconnect().await;
-            true
-        }
-        _ => false,
-    }
+    // Serving means answering a read with data: a fenced server still takes
+    // handshakes for the few seconds before it exits, and answers EIO.
+    let read = async {
+        let c = NbdConn::connect(socket, VOLUME).await?;
+        let r = c.read(0, 4096).await;
+        c.disconnect().await;
+        r
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), read).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Read every block through `conns`.
