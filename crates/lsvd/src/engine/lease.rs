@@ -168,9 +168,20 @@ pub(crate) async fn acquire(
 ) -> Result<Acquired> {
     let name = &meta.name;
     let mut said_waiting = false;
+    // Looks in which the listing named a generation newer than the newest read.
+    let mut newer_listed = 0u32;
     'outer: loop {
         let newest = read_newest(store, meta).await?;
         let listed = newest_listed_generation(store, meta).await?;
+        // A generation landed between the read and the listing (another process
+        // claimed the volume just now): decide on it, never claim past a generation
+        // not looked at (that took over a live server at once). One that stays newer
+        // than what reads is corrupt (`read_newest` passes over it): go on past it.
+        if listed > newest.as_ref().map_or(0, |s| s.generation) && newer_listed < 10 {
+            newer_listed += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue 'outer;
+        }
         let free = |took_over_from| Acquired {
             claim_generation: listed.max(newest.as_ref().map_or(0, |s| s.generation)) + 1,
             newest: newest.clone(),

@@ -490,3 +490,133 @@ async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
         "{e}"
     );
 }
+
+/// A store whose `before_listing`th listing of `prefix` lets `before` run first:
+/// another process's claim landing between a reader's read of the newest generation
+/// (which lists too) and its own listing.
+struct ClaimBeforeList {
+    inner: DynStore,
+    prefix: String,
+    listings: std::sync::atomic::AtomicU64,
+    before_listing: u64,
+    before: std::sync::Mutex<Option<crate::store::BoxFuture<'static, ()>>>,
+}
+
+impl crate::store::ObjectStore for ClaimBeforeList {
+    fn put(
+        &self,
+        key: &str,
+        data: bytes::Bytes,
+        mode: crate::store::PutMode,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.inner.put(key, data, mode)
+    }
+    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get(key)
+    }
+    fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
+        self.inner.get_range(key, range)
+    }
+    fn list(
+        &self,
+        prefix: &str,
+    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
+        let nth = if prefix == self.prefix {
+            self.listings
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1
+        } else {
+            0
+        };
+        let before = if nth == self.before_listing {
+            self.before.lock().expect("hook lock").take()
+        } else {
+            None
+        };
+        let prefix = prefix.to_string();
+        Box::pin(async move {
+            if let Some(b) = before {
+                b.await;
+            }
+            self.inner.list(&prefix).await
+        })
+    }
+    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
+        self.inner.delete(key)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// Two servers start on a volume stopped cleanly. One reads the newest generation
+/// (clean: free to claim), and before it lists the generations the other's claim
+/// lands. It must not claim past that claim at once (it did: the listing's number
+/// plus one, taking the volume from a server that had just started serving, whose
+/// acknowledged writes its recovery had not seen): it watches the new holder, which
+/// renews, and refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_landing_between_the_read_and_the_listing_is_not_claimed_past() {
+    use super::lease::{LeaseConfig, Takeover, acquire};
+    let (dir, _mem, store) = setup().await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    vol.shutdown().await.expect("shutdown");
+    let meta = read_meta(&store, "v").await.expect("meta");
+    let clean = read_newest(&store, &meta)
+        .await
+        .expect("read")
+        .expect("a generation");
+    assert!(clean.clean);
+    let other = VolumeSuper {
+        generation: clean.generation + 1,
+        clean: false,
+        session: 0x5e55_1011,
+        epoch: clean.epoch + 1,
+        lease_timeout_ms: 60_000,
+        holder: "host a".to_string(),
+        ..clean.clone()
+    };
+    let inner = store.clone();
+    let hooked: DynStore = Arc::new(ClaimBeforeList {
+        inner: store.clone(),
+        prefix: super::keys::super_prefix("v"),
+        listings: Default::default(),
+        // `acquire` reads the newest generation (one listing), then lists.
+        before_listing: 2,
+        before: std::sync::Mutex::new(Some(Box::pin(async move {
+            assert!(
+                write(&inner, "v", &other, 1, &SystemClock::new())
+                    .await
+                    .is_ok(),
+                "the other claim lands"
+            );
+        }))),
+    });
+    let config = LeaseConfig {
+        timeout_ms: 60_000,
+        takeover: Takeover::Refuse,
+        holder: "host b".to_string(),
+        poll_ms: 50,
+    };
+    match tokio::time::timeout(
+        Duration::from_millis(1500),
+        acquire(&hooked, &meta, None, &config, &SystemClock::new()),
+    )
+    .await
+    {
+        // Still watching the new holder for a renewal.
+        Err(_elapsed) => {}
+        Ok(Err(e)) => assert_eq!(e.kind, crate::error::ErrorKind::Conflict, "{e}"),
+        Ok(Ok(acquired)) => panic!(
+            "claimed generation {} past a claim it never looked at (newest read: {:?})",
+            acquired.claim_generation,
+            acquired.newest.map(|s| s.generation)
+        ),
+    }
+}

@@ -848,6 +848,7 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         }
         let started = Instant::now();
         // Exactly one serves.
+        let mut taken_over = false;
         let winner = loop {
             let serving: Vec<usize> = {
                 let mut v = Vec::new();
@@ -857,6 +858,28 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
                     }
                 }
                 v
+            };
+            // One poll reads from each host in turn, each read taking up to 5 s: the
+            // first may have been superseded (a lease that lapsed on a starved host)
+            // by the time the second answered. Two winners answer together still.
+            let serving = if serving.len() == 2 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let mut still = Vec::new();
+                for (i, host) in hosts.iter().enumerate() {
+                    if host.exited().is_none() && answers(&host.socket).await {
+                        still.push(i);
+                    }
+                }
+                if still.len() < 2 {
+                    taken_over = true;
+                    notes.push(format!(
+                        "both hosts answered one poll, then only {still:?}: a takeover during the race"
+                    ));
+                    stats.add("races_with_a_takeover", 1);
+                }
+                still
+            } else {
+                serving
             };
             if serving.len() == 2 {
                 return Err(fail(
@@ -913,7 +936,20 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
                 ));
             };
             let log = hosts[loser].log();
-            check_refusal(st, &log, winner_pid).map_err(|e| fail(e, &notes, &hosts))?;
+            if taken_over {
+                // It served, then the winner took the volume over from it: fenced.
+                if st.success() || !log.contains("fenced:") {
+                    return Err(fail(
+                        format!(
+                            "the server taken over during the race must exit non-zero, fenced; it exited {st}:\n{log}"
+                        ),
+                        &notes,
+                        &hosts,
+                    ));
+                }
+            } else {
+                check_refusal(st, &log, winner_pid).map_err(|e| fail(e, &notes, &hosts))?;
+            }
             stats.add("refusals_checked", 1);
             // Lost the put-if-absent of the claim, or found the winner's lease live.
             stats.add(
