@@ -47,6 +47,7 @@ mod heat_tests;
 mod integrity_tests;
 pub mod keys;
 pub mod lease;
+mod lease_config;
 pub(crate) mod lineage;
 pub(crate) mod log_index;
 #[cfg(test)]
