@@ -197,58 +197,6 @@ async fn a_rename_stopped_at_any_store_mutation_is_finished_by_running_it_again(
     assert!(finished, "the rename never finished within 200 mutations");
 }
 
-/// A store that, once, runs `hook` just before the put of `key` goes through: another
-/// process acting at the worst moment of a command.
-struct HookBeforePut {
-    inner: DynStore,
-    key: String,
-    hook: std::sync::Mutex<Option<crate::store::BoxFuture<'static, ()>>>,
-}
-
-impl crate::store::ObjectStore for HookBeforePut {
-    fn put(
-        &self,
-        key: &str,
-        data: bytes::Bytes,
-        mode: crate::store::PutMode,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        let hook = if key == self.key {
-            self.hook.lock().expect("hook lock").take()
-        } else {
-            None
-        };
-        let key = key.to_string();
-        Box::pin(async move {
-            if let Some(h) = hook {
-                h.await;
-            }
-            self.inner.put(&key, data, mode).await
-        })
-    }
-    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.inner.delete(key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 /// A server opens the old name (and writes) after the rename copied it and checked
 /// it, just before the new name's metadata lands: the rename must not delete the old
 /// name (it did: the writes made there were lost with it). It refuses with a
@@ -261,17 +209,18 @@ async fn a_server_opening_the_old_name_mid_rename_keeps_it_and_its_writes() {
     let dir = TempDir::new("engine-rename-race");
     let server_store = mem.clone();
     let server_dir = dir.path().to_path_buf();
-    let hooked: DynStore = Arc::new(HookBeforePut {
-        inner: mem.clone(),
-        key: "new/meta".to_string(),
-        hook: std::sync::Mutex::new(Some(Box::pin(async move {
+    let hooked: DynStore = Arc::new(crate::testutil::HookStore::new(
+        mem.clone(),
+        |op| matches!(op, crate::testutil::HookOp::Put("new/meta")),
+        1,
+        async move {
             let (vol, _) = open_volume(server_store, "old", &server_dir, config())
                 .await
                 .expect("the server opens the old name");
             write_all(&vol, 3).await;
             vol.shutdown().await.expect("shutdown");
-        }))),
-    });
+        },
+    ));
     let e = rename_volume(&hooked, "old", "new")
         .await
         .expect_err("the old name was opened during the rename");

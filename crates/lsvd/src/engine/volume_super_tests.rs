@@ -491,68 +491,6 @@ async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
     );
 }
 
-/// A store whose `before_listing`th listing of `prefix` lets `before` run first:
-/// another process's claim landing between a reader's read of the newest generation
-/// (which lists too) and its own listing.
-struct ClaimBeforeList {
-    inner: DynStore,
-    prefix: String,
-    listings: std::sync::atomic::AtomicU64,
-    before_listing: u64,
-    before: std::sync::Mutex<Option<crate::store::BoxFuture<'static, ()>>>,
-}
-
-impl crate::store::ObjectStore for ClaimBeforeList {
-    fn put(
-        &self,
-        key: &str,
-        data: bytes::Bytes,
-        mode: crate::store::PutMode,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.inner.put(key, data, mode)
-    }
-    fn get(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> crate::store::BoxFuture<'_, crate::store::StoreResult<Vec<crate::store::ListEntry>>> {
-        let nth = if prefix == self.prefix {
-            self.listings
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-                + 1
-        } else {
-            0
-        };
-        let before = if nth == self.before_listing {
-            self.before.lock().expect("hook lock").take()
-        } else {
-            None
-        };
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            if let Some(b) = before {
-                b.await;
-            }
-            self.inner.list(&prefix).await
-        })
-    }
-    fn delete(&self, key: &str) -> crate::store::BoxFuture<'_, crate::store::StoreResult<()>> {
-        self.inner.delete(key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 /// Two servers start on a volume stopped cleanly. One reads the newest generation
 /// (clean: free to claim), and before it lists the generations the other's claim
 /// lands. It must not claim past that claim at once (it did: the listing's number
@@ -583,21 +521,22 @@ async fn a_claim_landing_between_the_read_and_the_listing_is_not_claimed_past() 
         ..clean.clone()
     };
     let inner = store.clone();
-    let hooked: DynStore = Arc::new(ClaimBeforeList {
-        inner: store.clone(),
-        prefix: super::keys::super_prefix("v"),
-        listings: Default::default(),
-        // `acquire` reads the newest generation (one listing), then lists.
-        before_listing: 2,
-        before: std::sync::Mutex::new(Some(Box::pin(async move {
+    let prefix = super::keys::super_prefix("v");
+    // `acquire` reads the newest generation (one listing), then lists: the other
+    // claim lands between the two.
+    let hooked: DynStore = Arc::new(crate::testutil::HookStore::new(
+        store.clone(),
+        move |op| matches!(op, crate::testutil::HookOp::List(p) if p == prefix),
+        2,
+        async move {
             assert!(
                 write(&inner, "v", &other, 1, &SystemClock::new())
                     .await
                     .is_ok(),
                 "the other claim lands"
             );
-        }))),
-    });
+        },
+    ));
     let config = LeaseConfig {
         timeout_ms: 60_000,
         takeover: Takeover::Refuse,
