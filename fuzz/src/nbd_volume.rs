@@ -25,16 +25,16 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use lsvd::cache_dev::CacheDevice;
-use lsvd::engine::{EngineConfig, create_volume, open_volume_on};
 use lsvd::nbd_device::NbdVolume;
+use lsvd_engine::cache_dev::CacheDevice;
+use lsvd_engine::{EngineConfig, create_volume, open_volume_on};
 use lsvd_nbd::Export;
 
 use crate::bytes::Bytes;
 use crate::nbd_session::{Guarded, block_sizes, drive};
 
 /// The write log: the engine's smallest.
-const LOG_BYTES: u64 = lsvd::engine::MIN_LOG_SIZE_BYTES;
+const LOG_BYTES: u64 = lsvd_engine::MIN_LOG_SIZE_BYTES;
 
 /// A write log in memory: the engine's cache device without a file (and without the
 /// power-failure bookkeeping of lsvd's `FaultyCache`, which copies the whole device).
@@ -102,7 +102,7 @@ async fn run(data: &[u8]) {
     let _ = b.below(8 << 10);
     let _ = block_sizes(&mut b);
 
-    let store = lsvd::store::open_store("mem://").expect("mem store");
+    let store = lsvd_store::open_store("mem://").expect("mem store");
     create_volume(&store, "disk", size)
         .await
         .expect("create volume");

@@ -7,6 +7,7 @@
 //! predicts is what the engine does.
 
 pub mod batcher;
+pub mod error;
 pub mod extent_map;
 pub mod format;
 pub mod gc;
@@ -17,6 +18,7 @@ pub mod live_rates;
 pub mod log_map;
 pub mod pipeline;
 pub mod recovery;
+pub mod size;
 pub mod store_state;
 
 pub use format::{SECTOR_BYTES, VolumeId};

@@ -93,11 +93,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::retry::RetryPolicy;
-use crate::store::s3::{S3Settings, Secret};
-use crate::store::s3_credentials::CredentialSource;
-use crate::store::{DynStore, OpenMode, open_store_mode};
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_store::retry::RetryPolicy;
+use lsvd_store::s3::{S3Settings, Secret};
+use lsvd_store::s3_credentials::CredentialSource;
+use lsvd_store::{DynStore, OpenMode, open_store_mode};
 
 /// The default data directory (matches the CLI's `--data` default).
 pub const DEFAULT_DATA_DIR: &str = "./lsvd-data";
@@ -378,7 +378,7 @@ impl LsvdConfig {
             match v {
                 None => Ok(default),
                 Some(t) => {
-                    crate::size::parse_size(t).map_err(|e| e.context(format!("[s3] {name}")))
+                    lsvd_core::size::parse_size(t).map_err(|e| e.context(format!("[s3] {name}")))
                 }
             }
         };
@@ -498,7 +498,8 @@ impl LsvdConfig {
         let size = |v: &Option<String>, name: &str| -> Result<Option<u64>> {
             v.as_deref()
                 .map(|s| {
-                    crate::size::parse_size(s).map_err(|e| Error::bad_input(format!("{name}: {e}")))
+                    lsvd_core::size::parse_size(s)
+                        .map_err(|e| Error::bad_input(format!("{name}: {e}")))
                 })
                 .transpose()
         };
@@ -522,7 +523,7 @@ impl LsvdConfig {
     pub fn selftest_race_writers(&self) -> usize {
         self.selftest
             .race_writers
-            .unwrap_or(crate::store::selftest::DEFAULT_RACE_WRITERS)
+            .unwrap_or(lsvd_store::selftest::DEFAULT_RACE_WRITERS)
             .min(64)
     }
 
@@ -551,15 +552,12 @@ impl LsvdConfig {
     /// [`open_store`](Self::open_store) in `mode` (see [`OpenMode`]).
     pub fn open_store_mode(&self, url: &str, mode: OpenMode) -> Result<DynStore> {
         if url.starts_with("s3://") {
-            let store = crate::store::s3::open_with_retry(
-                url,
-                &self.s3_settings()?,
-                &self.retry_policy()?,
-            )?;
+            let store =
+                lsvd_store::s3::open_with_retry(url, &self.s3_settings()?, &self.retry_policy()?)?;
             Ok(match mode {
                 OpenMode::ReadWrite => store,
                 OpenMode::ReadOnly => {
-                    std::sync::Arc::new(crate::store::read_only::ReadOnlyStore::new(store))
+                    std::sync::Arc::new(lsvd_store::read_only::ReadOnlyStore::new(store))
                 }
             })
         } else {
@@ -618,13 +616,13 @@ mod tests {
         assert_eq!(cfg.selftest_race_writers(), 8);
         assert_eq!(
             s3.credentials,
-            Some(crate::store::s3_credentials::CredentialSource::Environment)
+            Some(lsvd_store::s3_credentials::CredentialSource::Environment)
         );
         let chain = LsvdConfig::parse("[s3]\ncredentials = \"instance\"\n", Path::new(""))
             .expect("instance");
         assert_eq!(
             chain.s3_settings().expect("s3").credentials,
-            Some(crate::store::s3_credentials::CredentialSource::Instance)
+            Some(lsvd_store::s3_credentials::CredentialSource::Instance)
         );
     }
 
@@ -728,7 +726,7 @@ mod tests {
     #[test]
     fn load_warns_about_readable_secrets() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = crate::testutil::TempDir::new("config-file");
+        let dir = lsvd_store::testutil::TempDir::new("config-file");
         let path = dir.path().join("lsvd.toml");
         std::fs::write(
             &path,
@@ -749,7 +747,7 @@ mod tests {
 
     #[test]
     fn opens_stores_by_scheme() {
-        let dir = crate::testutil::TempDir::new("config-open");
+        let dir = lsvd_store::testutil::TempDir::new("config-open");
         let cfg = LsvdConfig::default();
         let url = format!("file://{}", dir.path().display());
         assert!(
@@ -774,7 +772,7 @@ mod tests {
     /// it knows.
     #[test]
     fn an_unknown_scheme_is_an_error_not_a_directory() {
-        let dir = crate::testutil::TempDir::new("config-scheme");
+        let dir = lsvd_store::testutil::TempDir::new("config-scheme");
         let cfg = LsvdConfig::default();
         for url in [
             "raid5:/a,/b",
@@ -786,7 +784,7 @@ mod tests {
             let Err(e) = cfg.open_store(url) else {
                 panic!("{url} opened as a store");
             };
-            assert_eq!(e.kind, crate::error::ErrorKind::BadInput, "{url}: {e}");
+            assert_eq!(e.kind, lsvd_core::error::ErrorKind::BadInput, "{url}: {e}");
             for known in [
                 "file://PATH",
                 "a plain path",
@@ -824,13 +822,13 @@ impl Common {
     }
 
     /// Open the store (S3 settings and retry policy from the config file).
-    pub fn open_store(&self) -> Result<crate::store::DynStore> {
+    pub fn open_store(&self) -> Result<lsvd_store::DynStore> {
         self.file.open_store(&self.store)
     }
 
     /// Open the store for a read-only command: nothing in it changes
     /// ([`OpenMode::ReadOnly`]).
-    pub fn open_store_read_only(&self) -> Result<crate::store::DynStore> {
+    pub fn open_store_read_only(&self) -> Result<lsvd_store::DynStore> {
         self.file.open_store_mode(&self.store, OpenMode::ReadOnly)
     }
 }

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::engine::Volume;
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_engine::Volume;
 
 /// Longest request line accepted.
 pub const MAX_REQUEST_BYTES: u64 = 4096;
@@ -289,7 +289,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bad_requests_get_an_error_reply_and_the_server_goes_on() {
-        let dir = crate::testutil::TempDir::new("control");
+        let dir = lsvd_store::testutil::TempDir::new("control");
         let (tx, rx) = tokio::sync::watch::channel(false);
         // A dead server's socket file is replaced.
         std::fs::write(socket_path(dir.path()), b"stale").expect("stale file");

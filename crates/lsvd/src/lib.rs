@@ -3,22 +3,13 @@
 //! The binary's pieces as a library, so integration tests and the simulator can use
 //! them: the engine (one open volume), object stores, the cache device, the NBD glue
 //! and the command line. The engine, the stores and the command line report failures
-//! as [`error::Error`].
+//! as [`lsvd_core::error::Error`].
 
-pub mod cache_dev;
 pub mod cli;
 pub mod config_file;
 pub mod control;
-pub mod engine;
-pub mod error;
-pub mod log;
 pub mod metrics;
 pub mod nbd_device;
 pub mod probe;
 pub mod replay;
-pub mod sim;
-pub mod size;
-pub mod store;
-#[cfg(test)]
-pub mod testutil;
 pub mod tls;

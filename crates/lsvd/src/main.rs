@@ -5,7 +5,7 @@
 
 use clap::Parser;
 
-use lsvd::error::ErrorKind;
+use lsvd_core::error::ErrorKind;
 
 fn main() {
     let cli = lsvd::cli::Cli::parse();

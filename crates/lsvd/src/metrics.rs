@@ -9,7 +9,7 @@ use lsvd_nbd::{ConnectionStats, RefusalReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::engine::{Volume, VolumeStatus};
+use lsvd_engine::{Volume, VolumeStatus};
 
 /// Render the metrics of `volumes`.
 pub fn render(volumes: &[Arc<Volume>]) -> String {
@@ -494,7 +494,7 @@ pub fn render_connections(stats: &ConnectionStats) -> String {
 
 /// The store's own metrics (`ObjectStore::metrics`: the chain's tail reads and
 /// degraded mirrors), as `lsvd_store_*` labelled with the store's description.
-pub fn render_store(store: &dyn crate::store::ObjectStore) -> String {
+pub fn render_store(store: &dyn lsvd_store::ObjectStore) -> String {
     let mut out = String::new();
     let label = store.describe().replace('\\', "\\\\").replace('"', "\\\"");
     for m in store.metrics() {
@@ -514,7 +514,7 @@ pub async fn serve(
     listener: TcpListener,
     volumes: Vec<Arc<Volume>>,
     connections: Arc<ConnectionStats>,
-    store: crate::store::DynStore,
+    store: lsvd_store::DynStore,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let render = move || {
@@ -577,10 +577,10 @@ pub async fn serve_text(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EngineConfig, create_volume, open_volume};
-    use crate::store::DynStore;
-    use crate::store::mem::MemStore;
-    use crate::testutil::TempDir;
+    use lsvd_engine::{EngineConfig, create_volume, open_volume};
+    use lsvd_store::DynStore;
+    use lsvd_store::mem::MemStore;
+    use lsvd_store::testutil::TempDir;
 
     /// The value of `lsvd_{name}` for `volume` in a rendering.
     fn value(text: &str, name: &str, volume: &str) -> f64 {

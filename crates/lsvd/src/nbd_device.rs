@@ -1,7 +1,7 @@
 //! Serving a volume over NBD: the `BlockDevice` implementation.
 //!
 //! The NBD server speaks `io::Error`; every engine error goes through
-//! `From<crate::error::Error> for io::Error`, whose kind mapping decides the errno the
+//! `From<lsvd_core::error::Error> for io::Error`, whose kind mapping decides the errno the
 //! client sees (EINVAL for bad requests, ESHUTDOWN while shutting down, EIO for the
 //! rest).
 //!
@@ -30,7 +30,7 @@ use lsvd_nbd::{
 };
 use tokio::sync::Semaphore;
 
-use crate::engine::Volume;
+use lsvd_engine::Volume;
 
 /// Largest request we accept; clients learn it from NBD_INFO_BLOCK_SIZE.
 pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
@@ -76,20 +76,20 @@ impl FailureLog {
     fn check<T>(
         &self,
         request: impl FnOnce() -> String,
-        r: crate::error::Result<T>,
+        r: lsvd_core::error::Result<T>,
     ) -> (io::Result<T>, Option<String>) {
         let e = match r {
             Ok(v) => return (Ok(v), None),
             Err(e) => e,
         };
         let mut line = None;
-        if e.kind != crate::error::ErrorKind::ShuttingDown
+        if e.kind != lsvd_core::error::ErrorKind::ShuttingDown
             && let Ok(mut limiter) = self.limiter.lock()
         {
             line = limiter.admit(|| format!("{}: {} failed: {e}", self.export, request()));
         }
         if let Some(line) = &line {
-            crate::log::warn(line);
+            lsvd_store::log::warn(line);
         }
         (Err(e.into()), line)
     }
@@ -286,15 +286,16 @@ impl BlockDevice for NbdVolume {
     }
 
     /// Writes, flushes and trims are queued for the next `unplug`, which appends them
-    /// as one group commit (`engine::started`) and answers the client when it retires.
+    /// as one group commit (`lsvd_engine::started`) and answers the client when it retires.
     /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
     /// the task path.
     fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
         if let StartOp::WriteZeroes { no_hole: true, .. } = op {
             return Err((op, done));
         }
-        let answer: crate::engine::Answer =
-            Box::new(move |r: crate::error::Result<()>| done.complete(r.map_err(io::Error::from)));
+        let answer: lsvd_engine::Answer = Box::new(move |r: lsvd_core::error::Result<()>| {
+            done.complete(r.map_err(io::Error::from))
+        });
         match op {
             StartOp::Write { offset, data, fua } => {
                 self.volume.start_write(offset, data, fua, answer)
@@ -344,12 +345,41 @@ impl BlockDevice for NbdVolume {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EngineConfig, create_volume, open_volume};
-    use crate::store::DynStore;
-    use crate::store::mem::MemStore;
-    use crate::testutil::TempDir;
+    use lsvd_engine::{EngineConfig, create_volume, open_volume};
+    use lsvd_store::DynStore;
+    use lsvd_store::mem::MemStore;
+    use lsvd_store::testutil::TempDir;
 
     const MIB: u64 = 1 << 20;
+
+    /// What an NBD client sees for each kind.
+    #[test]
+    fn every_kind_maps_to_the_expected_nbd_errno() {
+        use lsvd_core::error::ErrorKind;
+        use lsvd_nbd::proto::consts::{EINVAL, EIO, ENOSPC, ENOTSUP, EPERM, ESHUTDOWN};
+        use lsvd_nbd::proto::transmission::error_code;
+        for kind in ErrorKind::ALL {
+            let want = match kind {
+                ErrorKind::BadInput => EINVAL,
+                ErrorKind::ReadOnly => EPERM,
+                ErrorKind::Unsupported => ENOTSUP,
+                ErrorKind::ShuttingDown => ESHUTDOWN,
+                ErrorKind::Full => ENOSPC,
+                ErrorKind::Denied
+                | ErrorKind::NotFound
+                | ErrorKind::AlreadyExists
+                | ErrorKind::Corrupt
+                | ErrorKind::Conflict
+                | ErrorKind::DataLoss
+                | ErrorKind::Transient
+                | ErrorKind::Permanent
+                | ErrorKind::LocalIo
+                | ErrorKind::VolumeFailed => EIO,
+            };
+            let e = lsvd_core::error::Error::new(kind, "x");
+            assert_eq!(error_code(&std::io::Error::from(e)), want, "{kind:?}");
+        }
+    }
 
     async fn device(dir: &TempDir, size_bytes: u64) -> NbdVolume {
         let store: DynStore = Arc::new(MemStore::new());
@@ -408,9 +438,9 @@ mod tests {
             export: "v".into(),
             limiter: Mutex::default(),
         };
-        let failed = || -> crate::error::Result<()> {
-            Err(crate::error::Error::new(
-                crate::error::ErrorKind::Corrupt,
+        let failed = || -> lsvd_core::error::Result<()> {
+            Err(lsvd_core::error::Error::new(
+                lsvd_core::error::ErrorKind::Corrupt,
                 "chunk checksum mismatch",
             ))
         };
@@ -423,8 +453,8 @@ mod tests {
         assert_eq!(log.check(|| "read".into(), failed()).1, None);
         let (_, line) = log.check(
             || "read".into(),
-            Err::<(), _>(crate::error::Error::new(
-                crate::error::ErrorKind::ShuttingDown,
+            Err::<(), _>(lsvd_core::error::Error::new(
+                lsvd_core::error::ErrorKind::ShuttingDown,
                 "closing",
             )),
         );

@@ -20,7 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 
-use crate::error::{Error, Result};
+use lsvd_core::error::{Error, Result};
 
 /// Socket bytes read ahead below TLS, per connection.
 const READ_BUFFER_BYTES: usize = 64 << 10;

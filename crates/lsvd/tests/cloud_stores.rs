@@ -30,11 +30,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use common::{Lsvd, TempDir, assert_files_equal, nbdcopy, require_tools, write_random_image};
-use lsvd::error::ErrorKind;
-use lsvd::store::azure::AzureStore;
-use lsvd::store::cloud::ClientSettings;
-use lsvd::store::gcs::GcsStore;
-use lsvd::store::{DynStore, ListEntry, ObjectStore, PutMode, open_store, selftest};
+use lsvd_core::error::ErrorKind;
+use lsvd_store::azure::AzureStore;
+use lsvd_store::cloud::ClientSettings;
+use lsvd_store::gcs::GcsStore;
+use lsvd_store::{DynStore, ListEntry, ObjectStore, PutMode, open_store, selftest};
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())

@@ -468,13 +468,13 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use lsvd::cache_dev::CacheDevice;
-    use lsvd::cache_dev::faulty::FaultyCache;
-    use lsvd::engine::keys::{object_key, parse_object_name};
-    use lsvd::engine::{self, EngineConfig};
-    use lsvd::store::mem::MemStore;
-    use lsvd::store::{DynStore, PutMode};
     use lsvd_core::format::object::ObjectKind;
+    use lsvd_engine::EngineConfig;
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_engine::keys::{object_key, parse_object_name};
+    use lsvd_store::mem::MemStore;
+    use lsvd_store::{DynStore, PutMode};
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -483,7 +483,7 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
         .expect("runtime");
     rt.block_on(async {
         let store: DynStore = Arc::new(MemStore::new());
-        engine::create_volume(&store, "v", 16 << 20)
+        lsvd_engine::create_volume(&store, "v", 16 << 20)
             .await
             .expect("create");
         let config = EngineConfig {
@@ -497,7 +497,7 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
             let (store, config) = (store.clone(), config.clone());
             async move {
                 let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
-                engine::open_volume_on(store, "v", c, &format!("cache{n}"), config).await
+                lsvd_engine::open_volume_on(store, "v", c, &format!("cache{n}"), config).await
             }
         };
         let (vol, first) = open(1).await.expect("first open");
@@ -563,13 +563,13 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
 fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused() {
     use std::sync::Arc;
 
-    use lsvd::cache_dev::CacheDevice;
-    use lsvd::cache_dev::faulty::FaultyCache;
-    use lsvd::engine::clock::{Clock, SharedClock, SleepFuture, SystemClock};
-    use lsvd::engine::{self, EngineConfig};
-    use lsvd::store::DynStore;
-    use lsvd::store::faulty::{FaultPlan, FaultyStore};
-    use lsvd::store::mem::MemStore;
+    use lsvd_engine::EngineConfig;
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_store::DynStore;
+    use lsvd_store::clock::{Clock, SharedClock, SleepFuture, SystemClock};
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    use lsvd_store::mem::MemStore;
 
     /// The system clock, with every sleep cut to a millisecond.
     #[derive(Debug)]
@@ -590,7 +590,7 @@ fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused()
         .expect("runtime");
     rt.block_on(async {
         let base: DynStore = Arc::new(MemStore::new());
-        engine::create_volume(&base, "v", 16 << 20)
+        lsvd_engine::create_volume(&base, "v", 16 << 20)
             .await
             .expect("create");
         let config = EngineConfig {
@@ -601,7 +601,7 @@ fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused()
         let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
         let cache = FaultyCache::new(16 << 20);
         let (s, c): (DynStore, Arc<dyn CacheDevice>) = (store.clone(), cache.clone());
-        let (vol, _) = engine::open_volume_on(s, "v", c, "log", config.clone())
+        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "log", config.clone())
             .await
             .expect("open");
         store.set_outage(true);
@@ -623,13 +623,13 @@ fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused()
         };
         // Without a lease the open may go on claiming in the background: the process
         // dies there all the same.
-        if let Ok((vol, _)) = engine::open_volume_on(s, "v", c, "log", hasty).await {
+        if let Ok((vol, _)) = lsvd_engine::open_volume_on(s, "v", c, "log", hasty).await {
             vol.crash();
         }
         let image = cache.process_crash();
         // Recovery 2, the store healthy: the FUA write must be there.
         let c: Arc<dyn CacheDevice> = FaultyCache::from_image(image);
-        let second = engine::open_volume_on(base.clone(), "v", c, "log", config).await;
+        let second = lsvd_engine::open_volume_on(base.clone(), "v", c, "log", config).await;
         let (vol, _) = match second {
             Ok(v) => v,
             Err(e) => panic!("recovery 2 refuses the write log of the last writer: {e}"),
@@ -648,12 +648,12 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use lsvd::cache_dev::CacheDevice;
-    use lsvd::cache_dev::faulty::FaultyCache;
-    use lsvd::engine::{self, EngineConfig};
-    use lsvd::store::DynStore;
-    use lsvd::store::faulty::{FaultPlan, FaultyStore};
-    use lsvd::store::mem::MemStore;
+    use lsvd_engine::EngineConfig;
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_store::DynStore;
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    use lsvd_store::mem::MemStore;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -662,7 +662,7 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
         .expect("runtime");
     rt.block_on(async {
         let base: DynStore = Arc::new(MemStore::new());
-        engine::create_volume(&base, "v", 64 << 20)
+        lsvd_engine::create_volume(&base, "v", 64 << 20)
             .await
             .expect("create");
         let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
@@ -676,7 +676,7 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
         };
         let s: DynStore = store.clone();
         let c: Arc<dyn CacheDevice> = cache.clone();
-        let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
+        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
             .await
             .expect("open");
         // The store goes away once the volume is open (an open claims the volume in
@@ -716,13 +716,13 @@ fn engine_bug_read_racing_gc_deletion_fails() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use lsvd::cache_dev::CacheDevice;
-    use lsvd::cache_dev::faulty::FaultyCache;
-    use lsvd::engine::{self, EngineConfig};
-    use lsvd::store::DynStore;
-    use lsvd::store::faulty::{FaultPlan, FaultyStore};
-    use lsvd::store::mem::MemStore;
     use lsvd_core::gc::GcConfig;
+    use lsvd_engine::EngineConfig;
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_store::DynStore;
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    use lsvd_store::mem::MemStore;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -731,7 +731,7 @@ fn engine_bug_read_racing_gc_deletion_fails() {
         .expect("runtime");
     rt.block_on(async {
         let base: DynStore = Arc::new(MemStore::new());
-        engine::create_volume(&base, "v", 16 << 20)
+        lsvd_engine::create_volume(&base, "v", 16 << 20)
             .await
             .expect("create");
         let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
@@ -749,10 +749,10 @@ fn engine_bug_read_racing_gc_deletion_fails() {
         };
         let s: DynStore = store.clone();
         let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
-        let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
+        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
             .await
             .expect("open");
-        let drained = |v: Arc<engine::Volume>| async move {
+        let drained = |v: Arc<lsvd_engine::Volume>| async move {
             for _ in 0..500 {
                 let st = v.status();
                 if st.log_used_bytes == 0 && st.uploads_pending == 0 {
@@ -805,13 +805,13 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use lsvd::cache_dev::CacheDevice;
-    use lsvd::cache_dev::faulty::FaultyCache;
-    use lsvd::engine::{self, EngineConfig};
-    use lsvd::store::DynStore;
-    use lsvd::store::faulty::{FaultPlan, FaultyStore};
-    use lsvd::store::mem::MemStore;
     use lsvd_core::gc::GcConfig;
+    use lsvd_engine::EngineConfig;
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_store::DynStore;
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    use lsvd_store::mem::MemStore;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -820,7 +820,7 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
         .expect("runtime");
     rt.block_on(async {
         let base: DynStore = Arc::new(MemStore::new());
-        engine::create_volume(&base, "v", 16 << 20)
+        lsvd_engine::create_volume(&base, "v", 16 << 20)
             .await
             .expect("create");
         let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
@@ -837,7 +837,7 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
         };
         let s: DynStore = store.clone();
         let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
-        let (vol, _) = engine::open_volume_on(s, "v", c, "faulty", config)
+        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
             .await
             .expect("open");
         // Block 0 lives in an object.

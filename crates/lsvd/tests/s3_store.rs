@@ -23,12 +23,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use lsvd::engine::{EngineConfig, create_volume, open_volume};
-use lsvd::error::ErrorKind;
-use lsvd::store::mem::MemStore;
-use lsvd::store::retry::RetryPolicy;
-use lsvd::store::s3::{S3Settings, S3Store, Secret};
-use lsvd::store::{
+use lsvd_core::error::ErrorKind;
+use lsvd_engine::{EngineConfig, create_volume, open_volume};
+use lsvd_store::mem::MemStore;
+use lsvd_store::retry::RetryPolicy;
+use lsvd_store::s3::{S3Settings, S3Store, Secret};
+use lsvd_store::{
     BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult, open_store, selftest,
 };
 
@@ -414,7 +414,7 @@ async fn credentials_never_appear_in_errors() {
     ];
     for (what, settings) in cases {
         let store: DynStore =
-            lsvd::store::s3::open_with_retry(&url, &settings, &fast).expect("open (no I/O)");
+            lsvd_store::s3::open_with_retry(&url, &settings, &fast).expect("open (no I/O)");
         let mut messages = vec![store.describe()];
         let e = store.get("some/key").await.expect_err(what);
         let want = if what == "connection refused" {
@@ -481,7 +481,7 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
         ..S3Settings::default()
     };
     let s =
-        lsvd::store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
+        lsvd_store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
     selftest::run(&*s)
         .await
         .expect("self-test with unsigned payloads");
@@ -508,7 +508,7 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
         attempts: 1,
         ..RetryPolicy::default()
     };
-    let w = lsvd::store::s3::open_with_retry(&url, &wrong, &fast).expect("open (no I/O)");
+    let w = lsvd_store::s3::open_with_retry(&url, &wrong, &fast).expect("open (no I/O)");
     let e = w
         .put("other", data.slice(..4096), PutMode::IfAbsent)
         .await
@@ -532,7 +532,7 @@ async fn large_overwrite_uses_multipart() {
         ..S3Settings::default()
     };
     let s =
-        lsvd::store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
+        lsvd_store::s3::open_with_retry(&url, &settings, &RetryPolicy::default()).expect("open");
     let data: Bytes = (0..(12u32 << 20) + 12_345)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();

@@ -8,12 +8,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use lsvd::engine::{EngineConfig, create_volume, open_volume};
-use lsvd::sim::volume::{SimConfig, VolumeSim};
-use lsvd::store::DynStore;
-use lsvd::store::mem::MemStore;
 use lsvd_core::format::object::ObjectKind;
 use lsvd_core::gc::GcConfig;
+use lsvd_engine::{EngineConfig, create_volume, open_volume};
+use lsvd_sim::volume::{SimConfig, VolumeSim};
+use lsvd_store::DynStore;
+use lsvd_store::mem::MemStore;
 use lsvd_trace::synthetic::prng::Rng;
 use lsvd_trace::{Op, Request};
 

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Lsvd, SmallTmpfs, TempDir, free_tcp_port, nbdsh};
-use lsvd::error::ErrorKind;
-use lsvd::store::s3::{S3Settings, S3Store, Secret};
-use lsvd::store::{DynStore, ObjectStore, PutMode, open_store};
+use lsvd_core::error::ErrorKind;
+use lsvd_store::s3::{S3Settings, S3Store, Secret};
+use lsvd_store::{DynStore, ObjectStore, PutMode, open_store};
 
 fn obj(seq: u64) -> String {
     format!("v/obj/{seq:016x}.d")
@@ -389,10 +389,10 @@ async fn a_wrong_secret_is_denied_at_once() {
             secret_access_key: Some(Secret::new("WRONG-secret-store-faults-51f0")),
             ..S3Settings::default()
         };
-        let store: DynStore = lsvd::store::s3::open_with_retry(
+        let store: DynStore = lsvd_store::s3::open_with_retry(
             &url,
             &settings,
-            &lsvd::store::retry::RetryPolicy::default(),
+            &lsvd_store::retry::RetryPolicy::default(),
         )
         .expect("open (no I/O)");
         let t = Instant::now();

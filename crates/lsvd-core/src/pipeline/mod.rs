@@ -38,6 +38,11 @@
 //!
 //! Times are nanoseconds on the driver's clock (any epoch, never going back).
 
+/// The default of [`PipelineConfig::gc_max_backlog`] for the engine and the simulator:
+/// no GC pass starts while more objects than this wait for upload (unless GC headroom
+/// says the log needs the space), so client data goes first while GC keeps up.
+pub const GC_MAX_BACKLOG_OBJECTS: usize = 2;
+
 mod gc;
 #[cfg(test)]
 mod tests;

@@ -5,14 +5,13 @@
 //! with [`store_read_only`]: they take no lock and may run beside a live server, so
 //! they change nothing (no mirror resync, repair or delete, issue 40) and read a volume
 //! being changed from a fresh listing when a key vanishes under them
-//! (`engine::look_again`, issue 41).
+//! (`lsvd_engine::look_again`, issue 41).
 
 use super::Common;
-use crate::engine;
-use crate::engine::store_recovery::{is_vanished, vanished};
-use crate::error::{Error, Result};
-use crate::size::{format_size, parse_size};
-use crate::store::DynStore;
+use lsvd_core::error::{Error, Result};
+use lsvd_core::size::{format_size, parse_size};
+use lsvd_engine::store_recovery::{is_vanished, vanished};
+use lsvd_store::DynStore;
 
 /// The store for `serve` and the commands that change it (those that may do the
 /// store's upkeep, such as a chain's mirror resync, hold the data directory's lock).
@@ -21,7 +20,7 @@ pub(super) fn store(common: &Common) -> Result<DynStore> {
 }
 
 /// The store for a read-only command: nothing in it changes
-/// ([`crate::store::OpenMode::ReadOnly`]).
+/// ([`lsvd_store::OpenMode::ReadOnly`]).
 pub(super) fn store_read_only(common: &Common) -> Result<DynStore> {
     common.open_store_read_only()
 }
@@ -30,8 +29,7 @@ pub(super) fn store_read_only(common: &Common) -> Result<DynStore> {
 pub async fn selftest(common: &Common) -> Result<()> {
     let store = store(common)?;
     let report =
-        crate::store::selftest::run_with(&*store, common.file.selftest_race_writers().max(2))
-            .await?;
+        lsvd_store::selftest::run_with(&*store, common.file.selftest_race_writers().max(2)).await?;
     println!("{report}");
     Ok(())
 }
@@ -39,13 +37,13 @@ pub async fn selftest(common: &Common) -> Result<()> {
 /// `lsvd sync NAME`: ask the server on this data directory to put everything `NAME`
 /// acknowledged into the store.
 pub async fn sync(common: &Common, name: &str) -> Result<()> {
-    engine::keys::validate_volume_name(name)?;
+    lsvd_engine::keys::validate_volume_name(name)?;
     let request = crate::control::Request::Sync {
         volume: name.to_string(),
     };
     let Some(reply) = crate::control::request(&common.data, &request).await? else {
         return Err(Error::new(
-            crate::error::ErrorKind::NotFound,
+            lsvd_core::error::ErrorKind::NotFound,
             format!(
                 "no lsvd serve uses {} (a volume stopped cleanly has everything in the \
                  store already; after a crash, `lsvd serve {name}` uploads what its write \
@@ -74,7 +72,7 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
         )));
     }
     let store = store(common)?;
-    let meta = engine::create_volume(&store, name, size_bytes).await?;
+    let meta = lsvd_engine::create_volume(&store, name, size_bytes).await?;
     println!(
         "created volume {name}: {} (id {}) in {}",
         format_size(size_bytes),
@@ -86,7 +84,7 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
 
 pub async fn list(common: &Common) -> Result<()> {
     let store = store_read_only(common)?;
-    let lines = engine::look_again("lsvd list", async || list_lines(&store).await).await?;
+    let lines = lsvd_engine::look_again("lsvd list", async || list_lines(&store).await).await?;
     if lines.is_empty() {
         eprintln!(
             "no volumes in {} (create one with: lsvd create NAME --size 20G)",
@@ -103,12 +101,12 @@ pub async fn list(common: &Common) -> Result<()> {
 /// keys but no metadata. A volume deleted or changed under the look is an error
 /// [`is_vanished`] recognizes (look again).
 async fn list_lines(store: &DynStore) -> Result<Vec<String>> {
-    let (names, leftovers) = engine::list_volumes_and_leftovers(store).await?;
+    let (names, leftovers) = lsvd_engine::list_volumes_and_leftovers(store).await?;
     let finish = |name: &str| format!("finish with: lsvd delete {name} --yes");
     let mut lines = Vec::new();
     for name in names {
-        match engine::read_meta(store, &name).await {
-            Ok(meta) => match engine::is_being_deleted(store, &meta).await {
+        match lsvd_engine::read_meta(store, &name).await {
+            Ok(meta) => match lsvd_engine::is_being_deleted(store, &meta).await {
                 Ok(true) => lines.push(format!(
                     "{name}\t{}\t(being deleted: {})",
                     format_size(meta.size_bytes),
@@ -117,7 +115,7 @@ async fn list_lines(store: &DynStore) -> Result<Vec<String>> {
                 _ => {
                     // The size now (`lsvd resize`); the creation size if the store
                     // cannot be read back right now.
-                    let size = match engine::current_size_bytes(store, &meta).await {
+                    let size = match lsvd_engine::current_size_bytes(store, &meta).await {
                         Ok(size) => size,
                         Err(e) if is_vanished(&e) => return Err(e),
                         Err(_) => meta.size_bytes,
@@ -147,10 +145,10 @@ async fn list_lines(store: &DynStore) -> Result<Vec<String>> {
 /// `lsvd info` reports them).
 async fn relations(store: &DynStore, name: &str) -> String {
     let mut out = String::new();
-    if let Ok(Some(link)) = engine::lineage::parent_link(store, name).await {
+    if let Ok(Some(link)) = lsvd_engine::lineage::parent_link(store, name).await {
         out.push_str(&format!("\tclone of {}@{}", link.parent, link.snapshot));
     }
-    if let Ok(clones) = engine::list_clones(store, name).await
+    if let Ok(clones) = lsvd_engine::list_clones(store, name).await
         && !clones.is_empty()
     {
         let names: Vec<String> = clones
@@ -169,13 +167,13 @@ pub async fn info(
     tuning: &super::TuningArgs,
 ) -> Result<()> {
     let store = store_read_only(common)?;
-    let info = engine::inspect_volume(&store, name).await?;
+    let info = lsvd_engine::inspect_volume(&store, name).await?;
     let resolved =
         super::tuning::resolve_tuning(common, tuning, super::tuning::ProfileUse::LoadOnly)?;
     if json {
         let mut value = serde_json::to_value(&info).map_err(|e| {
             Error::with_source(
-                crate::error::ErrorKind::Unsupported,
+                lsvd_core::error::ErrorKind::Unsupported,
                 "cannot encode JSON",
                 e,
             )
@@ -192,7 +190,7 @@ pub async fn info(
         }
         let text = serde_json::to_string_pretty(&value).map_err(|e| {
             Error::with_source(
-                crate::error::ErrorKind::Unsupported,
+                lsvd_core::error::ErrorKind::Unsupported,
                 "cannot encode JSON",
                 e,
             )

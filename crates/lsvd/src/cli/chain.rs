@@ -4,9 +4,9 @@
 //! * `rebuild`: bring the two copies of every mirrored position in step, copying each
 //!   file missing or bad in one copy from the good one. Which copy is good is decided
 //!   here, with the formats' own checks (object and record CRCs), since the store
-//!   knows nothing of them ([`crate::store::chain::rebuild`]).
+//!   knows nothing of them ([`lsvd_store::chain::rebuild`]).
 //! * `add-drive`: append a drive position to a chain
-//!   ([`crate::store::chain::add_drive`]) and print the --store to use from then on.
+//!   ([`lsvd_store::chain::add_drive`]) and print the --store to use from then on.
 //!
 //! Both take the data directory's lock, like `lsvd delete`: a server using this data
 //! directory must be stopped first (one using the same drives from elsewhere is the
@@ -24,12 +24,12 @@ use lsvd_core::format::volume_meta::decode_volume_meta;
 use lsvd_core::format::volume_super::decode_volume_super;
 
 use super::Common;
-use crate::engine::keys::{parse_object_name, parse_super_name};
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::chain::add_drive::add_drive;
-use crate::store::chain::drives::{DriveSpec, parse_spec};
-use crate::store::chain::meta::Layout;
-use crate::store::chain::rebuild::{Verdict, rebuild};
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_engine::keys::{parse_object_name, parse_super_name};
+use lsvd_store::chain::add_drive::add_drive;
+use lsvd_store::chain::drives::{DriveSpec, parse_spec};
+use lsvd_store::chain::meta::Layout;
+use lsvd_store::chain::rebuild::{Verdict, rebuild};
 
 #[derive(Subcommand, Debug)]
 pub enum ChainCommand {

@@ -18,7 +18,7 @@
 //! and its read (GC, a newer checkpoint), or problems found while a server holds the
 //! volume (an object the map needs deleted since the map was read, a mirror copy in
 //! the middle of its put), are looked at again from a fresh listing, up to
-//! `engine::LOOKS` times with a short pause; only what the last look found is
+//! `lsvd_engine::LOOKS` times with a short pause; only what the last look found is
 //! reported. While a server holds the volume, objects of its epoch past a gap are
 //! uploads in flight (noted, not a problem), and the write log a server on this data
 //! directory is writing is not checked. (A server that stopped without a clean
@@ -33,16 +33,16 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::Common;
-use crate::cache_dev::{CacheDevice, FileCache};
-use crate::engine::keys::{ObjectName, object_key, objects_prefix, parse_object_name};
-use crate::engine::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
-use crate::engine::read_meta;
-use crate::engine::store_recovery::{is_vanished, recover_store_view};
-use crate::engine::{LOOKS, held_now, now_unix_ms};
-use crate::error::{Error, ErrorKind, Result};
-use crate::size::format_size;
-use crate::store::DynStore;
-use crate::store::chain::copy_check::compare_key_copies;
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::size::format_size;
+use lsvd_engine::cache_dev::{CacheDevice, FileCache};
+use lsvd_engine::keys::{ObjectName, object_key, objects_prefix, parse_object_name};
+use lsvd_engine::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
+use lsvd_engine::read_meta;
+use lsvd_engine::store_recovery::{is_vanished, recover_store_view};
+use lsvd_engine::{LOOKS, held_now, now_unix_ms};
+use lsvd_store::DynStore;
+use lsvd_store::chain::copy_check::compare_key_copies;
 
 /// What one look at the store found.
 #[derive(Default)]
@@ -91,7 +91,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
         match again {
             Some(why) if looks < LOOKS => {
                 looks += 1;
-                crate::log::info(&format!(
+                lsvd_store::log::info(&format!(
                     "lsvd check {name}: {why}; looking again ({looks} of {LOOKS})"
                 ));
                 tokio::time::sleep(pause).await;
@@ -323,7 +323,7 @@ async fn look_at(store: &DynStore, meta: &VolumeMeta, memo: &mut Memo) -> Result
                 .collect::<Vec<_>>()
         ));
     }
-    let lineage = crate::engine::load_lineage(store, meta).await?;
+    let lineage = lsvd_engine::load_lineage(store, meta).await?;
     // An object the map needs that is gone now was deleted after the map was read
     // (GC, once a newer checkpoint no longer needed it): this look is stale.
     let gone =
@@ -539,7 +539,7 @@ fn check_log(
         return;
     }
     let chain = scan_log(&file, &sb);
-    let (index, index_problems) = crate::engine::log_index::check_against_chain(&file, &sb, &chain);
+    let (index, index_problems) = lsvd_engine::log_index::check_against_chain(&file, &sb, &chain);
     if let Some(i) = &index {
         println!(
             "  write-log index: generation {}, {} records",

@@ -2,16 +2,15 @@
 //!
 //! Deleting is for good, so it asks for `--yes` and first says what goes. The store
 //! side (fencing a server that still holds the volume, finishing an interrupted
-//! delete) is `engine::delete_volume`; this adds the local side: the data directory's
+//! delete) is `lsvd_engine::delete_volume`; this adds the local side: the data directory's
 //! lock (a server using it must be stopped first) and the volume's cache files.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use super::Common;
-use crate::engine;
-use crate::error::{Error, Result};
-use crate::size::format_size;
+use lsvd_core::error::{Error, Result};
+use lsvd_core::size::format_size;
 
 /// The volume's files in the data directory (write log, read cache).
 pub(super) fn local_files(common: &Common, name: &str) -> Vec<PathBuf> {
@@ -26,7 +25,7 @@ pub async fn delete(common: &Common, name: &str, yes: bool) -> Result<()> {
     // A server on this data directory holds its lock (and may hold the volume).
     let _lock = super::serve::lock_for_offline(common, &format!("delete '{name}'"))?;
     let store = common.open_store()?;
-    let plan = engine::plan_delete(&store, name).await?;
+    let plan = lsvd_engine::plan_delete(&store, name).await?;
     let files = local_files(common, name);
     let what = format!(
         "volume '{name}' in {}: {} store key{}, {}{}{}",
@@ -58,7 +57,7 @@ pub async fn delete(common: &Common, name: &str, yes: bool) -> Result<()> {
             eprint!("\rdeleting: {done}/{total} keys");
         }
     };
-    engine::delete_volume(&store, &plan, &progress).await?;
+    lsvd_engine::delete_volume(&store, &plan, &progress).await?;
     if on_terminal {
         eprintln!();
     }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use lsvd_core::error::{Error, Result};
 
 /// `s` as a duration; `None` for `0` or `off` (with any unit: `0s` too). A whole
 /// number with an optional unit `ms`, `s`, `m` or `h` (no unit: seconds). Anything
@@ -89,7 +89,7 @@ mod tests {
             "99999999999999999999h",
         ] {
             let e = parse_duration("--idle-timeout", s).expect_err(s);
-            assert_eq!(e.kind, crate::error::ErrorKind::BadInput, "{s}");
+            assert_eq!(e.kind, lsvd_core::error::ErrorKind::BadInput, "{s}");
             assert!(e.to_string().contains("--idle-timeout"), "{e}");
         }
         assert!(parse_duration("--t", "18446744073709551615h").is_err());

@@ -4,7 +4,7 @@
 use clap::Parser;
 
 use super::EngineArgs;
-use crate::error::ErrorKind;
+use lsvd_core::error::ErrorKind;
 
 #[derive(Parser)]
 struct Args {
@@ -12,7 +12,7 @@ struct Args {
     engine: EngineArgs,
 }
 
-fn config(args: &[&str]) -> crate::error::Result<crate::engine::EngineConfig> {
+fn config(args: &[&str]) -> lsvd_core::error::Result<lsvd_engine::EngineConfig> {
     let parsed = Args::try_parse_from(std::iter::once("lsvd").chain(args.iter().copied()))
         .expect("the options parse");
     parsed.engine.to_config()

@@ -2,7 +2,7 @@
 //!
 //! Read-only: the store is opened so that nothing in it changes, and a volume a server
 //! is changing meanwhile is read again from a fresh listing when a key it listed
-//! vanishes before it is read (`engine::look_again`); what is printed comes from one
+//! vanishes before it is read (`lsvd_engine::look_again`); what is printed comes from one
 //! look.
 
 use lsvd_core::format::SECTOR_BYTES;
@@ -12,13 +12,13 @@ use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use lsvd_core::format::record::ExtentKind;
 
 use super::{Common, InspectWhat};
-use crate::cache_dev::{CacheDevice, FileCache};
-use crate::engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
-use crate::engine::log_scan::scan_log;
-use crate::engine::store_recovery::vanished;
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::DynStore;
+use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::format::volume_super::decode_volume_super;
+use lsvd_engine::cache_dev::{CacheDevice, FileCache};
+use lsvd_engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
+use lsvd_engine::log_scan::scan_log;
+use lsvd_engine::store_recovery::vanished;
+use lsvd_store::DynStore;
 
 /// `what` fails its checks.
 fn corrupt(what: impl Into<String>, e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -51,7 +51,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
         InspectWhat::Object { name, seq } => {
             let store = super::admin::store_read_only(common)?;
             let seq = parse_seq(&seq)?;
-            let (key, bytes) = crate::engine::look_again(
+            let (key, bytes) = lsvd_engine::look_again(
                 &format!("lsvd inspect object {name} {seq:016x}"),
                 async || find_object(&store, &name, seq).await,
             )
@@ -66,7 +66,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             if let Some(size) = h.volume_size_bytes {
                 println!(
                     "  resizes the volume to {} ({size} bytes)",
-                    crate::size::format_size(size)
+                    lsvd_core::size::format_size(size)
                 );
             }
             println!(
@@ -138,7 +138,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
         InspectWhat::Super { name } => {
             let store = super::admin::store_read_only(common)?;
             let generations =
-                crate::engine::look_again(&format!("lsvd inspect super {name}"), async || {
+                lsvd_engine::look_again(&format!("lsvd inspect super {name}"), async || {
                     read_generations(&store, &name).await
                 })
                 .await?;
@@ -211,7 +211,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
                 .map_err(|e| corrupt("", e))?;
             let chain = scan_log(&file, &sb);
-            match crate::engine::log_index::check_against_chain(&file, &sb, &chain) {
+            match lsvd_engine::log_index::check_against_chain(&file, &sb, &chain) {
                 (Some(i), problems) => println!(
                     "write-log index: generation {}, {} records (seq {}..={}){}",
                     i.generation,

@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config_file::LsvdConfig;
-use crate::engine::{EngineConfig, RecoveryMode};
-use crate::error::{Error, Result};
+use lsvd_core::error::{Error, Result};
+use lsvd_engine::{EngineConfig, RecoveryMode};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -84,7 +84,7 @@ impl CommonArgs {
             None => LsvdConfig::default(),
         };
         for w in &file.warnings {
-            crate::log::warn(w);
+            lsvd_store::log::warn(w);
         }
         let data = file.data_dir(self.data.as_deref());
         let store = file.store_url(self.store.as_deref(), &data);
@@ -204,7 +204,7 @@ pub enum Command {
     ConfigExample,
     /// Replay block traces or synthetic workloads through the batching, map and GC
     /// code of the engine with a simulated store; report write amplification and more.
-    Sim(crate::sim::SimArgs),
+    Sim(lsvd_sim::SimArgs),
     /// Measure the local device a write log will live on (page size, fdatasync latency,
     /// parallelism) and print the log layout it implies.
     #[command(long_about = crate::probe::LONG_ABOUT)]
@@ -340,7 +340,7 @@ impl TuningArgs {
     pub fn layer(&self) -> Result<crate::probe::settings::Layer> {
         use crate::probe::settings::{FLAG_NAMES, Layer, validate};
         let size = |v: &Option<String>| -> Result<Option<u64>> {
-            v.as_deref().map(crate::size::parse_size).transpose()
+            v.as_deref().map(lsvd_core::size::parse_size).transpose()
         };
         let layer = Layer {
             log_writes_in_flight: self.log_writes_in_flight,
@@ -480,8 +480,8 @@ impl EngineArgs {
     /// `probe::settings`); an invalid option is `BadInput`.
     pub fn to_config_tuned(&self, tuning: &crate::probe::settings::Tuning) -> Result<EngineConfig> {
         let batch_size_bytes = tuning.batch_size_bytes.value;
-        let log_size_bytes = crate::size::parse_size(&self.log_size)?;
-        if log_size_bytes < crate::engine::config::MIN_LOG_SIZE_BYTES {
+        let log_size_bytes = lsvd_core::size::parse_size(&self.log_size)?;
+        if log_size_bytes < lsvd_engine::config::MIN_LOG_SIZE_BYTES {
             return Err(Error::bad_input("--log-size must be at least 16M"));
         }
         let gc = lsvd_core::gc::GcConfig {
@@ -492,23 +492,23 @@ impl EngineArgs {
         };
         gc.validate()
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
-        let read_cache_bytes = crate::size::parse_size(&self.read_cache_size)?;
-        let gc_min_rate_bytes = crate::size::parse_size(&self.gc_rate)?;
+        let read_cache_bytes = lsvd_core::size::parse_size(&self.read_cache_size)?;
+        let gc_min_rate_bytes = lsvd_core::size::parse_size(&self.gc_rate)?;
         let gc_headroom_bytes = match self.gc_headroom.as_str() {
             "auto" => log_size_bytes / 4,
-            size => crate::size::parse_size(size)
+            size => lsvd_core::size::parse_size(size)
                 .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?,
         };
         let upload_memory_bytes = match self.upload_memory.as_str() {
             "auto" => batch_size_bytes.saturating_mul(4),
-            size => crate::size::parse_size(size)
+            size => lsvd_core::size::parse_size(size)
                 .map_err(|e| Error::bad_input(format!("--upload-memory: {e}")))?,
         };
         let log_free_target_bytes = match self.log_free_target.as_str() {
             "auto" => None,
             "all" => Some(u64::MAX),
             size => Some(
-                crate::size::parse_size(size)
+                lsvd_core::size::parse_size(size)
                     .map_err(|e| Error::bad_input(format!("--log-free-target: {e}")))?,
             ),
         };
@@ -528,11 +528,11 @@ impl EngineArgs {
                 as u64;
         let replica_hold_ms = duration::parse_duration("--replica-hold", &self.replica_hold)?
             .map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64);
-        let replica_hold_max_bytes = crate::size::parse_size(&self.replica_hold_max)
+        let replica_hold_max_bytes = lsvd_core::size::parse_size(&self.replica_hold_max)
             .map_err(|e| Error::bad_input(format!("--replica-hold-max: {e}")))?;
         let read_ahead_bytes = match self.read_ahead.as_str() {
             "auto" => None,
-            size => Some(crate::size::parse_size(size)?),
+            size => Some(lsvd_core::size::parse_size(size)?),
         };
         let mut config = EngineConfig {
             read_ahead_bytes,
@@ -552,9 +552,9 @@ impl EngineArgs {
             } else {
                 RecoveryMode::Strict
             },
-            lease: crate::engine::lease::LeaseConfig {
+            lease: lsvd_engine::lease::LeaseConfig {
                 timeout_ms: lease_timeout_ms,
-                ..crate::engine::lease::LeaseConfig::for_command("lsvd serve")
+                ..lsvd_engine::lease::LeaseConfig::for_command("lsvd serve")
             },
             stall_timeout_ms,
             replica_hold_ms,
@@ -571,7 +571,7 @@ impl EngineArgs {
 pub fn run(cli: Cli) -> Result<(), Error> {
     if let Command::Sim(args) = cli.command {
         // Pure computation: no runtime needed.
-        return crate::sim::run(args);
+        return lsvd_sim::run(args);
     }
     if let Command::Probe(args) = cli.command {
         // Blocking I/O on its own threads (the store probe starts its own runtime).

@@ -1,4 +1,4 @@
-//! `lsvd rename OLD NEW`: the store side is `engine::rename_volume` (a copy under the
+//! `lsvd rename OLD NEW`: the store side is `lsvd_engine::rename_volume` (a copy under the
 //! new name, then the old name deleted, safe to run again after an interruption); this
 //! adds the local side: no server may use the data directory, a volume whose server
 //! stopped without a clean shutdown is recovered from its write log here first, and
@@ -6,19 +6,18 @@
 //! them is in the store once the volume stopped cleanly) are removed.
 
 use super::Common;
-use crate::engine;
-use crate::error::Result;
-use crate::size::format_size;
+use lsvd_core::error::Result;
+use lsvd_core::size::format_size;
 
 pub async fn rename(common: &Common, old: &str, new: &str) -> Result<()> {
-    engine::keys::validate_volume_name(old)?;
-    engine::keys::validate_volume_name(new)?;
+    lsvd_engine::keys::validate_volume_name(old)?;
+    lsvd_engine::keys::validate_volume_name(new)?;
     let lock = || super::serve::lock_for_offline(common, &format!("rename '{old}'"));
     // Held until the old name's local files are gone.
     let mut held = lock()?;
     let store = super::admin::store(common)?;
-    let meta = engine::read_meta(&store, old).await?;
-    let clean = engine::newest_volume_super(&store, &meta)
+    let meta = lsvd_engine::read_meta(&store, old).await?;
+    let clean = lsvd_engine::newest_volume_super(&store, &meta)
         .await?
         .is_none_or(|sb| sb.clean);
     if !clean && common.data.join(format!("{old}.wlog")).exists() {
@@ -28,10 +27,10 @@ pub async fn rename(common: &Common, old: &str, new: &str) -> Result<()> {
         super::snapshot::with_volume(common, old, async |_| Ok(())).await?;
         held = lock()?;
     }
-    let renamed = engine::rename_volume(&store, old, new).await?;
+    let renamed = lsvd_engine::rename_volume(&store, old, new).await?;
     for f in super::delete::local_files(common, old) {
         std::fs::remove_file(&f).map_err(|e| {
-            crate::error::Error::local_io(format!("cannot remove {}", f.display()), e)
+            lsvd_core::error::Error::local_io(format!("cannot remove {}", f.display()), e)
         })?;
     }
     drop(held);

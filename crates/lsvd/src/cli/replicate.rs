@@ -1,5 +1,5 @@
 //! `lsvd replicate VOL --to STORE_URL [--follow]`: copy a volume into another store
-//! (`engine::replicate_once` does one pass; this runs one, or one every interval),
+//! (`lsvd_engine::replicate_once` does one pass; this runs one, or one every interval),
 //! with a progress line on a terminal and, when following, the replica's lag as a
 //! metric.
 //!
@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::Common;
-use crate::engine::{self, PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun};
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::DynStore;
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_engine::{PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun};
+use lsvd_store::DynStore;
 
 #[derive(Args, Debug)]
 pub struct ReplicateArgs {
@@ -59,7 +59,7 @@ struct Lag {
 }
 
 pub async fn run(common: &Common, args: ReplicateArgs) -> Result<()> {
-    engine::keys::validate_volume_name(&args.volume)?;
+    lsvd_engine::keys::validate_volume_name(&args.volume)?;
     if args.jobs == 0 || args.jobs > 64 {
         return Err(Error::bad_input("--jobs must be between 1 and 64"));
     }
@@ -99,7 +99,7 @@ async fn follow(
             metrics_stopped,
         ));
     }
-    crate::log::info(&format!(
+    lsvd_store::log::info(&format!(
         "replicating {} to {} every {} ms until interrupted",
         args.volume,
         target.describe(),
@@ -136,7 +136,7 @@ async fn follow(
             }
             // The source being unreachable for a while is worth waiting out.
             Err(e) if e.kind == ErrorKind::Transient => {
-                crate::log::warn(&format!("replicate {}: {e}; retrying", args.volume));
+                lsvd_store::log::warn(&format!("replicate {}: {e}; retrying", args.volume));
             }
             Err(e) => return Err(e),
         }
@@ -146,7 +146,7 @@ async fn follow(
         }
     }
     let _ = stop_metrics.send(true);
-    crate::log::info(&format!(
+    lsvd_store::log::info(&format!(
         "stopped replicating {} (the replica holds the source as of the last finished pass)",
         args.volume
     ));
@@ -172,7 +172,7 @@ async fn pass_with_progress(
             }
         })
     });
-    let result = engine::replicate_pass(source, target, volume, options, run, &progress).await;
+    let result = lsvd_engine::replicate_pass(source, target, volume, options, run, &progress).await;
     if let Some(t) = ticker {
         t.abort();
         if progress.objects_total.load(Ordering::Relaxed) > 0 {

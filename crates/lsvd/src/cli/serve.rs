@@ -20,11 +20,11 @@ use lsvd_nbd::{Limits, Tls, TlsMode};
 use super::duration::{parse_duration, parse_positive_duration};
 use super::tuning::{ProfileUse, resolve_tuning};
 use super::{Common, ServeArgs};
-use crate::engine::{self, Volume};
-use crate::error::{Error, ErrorKind, Result};
 use crate::nbd_device::NbdVolume;
 use crate::probe::settings::Tuning;
-use crate::size::format_size;
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::size::format_size;
+use lsvd_engine::Volume;
 
 const DEFAULT_VOLUME: &str = "disk0";
 const DEFAULT_SIZE_BYTES: u64 = 16 << 30;
@@ -235,7 +235,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let tls = tcp_security(&args, listen.as_deref(), &mut warnings).await?;
     metrics_security(&args, &mut warnings).await?;
     for w in &warnings {
-        crate::log::warn(w);
+        lsvd_store::log::warn(w);
     }
     let _lock = lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
@@ -243,8 +243,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         // Refuse to serve from a store that would break the design's assumptions
         // (above all: put-if-absent must be atomic).
         let report =
-            crate::store::selftest::run_with(&*store, common.file.selftest_race_writers()).await?;
-        crate::log::debug(&report.to_string());
+            lsvd_store::selftest::run_with(&*store, common.file.selftest_race_writers()).await?;
+        lsvd_store::log::debug(&report.to_string());
     }
     // Under the lock (two servers never probe one directory at once) and after the
     // store is known to work (a bad store fails the start before anything is measured).
@@ -258,14 +258,14 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut config = args.engine.to_config_tuned(&resolved.tuning)?;
     config.discard_superseded_log = args.discard_superseded_log || args.standby;
     config.lease.holder =
-        crate::engine::lease::describe_this_process(&match (&listen, &args.socket) {
+        lsvd_engine::lease::describe_this_process(&match (&listen, &args.socket) {
             (Some(l), _) => format!("lsvd serve on {l}"),
             (None, Some(s)) => format!("lsvd serve on {}", s.display()),
             (None, None) => "lsvd serve".to_string(),
         });
     if args.standby {
-        config.lease.takeover = crate::engine::lease::Takeover::Wait;
-        if args.names.len() != 1 || engine::split_export_name(&args.names[0]).1.is_some() {
+        config.lease.takeover = lsvd_engine::lease::Takeover::Wait;
+        if args.names.len() != 1 || lsvd_engine::split_export_name(&args.names[0]).1.is_some() {
             return Err(Error::bad_input(
                 "--standby takes exactly one volume to stand by for (not a snapshot): lsvd serve VOL --standby",
             ));
@@ -275,10 +275,10 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut names = args.names.clone();
     if names.is_empty() {
         names.push(DEFAULT_VOLUME.to_string());
-        match engine::read_meta(&store, DEFAULT_VOLUME).await {
+        match lsvd_engine::read_meta(&store, DEFAULT_VOLUME).await {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {
-                engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES).await?;
+                lsvd_engine::create_volume(&store, DEFAULT_VOLUME, DEFAULT_SIZE_BYTES).await?;
                 eprintln!(
                     "lsvd: created volume {DEFAULT_VOLUME} ({}) in {}",
                     format_size(DEFAULT_SIZE_BYTES),
@@ -298,9 +298,9 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut volumes: Vec<Arc<Volume>> = Vec::new();
     let mut exports = Vec::new();
     for name in &names {
-        let opened = match engine::split_export_name(name) {
+        let opened = match lsvd_engine::split_export_name(name) {
             (volume, Some(snapshot)) => {
-                engine::open_snapshot(
+                lsvd_engine::open_snapshot(
                     store.clone(),
                     volume,
                     snapshot,
@@ -315,7 +315,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 );
                 let stand_by = async {
                     loop {
-                        match engine::open_volume(
+                        match lsvd_engine::open_volume(
                             store.clone(),
                             volume,
                             &common.data,
@@ -327,9 +327,9 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                             // just as this one took over: stand by again.
                             Err(e)
                                 if e.kind == ErrorKind::Conflict
-                                    && e.message.contains(crate::engine::lease::CLAIM_RACE) =>
+                                    && e.message.contains(lsvd_engine::lease::CLAIM_RACE) =>
                             {
-                                crate::log::info(&format!("{e}; standing by again"));
+                                lsvd_store::log::info(&format!("{e}; standing by again"));
                             }
                             other => return other,
                         }
@@ -344,7 +344,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 }
             }
             (volume, None) => {
-                engine::open_volume(store.clone(), volume, &common.data, config.clone()).await
+                lsvd_engine::open_volume(store.clone(), volume, &common.data, config.clone()).await
             }
         };
         let (volume, report) = match opened {
@@ -395,7 +395,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         volumes.push(volume);
     }
 
-    let notices: lsvd_nbd::Notices = Arc::new(|line: &str| crate::log::warn(line));
+    let notices: lsvd_nbd::Notices = Arc::new(|line: &str| lsvd_store::log::warn(line));
     // A client that vanishes mid-request, or that a timeout closed, gets one line here
     // and a count in lsvd_nbd_connections_aborted_total (timeouts also in their own
     // counters). Refused requests and clients turned away go to the notices, at most
@@ -407,7 +407,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             .with_busy_poll(std::time::Duration::from_micros(args.busy_poll_us))
             .with_notices(notices)
             .on_connection_error(Box::new(|e| {
-                crate::log::warn(&format!("nbd: connection ended abnormally: {e}"));
+                lsvd_store::log::warn(&format!("nbd: connection ended abnormally: {e}"));
             })),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -475,7 +475,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let control = match crate::control::start(&common.data, volumes.clone(), shutdown_rx.clone()) {
         Ok(path) => Some(path),
         Err(e) => {
-            crate::log::warn(&format!(
+            lsvd_store::log::warn(&format!(
                 "no control socket (lsvd sync will not reach this server): {e}"
             ));
             None
@@ -538,7 +538,7 @@ async fn all_volumes_failed(volumes: &[Arc<Volume>]) {
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         if writable.iter().all(|v| v.status().failure.is_some()) {
-            crate::log::error("every volume of this server failed: stopping in 3 s");
+            lsvd_store::log::error("every volume of this server failed: stopping in 3 s");
             tokio::time::sleep(std::time::Duration::from_secs(3)).await;
             return;
         }

@@ -12,9 +12,9 @@ use clap::Subcommand;
 
 use super::Common;
 use crate::control::{Reply, Request};
-use crate::engine::{self, EngineConfig};
-use crate::error::{Error, Result};
-use crate::size::format_size;
+use lsvd_core::error::{Error, Result};
+use lsvd_core::size::format_size;
+use lsvd_engine::EngineConfig;
 
 #[derive(Subcommand, Debug)]
 pub enum SnapshotCommand {
@@ -47,8 +47,8 @@ pub async fn run(common: &Common, command: SnapshotCommand) -> Result<()> {
 }
 
 async fn create(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
-    engine::keys::validate_volume_name(volume)?;
-    engine::validate_snapshot_name(snapshot)?;
+    lsvd_engine::keys::validate_volume_name(volume)?;
+    lsvd_engine::validate_snapshot_name(snapshot)?;
     let request = Request::SnapshotCreate {
         volume: volume.to_string(),
         snapshot: snapshot.to_string(),
@@ -69,8 +69,8 @@ async fn create(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
 }
 
 async fn delete(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
-    engine::keys::validate_volume_name(volume)?;
-    engine::validate_snapshot_name(snapshot)?;
+    lsvd_engine::keys::validate_volume_name(volume)?;
+    lsvd_engine::validate_snapshot_name(snapshot)?;
     let request = Request::SnapshotDelete {
         volume: volume.to_string(),
         snapshot: snapshot.to_string(),
@@ -86,8 +86,8 @@ async fn delete(common: &Common, volume: &str, snapshot: &str) -> Result<()> {
 /// `lsvd resize VOL --size NEW [--allow-shrink]`: through the server when there is
 /// one (it owns the volume's write log and its NBD size), else by opening the volume.
 pub async fn resize(common: &Common, volume: &str, size: &str, allow_shrink: bool) -> Result<()> {
-    engine::keys::validate_volume_name(volume)?;
-    let size_bytes = crate::size::parse_size(size)?;
+    lsvd_engine::keys::validate_volume_name(volume)?;
+    let size_bytes = lsvd_core::size::parse_size(size)?;
     if size_bytes == 0 || !size_bytes.is_multiple_of(4096) {
         return Err(Error::bad_input(format!(
             "--size {size}: must be a positive multiple of 4K"
@@ -119,13 +119,13 @@ pub async fn resize(common: &Common, volume: &str, size: &str, allow_shrink: boo
 /// `lsvd clone VOL@SNAP NEW`: only the store is involved (the snapshot's objects are
 /// there already), so no server is asked.
 pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
-    let (volume, Some(snapshot)) = engine::split_export_name(source) else {
+    let (volume, Some(snapshot)) = lsvd_engine::split_export_name(source) else {
         return Err(Error::bad_input(format!(
             "'{source}': clone a snapshot, VOL@SNAP (lsvd snapshot create VOL SNAP makes one)"
         )));
     };
     let store = super::admin::store(common)?;
-    let meta = engine::create_clone(&store, volume, snapshot, name).await?;
+    let meta = lsvd_engine::create_clone(&store, volume, snapshot, name).await?;
     println!(
         "created volume {name}: a writable clone of {volume}@{snapshot} (id {}); serve it with `lsvd serve {name}`",
         meta.volume
@@ -135,8 +135,8 @@ pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
 
 async fn list(common: &Common, volume: &str, json: bool) -> Result<()> {
     let store = super::admin::store_read_only(common)?;
-    let meta = engine::read_meta(&store, volume).await?;
-    let snapshots = engine::list_snapshots(&store, &meta).await?;
+    let meta = lsvd_engine::read_meta(&store, volume).await?;
+    let snapshots = lsvd_engine::list_snapshots(&store, &meta).await?;
     if json {
         let rows: Vec<serde_json::Value> = snapshots
             .iter()
@@ -213,7 +213,7 @@ async fn ask_server(data: &Path, request: &Request) -> Result<Option<Reply>> {
 pub(super) async fn with_volume<T>(
     common: &Common,
     volume: &str,
-    f: impl AsyncFnOnce(&engine::Volume) -> Result<T>,
+    f: impl AsyncFnOnce(&lsvd_engine::Volume) -> Result<T>,
 ) -> Result<T> {
     let _lock = super::serve::lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
@@ -221,11 +221,11 @@ pub(super) async fn with_volume<T>(
     // Opening the volume claims it: a server elsewhere would be fenced out. A volume
     // not stopped cleanly, whose write log is not here, is served (or was last served)
     // on another host: the command belongs there.
-    let meta = engine::read_meta(&store, volume).await?;
-    let newest = engine::newest_volume_super(&store, &meta).await?;
+    let meta = lsvd_engine::read_meta(&store, volume).await?;
+    let newest = lsvd_engine::newest_volume_super(&store, &meta).await?;
     if newest.as_ref().is_some_and(|sb| !sb.clean) && !log_path.exists() {
         return Err(Error::new(
-            crate::error::ErrorKind::Conflict,
+            lsvd_core::error::ErrorKind::Conflict,
             format!(
                 "volume '{volume}' is served by another lsvd (or its server stopped without \
                  a clean shutdown) and its write log is not in {}: run this command on the \
@@ -239,14 +239,14 @@ pub(super) async fn with_volume<T>(
         log_size_bytes: if log_path.exists() {
             EngineConfig::default().log_size_bytes
         } else {
-            engine::MIN_LOG_SIZE_BYTES
+            lsvd_engine::MIN_LOG_SIZE_BYTES
         },
         read_cache_bytes: 0,
         // Never from under a live server: one that renews its lease is refused.
-        lease: crate::engine::lease::LeaseConfig::for_command("lsvd command"),
+        lease: lsvd_engine::lease::LeaseConfig::for_command("lsvd command"),
         ..EngineConfig::default()
     };
-    let (vol, report) = engine::open_volume(store, volume, &common.data, config).await?;
+    let (vol, report) = lsvd_engine::open_volume(store, volume, &common.data, config).await?;
     let result = f(&vol).await;
     let closed = vol.shutdown().await;
     if report.cache_created && closed.is_ok() {

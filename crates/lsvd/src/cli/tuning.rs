@@ -3,8 +3,8 @@
 //! unless `--no-probe`), resolved by `probe::settings`.
 
 use super::{Common, TuningArgs};
-use crate::error::Result;
 use crate::probe::settings::{self, Layers, LoadedLayer, Tuning};
+use lsvd_core::error::Result;
 
 /// The tuned settings in force and a line about each profile (for `info`).
 pub(super) struct Resolved {
@@ -67,7 +67,7 @@ pub(super) fn resolve_tuning(
         };
     }
     for w in [&device.warning, &store.warning].into_iter().flatten() {
-        crate::log::warn(w);
+        lsvd_store::log::warn(w);
     }
     let tuning = settings::resolve(&Layers {
         flags,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use lsvd_trace::synthetic::prng::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use lsvd_core::error::{Error, Result};
 
 /// Alignment of every I/O buffer (and the largest logical block size we expect).
 pub const BUF_ALIGN_BYTES: usize = 4096;
@@ -476,7 +476,7 @@ fn sync_writes(
 
 fn no_samples(what: &str) -> Error {
     Error::new(
-        crate::error::ErrorKind::LocalIo,
+        lsvd_core::error::ErrorKind::LocalIo,
         format!("probe: {what} completed no operation in the time given"),
     )
 }

@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use lsvd_core::error::{Error, Result};
 use measure::{Budget, Measurements, QdPoint, Scratch, SeqPoint, SweepPoint};
 pub use profile::{ProbeProfile, load_profile, save_profile};
 
@@ -301,7 +301,7 @@ impl Settings {
         let seconds_per_test =
             seconds_per_test(args, QUICK_SECONDS_PER_TEST, DEFAULT_SECONDS_PER_TEST)?;
         let file_size_bytes = match &args.file_size {
-            Some(s) => crate::size::parse_size(s)?,
+            Some(s) => lsvd_core::size::parse_size(s)?,
             None if args.quick => QUICK_FILE_SIZE_BYTES,
             None => DEFAULT_FILE_SIZE_BYTES,
         };
@@ -348,7 +348,11 @@ pub fn run(common: &crate::config_file::Common, store_given: bool, args: ProbeAr
     };
     if args.json {
         let text = serde_json::to_string_pretty(&profile).map_err(|e| {
-            Error::with_source(crate::error::ErrorKind::Unsupported, "cannot print JSON", e)
+            Error::with_source(
+                lsvd_core::error::ErrorKind::Unsupported,
+                "cannot print JSON",
+                e,
+            )
         })?;
         println!("{text}");
     } else {
@@ -409,7 +413,7 @@ fn probe_device(dir: &Path, settings: Settings, say: bool) -> Result<ProbeProfil
         eprintln!(
             "probing {} with a {} scratch file, {} tests of {} s (about {:.0} s plus the pre-write)...",
             shown_path.display(),
-            crate::size::format_size(settings.file_size_bytes),
+            lsvd_core::size::format_size(settings.file_size_bytes),
             TIMED_TESTS,
             settings.seconds_per_test,
             settings.seconds_per_test * TIMED_TESTS as f64
@@ -457,7 +461,7 @@ fn store_budget(args: &ProbeArgs) -> Result<store::StoreBudget> {
     let seconds_per_test =
         seconds_per_test(args, STORE_QUICK_SECONDS_PER_TEST, STORE_SECONDS_PER_TEST)?;
     let max_object_bytes = match &args.max_object_size {
-        Some(s) => crate::size::parse_size(s)?,
+        Some(s) => lsvd_core::size::parse_size(s)?,
         None => STORE_MAX_OBJECT_BYTES,
     };
     if !(STORE_MIN_OBJECT_BYTES..=STORE_MAX_OBJECT_BYTES).contains(&max_object_bytes) {
@@ -487,8 +491,8 @@ fn run_store(common: &crate::config_file::Common, args: &ProbeArgs) -> Result<()
             "probing {} under {prefix} (removed afterwards): GETs of 4K..{}, PUTs of 1M..{} \
              with 1..{} streams, {} s per test...",
             store.describe(),
-            crate::size::format_size(budget.max_object_bytes.min(4 << 20)),
-            crate::size::format_size(budget.max_object_bytes),
+            lsvd_core::size::format_size(budget.max_object_bytes.min(4 << 20)),
+            lsvd_core::size::format_size(budget.max_object_bytes),
             budget.max_streams,
             budget.seconds_per_test
         );
@@ -515,7 +519,11 @@ fn run_store(common: &crate::config_file::Common, args: &ProbeArgs) -> Result<()
     };
     if args.json {
         let text = serde_json::to_string_pretty(&profile).map_err(|e| {
-            Error::with_source(crate::error::ErrorKind::Unsupported, "cannot print JSON", e)
+            Error::with_source(
+                lsvd_core::error::ErrorKind::Unsupported,
+                "cannot print JSON",
+                e,
+            )
         })?;
         println!("{text}");
     } else {
@@ -761,7 +769,7 @@ pub(crate) mod tests {
             let e = Settings::from_args(&args(false, secs, size)).expect_err("invalid");
             assert_eq!(
                 e.kind,
-                crate::error::ErrorKind::BadInput,
+                lsvd_core::error::ErrorKind::BadInput,
                 "{secs:?} {size:?}"
             );
         }

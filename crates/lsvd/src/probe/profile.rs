@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Decisions;
 use super::measure::Measurements;
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
 
 pub const PROFILE_MAGIC: &[u8; 8] = b"LSVDPRB1";
 pub const PROFILE_VERSION: u32 = 1;

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::ProbeProfile;
-use crate::size::format_size;
+use lsvd_core::size::format_size;
 
 fn mb_per_sec(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / 1e6

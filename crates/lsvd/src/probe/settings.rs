@@ -23,7 +23,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::engine::EngineConfig;
+use lsvd_engine::EngineConfig;
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -147,7 +147,7 @@ impl Tuning {
 
     /// `(name, value as text, origin)` for each setting, for `lsvd info`.
     pub fn rows(&self) -> Vec<(&'static str, String, Origin)> {
-        let size = crate::size::format_size;
+        let size = lsvd_core::size::format_size;
         vec![
             (
                 "log writes in flight",
@@ -192,9 +192,9 @@ pub mod limits {
 
 /// Check one layer's values against [`limits`]; `what` names the layer's spelling of
 /// each setting in the message (e.g. `--uploads` or `[tuning] uploads`).
-pub fn validate(layer: &Layer, names: &LayerNames) -> crate::error::Result<()> {
-    use crate::error::Error;
-    use crate::size::format_size as fs;
+pub fn validate(layer: &Layer, names: &LayerNames) -> lsvd_core::error::Result<()> {
+    use lsvd_core::error::Error;
+    use lsvd_core::size::format_size as fs;
     let range_u = |v: Option<usize>, r: std::ops::RangeInclusive<usize>, n: &str| match v {
         Some(v) if !r.contains(&v) => Err(Error::bad_input(format!(
             "{n} must be between {} and {}",
@@ -554,7 +554,7 @@ mod tests {
             ),
         ] {
             let e = validate(&bad, &FLAG_NAMES).expect_err("invalid");
-            assert_eq!(e.kind, crate::error::ErrorKind::BadInput);
+            assert_eq!(e.kind, lsvd_core::error::ErrorKind::BadInput);
             assert!(e.to_string().contains(name), "{e}");
         }
     }

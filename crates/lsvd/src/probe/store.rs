@@ -52,8 +52,8 @@ use lsvd_trace::synthetic::prng::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::measure::Latency;
-use crate::error::{Error, Result};
-use crate::store::{DynStore, PutMode};
+use lsvd_core::error::{Error, Result};
+use lsvd_store::{DynStore, PutMode};
 
 /// Range sizes of the GET test.
 pub const GET_SIZES_BYTES: [u64; 6] = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
@@ -145,10 +145,9 @@ pub fn batch_size(put_sizes: &[PutPoint]) -> u64 {
     sorted
         .iter()
         .find(|p| peak > 0.0 && p.bytes_per_sec >= peak * PUT_SATURATION)
-        .map_or(
-            crate::engine::EngineConfig::default().batch_size_bytes,
-            |p| p.object_bytes,
-        )
+        .map_or(lsvd_engine::EngineConfig::default().batch_size_bytes, |p| {
+            p.object_bytes
+        })
         .clamp(MIN_BATCH_BYTES, MAX_BATCH_BYTES)
 }
 
@@ -182,7 +181,7 @@ pub fn decide(m: &StoreMeasurements, quick: bool) -> StoreDecisions {
     if largest_put < MAX_BATCH_BYTES {
         notes.push(format!(
             "objects measured only up to {}",
-            crate::size::format_size(largest_put)
+            lsvd_core::size::format_size(largest_put)
         ));
     }
     StoreDecisions {
@@ -298,7 +297,7 @@ async fn measure_inner(
             samples.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
             if got.len() as u64 != size {
                 return Err(Error::new(
-                    crate::error::ErrorKind::Permanent,
+                    lsvd_core::error::ErrorKind::Permanent,
                     format!("probe: a GET of {size} bytes returned {}", got.len()),
                 ));
             }
@@ -392,7 +391,7 @@ async fn put_streams(
             }
             Err(e) => {
                 first_error.get_or_insert(Error::new(
-                    crate::error::ErrorKind::Permanent,
+                    lsvd_core::error::ErrorKind::Permanent,
                     format!("probe: PUT task failed: {e}"),
                 ));
             }
@@ -514,7 +513,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn measures_a_store_and_leaves_nothing_behind() {
-        let store: DynStore = Arc::new(crate::store::mem::MemStore::new());
+        let store: DynStore = Arc::new(lsvd_store::mem::MemStore::new());
         store
             .put("vol/meta", Bytes::from_static(b"x"), PutMode::Overwrite)
             .await

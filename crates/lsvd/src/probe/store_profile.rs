@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::profile::{ProfileDecodeError, envelope, open_envelope, read_bounded, write_atomically};
 use super::store::{StoreDecisions, StoreMeasurements};
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
 
 pub const STORE_PROFILE_MAGIC: &[u8; 8] = b"LSVDSPR1";
 pub const STORE_PROFILE_VERSION: u32 = 1;

@@ -28,7 +28,7 @@ mod scrape;
 
 use lsvd_nbd::client::{Client, Target};
 
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_trace::{Format, FormatChoice, Op, Request, TraceReader};
 use precondition::{RangeSet, wait_uploaded, write_ranges};
 use scrape::{cache_counts, export_volume, scrape};
@@ -206,7 +206,7 @@ impl Requests {
     fn open(args: &ReplayArgs, format: Format, size: u64) -> Result<Requests> {
         let in_trace = |e: lsvd_trace::Error| Error::from(e).context(args.trace.display());
         let mut reader = TraceReader::open(&args.trace, format).map_err(in_trace)?;
-        if let Some(units) = crate::sim::parse_units(args.units.as_deref())? {
+        if let Some(units) = lsvd_sim::parse_units(args.units.as_deref())? {
             reader = reader.units(units).map_err(in_trace)?;
         }
         Ok(Requests {
@@ -317,7 +317,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
         .map_err(|e| Error::from(e).context("--format"))?;
     let format = choice.resolve(&args.trace)?;
     // A bad --units fails before connecting (the reader checks it again).
-    if crate::sim::parse_units(args.units.as_deref())?.is_some()
+    if lsvd_sim::parse_units(args.units.as_deref())?.is_some()
         && lsvd_trace::Units::default_for(format).is_none()
     {
         return Err(Error::bad_input(format!(

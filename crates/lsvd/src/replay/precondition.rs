@@ -10,7 +10,7 @@ use lsvd_nbd::client::Client;
 
 use super::scrape::scrape;
 use super::{pattern, pieces};
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
 
 /// Precondition writes in flight (each holds a 4 MiB buffer).
 const PRECONDITION_WRITES_IN_FLIGHT: usize = 8;

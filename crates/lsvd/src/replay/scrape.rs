@@ -1,7 +1,7 @@
 //! Reading a running `lsvd serve --metrics` endpoint: a minimal HTTP GET and a parser
 //! for the Prometheus text lines the replay needs (per-volume samples).
 
-use crate::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, ErrorKind, Result};
 
 /// Largest metrics response read.
 const MAX_METRICS_BYTES: u64 = 16 << 20;

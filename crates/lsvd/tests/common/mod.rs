@@ -291,7 +291,7 @@ pub fn remove_s3_prefix(path: &Path) {
             .build()
             .map_err(|e| e.to_string())?;
         rt.block_on(async {
-            let store = lsvd::store::open_store(&url).map_err(|e| e.to_string())?;
+            let store = lsvd_store::open_store(&url).map_err(|e| e.to_string())?;
             let entries = store.list("").await.map_err(|e| e.to_string())?;
             for e in entries {
                 store.delete(&e.key).await.map_err(|e| e.to_string())?;

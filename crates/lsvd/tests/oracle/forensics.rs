@@ -1,13 +1,13 @@
 //! Post-mortem help for a violation: where the write-log image and the store say a
 //! block's data is, and whose stamp sits there.
 
-use lsvd::engine::keys::{objects_prefix, parse_object_name};
-use lsvd::store::DynStore;
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::object::decode_object_header;
 use lsvd_core::format::record::{
     ExtentKind, RECORD_ALIGN_BYTES, RECORD_MAGIC, decode_record_header, verify_record,
 };
+use lsvd_engine::keys::{objects_prefix, parse_object_name};
+use lsvd_store::DynStore;
 
 use super::stamp::{self, BLOCK};
 
@@ -139,7 +139,7 @@ pub async fn explain(image: &[u8], store: &DynStore, volume: &str, blocks: &[u64
         }
     };
     for entry in listing {
-        let Some(lsvd::engine::keys::ObjectName { seq, kind, .. }) = parse_object_name(&entry.key)
+        let Some(lsvd_engine::keys::ObjectName { seq, kind, .. }) = parse_object_name(&entry.key)
         else {
             continue;
         };
@@ -191,8 +191,8 @@ pub async fn explain(image: &[u8], store: &DynStore, volume: &str, blocks: &[u64
 pub static WRITE_ANOMALIES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// A cache write hook that checks every write-log record as it is written.
-pub fn record_checker() -> lsvd::cache_dev::faulty::WriteHook {
-    use lsvd::cache_dev::faulty::DevEvent;
+pub fn record_checker() -> lsvd_engine::cache_dev::faulty::WriteHook {
+    use lsvd_engine::cache_dev::faulty::DevEvent;
     Box::new(|ev| {
         let (offset, buf) = match ev {
             DevEvent::Sync => {

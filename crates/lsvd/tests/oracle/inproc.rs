@@ -7,19 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lsvd::cache_dev::CacheDevice;
-use lsvd::cache_dev::faulty::FaultyCache;
-use lsvd::engine::keys::{objects_prefix, parse_object_name, super_prefix};
-use lsvd::engine::{self, EngineConfig, OpenReport, RecoveryMode, Volume};
-use lsvd::store::faulty::{FaultPlan, FaultyStore};
-use lsvd::store::fs::FsStore;
-use lsvd::store::mem::MemStore;
-use lsvd::store::{DynStore, ObjectStore, PutMode};
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use lsvd_core::format::volume_super::decode_volume_super;
 use lsvd_core::gc::{GcConfig, GcPolicy};
 use lsvd_core::recovery::PartGroup;
+use lsvd_engine::cache_dev::CacheDevice;
+use lsvd_engine::cache_dev::faulty::FaultyCache;
+use lsvd_engine::keys::{objects_prefix, parse_object_name, super_prefix};
+use lsvd_engine::{EngineConfig, OpenReport, RecoveryMode, Volume};
+use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::fs::FsStore;
+use lsvd_store::mem::MemStore;
+use lsvd_store::{DynStore, ObjectStore, PutMode};
 
 use super::checker::{self, Rule};
 use super::history::{Content, History, Record};
@@ -79,7 +79,7 @@ async fn open_with(
     cache.set_write_hook(super::forensics::record_checker());
     let s: DynStore = store;
     let c: Arc<dyn CacheDevice> = cache;
-    Ok(engine::open_volume_on(s, NAME, c, "faulty-cache", config.clone()).await?)
+    Ok(lsvd_engine::open_volume_on(s, NAME, c, "faulty-cache", config.clone()).await?)
 }
 
 /// Crash an incarnation: the store client dies, the device fails (or already failed),
@@ -600,7 +600,7 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
     let use_fs = kind == Kind::StoreFaults && rng.chance(0.3);
     let base: DynStore = if *crate::common::test_store() == crate::common::TestStore::Chain {
         // LSVD_TEST_STORE=chain: a mirrored chain of small drives.
-        lsvd::store::open_store(&crate::common::store_url_for(&tmp.path().join("store")))
+        lsvd_store::open_store(&crate::common::store_url_for(&tmp.path().join("store")))
             .map_err(|e| Failure::new(0, format!("setup: {e}")))?
     } else if use_fs {
         Arc::new(
@@ -610,7 +610,7 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
         Arc::new(MemStore::new())
     };
     let fail0 = |e: io::Error| Failure::new(0, format!("setup: {e}"));
-    engine::create_volume(&base, NAME, nblocks * BLOCK as u64)
+    lsvd_engine::create_volume(&base, NAME, nblocks * BLOCK as u64)
         .await
         .map_err(|e| fail0(e.into()))?;
     let config = random_config(&mut rng, kind);
@@ -801,9 +801,10 @@ async fn check_snapshots(
     stats: &Stats,
 ) -> Result<(), String> {
     for (name, expected) in snapshots {
-        let (snap, _) = engine::open_snapshot(base.clone(), NAME, name, tmp.path(), config.clone())
-            .await
-            .map_err(|e| format!("opening snapshot {name} failed: {e}"))?;
+        let (snap, _) =
+            lsvd_engine::open_snapshot(base.clone(), NAME, name, tmp.path(), config.clone())
+                .await
+                .map_err(|e| format!("opening snapshot {name} failed: {e}"))?;
         let seen = read_state(&snap, nblocks)
             .await
             .map_err(|e| format!("reading snapshot {name} failed: {e}"))?;
@@ -1349,9 +1350,9 @@ async fn finish_second(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lsvd::engine::keys::object_key;
     use lsvd_core::format::VolumeId;
     use lsvd_core::format::object::{ObjectSpec, encode_object};
+    use lsvd_engine::keys::object_key;
 
     async fn put(store: &DynStore, seq: u64, kind: ObjectKind, last: u64, parts_after: u32) {
         let spec = ObjectSpec {

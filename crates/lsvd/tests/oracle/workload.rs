@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lsvd::engine::Volume;
+use lsvd_engine::Volume;
 
 use super::history::{Content, History, OpKind};
 use super::nbd::NbdConn;

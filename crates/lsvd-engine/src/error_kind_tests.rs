@@ -1,0 +1,222 @@
+//! The kinds of the engine's errors on the paths callers branch on: a missing volume,
+//! a bad request, damaged or foreign bytes, a volume that stopped.
+
+use std::sync::Arc;
+
+use lsvd_core::format::object::ObjectKind;
+
+use super::keys::parse_object_name;
+use super::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
+use lsvd_core::error::ErrorKind;
+use lsvd_store::mem::MemStore;
+use lsvd_store::testutil::TempDir;
+use lsvd_store::{DynStore, PutMode};
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 64 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 16 << 20,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    }
+}
+
+async fn setup(tag: &str) -> (TempDir, MemStore, DynStore) {
+    let dir = TempDir::new(tag);
+    let mem = MemStore::new();
+    let store: DynStore = Arc::new(mem.clone());
+    create_volume(&store, "v", 4 << 20).await.expect("create");
+    (dir, mem, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
+    let (dir, _mem, store) = setup("kinds-missing").await;
+    let e = open_volume(store.clone(), "nosuch", dir.path(), config())
+        .await
+        .err()
+        .expect("no such volume");
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("no volume 'nosuch'"), "{e}");
+    let e = read_meta(&store, "nosuch").await.expect_err("missing");
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    let e = inspect_volume(&store, "nosuch").await.expect_err("missing");
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(
+        !dir.path().join("nosuch.wlog").exists(),
+        "no write log for a missing volume"
+    );
+
+    let e = open_volume(store.clone(), "../x", dir.path(), config())
+        .await
+        .err()
+        .expect("bad name");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    let e = create_volume(&store, "v", 4 << 20)
+        .await
+        .expect_err("exists");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
+    let e = create_volume(&store, "w", 1000)
+        .await
+        .expect_err("bad size");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
+    let (dir, _mem, store) = setup("kinds-requests").await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    let e = vol
+        .write(100, vec![1; 512], false)
+        .await
+        .expect_err("misaligned");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    assert_eq!(e.to_string(), "request not aligned to 512 bytes");
+    let e = vol.read(4 << 20, 512).await.expect_err("beyond the end");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    let e = vol
+        .write_zeroes(0, 100, false)
+        .await
+        .expect_err("misaligned");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    let e = vol
+        .allocation(0, (4 << 20) + 512)
+        .expect_err("beyond the end");
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    // The NBD side sees EINVAL for these (see error.rs), not EIO.
+    let io = std::io::Error::from(e);
+    assert_eq!(io.kind(), std::io::ErrorKind::InvalidInput);
+
+    vol.write(0, vec![1; 4096], false).await.expect("write");
+    vol.shutdown().await.expect("shutdown");
+    let e = vol
+        .write(0, vec![2; 4096], false)
+        .await
+        .expect_err("closed");
+    assert_eq!(e.kind, ErrorKind::ShuttingDown, "{e}");
+    drop(vol);
+
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("reopen");
+    vol.crash();
+    let e = vol
+        .write(0, vec![3; 4096], false)
+        .await
+        .expect_err("failed");
+    assert_eq!(e.kind, ErrorKind::VolumeFailed, "{e}");
+    let e = vol.flush().await.expect_err("failed");
+    assert_eq!(e.kind, ErrorKind::VolumeFailed, "{e}");
+    let e = vol.shutdown().await.expect_err("not clean");
+    assert_eq!(e.kind, ErrorKind::VolumeFailed, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() {
+    let (dir, mem, store) = setup("kinds-checkpoint").await;
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    for b in 0..8u64 {
+        vol.write(b * 4096, vec![b as u8 + 1; 4096], false)
+            .await
+            .expect("write");
+    }
+    vol.shutdown()
+        .await
+        .expect("shutdown writes a clean checkpoint");
+    drop(vol);
+    let (checkpoint, key) = mem
+        .snapshot()
+        .iter()
+        .filter_map(|(k, _)| {
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
+        })
+        .max()
+        .expect("a checkpoint");
+    let mut bytes = store.get(&key).await.expect("get");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    store
+        .put(&key, bytes.into(), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+    // Passed over: every object from the first on is there, so replaying them all
+    // gives the same volume.
+    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("recovery passes over the damaged checkpoint");
+    assert_eq!(rep.checkpoints_skipped, vec![checkpoint], "{rep:?}");
+    for b in 0..8u64 {
+        let got = vol.read(b * 4096, 4096).await.expect("read");
+        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
+    }
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    // With the first object gone too, nothing can stand in for it: data loss, naming
+    // the checkpoint.
+    let (first, first_key) = mem
+        .snapshot()
+        .iter()
+        .filter_map(|(k, _)| parse_object_name(k).map(|n| (n.seq, k.clone())))
+        .min()
+        .expect("objects");
+    let newest = mem
+        .snapshot()
+        .iter()
+        .filter_map(|(k, _)| {
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
+        })
+        .collect::<Vec<_>>();
+    // Corrupt the checkpoints written since (the first one already is).
+    for (_, key) in newest.iter().filter(|c| c.0 != checkpoint) {
+        let mut bytes = store.get(key).await.expect("get");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        store
+            .put(key, bytes.into(), PutMode::Overwrite)
+            .await
+            .expect("overwrite");
+    }
+    store.delete(&first_key).await.expect("delete");
+    let e = match open_volume(store.clone(), "v", dir.path(), config()).await {
+        Ok((_, rep)) => panic!(
+            "opened without object {first}: {rep:?} {:?}",
+            mem.snapshot()
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind, ErrorKind::DataLoss, "{e}");
+    assert!(
+        e.to_string().contains("cannot be used"),
+        "names the checkpoint: {e}"
+    );
+    let e = inspect_volume(&store, "v").await;
+    assert!(e.is_ok(), "inspect reports, it does not refuse");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_log_of_another_volume_is_a_conflict() {
+    let (dir, _mem, store) = setup("kinds-foreign-log").await;
+    create_volume(&store, "w", 4 << 20).await.expect("create w");
+    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    vol.write(0, vec![1; 4096], true).await.expect("write");
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    std::fs::copy(dir.path().join("v.wlog"), dir.path().join("w.wlog")).expect("copy");
+    let e = open_volume(store.clone(), "w", dir.path(), config())
+        .await
+        .err()
+        .expect("foreign write log");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    assert!(e.to_string().contains("belongs to another volume"), "{e}");
+}

@@ -1,0 +1,425 @@
+//! The store going away under writes: the write log fills, writes wait (never fail),
+//! and the episode is counted (`log_full_waits`, `log_full`) next to the failed
+//! uploads (`store_put_retries`); when the store is back every write lands.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{EngineConfig, create_volume, open_volume};
+use lsvd_store::DynStore;
+use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::mem::MemStore;
+use lsvd_store::testutil::TempDir;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_write_log_makes_writes_wait_and_is_counted() {
+    let dir = TempDir::new("engine-log-full");
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 64 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 4 << 20,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    faulty.set_outage(true);
+    // 32 MiB into a 4 MiB log with the store away: the writer must stop and wait.
+    let writer = {
+        let vol = vol.clone();
+        tokio::spawn(async move {
+            for i in 0..128u64 {
+                vol.write(i * (256 << 10), vec![(i % 250) as u8 + 1; 256 << 10], false)
+                    .await
+                    .expect("a write waits for space, it does not fail");
+            }
+        })
+    };
+    let stats = vol.stats();
+    for _ in 0..3000 {
+        if stats.log_full.load(Ordering::Relaxed) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        stats.log_full.load(Ordering::Relaxed),
+        "the log never filled: {:?}",
+        vol.status()
+    );
+    assert_eq!(stats.log_full_waits.load(Ordering::Relaxed), 1);
+    assert!(!writer.is_finished(), "writes went on with the log full");
+    assert!(stats.store_put_retries.load(Ordering::Relaxed) > 0);
+
+    faulty.set_outage(false);
+    tokio::time::timeout(Duration::from_secs(60), writer)
+        .await
+        .expect("writes resume once the store is back")
+        .expect("writer task");
+    assert!(!stats.log_full.load(Ordering::Relaxed));
+    for i in 0..128u64 {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
+    }
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// Wait (a bound for a hang, not a timing assertion) until `done`.
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..6000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what} did not happen within 60 s");
+}
+
+/// A volume whose store fails ranged reads (object data) and that wants GC: every
+/// 256 KiB of 8 MiB written, then the first half of each again, so a third of what
+/// is stored is dead, spread over every first-round object. No read cache: every
+/// read of uploaded data, GC's too, is a GET. On `clock` if given.
+async fn gc_wanted_with_reads_failing(
+    name: &str,
+    clock: Option<Arc<lsvd_store::clock::ManualClock>>,
+) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
+    const MIB: u64 = 1 << 20;
+    let dir = TempDir::new(name);
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 8 * MIB).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem, FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let mut config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 32 * MIB,
+        read_cache_bytes: 0,
+        gc_min_rate_bytes: 0,
+        ..EngineConfig::default()
+    };
+    if let Some(clock) = clock {
+        config.clock = lsvd_store::clock::SharedClock(clock);
+    }
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    faulty.set_range_reads_failing(true);
+    for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
+        for i in 0..8 * 4u64 {
+            vol.write(
+                i * (256 << 10),
+                vec![round * 10 + (i % 7) as u8; len as usize],
+                false,
+            )
+            .await
+            .expect("write");
+        }
+        vol.flush().await.expect("flush");
+    }
+    (vol, faulty, dir)
+}
+
+/// The store away for object reads only: GC passes (which GET their victims' live data) are
+/// given up and counted, a client read miss fails and is counted; once reads work again
+/// GC completes and every block reads back. The soak test found the engine living
+/// through an outage with no upload attempted (client batches held behind a GC pass
+/// that could not read), which `store_put_retries` alone did not show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_gets_and_given_up_gc_passes_are_counted() {
+    let (vol, faulty, _dir) = gc_wanted_with_reads_failing("engine-get-failures", None).await;
+    let stats = vol.stats();
+    wait_until("a GC pass given up", || {
+        stats.gc_passes_failed.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    assert!(stats.store_get_failures.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        vol.status().gc_passes,
+        0,
+        "a GC pass completed without reads"
+    );
+    // The second half of each chunk is first-round data, uploaded (its log space
+    // freed) and in no cache: a read of it is a GET, and fails.
+    let before = stats.store_get_failures.load(Ordering::Relaxed);
+    vol.read(128 << 10, 4096)
+        .await
+        .expect_err("a read miss with the store away for reads");
+    assert!(stats.store_get_failures.load(Ordering::Relaxed) > before);
+
+    faulty.set_range_reads_failing(false);
+    wait_until("a GC pass once reads work", || vol.status().gc_passes > 0).await;
+    for i in 0..8 * 4u64 {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        let (new, old) = got.split_at(128 << 10);
+        assert!(new.iter().all(|b| *b == 20 + (i % 7) as u8), "chunk {i}");
+        assert!(old.iter().all(|b| *b == 10 + (i % 7) as u8), "chunk {i}");
+    }
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// Data objects of volume "v" in the store.
+fn data_objects(mem: &MemStore) -> usize {
+    mem.snapshot()
+        .iter()
+        .filter(|(k, _)| k.starts_with("v/obj/") && k.ends_with(".d"))
+        .count()
+}
+
+/// A store that refuses DELETE: dead objects stay (counted), one failed delete per
+/// checkpoint rather than one per object, and once deletes work again the next
+/// checkpoints delete them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
+    let dir = TempDir::new("engine-delete-fail");
+    let mem = MemStore::new();
+    let inner: DynStore = Arc::new(mem.clone());
+    create_volume(&inner, "v", 8 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 64 << 10,
+        batch_timeout_ms: 20,
+        checkpoint_every_objects: 2,
+        log_size_bytes: 16 << 20,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    let stats = vol.stats();
+    // Each round overwrites the same 64 KiB: one object, and the one before is dead.
+    let round = |fill: u8| {
+        let vol = vol.clone();
+        async move {
+            vol.write(0, vec![fill; 64 << 10], false)
+                .await
+                .expect("write");
+            vol.flush().await.expect("flush");
+            wait_until("uploads", || vol.status().uploads_pending == 0).await;
+        }
+    };
+    faulty.set_deletes_failing(true);
+    for fill in 1..=20u8 {
+        round(fill).await;
+    }
+    let failed = stats.object_deletes_failed.load(Ordering::Relaxed);
+    assert!(failed > 0, "no delete was tried");
+    assert_eq!(stats.objects_deleted.load(Ordering::Relaxed), 0);
+    assert!(
+        data_objects(&mem) >= 20,
+        "{} data objects",
+        data_objects(&mem)
+    );
+    // One failed delete per checkpoint at most, not one per dead object.
+    let checkpoints = stats.checkpoints_written.load(Ordering::Relaxed);
+    assert!(
+        failed <= checkpoints,
+        "{failed} failed deletes for {checkpoints} checkpoints"
+    );
+
+    faulty.set_deletes_failing(false);
+    for fill in 21..=26u8 {
+        round(fill).await;
+    }
+    wait_until("the dead objects deleted", || data_objects(&mem) <= 4).await;
+    assert!(stats.objects_deleted.load(Ordering::Relaxed) >= 20);
+    assert_eq!(
+        vol.read(0, 64 << 10).await.expect("read"),
+        vec![26; 64 << 10]
+    );
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// GC passes given up in a row wait 1 s, 2 s, 4 s, then 8 s between them (plus up to
+/// the GC loop's 1 s poll), as docs/SEMANTICS.md says: on a manual clock, the clock
+/// time between consecutive failed passes follows that schedule, and a pass retried
+/// every second (the behaviour before the backoff) would fail this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
+    use lsvd_store::clock::{Clock, ManualClock};
+    let clock = ManualClock::new();
+    let (vol, faulty, _dir) =
+        gc_wanted_with_reads_failing("engine-gc-backoff", Some(clock.clone())).await;
+    let stats = vol.stats();
+    // Clock time of each failed pass, stepping 50 ms at a time with real time in
+    // between for the tasks to act on it.
+    let step = Duration::from_millis(50);
+    let mut failures: Vec<Duration> = Vec::new();
+    let mut seen = 0;
+    for _ in 0..2400 {
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let n = stats.gc_passes_failed.load(Ordering::Relaxed);
+        if n > seen {
+            assert_eq!(n, seen + 1, "two passes failed within one step");
+            seen = n;
+            failures.push(clock.now());
+        }
+        if failures.len() == 7 {
+            break;
+        }
+    }
+    assert_eq!(failures.len(), 7, "failed passes at {failures:?}");
+    let gaps: Vec<f64> = failures
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    for (i, gap) in gaps.iter().enumerate() {
+        let wait = f64::from(1u32 << i.min(3));
+        assert!(
+            // Each failure is seen within one 50 ms step of when it happened.
+            *gap >= wait - 0.1 && *gap <= wait + 1.0 + 0.1,
+            "gap {i} between failed passes is {gap:.2} s, expected {wait} s plus at most the 1 s poll: {gaps:?}"
+        );
+    }
+    // Shutting down waits for the GC task, asleep on the manual clock: keep time
+    // moving until it is done.
+    faulty.set_range_reads_failing(false);
+    let shutdown = tokio::spawn(async move { vol.shutdown().await });
+    for _ in 0..6000 {
+        if shutdown.is_finished() {
+            break;
+        }
+        clock.advance(step);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    shutdown
+        .await
+        .expect("shutdown task")
+        .expect("shutdown within 300 s of clock time");
+}
+
+/// A volume with a 4 MiB write log whose writes find the log full within a few
+/// writes once `fault` is switched on for PUTs, with a 500 ms stall timeout.
+async fn stalled_volume(
+    name: &str,
+    fault: Option<lsvd_store::faulty::Fault>,
+) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
+    let dir = TempDir::new(name);
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", 64 << 20).await.expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
+    let store: DynStore = faulty.clone();
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes: 4 << 20,
+        stall_timeout_ms: 500,
+        ..EngineConfig::default()
+    };
+    let (vol, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    match fault {
+        Some(f) => faulty.faults().fail(lsvd_store::faulty::Ops::PUT, f),
+        None => faulty.set_outage(true),
+    }
+    (vol, faulty, dir)
+}
+
+/// The errno an NBD client gets for `e`.
+fn nbd_errno(e: &lsvd_core::error::Error) -> u32 {
+    lsvd_nbd::proto::transmission::error_code(&std::io::Error::from(e.clone()))
+}
+
+/// Writes until one is refused; returns the chunks acknowledged and the refusal.
+async fn write_until_refused(vol: &super::Volume) -> (u64, lsvd_core::error::Error) {
+    for i in 0..256u64 {
+        let r = tokio::time::timeout(
+            Duration::from_secs(60),
+            vol.write(i * (256 << 10), vec![(i % 250) as u8 + 1; 256 << 10], false),
+        )
+        .await
+        .expect("a write stalled past the stall timeout without an answer");
+        if let Err(e) = r {
+            return (i, e);
+        }
+    }
+    panic!("64 MiB went into a 4 MiB log with the store refusing every upload");
+}
+
+/// The store away while the write log fills: the write that finds no room waits the
+/// stall timeout and fails with EIO, the next fails at once, a FLUSH still answers
+/// (for what was acknowledged), and nothing acknowledged is lost: once the store is
+/// back every acknowledged chunk reads back and writes are accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
+    let (vol, faulty, _dir) = stalled_volume("engine-log-stall", None).await;
+    let stats = vol.stats();
+    let started = std::time::Instant::now();
+    let (acked, e) = write_until_refused(&vol).await;
+    assert_eq!(e.kind, lsvd_core::error::ErrorKind::Transient, "{e}");
+    assert_eq!(nbd_errno(&e), lsvd_nbd::proto::consts::EIO, "{e}");
+    assert!(acked > 0, "no write was accepted before the log filled");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(stats.log_stalled.load(Ordering::SeqCst));
+    // The next write that does not fit fails at once, and is counted.
+    let at_once = std::time::Instant::now();
+    vol.write(acked * (256 << 10), vec![9; 256 << 10], false)
+        .await
+        .expect_err("a write while the log is stalled");
+    assert!(
+        at_once.elapsed() < Duration::from_millis(400),
+        "waited {:?}",
+        at_once.elapsed()
+    );
+    assert!(stats.log_full_failures.load(Ordering::Relaxed) >= 2);
+    vol.flush()
+        .await
+        .expect("a FLUSH answers for what was acknowledged");
+
+    faulty.set_outage(false);
+    wait_until("the log has room", || {
+        !stats.log_stalled.load(Ordering::SeqCst)
+    })
+    .await;
+    vol.write(0, vec![0xee; 4096], false)
+        .await
+        .expect("writes are accepted again once uploads free room");
+    assert!(!stats.log_stalled.load(Ordering::SeqCst));
+    for i in 1..acked {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
+    }
+    vol.shutdown().await.expect("shutdown");
+}
+
+/// A full store (ENOSPC, a quota) behind a full write log: writes fail with ENOSPC;
+/// a store refusing the credentials: EIO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_answers_enospc_for_a_full_store_and_eio_for_a_denied_one() {
+    use lsvd_nbd::proto::consts::{EIO, ENOSPC};
+    use lsvd_store::faulty::{Fault, Ops};
+    for (fault, kind, errno) in [
+        (Fault::DiskFull, lsvd_core::error::ErrorKind::Full, ENOSPC),
+        (
+            Fault::QuotaExceeded,
+            lsvd_core::error::ErrorKind::Full,
+            ENOSPC,
+        ),
+        (Fault::Denied, lsvd_core::error::ErrorKind::Denied, EIO),
+    ] {
+        let (vol, faulty, _dir) = stalled_volume("engine-log-stall-kind", Some(fault)).await;
+        let (acked, e) = write_until_refused(&vol).await;
+        assert_eq!(e.kind, kind, "{fault:?}: {e}");
+        assert_eq!(nbd_errno(&e), errno, "{fault:?}: {e}");
+        faulty.faults().heal(Ops::PUT);
+        vol.flush()
+            .await
+            .expect("flush once the store takes uploads");
+        for i in 0..acked {
+            let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+            assert!(
+                got.iter().all(|b| *b == (i % 250) as u8 + 1),
+                "{fault:?}: chunk {i}"
+            );
+        }
+        vol.shutdown().await.expect("shutdown");
+    }
+}

@@ -1,0 +1,1008 @@
+//! Opening a volume: recovery, then the tasks that serve it.
+//!
+//! Opening always runs recovery; after a clean shutdown it simply finds nothing to
+//! redo. Steps (see docs/ARCHITECTURE.md):
+//! 1. the store side ([`super::store_recovery`]): the newest checkpoint and the objects
+//!    after it up to the first gap; stranded objects past the gap are deleted before
+//!    any new write;
+//! 2. the log side ([`super::log_scan`]): follow the write log's record chain from the
+//!    cache superblock's tail; `lsvd_core::recovery` decides what to replay, bridge or
+//!    refuse given what the store holds;
+//! 3. replay the records the store lacks into the overlay map and the pipeline, so
+//!    the store catches up; write a cache superblock; claim the volume in the store;
+//!    start the log writer, the uploader and the GC.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CacheSuper, encode_cache_super};
+use lsvd_core::format::record::LOG_ALIGN_BYTES;
+use lsvd_core::format::volume_super::VolumeSuper;
+use lsvd_core::history::History;
+use lsvd_core::log_map::LogMap;
+use lsvd_core::pipeline::Pipeline;
+use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_log_recovery};
+
+use super::cache_layout::CacheLayout;
+use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
+use super::keys::validate_volume_name;
+use super::lease::{Acquired, Lease, acquire};
+use super::log_index;
+use super::log_order;
+use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
+use super::log_space::LogSpace;
+use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
+use super::recent_records::RecentRecords;
+use super::shared::{Shared, State, Stats};
+use super::started::{self, LogWriter};
+use super::store_meta::{is_being_deleted, random_session_id, read_meta};
+use super::store_recovery::{StoreRecovery, check_recovered, recover_store, settle_store};
+use super::volume::Volume;
+use super::{gc, uploader, writer};
+use crate::cache_dev::{CacheDevice, FileCache};
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_store::DynStore;
+
+/// What recovery found and did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OpenReport {
+    pub checkpoint_seq: Option<u64>,
+    pub checkpoint_clean: bool,
+    pub objects_replayed: u64,
+    /// Newer checkpoints recovery passed over (corrupt or missing), newest first.
+    pub checkpoints_skipped: Vec<u64>,
+    pub stranded_deleted: Vec<u64>,
+    /// The volume superblock generation this open claimed.
+    pub superblock_generation: u64,
+    /// The epoch of this open's claim (its objects carry it).
+    pub epoch: u64,
+    /// The holder whose lease lapsed, when this open took the volume over.
+    pub took_over_from: Option<String>,
+    /// Write-log records a superseded session acknowledged, discarded
+    /// (`EngineConfig::discard_superseded_log`).
+    pub log_records_discarded: u64,
+    /// Write-log records taken from the write-log index instead of read from the log.
+    pub log_records_from_index: u64,
+    pub log_records_replayed: u64,
+    pub log_bytes_replayed: u64,
+    /// Write-log records the store already holds that the log keeps, and serves
+    /// reads of, until it needs the space.
+    pub log_records_kept: u64,
+    pub cache_created: bool,
+}
+
+/// Open (and recover) volume `name`, keeping its write log under `data_dir`.
+///
+/// Errors: `NotFound` (no such volume), `BadInput` (a bad name), `Corrupt` (a
+/// checkpoint, object or write log fails its checks), `Conflict` (another process
+/// owns the volume, or the write log belongs to another volume), `DataLoss` (strict
+/// recovery refuses), `LocalIo`, or a store error's kind.
+pub async fn open_volume(
+    store: DynStore,
+    name: &str,
+    data_dir: &Path,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    validate_volume_name(name)?;
+    open_files_and_volume(store, name, None, data_dir, config).await
+}
+
+/// Open snapshot `snapshot` of volume `name` read-only (export `name@snapshot`): its
+/// state is rebuilt from the store; writes, trims and zeroes fail with `ReadOnly`;
+/// nothing is uploaded, collected or deleted, and the volume itself is not claimed
+/// (it may be served at the same time, here or elsewhere). A small write log that
+/// stays empty and a read cache live under `data_dir` as `name@snapshot.*`.
+/// Errors: those of [`open_volume`], and `NotFound` naming the snapshots there are.
+pub async fn open_snapshot(
+    store: DynStore,
+    name: &str,
+    snapshot: &str,
+    data_dir: &Path,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    validate_volume_name(name)?;
+    let meta = read_meta(&store, name).await?;
+    if is_being_deleted(&store, &meta).await? {
+        return Err(super::volume_super::being_deleted(name));
+    }
+    let record = super::snapshot::read_snapshot(&store, &meta, snapshot).await?;
+    let config = EngineConfig {
+        log_size_bytes: MIN_LOG_SIZE_BYTES,
+        ..config
+    };
+    open_files_and_volume(store, name, Some(record), data_dir, config).await
+}
+
+/// The write log and read cache files of a volume (or of a snapshot export, named
+/// `name@snapshot`), then the volume itself.
+async fn open_files_and_volume(
+    store: DynStore,
+    name: &str,
+    snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
+    data_dir: &Path,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| Error::local_io(format!("cannot create {}", data_dir.display()), e))?;
+    let stem = match &snapshot {
+        Some(r) => format!("{name}@{}", r.name),
+        None => name.to_string(),
+    };
+    let log_path = data_dir.join(format!("{stem}.wlog"));
+    let log_size =
+        config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
+    // Check the volume exists, and that this process may claim it, before making a
+    // log file for it.
+    let meta = read_meta(&store, name).await?;
+    let acquired = match &snapshot {
+        Some(_) => None,
+        None => {
+            let own = log_session_of(&log_path, &meta);
+            Some(acquire(&store, &meta, own, &config.lease, &*config.clock).await?)
+        }
+    };
+    // Writing a large log takes a moment: say why the first start waits.
+    if !log_path.exists() && log_size >= 256 << 20 {
+        lsvd_store::log::info(&format!(
+            "preparing the write log {} ({} MiB, once)",
+            log_path.display(),
+            log_size >> 20
+        ));
+    }
+    let (file, created) = FileCache::open_or_create_written(&log_path, log_size)
+        .map_err(|e| Error::local_io(format!("cannot open write log {}", log_path.display()), e))?;
+    let cache_name = log_path.display().to_string();
+    let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
+        Some(read_cache::open_files(
+            data_dir,
+            &stem,
+            config.read_cache_bytes,
+            meta.volume,
+        )?)
+    } else {
+        None
+    };
+    let (volume, mut report) = open_inner(
+        store,
+        name,
+        Arc::new(file),
+        &cache_name,
+        read_cache,
+        config,
+        snapshot,
+        acquired,
+    )
+    .await?;
+    report.cache_created = created;
+    Ok((volume, report))
+}
+
+/// Open volume `name` with its write log on `cache` (tests inject fault-injecting
+/// devices here). `cache_name` is used in messages.
+pub async fn open_volume_on(
+    store: DynStore,
+    name: &str,
+    cache: Arc<dyn CacheDevice>,
+    cache_name: &str,
+    config: EngineConfig,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    open_inner(store, name, cache, cache_name, None, config, None, None).await
+}
+
+/// The session of the write log at `path` (its index epoch: the session id it
+/// claimed the volume with), if the file exists and holds `meta`'s log. Read before
+/// anything is made, so a process refused the volume leaves no file behind.
+fn log_session_of(
+    path: &Path,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+) -> Option<CacheSuper> {
+    use lsvd_core::format::cache_super::newest_cache_super;
+    use std::io::Read;
+    let mut head = vec![0u8; 2 * CACHE_SUPER_BYTES];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let (a, b) = head.split_at(CACHE_SUPER_BYTES);
+    newest_cache_super(a, b)
+        .ok()
+        .filter(|sb| sb.volume == meta.volume)
+}
+
+/// What the log side of recovery decided.
+struct LogPlan {
+    /// Records the store lacks, in order.
+    replay: Vec<FoundRecord>,
+    /// Records the store holds, in order, before `replay`: the log keeps them.
+    keep: Vec<FoundRecord>,
+    /// Records dropped past a gap (accept-prefix): an empty object covers them.
+    bridge_through: Option<u64>,
+    next_record_seq: u64,
+    /// CRC of the newest valid record (the next record chains to it).
+    last_record_crc: u32,
+    /// Where appends continue.
+    head: u64,
+}
+
+/// Decide what to do with the record chain found, given what the store holds
+/// (`lsvd_core::recovery::plan_log_recovery`), and where appends continue.
+fn plan_log(
+    chain: Vec<FoundRecord>,
+    existing: Option<&CacheSuper>,
+    layout: &CacheLayout,
+    last_in_store: u64,
+    store_last_written_by_this_log: bool,
+    mode: RecoveryMode,
+) -> Result<LogPlan> {
+    let input = LogRecoveryInput {
+        cache_tail_seq: existing.map(|sb| sb.tail_seq),
+        chain: match (chain.first(), chain.last()) {
+            (Some(first), Some(last)) => SeqRange::new(first.header.seq, last.header.seq),
+            _ => None,
+        },
+        store_last_record_seq: last_in_store,
+        store_last_written_by_this_log,
+        mode,
+    };
+    let plan = plan_log_recovery(&input).map_err(|refusal| match refusal {
+        // 2^64 records cannot have been written: the numbers come from damaged bytes.
+        LogRecoveryRefusal::SequenceNumbersExhausted { .. } => {
+            Error::new(ErrorKind::Corrupt, refusal.to_string())
+        }
+        _ => Error::new(
+            ErrorKind::DataLoss,
+            format!(
+                "{refusal}. Start with --recovery-mode accept-prefix to continue from what the store has"
+            ),
+        ),
+    })?;
+    for w in &plan.warnings {
+        lsvd_store::log::warn(&format!("{w} (--recovery-mode accept-prefix)"));
+    }
+    // The newest valid record: appends continue after it, chained to its CRC.
+    let (last_record_crc, head) = match (chain.last(), existing) {
+        (Some(r), _) => {
+            let end = r.offset + r.header.total_bytes();
+            let head = if end >= layout.log_end {
+                layout.log_start
+            } else {
+                end
+            };
+            (r.header.crc, head)
+        }
+        (None, Some(sb)) => (0, sb.tail_offset),
+        (None, None) => (0, layout.log_start),
+    };
+    let in_range = |range: Option<SeqRange>, r: &FoundRecord| {
+        range.is_some_and(|range| range.contains(r.header.seq))
+    };
+    let (keep, rest): (Vec<_>, Vec<_>) = chain.into_iter().partition(|r| in_range(plan.keep, r));
+    let replay = rest
+        .into_iter()
+        .filter(|r| in_range(plan.replay, r))
+        .collect();
+    Ok(LogPlan {
+        replay,
+        keep,
+        bridge_through: plan.bridge_through,
+        next_record_seq: plan.next_record_seq,
+        last_record_crc,
+        head,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn open_inner(
+    store: DynStore,
+    name: &str,
+    cache: Arc<dyn CacheDevice>,
+    cache_name: &str,
+    read_cache: Option<ReadCache>,
+    config: EngineConfig,
+    snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
+    acquired: Option<Acquired>,
+) -> Result<(Arc<Volume>, OpenReport)> {
+    // 0. May this process claim the volume? (Reading only.)
+    let meta = read_meta(&store, name).await?;
+    let existing = read_cache_super(cache.as_ref(), &meta, cache_name)?;
+    let acquired = match (acquired, &snapshot) {
+        (Some(a), _) => Some(a),
+        (None, Some(_)) => None,
+        (None, None) => {
+            Some(acquire(&store, &meta, existing, &config.lease, &*config.clock).await?)
+        }
+    };
+    // 1. The store side (what the snapshots keep is not garbage).
+    let pins = super::snapshot::load_pins(&store, &meta).await?;
+    let lineage = super::lineage::load_lineage(&store, &meta).await?;
+    let mut rec = match &snapshot {
+        None => recover_store(&store, &meta).await?,
+        Some(record) => StoreRecovery::of_snapshot(
+            super::snapshot::snapshot_state(&store, &meta, record).await?,
+            record,
+        ),
+    };
+    rec.orphans.retain(|n| !pins.holds(n.seq));
+    let mut report = OpenReport {
+        checkpoint_seq: rec.checkpoint_seq,
+        checkpoint_clean: rec.checkpoint_clean,
+        objects_replayed: rec.objects_replayed,
+        checkpoints_skipped: rec.skipped_checkpoints.clone(),
+        took_over_from: acquired.as_ref().and_then(|a| a.took_over_from.clone()),
+        ..Default::default()
+    };
+    // The holder renewed (or another process claimed) after this one decided it may
+    // claim: it is alive, and this open changes nothing.
+    if let (Some(a), Some(sb)) = (&acquired, &rec.superblock)
+        && sb.generation >= a.claim_generation
+    {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "volume '{name}' was claimed by {} (superblock generation {}) while this process recovered it; refusing to open it",
+                if sb.holder.is_empty() {
+                    "another lsvd process"
+                } else {
+                    &sb.holder
+                },
+                sb.generation
+            ),
+        ));
+    }
+    check_recovered(&rec, config.recovery_mode)?;
+    // The claim's epoch and where it numbers its objects: past every epoch and
+    // number any object in the store has, so no name and no number is used twice.
+    let claim_plan = acquired.as_ref().map(|a| ClaimPlan {
+        generation: a.claim_generation,
+        epoch: a
+            .newest
+            .as_ref()
+            .map_or(0, |sb| sb.epoch)
+            .max(rec.listed_max_epoch)
+            .max(rec.history.newest_epoch())
+            + 1,
+        after_seq: rec.history_end,
+        first_seq: rec
+            .state
+            .next_object_seq()
+            .max(rec.listed_max_seq.saturating_add(1)),
+    });
+    if let Some(p) = &claim_plan {
+        rec.state.skip_to(p.first_seq).map_err(|e| {
+            Error::with_source(ErrorKind::Corrupt, "numbering the claim's objects", e)
+        })?;
+    }
+    let base_counters = rec.counters;
+    let heat = (config.gc.policy.tracks_heat() && snapshot.is_none())
+        .then(|| restored_heat(&meta, rec.state.volume_size_bytes, rec.heat.as_ref()));
+    let newest_super = rec.superblock.clone();
+    let history = rec.history.clone();
+    let store_state = rec.state.clone();
+    let last_in_store = store_state.last_record_seq();
+
+    // 2. The log side.
+    let layout = match existing {
+        Some(sb) => CacheLayout::from_super(cache.size_bytes(), sb.log_start, sb.log_end)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Corrupt,
+                    format!(
+                        "write log {cache_name} has an impossible layout (log {}..{} in {} bytes); move it away to start from the store",
+                        sb.log_start,
+                        sb.log_end,
+                        cache.size_bytes()
+                    ),
+                )
+            })?,
+        None => CacheLayout::for_new_file(cache.size_bytes()),
+    };
+    let (log_start, log_end) = (layout.log_start, layout.log_end);
+    if log_end < log_start + MIN_LOG_SIZE_BYTES / 2 {
+        return Err(Error::bad_input(format!(
+            "write log {} is too small ({} bytes)",
+            cache_name,
+            cache.size_bytes()
+        )));
+    }
+    let log_index = existing.and_then(|sb| {
+        log_index::read_newest(cache.as_ref(), &layout, meta.volume, sb.index_epoch)
+    });
+    let index_epoch = random_session_id().max(1);
+    let mut chain = Vec::new();
+    if let Some(sb) = existing {
+        chain = scan_log_with_index(cache.as_ref(), &sb, log_index.as_ref());
+        report.log_records_from_index = log_index.as_ref().map_or(0, |i| {
+            chain
+                .iter()
+                .take_while(|r| i.records.iter().any(|x| x.header.seq == r.header.seq))
+                .count()
+        }) as u64;
+        // A record that fails verification with a valid successor chained to it is
+        // not simply the torn end of the log: say so (the log still ends there).
+        if let Some(b) = super::log_scan::chain_break(cache.as_ref(), &sb, &chain)
+            && b.followed
+            && b.record.seq > last_in_store
+        {
+            lsvd_store::log::warn(&format!(
+                "volume {name}: {}, yet a valid record chained to it follows: power failed before it was synced, or the cache device changed it; the write log ends before it (records from {} on are not replayed; `lsvd check` lists them)",
+                b.record, b.record.seq
+            ));
+        }
+    }
+    // The session that claimed the volume last used its log epoch as its session id
+    // (`claim`): if that is this log's, nobody has written the volume since.
+    let store_last_written_by_this_log = existing.is_some_and(|sb| {
+        newest_super
+            .as_ref()
+            .is_some_and(|v| sb.is_own_session(v.session))
+    });
+    // Records past the store's end that a session acknowledged after which another
+    // process claimed the volume: that process's history does not hold them, and
+    // replaying them would mix two histories. Refused, or discarded when asked.
+    let superseded_after = match existing {
+        Some(sb) if snapshot.is_none() && !store_last_written_by_this_log => {
+            superseded_after(&store, &meta, &sb, &history, last_in_store).await?
+        }
+        _ => u64::MAX,
+    };
+    let superseded = chain
+        .iter()
+        .filter(|r| r.header.seq > superseded_after)
+        .count() as u64;
+    if superseded > 0 {
+        let first = chain
+            .iter()
+            .find(|r| r.header.seq > superseded_after)
+            .map_or(0, |r| r.header.seq);
+        let last = chain.last().map_or(0, |r| r.header.seq);
+        let by = newest_super.as_ref().map_or_else(
+            || "another process".to_string(),
+            |sb| {
+                if sb.holder.is_empty() {
+                    format!("session {:016x}", sb.session)
+                } else {
+                    sb.holder.clone()
+                }
+            },
+        );
+        if !config.discard_superseded_log {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "write log {cache_name} holds {superseded} records (sequence {first}..={last}) that a superseded session of volume '{name}' acknowledged but never uploaded; {by} has claimed the volume since, so they are not in it. Discard them with `lsvd serve {name} --discard-superseded-log` (or move the file away)"
+                ),
+            ));
+        }
+        lsvd_store::log::warn(&format!(
+            "volume {name}: discarding {superseded} records (sequence {first}..={last}) of write log {cache_name}: a superseded session acknowledged them, and {by} has claimed the volume since"
+        ));
+        report.log_records_discarded = superseded;
+        let keep_through = superseded_after.min(last_in_store);
+        // The first record dropped still chains to the last one kept: appends start
+        // at its place, and until they overwrite it the next open would follow the
+        // chain into what was discarded. Its header block is zeroed (and synced) first.
+        if let Some(first) = chain.iter().find(|r| r.header.seq > keep_through) {
+            let zeros = vec![0u8; lsvd_core::format::SECTOR_BYTES as usize];
+            cache
+                .write_at(&zeros, first.offset)
+                .and_then(|()| cache.sync())
+                .map_err(|e| {
+                    Error::local_io(
+                        format!("cannot discard the superseded records of write log {cache_name}"),
+                        e,
+                    )
+                })?;
+        }
+        chain.retain(|r| r.header.seq <= keep_through);
+    }
+    let plan = plan_log(
+        chain,
+        existing.as_ref(),
+        &layout,
+        last_in_store,
+        store_last_written_by_this_log,
+        config.recovery_mode,
+    )?;
+
+    // 3. Replay, then serve.
+    let log_first = plan
+        .keep
+        .first()
+        .or(plan.replay.first())
+        .map_or(plan.head, |r| r.offset);
+    let mut log = LogSpace::new(log_start, log_end, log_first);
+    let now_ns = lsvd_store::clock::now_ns(&*config.clock);
+    let size_bytes = store_state.volume_size_bytes;
+    let pipeline = Pipeline::new(config.pipeline_config(), store_state, now_ns);
+    let jitter_seed = config.jitter_seed.unwrap_or_else(random_session_id);
+    let shared = Arc::new(Shared {
+        runtime: tokio::runtime::Handle::current(),
+        meta: meta.clone(),
+        size_bytes: AtomicU64::new(size_bytes),
+        resizing: tokio::sync::Mutex::new(()),
+        store: store.clone(),
+        cache: cache.clone(),
+        stats: Stats::default(),
+        state: Mutex::new(State {
+            log_map: LogMap::new(),
+            pipeline,
+            log: LogSpace::new(log_start, log_end, log_start),
+            next_record_seq: plan.next_record_seq,
+            last_record_crc: plan.last_record_crc,
+            log_headers: Default::default(),
+            recent_records: RecentRecords::new(config.upload_memory_bytes),
+            // Everything on the device now is synced below, before serving.
+            log_synced_through: plan.next_record_seq - 1,
+            log_classified_through: 0,
+            log_freeing_through: 0,
+            log_bytes_since_index: 0,
+            log_index_generation: log_index.as_ref().map_or(0, |i| i.generation),
+            cache_super_generation: existing.map_or(0, |sb| sb.generation),
+            base_counters,
+            heat,
+        }),
+        space_freed: Condvar::new(),
+        #[cfg(test)]
+        injected_panic: Mutex::new(None),
+        upload_wake: tokio::sync::Notify::new(),
+        gc_wake: tokio::sync::Notify::new(),
+        super_lock: Mutex::new(()),
+        volume_super: Mutex::new(VolumeSuper {
+            volume: meta.volume,
+            ..Default::default()
+        }),
+        headers: Mutex::new(Default::default()),
+        admit_uploads: read_cache.is_some()
+            && config
+                .read_cache_admit
+                .admits(store.admit_uploads_to_cache()),
+        admissions_pending: Default::default(),
+        read_cache,
+        failed: AtomicBool::new(false),
+        failure: Mutex::new(None),
+        volume_claimed: AtomicBool::new(false),
+        epoch: AtomicU64::new(0),
+        lease: Lease::new(if snapshot.is_some() {
+            0
+        } else {
+            config.lease.timeout_ms
+        }),
+        volume_super_writes: tokio::sync::Mutex::new(()),
+        deferred_deletes: Mutex::new(Vec::new()),
+        pins: Mutex::new(pins),
+        replica_holds: Default::default(),
+        deletions: tokio::sync::Mutex::new(()),
+        snapshot: snapshot.as_ref().map(|r| r.name.clone()),
+        lineage,
+        log_start,
+        log_end,
+        layout,
+        index_epoch,
+        jitter: Mutex::new(lsvd_trace::synthetic::prng::Rng::new(jitter_seed)),
+        config: config.clone(),
+    });
+    let generation = {
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        // Records the store has: back into the overlay (where the store still maps
+        // their data), so reads of what the log kept stay local after a restart. The
+        // log frees them as it needs the space, as it would have.
+        for r in &plan.keep {
+            log.push(r.header.seq, r.offset, r.header.total_bytes());
+            st.log_headers.push_back((r.offset, r.header.clone()));
+            st.log_map.keep_applied(
+                st.pipeline.store().map(),
+                r.header.seq,
+                r.offset + u64::from(r.header.header_bytes),
+                &r.header.extents,
+            );
+            report.log_records_kept += 1;
+        }
+        st.log_classified_through = plan.keep.last().map_or(0, |r| r.header.seq);
+        for r in &plan.replay {
+            let bytes = r.header.total_bytes();
+            log.push(r.header.seq, r.offset, bytes);
+            st.log_headers.push_back((r.offset, r.header.clone()));
+            log_order::apply_record(
+                st,
+                now_ns,
+                r.header.seq,
+                r.offset,
+                r.header.header_bytes,
+                &r.header.extents,
+            );
+            report.log_records_replayed += 1;
+            report.log_bytes_replayed += r.header.data_bytes();
+        }
+        if let Some(through) = plan.bridge_through {
+            // One object with no data stands for the records dropped past the gap,
+            // so the records the history holds still continue without a break.
+            st.pipeline.record(now_ns, last_in_store + 1, &[]);
+            st.pipeline.record(now_ns, through, &[]);
+        }
+        st.pipeline.close_batch();
+        st.log = log;
+        st.cache_super_generation += 1;
+        st.cache_super_generation
+    };
+    // Point the superblock at the first record still needed, marking the cache open.
+    let (tail_offset, tail_seq) = {
+        let st = shared.lock();
+        match st.log.tail() {
+            Some(t) => (t.offset, t.seq),
+            None => (st.log.head(), plan.next_record_seq),
+        }
+    };
+    let sb = CacheSuper {
+        clean: false,
+        volume: meta.volume,
+        generation,
+        file_bytes: cache.size_bytes(),
+        log_start,
+        log_end,
+        tail_offset,
+        tail_seq,
+        index_epoch,
+        // This open has not claimed the volume yet: the last claim that landed is
+        // still the one the log had (written again once the claim lands, below).
+        claimed_epoch: existing.map_or(0, |sb| sb.claimed_epoch),
+        claimed_session: existing.map_or(0, |sb| sb.claimed_session),
+    };
+    let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
+    let write_failed = |e| {
+        Error::local_io(
+            format!("cannot write the superblock of write log {cache_name}"),
+            e,
+        )
+    };
+    cache
+        .write_at(&encode_cache_super(&sb), slot)
+        .map_err(write_failed)?;
+    cache.sync().map_err(write_failed)?;
+
+    let mut lease_task = None;
+    if let Some(p) = claim_plan {
+        report.superblock_generation = p.generation;
+        report.epoch = p.epoch;
+        shared
+            .lease
+            .took_over
+            .store(report.took_over_from.is_some(), Ordering::SeqCst);
+        match claim(&shared, &p, history).await? {
+            // Only now, holding the volume: remove what is not the history's.
+            Claim::Landed(generation) => {
+                // Renewed from the claim on: what is left of the open (deletes, the
+                // tasks) may take longer than a lease on a slow store or a busy host,
+                // and a standby would take the volume over before it served.
+                lease_task = spawn_lease_task(&shared);
+                match finish_claim(&shared, &rec, generation).await {
+                    Ok(deleted) => report.stranded_deleted = deleted,
+                    Err(e) => {
+                        if let Some(t) = lease_task {
+                            t.abort();
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            Claim::InBackground(claimed) => {
+                super::supervise::spawn(
+                    &shared,
+                    "claim",
+                    claim_in_background(shared.clone(), claimed, rec),
+                );
+            }
+        }
+    }
+    let lease_task = lease_task.or_else(|| spawn_lease_task(&shared));
+    Ok((Arc::new(start_tasks(shared, lease_task)?), report))
+}
+
+/// The task renewing the volume's lease, if it keeps one (a snapshot export writes
+/// nothing and claims nothing).
+fn spawn_lease_task(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
+    (shared.snapshot.is_none() && shared.lease.enabled())
+        .then(|| super::supervise::spawn(shared, "lease", super::lease::renew(shared.clone())))
+}
+
+/// The newest record of write log `log` that its session got into the volume's
+/// history, when another session has claimed the volume since: the log's records
+/// after it were acknowledged by a superseded session and are not in the volume.
+///
+/// The log says which epoch its records belong to; the history's first segment of a
+/// later epoch says where that epoch's part of the history ended (`after_seq`), and
+/// that object's header how far in the log it reached. Where the history no longer
+/// says (it was pruned past those segments, or the log predates epochs), only a log
+/// closed cleanly is known to have uploaded everything; an unclean one counts as
+/// superseded from its tail on.
+async fn superseded_after(
+    store: &DynStore,
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    log: &CacheSuper,
+    history: &History,
+    last_in_store: u64,
+) -> Result<u64> {
+    if log.claimed_epoch != 0
+        && let Some(next) = history
+            .segments
+            .iter()
+            .find(|s| s.epoch > log.claimed_epoch)
+    {
+        if next.after_seq == 0 {
+            return Ok(0);
+        }
+        // The object that ended that part of the history, found by its number.
+        let prefix = format!(
+            "{}{:016x}",
+            super::keys::objects_prefix(&meta.name),
+            next.after_seq
+        );
+        let listed = store
+            .list(&prefix)
+            .await
+            .map_err(|e| e.context(format!("cannot list {prefix}")))?;
+        let want_epoch = history.epoch_of(next.after_seq);
+        let found = listed.iter().find(|e| {
+            super::keys::parse_object_name(&e.key)
+                .is_some_and(|n| n.seq == next.after_seq && want_epoch.is_none_or(|w| n.epoch == w))
+        });
+        return match found {
+            Some(e) => {
+                let header = super::store_recovery::read_header(store, &e.key).await?;
+                Ok(header.last_record_seq)
+            }
+            // Collected below a checkpoint since: what it held is in the store, as
+            // is every record through the store's end.
+            None => Ok(last_in_store),
+        };
+    }
+    if log.clean {
+        return Ok(u64::MAX);
+    }
+    Ok(log.tail_seq.saturating_sub(1).min(last_in_store))
+}
+
+/// What the claim writes: generation, epoch, and where its objects are numbered.
+struct ClaimPlan {
+    generation: u64,
+    epoch: u64,
+    /// The last sequence number of the recovered history.
+    after_seq: u64,
+    /// The first sequence number this claim uses.
+    first_seq: u64,
+}
+
+/// Claim the volume before anything reaches the store: write generation
+/// `plan.generation` with a new epoch and the history that says where its objects
+/// start, with put-if-absent. Another process that wrote that generation first (the
+/// holder renewed, or a second claimant won) makes this a `Conflict`; so does a
+/// newer generation found after it (the holder renewed further: this one only filled
+/// a deleted number). A store that keeps failing fails the open: without the claim
+/// nothing may be answered. Returns the claimed generation.
+async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> Result<Claim> {
+    let name = &shared.meta.name;
+    history.claim(plan.epoch, plan.after_seq, plan.first_seq);
+    let claimed = {
+        let st = shared.lock();
+        let store = st.pipeline.store();
+        let checkpoints: Vec<u64> = store.checkpoints().keys().copied().collect();
+        let previous_checkpoint = checkpoints.iter().rev().nth(1).copied();
+        if let Some(from) = previous_checkpoint.or(checkpoints.last().copied()) {
+            history.prune(from);
+        }
+        VolumeSuper {
+            volume: shared.meta.volume,
+            generation: plan.generation,
+            // Random, and the write log's epoch too: the next open tells from it
+            // whether this log's session was the volume's last writer.
+            session: shared.index_epoch,
+            clean: false,
+            deleting: false,
+            newest_checkpoint: checkpoints.last().copied(),
+            previous_checkpoint,
+            durable_through: store.whole_next_object_seq(),
+            last_record_seq: store.last_record_seq(),
+            written_unix_ms: shared.clock().unix_ms(),
+            epoch: plan.epoch,
+            lease_timeout_ms: shared.lease.timeout_ms,
+            holder: shared.config.lease.holder.clone(),
+            history,
+        }
+    };
+    *shared
+        .volume_super
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = claimed.clone();
+    shared.epoch.store(plan.epoch, Ordering::SeqCst);
+    let sent_ns = shared.now_ns();
+    let sent_unix_ms = shared.clock().unix_ms();
+    let conflict = |holder: &str, generation: u64| {
+        let who = if holder.is_empty() {
+            "another lsvd process"
+        } else {
+            holder
+        };
+        Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "volume '{name}' is held by {who} (superblock generation {generation} appeared while this process opened it); refusing to start"
+            ),
+        )
+    };
+    // With a lease nothing may be answered before the claim: give the store about 30 s.
+    // Without one, a few tries, then the claim goes on in the background.
+    let attempts = if shared.lease.enabled() { 12 } else { 3 };
+    match super::volume_super::write(&shared.store, name, &claimed, attempts, shared.clock()).await
+    {
+        Ok(()) => {}
+        Err(super::volume_super::WriteError::Superseded {
+            generation, holder, ..
+        }) => return Err(conflict(&holder, generation)),
+        // Without a lease nothing waits for the claim but the uploads: serve from the
+        // write log now and claim in the background (the engine API's opens, which
+        // own their store).
+        Err(super::volume_super::WriteError::Store(e)) if !shared.lease.enabled() => {
+            lsvd_store::log::warn(&format!(
+                "cannot write the volume superblock yet ({e}); serving from the write log, uploads wait"
+            ));
+            return Ok(Claim::InBackground(claimed));
+        }
+        Err(super::volume_super::WriteError::Store(e)) => {
+            return Err(e.context(format!("cannot claim volume '{name}'")));
+        }
+    }
+    // A generation above ours means the holder is alive and ours filled a number it
+    // had deleted: not a claim.
+    let newest = super::volume_super::read_newest(&shared.store, &shared.meta).await?;
+    if let Some(sb) = newest
+        && sb.generation > claimed.generation
+    {
+        return Err(conflict(&sb.holder, sb.generation));
+    }
+    shared.lease.extend(sent_ns, sent_unix_ms);
+    Ok(Claim::Landed(claimed.generation))
+}
+
+/// How [`claim`] went.
+enum Claim {
+    /// The generation is in the store.
+    Landed(u64),
+    /// The store is away and the volume keeps no lease: keep trying in the
+    /// background ([`claim_in_background`]); uploads and deletes wait for it.
+    InBackground(VolumeSuper),
+}
+
+/// What follows a claim that landed: the write log's superblock names it, uploads may
+/// start, and what is not the history's (stranded objects, a superseded writer's,
+/// garbage, older superblock generations) is removed, now that this process holds
+/// the volume. Returns the stranded objects deleted.
+async fn finish_claim(
+    shared: &Arc<Shared>,
+    rec: &StoreRecovery,
+    generation: u64,
+) -> Result<Vec<u64>> {
+    shared.volume_claimed.store(true, Ordering::SeqCst);
+    // A crash before this leaves the store naming this open's session, which the
+    // log knows too (its index epoch).
+    let through = shared.lock().log_freeing_through;
+    super::log_tail::persist_tail_off_runtime(shared, through, false).await;
+    if shared.is_failed() {
+        return Err(shared.failed_error());
+    }
+    let name = &shared.meta.name;
+    super::volume_super::delete_all_old(&shared.store, name, generation).await;
+    let deleted = settle_store(&shared.store, name, rec).await?;
+    shared.upload_wake.notify_one();
+    Ok(deleted)
+}
+
+/// Keep trying to write the open-time superblock generation of a volume without a
+/// lease; uploads start when it lands. Fails the volume if another process claimed it
+/// meanwhile.
+async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper, rec: StoreRecovery) {
+    use super::volume_super::{WriteError, write};
+    loop {
+        if shared.is_failed() {
+            return;
+        }
+        match write(
+            &shared.store,
+            &shared.meta.name,
+            &claimed,
+            12,
+            shared.clock(),
+        )
+        .await
+        {
+            Ok(()) => {
+                lsvd_store::log::info("volume superblock written; uploads resume");
+                if let Err(e) = finish_claim(&shared, &rec, claimed.generation).await {
+                    shared.fail(&format!("after the claim: {e}"));
+                }
+                return;
+            }
+            Err(e @ WriteError::Superseded { .. }) => {
+                shared.fail(&e.to_string());
+                return;
+            }
+            Err(WriteError::Store(_)) => {}
+        }
+    }
+}
+
+/// Start the log writer thread, the uploader and the GC of a recovered volume, which
+/// keeps `lease_task` (aborted if they cannot start).
+fn start_tasks(
+    shared: Arc<Shared>,
+    lease_task: Option<tokio::task::JoinHandle<()>>,
+) -> Result<Volume> {
+    let (log_tx, log_rx) = tokio::sync::mpsc::channel(4096);
+    let log_writer = Arc::new(LogWriter::new(
+        &shared,
+        writer::new_appender(&shared),
+        log_tx.downgrade(),
+    ));
+    let (writer_shared, thread_writer) = (shared.clone(), log_writer.clone());
+    let runtime = tokio::runtime::Handle::current();
+    let writer_thread = std::thread::Builder::new()
+        .name(format!("lsvd-log-{}", shared.meta.name))
+        .spawn(move || {
+            let s = writer_shared.clone();
+            super::supervise::run_thread(&s, "log writer", move || {
+                started::run(writer_shared, thread_writer, log_rx, runtime)
+            })
+        })
+        .map_err(|e| {
+            if let Some(t) = &lease_task {
+                t.abort();
+            }
+            Error::local_io("cannot start log writer", e)
+        })?;
+    // A snapshot export writes nothing: no uploads, no GC.
+    let (uploader_task, gc_task) = match shared.snapshot {
+        Some(_) => (None, None),
+        None => (
+            Some(super::supervise::spawn(
+                &shared,
+                "uploader",
+                uploader::run(shared.clone()),
+            )),
+            Some(super::supervise::spawn(
+                &shared,
+                "GC",
+                gc::run(shared.clone()),
+            )),
+        ),
+    };
+
+    shared.upload_wake.notify_one();
+    Ok(Volume {
+        shared,
+        log_tx,
+        log_writer,
+        writer_thread: Mutex::new(Some(writer_thread)),
+        uploader: Mutex::new(uploader_task),
+        gc: Mutex::new(gc_task),
+        lease_task: Mutex::new(lease_task),
+    })
+}
+
+/// The hylog write-frequency tracker for `meta`'s volume of `size_bytes` (its size now:
+/// `lsvd resize` may have changed it since creation), with the counters its checkpoint
+/// carried when they fit (same region size, as long as the volume size and the
+/// tracker's limits did not change); otherwise from zero, said once in the log. A
+/// volume grown while served tracks its new range from the next open.
+fn restored_heat(
+    meta: &lsvd_core::format::volume_meta::VolumeMeta,
+    size_bytes: u64,
+    saved: Option<&lsvd_core::format::checkpoint::CheckpointHeat>,
+) -> lsvd_core::heat::HeatTracker {
+    let mut tracker = lsvd_core::heat::HeatTracker::new(Some(size_bytes));
+    if let Some(saved) = saved
+        && let Err(why) = tracker.restore(saved)
+    {
+        lsvd_store::log::warn(&format!(
+            "volume {}: the checkpoint's write frequencies do not fit ({why}); hylog starts from zero counts",
+            meta.name
+        ));
+    }
+    tracker
+}

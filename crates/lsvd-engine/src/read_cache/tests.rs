@@ -1,0 +1,386 @@
+//! Read-cache tests: hits and CLOCK eviction, partial reads, admission of uploaded data
+//! and its bound, and crash safety of the slot table (a reopened cache never returns
+//! bytes that are not the chunk its key names, whatever writes were lost).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use lsvd_core::VolumeId;
+use lsvd_trace::synthetic::prng::Rng;
+
+use super::*;
+use crate::cache_dev::FileCache;
+use lsvd_store::testutil::TempDir;
+
+const CHUNK: u64 = READ_CACHE_CHUNK_BYTES;
+
+/// (object seq, chunk) of an object of epoch 0, as these tests name chunks.
+type Key = (u64, u64);
+
+/// Object `seq` of epoch 0.
+fn o(seq: u64) -> CacheObject {
+    CacheObject::new(seq, 0)
+}
+
+fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) {
+    let (data, _) = FileCache::open_or_create(&dir.path().join("c"), slots * CHUNK).expect("file");
+    let (table, _) =
+        FileCache::open_or_create(&dir.path().join("c.slots"), slot_table::file_bytes(slots))
+            .expect("file");
+    (Arc::new(data), Arc::new(table))
+}
+
+/// The bytes of chunk `key`, distinct for every key and every 4 KiB block.
+fn chunk(key: Key) -> Vec<u8> {
+    let mut v = vec![0u8; CHUNK as usize];
+    for (i, b) in v.chunks_mut(8).enumerate() {
+        b.copy_from_slice(&(key.0 << 40 ^ key.1 << 20 ^ i as u64).to_le_bytes());
+    }
+    v
+}
+
+fn whole(rc: &ReadCache, key: Key) -> Option<Vec<u8>> {
+    rc.get(o(key.0), key.1, 0, CHUNK)
+}
+
+#[test]
+fn hits_partial_reads_eviction_and_warm_restart() {
+    let dir = TempDir::new("rcache");
+    let (dev, table) = devices(&dir, 4);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
+    assert!(whole(&rc, (1, 0)).is_none());
+    for i in 0..4 {
+        rc.insert(o(1), i, &chunk((1, i)));
+    }
+    assert_eq!(whole(&rc, (1, 2)), Some(chunk((1, 2))));
+    // Any range, read and checked 4 KiB block by block.
+    assert_eq!(
+        rc.get(o(1), 3, 5000, 9000),
+        Some(chunk((1, 3))[5000..9000].to_vec())
+    );
+    assert_eq!(rc.get(o(1), 3, 9000, 9000), None, "empty range");
+    // Full: a fifth chunk makes CLOCK evict an unreferenced one, not chunk 2.
+    rc.insert(o(2), 0, &chunk((2, 0)));
+    assert_eq!(whole(&rc, (2, 0)), Some(chunk((2, 0))));
+    assert!(whole(&rc, (1, 2)).is_some());
+    assert_eq!(rc.entries(), 4);
+    // A short chunk (the end of an object): reads past its end miss.
+    rc.insert(o(3), 0, &chunk((3, 0))[..6000]);
+    assert_eq!(
+        rc.get(o(3), 0, 4096, 6000),
+        Some(chunk((3, 0))[4096..6000].to_vec())
+    );
+    assert_eq!(rc.get(o(3), 0, 4096, 8192), None);
+    // Warm restart, with no shutdown at all: the table was written as chunks came in.
+    let entries = rc.entries();
+    drop(rc);
+    let warm = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
+    assert_eq!(warm.entries(), entries);
+    assert_eq!(whole(&warm, (1, 2)), Some(chunk((1, 2))));
+    // A table of another volume starts empty.
+    let other = ReadCache::open(dev, table, VolumeId([6; 16])).expect("open");
+    assert_eq!(other.entries(), 0);
+}
+
+#[test]
+fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
+    let dir = TempDir::new("rcache-damage");
+    let (dev, table) = devices(&dir, 2);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev.clone(), table, vol).expect("open");
+    rc.insert(o(1), 0, &chunk((1, 0)));
+    // Rot one byte of the third block on the device.
+    dev.write_at(&[0xee], 2 * 4096 + 7).expect("write");
+    assert_eq!(
+        rc.get(o(1), 0, 0, 8192),
+        Some(chunk((1, 0))[..8192].to_vec()),
+        "blocks that are intact still read"
+    );
+    assert_eq!(rc.get(o(1), 0, 8192, 12288), None);
+    assert!(!rc.contains(o(1), 0), "the damaged chunk is dropped");
+}
+
+#[test]
+fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
+    let dir = TempDir::new("rcache-admit");
+    let (dev, table) = devices(&dir, 16);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    // Eight chunks clients read, read again (referenced).
+    for i in 0..8 {
+        rc.insert(o(1), i, &chunk((1, i)));
+        assert!(whole(&rc, (1, i)).is_some());
+    }
+    // A stream of uploads: many more chunks than the cache holds.
+    for i in 0..200 {
+        rc.admit(o(2), i, &chunk((2, i)));
+    }
+    for i in 0..8 {
+        assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))), "read chunk {i}");
+    }
+    let admitted = (0..200).filter(|&i| rc.contains(o(2), i)).count();
+    assert_eq!(admitted, 8, "half of the 16 slots");
+    // The newest are the ones kept.
+    assert!((192..200).all(|i| rc.contains(o(2), i)));
+    assert_eq!(rc.admitted_chunks.load(Ordering::Relaxed), 200);
+    // Reading an admitted chunk makes it read data: it is no longer replaced first.
+    assert!(whole(&rc, (2, 192)).is_some());
+    for i in 200..210 {
+        rc.admit(o(2), i, &chunk((2, i)));
+    }
+    assert!(rc.contains(o(2), 192));
+}
+
+#[test]
+fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
+    let dir = TempDir::new("rcache-admit-free");
+    let (dev, table) = devices(&dir, 16);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    // An empty cache: uploads may fill all of it (free space displaces nothing).
+    for i in 0..16 {
+        rc.admit(o(2), i, &chunk((2, i)));
+    }
+    assert!((0..16).all(|i| rc.contains(o(2), i)));
+    // Past that, the oldest admitted chunks go first.
+    for i in 16..20 {
+        rc.admit(o(2), i, &chunk((2, i)));
+    }
+    assert!((0..4).all(|i| !rc.contains(o(2), i)));
+    assert!((4..20).all(|i| rc.contains(o(2), i)));
+    // A client's misses find room among the admitted chunks nobody read.
+    for i in 0..10 {
+        rc.insert(o(1), i, &chunk((1, i)));
+        assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))));
+    }
+    // Slots freed by a deleted object are taken by admission before anything is
+    // replaced.
+    rc.forget_object(1, false).expect("forget");
+    let kept: Vec<u64> = (4..20).filter(|&i| rc.contains(o(2), i)).collect();
+    for i in 100..110 {
+        rc.admit(o(2), i, &chunk((2, i)));
+    }
+    assert!(
+        kept.iter().all(|&i| rc.contains(o(2), i)),
+        "nothing replaced"
+    );
+    assert!((100..110).all(|i| rc.contains(o(2), i)));
+}
+
+#[test]
+fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
+    let dir = TempDir::new("rcache-prefetch");
+    let (dev, table) = devices(&dir, 4);
+    let vol = VolumeId([5; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    // Four chunks clients read, read again (referenced): the cache is full.
+    for i in 0..4 {
+        rc.insert(o(1), i, &chunk((1, i)));
+        assert!(whole(&rc, (1, i)).is_some());
+    }
+    for i in 0..16 {
+        assert!(!rc.prefetch(o(2), i, &chunk((2, i))), "no room: chunk {i}");
+    }
+    for i in 0..4 {
+        assert_eq!(whole(&rc, (1, i)), Some(chunk((1, i))), "read chunk {i}");
+    }
+    // With room, prefetched chunks come in; the first read of one counts as a hit of
+    // its whole length, later reads do not count again.
+    let (dev, table) = devices(&TempDir::new("rcache-prefetch2"), 8);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    assert!(rc.prefetch(o(3), 0, &chunk((3, 0))));
+    assert!(rc.prefetch(o(3), 1, &chunk((3, 1))[..5000]));
+    assert_eq!(rc.prefetched_bytes.load(Ordering::Relaxed), CHUNK + 5000);
+    assert_eq!(
+        rc.get(o(3), 0, 0, 4096),
+        Some(chunk((3, 0))[..4096].to_vec())
+    );
+    assert_eq!(
+        rc.get(o(3), 0, 4096, 8192),
+        Some(chunk((3, 0))[4096..8192].to_vec())
+    );
+    assert_eq!(rc.prefetch_hit_bytes.load(Ordering::Relaxed), CHUNK);
+}
+
+/// A cache device that loses writes when told to: each write is dropped with the given
+/// probability (as if the process died before the page cache wrote it back).
+struct Lossy {
+    inner: Arc<dyn CacheDevice>,
+    lose: AtomicBool,
+    rng: Mutex<Rng>,
+}
+
+impl CacheDevice for Lossy {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let dropped =
+            self.lose.load(Ordering::Relaxed) && self.rng.lock().expect("lock").below(3) == 0;
+        if dropped {
+            return Ok(());
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+}
+
+/// A seeded random history of inserts, admissions, reads and deletions in which a
+/// third of all writes (slot data and table entries alike, independently) are lost;
+/// at random points the cache is reopened from the devices as they are: every chunk it
+/// returns is exactly the chunk its key names.
+#[test]
+fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
+    for seed in 0..20u64 {
+        let dir = TempDir::new("rcache-crash");
+        let (dev, table) = devices(&dir, 12);
+        let lossy = |inner: Arc<dyn CacheDevice>, salt: u64| -> Arc<dyn CacheDevice> {
+            Arc::new(Lossy {
+                inner,
+                lose: AtomicBool::new(true),
+                rng: Mutex::new(Rng::new(seed * 2 + salt)),
+            })
+        };
+        let (dev, table) = (lossy(dev, 0), lossy(table, 1));
+        let vol = VolumeId([7; 16]);
+        let mut rng = Rng::new(seed);
+        let mut rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
+        let (mut reopened, mut hits_after) = (0, 0);
+        for _ in 0..2000 {
+            let key = (rng.below(6), rng.below(8));
+            match rng.below(100) {
+                0..=39 => rc.insert(o(key.0), key.1, &chunk(key)),
+                40..=64 => rc.admit(o(key.0), key.1, &chunk(key)),
+                65..=89 => {
+                    let from = rng.below(CHUNK);
+                    let to = from + 1 + rng.below(CHUNK - from);
+                    if let Some(got) = rc.get(o(key.0), key.1, from, to) {
+                        assert_eq!(got, chunk(key)[from as usize..to as usize], "seed {seed}");
+                    }
+                }
+                90..=94 => rc.forget_object(key.0, false).expect("forget"),
+                _ => {
+                    reopened += 1;
+                    rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
+                    for s in 0..6 {
+                        for c in 0..8 {
+                            if let Some(got) = whole(&rc, (s, c)) {
+                                hits_after += 1;
+                                assert_eq!(got, chunk((s, c)), "seed {seed}: after a crash");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            reopened > 10 && hits_after > 0,
+            "seed {seed}: {reopened} reopens"
+        );
+    }
+}
+
+#[test]
+fn forgetting_durably_survives_a_reopen() {
+    let dir = TempDir::new("rcache-forget");
+    let (dev, table) = devices(&dir, 4);
+    let vol = VolumeId([8; 16]);
+    let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
+    rc.insert(o(5), 0, &chunk((5, 0)));
+    rc.insert(o(6), 0, &chunk((6, 0)));
+    rc.forget_object(5, true).expect("forget");
+    drop(rc);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    assert!(
+        !rc.contains(o(5), 0),
+        "a stranded object's number is used again"
+    );
+    assert!(rc.contains(o(6), 0));
+}
+
+#[test]
+fn the_index_keeps_its_entries_consistent() {
+    // Everything the map names is a used slot with that key; the counters agree.
+    let dir = TempDir::new("rcache-consistent");
+    let (dev, table) = devices(&dir, 8);
+    let vol = VolumeId([9; 16]);
+    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let mut rng = Rng::new(3);
+    for i in 0..3000u64 {
+        let key = (rng.below(4), rng.below(6));
+        match i % 6 {
+            0 | 1 => rc.insert(o(key.0), key.1, &chunk(key)),
+            2 | 3 => rc.admit(o(key.0), key.1, &chunk(key)),
+            4 => {
+                rc.get(o(key.0), key.1, 0, 4096);
+            }
+            _ => rc.forget_object(key.0, false).expect("forget"),
+        }
+        let idx = rc.lock();
+        let mut names: HashMap<u32, Key> = HashMap::new();
+        for (&k, &s) in &idx.map {
+            match idx.slots[s as usize] {
+                SlotState::Used(slot) => assert_eq!(slot.key, k),
+                other => panic!("map names slot {s} in state {other:?}"),
+            }
+            assert!(
+                names.insert(s, (k.0.seq, k.1)).is_none(),
+                "two keys in slot {s}"
+            );
+        }
+        let used = idx
+            .slots
+            .iter()
+            .filter(|s| matches!(s, SlotState::Used(_)))
+            .count();
+        assert_eq!(used, idx.map.len());
+        let admitted = idx
+            .slots
+            .iter()
+            .filter(|s| matches!(s, SlotState::Used(x) if x.admitted))
+            .count();
+        assert_eq!(admitted, idx.admitted_count);
+        // The free list names every free slot, once.
+        let mut free: Vec<u32> = idx.free.clone();
+        free.sort_unstable();
+        let free_slots: Vec<u32> = (0..idx.slots.len() as u32)
+            .filter(|&s| matches!(idx.slots[s as usize], SlotState::Free))
+            .collect();
+        assert_eq!(free, free_slots);
+        assert!(idx.admitted.len() <= 2 * idx.slots.len() + 1);
+    }
+}
+
+/// Regression: the cache was keyed by sequence number alone, so an object of another
+/// epoch under a number the cache held (a stranded object deleted at recovery and its
+/// number taken by a new object, before epochs) was served the old object's bytes.
+/// Now the epoch is part of the key, in memory and in the slot table.
+#[test]
+fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
+    let dir = TempDir::new("rcache-epoch");
+    let (data, table) = devices(&dir, 8);
+    let vol = VolumeId([3; 16]);
+    let rc = ReadCache::open(data.clone(), table.clone(), vol).expect("open");
+    let old = CacheObject::new(7, 1);
+    let new = CacheObject::new(7, 2);
+    rc.insert(old, 0, &chunk((7, 0)));
+    assert!(rc.contains(old, 0));
+    assert!(!rc.contains(new, 0), "same number, other epoch");
+    assert_eq!(rc.get(new, 0, 0, 4096), None);
+    drop(rc);
+    // After a restart too (the slot table names the epoch).
+    let rc = ReadCache::open(data, table, vol).expect("reopen");
+    assert!(rc.contains(old, 0), "warm");
+    assert_eq!(rc.get(new, 0, 0, 4096), None);
+    assert_eq!(
+        rc.get(old, 0, 0, 4096),
+        Some(chunk((7, 0))[..4096].to_vec())
+    );
+}
