@@ -73,7 +73,7 @@ pub struct EngineConfig {
     /// The volume's lease: how long it holds, what to do about another holder, who
     /// this process is (`engine::lease`). Default: no lease (the engine API claims at
     /// once and renews nothing; `lsvd serve` and the commands take one).
-    pub lease: super::lease_config::LeaseConfig,
+    pub lease: crate::fencing::lease_config::LeaseConfig,
     /// How long a request may wait for what it needs (a renewed lease, room in the
     /// write log) before it fails instead. Default: 30000 (30 s).
     pub stall_timeout_ms: u64,

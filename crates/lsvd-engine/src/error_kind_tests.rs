@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use lsvd_core::format::object::ObjectKind;
 
-use super::keys::parse_object_name;
-use super::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
+use crate::keys::parse_object_name;
+use crate::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{EngineConfig, create_volume, open_volume};
+use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
@@ -87,7 +87,7 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
 async fn gc_wanted_with_reads_failing(
     name: &str,
     clock: Option<Arc<lsvd_store::clock::ManualClock>>,
-) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
+) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     const MIB: u64 = 1 << 20;
     let dir = TempDir::new(name);
     let mem: DynStore = Arc::new(MemStore::new());
@@ -300,7 +300,7 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
 async fn stalled_volume(
     name: &str,
     fault: Option<lsvd_store::faulty::Fault>,
-) -> (Arc<super::Volume>, Arc<FaultyStore>, TempDir) {
+) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     let dir = TempDir::new(name);
     let mem: DynStore = Arc::new(MemStore::new());
     create_volume(&mem, "v", 64 << 20).await.expect("create");
@@ -329,7 +329,7 @@ fn nbd_errno(e: &lsvd_core::error::Error) -> u32 {
 }
 
 /// Writes until one is refused; returns the chunks acknowledged and the refusal.
-async fn write_until_refused(vol: &super::Volume) -> (u64, lsvd_core::error::Error) {
+async fn write_until_refused(vol: &crate::Volume) -> (u64, lsvd_core::error::Error) {
     for i in 0..256u64 {
         let r = tokio::time::timeout(
             Duration::from_secs(60),

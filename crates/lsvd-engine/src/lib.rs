@@ -22,102 +22,51 @@
 //! `shared`; `shared` holds the state and the pipeline from `lsvd-core`, where every
 //! policy lives.
 
-mod admin;
-mod apply;
 pub mod cache_dev;
 pub(crate) mod cache_layout;
 #[cfg(test)]
 mod chain_tests;
-mod checkpoint;
-#[cfg(test)]
-mod checkpoint_tests;
-pub(crate) mod clone;
-#[cfg(test)]
-mod clone_tests;
 pub mod config;
-mod delete;
-#[cfg(test)]
-mod delete_tests;
 #[cfg(test)]
 mod error_kind_tests;
 #[cfg(test)]
 mod fault_metrics_tests;
-mod gc;
-#[cfg(test)]
-mod heat_tests;
-#[cfg(test)]
-mod integrity_tests;
+pub mod fencing;
 pub mod keys;
-pub mod lease;
-mod lease_config;
-pub mod lineage;
-pub mod log_index;
-#[cfg(test)]
-mod log_index_tests;
-#[cfg(test)]
-mod log_keep_tests;
-mod log_order;
-#[cfg(test)]
-mod log_order_tests;
-pub mod log_scan;
-pub mod log_space;
-mod log_tail;
+pub mod lifecycle;
+pub mod maintenance;
 pub(crate) mod open;
 #[cfg(test)]
 mod panic_tests;
-mod pins;
-mod put;
 mod read;
-mod read_cache;
-mod recent_records;
-mod rename;
-#[cfg(test)]
-mod rename_tests;
-mod replica_hold;
-mod replicate;
-#[cfg(test)]
-mod replicate_tests;
-mod resize;
-#[cfg(test)]
-mod resize_tests;
+pub mod recovery;
 mod shared;
-mod snapshot;
-#[cfg(test)]
-mod snapshot_tests;
-mod started;
-#[cfg(test)]
-mod started_tests;
 pub(crate) mod store_meta;
-pub mod store_recovery;
 mod supervise;
 #[cfg(test)]
-mod sync_tests;
-#[cfg(test)]
 mod tests;
-mod uploader;
 mod volume;
-pub(crate) mod volume_super;
-#[cfg(test)]
-mod volume_super_tests;
-mod writer;
+pub mod write;
 
-pub use admin::{
+pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
+pub use fencing::volume_super::read_newest as newest_volume_super;
+pub use lifecycle::admin::{
     LOOKS, ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, held_now, inspect_volume,
     list_volumes, list_volumes_and_leftovers, look_again, now_unix_ms,
 };
-pub use clone::create_clone;
-pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
-pub use delete::{DeletePlan, delete_volume, plan_delete};
-pub use lineage::load_lineage;
-pub use lineage::{list_clones, refuse_if_cloned};
-pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
-pub use rename::{Renamed, rename_volume};
-pub use replicate::{
+pub use lifecycle::clone::create_clone;
+pub use lifecycle::delete::{DeletePlan, delete_volume, plan_delete};
+pub use lifecycle::lineage::load_lineage;
+pub use lifecycle::lineage::{list_clones, refuse_if_cloned};
+pub use lifecycle::rename::{Renamed, rename_volume};
+pub use lifecycle::replicate::{
     PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun, replicate_once, replicate_pass,
 };
-pub use resize::Resized;
+pub use lifecycle::resize::Resized;
+pub use lifecycle::snapshot::{
+    list_snapshots, read_snapshot, split_export_name, validate_snapshot_name,
+};
+pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
-pub use snapshot::{list_snapshots, read_snapshot, split_export_name, validate_snapshot_name};
 pub use store_meta::{is_being_deleted, read_meta};
 pub use volume::{Answer, LeaseStatus, Volume, VolumeStatus};
-pub use volume_super::read_newest as newest_volume_super;

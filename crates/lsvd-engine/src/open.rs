@@ -2,10 +2,10 @@
 //!
 //! Opening always runs recovery; after a clean shutdown it simply finds nothing to
 //! redo. Steps (see docs/ARCHITECTURE.md):
-//! 1. the store side ([`super::store_recovery`]): the newest checkpoint and the objects
+//! 1. the store side ([`crate::recovery::store_recovery`]): the newest checkpoint and the objects
 //!    after it up to the first gap; stranded objects past the gap are deleted before
 //!    any new write;
-//! 2. the log side ([`super::log_scan`]): follow the write log's record chain from the
+//! 2. the log side ([`crate::recovery::log_scan`]): follow the write log's record chain from the
 //!    cache superblock's tail; `lsvd_core::recovery` decides what to replay, bridge or
 //!    refuse given what the store holds;
 //! 3. replay the records the store lacks into the overlay map and the pipeline, so
@@ -24,23 +24,26 @@ use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
 use lsvd_core::recovery::{LogRecoveryInput, LogRecoveryRefusal, SeqRange, plan_log_recovery};
 
-use super::cache_layout::CacheLayout;
-use super::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
-use super::keys::validate_volume_name;
-use super::lease::{Acquired, Lease, acquire};
-use super::log_index;
-use super::log_order;
-use super::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
-use super::log_space::LogSpace;
-use super::read_cache::{self, READ_CACHE_CHUNK_BYTES, ReadCache};
-use super::recent_records::RecentRecords;
-use super::shared::{Shared, State, Stats};
-use super::started::{self, LogWriter};
-use super::store_meta::{is_being_deleted, random_session_id, read_meta};
-use super::store_recovery::{StoreRecovery, check_recovered, recover_store, settle_store};
-use super::volume::Volume;
-use super::{gc, uploader, writer};
 use crate::cache_dev::{CacheDevice, FileCache};
+use crate::cache_layout::CacheLayout;
+use crate::config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
+use crate::fencing::lease::{Acquired, Lease, acquire};
+use crate::keys::validate_volume_name;
+use crate::maintenance::gc;
+use crate::read::cache::{self as read_cache, READ_CACHE_CHUNK_BYTES, ReadCache};
+use crate::recovery::log_scan::{FoundRecord, read_cache_super, scan_log_with_index};
+use crate::recovery::store_recovery::{
+    StoreRecovery, check_recovered, recover_store, settle_store,
+};
+use crate::shared::{Shared, State, Stats};
+use crate::store_meta::{is_being_deleted, random_session_id, read_meta};
+use crate::volume::Volume;
+use crate::write::log_index;
+use crate::write::log_order;
+use crate::write::log_space::LogSpace;
+use crate::write::recent_records::RecentRecords;
+use crate::write::started::{self, LogWriter};
+use crate::write::{uploader, writer};
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_store::DynStore;
 
@@ -104,9 +107,9 @@ pub async fn open_snapshot(
     validate_volume_name(name)?;
     let meta = read_meta(&store, name).await?;
     if is_being_deleted(&store, &meta).await? {
-        return Err(super::volume_super::being_deleted(name));
+        return Err(crate::fencing::volume_super::being_deleted(name));
     }
-    let record = super::snapshot::read_snapshot(&store, &meta, snapshot).await?;
+    let record = crate::lifecycle::snapshot::read_snapshot(&store, &meta, snapshot).await?;
     let config = EngineConfig {
         log_size_bytes: MIN_LOG_SIZE_BYTES,
         ..config
@@ -311,12 +314,12 @@ async fn open_inner(
         }
     };
     // 1. The store side (what the snapshots keep is not garbage).
-    let pins = super::snapshot::load_pins(&store, &meta).await?;
-    let lineage = super::lineage::load_lineage(&store, &meta).await?;
+    let pins = crate::lifecycle::snapshot::load_pins(&store, &meta).await?;
+    let lineage = crate::lifecycle::lineage::load_lineage(&store, &meta).await?;
     let mut rec = match &snapshot {
         None => recover_store(&store, &meta).await?,
         Some(record) => StoreRecovery::of_snapshot(
-            super::snapshot::snapshot_state(&store, &meta, record).await?,
+            crate::lifecycle::snapshot::snapshot_state(&store, &meta, record).await?,
             record,
         ),
     };
@@ -417,7 +420,7 @@ async fn open_inner(
         }) as u64;
         // A record that fails verification with a valid successor chained to it is
         // not simply the torn end of the log: say so (the log still ends there).
-        if let Some(b) = super::log_scan::chain_break(cache.as_ref(), &sb, &chain)
+        if let Some(b) = crate::recovery::log_scan::chain_break(cache.as_ref(), &sb, &chain)
             && b.followed
             && b.record.seq > last_in_store
         {
@@ -684,7 +687,7 @@ async fn open_inner(
                 }
             }
             Claim::InBackground(claimed) => {
-                super::supervise::spawn(
+                crate::supervise::spawn(
                     &shared,
                     "claim",
                     claim_in_background(shared.clone(), claimed, rec),
@@ -699,8 +702,13 @@ async fn open_inner(
 /// The task renewing the volume's lease, if it keeps one (a snapshot export writes
 /// nothing and claims nothing).
 fn spawn_lease_task(shared: &Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> {
-    (shared.snapshot.is_none() && shared.lease.enabled())
-        .then(|| super::supervise::spawn(shared, "lease", super::lease::renew(shared.clone())))
+    (shared.snapshot.is_none() && shared.lease.enabled()).then(|| {
+        crate::supervise::spawn(
+            shared,
+            "lease",
+            crate::fencing::lease::renew(shared.clone()),
+        )
+    })
 }
 
 /// The newest record of write log `log` that its session got into the volume's
@@ -732,7 +740,7 @@ async fn superseded_after(
         // The object that ended that part of the history, found by its number.
         let prefix = format!(
             "{}{:016x}",
-            super::keys::objects_prefix(&meta.name),
+            crate::keys::objects_prefix(&meta.name),
             next.after_seq
         );
         let listed = store
@@ -741,12 +749,12 @@ async fn superseded_after(
             .map_err(|e| e.context(format!("cannot list {prefix}")))?;
         let want_epoch = history.epoch_of(next.after_seq);
         let found = listed.iter().find(|e| {
-            super::keys::parse_object_name(&e.key)
+            crate::keys::parse_object_name(&e.key)
                 .is_some_and(|n| n.seq == next.after_seq && want_epoch.is_none_or(|w| n.epoch == w))
         });
         return match found {
             Some(e) => {
-                let header = super::store_recovery::read_header(store, &e.key).await?;
+                let header = crate::recovery::store_recovery::read_header(store, &e.key).await?;
                 Ok(header.last_record_seq)
             }
             // Collected below a checkpoint since: what it held is in the store, as
@@ -830,28 +838,35 @@ async fn claim(shared: &Arc<Shared>, plan: &ClaimPlan, mut history: History) -> 
     // With a lease nothing may be answered before the claim: give the store about 30 s.
     // Without one, a few tries, then the claim goes on in the background.
     let attempts = if shared.lease.enabled() { 12 } else { 3 };
-    match super::volume_super::write(&shared.store, name, &claimed, attempts, shared.clock()).await
+    match crate::fencing::volume_super::write(
+        &shared.store,
+        name,
+        &claimed,
+        attempts,
+        shared.clock(),
+    )
+    .await
     {
         Ok(()) => {}
-        Err(super::volume_super::WriteError::Superseded {
+        Err(crate::fencing::volume_super::WriteError::Superseded {
             generation, holder, ..
         }) => return Err(conflict(&holder, generation)),
         // Without a lease nothing waits for the claim but the uploads: serve from the
         // write log now and claim in the background (the engine API's opens, which
         // own their store).
-        Err(super::volume_super::WriteError::Store(e)) if !shared.lease.enabled() => {
+        Err(crate::fencing::volume_super::WriteError::Store(e)) if !shared.lease.enabled() => {
             lsvd_store::log::warn(&format!(
                 "cannot write the volume superblock yet ({e}); serving from the write log, uploads wait"
             ));
             return Ok(Claim::InBackground(claimed));
         }
-        Err(super::volume_super::WriteError::Store(e)) => {
+        Err(crate::fencing::volume_super::WriteError::Store(e)) => {
             return Err(e.context(format!("cannot claim volume '{name}'")));
         }
     }
     // A generation above ours means the holder is alive and ours filled a number it
     // had deleted: not a claim.
-    let newest = super::volume_super::read_newest(&shared.store, &shared.meta).await?;
+    let newest = crate::fencing::volume_super::read_newest(&shared.store, &shared.meta).await?;
     if let Some(sb) = newest
         && sb.generation > claimed.generation
     {
@@ -883,12 +898,12 @@ async fn finish_claim(
     // A crash before this leaves the store naming this open's session, which the
     // log knows too (its index epoch).
     let through = shared.lock().log_freeing_through;
-    super::log_tail::persist_tail_off_runtime(shared, through, false).await;
+    crate::write::log_tail::persist_tail_off_runtime(shared, through, false).await;
     if shared.is_failed() {
         return Err(shared.failed_error());
     }
     let name = &shared.meta.name;
-    super::volume_super::delete_all_old(&shared.store, name, generation).await;
+    crate::fencing::volume_super::delete_all_old(&shared.store, name, generation).await;
     let deleted = settle_store(&shared.store, name, rec).await?;
     shared.upload_wake.notify_one();
     Ok(deleted)
@@ -898,7 +913,7 @@ async fn finish_claim(
 /// lease; uploads start when it lands. Fails the volume if another process claimed it
 /// meanwhile.
 async fn claim_in_background(shared: Arc<Shared>, claimed: VolumeSuper, rec: StoreRecovery) {
-    use super::volume_super::{WriteError, write};
+    use crate::fencing::volume_super::{WriteError, write};
     loop {
         if shared.is_failed() {
             return;
@@ -946,7 +961,7 @@ fn start_tasks(
         .name(format!("lsvd-log-{}", shared.meta.name))
         .spawn(move || {
             let s = writer_shared.clone();
-            super::supervise::run_thread(&s, "log writer", move || {
+            crate::supervise::run_thread(&s, "log writer", move || {
                 started::run(writer_shared, thread_writer, log_rx, runtime)
             })
         })
@@ -960,12 +975,12 @@ fn start_tasks(
     let (uploader_task, gc_task) = match shared.snapshot {
         Some(_) => (None, None),
         None => (
-            Some(super::supervise::spawn(
+            Some(crate::supervise::spawn(
                 &shared,
                 "uploader",
                 uploader::run(shared.clone()),
             )),
-            Some(super::supervise::spawn(
+            Some(crate::supervise::spawn(
                 &shared,
                 "GC",
                 gc::run(shared.clone()),

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::lease::{LeaseConfig, Takeover};
-use super::{EngineConfig, create_volume, open_volume};
+use crate::fencing::lease::{LeaseConfig, Takeover};
+use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;

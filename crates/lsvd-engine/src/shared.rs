@@ -31,11 +31,11 @@ use lsvd_core::format::volume_super::VolumeSuper;
 use lsvd_core::log_map::LogMap;
 use lsvd_core::pipeline::Pipeline;
 
-use super::cache_layout::CacheLayout;
-use super::config::EngineConfig;
-use super::log_space::LogSpace;
-use super::read_cache::ReadCache;
 use crate::cache_dev::CacheDevice;
+use crate::cache_layout::CacheLayout;
+use crate::config::EngineConfig;
+use crate::read::cache::ReadCache;
+use crate::write::log_space::LogSpace;
 use lsvd_store::DynStore;
 use lsvd_store::clock::{Clock, now_ns};
 
@@ -75,7 +75,7 @@ pub struct Stats {
     pub log_records: AtomicU64,
     /// Times a runtime thread left started operations to the log writer thread (a
     /// FLUSH or FUA at the head of the queue, a full log, writes in flight:
-    /// `super::started`).
+    /// `crate::write::started`).
     pub log_handoffs: AtomicU64,
     pub log_syncs: AtomicU64,
     /// Bytes of records written to the write log (headers, padding and data).
@@ -87,7 +87,7 @@ pub struct Stats {
     /// GETs that failed after the store client's own retries.
     pub store_get_failures: AtomicU64,
     /// Reads whose first copy failed its checksums and that a store's other copy
-    /// answered (a mirrored chain, [`super::read`]).
+    /// answered (a mirrored chain, [`crate::read`]).
     pub copy_fallbacks: AtomicU64,
     /// Rewrites of bad copies from a verified good one, running in the background.
     pub copy_repairs: Arc<CopyRepairs>,
@@ -100,7 +100,7 @@ pub struct Stats {
     /// cache device changed them after the write); each fails the volume.
     pub log_records_corrupt: AtomicU64,
     /// Records an upload read back from the write log because they were no longer
-    /// (or never) in memory (`super::recent_records`).
+    /// (or never) in memory (`crate::write::recent_records`).
     pub log_records_read_back: AtomicU64,
     pub gc_passes: AtomicU64,
     /// GC passes given up (a victim could not be read, say) and tried again later.
@@ -121,7 +121,7 @@ pub struct Stats {
     /// Deletes of dead objects the store refused or failed (each retried later).
     pub object_deletes_failed: AtomicU64,
     /// Deletes put off because a replication pass under way still needs the object or
-    /// checkpoint (`super::replica_hold`); each is tried again after the next
+    /// checkpoint (`crate::maintenance::replica_hold`); each is tried again after the next
     /// checkpoint, so one object may count several times.
     pub replica_held_deletes: AtomicU64,
     /// Iterations of the uploader loop (an idle volume must not spin).
@@ -189,7 +189,7 @@ pub struct CopyRepairs {
 /// The state behind the lock.
 pub(crate) struct State {
     /// LBA → write-log position of the newest data the write log holds, applied to
-    /// the store or not: entries go when their record is freed (`super::log_tail`).
+    /// the store or not: entries go when their record is freed (`crate::write::log_tail`).
     pub(crate) log_map: LogMap,
     /// Batching, numbering, uploads, apply order, GC passes; owns the store state.
     pub(crate) pipeline: EnginePipeline,
@@ -201,7 +201,7 @@ pub(crate) struct State {
     /// Headers of the records still in the log (from the tail), for the log index.
     pub(crate) log_headers: VecDeque<(u64, RecordHeader)>,
     /// The newest records as written, for the upload (bounded).
-    pub(crate) recent_records: super::recent_records::RecentRecords,
+    pub(crate) recent_records: crate::write::recent_records::RecentRecords,
     /// Every record through this sequence number is synced to the cache device.
     pub(crate) log_synced_through: u64,
     /// Applied records through this one were classified by the free-space policy
@@ -242,7 +242,7 @@ impl State {
 pub(crate) struct Shared {
     pub meta: VolumeMeta,
     /// The size client I/O is held to, in bytes: the store's (the metadata holds the
-    /// size at creation; `lsvd resize` changes it, [`super::resize`]). While a resize
+    /// size at creation; `lsvd resize` changes it, [`crate::lifecycle::resize`]). While a resize
     /// is in progress it is the smaller of the old and new sizes.
     pub(crate) size_bytes: AtomicU64,
     /// Serializes resizes.
@@ -272,27 +272,27 @@ pub(crate) struct Shared {
     /// recovery falls back to when the newest is corrupt, may still list them.
     pub(crate) deferred_deletes: Mutex<Vec<DeferredDelete>>,
     /// What the volume's snapshots keep in the store: every delete asks it first.
-    pub(crate) pins: Mutex<super::pins::Pins>,
+    pub(crate) pins: Mutex<crate::maintenance::pins::Pins>,
     /// What replication passes under way keep in the store, as read after the latest
-    /// checkpoint was named (`super::replica_hold`).
-    pub(crate) replica_holds: Mutex<super::replica_hold::HoldState>,
+    /// checkpoint was named (`crate::maintenance::replica_hold`).
+    pub(crate) replica_holds: Mutex<crate::maintenance::replica_hold::HoldState>,
     /// Held while objects are deleted after a checkpoint and while a snapshot chooses
-    /// its checkpoint and records its pin ([`super::snapshot`]).
+    /// its checkpoint and records its pin ([`crate::lifecycle::snapshot`]).
     pub(crate) deletions: tokio::sync::Mutex<()>,
     /// Set when this is a read-only export of snapshot `<volume>@<name>`: nothing is
     /// written, uploaded, collected or deleted.
     pub(crate) snapshot: Option<String>,
     /// The ancestors that own the objects below this clone's start (empty unless the
-    /// volume is a clone, [`super::clone`]).
-    pub(crate) lineage: super::lineage::Lineage,
+    /// volume is a clone, [`crate::lifecycle::clone`]).
+    pub(crate) lineage: crate::lifecycle::lineage::Lineage,
     /// Set once this process's generation is in the store; uploads wait for it.
     pub(crate) volume_claimed: AtomicBool,
     /// The epoch of this process's claim: every object it writes carries it in its
     /// name and header (`lsvd_core::history`). 0 until claimed (and for a snapshot
     /// export, which writes nothing).
     pub(crate) epoch: AtomicU64,
-    /// The volume's lease: whether requests may be answered (`super::lease`).
-    pub(crate) lease: super::lease::Lease,
+    /// The volume's lease: whether requests may be answered (`crate::fencing::lease`).
+    pub(crate) lease: crate::fencing::lease::Lease,
     /// Recently read object chunks on local disk (None: disabled).
     pub(crate) read_cache: Option<ReadCache>,
     /// Uploaded data goes into the read cache too (`EngineConfig::read_cache_admit`).
@@ -334,7 +334,7 @@ impl Shared {
             .lineage
             .owner(seq)
             .map_or(self.meta.name.as_str(), |a| a.name.as_str());
-        super::keys::object_key(owner, seq, epoch, kind)
+        crate::keys::object_key(owner, seq, epoch, kind)
     }
 
     /// The epoch this process writes objects under.

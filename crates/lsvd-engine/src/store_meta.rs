@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lsvd_core::VolumeId;
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 
-use super::keys::{meta_key, validate_volume_name};
-use super::volume_super::read_newest;
+use crate::fencing::volume_super::read_newest;
+use crate::keys::{meta_key, validate_volume_name};
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_store::{DynStore, PutMode};
 

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use super::shared::Shared;
+use crate::shared::Shared;
 
 /// Spawn `fut` as `shared`'s task `task` (named in the failure): a panic in it fails
 /// the volume. Aborting the handle aborts the task.

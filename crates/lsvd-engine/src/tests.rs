@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use lsvd_core::gc::GcPolicy;
 
-use super::{EngineConfig, Volume, create_volume, open_volume};
+use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
@@ -558,7 +558,7 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
     // GC reads its victims with GETs: make each take a second.
     faulty.set_get_delay_ms(1000);
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let bound = |s: &super::VolumeStatus| s.live_bytes as f64 / 0.70 + spec.two_batches() as f64;
+    let bound = |s: &crate::VolumeStatus| s.live_bytes as f64 / 0.70 + spec.two_batches() as f64;
     let (mut held_seen, mut after_held) = (0u64, 0u32);
     for i in 0..8 * blocks {
         let b = rng.next() % blocks;
@@ -1196,7 +1196,7 @@ async fn gc_reads_live_data_from_the_read_cache() {
 /// without a GET, not even for object headers. Without admission, the same reads GET.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
-    use super::config::Admission;
+    use crate::config::Admission;
     use std::sync::atomic::Ordering::Relaxed;
     let blocks = 512u64; // 2 MiB: several objects
     for admit in [Admission::Always, Admission::Auto] {

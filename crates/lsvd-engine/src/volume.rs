@@ -2,9 +2,9 @@
 //!
 //! Requests are checked here (range, alignment, a failed volume) and handed to the
 //! tasks that do the work: writes, trims and flushes to the log writer thread
-//! ([`super::writer`]) through a bounded queue, reads to [`super::read`]. Shutdown
+//! ([`crate::write::writer`]) through a bounded queue, reads to [`crate::read`]. Shutdown
 //! drains the writer, waits for the GC and the uploader to finish, and writes a clean
-//! checkpoint ([`super::checkpoint::write_clean`]).
+//! checkpoint ([`crate::maintenance::checkpoint::write_clean`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -12,9 +12,11 @@ use std::sync::{Arc, Mutex};
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::volume_meta::VolumeMeta;
 
-use super::shared::{Shared, Stats};
-use super::started::LogWriter;
-use super::{checkpoint, log_order, read, writer};
+use crate::maintenance::checkpoint;
+use crate::read;
+use crate::shared::{Shared, Stats};
+use crate::write::started::LogWriter;
+use crate::write::{log_order, writer};
 use lsvd_core::error::{Error, ErrorKind, Result};
 
 /// A point-in-time summary for `lsvd info` and metrics.
@@ -105,12 +107,12 @@ pub type Answer = Box<dyn FnOnce(Result<()>) + Send>;
 pub struct Volume {
     pub(crate) shared: Arc<Shared>,
     pub(crate) log_tx: tokio::sync::mpsc::Sender<writer::LogOp>,
-    /// Operations the NBD server starts, and the appender (`super::started`).
+    /// Operations the NBD server starts, and the appender (`crate::write::started`).
     pub(crate) log_writer: Arc<LogWriter>,
     pub(crate) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     pub(crate) uploader: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) gc: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Renews the lease (`super::lease::renew`), when the volume has one.
+    /// Renews the lease (`crate::fencing::lease::renew`), when the volume has one.
     pub(crate) lease_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -313,7 +315,7 @@ impl Volume {
     /// anything.
     pub fn unplug(&self) {
         self.log_writer
-            .unplug(&self.shared, super::started::Blocking::InPlace);
+            .unplug(&self.shared, crate::write::started::Blocking::InPlace);
     }
 
     /// [`Volume::unplug`] from a thread that may block outright, since it has nothing
@@ -321,7 +323,7 @@ impl Volume {
     /// `fdatasync` or a wait for log space happens here, without `block_in_place`.
     pub fn unplug_on_own_thread(&self) {
         self.log_writer
-            .unplug(&self.shared, super::started::Blocking::Here);
+            .unplug(&self.shared, crate::write::started::Blocking::Here);
     }
 
     /// Read `len` bytes at `offset`. Errors: `BadInput`, `LocalIo`, `Corrupt` (an
@@ -387,12 +389,13 @@ impl Volume {
             .log
             .bytes_through(st.log_classified_through)
             .saturating_sub(st.log.bytes_through(st.log_freeing_through));
-        let rc_counter = |f: fn(&super::read_cache::ReadCache) -> &std::sync::atomic::AtomicU64| {
-            self.shared
-                .read_cache
-                .as_ref()
-                .map_or(0, |r| f(r).load(Ordering::Relaxed))
-        };
+        let rc_counter =
+            |f: fn(&crate::read::cache::ReadCache) -> &std::sync::atomic::AtomicU64| {
+                self.shared
+                    .read_cache
+                    .as_ref()
+                    .map_or(0, |r| f(r).load(Ordering::Relaxed))
+            };
         VolumeStatus {
             name: self.shared.meta.name.clone(),
             volume_id: self.shared.meta.volume.to_string(),

@@ -286,7 +286,7 @@ impl BlockDevice for NbdVolume {
     }
 
     /// Writes, flushes and trims are queued for the next `unplug`, which appends them
-    /// as one group commit (`lsvd_engine::started`) and answers the client when it retires.
+    /// as one group commit (`lsvd_engine::write::started`) and answers the client when it retires.
     /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
     /// the task path.
     fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {

@@ -16,7 +16,7 @@ use lsvd_core::format::SECTOR_BYTES;
 
 use super::{Source, object, plan};
 use crate::config::DEFAULT_READ_AHEAD_BYTES;
-use crate::read_cache::READ_CACHE_CHUNK_BYTES;
+use crate::read::cache::READ_CACHE_CHUNK_BYTES;
 use crate::shared::{ObjectTag, Shared};
 
 /// The read-ahead size in force: the configured one, or the default for this store.

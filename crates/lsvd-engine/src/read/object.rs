@@ -13,8 +13,8 @@ use lsvd_core::format::object::{
     HEADER_PROBE_BYTES, ObjectHeader, decode_object_header, peek_header_bytes,
 };
 
-use crate::read_cache::inflight::{self, ClaimResult};
-use crate::read_cache::{CacheObject, READ_CACHE_CHUNK_BYTES, ReadCache};
+use crate::read::cache::inflight::{self, ClaimResult};
+use crate::read::cache::{CacheObject, READ_CACHE_CHUNK_BYTES, ReadCache};
 use crate::shared::{ObjectTag, Shared};
 use lsvd_core::error::{Error, ErrorKind, Result};
 

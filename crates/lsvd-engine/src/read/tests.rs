@@ -318,7 +318,7 @@ async fn a_local_read_takes_the_log_and_the_read_cache_and_leaves_the_rest() {
 #[test]
 fn chunk_spans_cover_exactly_the_chunks_a_range_touches() {
     use super::object::{chunk_span, chunks_spanned, data_rel};
-    use crate::read_cache::READ_CACHE_CHUNK_BYTES as C;
+    use crate::read::cache::READ_CACHE_CHUNK_BYTES as C;
     assert_eq!(chunk_span(0, 0), None);
     assert_eq!(chunks_spanned(5, 0), 0);
     assert_eq!(chunk_span(0, C), Some((0, 0)), "one whole chunk");

@@ -10,7 +10,7 @@
 use super::Common;
 use lsvd_core::error::{Error, Result};
 use lsvd_core::size::{format_size, parse_size};
-use lsvd_engine::store_recovery::{is_vanished, vanished};
+use lsvd_engine::recovery::store_recovery::{is_vanished, vanished};
 use lsvd_store::DynStore;
 
 /// The store for `serve` and the commands that change it (those that may do the
@@ -145,7 +145,7 @@ async fn list_lines(store: &DynStore) -> Result<Vec<String>> {
 /// `lsvd info` reports them).
 async fn relations(store: &DynStore, name: &str) -> String {
     let mut out = String::new();
-    if let Ok(Some(link)) = lsvd_engine::lineage::parent_link(store, name).await {
+    if let Ok(Some(link)) = lsvd_engine::lifecycle::lineage::parent_link(store, name).await {
         out.push_str(&format!("\tclone of {}@{}", link.parent, link.snapshot));
     }
     if let Ok(clones) = lsvd_engine::list_clones(store, name).await

@@ -37,9 +37,9 @@ use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::size::format_size;
 use lsvd_engine::cache_dev::{CacheDevice, FileCache};
 use lsvd_engine::keys::{ObjectName, object_key, objects_prefix, parse_object_name};
-use lsvd_engine::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
 use lsvd_engine::read_meta;
-use lsvd_engine::store_recovery::{is_vanished, recover_store_view};
+use lsvd_engine::recovery::log_scan::{FoundRecord, chain_break, scan_log, verify_found};
+use lsvd_engine::recovery::store_recovery::{is_vanished, recover_store_view};
 use lsvd_engine::{LOOKS, held_now, now_unix_ms};
 use lsvd_store::DynStore;
 use lsvd_store::chain::copy_check::compare_key_copies;
@@ -539,7 +539,8 @@ fn check_log(
         return;
     }
     let chain = scan_log(&file, &sb);
-    let (index, index_problems) = lsvd_engine::log_index::check_against_chain(&file, &sb, &chain);
+    let (index, index_problems) =
+        lsvd_engine::write::log_index::check_against_chain(&file, &sb, &chain);
     if let Some(i) = &index {
         println!(
             "  write-log index: generation {}, {} records",

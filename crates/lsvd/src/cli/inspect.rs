@@ -16,8 +16,8 @@ use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::format::volume_super::decode_volume_super;
 use lsvd_engine::cache_dev::{CacheDevice, FileCache};
 use lsvd_engine::keys::{object_key, objects_prefix, parse_object_name, super_prefix};
-use lsvd_engine::log_scan::scan_log;
-use lsvd_engine::store_recovery::vanished;
+use lsvd_engine::recovery::log_scan::scan_log;
+use lsvd_engine::recovery::store_recovery::vanished;
 use lsvd_store::DynStore;
 
 /// `what` fails its checks.
@@ -211,7 +211,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
             let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
                 .map_err(|e| corrupt("", e))?;
             let chain = scan_log(&file, &sb);
-            match lsvd_engine::log_index::check_against_chain(&file, &sb, &chain) {
+            match lsvd_engine::write::log_index::check_against_chain(&file, &sb, &chain) {
                 (Some(i), problems) => println!(
                     "write-log index: generation {}, {} records (seq {}..={}){}",
                     i.generation,

@@ -552,9 +552,9 @@ impl EngineArgs {
             } else {
                 RecoveryMode::Strict
             },
-            lease: lsvd_engine::lease::LeaseConfig {
+            lease: lsvd_engine::fencing::lease::LeaseConfig {
                 timeout_ms: lease_timeout_ms,
-                ..lsvd_engine::lease::LeaseConfig::for_command("lsvd serve")
+                ..lsvd_engine::fencing::lease::LeaseConfig::for_command("lsvd serve")
             },
             stall_timeout_ms,
             replica_hold_ms,

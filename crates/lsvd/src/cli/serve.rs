@@ -258,13 +258,13 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut config = args.engine.to_config_tuned(&resolved.tuning)?;
     config.discard_superseded_log = args.discard_superseded_log || args.standby;
     config.lease.holder =
-        lsvd_engine::lease::describe_this_process(&match (&listen, &args.socket) {
+        lsvd_engine::fencing::lease::describe_this_process(&match (&listen, &args.socket) {
             (Some(l), _) => format!("lsvd serve on {l}"),
             (None, Some(s)) => format!("lsvd serve on {}", s.display()),
             (None, None) => "lsvd serve".to_string(),
         });
     if args.standby {
-        config.lease.takeover = lsvd_engine::lease::Takeover::Wait;
+        config.lease.takeover = lsvd_engine::fencing::lease::Takeover::Wait;
         if args.names.len() != 1 || lsvd_engine::split_export_name(&args.names[0]).1.is_some() {
             return Err(Error::bad_input(
                 "--standby takes exactly one volume to stand by for (not a snapshot): lsvd serve VOL --standby",
@@ -327,7 +327,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                             // just as this one took over: stand by again.
                             Err(e)
                                 if e.kind == ErrorKind::Conflict
-                                    && e.message.contains(lsvd_engine::lease::CLAIM_RACE) =>
+                                    && e.message
+                                        .contains(lsvd_engine::fencing::lease::CLAIM_RACE) =>
                             {
                                 lsvd_store::log::info(&format!("{e}; standing by again"));
                             }

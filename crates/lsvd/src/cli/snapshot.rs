@@ -243,7 +243,7 @@ pub(super) async fn with_volume<T>(
         },
         read_cache_bytes: 0,
         // Never from under a live server: one that renews its lease is refused.
-        lease: lsvd_engine::lease::LeaseConfig::for_command("lsvd command"),
+        lease: lsvd_engine::fencing::lease::LeaseConfig::for_command("lsvd command"),
         ..EngineConfig::default()
     };
     let (vol, report) = lsvd_engine::open_volume(store, volume, &common.data, config).await?;
