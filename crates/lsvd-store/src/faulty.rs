@@ -25,14 +25,12 @@
 //! (docs/SEMANTICS.md, "Store error classes"), so what a test sees is what production
 //! would.
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use super::{BoxFuture, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
+use super::layer::{Call, Layer, Layered, Next};
+use super::{BoxFuture, DynStore, StoreResult};
 use crate::clock::SharedClock;
 use lsvd_core::error::{Error, ErrorKind};
 
@@ -276,8 +274,8 @@ impl Faults {
     }
 }
 
-pub struct FaultyStore {
-    inner: DynStore,
+/// The faults, as a [`Layer`]; reached through a [`FaultyStore`] (which derefs to it).
+pub struct Faulty {
     plan: FaultPlan,
     rng: Mutex<u64>,
     /// While set, every PUT fails (a store outage).
@@ -296,10 +294,30 @@ pub struct FaultyStore {
     counters: Counters,
 }
 
-impl FaultyStore {
+/// A store with [`Faulty`]'s faults around every call.
+pub type FaultyStore = Layered<Faulty>;
+
+impl Layered<Faulty> {
     pub fn new(inner: DynStore, plan: FaultPlan, seed: u64) -> Self {
-        FaultyStore {
-            inner,
+        Layered::wrap(inner, Faulty::new(plan, seed))
+    }
+
+    /// The same store, switched by `faults` (shared with the test, and with other
+    /// stores that should see the same faults).
+    pub fn with_faults(self, faults: Arc<Faults>) -> Self {
+        self.map_layer(|f| Faulty { faults, ..f })
+    }
+
+    /// The same store, with its delays (the plan's, [`Faults::slow`], the GET delay)
+    /// slept on `clock`.
+    pub fn with_clock(self, clock: SharedClock) -> Self {
+        self.map_layer(|f| Faulty { clock, ..f })
+    }
+}
+
+impl Faulty {
+    fn new(plan: FaultPlan, seed: u64) -> Self {
+        Faulty {
             plan,
             rng: Mutex::new(seed | 1),
             outage: AtomicBool::new(false),
@@ -312,20 +330,6 @@ impl FaultyStore {
             clock: SharedClock::default(),
             counters: Counters::default(),
         }
-    }
-
-    /// The same store, switched by `faults` (shared with the test, and with other
-    /// stores that should see the same faults).
-    pub fn with_faults(mut self, faults: Arc<Faults>) -> Self {
-        self.faults = faults;
-        self
-    }
-
-    /// The same store, with its delays (the plan's, [`Faults::slow`], the GET delay)
-    /// slept on `clock`.
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
     }
 
     /// The switched faults of this store.
@@ -423,12 +427,12 @@ impl FaultyStore {
     }
 
     /// A call of `op` with the switched faults: its delay, then failure once killed,
-    /// while the store is away or a fault is on, else `call`.
+    /// while the store is away or a fault is on, else `next`.
     fn switched<'a, T: Send + 'a>(
         &'a self,
         op: Ops,
         what: String,
-        call: impl FnOnce(&'a dyn ObjectStore) -> BoxFuture<'a, StoreResult<T>> + Send + 'a,
+        mut next: Next<'a, T>,
     ) -> BoxFuture<'a, StoreResult<T>> {
         Box::pin(async move {
             self.sleep(self.faults.delay(op)).await;
@@ -441,18 +445,17 @@ impl FaultyStore {
             if let Some(e) = self.faults.failure(op, &what) {
                 return Err(e);
             }
-            call(&*self.inner).await
+            next().await
         })
     }
 
     /// A read with this store's faults: the GET delay, then the switched faults.
-    fn faulty_read<'a>(
+    fn faulty_read<'a, T: Send + 'a>(
         &'a self,
         op: Ops,
-        key: &str,
-        read: impl FnOnce(&'a dyn ObjectStore, &str) -> BoxFuture<'a, StoreResult<Vec<u8>>> + Send + 'a,
-    ) -> BoxFuture<'a, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
+        key: String,
+        mut next: Next<'a, T>,
+    ) -> BoxFuture<'a, StoreResult<T>> {
         Box::pin(async move {
             self.sleep(Duration::from_millis(
                 self.get_delay_ms.load(Ordering::SeqCst),
@@ -465,24 +468,17 @@ impl FaultyStore {
             if let Some(e) = self.faults.failure(op, &format!("get {key}")) {
                 return Err(e);
             }
-            read(&*self.inner, &key).await
+            next().await
         })
     }
-}
 
-impl ObjectStore for FaultyStore {
-    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        self.put_placed(key, data, mode, &Placement::Client)
-    }
-    fn put_placed(
-        &self,
-        key: &str,
-        data: Bytes,
-        mode: PutMode,
-        placement: &Placement,
-    ) -> BoxFuture<'_, StoreResult<()>> {
-        let key = key.to_string();
-        let placement = placement.clone();
+    /// A put with the plan's faults (drawn when the put is issued) and the switched
+    /// ones.
+    fn faulty_put<'a, T: Send + 'a>(
+        &'a self,
+        key: String,
+        mut next: Next<'a, T>,
+    ) -> BoxFuture<'a, StoreResult<T>> {
         let delay = (self.next_f64() * self.plan.max_put_delay_ms as f64) as u64;
         let fail = self.next_f64() < self.plan.fail_put;
         let land_then_fail = self.next_f64() < self.plan.land_then_fail;
@@ -507,7 +503,7 @@ impl ObjectStore for FaultyStore {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
-            self.inner.put_placed(&key, data, mode, &placement).await?;
+            let answer = next().await?;
             self.counters.landed.fetch_add(1, Ordering::Relaxed);
             if land_then_fail {
                 self.counters.lost_replies.fetch_add(1, Ordering::Relaxed);
@@ -516,120 +512,70 @@ impl ObjectStore for FaultyStore {
                     format!("injected lost reply putting {key}"),
                 ));
             }
-            Ok(())
+            Ok(answer)
         })
     }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.faulty_read(Ops::GET, key, |inner, key| inner.get(key))
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        if let Some(e) = self.range_read_failure(key) {
-            return Box::pin(async move { Err(e) });
+}
+
+fn failed<'a, T: Send + 'a>(e: Error) -> BoxFuture<'a, StoreResult<T>> {
+    Box::pin(async move { Err(e) })
+}
+
+impl Layer for Faulty {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        mut next: Next<'a, T>,
+    ) -> BoxFuture<'a, StoreResult<T>> {
+        match call {
+            Call::Put { key, .. } => self.faulty_put(key, next),
+            Call::Get { key } => self.faulty_read(Ops::GET, key, next),
+            Call::GetRange { key, .. } => match self.range_read_failure(&key) {
+                Some(e) => failed(e),
+                // The inner store's own background path (the local store's blocking
+                // pool) for background reads, so GC under test reads as it does live.
+                None => self.faulty_read(Ops::GET_RANGE, key, next),
+            },
+            Call::List { prefix } => self.switched(Ops::LIST, format!("list '{prefix}'"), next),
+            Call::Delete { key } => {
+                self.mutation();
+                if self.is_killed() {
+                    return failed(Self::killed_err("deleting", &key));
+                }
+                if self.deletes_failing.load(Ordering::SeqCst) {
+                    return failed(Error::new(
+                        ErrorKind::Permanent,
+                        format!("injected failure deleting {key}: access denied"),
+                    ));
+                }
+                self.switched(Ops::DELETE, format!("delete {key}"), next)
+            }
+            Call::GetRangeCopies { key, .. } => {
+                if self.is_killed() {
+                    return failed(Self::killed_err("reading copies of", &key));
+                }
+                self.switched(Ops::GET_RANGE, format!("get copies of {key}"), next)
+            }
+            Call::RepairCopies { key } => {
+                // A write: nothing reaches the store after a simulated crash.
+                self.mutation();
+                if self.is_killed() {
+                    return failed(Self::killed_err("repairing", &key));
+                }
+                self.switched(Ops::PUT, format!("repair {key}"), next)
+            }
+            Call::CopiesOf { .. } => next(),
+            Call::GetCopy { key, copy } => {
+                if self.is_killed() {
+                    return failed(Self::killed_err("reading a copy of", &key));
+                }
+                self.switched(Ops::GET, format!("get copy {copy} of {key}"), next)
+            }
         }
-        self.faulty_read(Ops::GET_RANGE, key, move |inner, key| {
-            inner.get_range(key, range)
-        })
     }
-    fn get_range_background(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        if let Some(e) = self.range_read_failure(key) {
-            return Box::pin(async move { Err(e) });
-        }
-        // The inner store's own background path (the local store's blocking pool), so
-        // GC under test reads as it does live.
-        self.faulty_read(Ops::GET_RANGE, key, move |inner, key| {
-            inner.get_range_background(key, range)
-        })
-    }
-    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        let prefix = prefix.to_string();
-        self.switched(Ops::LIST, format!("list '{prefix}'"), move |inner| {
-            inner.list(&prefix)
-        })
-    }
-    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        self.mutation();
-        if self.is_killed() {
-            let e = Self::killed_err("deleting", key);
-            return Box::pin(async move { Err(e) });
-        }
-        if self.deletes_failing.load(Ordering::SeqCst) {
-            let e = Error::new(
-                ErrorKind::Permanent,
-                format!("injected failure deleting {key}: access denied"),
-            );
-            return Box::pin(async move { Err(e) });
-        }
-        let key = key.to_string();
-        self.switched(Ops::DELETE, format!("delete {key}"), move |inner| {
-            inner.delete(&key)
-        })
-    }
-    fn describe(&self) -> String {
-        format!("faulty({})", self.inner.describe())
-    }
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
-    }
-    fn admit_uploads_to_cache(&self) -> bool {
-        self.inner.admit_uploads_to_cache()
-    }
-    fn metrics(&self) -> Vec<crate::StoreMetric> {
-        self.inner.metrics()
-    }
-    fn get_range_copies(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<crate::CopyBytes>>> {
-        if self.is_killed() {
-            let e = Self::killed_err("reading copies of", key);
-            return Box::pin(async move { Err(e) });
-        }
-        let key = key.to_string();
-        self.switched(
-            Ops::GET_RANGE,
-            format!("get copies of {key}"),
-            move |inner| inner.get_range_copies(&key, range),
-        )
-    }
-    fn repair_copies(
-        &self,
-        key: &str,
-        good: Bytes,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<String>>> {
-        // A write: nothing reaches the store after a simulated crash.
-        self.mutation();
-        if self.is_killed() {
-            let e = Self::killed_err("repairing", key);
-            return Box::pin(async move { Err(e) });
-        }
-        let key = key.to_string();
-        self.switched(Ops::PUT, format!("repair {key}"), move |inner| {
-            inner.repair_copies(&key, good)
-        })
-    }
-    fn copies_of(&self, key: &str) -> crate::BoxFuture<'_, crate::StoreResult<Vec<String>>> {
-        self.inner.copies_of(key)
-    }
-    fn get_copy(
-        &self,
-        key: &str,
-        copy: usize,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<u8>>> {
-        if self.is_killed() {
-            let e = Self::killed_err("reading a copy of", key);
-            return Box::pin(async move { Err(e) });
-        }
-        let key = key.to_string();
-        self.switched(
-            Ops::GET,
-            format!("get copy {copy} of {key}"),
-            move |inner| inner.get_copy(&key, copy),
-        )
+
+    fn describe(&self, inner: String) -> String {
+        format!("faulty({inner})")
     }
 }
 
@@ -637,11 +583,14 @@ impl ObjectStore for FaultyStore {
 mod tests {
     use std::sync::Arc;
 
+    use bytes::Bytes;
+
     use super::*;
     use crate::clock::{Clock as _, ManualClock};
     use crate::mem::MemStore;
     use crate::retry::{RetryPolicy, RetryStore};
     use crate::testutil::TempDir;
+    use crate::{ObjectStore, PutMode};
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()

@@ -17,6 +17,7 @@ pub mod direct_buf;
 pub mod faulty;
 pub mod fs;
 pub mod gcs;
+pub mod layer;
 pub mod log;
 pub mod mem;
 pub mod read_only;

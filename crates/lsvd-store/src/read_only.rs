@@ -9,97 +9,44 @@
 //! rule hold for every store, whatever a command's code path calls: a put, a delete
 //! or a copy repair is refused with `ReadOnly` instead of reaching the store.
 
-use std::ops::Range;
-
-use bytes::Bytes;
-
-use super::{
-    BoxFuture, CopyBytes, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreMetric,
-    StoreResult,
-};
+use super::layer::{Call, Layer, Layered, Next};
+use super::{BoxFuture, DynStore, StoreResult};
 use lsvd_core::error::{Error, ErrorKind};
 
-/// [`ObjectStore`] over `inner` that reads and never writes.
-pub struct ReadOnlyStore {
-    inner: DynStore,
+/// The read-only rule, as a [`Layer`]: reads pass, writes are refused.
+pub struct ReadOnly {
+    /// The inner store's description, for the refusal.
+    store: String,
 }
 
-impl ReadOnlyStore {
-    pub fn new(inner: DynStore) -> Self {
-        ReadOnlyStore { inner }
-    }
+/// [`ObjectStore`](super::ObjectStore) over an inner store that reads and never writes.
+pub type ReadOnlyStore = Layered<ReadOnly>;
 
-    fn refused<T: Send + 'static>(&self, what: &str, key: &str) -> BoxFuture<'_, StoreResult<T>> {
+impl Layered<ReadOnly> {
+    pub fn new(inner: DynStore) -> Self {
+        let store = inner.describe();
+        Layered::wrap(inner, ReadOnly { store })
+    }
+}
+
+impl Layer for ReadOnly {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        mut next: Next<'a, T>,
+    ) -> BoxFuture<'a, StoreResult<T>> {
+        if !call.writes() {
+            return next();
+        }
         let e = Error::new(
             ErrorKind::ReadOnly,
             format!(
-                "{what} {key}: {} is open read-only (a read-only command changes nothing in the store)",
-                self.inner.describe()
+                "{}: {} is open read-only (a read-only command changes nothing in the store)",
+                call.describe(),
+                self.store
             ),
         );
         Box::pin(async move { Err(e) })
-    }
-}
-
-impl ObjectStore for ReadOnlyStore {
-    fn put(&self, key: &str, _data: Bytes, _mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        self.refused("put", key)
-    }
-    fn put_placed(
-        &self,
-        key: &str,
-        _data: Bytes,
-        _mode: PutMode,
-        _placement: &Placement,
-    ) -> BoxFuture<'_, StoreResult<()>> {
-        self.refused("put", key)
-    }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn get_range_background(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get_range_background(key, range)
-    }
-    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        self.refused("delete", key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
-    }
-    fn admit_uploads_to_cache(&self) -> bool {
-        self.inner.admit_uploads_to_cache()
-    }
-    fn metrics(&self) -> Vec<StoreMetric> {
-        self.inner.metrics()
-    }
-    fn get_range_copies(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
-        self.inner.get_range_copies(key, range)
-    }
-    fn repair_copies(&self, key: &str, _good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
-        self.refused("repair the copies of", key)
-    }
-    fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
-        self.inner.copies_of(key)
-    }
-    fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.inner.get_copy(key, copy)
     }
 }
 
@@ -107,8 +54,11 @@ impl ObjectStore for ReadOnlyStore {
 mod tests {
     use std::sync::Arc;
 
+    use bytes::Bytes;
+
     use super::*;
     use crate::mem::MemStore;
+    use crate::{ObjectStore, Placement, PutMode};
 
     #[tokio::test]
     async fn reads_pass_and_writes_are_refused() {

@@ -39,14 +39,12 @@
 //! costs no timer: an attempt's timeout is armed only if its first poll is pending.
 
 use std::future::Future;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use super::{BoxFuture, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreResult};
+use super::layer::{Call, Layer, Layered, Next};
+use super::{BoxFuture, DynStore, PutMode, StoreResult};
 use crate::clock::SharedClock;
 use lsvd_core::error::{Error, ErrorKind};
 
@@ -205,14 +203,18 @@ impl RetryPolicy {
     }
 }
 
-pub struct RetryStore {
-    inner: DynStore,
+/// The retry rule, as a [`Layer`]: every call that fails `Transient` is tried again,
+/// within the policy's attempts and deadline.
+pub struct Retry {
     policy: RetryPolicy,
     rng: AtomicU64,
     clock: SharedClock,
 }
 
-impl RetryStore {
+/// A store whose calls are retried by [`Retry`].
+pub type RetryStore = Layered<Retry>;
+
+impl Layered<Retry> {
     /// Wrap `inner`, with the jitter seeded from the policy's
     /// [`jitter_seed`](RetryPolicy::jitter_seed), else [`random_seed`] (so processes
     /// that fail together spread their retries), on the system clock.
@@ -224,24 +226,23 @@ impl RetryStore {
     /// Wrap `inner` with the jitter drawn from `seed`: the same seed gives the same
     /// delays (tests).
     pub fn with_seed(inner: DynStore, policy: RetryPolicy, seed: u64) -> Self {
-        RetryStore {
+        Layered::wrap(
             inner,
-            policy,
-            rng: AtomicU64::new(seed),
-            clock: SharedClock::default(),
-        }
+            Retry {
+                policy,
+                rng: AtomicU64::new(seed),
+                clock: SharedClock::default(),
+            },
+        )
     }
 
     /// The same store, timing attempts and sleeping between them on `clock`.
-    pub fn with_clock(mut self, clock: SharedClock) -> Self {
-        self.clock = clock;
-        self
+    pub fn with_clock(self, clock: SharedClock) -> Self {
+        self.map_layer(|r| Retry { clock, ..r })
     }
+}
 
-    pub fn inner(&self) -> &DynStore {
-        &self.inner
-    }
-
+impl Retry {
     pub fn policy(&self) -> &RetryPolicy {
         &self.policy
     }
@@ -326,136 +327,38 @@ impl RetryStore {
     }
 }
 
-impl ObjectStore for RetryStore {
-    fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        self.put_placed(key, data, mode, &Placement::Client)
-    }
-    fn put_placed(
-        &self,
-        key: &str,
-        data: Bytes,
-        mode: PutMode,
-        placement: &Placement,
-    ) -> BoxFuture<'_, StoreResult<()>> {
-        let attempts = match mode {
-            PutMode::IfAbsent => 1,
-            PutMode::Overwrite => self.policy.put_attempts,
+impl Layer for Retry {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        mut next: Next<'a, T>,
+    ) -> BoxFuture<'a, StoreResult<T>> {
+        // A put-if-absent is never retried: a retry after a lost reply would find its
+        // own object and answer `AlreadyExists`; its caller decides. An overwrite (a
+        // put, a copy repair) is retried only as the policy's `put_attempts` say.
+        let attempts = match call {
+            Call::Put {
+                mode: PutMode::IfAbsent,
+                ..
+            } => 1,
+            Call::Put { .. } | Call::RepairCopies { .. } => self.policy.put_attempts,
+            _ => self.policy.attempts,
         };
-        let key = key.to_string();
-        let placement = placement.clone();
-        Box::pin(async move {
-            self.retry(
-                || format!("put {key}"),
-                attempts,
-                // A `Bytes` clone shares the buffer: no copy per attempt.
-                || self.inner.put_placed(&key, data.clone(), mode, &placement),
-            )
-            .await
-        })
-    }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.retry(
-                || format!("get {key}"),
-                self.policy.attempts,
-                || self.inner.get(&key),
-            )
-            .await
-        })
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.retry(
-                || format!("get {key} bytes {range:?}"),
-                self.policy.attempts,
-                || self.inner.get_range(&key, range.clone()),
-            )
-            .await
-        })
-    }
-    fn get_range_background(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.retry(
-                || format!("get {key} bytes {range:?}"),
-                self.policy.attempts,
-                || self.inner.get_range_background(&key, range.clone()),
-            )
-            .await
-        })
-    }
-    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            self.retry(
-                || format!("list '{prefix}'"),
-                self.policy.attempts,
-                || self.inner.list(&prefix),
-            )
-            .await
-        })
-    }
-    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        let key = key.to_string();
-        Box::pin(async move {
-            self.retry(
-                || format!("delete {key}"),
-                self.policy.attempts,
-                || self.inner.delete(&key),
-            )
-            .await
-        })
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    fn is_local(&self) -> bool {
-        self.inner.is_local()
-    }
-    fn admit_uploads_to_cache(&self) -> bool {
-        self.inner.admit_uploads_to_cache()
-    }
-    fn metrics(&self) -> Vec<crate::StoreMetric> {
-        self.inner.metrics()
-    }
-    fn get_range_copies(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<crate::CopyBytes>>> {
-        self.inner.get_range_copies(key, range)
-    }
-    fn repair_copies(
-        &self,
-        key: &str,
-        good: Bytes,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<String>>> {
-        self.inner.repair_copies(key, good)
-    }
-    fn copies_of(&self, key: &str) -> crate::BoxFuture<'_, crate::StoreResult<Vec<String>>> {
-        self.inner.copies_of(key)
-    }
-    fn get_copy(
-        &self,
-        key: &str,
-        copy: usize,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<u8>>> {
-        self.inner.get_copy(key, copy)
+        let what = call.describe();
+        Box::pin(async move { self.retry(|| what.clone(), attempts, &mut next).await })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::ops::Range;
+
+    use bytes::Bytes;
+
     use super::*;
-    use crate::StoreError;
     use crate::clock::{Clock as _, ManualClock};
     use crate::mem::MemStore;
+    use crate::{ListEntry, ObjectStore, StoreError};
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32;
 

@@ -30,9 +30,11 @@ impl Drop for TempDir {
 
 /// A store that lets another process act at the worst moment of a command: `hook`
 /// runs once, just before the `nth` call (counting from 1) that `is_point` matches
-/// (a put of a key, a listing of a prefix) goes to `inner`.
-pub struct HookStore {
-    inner: crate::DynStore,
+/// (a put of a key, a listing of a prefix) goes to the inner store.
+pub type HookStore = crate::layer::Layered<Hook>;
+
+/// The [`HookStore`]'s layer.
+pub struct Hook {
     is_point: Box<dyn Fn(HookOp<'_>) -> bool + Send + Sync>,
     nth: u64,
     seen: std::sync::atomic::AtomicU64,
@@ -46,22 +48,24 @@ pub enum HookOp<'a> {
     List(&'a str),
 }
 
-impl HookStore {
+impl crate::layer::Layered<Hook> {
     pub fn new(
         inner: crate::DynStore,
         is_point: impl Fn(HookOp<'_>) -> bool + Send + Sync + 'static,
         nth: u64,
         hook: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> HookStore {
-        HookStore {
-            inner,
+        let hook = Hook {
             is_point: Box::new(is_point),
             nth,
             seen: Default::default(),
             hook: std::sync::Mutex::new(Some(Box::pin(hook))),
-        }
+        };
+        crate::layer::Layered::wrap(inner, hook)
     }
+}
 
+impl Hook {
     fn hook_for(&self, op: HookOp<'_>) -> Option<crate::BoxFuture<'static, ()>> {
         if !(self.is_point)(op) {
             return None;
@@ -73,49 +77,22 @@ impl HookStore {
     }
 }
 
-impl crate::ObjectStore for HookStore {
-    fn put(
-        &self,
-        key: &str,
-        data: bytes::Bytes,
-        mode: crate::PutMode,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<()>> {
-        let hook = self.hook_for(HookOp::Put(key));
-        let key = key.to_string();
+impl crate::layer::Layer for Hook {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: crate::layer::Call,
+        mut next: crate::layer::Next<'a, T>,
+    ) -> crate::BoxFuture<'a, crate::StoreResult<T>> {
+        let hook = match &call {
+            crate::layer::Call::Put { key, .. } => self.hook_for(HookOp::Put(key)),
+            crate::layer::Call::List { prefix } => self.hook_for(HookOp::List(prefix)),
+            _ => None,
+        };
         Box::pin(async move {
             if let Some(h) = hook {
                 h.await;
             }
-            self.inner.put(&key, data, mode).await
+            next().await
         })
-    }
-    fn get(&self, key: &str) -> crate::BoxFuture<'_, crate::StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> crate::BoxFuture<'_, crate::StoreResult<Vec<crate::ListEntry>>> {
-        let hook = self.hook_for(HookOp::List(prefix));
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            if let Some(h) = hook {
-                h.await;
-            }
-            self.inner.list(&prefix).await
-        })
-    }
-    fn delete(&self, key: &str) -> crate::BoxFuture<'_, crate::StoreResult<()>> {
-        self.inner.delete(key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
     }
 }
