@@ -6,6 +6,7 @@
 //! overwrite or delete another's objects. The `lease` keeps a claim alive and notices
 //! being fenced; `lease_config` holds its settings.
 
+pub(crate) mod claim;
 pub mod lease;
 pub(crate) mod lease_config;
 pub(crate) mod volume_super;

@@ -7,5 +7,6 @@
 
 #[cfg(test)]
 mod integrity_tests;
+pub(crate) mod log_plan;
 pub mod log_scan;
 pub mod store_recovery;
