@@ -2,8 +2,8 @@
 //!
 //! Everything here is deterministic and does no I/O: the extent maps, the persisted
 //! formats, batching and coalescing, the store state with its live-byte accounting,
-//! recovery planning, GC planning and the write-frequency model GC uses. The live engine (crate `lsvd`) and the
-//! trace-driven simulator (`lsvd sim`) both drive this code, so what the simulator
+//! recovery planning, GC planning and the write-frequency model GC uses. The live engine (crate `lsvd-engine`) and the
+//! trace-driven simulator (crate `lsvd-sim`) both drive this code, so what the simulator
 //! predicts is what the engine does.
 
 pub mod batcher;

@@ -1,9 +1,10 @@
 //! lsvd: a log-structured virtual disk.
 //!
-//! The binary's pieces as a library, so integration tests and the simulator can use
-//! them: the engine (one open volume), object stores, the cache device, the NBD glue
-//! and the command line. The engine, the stores and the command line report failures
-//! as [`lsvd_core::error::Error`].
+//! The binary's pieces as a library, so integration tests can use them: the command
+//! line and `lsvd serve`, the NBD glue over the engine (`lsvd-engine`), the config
+//! file, metrics, TLS, the control socket, the device probe and live trace replay.
+//! The layers below are crates of their own (README.md of each under `crates/`).
+//! Failures are [`lsvd_core::error::Error`].
 
 pub mod cli;
 pub mod config_file;

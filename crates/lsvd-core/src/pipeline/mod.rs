@@ -30,7 +30,7 @@
 //!  take_wakes()                            which of the driver's tasks to wake
 //! ```
 //!
-//! Two drivers use it: the live engine (`lsvd::engine`; its writer, uploader and GC
+//! Two drivers use it: the live engine (crate `lsvd-engine`; its writer, uploader and GC
 //! tasks call these under the volume's state lock and do the I/O outside it) and the
 //! simulator (`lsvd sim`, which answers every upload at once on a simulated clock).
 //! So the simulator's batching, numbering, checkpoint cadence and GC scheduling are
@@ -39,8 +39,9 @@
 //! Times are nanoseconds on the driver's clock (any epoch, never going back).
 
 /// The default of [`PipelineConfig::gc_max_backlog`] for the engine and the simulator:
-/// no GC pass starts while more objects than this wait for upload (unless GC headroom
-/// says the log needs the space), so client data goes first while GC keeps up.
+/// with no GC headroom (`gc_headroom_bytes` 0), no GC pass starts while more objects
+/// than this wait to be handed to the uploader, so client data goes first while GC
+/// keeps up; any headroom lifts the rule (the headroom bounds the store instead).
 pub const GC_MAX_BACKLOG_OBJECTS: usize = 2;
 
 mod gc;

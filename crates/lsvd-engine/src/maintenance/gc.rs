@@ -2,7 +2,8 @@
 //!
 //! When a pass may run and over which victims is the pipeline's decision
 //! (`Pipeline::gc_plan`: utilization below the start threshold, with hysteresis; one
-//! pass at a time; none while client objects wait for upload). This task does the
+//! pass at a time; with no GC headroom, none while more than `gc_max_backlog` objects
+//! wait for upload). This task does the
 //! pass's I/O: it reads the victims' live extents (from the read cache where clients
 //! read them recently, the rest with verified ranged GETs), lays them out in LBA order
 //! into GC objects (apart from client data), and hands them to the pipeline, which
@@ -16,8 +17,8 @@
 //! writing if that is more, with each pass's checkpoint counted too (a GET also reads
 //! the dead bytes between nearby live extents, so GC moves less than it reads). So GC
 //! works steadily in the background instead of in bursts that hold up client I/O.
-//! With a GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom`, by default
-//! a quarter of the write log's size) the client share is scaled by how much of the
+//! With a GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom`: `lsvd serve`
+//! defaults to a quarter of the write log's size, the engine's own default is 0) the client share is scaled by how much of the
 //! headroom the store uses (`Pipeline::gc_headroom_used`): a burst of writes spends
 //! the headroom while GC keeps to the minimum rate, and GC speeds up only as the
 //! headroom runs out.
