@@ -16,6 +16,9 @@
 //! builds the records. (Instructions of `before` or `after` minus `setup`) / 2048 is
 //! the cost per 4 KiB written.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use lsvd_core::format::VolumeId;
 use lsvd_core::format::object::{
     ObjectExtent, ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,

@@ -2,6 +2,9 @@
 //! Ignored by default (timing, not correctness); run with
 //! `cargo test --release -p lsvd-core --test checkpoint_scale -- --ignored --nocapture`.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::Instant;
 
 use lsvd_core::format::checkpoint::{Counters, decode_checkpoint, encode_checkpoint};

@@ -4,8 +4,6 @@
 //! Why a module of its own: creating, cloning, deleting, opening and replicating a
 //! volume all need these, and none of them should depend on another for it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use lsvd_core::VolumeId;
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 
@@ -22,19 +20,7 @@ pub fn random_session_id() -> u64 {
 }
 
 pub fn random_volume_id() -> VolumeId {
-    let mut id = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        if f.read_exact(&mut id).is_ok() {
-            return VolumeId(id);
-        }
-    }
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    id.copy_from_slice(&(t ^ (std::process::id() as u128) << 64).to_le_bytes());
-    VolumeId(id)
+    VolumeId(lsvd_store::clock::random_id_bytes())
 }
 
 /// Write `meta` with put-if-absent: the moment the volume exists.

@@ -523,13 +523,11 @@ impl Volume {
         // Let that write land now: every later one sees the volume failed and stops
         // (`checkpoint::name_in_volume_super`), so the next open does not take it for
         // a second writer. Bounded: on a single-threaded runtime the writer cannot
-        // run while this waits.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while self.shared.volume_super_writes.try_lock().is_err()
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        // run while this waits. On the real clock, not the volume's: a crash must end
+        // even on a manual clock that never moves.
+        lsvd_store::clock::wait_real_time(std::time::Duration::from_secs(10), || {
+            self.shared.volume_super_writes.try_lock().is_ok()
+        });
     }
 
     /// The store map as (lba, sectors, object seq, byte offset), for tests and the

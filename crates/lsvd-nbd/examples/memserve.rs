@@ -8,6 +8,9 @@
 //!
 //! The export is named `mem` and is also the default export. Ctrl-C shuts down cleanly.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::sync::Arc;
 
 use lsvd_nbd::mem_device::MemDevice;

@@ -1,5 +1,8 @@
 //! Handshake-phase behaviour of the server over an in-memory duplex stream.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::*;

@@ -1,5 +1,8 @@
 //! Connection lifecycle: disconnect, protocol violations, shutdown, real listeners.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::Arc;

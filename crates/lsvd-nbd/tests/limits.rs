@@ -2,6 +2,9 @@
 //! and deadlines, the idle timeout, oversized and refused requests, the payload budget
 //! shared by every connection.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

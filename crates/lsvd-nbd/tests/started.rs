@@ -3,6 +3,9 @@
 //! dropped: the client gets EIO, not silence). A device that declines a request gets
 //! it again through its async method.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io;

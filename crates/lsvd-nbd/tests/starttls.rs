@@ -4,6 +4,9 @@
 //! read garbage, so these tests prove haggling and transmission continue on the
 //! upgraded stream. Real TLS with real clients is tested in `crates/lsvd/tests/tls.rs`.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io;

@@ -1,5 +1,8 @@
 //! Transmission-phase behaviour: commands, validation errors, replies, concurrency.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io;

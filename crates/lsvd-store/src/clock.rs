@@ -9,6 +9,9 @@
 //! [`SystemClock`] follows tokio's clock (so tests with tokio's paused time see
 //! virtual time too); the log writer thread enters the runtime to read it.
 
+// The one module that reads the system's time and sleeps on it (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -25,10 +28,49 @@ pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
     fn sleep(&self, d: Duration) -> SleepFuture;
     /// Milliseconds since the Unix epoch, for timestamps written to the store.
     fn unix_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        unix_ms_now()
     }
+}
+
+/// Milliseconds since the Unix epoch on the system's wall clock: the timestamp of a
+/// record written where no [`Clock`] is handed down (an offline command's metadata).
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Poll `done` every millisecond on this thread until it says yes or `limit` of real
+/// time has passed; whether it said yes. For a bounded wait on another thread that
+/// must end whatever clock the caller runs on (a manual clock may never move).
+pub fn wait_real_time(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// 16 random bytes for an identifier (a volume, a chain, a session, a probe key): from
+/// `/dev/urandom`, or where it cannot be read, the wall clock's nanoseconds and the
+/// process id (unique enough for a name, never used as a key).
+pub fn random_id_bytes() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut id).is_ok() {
+            return id;
+        }
+    }
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes()
 }
 
 /// Nanoseconds since the clock's epoch, as the pipeline takes them.
@@ -88,9 +130,7 @@ impl Default for ManualClock {
     fn default() -> Self {
         ManualClock {
             inner: Mutex::default(),
-            start_unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            start_unix_ms: unix_ms_now(),
         }
     }
 }

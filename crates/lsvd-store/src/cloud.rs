@@ -216,6 +216,8 @@ pub struct CloudStore<C> {
     /// Keys asked for per list page; `None`: the service's default (1000 on S3 and
     /// GCS, 5000 on Azure).
     list_page_keys: Option<usize>,
+    /// Sleeps between put-if-absent attempts answered "conflict in progress".
+    clock: crate::clock::SharedClock,
 }
 
 /// How many times a put-if-absent answered "conflict in progress" is tried.
@@ -243,6 +245,7 @@ impl<C: OsObjectStore + PaginatedListStore> CloudStore<C> {
             secrets,
             multipart,
             list_page_keys: None,
+            clock: crate::clock::SharedClock::default(),
         }
     }
 
@@ -331,7 +334,7 @@ impl<C: OsObjectStore + PaginatedListStore> CloudStore<C> {
                     match self.bulk.put_opts(&path, payload.clone(), opts).await {
                         Ok(_) => return Ok(()),
                         Err(e) if is_conflict(self.service, &e) && attempt < CONFLICT_ATTEMPTS => {
-                            tokio::time::sleep(backoff).await;
+                            self.clock.sleep(backoff).await;
                             backoff *= 2;
                         }
                         Err(e) => return Err(self.err("put-if-absent", key, e)),

@@ -95,8 +95,8 @@ pub fn random_seed() -> u64 {
 /// between attempts):
 ///
 /// ```
-/// use lsvd::error::ErrorKind;
-/// use lsvd::store::retry::{Backoff, is_retryable};
+/// use lsvd_core::error::ErrorKind;
+/// use lsvd_store::retry::{Backoff, is_retryable};
 /// let mut backoff = Backoff::new(7);
 /// for kind in [ErrorKind::Transient, ErrorKind::Full] {
 ///     if !is_retryable(kind) {

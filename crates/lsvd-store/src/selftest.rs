@@ -23,7 +23,9 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::{Clock as _, SystemClock};
 
 use bytes::Bytes;
 
@@ -112,10 +114,7 @@ const CHECK_DELETE: &str = "delete";
 
 fn unique_suffix() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let nanos = u128::from_le_bytes(crate::clock::random_id_bytes());
     format!(
         "{nanos:x}-{}-{}",
         std::process::id(),
@@ -179,7 +178,8 @@ pub async fn run_with(
     store: &dyn ObjectStore,
     race_writers: usize,
 ) -> Result<SelfTestReport, SelfTestError> {
-    let started = Instant::now();
+    let clock = SystemClock::new();
+    let started = clock.now();
     let suffix = unique_suffix();
     let probe = format!("{PROBE_PREFIX}{suffix}.probe");
     let race_key = format!("{PROBE_PREFIX}{suffix}.race");
@@ -197,7 +197,7 @@ pub async fn run_with(
     Ok(SelfTestReport {
         store: store.describe(),
         checks: run.checks,
-        elapsed: started.elapsed(),
+        elapsed: clock.now().saturating_sub(started),
     })
 }
 

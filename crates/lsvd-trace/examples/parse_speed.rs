@@ -3,6 +3,9 @@
 //!
 //! `cargo run --release -p lsvd-trace --example parse_speed [PATH [FORMAT|auto]]`
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant};
 
 use lsvd_trace::{FormatChoice, SyntheticSpec, TraceReader, synthetic};

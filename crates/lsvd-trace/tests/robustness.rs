@@ -1,5 +1,8 @@
 //! Corrupted input, strict mode, compression and in-memory readers.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::{Cursor, Write};
 
 use lsvd_trace::{Error, Format, MAX_BAD_LINES_KEPT, Op, Request, TraceReader};

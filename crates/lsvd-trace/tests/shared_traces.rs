@@ -2,6 +2,9 @@
 //! the repository). Expected values were computed from the files with awk
 //! and Python, following each PROVENANCE.md.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::PathBuf;
 
 use lsvd_trace::{Format, Op, ParseStats, Request, TraceReader, detect_format};

@@ -1,6 +1,9 @@
 //! Synthetic workloads: determinism, alignment, and the shape of each
 //! pattern.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use lsvd_trace::{Op, Pattern, Request, SyntheticSpec, synthetic};
 
 const KIB4: u64 = 4096;

@@ -4,6 +4,9 @@
 //! `units` gives the same requests; a sector file read as bytes is named in one
 //! warning line, the real byte cuts are not.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::Cursor;
 use std::path::PathBuf;
 

@@ -4,6 +4,9 @@
 //! the read-only commands (`info`, `check`, `inspect`, `list`, `snapshot list`)
 //! leaving a chain with a blank and a stale copy exactly as it was.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,9 @@
 //! the drive directories alone (write log and read cache deleted); where the objects
 //! landed; bad URLs refused with one line.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

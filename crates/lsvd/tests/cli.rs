@@ -1,6 +1,9 @@
 //! The `lsvd` command line: help, argument errors, volume management, and how `serve`
 //! behaves around its data dir, its socket and a first start.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::process::Output;

@@ -23,6 +23,9 @@
 //! `scripts/test-cloud.sh` sets it, so the pass cannot skip silently. Every test works
 //! under its own random prefix.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::ops::Range;

@@ -141,6 +141,9 @@
 //! the crash image (live or stale) and every store object that maps the block, whose
 //! stamp sits there, and the device writes that touched it.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 mod oracle;
 

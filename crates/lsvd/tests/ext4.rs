@@ -5,6 +5,9 @@
 //! Needs root, /dev/fuse and loop devices. It fails loudly (never skips) if they are
 //! missing.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -4,6 +4,9 @@
 //! `lsvd check` reports it), and a corrupt newest checkpoint in the store is passed
 //! over for the previous one with the data read back identical.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -16,6 +16,9 @@
 //!
 //! Leases are 2 s here (`--lease-timeout 2s`) so takeovers after a crash are quick.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::Path;

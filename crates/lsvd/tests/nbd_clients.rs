@@ -2,6 +2,9 @@
 //! fio's nbd engine, and a raw socket for protocol abuse. Each test runs its own server
 //! on a Unix socket in its own temp dir; data written is read back and compared.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io::{ErrorKind, Read, Write};

@@ -4,6 +4,9 @@
 //! ("Memory"), idle handshakes and idle connections are closed, and an oversized
 //! write is refused, counted and logged.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io::{Read, Write};

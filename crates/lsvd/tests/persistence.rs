@@ -5,6 +5,9 @@
 //! The full crash oracle lives elsewhere; these are the end-to-end basics through real
 //! clients (nbdcopy, nbdsh).
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::Path;

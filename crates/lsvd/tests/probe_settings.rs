@@ -8,6 +8,9 @@
 //! tiny objects (64 KiB, 2 streams, 0.02 s per test); about 10 s in all. Under
 //! `LSVD_TEST_STORE=s3` (the S3 pass) the store probe measures versitygw.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::Path;

@@ -9,6 +9,9 @@
 //! The same test runs against S3 and Azure (`LSVD_TEST_STORE=s3|az`) and a mirrored
 //! chain (`LSVD_TEST_STORE=chain`).
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -5,6 +5,9 @@
 //! bytes as the source; bad targets are refused with one line. Under
 //! `LSVD_TEST_STORE=s3` the source and the replica are both prefixes in the S3 bucket.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::process::Stdio;

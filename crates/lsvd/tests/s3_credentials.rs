@@ -5,6 +5,9 @@
 //! credentials = "instance"`) lets it ask the metadata endpoint. Both endpoints are
 //! local TCP listeners that count connections.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::net::TcpListener;

@@ -17,6 +17,9 @@
 //! The test that the self-test rejects a store ignoring put-if-absent needs no server
 //! and always runs.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,6 +2,9 @@
 //! named in one warning line, the real MSR cut is not, both units give the same
 //! simulation) and `--layout` (the HDD layout models).
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::PathBuf;

@@ -3,6 +3,9 @@
 //! the same objects (sequence numbers and sizes), the same bytes written, and the same
 //! store map, byte for byte. Also runs the `lsvd sim` binary end to end.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;

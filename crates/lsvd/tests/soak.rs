@@ -17,6 +17,9 @@
 //! runs); without it the test says SKIPPED and passes, unless `LSVD_REQUIRE_S3=1` or
 //! `LSVD_SOAK_REQUIRE=1`.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 #[path = "oracle/rng.rs"]
 mod rng;

@@ -19,6 +19,9 @@
 //! versitygw binary or S3 variables the S3 tests say SKIPPED, unless an S3 server is
 //! required (`LSVD_TEST_STORE=s3`, `LSVD_REQUIRE_S3=1`), which makes them fail.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,9 @@
 //! or others can read, fail the start with one line; TLS without `--tls-client-ca`
 //! warns that any client gets every export, on loopback too.
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::path::Path;

@@ -30,6 +30,9 @@
 //! seed. Without qemu or the guest's packages the test fails, naming what to install;
 //! `LSVD_VM_SKIP=1` makes it skip instead (for machines that cannot run a VM).
 
+// Tests and examples run real processes, sockets and devices in real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 mod vm;
 

@@ -2,7 +2,7 @@
 //! drives a directory belongs to, at which position, and (for a chain) which drive
 //! holds the log's tail. Only the byte layout lives here, with the other persisted
 //! records, so the fuzz targets reach it; reading and atomically replacing the file is
-//! the store's (`lsvd::store::chain::meta`). Rules: docs/format/chain.md.
+//! the store's (`lsvd_store::chain::meta`). Rules: docs/format/chain.md.
 //!
 //! ```text
 //! offset size field

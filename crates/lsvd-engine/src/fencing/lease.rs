@@ -115,7 +115,7 @@ pub(crate) async fn acquire(
         // than what reads is corrupt (`read_newest` passes over it): go on past it.
         if listed > newest.as_ref().map_or(0, |s| s.generation) && newer_listed < 10 {
             newer_listed += 1;
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            clock.sleep(Duration::from_millis(20)).await;
             continue 'outer;
         }
         let free = |took_over_from| Acquired {
@@ -357,7 +357,8 @@ impl Shared {
             return Ok(());
         }
         self.note_lease_expired();
-        let started = std::time::Instant::now();
+        let started = self.clock().now();
+        let waited = || self.clock().now().saturating_sub(started);
         let limit = Duration::from_millis(self.config.stall_timeout_ms);
         loop {
             if lease.fenced.load(Ordering::SeqCst) || self.is_failed() {
@@ -366,8 +367,8 @@ impl Shared {
             if lease.is_valid(self.clock()) {
                 return Ok(());
             }
-            if started.elapsed() >= limit {
-                return Err(lease.stalled(&self.meta.name, started.elapsed()));
+            if waited() >= limit {
+                return Err(lease.stalled(&self.meta.name, waited()));
             }
             let g = lease.renewed_lock.lock().unwrap_or_else(|p| p.into_inner());
             let _ = lease
@@ -384,7 +385,8 @@ impl Shared {
             return Ok(());
         }
         self.note_lease_expired();
-        let started = std::time::Instant::now();
+        let started = self.clock().now();
+        let waited = || self.clock().now().saturating_sub(started);
         let limit = Duration::from_millis(self.config.stall_timeout_ms);
         loop {
             if lease.fenced.load(Ordering::SeqCst) || self.is_failed() {
@@ -393,10 +395,10 @@ impl Shared {
             if lease.is_valid(self.clock()) {
                 return Ok(());
             }
-            if started.elapsed() >= limit {
-                return Err(lease.stalled(&self.meta.name, started.elapsed()));
+            if waited() >= limit {
+                return Err(lease.stalled(&self.meta.name, waited()));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.clock().sleep(Duration::from_millis(20)).await;
         }
     }
 

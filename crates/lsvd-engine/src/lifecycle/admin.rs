@@ -14,7 +14,7 @@
 //! they see may then be mid-change: an upload in flight past a gap, a write log in
 //! use).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lsvd_core::format::checkpoint::CheckpointHeat;
 use lsvd_core::format::volume_meta::VolumeMeta;
@@ -37,10 +37,7 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
     let meta = VolumeMeta {
         volume: random_volume_id(),
         size_bytes,
-        created_unix_secs: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_unix_secs: lsvd_store::clock::unix_ms_now() / 1000,
         name: name.to_string(),
     };
     // A deleted volume of this name leaves its tombstone (removed here); any other
@@ -199,7 +196,7 @@ pub async fn look_again<T>(what: &str, mut read: impl AsyncFnMut() -> Result<T>)
             Err(e) if is_vanished(&e) && look < LOOKS => {
                 look += 1;
                 lsvd_store::log::info(&format!("{what}: {e}; looking again ({look} of {LOOKS})"));
-                tokio::time::sleep(pause).await;
+                lsvd_store::clock::SharedClock::default().sleep(pause).await;
                 pause *= 2;
             }
             Err(e) if is_vanished(&e) => {
@@ -228,9 +225,7 @@ pub fn held_now(sb: &lsvd_core::format::volume_super::VolumeSuper, now_unix_ms: 
 
 /// Milliseconds since the Unix epoch by this host's clock (0 if it is before it).
 pub fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    lsvd_store::clock::unix_ms_now()
 }
 
 /// The volume's size now: the creation size in its metadata, changed by any

@@ -77,10 +77,7 @@ pub async fn create_clone(
         volume: random_volume_id(),
         // The snapshot's size: the parent may have been resized since it was created.
         size_bytes: state.volume_size_bytes,
-        created_unix_secs: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_unix_secs: lsvd_store::clock::unix_ms_now() / 1000,
         name: name.to_string(),
     };
     let link = CloneLink {

@@ -189,10 +189,7 @@ pub(crate) async fn claim_for_removal(
             session: random_session_id(),
             clean: false,
             deleting: true,
-            written_unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            written_unix_ms: lsvd_store::clock::unix_ms_now(),
             epoch: newest.as_ref().map_or(0, |s| s.epoch) + 1,
             lease_timeout_ms: 0,
             holder: lease.holder.clone(),

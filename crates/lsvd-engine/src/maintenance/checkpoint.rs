@@ -355,7 +355,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
         loop {
             tokio::select! {
                 r = &mut written => break r,
-                () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                () = shared.clock().sleep(std::time::Duration::from_millis(10)) => {
                     if shared.is_failed() {
                         return Named::Stop;
                     }

@@ -22,6 +22,13 @@
 //! once, not queued), an idle timeout, requests and payload bytes in flight per
 //! connection and per server.
 
+// The accept backoff and the handshake limiter run on tokio's clock (tests pause it);
+// this crate imports nothing of lsvd's clock yet.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "accept backoff and handshake limiter, on tokio's clock"
+)]
+
 mod negotiate;
 pub(crate) mod reply;
 mod request;

@@ -13,6 +13,13 @@
 //! (bad magic, absurd WRITE length) or the idle timeout, which drop the connection at
 //! once.
 
+// The handshake, idle and drain deadlines guard real sockets against real clients, on
+// tokio's clock (tests pause it); this crate imports nothing of lsvd's clock yet.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "deadlines of real sockets, on tokio's clock"
+)]
+
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

@@ -43,18 +43,7 @@ pub struct OpenedDrives {
 /// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
 /// that cannot be read).
 fn random_chain_id() -> [u8; 16] {
-    let mut id = [0u8; 16];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        if f.read_exact(&mut id).is_ok() {
-            return id;
-        }
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes()
+    crate::clock::random_id_bytes()
 }
 
 fn chain_id_hex(id: &[u8; 16]) -> String {

@@ -267,9 +267,7 @@ pub async fn info(
     if !info.clones.is_empty() {
         println!("clones:        {}", info.clones.join(", "));
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = lsvd_store::clock::unix_ms_now();
     if let Some(r) = &info.replica_of {
         println!(
             "replica of:    {} as it was {:.0} s ago (the last pass ended {:.0} s ago); \

@@ -94,7 +94,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                 lsvd_store::log::info(&format!(
                     "lsvd check {name}: {why}; looking again ({looks} of {LOOKS})"
                 ));
-                tokio::time::sleep(pause).await;
+                lsvd_store::clock::SharedClock::default().sleep(pause).await;
                 pause *= 2;
             }
             _ => break look,

@@ -7,6 +7,11 @@
 //! the replica is opened with `lsvd serve --store STORE_URL VOL` once replication is
 //! stopped (serving it makes it a volume of its own, and replication then refuses).
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "`lsvd replicate` paces its passes and reports their rates in real time"
+)]
+
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

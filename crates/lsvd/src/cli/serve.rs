@@ -536,11 +536,12 @@ async fn all_volumes_failed(volumes: &[Arc<Volume>]) {
     if writable.is_empty() {
         return std::future::pending().await;
     }
+    let clock = lsvd_store::clock::SharedClock::default();
     loop {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        clock.sleep(std::time::Duration::from_millis(250)).await;
         if writable.iter().all(|v| v.status().failure.is_some()) {
             lsvd_store::log::error("every volume of this server failed: stopping in 3 s");
-            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            clock.sleep(std::time::Duration::from_secs(3)).await;
             return;
         }
     }

@@ -12,6 +12,11 @@
 //! [`AlignedBuf`]s (4096-byte aligned, as `O_DIRECT` needs); the data written is
 //! pseudo-random, so a device that compresses or deduplicates does not flatter itself.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the probe measures real devices in real time"
+)]
+
 use std::alloc::Layout;
 use std::fs::{File, OpenOptions};
 use std::io;

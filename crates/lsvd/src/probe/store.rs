@@ -43,6 +43,11 @@
 //! * **Uploads in flight**: the smallest number of PUT streams that no larger number
 //!   beats by more than 10% in bandwidth, clamped to 1..16.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the probe measures a real store in real time"
+)]
+
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -16,6 +16,11 @@
 //! says when reads stop being served from the log. Uploading does not fill the read
 //! cache, so each preconditioned chunk's first read in the replay is a miss.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a live replay issues a trace to a real server in real time"
+)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

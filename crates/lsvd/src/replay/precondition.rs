@@ -2,6 +2,11 @@
 //! until the server has moved it out of its write log into the store, so that the
 //! replay's reads go through the read cache.
 
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a live replay issues a trace to a real server in real time"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

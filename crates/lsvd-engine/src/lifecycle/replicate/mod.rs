@@ -238,9 +238,7 @@ pub async fn replicate_pass(
 }
 
 fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    lsvd_store::clock::unix_ms_now()
 }
 
 /// Objects of one listing: (sequence number, epoch) → (kind, size in bytes).
