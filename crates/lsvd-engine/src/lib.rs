@@ -36,6 +36,7 @@ mod fault_metrics_tests;
 pub mod fencing;
 pub mod keys;
 pub mod lifecycle;
+mod locks;
 pub mod maintenance;
 pub(crate) mod open;
 #[cfg(test)]

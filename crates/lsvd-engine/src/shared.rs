@@ -34,6 +34,7 @@ use lsvd_core::pipeline::Pipeline;
 use crate::cache_dev::CacheDevice;
 use crate::cache_layout::CacheLayout;
 use crate::config::EngineConfig;
+use crate::locks::{LockRank, Ranked};
 use crate::read::cache::ReadCache;
 use crate::write::log_space::LogSpace;
 use lsvd_store::DynStore;
@@ -361,6 +362,7 @@ impl Shared {
         // A poisoned lock: a thread panicked while holding it, and the state may be
         // half-updated. Fail the volume (requests get EIO, nothing more is uploaded or
         // marked clean); the guard is still given so the failure path can run.
+        crate::locks::enter(LockRank::State);
         let guard = self.state.lock().unwrap_or_else(|p| {
             self.fail("a thread panicked while holding the volume's state lock");
             p.into_inner()
@@ -369,6 +371,22 @@ impl Shared {
             shared: self,
             guard: Some(guard),
         }
+    }
+
+    /// Take `m`, one of this volume's mutexes, of rank `rank` in the lock order
+    /// (`crate::locks`: checked in debug builds). A poisoned one fails the volume.
+    pub(crate) fn lock_ranked<'a, T>(&self, m: &'a Mutex<T>, rank: LockRank) -> Ranked<'a, T> {
+        crate::locks::enter(rank);
+        let guard = m.lock().unwrap_or_else(|p| {
+            if rank != LockRank::Failure {
+                self.fail(&format!(
+                    "a thread panicked while holding the volume's {} lock",
+                    rank.name()
+                ));
+            }
+            p.into_inner()
+        });
+        Ranked::new(guard, rank)
     }
 
     pub(crate) fn clock(&self) -> &dyn Clock {
@@ -386,7 +404,7 @@ impl Shared {
 
     pub(crate) fn fail(&self, why: &str) {
         {
-            let mut failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            let mut failure = self.lock_ranked(&self.failure, LockRank::Failure);
             failure.get_or_insert_with(|| why.to_string());
         }
         if !self.failed.swap(true, Ordering::SeqCst) {
@@ -399,10 +417,7 @@ impl Shared {
 
     /// Why the volume failed, if it did.
     pub(crate) fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.lock_ranked(&self.failure, LockRank::Failure).clone()
     }
 
     /// The error requests get once the volume has failed (`VolumeFailed`, EIO to
@@ -419,7 +434,7 @@ impl Shared {
 
     /// A uniform random fraction in [0, 1), from the seeded jitter generator.
     pub(crate) fn jitter_fraction(&self) -> f64 {
-        let mut rng = self.jitter.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = self.lock_ranked(&self.jitter, LockRank::Jitter);
         (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
@@ -505,5 +520,7 @@ impl std::ops::DerefMut for StateGuard<'_> {
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
         self.deliver_wakes();
+        // The lock itself is let go right after, when `guard` drops.
+        crate::locks::leave(LockRank::State);
     }
 }

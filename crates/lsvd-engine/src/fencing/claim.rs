@@ -11,6 +11,7 @@ use lsvd_core::format::cache_super::CacheSuper;
 use lsvd_core::format::volume_super::VolumeSuper;
 use lsvd_core::history::History;
 
+use crate::locks::LockRank;
 use crate::recovery::store_recovery::{StoreRecovery, settle_store};
 use crate::shared::Shared;
 use lsvd_core::error::{Error, ErrorKind, Result};
@@ -136,10 +137,7 @@ pub(crate) async fn claim(
             history,
         }
     };
-    *shared
-        .volume_super
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = claimed.clone();
+    *shared.lock_ranked(&shared.volume_super, LockRank::VolumeSuper) = claimed.clone();
     shared.epoch.store(plan.epoch, Ordering::SeqCst);
     let sent_ns = shared.now_ns();
     let sent_unix_ms = shared.clock().unix_ms();

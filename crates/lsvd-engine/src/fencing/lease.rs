@@ -40,6 +40,7 @@ use lsvd_core::format::volume_super::VolumeSuper;
 
 use crate::fencing::volume_super::{WriteError, read_generation, read_newest};
 use crate::keys::{parse_super_name, super_prefix};
+use crate::locks::LockRank;
 use crate::shared::Shared;
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_store::DynStore;
@@ -478,9 +479,7 @@ async fn renew_once(shared: &Arc<Shared>) -> Result<bool> {
     }
     let next = {
         let last = shared
-            .volume_super
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.volume_super, LockRank::VolumeSuper)
             .clone();
         VolumeSuper {
             generation: last.generation + 1,
@@ -510,10 +509,7 @@ async fn renew_once(shared: &Arc<Shared>) -> Result<bool> {
                 shared.fence(&by);
                 return Ok(false);
             }
-            *shared
-                .volume_super
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = next;
+            *shared.lock_ranked(&shared.volume_super, LockRank::VolumeSuper) = next;
             shared.lease.extend(sent_ns, sent_unix_ms);
             Ok(true)
         }

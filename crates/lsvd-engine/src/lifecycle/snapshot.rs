@@ -29,6 +29,7 @@ use lsvd_core::history::Owner;
 use lsvd_core::store_state::StoreState;
 
 use crate::keys::{object_key, objects_prefix, parse_object_name, snapshot_key, snapshots_prefix};
+use crate::locks::LockRank;
 use crate::maintenance::pins::{Pin, Pins};
 use crate::recovery::store_recovery::{load_checkpoint, read_header};
 use crate::volume::Volume;
@@ -270,10 +271,7 @@ impl Volume {
             (store.whole_next_object_seq(), store.last_record_seq())
         };
         let (base_checkpoint, history) = {
-            let sb = shared
-                .volume_super
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let sb = shared.lock_ranked(&shared.volume_super, LockRank::VolumeSuper);
             let base = sb.newest_checkpoint.filter(|&c| c < through_seq);
             (base, sb.history.pruned(base.unwrap_or(0)))
         };
@@ -291,12 +289,7 @@ impl Volume {
         // Pinned before the put: a put that fails may still have landed, and then the
         // snapshot exists and needs its objects. A pin left by a put that did not land
         // only keeps objects until the next open rebuilds the pins from the records.
-        shared
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .0
-            .push(pin);
+        shared.lock_ranked(&shared.pins, LockRank::Pins).0.push(pin);
         put_record(shared, &key, bytes, name).await?;
         lsvd_store::log::debug(&format!(
             "snapshot {}@{name}: objects below {through_seq:016x} (write-log records through {last_record_seq})",
@@ -333,7 +326,7 @@ impl Volume {
             .await
             .map_err(|e| e.context(format!("cannot delete {key}")))?;
         let released = {
-            let mut pins = shared.pins.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pins = shared.lock_ranked(&shared.pins, LockRank::Pins);
             let at = pins.0.iter().position(|p| p.record.name == name);
             at.map(|i| pins.0.remove(i))
         };
@@ -348,21 +341,17 @@ impl Volume {
             .await
             .map_err(|e| e.context("cannot list objects"))?;
         let named = shared
-            .volume_super
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.volume_super, LockRank::VolumeSuper)
             .clone();
         let deferred: BTreeSet<u64> = shared
-            .deferred_deletes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
             .iter()
             .map(|d| d.seq)
             .collect();
         let doomed: Vec<(crate::keys::ObjectName, u64)> = {
             let st = shared.lock();
             let store = st.pipeline.store();
-            let pins = shared.pins.lock().unwrap_or_else(|p| p.into_inner());
+            let pins = shared.lock_ranked(&shared.pins, LockRank::Pins);
             listing
                 .iter()
                 .filter_map(|e| parse_object_name(&e.key).map(|n| (n, e.size_bytes)))
@@ -385,18 +374,14 @@ impl Volume {
         // wait in the deferred list as if that checkpoint had left them out.
         let newest = named.newest_checkpoint.unwrap_or(0);
         let holds = shared
-            .replica_holds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.replica_holds, LockRank::ReplicaHolds)
             .current
             .clone();
         let mut deleted = 0;
         for (n, total_bytes) in doomed {
             if holds.keeps_object(n.seq, newest) {
                 shared
-                    .deferred_deletes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
                     .push(crate::shared::DeferredDelete {
                         seq: n.seq,
                         epoch: n.epoch,

@@ -26,6 +26,7 @@ use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
 use lsvd_core::pipeline::Upload;
 
 use crate::keys::object_key;
+use crate::locks::LockRank;
 use crate::maintenance::replica_hold::Holds;
 use crate::shared::{DeferredDelete, Shared, State};
 use crate::write::log_tail::persist_tail_off_runtime;
@@ -166,10 +167,7 @@ pub(crate) const MAX_DEFERRED_DELETES: usize = 1 << 16;
 fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
     {
         let mut st = shared.lock();
-        let mut deferred = shared
-            .deferred_deletes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut deferred = shared.lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes);
         for &(victim, kind) in dead {
             let total_bytes = st
                 .pipeline
@@ -209,7 +207,7 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
             let _ = rc.forget_object(victim, false);
         }
     }
-    let mut headers = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
+    let mut headers = shared.lock_ranked(&shared.headers, LockRank::Headers);
     for &(victim, _) in dead {
         headers.remove(&victim);
     }
@@ -222,9 +220,7 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
 /// replication pass under way still needs (`holds`).
 async fn delete_deferred(shared: &Shared, checkpoint: u64, holds: &Holds) {
     let due: Vec<DeferredDelete> = shared
-        .deferred_deletes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
         .iter()
         .filter(|d| d.left_out_by < checkpoint)
         .copied()
@@ -232,17 +228,13 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64, holds: &Holds) {
     for d in due {
         if !shared.owns(d.seq)
             || shared
-                .pins
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_ranked(&shared.pins, LockRank::Pins)
                 .holds(d.seq)
         {
             // A snapshot keeps it (deleting the snapshot deletes it), or it is an
             // ancestor's, shared by this clone.
             shared
-                .deferred_deletes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
                 .retain(|x| x.seq != d.seq);
             continue;
         }
@@ -258,9 +250,7 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64, holds: &Holds) {
         match shared.store.delete(&key).await {
             Ok(()) => {
                 shared
-                    .deferred_deletes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
                     .retain(|x| x.seq != d.seq);
                 shared.stats.objects_deleted.fetch_add(1, Ordering::Relaxed);
             }
@@ -275,9 +265,7 @@ async fn delete_deferred(shared: &Shared, checkpoint: u64, holds: &Holds) {
                     "could not delete {key} (and {} more due), trying after the next \
                      checkpoint: {e}",
                     shared
-                        .deferred_deletes
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
                         .len()
                         .saturating_sub(1)
                 ));
@@ -318,9 +306,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
     }
     let next = {
         let last = shared
-            .volume_super
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.volume_super, LockRank::VolumeSuper)
             .clone();
         if last.newest_checkpoint.is_some_and(|c| c >= seq) && !clean {
             return Named::Yes; // a newer checkpoint is already named
@@ -386,10 +372,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
     match result {
         Ok(()) => {
             shared.lease.extend(sent_ns, sent_unix_ms);
-            *shared
-                .volume_super
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = next;
+            *shared.lock_ranked(&shared.volume_super, LockRank::VolumeSuper) = next;
             shared
                 .stats
                 .superblocks_written
@@ -418,9 +401,7 @@ async fn delete_old_checkpoints(shared: &Shared, holds: &Holds) {
     // Never delete a checkpoint the newest volume superblock in the store names: after
     // a crash, recovery insists on finding it.
     let named = shared
-        .volume_super
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ranked(&shared.volume_super, LockRank::VolumeSuper)
         .clone();
     let Some(keep_from) = named
         .previous_checkpoint
@@ -444,12 +425,7 @@ async fn delete_old_checkpoints(shared: &Shared, holds: &Holds) {
             shared.lock().pipeline.forget_object(c);
             continue;
         }
-        if shared
-            .pins
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .holds(c)
-        {
+        if shared.lock_ranked(&shared.pins, LockRank::Pins).holds(c) {
             // A snapshot's base: kept until the snapshot is deleted.
             shared.lock().pipeline.forget_object(c);
             continue;

@@ -46,6 +46,7 @@ use std::collections::BTreeSet;
 use lsvd_core::format::replica_status::decode_replica_status;
 
 use crate::keys::replicas_prefix;
+use crate::locks::LockRank;
 use crate::shared::Shared;
 
 /// One registered pass: what it copies from.
@@ -125,9 +126,7 @@ pub(crate) async fn load(shared: &Shared) -> Option<Holds> {
     let name = &shared.meta.name;
     let warn = |key: String, msg: &str| {
         shared
-            .replica_holds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.replica_holds, LockRank::ReplicaHolds)
             .warn_once(key, msg);
     };
     let entries = match shared.store.list(&replicas_prefix(name)).await {
@@ -196,9 +195,7 @@ pub(crate) async fn load(shared: &Shared) -> Option<Holds> {
     }
     let holds = Holds(holds);
     shared
-        .replica_holds
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ranked(&shared.replica_holds, LockRank::ReplicaHolds)
         .current = holds.clone();
     Some(holds)
 }
@@ -208,9 +205,7 @@ pub(crate) async fn load(shared: &Shared) -> Option<Holds> {
 /// warning once per set of passes.
 pub(crate) fn bounded(shared: &Shared, holds: Holds, checkpoint: u64) -> Holds {
     let kept_bytes: u64 = shared
-        .deferred_deletes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes)
         .iter()
         .filter(|d| d.left_out_by < checkpoint && holds.keeps_object(d.seq, d.left_out_by))
         .map(|d| d.total_bytes)
@@ -225,10 +220,7 @@ pub(crate) fn bounded(shared: &Shared, holds: Holds, checkpoint: u64) -> Holds {
         .map(|h| format!("{}@{}", h.key, h.started_unix_ms))
         .collect::<Vec<_>>()
         .join(",");
-    shared
-        .replica_holds
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    shared.lock_ranked(&shared.replica_holds, LockRank::ReplicaHolds)
         .warn_once(
             format!("bytes {key}"),
             &format!(

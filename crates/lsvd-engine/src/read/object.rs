@@ -13,6 +13,7 @@ use lsvd_core::format::object::{
     HEADER_PROBE_BYTES, ObjectHeader, decode_object_header, peek_header_bytes,
 };
 
+use crate::locks::LockRank;
 use crate::read::cache::inflight::{self, ClaimResult};
 use crate::read::cache::{CacheObject, READ_CACHE_CHUNK_BYTES, ReadCache};
 use crate::shared::{ObjectTag, Shared};
@@ -38,7 +39,7 @@ const HEADER_CACHE_ENTRIES: usize = 4096;
 
 /// Keep an object's header for verifying reads of it.
 pub(crate) fn remember_header(shared: &Shared, h: Arc<ObjectHeader>) {
-    let mut cache = shared.headers.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = shared.lock_ranked(&shared.headers, LockRank::Headers);
     if cache.len() >= HEADER_CACHE_ENTRIES {
         cache.clear();
     }
@@ -64,9 +65,7 @@ const HEADER_CHUNK: u64 = u64::MAX;
 
 fn cached_header(shared: &Shared, seq: u64) -> Option<Arc<ObjectHeader>> {
     shared
-        .headers
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .lock_ranked(&shared.headers, LockRank::Headers)
         .get(&seq)
         .cloned()
 }

@@ -18,6 +18,7 @@ use lsvd_core::format::record::encode_header_prefix;
 
 use crate::cache_dev::CacheDevice;
 use crate::cache_layout::CacheLayout;
+use crate::locks::LockRank;
 use crate::shared::Shared;
 
 /// The newest valid index of `volume` in the file's slots written during the open
@@ -63,7 +64,7 @@ pub(crate) fn maybe_write(shared: &Shared) {
         return;
     }
     // Serial with cache superblock writes, which share the device's sync.
-    let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = shared.lock_ranked(&shared.super_lock, LockRank::SuperLock);
     let (generation, bytes) = {
         let mut st = shared.lock();
         let every = ((layout.log_end - layout.log_start) / 8).max(1);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CacheSuper, encode_cache_super};
 
+use crate::locks::LockRank;
 use crate::shared::Shared;
 
 /// [`persist_tail`] on the blocking pool: its fdatasync flushes every log page
@@ -25,7 +26,7 @@ pub(crate) async fn persist_tail_off_runtime(shared: &Arc<Shared>, through: u64,
 /// had freed: the records it keeps are read from it after the next open too. Called
 /// with no state lock held.
 pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
-    let _guard = shared.super_lock.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = shared.lock_ranked(&shared.super_lock, LockRank::SuperLock);
     let (sb, through) = {
         let mut st = shared.lock();
         let through = through.min(st.pipeline.freeable_through());

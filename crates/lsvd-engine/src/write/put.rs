@@ -21,6 +21,7 @@ use std::time::Duration;
 use lsvd_core::format::object::{ObjectHeader, ObjectKind, decode_object_header};
 
 use crate::keys::object_key;
+use crate::locks::LockRank;
 use crate::shared::Shared;
 use crate::write::apply::apply_ready;
 use lsvd_core::error::ErrorKind;
@@ -56,9 +57,7 @@ pub(crate) async fn upload_object(
         }
         attempt += 1;
         let current = shared
-            .volume_super
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_ranked(&shared.volume_super, LockRank::VolumeSuper)
             .clone();
         match crate::fencing::volume_super::superseded(&shared.store, &shared.meta.name, &current)
             .await
