@@ -78,13 +78,19 @@ pub struct GcConfig {
     pub pass_bytes: u64,
 }
 
+/// The bytes one GC pass moves at most, for batches of `batch_size_bytes`: four
+/// batches, and at least 32 MiB (the engine's and `lsvd serve`'s default).
+pub fn pass_bytes_for_batch(batch_size_bytes: u64) -> u64 {
+    batch_size_bytes.saturating_mul(4).max(32 << 20)
+}
+
 impl Default for GcConfig {
     fn default() -> Self {
         GcConfig {
             start_utilization: 0.70,
             stop_utilization: 0.75,
             policy: GcPolicy::Greedy,
-            pass_bytes: 32 << 20,
+            pass_bytes: pass_bytes_for_batch(0),
         }
     }
 }

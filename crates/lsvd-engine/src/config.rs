@@ -50,9 +50,11 @@ pub struct EngineConfig {
     pub gc_min_rate_bytes: u64,
     /// How far the store may grow past live/`gc.start_utilization` before client
     /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`); within it GC's pace
-    /// follows how much of it is used (`engine::gc::Pacer`). Default: 0 (`lsvd serve`'s
-    /// default, `--gc-headroom auto`, is a quarter of the write log's size).
-    pub gc_headroom_bytes: u64,
+    /// follows how much of it is used (`crate::maintenance::gc::Pacer`). `None` (the
+    /// default, `--gc-headroom auto`): [`gc_headroom_for_log`] of the write log's size;
+    /// `Some(0)`: none (no GC pass starts while more than `GC_MAX_BACKLOG_OBJECTS`
+    /// wait for upload).
+    pub gc_headroom_bytes: Option<u64>,
     /// Write-log records kept in memory after they are written, so the upload takes
     /// them from there instead of reading them back from the log
     /// (`engine::recent_records`). Default: 32 MiB (four default batches); 0 reads
@@ -113,8 +115,14 @@ impl EngineConfig {
             uploads_in_flight: self.uploads_in_flight,
             gc: self.gc,
             gc_max_backlog: GC_MAX_BACKLOG_OBJECTS,
-            gc_headroom_bytes: self.gc_headroom_bytes,
+            gc_headroom_bytes: self.effective_gc_headroom_bytes(),
         }
+    }
+
+    /// The GC headroom this configuration gives: its own, or the default for its log.
+    pub fn effective_gc_headroom_bytes(&self) -> u64 {
+        self.gc_headroom_bytes
+            .unwrap_or_else(|| gc_headroom_for_log(self.log_size_bytes))
     }
 }
 
@@ -136,8 +144,8 @@ impl Default for EngineConfig {
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
-            gc_headroom_bytes: 0,
-            upload_memory_bytes: 32 << 20,
+            gc_headroom_bytes: None,
+            upload_memory_bytes: upload_memory_for_batch(8 << 20),
             log_free_target_bytes: None,
             clock: SharedClock::default(),
             jitter_seed: None,
@@ -148,6 +156,18 @@ impl Default for EngineConfig {
             replica_hold_max_bytes: DEFAULT_REPLICA_HOLD_MAX_BYTES,
         }
     }
+}
+
+/// The default GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom auto`)
+/// for a write log of `log_size_bytes`: a quarter of it.
+pub fn gc_headroom_for_log(log_size_bytes: u64) -> u64 {
+    log_size_bytes / 4
+}
+
+/// The default of `EngineConfig::upload_memory_bytes` (`--upload-memory auto`) for
+/// batches of `batch_size_bytes`: four batches.
+pub fn upload_memory_for_batch(batch_size_bytes: u64) -> u64 {
+    batch_size_bytes.saturating_mul(4)
 }
 
 /// Least free space the write log keeps by default (`log_free_target_bytes`): room

@@ -127,6 +127,8 @@ impl OverwriteSpec {
                 batch_timeout_ms: 200,
                 log_size_bytes: (16 * batch).max(16 << 20),
                 read_cache_bytes: 0,
+                // The bound checked is live/start + two batches: no GC headroom.
+                gc_headroom_bytes: Some(0),
                 gc: lsvd_core::gc::GcConfig {
                     policy,
                     pass_bytes: batch,

@@ -707,6 +707,8 @@ async fn passes_under_heavy_gc(hold_ms: u64) -> (u32, u32, u32, u64) {
         .expect("create");
     let config = crate::EngineConfig {
         replica_hold_ms: hold_ms,
+        // No headroom: GC runs as often as the store bound allows.
+        gc_headroom_bytes: Some(0),
         ..config()
     };
     let (vol, _) = open_volume(source.clone(), "v", dir.path(), config)

@@ -21,14 +21,18 @@ fn config(args: &[&str]) -> lsvd_core::error::Result<lsvd_engine::EngineConfig> 
 #[test]
 fn gc_headroom_defaults_to_a_quarter_of_the_write_log() {
     let c = config(&[]).expect("defaults");
-    assert_eq!(c.gc_headroom_bytes, c.log_size_bytes / 4);
-    assert_eq!(c.gc_headroom_bytes, 256 << 20, "the default 1G log");
+    assert_eq!(c.effective_gc_headroom_bytes(), c.log_size_bytes / 4);
+    assert_eq!(
+        c.effective_gc_headroom_bytes(),
+        256 << 20,
+        "the default 1G log"
+    );
     let c = config(&["--log-size", "2G"]).expect("2G log");
-    assert_eq!(c.gc_headroom_bytes, 512 << 20);
+    assert_eq!(c.effective_gc_headroom_bytes(), 512 << 20);
     let c = config(&["--gc-headroom", "0"]).expect("none");
-    assert_eq!(c.gc_headroom_bytes, 0);
+    assert_eq!(c.effective_gc_headroom_bytes(), 0);
     let c = config(&["--gc-headroom", "4G", "--log-size", "64M"]).expect("explicit");
-    assert_eq!(c.gc_headroom_bytes, 4 << 30);
+    assert_eq!(c.effective_gc_headroom_bytes(), 4 << 30);
     let e = config(&["--gc-headroom", "lots"]).expect_err("not a size");
     assert_eq!(e.kind, ErrorKind::BadInput);
     assert!(e.to_string().contains("--gc-headroom"), "{e}");

@@ -488,19 +488,21 @@ impl EngineArgs {
             start_utilization: self.gc_start,
             stop_utilization: self.gc_stop,
             policy: self.gc_policy.parse().map_err(Error::bad_input)?,
-            pass_bytes: (4 * batch_size_bytes).max(32 << 20),
+            pass_bytes: lsvd_core::gc::pass_bytes_for_batch(batch_size_bytes),
         };
         gc.validate()
             .map_err(|e| Error::bad_input(format!("--gc-start/--gc-stop: {e}")))?;
         let read_cache_bytes = lsvd_core::size::parse_size(&self.read_cache_size)?;
         let gc_min_rate_bytes = lsvd_core::size::parse_size(&self.gc_rate)?;
         let gc_headroom_bytes = match self.gc_headroom.as_str() {
-            "auto" => log_size_bytes / 4,
-            size => lsvd_core::size::parse_size(size)
-                .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?,
+            "auto" => None,
+            size => Some(
+                lsvd_core::size::parse_size(size)
+                    .map_err(|e| Error::bad_input(format!("--gc-headroom: {e}")))?,
+            ),
         };
         let upload_memory_bytes = match self.upload_memory.as_str() {
-            "auto" => batch_size_bytes.saturating_mul(4),
+            "auto" => lsvd_engine::config::upload_memory_for_batch(batch_size_bytes),
             size => lsvd_core::size::parse_size(size)
                 .map_err(|e| Error::bad_input(format!("--upload-memory: {e}")))?,
         };

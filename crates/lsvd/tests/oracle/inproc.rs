@@ -214,7 +214,7 @@ fn random_config(rng: &mut Rng, kind: Kind) -> EngineConfig {
         // on the device while an earlier one is torn.
         log_writes_in_flight: *rng.pick(&[1, 2, 4, 16]),
         // GC beside queued client objects (`--gc-headroom`) in a third of the episodes.
-        gc_headroom_bytes: *rng.pick(&[0, 0, 1 << 20]),
+        gc_headroom_bytes: Some(*rng.pick(&[0, 0, 1 << 20])),
         // Uploads take records from memory, from the log, or both (a small bound
         // drops the oldest records first).
         upload_memory_bytes: *rng.pick(&[0, 256 << 10, 32 << 20]),
