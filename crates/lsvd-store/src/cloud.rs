@@ -323,7 +323,12 @@ impl<C: OsObjectStore + PaginatedListStore> CloudStore<C> {
             }
             (PutMode::IfAbsent, _) => {
                 let payload = PutPayload::from(data);
-                let mut backoff = Duration::from_millis(20);
+                // The retry module's jittered backoff, from 20 ms.
+                let mut backoff = crate::retry::Backoff::with_bounds(
+                    Duration::from_millis(20),
+                    Duration::from_secs(1),
+                    crate::retry::random_seed(),
+                );
                 let mut attempt = 0;
                 loop {
                     attempt += 1;
@@ -334,8 +339,7 @@ impl<C: OsObjectStore + PaginatedListStore> CloudStore<C> {
                     match self.bulk.put_opts(&path, payload.clone(), opts).await {
                         Ok(_) => return Ok(()),
                         Err(e) if is_conflict(self.service, &e) && attempt < CONFLICT_ATTEMPTS => {
-                            self.clock.sleep(backoff).await;
-                            backoff *= 2;
+                            self.clock.sleep(backoff.next_delay()).await;
                         }
                         Err(e) => return Err(self.err("put-if-absent", key, e)),
                     }

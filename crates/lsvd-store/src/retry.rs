@@ -160,6 +160,62 @@ impl Iterator for Backoff {
     }
 }
 
+/// What [`put_if_absent_retried`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutIfAbsent {
+    /// This call's put created the key.
+    Landed,
+    /// The key exists, holding these bytes: an earlier attempt of the caller's whose
+    /// answer was lost, or another writer's. Only the caller can tell which.
+    Exists(Vec<u8>),
+}
+
+/// Put `bytes` under `key` if it is absent, trying again after a `Transient` failure
+/// (at most `attempts` tries, `backoff`'s delays slept on `clock`); a key that exists
+/// is read back and handed to the caller. The one retry rule of the writes that must
+/// never overwrite (volume superblocks, snapshot records), where a retry after a lost
+/// answer finds the caller's own object. Any other failure is returned at once; the
+/// last transient one after `attempts` tries, saying so. `what` names the write for
+/// the warning logged at the first retry.
+pub async fn put_if_absent_retried(
+    store: &dyn super::ObjectStore,
+    key: &str,
+    bytes: bytes::Bytes,
+    attempts: u32,
+    clock: &dyn crate::clock::Clock,
+    backoff: &mut Backoff,
+    what: &str,
+) -> StoreResult<PutIfAbsent> {
+    let attempts = attempts.max(1);
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match store.put(key, bytes.clone(), PutMode::IfAbsent).await {
+            Ok(()) => return Ok(PutIfAbsent::Landed),
+            Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                return store
+                    .get(key)
+                    .await
+                    .map(PutIfAbsent::Exists)
+                    .map_err(|e| e.context(format!("{key} exists but cannot be read back")));
+            }
+            Err(mut e) if is_retryable(e.kind) => {
+                if tried >= attempts {
+                    if attempts > 1 {
+                        e.message = format!("{} (gave up after {attempts} attempts)", e.message);
+                    }
+                    return Err(e);
+                }
+                if tried == 1 {
+                    crate::log::warn(&format!("{what} failed, retrying: {e}"));
+                }
+                clock.sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Tries per get/get_range/list/delete, including the first. Default 4. Minimum 1.
@@ -461,6 +517,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The put-if-absent retry rule: transient failures are retried on the clock, a
+    /// key that exists is read back for the caller to judge, anything else is final.
+    #[tokio::test]
+    async fn put_if_absent_retried_retries_reads_back_and_gives_up() {
+        let clock = ManualClock::new();
+        let put = |store: Arc<Flaky>, key: &'static str, attempts: u32| {
+            let clock = clock.clone();
+            async move {
+                let mut backoff = Backoff::new(1);
+                let fut = put_if_absent_retried(
+                    store.as_ref(),
+                    key,
+                    Bytes::from_static(b"mine"),
+                    attempts,
+                    &*clock,
+                    &mut backoff,
+                    "test put",
+                );
+                on_manual_clock(&clock, Duration::from_secs(1), fut).await
+            }
+        };
+        // Two transient failures, then it lands.
+        let flaky = Arc::new(Flaky::new(2, ErrorKind::Transient));
+        assert_eq!(
+            put(flaky.clone(), "a", 3).await.expect("lands"),
+            PutIfAbsent::Landed
+        );
+        assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);
+        // The key exists (an earlier attempt's answer lost): its bytes come back.
+        assert_eq!(
+            put(flaky.clone(), "a", 3).await.expect("exists"),
+            PutIfAbsent::Exists(b"mine".to_vec())
+        );
+        // Out of attempts: the last transient error, saying so.
+        let e = put(Arc::new(Flaky::new(9, ErrorKind::Transient)), "b", 3)
+            .await
+            .expect_err("gives up");
+        assert_eq!(e.kind, ErrorKind::Transient);
+        assert!(e.message.contains("gave up after 3 attempts"), "{e}");
+        // A definite answer is not retried.
+        let denied = Arc::new(Flaky::new(9, ErrorKind::Denied));
+        let e = put(denied.clone(), "c", 3).await.expect_err("denied");
+        assert_eq!(e.kind, ErrorKind::Denied);
+        assert_eq!(denied.calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

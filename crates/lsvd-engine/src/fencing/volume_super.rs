@@ -6,14 +6,14 @@
 //! is how a process claims (at open) or keeps (after each checkpoint) the volume.
 //! Format: `docs/format/volume-superblock.md`.
 
-use std::time::Duration;
+use lsvd_store::retry::{Backoff, PutIfAbsent, put_if_absent_retried};
 
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::{VolumeSuper, decode_volume_super, encode_volume_super};
 
 use crate::keys::{parse_super_name, super_key, super_prefix};
 use lsvd_core::error::{Error, ErrorKind, Result};
-use lsvd_store::{DynStore, PutMode};
+use lsvd_store::DynStore;
 
 /// Generations kept in the store; older ones are deleted after a new one lands.
 pub const GENERATIONS_KEPT: u64 = 4;
@@ -126,7 +126,8 @@ impl std::fmt::Display for WriteError {
 /// reading the generation back and comparing the session id. Then delete the
 /// generation [`GENERATIONS_KEPT`] below it (best effort; the claim at open deletes
 /// every older one).
-/// `attempts` bounds the tries on transient errors (12 take about 30 s).
+/// `attempts` bounds the tries on transient errors (12 take 13 to 26 s: the jittered
+/// backoff of `lsvd_store::retry`).
 pub async fn write(
     store: &DynStore,
     name: &str,
@@ -148,53 +149,40 @@ async fn write_bytes(
     attempts: u32,
     clock: &dyn lsvd_store::clock::Clock,
 ) -> Result<(), WriteError> {
-    let mut backoff = Duration::from_millis(50);
-    let mut last_error: Option<Error> = None;
-    for attempt in 1..=attempts.max(1) {
-        match store.put(key, bytes.clone(), PutMode::IfAbsent).await {
-            Ok(()) => {
-                delete_old(store, name, sb.generation).await;
-                return Ok(());
+    // Jitter seeded from the session: processes that fail together spread out.
+    let mut backoff = Backoff::new(sb.session ^ sb.generation);
+    let put = put_if_absent_retried(
+        store.as_ref(),
+        key,
+        bytes,
+        attempts,
+        clock,
+        &mut backoff,
+        &format!("writing {key}"),
+    )
+    .await
+    .map_err(|e| WriteError::Store(e.context(format!("writing {key}"))))?;
+    match put {
+        PutIfAbsent::Landed => {}
+        // Ours: an earlier attempt landed and its answer was lost.
+        PutIfAbsent::Exists(found) => match decode_volume_super(&found) {
+            Ok(other) if other.session == sb.session => {}
+            Ok(other) => {
+                return Err(WriteError::Superseded {
+                    generation: sb.generation,
+                    holder: other.holder,
+                });
             }
-            Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                return match store.get(key).await {
-                    Ok(found) => match decode_volume_super(&found) {
-                        Ok(other) if other.session == sb.session => {
-                            delete_old(store, name, sb.generation).await;
-                            Ok(())
-                        }
-                        Ok(other) => Err(WriteError::Superseded {
-                            generation: sb.generation,
-                            holder: other.holder,
-                        }),
-                        Err(_) => Err(WriteError::Superseded {
-                            generation: sb.generation,
-                            holder: String::new(),
-                        }),
-                    },
-                    Err(e) => Err(WriteError::Store(
-                        e.context(format!("superblock {key} exists but cannot be read back")),
-                    )),
-                };
+            Err(_) => {
+                return Err(WriteError::Superseded {
+                    generation: sb.generation,
+                    holder: String::new(),
+                });
             }
-            Err(e) if !matches!(e.kind, ErrorKind::Transient) => {
-                return Err(WriteError::Store(e.context(format!("writing {key}"))));
-            }
-            Err(e) => {
-                if attempt == 1 {
-                    lsvd_store::log::warn(&format!("writing {key} failed, retrying: {e}"));
-                }
-                last_error = Some(e);
-                clock.sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
+        },
     }
-    let context = format!("writing {key} failed {attempts} times");
-    Err(WriteError::Store(match last_error {
-        Some(e) => e.context(context),
-        None => Error::new(ErrorKind::Transient, context),
-    }))
+    delete_old(store, name, sb.generation).await;
+    Ok(())
 }
 
 /// Has another process claimed the volume since `current` (the generation this

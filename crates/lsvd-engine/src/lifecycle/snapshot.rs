@@ -34,7 +34,7 @@ use crate::maintenance::pins::{Pin, Pins};
 use crate::recovery::store_recovery::{load_checkpoint, read_header};
 use crate::volume::Volume;
 use lsvd_core::error::{Error, ErrorKind, Result};
-use lsvd_store::{DynStore, PutMode};
+use lsvd_store::DynStore;
 
 /// Snapshot names follow the volume-name rules (they appear in keys and export names).
 pub fn validate_snapshot_name(name: &str) -> Result<()> {
@@ -414,32 +414,28 @@ async fn put_record(
     name: &str,
 ) -> Result<()> {
     const ATTEMPTS: u32 = 6;
-    let mut backoff = std::time::Duration::from_millis(50);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match shared
-            .store
-            .put(key, Bytes::from(bytes.clone()), PutMode::IfAbsent)
-            .await
-        {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind == ErrorKind::AlreadyExists => {
-                return match shared.store.get(key).await {
-                    Ok(found) if found == bytes => Ok(()),
-                    _ => Err(taken(&shared.meta.name, name)),
-                };
-            }
-            Err(e) if e.kind == ErrorKind::Transient && attempt < ATTEMPTS => {
-                shared.clock().sleep(backoff).await;
-                backoff *= 2;
-            }
-            Err(e) => {
-                return Err(e.context(format!(
-                    "cannot write {key} (it may have landed all the same: `lsvd snapshot list` tells)"
-                )));
-            }
-        }
+    let bytes = Bytes::from(bytes);
+    let mut backoff = lsvd_store::retry::Backoff::new(shared.jitter_fraction().to_bits());
+    let put = lsvd_store::retry::put_if_absent_retried(
+        shared.store.as_ref(),
+        key,
+        bytes.clone(),
+        ATTEMPTS,
+        shared.clock(),
+        &mut backoff,
+        &format!("writing snapshot record {key}"),
+    )
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "cannot write {key} (it may have landed all the same: `lsvd snapshot list` tells)"
+        ))
+    })?;
+    match put {
+        lsvd_store::retry::PutIfAbsent::Landed => Ok(()),
+        // Ours if it holds these very bytes (an earlier attempt's answer was lost).
+        lsvd_store::retry::PutIfAbsent::Exists(found) if found == bytes => Ok(()),
+        lsvd_store::retry::PutIfAbsent::Exists(_) => Err(taken(&shared.meta.name, name)),
     }
 }
 
