@@ -50,10 +50,11 @@ pub struct EngineConfig {
     pub gc_min_rate_bytes: u64,
     /// How far the store may grow past live/`gc.start_utilization` before client
     /// objects wait for GC (`PipelineConfig::gc_headroom_bytes`); within it GC's pace
-    /// follows how much of it is used (`crate::maintenance::gc::Pacer`). `None` (the
-    /// default, `--gc-headroom auto`): [`gc_headroom_for_log`] of the write log's size;
-    /// `Some(0)`: none (no GC pass starts while more than `GC_MAX_BACKLOG_OBJECTS`
-    /// wait for upload).
+    /// follows how much of it is used (`crate::maintenance::gc::Pacer`). `None`
+    /// (`lsvd serve`'s default, `--gc-headroom auto`): [`gc_headroom_for_log`] of the
+    /// write log's size; `Some(0)` (this struct's default, which the engine's tests are
+    /// written for): none, no GC pass starts while more than `GC_MAX_BACKLOG_OBJECTS`
+    /// wait for upload.
     pub gc_headroom_bytes: Option<u64>,
     /// Write-log records kept in memory after they are written, so the upload takes
     /// them from there instead of reading them back from the log
@@ -144,7 +145,7 @@ impl Default for EngineConfig {
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,
-            gc_headroom_bytes: None,
+            gc_headroom_bytes: Some(0),
             upload_memory_bytes: upload_memory_for_batch(8 << 20),
             log_free_target_bytes: None,
             clock: SharedClock::default(),

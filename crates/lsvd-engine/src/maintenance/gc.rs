@@ -17,8 +17,8 @@
 //! writing if that is more, with each pass's checkpoint counted too (a GET also reads
 //! the dead bytes between nearby live extents, so GC moves less than it reads). So GC
 //! works steadily in the background instead of in bursts that hold up client I/O.
-//! With a GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom`; by default
-//! a quarter of the write log's size) the client share is scaled by how much of the
+//! With a GC headroom (`EngineConfig::gc_headroom_bytes`, `--gc-headroom`: `lsvd serve`
+//! defaults to a quarter of the write log's size, `EngineConfig::default()` to none) the client share is scaled by how much of the
 //! headroom the store uses (`Pipeline::gc_headroom_used`): a burst of writes spends
 //! the headroom while GC keeps to the minimum rate, and GC speeds up only as the
 //! headroom runs out.
