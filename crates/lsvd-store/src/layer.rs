@@ -63,21 +63,6 @@ pub enum Call {
 }
 
 impl Call {
-    /// The key the call is about (the prefix, for a listing).
-    pub fn key(&self) -> &str {
-        match self {
-            Call::Put { key, .. }
-            | Call::Get { key }
-            | Call::GetRange { key, .. }
-            | Call::Delete { key }
-            | Call::GetRangeCopies { key, .. }
-            | Call::RepairCopies { key }
-            | Call::CopiesOf { key }
-            | Call::GetCopy { key, .. } => key,
-            Call::List { prefix } => prefix,
-        }
-    }
-
     /// True if the call changes what the store holds.
     pub fn writes(&self) -> bool {
         matches!(
@@ -139,10 +124,6 @@ impl<L: Layer> Layered<L> {
 
     pub fn inner(&self) -> &DynStore {
         &self.inner
-    }
-
-    pub fn layer(&self) -> &L {
-        &self.layer
     }
 
     /// The same store with its layer changed by `f` (builder-style settings).

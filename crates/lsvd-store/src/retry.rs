@@ -400,8 +400,8 @@ impl Layer for Retry {
             Call::Put { .. } | Call::RepairCopies { .. } => self.policy.put_attempts,
             _ => self.policy.attempts,
         };
-        let what = call.describe();
-        Box::pin(async move { self.retry(|| what.clone(), attempts, &mut next).await })
+        // Described only if it fails: no formatting on the read path's successful GETs.
+        Box::pin(async move { self.retry(|| call.describe(), attempts, &mut next).await })
     }
 }
 

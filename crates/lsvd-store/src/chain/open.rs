@@ -40,12 +40,6 @@ pub struct OpenedDrives {
     pub rebuilt: Vec<String>,
 }
 
-/// 16 random bytes for a new set's id (from /dev/urandom; the clock and the pid if
-/// that cannot be read).
-fn random_chain_id() -> [u8; 16] {
-    crate::clock::random_id_bytes()
-}
-
 fn chain_id_hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -152,7 +146,7 @@ pub fn open_drives(
             )));
         }
         let creating = DriveRecord {
-            chain_id: random_chain_id(),
+            chain_id: crate::clock::random_id_bytes(),
             generation: 0,
             layout,
             drive_count: drives.len() as u16,

@@ -191,7 +191,7 @@ pub async fn replicate_pass(
     progress: &ReplicateProgress,
 ) -> Result<PassReport> {
     ensure_distinct(source, target).await?;
-    let started_unix_ms = unix_ms();
+    let started_unix_ms = lsvd_store::clock::unix_ms_now();
     let mut last_race = String::new();
     let mut registered = false;
     let mut outcome = None;
@@ -235,10 +235,6 @@ pub async fn replicate_pass(
             ),
         )
     }))
-}
-
-fn unix_ms() -> u64 {
-    lsvd_store::clock::unix_ms_now()
 }
 
 /// Objects of one listing: (sequence number, epoch) → (kind, size in bytes).
@@ -333,7 +329,7 @@ async fn register_and_list(
         };
         let base = base_of(sb);
         let pass = PassInProgress {
-            started_unix_ms: unix_ms().max(1),
+            started_unix_ms: lsvd_store::clock::unix_ms_now().max(1),
             checkpoint: base,
             through_seq: src.keys().next_back().map_or(0, |s| s.0 + 1),
         };

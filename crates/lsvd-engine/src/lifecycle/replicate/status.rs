@@ -9,7 +9,7 @@ use lsvd_core::format::replica_status::{
 };
 use lsvd_core::format::volume_meta::VolumeMeta;
 
-use super::{PassReport, unix_ms};
+use super::PassReport;
 use crate::keys::{replica_of_key, replica_status_key, replicas_prefix};
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_store::{DynStore, PutMode};
@@ -153,7 +153,7 @@ pub(super) fn status_bytes(
 ) -> Result<Vec<u8>> {
     let status = ReplicaStatus {
         volume: meta.volume,
-        updated_unix_ms: unix_ms().max(started_unix_ms),
+        updated_unix_ms: lsvd_store::clock::unix_ms_now().max(started_unix_ms),
         current_as_of_unix_ms: started_unix_ms,
         lag_objects: report.objects_copied + report.checkpoints_copied,
         replica_next_seq: report.replica_next_seq,
