@@ -408,6 +408,12 @@ mod tests {
         m.iter().map(|p| (p.lba, p.sectors, p.location.0)).collect()
     }
 
+    /// Assert the map's (lba, sectors, location) pieces and its mapped sector count.
+    fn assert_map(m: &ExtentMap<Loc>, want: &[(u64, u64, u64)], mapped_sectors: u64) {
+        assert_eq!(pieces(m), want);
+        assert_eq!(m.mapped_sectors(), mapped_sectors);
+    }
+
     #[test]
     fn insert_splits_and_reports_displaced() {
         let mut m = ExtentMap::new();
@@ -417,11 +423,7 @@ mod tests {
             displaced.push((p.lba, p.sectors, p.location.0))
         });
         assert_eq!(displaced, vec![(10, 5, 1010)]);
-        assert_eq!(
-            pieces(&m),
-            vec![(0, 10, 1000), (10, 5, 5000), (15, 85, 1015)]
-        );
-        assert_eq!(m.mapped_sectors(), 100);
+        assert_map(&m, &[(0, 10, 1000), (10, 5, 5000), (15, 85, 1015)], 100);
     }
 
     #[test]
@@ -432,8 +434,7 @@ mod tests {
             location: Loc(loc),
         };
         let m = ExtentMap::from_sorted([p(0, 8, 100), p(8, 8, 500), p(100, 1, 7)]).expect("valid");
-        assert_eq!(pieces(&m), vec![(0, 8, 100), (8, 8, 500), (100, 1, 7)]);
-        assert_eq!(m.mapped_sectors(), 17);
+        assert_map(&m, &[(0, 8, 100), (8, 8, 500), (100, 1, 7)], 17);
         assert!(
             ExtentMap::from_sorted([p(0, 8, 1), p(7, 8, 2)]).is_err(),
             "overlap"
@@ -510,11 +511,7 @@ mod tests {
         // Relocate the whole original extent.
         let n = m.replace_if_at(0, 100, Loc(1000), Loc(2000), |_| {});
         assert_eq!(n, 90);
-        assert_eq!(
-            pieces(&m),
-            vec![(0, 40, 2000), (40, 10, 7000), (50, 50, 2050)]
-        );
-        assert_eq!(m.mapped_sectors(), 100);
+        assert_map(&m, &[(0, 40, 2000), (40, 10, 7000), (50, 50, 2050)], 100);
     }
 
     #[test]

@@ -404,14 +404,16 @@ mod log_tests;
 mod tests {
     use super::*;
 
-    fn obj(seq: u64) -> ListedObject {
+    /// A data object of epoch 0 (shared with the submodules' tests).
+    pub(super) fn obj(seq: u64) -> ListedObject {
         ListedObject {
             seq,
             epoch: 0,
             is_checkpoint: false,
         }
     }
-    fn ckpt(seq: u64) -> ListedObject {
+    /// A checkpoint object of epoch 0.
+    pub(super) fn ckpt(seq: u64) -> ListedObject {
         ListedObject {
             seq,
             epoch: 0,

@@ -104,21 +104,19 @@ fn expected_tencent() -> Vec<Request> {
 }
 
 #[test]
-fn gzip_input_is_decoded() {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(TENCENT.as_bytes()).expect("compress");
-    let gz = enc.finish().expect("compress");
-    let r = TraceReader::from_reader(Cursor::new(gz), Format::Tencent).expect("reader");
-    assert_eq!(r.collect::<Vec<_>>(), expected_tencent());
-}
-
-#[test]
-fn bzip2_input_is_decoded() {
-    let mut enc = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
-    enc.write_all(TENCENT.as_bytes()).expect("compress");
-    let bz = enc.finish().expect("compress");
-    let r = TraceReader::from_reader(Cursor::new(bz), Format::Tencent).expect("reader");
-    assert_eq!(r.collect::<Vec<_>>(), expected_tencent());
+fn gzip_and_bzip2_input_is_decoded() {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(TENCENT.as_bytes()).expect("gzip");
+    let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
+    bz.write_all(TENCENT.as_bytes()).expect("bzip2");
+    let inputs = [
+        ("gzip", gz.finish().expect("gzip")),
+        ("bzip2", bz.finish().expect("bzip2")),
+    ];
+    for (compression, bytes) in inputs {
+        let r = TraceReader::from_reader(Cursor::new(bytes), Format::Tencent).expect(compression);
+        assert_eq!(r.collect::<Vec<_>>(), expected_tencent(), "{compression}");
+    }
 }
 
 #[test]

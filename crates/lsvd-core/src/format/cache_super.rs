@@ -32,7 +32,7 @@
 //! process claimed the volume since, and the log's records after what the claimed
 //! epoch uploaded were superseded.
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 
 pub const CACHE_SUPER_MAGIC: &[u8; 8] = b"LSVDCSB\0";
 pub const CACHE_SUPER_VERSION: u16 = 2;
@@ -71,20 +71,23 @@ impl CacheSuper {
 /// Encode into a full 4 KiB block.
 pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     let mut w = Writer::with_capacity(CACHE_SUPER_BYTES);
-    w.bytes(CACHE_SUPER_MAGIC);
-    w.u16(CACHE_SUPER_VERSION);
-    w.u16(if s.clean { 1 } else { 0 });
-    w.u32(0);
+    w.head(
+        CACHE_SUPER_MAGIC,
+        CACHE_SUPER_VERSION,
+        if s.clean { 1 } else { 0 },
+    );
     w.bytes(&s.volume.0);
-    w.u64(s.generation);
-    w.u64(s.file_bytes);
-    w.u64(s.log_start);
-    w.u64(s.log_end);
-    w.u64(s.tail_offset);
-    w.u64(s.tail_seq);
-    w.u64(s.index_epoch);
-    w.u64(s.claimed_epoch);
-    w.u64(s.claimed_session);
+    w.u64s(&[
+        s.generation,
+        s.file_bytes,
+        s.log_start,
+        s.log_end,
+        s.tail_offset,
+        s.tail_seq,
+        s.index_epoch,
+        s.claimed_epoch,
+        s.claimed_session,
+    ]);
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.zeros(CACHE_SUPER_BYTES - ENCODED_BYTES);
@@ -119,14 +122,7 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
     r.take(10)?;
     let flags = r.u16()?;
     let stored = r.u32()?;
-    let computed = crc_with_hole(body, CRC_AT);
-    if stored != computed {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, body, CRC_AT, stored)?;
     let mut s = CacheSuper {
         clean: flags & 1 != 0,
         volume: VolumeId(r.array()?),
@@ -164,6 +160,7 @@ pub fn newest_cache_super(a: &[u8], b: &[u8]) -> Result<CacheSuper, FormatError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::assert_each_flip_refused;
 
     fn sample(generation: u64) -> CacheSuper {
         CacheSuper {
@@ -194,11 +191,7 @@ mod tests {
         assert_eq!(&a[88..96], &3u64.to_le_bytes());
         assert_eq!(&a[96..104], &8u64.to_le_bytes());
         assert!(a[104..].iter().all(|&b| b == 0));
-        for pos in 0..104 {
-            let mut bad = a.clone();
-            bad[pos] ^= 0x10;
-            assert!(decode_cache_super(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&a, 0..104, 0x10, decode_cache_super);
     }
 
     /// A version 1 superblock (88 bytes checked) as builds before epochs wrote it.

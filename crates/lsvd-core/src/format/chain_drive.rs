@@ -89,10 +89,11 @@ pub struct DriveRecord {
 /// zero). Fields out of range are encoded as they are, and refused by the decoder.
 pub fn encode_drive_record(r: &DriveRecord) -> Vec<u8> {
     let mut w = Writer::with_capacity(DRIVE_RECORD_BYTES);
-    w.bytes(DRIVE_RECORD_MAGIC);
-    w.u16(DRIVE_RECORD_VERSION);
-    w.u16(if r.mirror_stale { FLAG_MIRROR_STALE } else { 0 });
-    w.u32(0);
+    w.head(
+        DRIVE_RECORD_MAGIC,
+        DRIVE_RECORD_VERSION,
+        if r.mirror_stale { FLAG_MIRROR_STALE } else { 0 },
+    );
     w.bytes(&r.chain_id);
     w.u64(r.generation);
     w.bytes(&[r.layout.code(), r.copies]);
@@ -100,9 +101,7 @@ pub fn encode_drive_record(r: &DriveRecord) -> Vec<u8> {
     w.u16(r.drive_index);
     w.u16(r.tail_index);
     w.zeros(DRIVE_RECORD_BYTES - w.buf.len());
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.buf
+    w.seal(CRC_AT)
 }
 
 /// Decode and verify a record; any deviation from the layout is an error.
@@ -159,6 +158,7 @@ pub fn decode_drive_record(buf: &[u8]) -> Result<DriveRecord, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{refit_crc, stored_crc};
 
     fn sample() -> DriveRecord {
         DriveRecord {
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(buf.len(), DRIVE_RECORD_BYTES);
         assert_eq!(&buf[..12], &GOLDEN[..12]);
         assert_eq!(&buf[16..], &GOLDEN[16..]);
-        let crc = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
+        let crc = stored_crc(&buf, CRC_AT);
         assert_eq!(crc, GOLDEN_CRC, "CRC of the golden record: {crc:#010x}");
         assert_eq!(decode_drive_record(&buf).expect("decodes"), sample());
         for bit in 0..DRIVE_RECORD_BYTES * 8 {
@@ -289,9 +289,7 @@ mod tests {
         // An unknown layout code, with a valid CRC.
         let mut b = encode_drive_record(&sample());
         b[40] = 3;
-        b[12..16].fill(0);
-        let crc = crc32c::crc32c(&b);
-        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut b, 12);
         assert!(matches!(
             decode_drive_record(&b),
             Err(FormatError::Invalid { .. })

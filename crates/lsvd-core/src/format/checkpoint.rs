@@ -47,7 +47,7 @@
 //! instead of 4 MiB, and runs of never-written regions take 2-5 bytes each: the
 //! section's size follows the data written, not the volume's size.
 
-use super::{FormatError, Reader, Writer, crc_with_hole, invalid};
+use super::{FormatError, Reader, Writer, check_crc, invalid};
 
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"LSVDCKP\0";
 pub const CHECKPOINT_VERSION: u16 = 3;
@@ -263,10 +263,11 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
     let mut w = Writer::with_capacity(
         HEADER_BYTES + 40 * c.objects.len() + 32 * c.extents.len() + heat.len(),
     );
-    w.bytes(CHECKPOINT_MAGIC);
-    w.u16(CHECKPOINT_VERSION);
-    w.u16(if c.clean { FLAG_CLEAN } else { 0 });
-    w.u32(0);
+    w.head(
+        CHECKPOINT_MAGIC,
+        CHECKPOINT_VERSION,
+        if c.clean { FLAG_CLEAN } else { 0 },
+    );
     w.u64(c.volume_size_bytes);
     w.u64(c.next_object_seq);
     w.u64(c.last_record_seq);
@@ -295,9 +296,7 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
         w.u64(e.object_offset);
     }
     w.bytes(&heat);
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.buf
+    w.seal(CRC_AT)
 }
 
 pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
@@ -357,14 +356,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
             ),
         ));
     }
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, buf, CRC_AT, stored)?;
     let counters = Counters {
         client_write_bytes: r.u64()?,
         store_write_bytes: r.u64()?,
@@ -428,6 +420,7 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{assert_corruption_refused, refit_crc};
 
     fn sample() -> Checkpoint {
         Checkpoint {
@@ -542,8 +535,7 @@ mod tests {
             v2.extend_from_slice(&entry[..32]);
         }
         v2.extend_from_slice(&v3[objects_end..]);
-        let crc = crc_with_hole(&v2, CRC_AT);
-        v2[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut v2, CRC_AT);
         v2
     }
 
@@ -553,8 +545,7 @@ mod tests {
         let mut v1 = v2[..88].to_vec();
         v1[8] = 1;
         v1.extend_from_slice(&v2[112..]);
-        let crc = crc_with_hole(&v1, CRC_AT);
-        v1[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut v1, CRC_AT);
         v1
     }
 
@@ -590,12 +581,7 @@ mod tests {
     fn every_flip_detected() {
         for c in [sample(), sample_with_heat()] {
             let buf = encode_checkpoint(&c);
-            for pos in 0..buf.len() {
-                let mut bad = buf.clone();
-                bad[pos] ^= 4;
-                assert!(decode_checkpoint(&bad).is_err(), "flip at {pos}");
-            }
-            assert!(decode_checkpoint(&buf[..buf.len() - 1]).is_err());
+            assert_corruption_refused(&buf, 4, decode_checkpoint);
         }
     }
 
@@ -604,8 +590,7 @@ mod tests {
         let mut buf = encode_checkpoint(&sample());
         buf[104..112].copy_from_slice(&(section.len() as u64).to_le_bytes());
         buf.extend_from_slice(section);
-        let crc = crc_with_hole(&buf, CRC_AT);
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut buf, CRC_AT);
         buf
     }
 

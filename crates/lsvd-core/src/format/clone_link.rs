@@ -59,10 +59,7 @@ pub fn encode_clone_link(l: &CloneLink) -> Result<Vec<u8>, FormatError> {
         return Err(invalid("clone link", "a name of 0 or more than 64 bytes"));
     }
     let mut w = Writer::with_capacity(CLONE_LINK_BYTES);
-    w.bytes(CLONE_LINK_MAGIC);
-    w.u16(CLONE_LINK_VERSION);
-    w.u16(0);
-    w.u32(0);
+    w.head(CLONE_LINK_MAGIC, CLONE_LINK_VERSION, 0);
     w.bytes(&l.parent_volume.0);
     w.bytes(&l.clone_volume.0);
     w.u64(l.through_seq);
@@ -75,9 +72,7 @@ pub fn encode_clone_link(l: &CloneLink) -> Result<Vec<u8>, FormatError> {
         w.bytes(n.as_bytes());
         w.zeros(NAME_FIELD_BYTES - n.len());
     }
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    Ok(w.buf)
+    Ok(w.seal(CRC_AT))
 }
 
 pub fn decode_clone_link(buf: &[u8]) -> Result<CloneLink, FormatError> {
@@ -122,6 +117,7 @@ pub fn decode_clone_link(buf: &[u8]) -> Result<CloneLink, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{assert_each_flip_refused, stored_crc};
 
     fn sample() -> CloneLink {
         CloneLink {
@@ -146,16 +142,9 @@ mod tests {
         assert_eq!(&buf[72..78], b"golden");
         assert_eq!(&buf[136..138], b"v1");
         assert_eq!(&buf[200..205], b"vm-17");
-        assert_eq!(
-            u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]),
-            GOLDEN_CRC
-        );
+        assert_eq!(stored_crc(&buf, CRC_AT), GOLDEN_CRC);
         assert_eq!(decode_clone_link(&buf).expect("decodes"), sample());
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x20;
-            assert!(decode_clone_link(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&buf, 0..buf.len(), 0x20, decode_clone_link);
         assert!(decode_clone_link(&buf[..CLONE_LINK_BYTES - 1]).is_err());
         let long = CloneLink {
             clone: "x".repeat(65),

@@ -27,7 +27,7 @@
 //! ```
 
 use super::record::{MAX_RECORD_EXTENTS, RecordHeader, decode_record_header};
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 
 pub const LOG_INDEX_MAGIC: &[u8; 8] = b"LSVDLIX\0";
 pub const LOG_INDEX_VERSION: u16 = 1;
@@ -62,10 +62,7 @@ pub fn encode_log_index<'a>(
     let count = records.clone().count();
     let entries_bytes: usize = records.clone().map(|(_, h)| 12 + h.len()).sum();
     let mut w = Writer::with_capacity(LOG_INDEX_FIXED_BYTES + entries_bytes);
-    w.bytes(LOG_INDEX_MAGIC);
-    w.u16(LOG_INDEX_VERSION);
-    w.u16(0);
-    w.u32(0);
+    w.head(LOG_INDEX_MAGIC, LOG_INDEX_VERSION, 0);
     w.bytes(&volume.0);
     w.u64(generation);
     w.u64(count as u64);
@@ -76,9 +73,7 @@ pub fn encode_log_index<'a>(
         w.u32(header.len() as u32);
         w.bytes(header);
     }
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.buf
+    w.seal(CRC_AT)
 }
 
 /// How many bytes the whole index occupies, from its first [`LOG_INDEX_FIXED_BYTES`].
@@ -111,14 +106,7 @@ pub fn decode_log_index(buf: &[u8]) -> Result<LogIndex, FormatError> {
             need: LOG_INDEX_FIXED_BYTES.saturating_add(entries_bytes as usize),
             have: buf.len(),
         })?;
-    let computed = crc_with_hole(&buf[..end], CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, &buf[..end], CRC_AT, stored)?;
     if flags != 0 {
         return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
     }
@@ -156,6 +144,7 @@ mod tests {
         ExtentKind, RECORD_VERSION, RecordExtent, encode_header_prefix, encode_record,
         encode_record_as,
     };
+    use crate::format::test_support::assert_each_flip_refused;
 
     fn records() -> Vec<(u64, Vec<u8>)> {
         let v = VolumeId([5; 16]);
@@ -187,11 +176,7 @@ mod tests {
         assert_eq!(idx.records[1].offset, 16384);
         assert_eq!(idx.records[1].header.seq, 11);
         assert_eq!(idx.records[1].header.extents.len(), 2);
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x01;
-            assert!(decode_log_index(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&buf, 0..buf.len(), 0x01, decode_log_index);
         let mut padded = buf.clone();
         padded.extend_from_slice(&[0xAA; 100]);
         assert!(decode_log_index(&padded).is_ok(), "slot padding is ignored");

@@ -18,6 +18,9 @@ pub mod snapshot;
 pub mod volume_meta;
 pub mod volume_super;
 
+#[cfg(test)]
+pub(crate) mod test_support;
+
 use std::fmt;
 
 /// Size of a sector: the unit of every LBA and extent length.
@@ -116,8 +119,28 @@ impl Writer {
     pub fn zeros(&mut self, n: usize) {
         self.buf.resize(self.buf.len() + n, 0);
     }
+    pub fn u64s(&mut self, values: &[u64]) {
+        for &v in values {
+            self.u64(v);
+        }
+    }
     pub fn put_u32_at(&mut self, at: usize, v: u32) {
         self.buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    /// The head every structure starts with: magic (8), version (2), a 16-bit field
+    /// (flags or reserved) and the CRC32C slot (4, zero until [`Writer::seal`]).
+    pub fn head(&mut self, magic: &[u8; 8], version: u16, flags: u16) {
+        self.bytes(magic);
+        self.u16(version);
+        self.u16(flags);
+        self.u32(0);
+    }
+    /// Store the CRC32C of the whole buffer (its slot still zero) at `crc_at` and
+    /// return the encoded bytes.
+    pub fn seal(mut self, crc_at: usize) -> Vec<u8> {
+        let crc = crc32c::crc32c(&self.buf);
+        self.put_u32_at(crc_at, crc);
+        self.buf
     }
 }
 
@@ -207,14 +230,7 @@ pub(crate) fn open_fixed_record<'a>(
     expect_magic_version(&mut r, magic, version, what)?;
     let flags = r.u16()?;
     let stored = r.u32()?;
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what,
-            stored,
-            computed,
-        });
-    }
+    check_crc(what, buf, CRC_AT, stored)?;
     if flags & !known_flags != 0 {
         return Err(invalid(what, format!("unknown flags {flags:#06x}")));
     }
@@ -248,6 +264,25 @@ pub(crate) fn crc_with_hole(buf: &[u8], crc_at: usize) -> u32 {
     let c = crc32c::crc32c(&buf[..crc_at]);
     let c = crc32c::crc32c_append(c, &[0u8; 4]);
     crc32c::crc32c_append(c, &buf[crc_at + 4..])
+}
+
+/// Refuse `buf` unless `stored` is its CRC32C computed with the 4 bytes at `crc_at`
+/// taken as zero.
+pub(crate) fn check_crc(
+    what: &'static str,
+    buf: &[u8],
+    crc_at: usize,
+    stored: u32,
+) -> Result<(), FormatError> {
+    let computed = crc_with_hole(buf, crc_at);
+    if computed != stored {
+        return Err(FormatError::BadChecksum {
+            what,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
 }
 
 pub(crate) fn invalid(what: &'static str, why: impl Into<String>) -> FormatError {

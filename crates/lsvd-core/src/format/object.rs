@@ -340,9 +340,7 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
         w.u32(crc32c::crc32c(chunk));
     }
     debug_assert_eq!(w.buf.len(), header_bytes);
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(HEADER_CRC_AT, crc);
-    w.buf
+    w.seal(HEADER_CRC_AT)
 }
 
 /// Encode a whole object: header then data.

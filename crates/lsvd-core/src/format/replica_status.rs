@@ -119,18 +119,17 @@ pub fn encode_replica_status(s: &ReplicaStatus) -> Result<Vec<u8>, FormatError> 
         ));
     }
     let mut w = Writer::with_capacity(REPLICA_STATUS_BYTES);
-    w.bytes(REPLICA_STATUS_MAGIC);
-    w.u16(REPLICA_STATUS_VERSION);
-    w.u16(0);
-    w.u32(0);
+    w.head(REPLICA_STATUS_MAGIC, REPLICA_STATUS_VERSION, 0);
     w.bytes(&s.volume.0);
-    w.u64(s.updated_unix_ms);
-    w.u64(s.current_as_of_unix_ms);
-    w.u64(s.lag_objects);
-    w.u64(s.replica_next_seq);
-    w.u64(s.source_next_seq);
-    w.u64(s.bytes_copied);
-    w.u64(s.generation.unwrap_or(NONE));
+    w.u64s(&[
+        s.updated_unix_ms,
+        s.current_as_of_unix_ms,
+        s.lag_objects,
+        s.replica_next_seq,
+        s.source_next_seq,
+        s.bytes_copied,
+        s.generation.unwrap_or(NONE),
+    ]);
     w.u16(peer.len() as u16);
     w.zeros(6);
     w.bytes(peer);
@@ -143,13 +142,8 @@ pub fn encode_replica_status(s: &ReplicaStatus) -> Result<Vec<u8>, FormatError> 
         ),
         None => (0, (NONE, 0), 0),
     };
-    w.u64(started);
-    w.u64(checkpoint.0);
-    w.u64(checkpoint.1);
-    w.u64(through);
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    Ok(w.buf)
+    w.u64s(&[started, checkpoint.0, checkpoint.1, through]);
+    Ok(w.seal(CRC_AT))
 }
 
 /// Decode a version 2 record, or a version 1 record (no pass).
@@ -219,6 +213,7 @@ pub fn decode_replica_status(buf: &[u8]) -> Result<ReplicaStatus, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{assert_each_flip_refused, refit_crc, stored_crc};
 
     fn sample() -> ReplicaStatus {
         ReplicaStatus {
@@ -239,10 +234,6 @@ mod tests {
         }
     }
 
-    fn crc_at_12(buf: &[u8]) -> u32 {
-        u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]])
-    }
-
     #[test]
     fn round_trip_golden_and_corruption() {
         let buf = encode_replica_status(&sample()).expect("encodes");
@@ -258,13 +249,9 @@ mod tests {
         assert_eq!(&buf[344..352], &0x7cu64.to_le_bytes());
         assert_eq!(&buf[352..360], &3u64.to_le_bytes());
         assert_eq!(&buf[360..368], &0x90u64.to_le_bytes());
-        assert_eq!(crc_at_12(&buf), GOLDEN_CRC);
+        assert_eq!(stored_crc(&buf, 12), GOLDEN_CRC);
         assert_eq!(decode_replica_status(&buf).expect("decodes"), sample());
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x10;
-            assert!(decode_replica_status(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&buf, 0..buf.len(), 0x10, decode_replica_status);
         assert!(decode_replica_status(&buf[..REPLICA_STATUS_BYTES - 1]).is_err());
         assert!(decode_replica_status(&buf[..REPLICA_STATUS_BYTES_V1]).is_err());
     }
@@ -281,16 +268,14 @@ mod tests {
         let mut v1 =
             encode_replica_status(&s).expect("encodes")[..REPLICA_STATUS_BYTES_V1].to_vec();
         v1[8] = 1;
-        v1[12..16].fill(0);
-        let crc = crc32c::crc32c(&v1);
-        v1[12..16].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(crc, GOLDEN_CRC_V1, "the version 1 golden record");
+        refit_crc(&mut v1, 12);
+        assert_eq!(
+            stored_crc(&v1, 12),
+            GOLDEN_CRC_V1,
+            "the version 1 golden record"
+        );
         assert_eq!(decode_replica_status(&v1).expect("decodes"), s);
-        for pos in 0..v1.len() {
-            let mut bad = v1.clone();
-            bad[pos] ^= 0x10;
-            assert!(decode_replica_status(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&v1, 0..v1.len(), 0x10, decode_replica_status);
         // A version 1 header on 368 bytes, or version 2 on 336, is refused.
         let mut long = v1.clone();
         long.extend_from_slice(&[0; 32]);
@@ -348,9 +333,7 @@ mod tests {
         for (at, value) in [(344usize, 7u64), (352, 7), (360, 7)] {
             let mut buf = none.clone();
             buf[at..at + 8].copy_from_slice(&value.to_le_bytes());
-            buf[12..16].fill(0);
-            let crc = crc32c::crc32c(&buf);
-            buf[12..16].copy_from_slice(&crc.to_le_bytes());
+            refit_crc(&mut buf, 12);
             assert!(decode_replica_status(&buf).is_err(), "{at}");
         }
     }

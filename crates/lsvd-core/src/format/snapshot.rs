@@ -35,8 +35,7 @@
 //! written before epochs: every object they hold is epoch 0.
 
 use super::{
-    FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid,
-    padded_text,
+    FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid, padded_text,
 };
 use crate::history::{History, MAX_SEGMENTS, Segment};
 
@@ -75,10 +74,7 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
     }
     let segments = &s.history.segments[..s.history.segments.len().min(MAX_SEGMENTS)];
     let mut w = Writer::with_capacity(SNAPSHOT_BYTES + 8 + 24 * segments.len());
-    w.bytes(SNAPSHOT_MAGIC);
-    w.u16(SNAPSHOT_VERSION);
-    w.u16(0);
-    w.u32(0);
+    w.head(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, 0);
     w.bytes(&s.volume.0);
     w.u64(s.base_checkpoint.unwrap_or(NO_CHECKPOINT));
     w.u64(s.through_seq);
@@ -95,9 +91,7 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
         w.u64(seg.epoch);
         w.u64(seg.after_seq);
     }
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    Ok(w.buf)
+    Ok(w.seal(CRC_AT))
 }
 
 pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
@@ -121,14 +115,7 @@ pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
             format!("{} bytes, expected {min_len}", buf.len()),
         ));
     }
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, buf, CRC_AT, stored)?;
     if flags != 0 {
         return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
     }
@@ -187,6 +174,7 @@ pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{assert_corruption_refused, refit_crc, stored_crc};
 
     fn sample() -> SnapshotRecord {
         SnapshotRecord {
@@ -212,9 +200,7 @@ mod tests {
         let mut buf = encode_snapshot(s).expect("encodes")[..SNAPSHOT_BYTES].to_vec();
         buf[8] = 1;
         buf[66..68].fill(0);
-        buf[CRC_AT..CRC_AT + 4].fill(0);
-        let crc = crc32c::crc32c(&buf);
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut buf, CRC_AT);
         buf
     }
 
@@ -245,17 +231,9 @@ mod tests {
         assert_eq!(&buf[40..48], &0x45u64.to_le_bytes());
         assert_eq!(&buf[64..66], &14u16.to_le_bytes());
         assert_eq!(&buf[72..86], b"before-upgrade");
-        assert_eq!(
-            u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]),
-            GOLDEN_CRC
-        );
+        assert_eq!(stored_crc(&buf, CRC_AT), GOLDEN_CRC);
         assert_eq!(decode_snapshot(&buf).expect("decodes"), sample());
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x10;
-            assert!(decode_snapshot(&bad).is_err(), "flip at {pos}");
-        }
-        assert!(decode_snapshot(&buf[..buf.len() - 1]).is_err());
+        assert_corruption_refused(&buf, 0x10, decode_snapshot);
     }
     const GOLDEN_CRC: u32 = 0x7a0c_3abb;
 

@@ -16,7 +16,7 @@
 //!     50    n name, UTF-8
 //! ```
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 
 pub const VOLUME_MAGIC: &[u8; 8] = b"LSVDVOL\0";
 pub const VOLUME_VERSION: u16 = 1;
@@ -39,18 +39,13 @@ pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
         "volume names are validated to at most 255 bytes"
     );
     let mut w = Writer::with_capacity(50 + name.len());
-    w.bytes(VOLUME_MAGIC);
-    w.u16(VOLUME_VERSION);
-    w.u16(0);
-    w.u32(0);
+    w.head(VOLUME_MAGIC, VOLUME_VERSION, 0);
     w.bytes(&m.volume.0);
     w.u64(m.size_bytes);
     w.u64(m.created_unix_secs);
     w.u16(name.len() as u16);
     w.bytes(name);
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.buf
+    w.seal(CRC_AT)
 }
 
 pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
@@ -73,14 +68,7 @@ pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
     if r.pos() != buf.len() {
         return Err(invalid(WHAT, "trailing bytes"));
     }
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, buf, CRC_AT, stored)?;
     let name = String::from_utf8(name.to_vec()).map_err(|_| invalid(WHAT, "name is not UTF-8"))?;
     Ok(VolumeMeta {
         volume,
@@ -93,6 +81,7 @@ pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{assert_each_flip_refused, refit_crc};
 
     /// Found with the format_supers fuzz target: the decoder took names of up to 65535
     /// bytes (the length field is 16 bits), though the layout allows 255 and
@@ -110,8 +99,7 @@ mod tests {
         buf.extend_from_slice(&1_800_000_000u64.to_le_bytes());
         buf.extend_from_slice(&300u16.to_le_bytes());
         buf.extend_from_slice(name.as_bytes());
-        let crc = crc32c::crc32c(&buf);
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut buf, CRC_AT);
         let got = decode_volume_meta(&buf);
         assert!(matches!(got, Err(FormatError::Invalid { .. })), "{got:?}");
         // 255 bytes is the longest name, and it round-trips.
@@ -136,10 +124,6 @@ mod tests {
         assert_eq!(buf.len(), 55);
         assert_eq!(&buf[..8], VOLUME_MAGIC);
         assert_eq!(decode_volume_meta(&buf).expect("decodes"), m);
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x80;
-            assert!(decode_volume_meta(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&buf, 0..buf.len(), 0x80, decode_volume_meta);
     }
 }

@@ -39,7 +39,7 @@
 //! Version 1 (88 bytes as above and 8 reserved) decodes with epoch 0, no lease, no
 //! holder and no segments: a volume written before epochs.
 
-use super::{FormatError, Reader, VolumeId, Writer, crc_with_hole, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 use crate::history::{History, MAX_SEGMENTS, Segment};
 
 pub const VOLUME_SUPER_MAGIC: &[u8; 8] = b"LSVDVSB\0";
@@ -104,11 +104,8 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
     let segments = &s.history.segments[..s.history.segments.len().min(MAX_SEGMENTS)];
     let holder = s.holder_bytes();
     let mut w = Writer::with_capacity(s.encoded_bytes());
-    w.bytes(VOLUME_SUPER_MAGIC);
-    w.u16(VOLUME_SUPER_VERSION);
     let flags = if s.clean { FLAG_CLEAN } else { 0 } | if s.deleting { FLAG_DELETING } else { 0 };
-    w.u16(flags);
-    w.u32(0);
+    w.head(VOLUME_SUPER_MAGIC, VOLUME_SUPER_VERSION, flags);
     w.bytes(&s.volume.0);
     w.u64(s.generation);
     w.u64(s.session);
@@ -128,9 +125,7 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
         w.u64(seg.after_seq);
     }
     w.bytes(holder);
-    let crc = crc32c::crc32c(&w.buf);
-    w.put_u32_at(CRC_AT, crc);
-    w.buf
+    w.seal(CRC_AT)
 }
 
 pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
@@ -155,14 +150,7 @@ pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
             format!("{} bytes, expected {min_len}", buf.len()),
         ));
     }
-    let computed = crc_with_hole(buf, CRC_AT);
-    if computed != stored {
-        return Err(FormatError::BadChecksum {
-            what: WHAT,
-            stored,
-            computed,
-        });
-    }
+    check_crc(WHAT, buf, CRC_AT, stored)?;
     if flags & !(FLAG_CLEAN | FLAG_DELETING) != 0 {
         return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
     }
@@ -241,6 +229,9 @@ pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{
+        assert_corruption_refused, assert_each_flip_refused, refit_crc, stored_crc,
+    };
 
     fn sample() -> VolumeSuper {
         VolumeSuper {
@@ -280,9 +271,7 @@ mod tests {
         let mut buf = encode_volume_super(s)[..VOLUME_SUPER_BYTES_V1].to_vec();
         buf[8] = 1;
         buf[88..96].fill(0);
-        buf[CRC_AT..CRC_AT + 4].fill(0);
-        let crc = crc32c::crc32c(&buf);
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        refit_crc(&mut buf, CRC_AT);
         buf
     }
 
@@ -302,17 +291,9 @@ mod tests {
         assert_eq!(&buf[104..112], &0x30u64.to_le_bytes());
         assert_eq!(&buf[136..144], &0x3au64.to_le_bytes());
         assert_eq!(&buf[160..], b"host-a pid 42");
-        assert_eq!(
-            u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]),
-            GOLDEN_CRC
-        );
+        assert_eq!(stored_crc(&buf, CRC_AT), GOLDEN_CRC);
         assert_eq!(decode_volume_super(&buf).expect("decodes"), sample());
-        for pos in 0..buf.len() {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x04;
-            assert!(decode_volume_super(&bad).is_err(), "flip at {pos}");
-        }
-        assert!(decode_volume_super(&buf[..buf.len() - 1]).is_err());
+        assert_corruption_refused(&buf, 0x04, decode_volume_super);
         assert!(decode_volume_super(&buf[..95]).is_err());
     }
     const GOLDEN_CRC: u32 = 0x0035_6eee;
@@ -332,11 +313,7 @@ mod tests {
                 ..sample()
             }
         );
-        for pos in 0..v1.len() {
-            let mut bad = v1.clone();
-            bad[pos] ^= 0x04;
-            assert!(decode_volume_super(&bad).is_err(), "flip at {pos}");
-        }
+        assert_each_flip_refused(&v1, 0..v1.len(), 0x04, decode_volume_super);
         let mut longer = v1.clone();
         longer.push(0);
         assert!(decode_volume_super(&longer).is_err());

@@ -322,9 +322,20 @@ fn overwrite_round(p: &mut P, record: &mut u64) {
 /// Run a GC pass the way a driver does: plan, read, reserve, queue.
 fn gc_pass(p: &mut P) -> Option<(u64, usize)> {
     let pass = p.gc_plan()?;
-    let relocations = gc::live_extents(p.store(), &pass.victims);
-    let groups = gc::group_relocations(&relocations, p.config().batch_size_bytes);
+    let groups = gc_groups(p, &pass.victims);
     let first = p.gc_reserve(groups.len())?;
+    queue_gc_objects(p, first, &groups);
+    Some((first, groups.len()))
+}
+
+/// The live extents of `victims`, grouped into GC objects.
+fn gc_groups(p: &P, victims: &std::collections::BTreeSet<u64>) -> Vec<Vec<gc::Relocation>> {
+    let relocations = gc::live_extents(p.store(), victims);
+    gc::group_relocations(&relocations, p.config().batch_size_bytes)
+}
+
+/// Queue one GC object a group, numbered from `first` (reserved by the caller).
+fn queue_gc_objects(p: &mut P, first: u64, groups: &[Vec<gc::Relocation>]) {
     let last_record = p.store().last_record_seq();
     let objects = groups
         .iter()
@@ -335,7 +346,6 @@ fn gc_pass(p: &mut P) -> Option<(u64, usize)> {
         })
         .collect();
     p.gc_queue(objects);
-    Some((first, groups.len()))
 }
 
 #[test]
@@ -357,8 +367,7 @@ fn client_batches_wait_unnumbered_while_a_gc_pass_holds_numbers() {
     drain_uploads(&mut p);
     assert_eq!(p.store().next_object_seq(), 4, "{}", p.describe());
     let pass = p.gc_plan().expect("utilization is below 0.9");
-    let relocations = gc::live_extents(p.store(), &pass.victims);
-    let groups = gc::group_relocations(&relocations, p.config().batch_size_bytes);
+    let groups = gc_groups(&p, &pass.victims);
     let first = p.gc_reserve(groups.len()).expect("writes go on");
     // While the pass holds its numbers: a client batch closes, time passes far beyond
     // the checkpoint interval. Nothing may be numbered (a checkpoint numbered now
@@ -368,16 +377,7 @@ fn client_batches_wait_unnumbered_while_a_gc_pass_holds_numbers() {
     p.tick(1_000_000 * MS);
     assert_eq!(p.uploads_held(), 1);
     assert!(p.next_upload(true).is_none(), "{}", p.describe());
-    let last_record = p.store().last_record_seq();
-    let objects = groups
-        .iter()
-        .enumerate()
-        .map(|(i, g)| {
-            let h = gc::gc_object_header(first + i as u64, last_record, g);
-            (h.total_bytes(), h)
-        })
-        .collect();
-    p.gc_queue(objects);
+    queue_gc_objects(&mut p, first, &groups);
     let n = groups.len() as u64;
     assert!(n > 0, "the pass moves live data");
     let handed = drain_uploads(&mut p);

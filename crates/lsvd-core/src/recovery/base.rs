@@ -232,20 +232,9 @@ impl BaseChooser {
 mod tests {
     use super::*;
 
-    fn obj(seq: u64) -> ListedObject {
-        ListedObject {
-            seq,
-            epoch: 0,
-            is_checkpoint: false,
-        }
-    }
-    fn ckpt(seq: u64) -> ListedObject {
-        ListedObject {
-            seq,
-            epoch: 0,
-            is_checkpoint: true,
-        }
-    }
+    use crate::recovery::tests::{ckpt, obj};
+    use Step::{Apply, Jump, Skip};
+
     fn legacy() -> History {
         History::legacy()
     }
@@ -270,7 +259,7 @@ mod tests {
         let c = BaseChooser::new(&two_checkpoints(), &[7, 4], &legacy());
         assert_eq!(c.next_candidate(&[]), Some((7, 0)));
         let b = c.base(Some(7));
-        assert_eq!(b.steps, vec![Step::Apply(8, 0), Step::Apply(9, 0)]);
+        assert_eq!(b.steps, vec![Apply(8, 0), Apply(9, 0)]);
         assert!(b.skipped.is_empty() && b.stranded.is_empty() && b.short_of.is_none());
     }
 
@@ -282,13 +271,7 @@ mod tests {
         assert_eq!(b.skipped, vec![7]);
         assert_eq!(
             b.steps,
-            vec![
-                Step::Apply(5, 0),
-                Step::Apply(6, 0),
-                Step::Skip(7),
-                Step::Apply(8, 0),
-                Step::Apply(9, 0)
-            ]
+            vec![Apply(5, 0), Apply(6, 0), Skip(7), Apply(8, 0), Apply(9, 0)]
         );
         assert!(b.stranded.is_empty());
         assert_eq!(b.short_of, None);
@@ -303,7 +286,7 @@ mod tests {
         assert_eq!(c.next_candidate(&[]), Some((4, 0)), "7 cannot be read");
         let b = c.base(Some(4));
         assert_eq!(b.skipped, vec![7]);
-        assert_eq!(b.steps[2], Step::Skip(7));
+        assert_eq!(b.steps[2], Skip(7));
         assert_eq!(b.steps.len(), 5);
         assert_eq!(b.short_of, None);
         // Unnamed, the hole at 7 is a gap like any other: 8 and 9 are stranded.
@@ -341,7 +324,7 @@ mod tests {
         let b = c.base(None);
         assert_eq!(b.skipped, vec![7, 4]);
         assert_eq!(b.steps.len(), 9);
-        assert_eq!(b.steps[3], Step::Skip(4));
+        assert_eq!(b.steps[3], Skip(4));
         assert_eq!(b.short_of, None);
         // With object 1 garbage-collected long ago, nothing can be recovered.
         let mut listed = two_checkpoints();
@@ -378,7 +361,7 @@ mod tests {
                 .steps
                 .iter()
                 .map(|s| match s {
-                    Step::Apply(x, _) | Step::Skip(x) | Step::Jump(x) => *x,
+                    Apply(x, _) | Skip(x) | Jump(x) => *x,
                 })
                 .collect();
             let want = if b.checkpoint.is_some() {
@@ -435,7 +418,7 @@ mod tests {
         assert_eq!(c.next_candidate(&[]), Some((11, 2)));
         let b = c.base(Some(11));
         assert_eq!(b.checkpoint, Some((11, 2)));
-        assert_eq!(b.steps, vec![Step::Apply(12, 2)]);
+        assert_eq!(b.steps, vec![Apply(12, 2)]);
         assert!(
             b.stranded.is_empty(),
             "below the base: orphans, not stranded"
@@ -446,13 +429,13 @@ mod tests {
         assert_eq!(
             b.steps,
             vec![
-                Step::Apply(5, 1),
-                Step::Apply(6, 1),
-                Step::Jump(9),
-                Step::Apply(9, 2),
-                Step::Apply(10, 2),
-                Step::Skip(11),
-                Step::Apply(12, 2),
+                Apply(5, 1),
+                Apply(6, 1),
+                Jump(9),
+                Apply(9, 2),
+                Apply(10, 2),
+                Skip(11),
+                Apply(12, 2),
             ]
         );
         assert_eq!(b.stranded, vec![(7, 1), (8, 1), (9, 1)]);
@@ -464,7 +447,7 @@ mod tests {
         let (mut listed, history) = takeover();
         listed.retain(|o| o.seq != 6);
         let b = BaseChooser::new(&listed, &[11, 4], &history).base(Some(4));
-        assert_eq!(b.steps, vec![Step::Apply(5, 1)]);
+        assert_eq!(b.steps, vec![Apply(5, 1)]);
         assert_eq!(b.vouched_missing, Some(6));
         // The end of the newest claim's run is vouched for by nobody.
         let (mut listed, history) = takeover();
@@ -487,7 +470,7 @@ mod tests {
         );
         assert_eq!(c.next_candidate(&[]), Some((4, 1)));
         let b = c.base(Some(4));
-        assert!(b.steps.contains(&Step::Skip(11)));
+        assert!(b.steps.contains(&Skip(11)));
     }
 
     #[test]
@@ -505,7 +488,7 @@ mod tests {
         let c = BaseChooser::new(&listed, &[], &history);
         assert_eq!(c.next_candidate(&[]), Some((3, 1)));
         let b = c.base(Some(3));
-        assert_eq!(b.steps, vec![Step::Apply(4, 1), Step::Apply(5, 2)]);
+        assert_eq!(b.steps, vec![Apply(4, 1), Apply(5, 2)]);
         assert_eq!(b.stranded, vec![(5, 1)]);
     }
 }

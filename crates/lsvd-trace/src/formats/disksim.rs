@@ -13,10 +13,9 @@
 //! Bad: not exactly 5 fields, a non-integer (including a decimal time), a
 //! type other than 0/1, overflow.
 
-use super::{Line, Record, binary_op};
+use super::{Line, Record, binary_op, scaled_field};
 use crate::Op;
-use crate::numbers::{Why, scaled, split_ws_exact, u64_field};
-use crate::volumes::VolumeKey;
+use crate::numbers::{Why, split_ws_exact, u64_field};
 
 /// Bytes per sector.
 pub(crate) const SECTOR: u64 = 512;
@@ -29,31 +28,11 @@ pub(crate) fn parse(line: &[u8]) -> Result<Line<'_>, Why> {
 /// Parses a line whose lba and size are in units of `UNIT_BYTES` bytes.
 pub(crate) fn parse_in<const UNIT_BYTES: u64>(line: &[u8]) -> Result<Line<'_>, Why> {
     let [time, device, lba, size, kind] = split_ws_exact::<5>(line)?;
-    Ok(Line::Record(Record {
-        time_ns: u64_field(time, "arrival time (ns)")?,
-        volume: VolumeKey::Num(u64_field(device, "device")?),
-        op: binary_op(kind, Op::Read, Op::Write, "type")?,
-        offset: scaled(u64_field(lba, "lba")?, UNIT_BYTES, "lba")?,
-        length: scaled(u64_field(size, "size")?, UNIT_BYTES, "size")?,
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_line() {
-        assert_eq!(
-            parse(b"938513000 4 264719034 16 0"),
-            Ok(Line::Record(Record {
-                time_ns: 938_513_000,
-                volume: VolumeKey::Num(4),
-                op: Op::Write,
-                offset: 264_719_034 * 512,
-                length: 8192,
-            }))
-        );
-        assert!(parse(b"0.5 4 1 16 0").is_err());
-    }
+    Ok(Record::numbered(
+        u64_field(time, "arrival time (ns)")?,
+        u64_field(device, "device")?,
+        binary_op(kind, Op::Read, Op::Write, "type")?,
+        scaled_field(lba, UNIT_BYTES, "lba")?,
+        scaled_field(size, UNIT_BYTES, "size")?,
+    ))
 }

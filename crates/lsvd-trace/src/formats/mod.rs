@@ -47,6 +47,30 @@ pub(crate) struct Record<'a> {
     pub length: u64,
 }
 
+impl<'a> Record<'a> {
+    /// The line of a request to a numbered volume (the shape most formats share).
+    pub(crate) fn numbered(
+        time_ns: u64,
+        volume: u64,
+        op: Op,
+        offset: u64,
+        length: u64,
+    ) -> Line<'a> {
+        Line::Record(Record {
+            time_ns,
+            volume: VolumeKey::Num(volume),
+            op,
+            offset,
+            length,
+        })
+    }
+}
+
+/// An integer field counted in units of `unit_bytes` bytes, in bytes.
+pub(crate) fn scaled_field(field: &[u8], unit_bytes: u64, name: &str) -> Result<u64, Why> {
+    crate::numbers::scaled(crate::numbers::u64_field(field, name)?, unit_bytes, name)
+}
+
 /// What one line turned out to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Line<'a> {
@@ -111,5 +135,48 @@ pub(crate) fn binary_op(field: &[u8], one: Op, zero: Op, name: &str) -> Result<O
             "{name}: expected 0 or 1, got {}",
             crate::numbers::show(field)
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each format's sample line, what it parses to, and a line of it that is refused.
+    #[test]
+    fn each_format_parses_its_sample_line_and_refuses_a_bad_one() {
+        let cases: [(&str, LineParser, &[u8], Line<'_>, &[u8]); 3] = [
+            (
+                "disksim",
+                disksim::parse,
+                b"938513000 4 264719034 16 0",
+                Record::numbered(938_513_000, 4, Op::Write, 264_719_034 * 512, 8192),
+                b"0.5 4 1 16 0",
+            ),
+            (
+                "msr_cut",
+                msr_cut::parse,
+                b"223.412 0 3159347200 36864 0",
+                Record::numbered(223_412_000, 0, Op::Write, 3_159_347_200, 36864),
+                b"1.0 0 0 4096 2",
+            ),
+            (
+                "tencent",
+                tencent::parse,
+                b"1538323200,4247200,128,1,1058",
+                Record::numbered(
+                    1_538_323_200_000_000_000,
+                    1058,
+                    Op::Write,
+                    4_247_200 * 512,
+                    65536,
+                ),
+                b"1538323200,4247200,128,2,1058",
+            ),
+        ];
+        for (format, parse, line, want, bad) in cases {
+            assert_eq!(parse(line), Ok(want), "{format}");
+            assert!(parse(bad).is_err(), "{format} took {bad:?}");
+        }
     }
 }

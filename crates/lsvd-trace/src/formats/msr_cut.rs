@@ -12,10 +12,9 @@
 //!
 //! Bad: not exactly 5 fields, a non-number, a type other than 0/1.
 
-use super::{Line, Record, binary_op};
+use super::{Line, Record, binary_op, scaled_field};
 use crate::Op;
-use crate::numbers::{Why, decimal_field, scaled, split_ws_exact, u64_field};
-use crate::volumes::VolumeKey;
+use crate::numbers::{Why, decimal_field, split_ws_exact, u64_field};
 
 /// Decimal digits of a millisecond that make nanoseconds.
 const MS_TO_NS_DIGITS: u32 = 6;
@@ -28,32 +27,22 @@ pub(crate) fn parse(line: &[u8]) -> Result<Line<'_>, Why> {
 /// Parses a line whose offset and size are in units of `UNIT_BYTES` bytes.
 pub(crate) fn parse_in<const UNIT_BYTES: u64>(line: &[u8]) -> Result<Line<'_>, Why> {
     let [time, device, offset, size, kind] = split_ws_exact::<5>(line)?;
-    Ok(Line::Record(Record {
-        time_ns: decimal_field(time, MS_TO_NS_DIGITS, "time (ms)")?,
-        volume: VolumeKey::Num(u64_field(device, "device")?),
-        op: binary_op(kind, Op::Read, Op::Write, "type")?,
-        offset: scaled(u64_field(offset, "offset")?, UNIT_BYTES, "offset")?,
-        length: scaled(u64_field(size, "size")?, UNIT_BYTES, "size")?,
-    }))
+    Ok(Record::numbered(
+        decimal_field(time, MS_TO_NS_DIGITS, "time (ms)")?,
+        u64_field(device, "device")?,
+        binary_op(kind, Op::Read, Op::Write, "type")?,
+        scaled_field(offset, UNIT_BYTES, "offset")?,
+        scaled_field(size, UNIT_BYTES, "size")?,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The sample line and a bad op are in `formats::tests`.
     #[test]
-    fn parses_a_line() {
-        assert_eq!(
-            parse(b"223.412 0 3159347200 36864 0"),
-            Ok(Line::Record(Record {
-                time_ns: 223_412_000,
-                volume: VolumeKey::Num(0),
-                op: Op::Write,
-                offset: 3_159_347_200,
-                length: 36864,
-            }))
-        );
-        assert!(parse(b"1.0 0 0 4096 2").is_err());
+    fn refuses_a_short_line_and_scales_sector_units() {
         assert!(parse(b"1.0 0 0 4096").is_err());
         let Ok(Line::Record(r)) = parse_in::<512>(b"1.5 2 100 8 0") else {
             panic!("sector line parses");

@@ -15,7 +15,6 @@
 use super::{Line, Record};
 use crate::Op;
 use crate::numbers::{Why, decimal_field, show, split_exact, u64_field};
-use crate::volumes::VolumeKey;
 
 /// Decimal digits of a second that make nanoseconds.
 const S_TO_NS_DIGITS: u32 = 9;
@@ -30,13 +29,13 @@ pub(crate) fn parse(line: &[u8]) -> Result<Line<'_>, Why> {
         b"W" | b"w" => Op::Write,
         _ => return Err(format!("IOType: expected R or W, got {}", show(kind))),
     };
-    Ok(Line::Record(Record {
-        time_ns: decimal_field(time, S_TO_NS_DIGITS, "timestamp (s)")?,
-        volume: VolumeKey::Num(u64_field(lun, "LUN")?),
+    Ok(Record::numbered(
+        decimal_field(time, S_TO_NS_DIGITS, "timestamp (s)")?,
+        u64_field(lun, "LUN")?,
         op,
-        offset: u64_field(offset, "offset")?,
-        length: u64_field(size, "size")?,
-    }))
+        u64_field(offset, "offset")?,
+        u64_field(size, "size")?,
+    ))
 }
 
 #[cfg(test)]
@@ -51,13 +50,13 @@ mod tests {
         );
         assert_eq!(
             parse(b"1455591804.310701000,0.006475000,R,0,203468398592,32768"),
-            Ok(Line::Record(Record {
-                time_ns: 1_455_591_804_310_701_000,
-                volume: VolumeKey::Num(0),
-                op: Op::Read,
-                offset: 203_468_398_592,
-                length: 32768,
-            }))
+            Ok(Record::numbered(
+                1_455_591_804_310_701_000,
+                0,
+                Op::Read,
+                203_468_398_592,
+                32768
+            ))
         );
         assert!(parse(b"1.0,0.1,X,0,0,512").is_err());
     }
