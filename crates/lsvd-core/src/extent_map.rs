@@ -268,12 +268,7 @@ impl<L: Location> ExtentMap<L> {
     pub fn for_each_in(&self, lba: u64, sectors: u64, mut f: impl FnMut(LookupPiece<L>)) {
         let end = lba.saturating_add(sectors);
         let mut cursor = lba;
-        let first = self
-            .entries
-            .range(..=lba)
-            .next_back()
-            .map(|(&s, _)| s)
-            .unwrap_or(lba);
+        let first = self.first_start_at_or_before(lba);
         for (&start, &(len, loc)) in self.entries.range(first..end) {
             if start + len <= cursor {
                 continue;
@@ -320,13 +315,18 @@ impl<L: Location> ExtentMap<L> {
             })
     }
 
-    fn overlapping_starts(&self, lba: u64, end: u64) -> Vec<u64> {
-        let first = self
-            .entries
+    /// Where a scan for pieces overlapping `lba..` starts: the start of the piece at
+    /// or before `lba` (which may reach into it), or `lba` itself.
+    fn first_start_at_or_before(&self, lba: u64) -> u64 {
+        self.entries
             .range(..=lba)
             .next_back()
             .map(|(&s, _)| s)
-            .unwrap_or(lba);
+            .unwrap_or(lba)
+    }
+
+    fn overlapping_starts(&self, lba: u64, end: u64) -> Vec<u64> {
+        let first = self.first_start_at_or_before(lba);
         self.entries
             .range(first..end)
             .filter(|&(&s, &(len, _))| s + len > lba)

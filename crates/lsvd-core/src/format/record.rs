@@ -534,6 +534,15 @@ mod tests {
         buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
+    /// With its CRC refitted, `bad` (a record with a flipped data byte) must still
+    /// fail to verify, on the data hash; `case` names it in the failure.
+    fn assert_hash_catches_flip(bad: &mut [u8], h: &RecordHeader, case: &str) {
+        fix_crc(bad, h);
+        let h_bad = decode_record_header(bad).expect("decodes");
+        let err = verify_record(&h_bad, bad).expect_err(case);
+        assert!(is_data_hash_mismatch(&err), "{case}: {err}");
+    }
+
     fn is_data_hash_mismatch(e: &FormatError) -> bool {
         matches!(e, FormatError::Invalid { why, .. } if why.starts_with("data hash mismatch"))
     }
@@ -697,10 +706,7 @@ mod tests {
         let mut bad = buf.clone();
         bad[4096] ^= 1;
         assert!(verify_record(&h, &bad).is_err());
-        fix_crc(&mut bad, &h);
-        let h_bad = decode_record_header(&bad).expect("decodes");
-        let err = verify_record(&h_bad, &bad).expect_err("v2 hash catches the flip");
-        assert!(is_data_hash_mismatch(&err), "{err}");
+        assert_hash_catches_flip(&mut bad, &h, "v2 hash catches the flip");
     }
 
     #[test]
@@ -726,10 +732,7 @@ mod tests {
             let err = verify_record(&h, &bad).expect_err("crc catches the flip");
             assert!(matches!(err, FormatError::BadChecksum { .. }), "{err}");
             // With the CRC recomputed, only the data hash is left to catch it.
-            fix_crc(&mut bad, &h);
-            let h_bad = decode_record_header(&bad).expect("decodes");
-            let err = verify_record(&h_bad, &bad).expect_err("hash catches the flip");
-            assert!(is_data_hash_mismatch(&err), "flip at {pos}: {err}");
+            assert_hash_catches_flip(&mut bad, &h, &format!("hash catches the flip at {pos}"));
         }
     }
 

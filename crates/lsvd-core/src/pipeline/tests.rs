@@ -136,21 +136,9 @@ fn objects_are_numbered_and_applied_in_order_whatever_order_uploads_finish() {
     p.upload_done(3, h[2].clone());
     assert_eq!(p.begin_apply().expect("ok"), None);
     p.upload_done(1, h[0].clone());
-    let applied: Vec<u64> = p
-        .apply_all_ready()
-        .expect("ok")
-        .iter()
-        .map(|a| a.header.seq)
-        .collect();
-    assert_eq!(applied, [1]);
+    assert_eq!(applied_seqs(&mut p), [1]);
     p.upload_done(2, h[1].clone());
-    let applied: Vec<u64> = p
-        .apply_all_ready()
-        .expect("ok")
-        .iter()
-        .map(|a| a.header.seq)
-        .collect();
-    assert_eq!(applied, [2, 3]);
+    assert_eq!(applied_seqs(&mut p), [2, 3]);
     assert_eq!(
         p.freeable_through(),
         48,
@@ -317,6 +305,12 @@ fn overwrite_round(p: &mut P, record: &mut u64) {
         *record += 1;
         write(p, 0, *record, b);
     }
+}
+
+/// Apply every object that is ready; their sequence numbers in apply order.
+fn applied_seqs(p: &mut P) -> Vec<u64> {
+    let applied = p.apply_all_ready().expect("in order");
+    applied.iter().map(|a| a.header.seq).collect()
 }
 
 /// Run a GC pass the way a driver does: plan, read, reserve, queue.

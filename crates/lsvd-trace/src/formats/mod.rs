@@ -145,7 +145,15 @@ mod tests {
     /// Each format's sample line, what it parses to, and a line of it that is refused.
     #[test]
     fn each_format_parses_its_sample_line_and_refuses_a_bad_one() {
-        let cases: [(&str, LineParser, &[u8], Line<'_>, &[u8]); 3] = [
+        /// Format, parser, sample line, what it parses to, a line it refuses.
+        type Case = (
+            &'static str,
+            LineParser,
+            &'static [u8],
+            Line<'static>,
+            &'static [u8],
+        );
+        let cases: [Case; 3] = [
             (
                 "disksim",
                 disksim::parse,
