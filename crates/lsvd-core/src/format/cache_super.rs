@@ -162,21 +162,7 @@ mod tests {
     use super::*;
     use crate::format::test_support::assert_each_flip_refused;
 
-    fn sample(generation: u64) -> CacheSuper {
-        CacheSuper {
-            clean: false,
-            volume: VolumeId([3; 16]),
-            generation,
-            file_bytes: 1 << 30,
-            log_start: 8192,
-            log_end: 1 << 30,
-            tail_offset: 8192,
-            tail_seq: 1,
-            index_epoch: 9,
-            claimed_epoch: 3,
-            claimed_session: 8,
-        }
-    }
+    use crate::format::examples::cache_super as sample;
 
     #[test]
     fn newest_valid_copy_wins() {

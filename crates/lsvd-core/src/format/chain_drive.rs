@@ -160,18 +160,7 @@ mod tests {
     use super::*;
     use crate::format::test_support::{refit_crc, stored_crc};
 
-    fn sample() -> DriveRecord {
-        DriveRecord {
-            chain_id: [0xc5; 16],
-            generation: 0x0102_0304_0506_0708,
-            layout: Layout::Chain,
-            drive_count: 3,
-            drive_index: 1,
-            tail_index: 2,
-            copies: 2,
-            mirror_stale: false,
-        }
-    }
+    use crate::format::examples::drive_record as sample;
 
     const GOLDEN: [u8; DRIVE_RECORD_BYTES] = {
         let mut b = [0u8; DRIVE_RECORD_BYTES];

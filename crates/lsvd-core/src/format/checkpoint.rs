@@ -422,49 +422,7 @@ mod tests {
     use super::*;
     use crate::format::test_support::{assert_corruption_refused, refit_crc};
 
-    fn sample() -> Checkpoint {
-        Checkpoint {
-            clean: true,
-            counters: Counters {
-                client_write_bytes: 1,
-                store_write_bytes: 2,
-                gc_passes: 3,
-                gc_moved_bytes: 4,
-                gc_hot_moved_bytes: 5,
-                gc_cold_moved_bytes: 6,
-            },
-            volume_size_bytes: 1 << 30,
-            next_object_seq: 12,
-            last_record_seq: 99,
-            objects: vec![CheckpointObject {
-                seq: 3,
-                kind: 1,
-                header_bytes: 200,
-                total_bytes: 8392,
-                live_bytes: 4096,
-                epoch: 4,
-            }],
-            extents: vec![CheckpointExtent {
-                lba: 8,
-                sectors: 8,
-                object_seq: 3,
-                object_offset: 200,
-            }],
-            heat: None,
-        }
-    }
-
-    fn sample_with_heat() -> Checkpoint {
-        Checkpoint {
-            heat: Some(CheckpointHeat {
-                since_decay_bytes: 7,
-                decays: 2,
-                region_shift: 12,
-                counts: vec![0, 1, 127, 128, 300, u32::MAX],
-            }),
-            ..sample()
-        }
-    }
+    use crate::format::examples::{checkpoint as sample, checkpoint_with_heat as sample_with_heat};
 
     #[test]
     fn round_trip_and_golden_prefix() {

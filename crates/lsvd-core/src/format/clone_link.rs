@@ -119,17 +119,7 @@ mod tests {
     use super::*;
     use crate::format::test_support::{assert_each_flip_refused, stored_crc};
 
-    fn sample() -> CloneLink {
-        CloneLink {
-            parent: "golden".into(),
-            parent_volume: VolumeId([1; 16]),
-            snapshot: "v1".into(),
-            clone: "vm-17".into(),
-            clone_volume: VolumeId([2; 16]),
-            through_seq: 0x99,
-            created_unix_ms: 1_800_000_000_000,
-        }
-    }
+    use crate::format::examples::clone_link as sample;
 
     #[test]
     fn round_trip_golden_and_corruption() {

@@ -146,18 +146,7 @@ mod tests {
     };
     use crate::format::test_support::assert_each_flip_refused;
 
-    fn records() -> Vec<(u64, Vec<u8>)> {
-        let v = VolumeId([5; 16]);
-        let e = |lba| RecordExtent {
-            lba,
-            sectors: 8,
-            kind: ExtentKind::Data,
-        };
-        let a = encode_record(v, 10, 0, &[e(0)], &[1; 4096]);
-        let crc_a = u32::from_le_bytes([a[48], a[49], a[50], a[51]]);
-        let b = encode_record(v, 11, crc_a, &[e(8), e(64)], &[2; 8192]);
-        vec![(8192, a[..80].to_vec()), (8192 + 8192, b[..96].to_vec())]
-    }
+    use crate::format::examples::log_index_records as records;
 
     #[test]
     fn round_trip_and_every_flip_detected() {

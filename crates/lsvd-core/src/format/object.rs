@@ -570,18 +570,7 @@ mod tests {
     use super::*;
 
     fn data_object() -> Vec<u8> {
-        let extents = [
-            ObjectExtent {
-                lba: 0,
-                sectors: 8,
-                source: None,
-            },
-            ObjectExtent {
-                lba: 64,
-                sectors: 9,
-                source: None,
-            },
-        ];
+        let extents = crate::format::examples::OBJECT_EXTENTS;
         let data: Vec<u8> = (0..17 * 512).map(|i| (i % 251) as u8).collect();
         let spec = ObjectSpec {
             kind: ObjectKind::Data,

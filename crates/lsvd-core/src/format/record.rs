@@ -436,23 +436,13 @@ mod tests {
     #[test]
     fn encoding_from_parts_is_the_same_record() {
         let vol = VolumeId([9; 16]);
-        let extents = [
-            RecordExtent {
-                lba: 8,
-                sectors: 8,
-                kind: ExtentKind::Data,
-            },
-            RecordExtent {
-                lba: 100,
-                sectors: 16,
-                kind: ExtentKind::Zero,
-            },
-            RecordExtent {
-                lba: 40,
-                sectors: 1,
-                kind: ExtentKind::Data,
-            },
-        ];
+        let [data, zero] = crate::format::examples::RECORD_EXTENTS;
+        let one_sector = RecordExtent {
+            lba: 40,
+            sectors: 1,
+            kind: ExtentKind::Data,
+        };
+        let extents = [data, zero, one_sector];
         let a: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         let b = vec![0x5au8; 512];
         let whole = [a.clone(), b.clone()].concat();
