@@ -1,5 +1,6 @@
 //! Writes the seed corpora under fuzz/corpus/<target>/ from real encoded structures:
-//! the format encoders' output (the same shapes as the format tests' golden bytes),
+//! the format encoders' output (mostly of `lsvd_core::format::examples`, the values
+//! the format tests pin to golden bytes),
 //! the NBD codec's messages, and client byte streams recorded from nbdinfo and qemu-io
 //! (fuzz/captures/, made with fuzz/tools/capture_nbd.py).
 //!
@@ -11,17 +12,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use lsvd_core::format::VolumeId;
-use lsvd_core::format::cache_super::{CacheSuper, encode_cache_super};
-use lsvd_core::format::chain_drive::{DriveRecord, Layout, encode_drive_record};
-use lsvd_core::format::checkpoint::{
-    Checkpoint, CheckpointExtent, CheckpointHeat, CheckpointObject, Counters, encode_checkpoint,
-};
-use lsvd_core::format::clone_link::{CloneLink, encode_clone_link};
+use lsvd_core::format::cache_super::encode_cache_super;
+use lsvd_core::format::chain_drive::encode_drive_record;
+use lsvd_core::format::checkpoint::encode_checkpoint;
+use lsvd_core::format::clone_link::encode_clone_link;
+use lsvd_core::format::examples::{self, OBJECT_EXTENTS, RECORD_EXTENTS};
 use lsvd_core::format::log_index::encode_log_index;
 use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
 };
-use lsvd_core::format::record::{ExtentKind, RecordExtent, encode_record};
+use lsvd_core::format::record::encode_record;
 use lsvd_core::format::replica_status::{PassInProgress, ReplicaStatus, encode_replica_status};
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
@@ -55,19 +55,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 
 fn records() {
     let vol = VolumeId([9; 16]);
-    let extents = [
-        RecordExtent {
-            lba: 8,
-            sectors: 8,
-            kind: ExtentKind::Data,
-        },
-        RecordExtent {
-            lba: 100,
-            sectors: 16,
-            kind: ExtentKind::Zero,
-        },
-    ];
-    let rec = encode_record(vol, 11, 0xdead_beef, &extents, &pattern(4096, 1));
+    let rec = encode_record(vol, 11, 0xdead_beef, &RECORD_EXTENTS, &pattern(4096, 1));
     put("format_record", "v4-data-and-zero", &[0], &rec);
     // Versions 1-3: the same header relabelled, padded to 4096, checksums refitted.
     for version in 1u16..=3 {
@@ -84,36 +72,18 @@ fn records() {
 
 fn objects() {
     let vol = VolumeId([7; 16]);
-    let data_extents = [
-        ObjectExtent {
-            lba: 0,
-            sectors: 8,
-            source: None,
-        },
-        ObjectExtent {
-            lba: 64,
-            sectors: 9,
-            source: None,
-        },
-    ];
     let spec = ObjectSpec {
         kind: ObjectKind::Data,
         volume: vol,
         seq: 5,
         last_record_seq: 40,
-        extents: &data_extents,
+        extents: &OBJECT_EXTENTS,
         trims: &[(1000, 8)],
         volume_size_bytes: None,
         parts_after: 0,
         epoch: 2,
         first_record_seq: 38,
     };
-    put(
-        "format_object",
-        "data",
-        &[0],
-        &encode_object(&spec, &pattern(17 * 512, 2)),
-    );
     let gc_extents = [ObjectExtent {
         lba: 16,
         sectors: 4,
@@ -128,138 +98,53 @@ fn objects() {
         trims: &[],
         ..spec
     };
-    put(
-        "format_object",
-        "gc",
-        &[0],
-        &encode_object(&gc, &pattern(2048, 5)),
-    );
     let ckp = ObjectSpec {
         kind: ObjectKind::Checkpoint,
         extents: &[],
         trims: &[],
         ..spec
     };
-    put(
-        "format_object",
-        "checkpoint",
-        &[0],
-        &encode_object(&ckp, &pattern(300, 9)),
-    );
     let resize = ObjectSpec {
         extents: &[],
         trims: &[(4096, 4096)],
         volume_size_bytes: Some(2 << 20),
         ..spec
     };
-    put(
-        "format_object",
-        "resize",
-        &[0],
-        &encode_object(&resize, &[]),
-    );
     let part = ObjectSpec {
         parts_after: 2,
         ..spec
     };
-    put(
-        "format_object",
-        "part",
-        &[0],
-        &encode_object(&part, &pattern(17 * 512, 2)),
-    );
+    let seeds = [
+        ("data", spec, pattern(17 * 512, 2)),
+        ("gc", gc, pattern(2048, 5)),
+        ("checkpoint", ckp, pattern(300, 9)),
+        ("resize", resize, Vec::new()),
+        ("part", part, pattern(17 * 512, 2)),
+    ];
+    for (name, spec, data) in &seeds {
+        put("format_object", name, &[0], &encode_object(spec, data));
+    }
     put("format_object", "generate", &[1], &pattern(96, 4));
 }
 
 fn checkpoints() {
-    let c = Checkpoint {
-        clean: true,
-        counters: Counters {
-            client_write_bytes: 1 << 20,
-            store_write_bytes: 1 << 21,
-            gc_passes: 2,
-            gc_moved_bytes: 4096,
-            gc_hot_moved_bytes: 0,
-            gc_cold_moved_bytes: 0,
-        },
-        volume_size_bytes: 1 << 30,
-        next_object_seq: 12,
-        last_record_seq: 99,
-        objects: vec![CheckpointObject {
-            seq: 3,
-            kind: 1,
-            header_bytes: 200,
-            total_bytes: 9000,
-            live_bytes: 4096,
-            epoch: 2,
-        }],
-        extents: vec![CheckpointExtent {
-            lba: 8,
-            sectors: 8,
-            object_seq: 3,
-            object_offset: 200,
-        }],
-        heat: None,
-    };
-    put(
-        "format_checkpoint",
-        "one-object",
-        &[0],
-        &encode_checkpoint(&c),
-    );
-    let hylog = Checkpoint {
-        counters: Counters {
-            gc_hot_moved_bytes: 1024,
-            gc_cold_moved_bytes: 3072,
-            ..c.counters
-        },
-        heat: Some(CheckpointHeat {
-            since_decay_bytes: 12_288,
-            decays: 3,
-            region_shift: 12,
-            counts: vec![0, 1, 127, 0, 0, 0, 128, 300, u32::MAX, 0],
-        }),
-        ..c.clone()
-    };
-    put(
-        "format_checkpoint",
-        "with-heat",
-        &[0],
-        &encode_checkpoint(&hylog),
-    );
+    let plain = encode_checkpoint(&examples::checkpoint());
+    put("format_checkpoint", "one-object", &[0], &plain);
+    let hylog = encode_checkpoint(&examples::checkpoint_with_heat());
+    put("format_checkpoint", "with-heat", &[0], &hylog);
     put("format_checkpoint", "generate", &[1], &pattern(80, 6));
 }
 
 fn log_indexes() {
-    let v = VolumeId([5; 16]);
-    let e = |lba| RecordExtent {
-        lba,
-        sectors: 8,
-        kind: ExtentKind::Data,
-    };
-    let a = encode_record(v, 10, 0, &[e(0)], &[1; 4096]);
-    let crc_a = u32::from_le_bytes([a[48], a[49], a[50], a[51]]);
-    let b = encode_record(v, 11, crc_a, &[e(8), e(64)], &[2; 8192]);
-    let headers = [(8192u64, &a[..80]), (8192 + 8704, &b[..96])];
-    let ix = encode_log_index(v, 4, 77, headers.iter().copied());
+    let records = examples::log_index_records();
+    let headers = records.iter().map(|(at, header)| (*at, header.as_slice()));
+    let ix = encode_log_index(VolumeId([5; 16]), 4, 77, headers);
     put("format_log_index", "two-records", &[0], &ix);
     put("format_log_index", "generate", &[1], &pattern(120, 8));
 }
 
 fn supers() {
-    let cs = CacheSuper {
-        clean: false,
-        volume: VolumeId([3; 16]),
-        generation: 5,
-        file_bytes: 1 << 30,
-        log_start: 8192,
-        log_end: 1 << 30,
-        tail_offset: 8192,
-        tail_seq: 1,
-        index_epoch: 9,
-        claimed_epoch: 2,
-        claimed_session: 8,
-    };
+    let cs = examples::cache_super(5);
     put(
         "format_supers",
         "cache-super",
@@ -336,15 +221,7 @@ fn supers() {
         &[0, 3],
         &encode_snapshot(&snap).expect("a valid record"),
     );
-    let link = CloneLink {
-        parent: "golden".into(),
-        parent_volume: VolumeId([9; 16]),
-        snapshot: "v1".into(),
-        clone: "vm-17".into(),
-        clone_volume: VolumeId([10; 16]),
-        through_seq: 14,
-        created_unix_ms: 1_800_000_000_000,
-    };
+    let link = examples::clone_link();
     put(
         "format_supers",
         "clone-link",
@@ -373,17 +250,7 @@ fn supers() {
         &[0, 5],
         &encode_replica_status(&status).expect("a valid status"),
     );
-    // The chain drive record's golden test value.
-    let drive = DriveRecord {
-        chain_id: [0xc5; 16],
-        generation: 0x0102_0304_0506_0708,
-        layout: Layout::Chain,
-        drive_count: 3,
-        drive_index: 1,
-        tail_index: 2,
-        copies: 2,
-        mirror_stale: false,
-    };
+    let drive = examples::drive_record();
     put(
         "format_supers",
         "chain-drive",

@@ -74,6 +74,36 @@ fn corrupt(b: &mut Bytes<'_>, buf: &mut [u8], within: usize) -> Option<usize> {
     Some(at)
 }
 
+/// Assert that `decode` gives `value` back from its encoding `buf` (`what` names the
+/// structure), then that it refuses `buf` with one byte (chosen by `b`) corrupted.
+fn assert_round_trip_then_corruption_refused<T: PartialEq + std::fmt::Debug, E: std::fmt::Debug>(
+    b: &mut Bytes<'_>,
+    buf: &mut [u8],
+    value: &T,
+    what: &str,
+    decode: impl Fn(&[u8]) -> Result<T, E>,
+) {
+    match decode(buf) {
+        Ok(back) => assert_eq!(&back, value, "{what} round trip"),
+        Err(e) => panic!("{what} round trip: {e:?}"),
+    }
+    if let Some(at) = corrupt(b, buf, usize::MAX) {
+        assert!(
+            decode(buf).is_err(),
+            "corrupt byte {at} of a {what} unnoticed"
+        );
+    }
+}
+
+/// Assert that a record numbered u64::MAX is refused at decode: the last sequence
+/// number has no successor.
+fn assert_last_seq_refused(record: &[u8]) {
+    assert!(
+        decode_record_header(record).is_err(),
+        "a record numbered u64::MAX decodes"
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // write-log records
 
@@ -183,11 +213,7 @@ fn generate_record(b: &mut Bytes<'_>) {
     );
     assert_eq!(buf.len() as u64, record_bytes_for(n, data.len() as u64));
     if seq == u64::MAX {
-        // The last sequence number has no successor: refused at decode.
-        assert!(
-            decode_record_header(&buf).is_err(),
-            "a record numbered u64::MAX decodes"
-        );
+        assert_last_seq_refused(&buf);
         return;
     }
     let decoded = decode_record_header(&buf).expect("encoded record decodes");

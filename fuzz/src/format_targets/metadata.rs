@@ -28,7 +28,10 @@ use lsvd_core::format::volume_super::{
     NO_CHECKPOINT, VolumeSuper, decode_volume_super, encode_volume_super,
 };
 
-use super::{corrupt, fix, split_mode, volume};
+use super::{
+    assert_last_seq_refused, assert_round_trip_then_corruption_refused, corrupt, fix, split_mode,
+    volume,
+};
 use crate::bytes::Bytes;
 
 // checkpoints
@@ -90,17 +93,7 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
         heat,
     };
     let mut buf = encode_checkpoint(&c);
-    assert_eq!(
-        decode_checkpoint(&buf).as_ref(),
-        Ok(&c),
-        "checkpoint round trip"
-    );
-    if let Some(at) = corrupt(b, &mut buf, usize::MAX) {
-        assert!(
-            decode_checkpoint(&buf).is_err(),
-            "corrupt byte {at} unnoticed"
-        );
-    }
+    assert_round_trip_then_corruption_refused(b, &mut buf, &c, "checkpoint", decode_checkpoint);
 }
 
 /// Target `format_checkpoint`.
@@ -158,12 +151,8 @@ fn generate_log_index(b: &mut Bytes<'_>) {
             .collect();
         let rec = encode_record(vol, seq, prev_crc, &extents, &[]);
         if seq == u64::MAX {
-            // The last sequence number has no successor: refused at decode, so no
-            // index can list it (the chain ends before it).
-            assert!(
-                decode_record_header(&rec).is_err(),
-                "a record numbered u64::MAX decodes"
-            );
+            // No index can list it (the chain ends before it).
+            assert_last_seq_refused(&rec);
             break;
         }
         let header = decode_record_header(&rec).expect("encoded record decodes");
@@ -191,13 +180,7 @@ fn generate_log_index(b: &mut Bytes<'_>) {
         );
         return;
     }
-    assert_eq!(decode_log_index(&buf).as_ref(), Ok(&ix), "index round trip");
-    if let Some(at) = corrupt(b, &mut buf, usize::MAX) {
-        assert!(
-            decode_log_index(&buf).is_err(),
-            "corrupt byte {at} unnoticed"
-        );
-    }
+    assert_round_trip_then_corruption_refused(b, &mut buf, &ix, "log index", decode_log_index);
 }
 
 /// Target `format_log_index`.
