@@ -268,32 +268,29 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
         CHECKPOINT_VERSION,
         if c.clean { FLAG_CLEAN } else { 0 },
     );
-    w.u64(c.volume_size_bytes);
-    w.u64(c.next_object_seq);
-    w.u64(c.last_record_seq);
-    w.u64(c.objects.len() as u64);
-    w.u64(c.extents.len() as u64);
-    w.u64(c.counters.client_write_bytes);
-    w.u64(c.counters.store_write_bytes);
-    w.u64(c.counters.gc_passes);
-    w.u64(c.counters.gc_moved_bytes);
-    w.u64(c.counters.gc_hot_moved_bytes);
-    w.u64(c.counters.gc_cold_moved_bytes);
-    w.u64(heat.len() as u64);
+    w.u64s(&[
+        c.volume_size_bytes,
+        c.next_object_seq,
+        c.last_record_seq,
+        c.objects.len() as u64,
+        c.extents.len() as u64,
+        c.counters.client_write_bytes,
+        c.counters.store_write_bytes,
+        c.counters.gc_passes,
+        c.counters.gc_moved_bytes,
+        c.counters.gc_hot_moved_bytes,
+        c.counters.gc_cold_moved_bytes,
+        heat.len() as u64,
+    ]);
     for o in &c.objects {
         w.u64(o.seq);
         w.u16(o.kind);
         w.u16(0);
         w.u32(o.header_bytes);
-        w.u64(o.total_bytes);
-        w.u64(o.live_bytes);
-        w.u64(o.epoch);
+        w.u64s(&[o.total_bytes, o.live_bytes, o.epoch]);
     }
     for e in &c.extents {
-        w.u64(e.lba);
-        w.u64(e.sectors);
-        w.u64(e.object_seq);
-        w.u64(e.object_offset);
+        w.u64s(&[e.lba, e.sectors, e.object_seq, e.object_offset]);
     }
     w.bytes(&heat);
     w.seal(CRC_AT)
@@ -318,11 +315,13 @@ pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     };
     let flags = r.u16()?;
     let stored = r.u32()?;
-    let volume_size_bytes = r.u64()?;
-    let next_object_seq = r.u64()?;
-    let last_record_seq = r.u64()?;
-    let object_count = r.u64()?;
-    let extent_count = r.u64()?;
+    let [
+        volume_size_bytes,
+        next_object_seq,
+        last_record_seq,
+        object_count,
+        extent_count,
+    ] = r.u64s()?;
     // The heat section's length sits after the counters (version 2).
     let heat_len = if version == 1 {
         0

@@ -64,10 +64,7 @@ pub fn encode_log_index<'a>(
     let mut w = Writer::with_capacity(LOG_INDEX_FIXED_BYTES + entries_bytes);
     w.head(LOG_INDEX_MAGIC, LOG_INDEX_VERSION, 0);
     w.bytes(&volume.0);
-    w.u64(generation);
-    w.u64(count as u64);
-    w.u64(entries_bytes as u64);
-    w.u64(epoch);
+    w.u64s(&[generation, count as u64, entries_bytes as u64, epoch]);
     for (offset, header) in records {
         w.u64(offset);
         w.u32(header.len() as u32);
@@ -93,10 +90,7 @@ pub fn decode_log_index(buf: &[u8]) -> Result<LogIndex, FormatError> {
     let flags = r.u16()?;
     let stored = r.u32()?;
     let volume = VolumeId(r.array()?);
-    let generation = r.u64()?;
-    let count = r.u64()?;
-    let entries_bytes = r.u64()?;
-    let epoch = r.u64()?;
+    let [generation, count, entries_bytes, epoch] = r.u64s()?;
     let end = usize::try_from(entries_bytes)
         .ok()
         .and_then(|e| e.checked_add(LOG_INDEX_FIXED_BYTES))

@@ -185,6 +185,14 @@ impl<'a> Reader<'a> {
     pub fn u64(&mut self) -> Result<u64, FormatError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
+    /// `N` consecutive u64 fields.
+    pub fn u64s<const N: usize>(&mut self) -> Result<[u64; N], FormatError> {
+        let mut values = [0u64; N];
+        for v in &mut values {
+            *v = self.u64()?;
+        }
+        Ok(values)
+    }
     pub fn pos(&self) -> usize {
         self.pos
     }

@@ -315,10 +315,12 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     w.u32(chunk_count as u32);
     w.u32(0);
     w.u32(spec.parts_after);
-    w.u64(spec.volume_size_bytes.unwrap_or(0));
-    w.u64(spec.epoch);
-    w.u64(spec.first_record_seq);
-    w.u64(0);
+    w.u64s(&[
+        spec.volume_size_bytes.unwrap_or(0),
+        spec.epoch,
+        spec.first_record_seq,
+        0,
+    ]);
     for e in spec.extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -436,9 +438,7 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let (volume_size_bytes, epoch, first_record_seq) = match version {
         OBJECT_VERSION_RESIZE => (Some(r.u64()?), 0, None),
         OBJECT_VERSION_EPOCHS => {
-            let size = r.u64()?;
-            let epoch = r.u64()?;
-            let first = r.u64()?;
+            let [size, epoch, first] = r.u64s()?;
             if r.u64()? != 0 {
                 return Err(invalid(WHAT, "reserved field at 104 is not zero"));
             }

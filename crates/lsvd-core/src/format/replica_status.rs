@@ -156,13 +156,15 @@ pub fn decode_replica_status(buf: &[u8]) -> Result<ReplicaStatus, FormatError> {
     };
     let (mut r, _flags) = open_fixed_record(buf, WHAT, len, REPLICA_STATUS_MAGIC, version, 0)?;
     let volume = VolumeId(r.array()?);
-    let updated_unix_ms = r.u64()?;
-    let current_as_of_unix_ms = r.u64()?;
-    let lag_objects = r.u64()?;
-    let replica_next_seq = r.u64()?;
-    let source_next_seq = r.u64()?;
-    let bytes_copied = r.u64()?;
-    let generation = r.u64()?;
+    let [
+        updated_unix_ms,
+        current_as_of_unix_ms,
+        lag_objects,
+        replica_next_seq,
+        source_next_seq,
+        bytes_copied,
+        generation,
+    ] = r.u64s()?;
     let len = r.u16()? as usize;
     let reserved: [u8; 6] = r.array()?;
     let field: [u8; MAX_PEER_BYTES] = r.array()?;
@@ -179,10 +181,7 @@ pub fn decode_replica_status(buf: &[u8]) -> Result<ReplicaStatus, FormatError> {
     let pass = if version == REPLICA_STATUS_VERSION_1 {
         None
     } else {
-        let started_unix_ms = r.u64()?;
-        let seq = r.u64()?;
-        let epoch = r.u64()?;
-        let through_seq = r.u64()?;
+        let [started_unix_ms, seq, epoch, through_seq] = r.u64s()?;
         match (started_unix_ms, seq) {
             (0, NONE) if epoch == 0 && through_seq == 0 => None,
             (0, _) => return Err(invalid(WHAT, "pass fields for no pass")),

@@ -76,10 +76,12 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
     let mut w = Writer::with_capacity(SNAPSHOT_BYTES + 8 + 24 * segments.len());
     w.head(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, 0);
     w.bytes(&s.volume.0);
-    w.u64(s.base_checkpoint.unwrap_or(NO_CHECKPOINT));
-    w.u64(s.through_seq);
-    w.u64(s.last_record_seq);
-    w.u64(s.created_unix_ms);
+    w.u64s(&[
+        s.base_checkpoint.unwrap_or(NO_CHECKPOINT),
+        s.through_seq,
+        s.last_record_seq,
+        s.created_unix_ms,
+    ]);
     w.u16(name.len() as u16);
     w.u16(segments.len() as u16);
     w.zeros(4);
@@ -87,9 +89,7 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
     w.zeros(MAX_SNAPSHOT_NAME_BYTES - name.len());
     w.u64(s.history.from_seq);
     for seg in segments {
-        w.u64(seg.first_seq);
-        w.u64(seg.epoch);
-        w.u64(seg.after_seq);
+        w.u64s(&[seg.first_seq, seg.epoch, seg.after_seq]);
     }
     Ok(w.seal(CRC_AT))
 }
@@ -120,10 +120,7 @@ pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
         return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
     }
     let volume = VolumeId(r.array()?);
-    let base = r.u64()?;
-    let through_seq = r.u64()?;
-    let last_record_seq = r.u64()?;
-    let created_unix_ms = r.u64()?;
+    let [base, through_seq, last_record_seq, created_unix_ms] = r.u64s()?;
     let name_len = r.u16()? as usize;
     let segment_count = r.u16()? as usize;
     let reserved: [u8; 4] = r.array()?;

@@ -107,22 +107,22 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
     let flags = if s.clean { FLAG_CLEAN } else { 0 } | if s.deleting { FLAG_DELETING } else { 0 };
     w.head(VOLUME_SUPER_MAGIC, VOLUME_SUPER_VERSION, flags);
     w.bytes(&s.volume.0);
-    w.u64(s.generation);
-    w.u64(s.session);
-    w.u64(s.newest_checkpoint.unwrap_or(NO_CHECKPOINT));
-    w.u64(s.previous_checkpoint.unwrap_or(NO_CHECKPOINT));
-    w.u64(s.durable_through);
-    w.u64(s.last_record_seq);
-    w.u64(s.written_unix_ms);
-    w.u64(s.epoch);
+    w.u64s(&[
+        s.generation,
+        s.session,
+        s.newest_checkpoint.unwrap_or(NO_CHECKPOINT),
+        s.previous_checkpoint.unwrap_or(NO_CHECKPOINT),
+        s.durable_through,
+        s.last_record_seq,
+        s.written_unix_ms,
+        s.epoch,
+    ]);
     w.u32(s.lease_timeout_ms);
     w.u16(holder.len() as u16);
     w.u16(segments.len() as u16);
     w.u64(s.history.from_seq);
     for seg in segments {
-        w.u64(seg.first_seq);
-        w.u64(seg.epoch);
-        w.u64(seg.after_seq);
+        w.u64s(&[seg.first_seq, seg.epoch, seg.after_seq]);
     }
     w.bytes(holder);
     w.seal(CRC_AT)
@@ -160,9 +160,7 @@ pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
     let opt = |v: u64| (v != NO_CHECKPOINT).then_some(v);
     let newest_checkpoint = opt(r.u64()?);
     let previous_checkpoint = opt(r.u64()?);
-    let durable_through = r.u64()?;
-    let last_record_seq = r.u64()?;
-    let written_unix_ms = r.u64()?;
+    let [durable_through, last_record_seq, written_unix_ms] = r.u64s()?;
     let mut sb = VolumeSuper {
         volume,
         generation,
