@@ -148,56 +148,54 @@ fn umass_financial1_ssdsim_ascii() {
     assert_eq!(s.volumes, want);
 }
 
+/// The CloudPhysics sample as CSV and as vscsi: the same requests, the CSV's times cut
+/// to whole seconds (the sample spans 7,200 s) and its header one more line.
 #[test]
-fn cloudphysics_csv() {
-    let s = read_all(
-        "cloudphysics_libcachesim/cloudPhysicsIO.csv",
-        Format::CloudPhysicsCsv,
-        4,
-    );
-    assert_eq!(
-        s.head,
-        [
-            req(0, 0, Op::Write, 42_932_745 * 512, 512),
-            req(0, 0, Op::Write, 42_932_746 * 512, 512),
-            req(0, 0, Op::Write, 42_932_747 * 512, 512),
-            req(0, 0, Op::Write, 40_409_911 * 512, 6656),
-        ]
-    );
-    // The CSV keeps whole seconds: the sample spans 7,200 s.
-    assert_eq!(
-        s.last,
-        req(7_200_000_000_000, 0, Op::Write, 42_936_150 * 512, 512)
-    );
-    assert_eq!((s.reads, s.writes), (46_974, 66_898));
-    assert_eq!(s.volumes, ["vol0"]);
-    assert_eq!(s.stats.lines, 113_873); // header included
-    assert_eq!(s.stats.requests, 113_872);
-}
-
-#[test]
-fn cloudphysics_vscsi() {
-    let s = read_all(
-        "cloudphysics_libcachesim/cloudPhysicsIO.vscsi",
-        Format::Vscsi,
-        4,
-    );
-    assert_eq!(
-        s.head,
-        [
-            req(0, 0, Op::Write, 42_932_745 * 512, 512),
-            req(242_639_000, 0, Op::Write, 42_932_746 * 512, 512),
-            req(376_738_000, 0, Op::Write, 42_932_747 * 512, 512),
-            req(598_906_000, 0, Op::Write, 40_409_911 * 512, 6656),
-        ]
-    );
-    assert_eq!(
-        s.last,
-        req(7_200_089_885_000, 0, Op::Write, 42_936_150 * 512, 512)
-    );
-    assert_eq!((s.reads, s.writes), (46_974, 66_898));
-    assert_eq!(s.stats.lines, 113_872);
-    assert_eq!(s.stats.requests, 113_872);
+fn cloudphysics_csv_and_vscsi() {
+    // (lba, bytes) of the first four requests and of the last, all writes to volume 0.
+    let head = [
+        (42_932_745, 512),
+        (42_932_746, 512),
+        (42_932_747, 512),
+        (40_409_911, 6656),
+    ];
+    let last = (42_936_150, 512);
+    let write = |ns, (lba, bytes): (u64, u64)| req(ns, 0, Op::Write, lba * 512, bytes);
+    let cases = [
+        (
+            "cloudPhysicsIO.csv",
+            Format::CloudPhysicsCsv,
+            [0, 0, 0, 0],
+            7_200_000_000_000,
+            113_873,
+        ),
+        (
+            "cloudPhysicsIO.vscsi",
+            Format::Vscsi,
+            [0, 242_639_000, 376_738_000, 598_906_000],
+            7_200_089_885_000,
+            113_872,
+        ),
+    ];
+    for (file, format, head_ns, last_ns, lines) in cases {
+        let s = read_all(&format!("cloudphysics_libcachesim/{file}"), format, 4);
+        let want: Vec<Request> = head_ns
+            .into_iter()
+            .zip(head)
+            .map(|(ns, e)| write(ns, e))
+            .collect();
+        assert_eq!(s.head, want, "{file}");
+        assert_eq!(s.last, write(last_ns, last), "{file}");
+        assert_eq!((s.reads, s.writes), (46_974, 66_898), "{file}");
+        assert_eq!(
+            (s.stats.lines, s.stats.requests),
+            (lines, 113_872),
+            "{file}"
+        );
+        if format == Format::CloudPhysicsCsv {
+            assert_eq!(s.volumes, ["vol0"]);
+        }
+    }
 }
 
 #[test]
