@@ -156,15 +156,13 @@ pub fn decode_replica_status(buf: &[u8]) -> Result<ReplicaStatus, FormatError> {
     };
     let (mut r, _flags) = open_fixed_record(buf, WHAT, len, REPLICA_STATUS_MAGIC, version, 0)?;
     let volume = VolumeId(r.array()?);
-    let [
-        updated_unix_ms,
-        current_as_of_unix_ms,
-        lag_objects,
-        replica_next_seq,
-        source_next_seq,
-        bytes_copied,
-        generation,
-    ] = r.u64s()?;
+    let updated_unix_ms = r.u64()?;
+    let current_as_of_unix_ms = r.u64()?;
+    let lag_objects = r.u64()?;
+    let replica_next_seq = r.u64()?;
+    let source_next_seq = r.u64()?;
+    let bytes_copied = r.u64()?;
+    let generation = r.u64()?;
     let len = r.u16()? as usize;
     let reserved: [u8; 6] = r.array()?;
     let field: [u8; MAX_PEER_BYTES] = r.array()?;
