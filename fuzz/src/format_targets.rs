@@ -59,6 +59,26 @@ fn split_mode(data: &[u8]) -> (bool, &[u8]) {
     }
 }
 
+/// The body the format targets share: mode 1 builds a value from the bytes with
+/// `generate`; mode 0 runs `check` on the bytes as given (`false`), then on a copy
+/// whose checksums `refit` made right again (`true`), so that mutations get past the
+/// CRC to the rest of the decoder.
+fn format_target(
+    data: &[u8],
+    generate: impl FnOnce(&mut Bytes<'_>),
+    check: impl Fn(&[u8], bool),
+    refit: impl FnOnce(&mut Vec<u8>),
+) {
+    let (generating, rest) = split_mode(data);
+    if generating {
+        return generate(&mut Bytes::new(rest));
+    }
+    check(rest, false);
+    let mut fixed = rest.to_vec();
+    refit(&mut fixed);
+    check(&fixed, true);
+}
+
 fn volume(b: &mut Bytes<'_>) -> VolumeId {
     VolumeId(b.array())
 }
@@ -229,14 +249,9 @@ fn generate_record(b: &mut Bytes<'_>) {
 
 /// Target `format_record`: write-log record headers and their verification.
 pub fn record(data: &[u8]) {
-    let (generate, rest) = split_mode(data);
-    if generate {
-        return generate_record(&mut Bytes::new(rest));
-    }
-    check_record_bytes(rest, false);
-    let mut fixed = rest.to_vec();
-    fix_record(&mut fixed);
-    check_record_bytes(&fixed, true);
+    format_target(data, generate_record, check_record_bytes, |fixed| {
+        fix_record(fixed)
+    });
 }
 
 // ---------------------------------------------------------------------------------
@@ -373,16 +388,17 @@ fn generate_object(b: &mut Bytes<'_>) {
 
 /// Target `format_object`: object headers, chunk checksums, verifiable ranges.
 pub fn object(data: &[u8]) {
-    let (generate, rest) = split_mode(data);
-    if generate {
-        return generate_object(&mut Bytes::new(rest));
-    }
-    check_object_bytes(rest);
-    let mut fixed = rest.to_vec();
-    if let Some(hb) = fix::le_u32(&fixed, 12) {
-        fix::crc_at(&mut fixed, 72, hb as usize);
-    }
-    check_object_bytes(&fixed);
+    let refit = |fixed: &mut Vec<u8>| {
+        if let Some(hb) = fix::le_u32(fixed, 12) {
+            fix::crc_at(fixed, 72, hb as usize);
+        }
+    };
+    format_target(
+        data,
+        generate_object,
+        |buf, _| check_object_bytes(buf),
+        refit,
+    );
 }
 
 mod metadata;

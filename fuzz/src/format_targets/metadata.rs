@@ -29,8 +29,8 @@ use lsvd_core::format::volume_super::{
 };
 
 use super::{
-    assert_last_seq_refused, assert_round_trip_then_corruption_refused, corrupt, fix, split_mode,
-    volume,
+    assert_last_seq_refused, assert_round_trip_then_corruption_refused, corrupt, fix,
+    format_target, split_mode, volume,
 };
 use crate::bytes::Bytes;
 
@@ -98,15 +98,12 @@ fn generate_checkpoint(b: &mut Bytes<'_>) {
 
 /// Target `format_checkpoint`.
 pub fn checkpoint(data: &[u8]) {
-    let (generate, rest) = split_mode(data);
-    if generate {
-        return generate_checkpoint(&mut Bytes::new(rest));
-    }
-    check_checkpoint_bytes(rest);
-    let mut fixed = rest.to_vec();
-    let len = fixed.len();
-    fix::crc_at(&mut fixed, 12, len);
-    check_checkpoint_bytes(&fixed);
+    let refit = |fixed: &mut Vec<u8>| {
+        let len = fixed.len();
+        fix::crc_at(fixed, 12, len);
+    };
+    let check = |buf: &[u8], _| check_checkpoint_bytes(buf);
+    format_target(data, generate_checkpoint, check, refit);
 }
 
 // write-log index
@@ -185,21 +182,16 @@ fn generate_log_index(b: &mut Bytes<'_>) {
 
 /// Target `format_log_index`.
 pub fn log_index(data: &[u8]) {
-    let (generate, rest) = split_mode(data);
-    if generate {
-        return generate_log_index(&mut Bytes::new(rest));
-    }
-    check_log_index_bytes(rest);
-    let mut fixed = rest.to_vec();
-    if let Some(entries) = fix::le_u64(&fixed, 48) {
-        let end = usize::try_from(entries)
-            .ok()
+    let refit = |fixed: &mut Vec<u8>| {
+        let end = fix::le_u64(fixed, 48)
+            .and_then(|entries| usize::try_from(entries).ok())
             .and_then(|e| e.checked_add(LOG_INDEX_FIXED_BYTES));
         if let Some(end) = end {
-            fix::crc_at(&mut fixed, 12, end);
+            fix::crc_at(fixed, 12, end);
         }
-    }
-    check_log_index_bytes(&fixed);
+    };
+    let check = |buf: &[u8], _| check_log_index_bytes(buf);
+    format_target(data, generate_log_index, check, refit);
 }
 
 // superblocks and volume metadata
