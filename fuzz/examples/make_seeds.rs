@@ -145,12 +145,6 @@ fn log_indexes() {
 
 fn supers() {
     let cs = examples::cache_super(5);
-    put(
-        "format_supers",
-        "cache-super",
-        &[0, 0],
-        &encode_cache_super(&cs)[..96],
-    );
     let vs = VolumeSuper {
         volume: VolumeId([4; 16]),
         generation: 3,
@@ -181,24 +175,12 @@ fn supers() {
             ],
         },
     };
-    put(
-        "format_supers",
-        "volume-super",
-        &[0, 1],
-        &encode_volume_super(&vs),
-    );
     let vm = VolumeMeta {
         volume: VolumeId([9; 16]),
         size_bytes: 16 << 30,
         created_unix_secs: 1_800_000_000,
         name: "disk0".into(),
     };
-    put(
-        "format_supers",
-        "volume-meta",
-        &[0, 2],
-        &encode_volume_meta(&vm),
-    );
     let snap = SnapshotRecord {
         volume: VolumeId([9; 16]),
         name: "before-upgrade".into(),
@@ -215,19 +197,7 @@ fn supers() {
             }],
         },
     };
-    put(
-        "format_supers",
-        "snapshot",
-        &[0, 3],
-        &encode_snapshot(&snap).expect("a valid record"),
-    );
     let link = examples::clone_link();
-    put(
-        "format_supers",
-        "clone-link",
-        &[0, 4],
-        &encode_clone_link(&link).expect("a valid link"),
-    );
     let status = ReplicaStatus {
         volume: VolumeId([9; 16]),
         updated_unix_ms: 1_800_000_005_000,
@@ -244,19 +214,26 @@ fn supers() {
             through_seq: 41,
         }),
     };
-    put(
-        "format_supers",
-        "replica-status",
-        &[0, 5],
-        &encode_replica_status(&status).expect("a valid status"),
-    );
     let drive = examples::drive_record();
-    put(
-        "format_supers",
-        "chain-drive",
-        &[0, 6],
-        &encode_drive_record(&drive),
-    );
+    // In the order of the target's `which` byte.
+    let seeds = [
+        ("cache-super", encode_cache_super(&cs)[..96].to_vec()),
+        ("volume-super", encode_volume_super(&vs)),
+        ("volume-meta", encode_volume_meta(&vm)),
+        ("snapshot", encode_snapshot(&snap).expect("a valid record")),
+        (
+            "clone-link",
+            encode_clone_link(&link).expect("a valid link"),
+        ),
+        (
+            "replica-status",
+            encode_replica_status(&status).expect("a valid status"),
+        ),
+        ("chain-drive", encode_drive_record(&drive)),
+    ];
+    for (which, (name, bytes)) in (0u8..).zip(&seeds) {
+        put("format_supers", name, &[0, which], bytes);
+    }
     for which in 0..7u8 {
         put(
             "format_supers",
