@@ -9,7 +9,6 @@
 //!   one byte of the encoding, chosen by the input, is changed and the decoder (or the
 //!   data verification) must refuse it.
 
-use lsvd_core::format::VolumeId;
 use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectHeader, ObjectKind, ObjectSpec, decode_object_header,
     encode_object, peek_header_bytes,
@@ -19,6 +18,7 @@ use lsvd_core::format::record::{
     encode_record, encode_record_parts, record_bytes_for, record_data_hash, record_data_hash_v2,
     verify_record,
 };
+use lsvd_core::format::{FormatError, VolumeId};
 
 use crate::bytes::Bytes;
 
@@ -113,6 +113,24 @@ fn assert_round_trip_then_corruption_refused<T: PartialEq + std::fmt::Debug, E: 
             "corrupt byte {at} of a {what} unnoticed"
         );
     }
+}
+
+/// If `decode` takes `buf`, its value must encode (an encoder that refuses it fails
+/// the check) to bytes that decode to the same value.
+fn assert_reencodes<T: PartialEq + std::fmt::Debug>(
+    buf: &[u8],
+    what: &str,
+    decode: impl Fn(&[u8]) -> Result<T, FormatError>,
+    encode: impl Fn(&T) -> Result<Vec<u8>, FormatError>,
+) {
+    let Ok(value) = decode(buf) else {
+        return;
+    };
+    let bytes = match encode(&value) {
+        Ok(bytes) => bytes,
+        Err(e) => panic!("a decoded {what} does not encode: {e}"),
+    };
+    assert_eq!(decode(&bytes), Ok(value), "{what} re-encodes differently");
 }
 
 /// Assert that a record numbered u64::MAX is refused at decode: the last sequence

@@ -29,68 +29,62 @@ use lsvd_core::format::volume_super::{
 };
 
 use super::{
-    assert_last_seq_refused, assert_round_trip_then_corruption_refused, corrupt, fix,
-    format_target, split_mode, volume,
+    assert_last_seq_refused, assert_reencodes, assert_round_trip_then_corruption_refused, corrupt,
+    fix, format_target, split_mode, volume,
 };
 use crate::bytes::Bytes;
 
 // checkpoints
 
 fn check_checkpoint_bytes(buf: &[u8]) {
-    if let Ok(c) = decode_checkpoint(buf) {
-        let again = decode_checkpoint(&encode_checkpoint(&c));
-        assert_eq!(again.as_ref(), Ok(&c), "checkpoint re-encodes differently");
-    }
+    assert_reencodes(buf, "checkpoint", decode_checkpoint, |c| {
+        Ok(encode_checkpoint(c))
+    });
 }
 
 fn generate_checkpoint(b: &mut Bytes<'_>) {
-    let clean = b.bool();
-    let counters = Counters {
-        client_write_bytes: b.u64(),
-        store_write_bytes: b.u64(),
-        gc_passes: b.u64(),
-        gc_moved_bytes: b.u64(),
-        gc_hot_moved_bytes: b.u64(),
-        gc_cold_moved_bytes: b.u64(),
-    };
-    let (volume_size_bytes, next_object_seq, last_record_seq) = (b.u64(), b.u64(), b.u64());
-    let objects = (0..b.below(8))
-        .map(|_| CheckpointObject {
-            seq: b.u64(),
-            kind: b.u16(),
-            header_bytes: b.u32(),
-            total_bytes: b.u64(),
-            live_bytes: b.u64(),
-            epoch: b.u64(),
-        })
-        .collect();
-    let extents = (0..b.below(8))
-        .map(|_| CheckpointExtent {
-            lba: b.u64(),
-            sectors: b.u64(),
-            object_seq: b.u64(),
-            object_offset: b.u64(),
-        })
-        .collect();
-    let heat = b.bool().then(|| CheckpointHeat {
-        since_decay_bytes: b.u64(),
-        decays: b.u64(),
-        // Region sizes 2^9..=2^62 bytes, as the format allows.
-        region_shift: 9 + b.below(54) as u8,
-        // Half of them zero: runs of never-written regions.
-        counts: (0..b.below(16))
-            .map(|_| if b.bool() { 0 } else { b.u32() })
-            .collect(),
-    });
+    // Fields are drawn from `b` in the order written (the layout's order).
     let c = Checkpoint {
-        clean,
-        counters,
-        volume_size_bytes,
-        next_object_seq,
-        last_record_seq,
-        objects,
-        extents,
-        heat,
+        clean: b.bool(),
+        counters: Counters {
+            client_write_bytes: b.u64(),
+            store_write_bytes: b.u64(),
+            gc_passes: b.u64(),
+            gc_moved_bytes: b.u64(),
+            gc_hot_moved_bytes: b.u64(),
+            gc_cold_moved_bytes: b.u64(),
+        },
+        volume_size_bytes: b.u64(),
+        next_object_seq: b.u64(),
+        last_record_seq: b.u64(),
+        objects: (0..b.below(8))
+            .map(|_| CheckpointObject {
+                seq: b.u64(),
+                kind: b.u16(),
+                header_bytes: b.u32(),
+                total_bytes: b.u64(),
+                live_bytes: b.u64(),
+                epoch: b.u64(),
+            })
+            .collect(),
+        extents: (0..b.below(8))
+            .map(|_| CheckpointExtent {
+                lba: b.u64(),
+                sectors: b.u64(),
+                object_seq: b.u64(),
+                object_offset: b.u64(),
+            })
+            .collect(),
+        heat: b.bool().then(|| CheckpointHeat {
+            since_decay_bytes: b.u64(),
+            decays: b.u64(),
+            // Region sizes 2^9..=2^62 bytes, as the format allows.
+            region_shift: 9 + b.below(54) as u8,
+            // Half of them zero: runs of never-written regions.
+            counts: (0..b.below(16))
+                .map(|_| if b.bool() { 0 } else { b.u32() })
+                .collect(),
+        }),
     };
     let mut buf = encode_checkpoint(&c);
     assert_round_trip_then_corruption_refused(b, &mut buf, &c, "checkpoint", decode_checkpoint);
@@ -198,34 +192,21 @@ pub fn log_index(data: &[u8]) {
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
     match which % 7 {
-        0 => {
-            if let Ok(s) = decode_cache_super(buf) {
-                let again = decode_cache_super(&encode_cache_super(&s));
-                assert_eq!(again, Ok(s), "cache superblock re-encodes differently");
-            }
-        }
-        1 => {
-            if let Ok(s) = decode_volume_super(buf) {
-                let again = decode_volume_super(&encode_volume_super(&s));
-                assert_eq!(again, Ok(s), "volume superblock re-encodes differently");
-            }
-        }
-        2 => {
-            if let Ok(m) = decode_volume_meta(buf) {
-                let again = decode_volume_meta(&encode_volume_meta(&m));
-                assert_eq!(again, Ok(m), "volume metadata re-encodes differently");
-            }
-        }
-        5 => {
-            if let Ok(r) = decode_replica_status(buf) {
-                let bytes = encode_replica_status(&r).expect("a decoded status encodes");
-                assert_eq!(
-                    decode_replica_status(&bytes),
-                    Ok(r),
-                    "replica status re-encodes differently"
-                );
-            }
-        }
+        0 => assert_reencodes(buf, "cache superblock", decode_cache_super, |s| {
+            Ok(encode_cache_super(s))
+        }),
+        1 => assert_reencodes(buf, "volume superblock", decode_volume_super, |s| {
+            Ok(encode_volume_super(s))
+        }),
+        2 => assert_reencodes(buf, "volume metadata", decode_volume_meta, |m| {
+            Ok(encode_volume_meta(m))
+        }),
+        5 => assert_reencodes(
+            buf,
+            "replica status",
+            decode_replica_status,
+            encode_replica_status,
+        ),
         6 => {
             if let Ok(r) = decode_drive_record(buf) {
                 let bytes = encode_drive_record(&r);
@@ -237,26 +218,8 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
                 );
             }
         }
-        4 => {
-            if let Ok(l) = decode_clone_link(buf) {
-                let bytes = encode_clone_link(&l).expect("a decoded link encodes");
-                assert_eq!(
-                    decode_clone_link(&bytes),
-                    Ok(l),
-                    "clone link re-encodes differently"
-                );
-            }
-        }
-        _ => {
-            if let Ok(r) = decode_snapshot(buf) {
-                let bytes = encode_snapshot(&r).expect("a decoded record encodes");
-                assert_eq!(
-                    decode_snapshot(&bytes),
-                    Ok(r),
-                    "snapshot record re-encodes differently"
-                );
-            }
-        }
+        4 => assert_reencodes(buf, "clone link", decode_clone_link, encode_clone_link),
+        _ => assert_reencodes(buf, "snapshot record", decode_snapshot, encode_snapshot),
     }
 }
 
