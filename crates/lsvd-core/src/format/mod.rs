@@ -246,6 +246,41 @@ pub(crate) fn open_fixed_record<'a>(
     Ok((r, flags))
 }
 
+/// The head of the records still read in version 1 beside the `current` version
+/// (volume superblock, snapshot record): as in [`open_fixed_record`], but a version 1
+/// record must be exactly `v1_len` bytes and a current one at least `min_len`.
+/// Returns the reader positioned after the CRC, the version and the flags.
+pub(crate) fn open_two_version_record<'a>(
+    buf: &'a [u8],
+    what: &'static str,
+    magic: &[u8; 8],
+    current: u16,
+    (v1_len, min_len): (usize, usize),
+    known_flags: u16,
+) -> Result<(Reader<'a>, u16, u16), FormatError> {
+    const CRC_AT: usize = 12;
+    let mut r = Reader::new(buf, what);
+    let version = match expect_magic_version(&mut r, magic, current, what) {
+        Ok(()) => current,
+        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
+        Err(e) => return Err(e),
+    };
+    let flags = r.u16()?;
+    let stored = r.u32()?;
+    let min_len = if version == 1 { v1_len } else { min_len };
+    if buf.len() < min_len || (version == 1 && buf.len() != min_len) {
+        return Err(invalid(
+            what,
+            format!("{} bytes, expected {min_len}", buf.len()),
+        ));
+    }
+    check_crc(what, buf, CRC_AT, stored)?;
+    if flags & !known_flags != 0 {
+        return Err(invalid(what, format!("unknown flags {flags:#06x}")));
+    }
+    Ok((r, version, flags))
+}
+
 /// A text field of the fixed-size records: `len` bytes (1..=`field.len()`) of UTF-8,
 /// the rest of `field` zero. `label` names it in errors ("name", "peer").
 pub(crate) fn padded_text(

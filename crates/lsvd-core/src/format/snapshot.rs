@@ -34,9 +34,7 @@
 //! even where objects of other epochs share their numbers. Version 1 records were
 //! written before epochs: every object they hold is epoch 0.
 
-use super::{
-    FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid, padded_text,
-};
+use super::{FormatError, VolumeId, Writer, invalid, open_two_version_record, padded_text};
 use crate::history::{History, MAX_SEGMENTS, Segment};
 
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"LSVDSNP\0";
@@ -96,29 +94,9 @@ pub fn encode_snapshot(s: &SnapshotRecord) -> Result<Vec<u8>, FormatError> {
 
 pub fn decode_snapshot(buf: &[u8]) -> Result<SnapshotRecord, FormatError> {
     const WHAT: &str = "snapshot record";
-    let mut r = Reader::new(buf, WHAT);
-    let version = match expect_magic_version(&mut r, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, WHAT) {
-        Ok(()) => SNAPSHOT_VERSION,
-        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
-        Err(e) => return Err(e),
-    };
-    let flags = r.u16()?;
-    let stored = r.u32()?;
-    let min_len = if version == 1 {
-        SNAPSHOT_BYTES
-    } else {
-        SNAPSHOT_BYTES + 8
-    };
-    if buf.len() < min_len || (version == 1 && buf.len() != min_len) {
-        return Err(invalid(
-            WHAT,
-            format!("{} bytes, expected {min_len}", buf.len()),
-        ));
-    }
-    check_crc(WHAT, buf, CRC_AT, stored)?;
-    if flags != 0 {
-        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
-    }
+    let lengths = (SNAPSHOT_BYTES, SNAPSHOT_BYTES + 8);
+    let (mut r, version, _flags) =
+        open_two_version_record(buf, WHAT, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, lengths, 0)?;
     let volume = VolumeId(r.array()?);
     let [base, through_seq, last_record_seq, created_unix_ms] = r.u64s()?;
     let name_len = r.u16()? as usize;

@@ -39,7 +39,7 @@
 //! Version 1 (88 bytes as above and 8 reserved) decodes with epoch 0, no lease, no
 //! holder and no segments: a volume written before epochs.
 
-use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
+use super::{FormatError, VolumeId, Writer, invalid, open_two_version_record};
 use crate::history::{History, MAX_SEGMENTS, Segment};
 
 pub const VOLUME_SUPER_MAGIC: &[u8; 8] = b"LSVDVSB\0";
@@ -130,30 +130,14 @@ pub fn encode_volume_super(s: &VolumeSuper) -> Vec<u8> {
 
 pub fn decode_volume_super(buf: &[u8]) -> Result<VolumeSuper, FormatError> {
     const WHAT: &str = "volume superblock";
-    let mut r = Reader::new(buf, WHAT);
-    let version = match expect_magic_version(&mut r, VOLUME_SUPER_MAGIC, VOLUME_SUPER_VERSION, WHAT)
-    {
-        Ok(()) => VOLUME_SUPER_VERSION,
-        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
-        Err(e) => return Err(e),
-    };
-    let flags = r.u16()?;
-    let stored = r.u32()?;
-    let min_len = if version == 1 {
-        VOLUME_SUPER_BYTES_V1
-    } else {
-        VOLUME_SUPER_FIXED_BYTES
-    };
-    if buf.len() < min_len || (version == 1 && buf.len() != min_len) {
-        return Err(invalid(
-            WHAT,
-            format!("{} bytes, expected {min_len}", buf.len()),
-        ));
-    }
-    check_crc(WHAT, buf, CRC_AT, stored)?;
-    if flags & !(FLAG_CLEAN | FLAG_DELETING) != 0 {
-        return Err(invalid(WHAT, format!("unknown flags {flags:#06x}")));
-    }
+    let (mut r, version, flags) = open_two_version_record(
+        buf,
+        WHAT,
+        VOLUME_SUPER_MAGIC,
+        VOLUME_SUPER_VERSION,
+        (VOLUME_SUPER_BYTES_V1, VOLUME_SUPER_FIXED_BYTES),
+        FLAG_CLEAN | FLAG_DELETING,
+    )?;
     let volume = VolumeId(r.array()?);
     let generation = r.u64()?;
     let session = r.u64()?;
