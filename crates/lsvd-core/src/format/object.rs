@@ -569,20 +569,36 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
 mod tests {
     use super::*;
 
+    /// A spec of epoch 7 with no trims, no resize and no parts after it, record
+    /// sequence numbers 0: the tests override what they are about.
+    fn base_spec(
+        kind: ObjectKind,
+        volume: u8,
+        seq: u64,
+        extents: &[ObjectExtent],
+    ) -> ObjectSpec<'_> {
+        ObjectSpec {
+            kind,
+            volume: VolumeId([volume; 16]),
+            seq,
+            last_record_seq: 0,
+            extents,
+            trims: &[],
+            volume_size_bytes: None,
+            parts_after: 0,
+            epoch: 7,
+            first_record_seq: 0,
+        }
+    }
+
     fn data_object() -> Vec<u8> {
         let extents = crate::format::examples::OBJECT_EXTENTS;
         let data: Vec<u8> = (0..17 * 512).map(|i| (i % 251) as u8).collect();
         let spec = ObjectSpec {
-            kind: ObjectKind::Data,
-            volume: VolumeId([1; 16]),
-            seq: 5,
             last_record_seq: 77,
-            extents: &extents,
             trims: &[(1000, 8)],
-            volume_size_bytes: None,
-            parts_after: 0,
-            epoch: 7,
             first_record_seq: 70,
+            ..base_spec(ObjectKind::Data, 1, 5, &extents)
         };
         encode_object(&spec, &data)
     }
@@ -752,16 +768,9 @@ mod tests {
             }),
         }];
         let spec = ObjectSpec {
-            kind: ObjectKind::Gc,
-            volume: VolumeId([2; 16]),
-            seq: 9,
             last_record_seq: 1,
-            extents: &extents,
-            trims: &[],
-            volume_size_bytes: None,
-            parts_after: 0,
-            epoch: 7,
             first_record_seq: 2,
+            ..base_spec(ObjectKind::Gc, 2, 9, &extents)
         };
         let obj = encode_object(&spec, &[0u8; 4096]);
         let h = decode_object_header(&obj).expect("decodes");
@@ -770,16 +779,11 @@ mod tests {
 
     fn resize_object(kind: ObjectKind, size: u64) -> Vec<u8> {
         let spec = ObjectSpec {
-            kind,
-            volume: VolumeId([3; 16]),
-            seq: 12,
             last_record_seq: 40,
-            extents: &[],
             trims: &[(2048, 2048)],
             volume_size_bytes: Some(size),
-            parts_after: 0,
-            epoch: 7,
             first_record_seq: 41,
+            ..base_spec(kind, 3, 12, &[])
         };
         encode_object(&spec, &[])
     }
@@ -841,16 +845,10 @@ mod tests {
             source: None,
         }];
         let spec = ObjectSpec {
-            kind,
-            volume: VolumeId([4; 16]),
-            seq: 20,
             last_record_seq: 90,
-            extents: &extents,
-            trims: &[],
-            volume_size_bytes: None,
             parts_after,
-            epoch: 7,
             first_record_seq: 90,
+            ..base_spec(kind, 4, 20, &extents)
         };
         encode_object(&spec, &[7u8; 4096])
     }
