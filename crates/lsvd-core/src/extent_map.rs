@@ -516,13 +516,7 @@ mod tests {
 
     #[test]
     fn matches_a_per_sector_model_under_random_ops() {
-        let mut state = 0x1234_5678_9abc_def0u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift64(0x1234_5678_9abc_def0);
         let mut m = ExtentMap::new();
         let mut model: Vec<Option<u64>> = vec![None; 512];
         let mut counter = 10_000u64;

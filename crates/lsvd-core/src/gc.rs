@@ -514,12 +514,15 @@ mod tests {
     #[test]
     fn relocation_moves_live_data_and_empties_victims() {
         let mut s = state_with_garbage();
-        let before: Vec<_> = s
-            .map()
-            .lookup(0, 2000)
-            .iter()
-            .map(|p| (p.lba, p.sectors, p.location.is_some()))
-            .collect();
+        // (lba, sectors, mapped) of each piece of the first 2000 sectors.
+        let pieces = |s: &StoreState| -> Vec<(u64, u64, bool)> {
+            let lookup = s.map().lookup(0, 2000);
+            lookup
+                .iter()
+                .map(|p| (p.lba, p.sectors, p.location.is_some()))
+                .collect()
+        };
+        let before = pieces(&s);
         let victims: BTreeSet<u64> = [1, 2].into_iter().collect();
         let rel = live_extents(&s, &victims);
         assert_eq!(rel.iter().map(|r| r.sectors).sum::<u64>(), 80 + 400);
@@ -531,12 +534,7 @@ mod tests {
         }
         assert_eq!(s.objects()[&1].live_bytes, 0);
         assert_eq!(s.objects()[&2].live_bytes, 0);
-        let after: Vec<_> = s
-            .map()
-            .lookup(0, 2000)
-            .iter()
-            .map(|p| (p.lba, p.sectors, p.location.is_some()))
-            .collect();
+        let after = pieces(&s);
         // Same LBAs mapped, just elsewhere (extent boundaries may differ).
         let flat = |v: &[(u64, u64, bool)]| -> Vec<bool> {
             v.iter()

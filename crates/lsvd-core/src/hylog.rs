@@ -61,10 +61,15 @@ pub fn cleaning_utilization(disk_u: f64) -> f64 {
     if disk_u >= 1.0 {
         return 1.0;
     }
-    let (mut lo, mut hi) = (0.0f64, 1.0f64);
-    for _ in 0..50 {
+    bisect(0.0, 1.0, 50, |u| disk_utilization(u) < disk_u)
+}
+
+/// Halve `lo..hi` `steps` times, keeping the part where `below` turns false (it is
+/// true at `lo`'s side, false at `hi`'s); the midpoint of what is left.
+fn bisect(mut lo: f64, mut hi: f64, steps: u32, below: impl Fn(f64) -> bool) -> f64 {
+    for _ in 0..steps {
         let mid = 0.5 * (lo + hi);
-        if disk_utilization(mid) < disk_u {
+        if below(mid) {
             lo = mid;
         } else {
             hi = mid;
@@ -177,15 +182,7 @@ pub fn classes_cost(classes: &[(f64, f64)], disk_u: f64) -> (f64, Vec<f64>) {
         }
         hi += 4.0;
     }
-    for _ in 0..48 {
-        let mid = 0.5 * (lo + hi);
-        if free_at(mid) < free {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let mu = (0.5 * (lo + hi)).exp();
+    let mu = bisect(lo, hi, 48, |ln_mu| free_at(ln_mu) < free).exp();
     let mut cost = 0.0;
     let mut space = Vec::with_capacity(classes.len());
     for c in classes {
@@ -689,13 +686,7 @@ mod tests {
     fn random_distributions_give_consistent_choices() {
         // Seeded pseudo-random histograms (sorted or not, heats up to u32::MAX):
         // never a panic, the cost never above not separating, classes ordered by heat.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::test_rng::xorshift64(0x9e37_79b9_7f4a_7c15);
         for round in 0..200 {
             let len = (next() % 300) as usize;
             let mut hist: Vec<(u32, u64)> = (0..len)

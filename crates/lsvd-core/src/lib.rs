@@ -22,5 +22,7 @@ pub mod pipeline;
 pub mod recovery;
 pub mod size;
 pub mod store_state;
+#[cfg(test)]
+mod test_rng;
 
 pub use format::{SECTOR_BYTES, VolumeId};
