@@ -94,12 +94,7 @@ mod tests {
     #[test]
     fn self_checksummed_blocks_do_not_collide() {
         // The case that defeats CRC32C: blocks ending in their own CRC32C.
-        let block = |fill: u8| {
-            let mut b = vec![fill; 4096];
-            let c = crc32c::crc32c(&b[..4092]);
-            b[4092..].copy_from_slice(&c.to_le_bytes());
-            b
-        };
+        let block = crate::format::test_support::self_checksummed_block;
         let (x, y) = (block(0xAA), block(0x55));
         assert_eq!(
             crc32c::crc32c_append(9, &x),

@@ -432,6 +432,7 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::test_support::{feed_garbage, self_checksummed_block};
 
     #[test]
     fn encoding_from_parts_is_the_same_record() {
@@ -786,12 +787,7 @@ mod tests {
     /// hash, version 3's XXH3) can.
     #[test]
     fn torn_record_holding_an_older_self_checksummed_block_is_rejected() {
-        let block = |fill: u8| {
-            let mut b = vec![fill; 4096];
-            let c = crc32c::crc32c(&b[..4092]);
-            b[4092..].copy_from_slice(&c.to_le_bytes());
-            b
-        };
+        let block = self_checksummed_block;
         let extents = [RecordExtent {
             lba: 0,
             sectors: 8,
@@ -840,18 +836,9 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        let mut state = 99u64;
-        for len in 0..300 {
-            let buf: Vec<u8> = (0..len)
-                .map(|_| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (state >> 33) as u8
-                })
-                .collect();
-            let _ = decode_record_header(&buf);
-        }
+        feed_garbage(300, 99, |buf| {
+            let _ = decode_record_header(buf);
+        });
         let mut truncated = sample();
         truncated.truncate(4096 + 100);
         let h = decode_record_header(&truncated).expect("header intact");

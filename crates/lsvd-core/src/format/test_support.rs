@@ -1,6 +1,6 @@
 //! Checks the format tests share: every layout has a golden CRC, refuses each flipped
-//! byte and each truncation, and some tests rebuild older versions by hand and need
-//! their CRC refitted.
+//! byte and each truncation, never panics on garbage, and some tests rebuild older
+//! versions by hand and need their CRC refitted.
 
 /// The CRC32C stored at `crc_at` (little-endian).
 pub(crate) fn stored_crc(buf: &[u8], crc_at: usize) -> u32 {
@@ -42,4 +42,30 @@ pub(crate) fn assert_corruption_refused<T: std::fmt::Debug, E>(
         decode(&buf[..buf.len() - 1]).is_err(),
         "one byte short decoded"
     );
+}
+
+/// Call `decode` (which must not panic) on a buffer of pseudo-random bytes of each
+/// length below `lengths`, the same bytes on every run (from `seed`).
+pub(crate) fn feed_garbage(lengths: usize, seed: u64, mut decode: impl FnMut(&[u8])) {
+    let mut state = seed;
+    for len in 0..lengths {
+        let buf: Vec<u8> = (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 33) as u8
+            })
+            .collect();
+        decode(&buf);
+    }
+}
+
+/// A 4 KiB block of `fill` bytes ending in its own CRC32C: every such block has the
+/// same CRC32C (the residue), the case a CRC alone cannot tell apart.
+pub(crate) fn self_checksummed_block(fill: u8) -> Vec<u8> {
+    let mut b = vec![fill; 4096];
+    let c = crc32c::crc32c(&b[..4092]);
+    b[4092..].copy_from_slice(&c.to_le_bytes());
+    b
 }
