@@ -15,21 +15,14 @@
 # LSVD_KEEP_AZURITE=1). Exits with the command's status.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/loopback-server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
+loopback_server_init azurite LSVD_KEEP_AZURITE $#
 azurite="$("$repo/scripts/install-azurite.sh")"
 
 # The emulator's documented development account (public, not a secret).
 account="devstoreaccount1"
 account_key="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-# shellcheck source=lib/loopback-server.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init azurite LSVD_KEEP_AZURITE
 
 container="lsvd-test-$(hex 4)"
 

@@ -18,17 +18,10 @@
 # "invalid uploadType"), which is how object_store writes; see README.md.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-server="$("$repo/scripts/install-fake-gcs.sh")"
-
 # shellcheck source=lib/loopback-server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init fake-gcs LSVD_KEEP_FAKE_GCS
+loopback_server_init fake-gcs LSVD_KEEP_FAKE_GCS $#
+server="$("$repo/scripts/install-fake-gcs.sh")"
 
 bucket="lsvd-test-$(hex 4)"
 

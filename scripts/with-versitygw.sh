@@ -14,17 +14,11 @@
 # server log, when LSVD_KEEP_VERSITYGW=1). Exits with the command's status.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-gw="$("$repo/scripts/install-versitygw.sh")"
-
 # shellcheck source=lib/loopback-server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init versitygw LSVD_KEEP_VERSITYGW
+loopback_server_init versitygw LSVD_KEEP_VERSITYGW $#
+gw="$("$repo/scripts/install-versitygw.sh")"
+
 mkdir -p "$root/data"
 
 access="lsvd$(hex 8)"

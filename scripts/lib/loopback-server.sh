@@ -1,8 +1,11 @@
 # Sourced by scripts/with-versitygw.sh, with-azurite.sh and with-fake-gcs.sh: what
 # running a throwaway server on loopback for one command needs, written once.
 #
-#   loopback_server_init NAME KEEP_VAR   temp dir in $root, log path in $log, $pid
-#                                        empty, and an EXIT trap that stops the
+#   loopback_server_init NAME KEEP_VAR ARGC
+#                                        usage error (exit 2) if the script got no
+#                                        command (ARGC is its $#); else the checkout in
+#                                        $repo, a temp dir in $root, log path in $log,
+#                                        $pid empty, and an EXIT trap that stops the
 #                                        server and removes $root (kept, with a line
 #                                        saying where, when the variable KEEP_VAR is 1)
 #   hex N                                N random bytes as hex
@@ -62,8 +65,13 @@ loopback_server_run() {
 }
 
 loopback_server_init() {
+    if [[ "$3" -eq 0 ]]; then
+        echo "usage: $0 COMMAND [ARGS...]" >&2
+        exit 2
+    fi
     _server_name="$1"
     _server_keep_var="$2"
+    repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
     root="$(mktemp -d "${TMPDIR:-/tmp}/lsvd-$_server_name.XXXXXX")"
     log="$root/server.log"
     pid=""
