@@ -299,14 +299,15 @@ async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
     polite.send(Command::Disc, 0, 0, 0, &[]).await;
     assert!(polite.is_closed().await);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while stats.ended_with_error.load(Ordering::SeqCst) < 2
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let errors = || stats.ended_with_error.load(Ordering::SeqCst);
+    wait_until(
+        Duration::from_secs(10),
+        "two connections ending in error",
+        async || errors() >= 2,
+    )
+    .await;
     // Nothing more is coming: the polite one closed before we looked.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    holds_for(Duration::from_millis(100), "two errors", || errors() == 2).await;
     assert_eq!(stats.accepted.load(Ordering::SeqCst), 4);
     assert_eq!(stats.ended_with_error.load(Ordering::SeqCst), 2);
     let messages = messages.lock().expect("messages").clone();

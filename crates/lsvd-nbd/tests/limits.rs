@@ -133,16 +133,16 @@ async fn idle_handshakes_do_not_queue_new_clients_behind_their_deadline() {
     assert_eq!(r.error, 0, "the client in transmission goes on");
     // Once a handshake slot is free, a new client gets in.
     drop(idle);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut s = UnixStream::connect(&l.sock).await.expect("connect");
-        let mut greeting = [0u8; 18];
-        if s.read_exact(&mut greeting).await.is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no handshake slot came free");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        Duration::from_secs(5),
+        "a free handshake slot",
+        async || {
+            let mut s = UnixStream::connect(&l.sock).await.expect("connect");
+            let mut greeting = [0u8; 18];
+            s.read_exact(&mut greeting).await.is_ok()
+        },
+    )
+    .await;
     let lines = lines.lock().expect("lines").clone();
     assert!(
         lines
@@ -232,7 +232,11 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
         },
     ));
     let mut c = connect_go(&server, true).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stats = server.connection_stats();
+    holds_for(Duration::from_millis(400), "no connection closed", || {
+        stats.ended_with_error.load(Ordering::SeqCst) == 0
+    })
+    .await;
     assert_eq!(c.client.call(Command::Read, 0, 0, 512, &[]).await.error, 0);
 }
 

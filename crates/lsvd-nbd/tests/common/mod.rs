@@ -13,7 +13,7 @@ use lsvd_nbd::mem_device::MemDevice;
 use lsvd_nbd::proto::consts::*;
 use lsvd_nbd::proto::handshake::*;
 use lsvd_nbd::proto::transmission::*;
-use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server};
+use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server, ZeroRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -73,7 +73,7 @@ impl BlockDevice for TestDevice {
         if let Some((at, delay)) = self.slow_read
             && at == offset
         {
-            tokio::time::sleep(delay).await;
+            real_sleep(delay).await;
         }
         self.check()?;
         self.inner.read(offset, length).await
@@ -90,15 +90,9 @@ impl BlockDevice for TestDevice {
         self.check()?;
         self.inner.trim(offset, length, fua).await
     }
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
         self.check()?;
-        self.inner.write_zeroes(offset, length, fua, no_hole).await
+        self.inner.write_zeroes(request).await
     }
     async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
         self.check()?;
@@ -393,4 +387,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             Ok(Ok(0)) | Ok(Err(_))
         )
     }
+}
+
+/// The one real wait of these tests: a slow device's delay and the polling below.
+async fn real_sleep(span: Duration) {
+    tokio::time::sleep(span).await;
+}
+
+/// Waits until `cond` holds, looking again every 10 ms; panics naming `what` if it
+/// does not hold within `limit` (keep it generous: CI machines are loaded).
+pub async fn wait_until(limit: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up after {limit:?} waiting for {what}"
+        );
+        real_sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks that `cond` holds all through the next `span`: a "nothing happens" check,
+/// which has to wait that long.
+pub async fn holds_for(span: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + span;
+    let limit = span + Duration::from_secs(60);
+    wait_until(limit, what, async || {
+        assert!(cond(), "{what}: no longer so");
+        std::time::Instant::now() >= end
+    })
+    .await;
 }
