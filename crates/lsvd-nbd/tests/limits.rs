@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,19 +19,6 @@ use lsvd_nbd::{Limits, RefusalReason, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::watch;
-
-/// A Unix socket path in a fresh temporary directory (removed by the caller).
-fn temp_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lsvd-nbd-{tag}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sock = dir.join("nbd.sock");
-    (dir, sock)
-}
 
 /// A server with export "d" and `limits`, its notice lines collected.
 fn server_with(limits: Limits) -> (Arc<Server<TestDevice>>, Arc<Mutex<Vec<String>>>) {

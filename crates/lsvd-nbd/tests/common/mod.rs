@@ -138,6 +138,80 @@ pub fn connect<D: BlockDevice>(server: &Arc<Server<D>>) -> Conn {
     }
 }
 
+/// Connects and sends the client's half of the handshake greeting.
+pub async fn connect_handshaken<D: BlockDevice>(server: &Arc<Server<D>>) -> Conn {
+    let mut conn = connect(server);
+    conn.client.handshake().await;
+    conn
+}
+
+impl Conn {
+    /// Asserts that the server closes the connection; returns how its session ended.
+    pub async fn closed(mut self) -> io::Result<()> {
+        assert!(
+            self.client.is_closed().await,
+            "the server closes the connection"
+        );
+        self.server.await.expect("no panic")
+    }
+}
+
+/// Writes `bytes` (garbage, mostly) and hangs up, reading whatever the server answers
+/// meanwhile; asserts the server's session ends within 5 s without a panic.
+pub async fn send_and_hang_up(conn: Conn, bytes: &[u8]) {
+    let (mut rd, mut wr) = tokio::io::split(conn.client.stream);
+    let drain = tokio::spawn(async move {
+        let mut sink = Vec::new();
+        let _ = rd.read_to_end(&mut sink).await;
+    });
+    let _ = wr.write_all(bytes).await;
+    let _ = wr.shutdown().await;
+    drop(wr);
+    let joined = tokio::time::timeout(Duration::from_secs(5), conn.server)
+        .await
+        .expect("server ended");
+    assert!(
+        !joined.is_err_and(|e| e.is_panic()),
+        "server panicked on {bytes:02x?}"
+    );
+    drain.abort();
+}
+
+/// A Unix socket path in a fresh temporary directory (removed by the caller).
+pub fn temp_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lsvd-nbd-{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sock = dir.join("nbd.sock");
+    (dir, sock)
+}
+
+/// A xorshift64 generator from `seed`: reproducible random bytes for the tests that
+/// throw garbage at the server.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// An NBD_OPT_{LIST,SET}_META_CONTEXT payload asking `export` for `queries`.
+pub fn meta_context_request(export: &str, queries: &[&str]) -> Vec<u8> {
+    let mut data = Vec::new();
+    MetaContextRequest {
+        export_name: export.into(),
+        queries: queries.iter().map(|q| q.to_string()).collect(),
+    }
+    .encode(&mut data);
+    data
+}
+
 /// Connects and negotiates structured replies, `base:allocation` and GO on export "".
 pub async fn connect_go<D: BlockDevice>(server: &Arc<Server<D>>, structured: bool) -> Conn {
     let mut conn = connect(server);
@@ -229,12 +303,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     pub async fn structured_and_meta(&mut self, export: &str) {
         let r = self.option(OPT_STRUCTURED_REPLY, &[]).await;
         assert_eq!(r, vec![(REP_ACK, vec![])]);
-        let mut data = Vec::new();
-        MetaContextRequest {
-            export_name: export.into(),
-            queries: vec!["base:allocation".into()],
-        }
-        .encode(&mut data);
+        let data = meta_context_request(export, &["base:allocation"]);
         let r = self.option(OPT_SET_META_CONTEXT, &data).await;
         assert_eq!(r.len(), 2);
         assert_eq!(
