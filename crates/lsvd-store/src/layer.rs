@@ -87,17 +87,16 @@ impl Call {
     }
 }
 
+/// A call's result, to come: what a layer answers and what [`Next`] starts.
+pub type CallFuture<'a, T> = BoxFuture<'a, StoreResult<T>>;
+
 /// Starts the call on the inner store; a layer may run it more than once.
-pub type Next<'a, T> = Box<dyn FnMut() -> BoxFuture<'a, StoreResult<T>> + Send + 'a>;
+pub type Next<'a, T> = Box<dyn FnMut() -> CallFuture<'a, T> + Send + 'a>;
 
 /// What a decorator does around each call on the store it wraps.
 pub trait Layer: Send + Sync + 'static {
     /// Answer `call`, with `next` starting it on the inner store.
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>>;
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, next: Next<'a, T>) -> CallFuture<'a, T>;
 
     /// The decorated store's description, given the inner store's.
     fn describe(&self, inner: String) -> String {
@@ -278,7 +277,7 @@ mod tests {
             &'a self,
             call: Call,
             mut next: Next<'a, T>,
-        ) -> BoxFuture<'a, StoreResult<T>> {
+        ) -> CallFuture<'a, T> {
             self.0.lock().expect("recorder lock").push(call);
             next()
         }

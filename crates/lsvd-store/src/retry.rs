@@ -43,8 +43,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use super::layer::{Call, Layer, Layered, Next};
-use super::{BoxFuture, DynStore, PutMode, StoreResult};
+use super::layer::{Call, CallFuture, Layer, Layered, Next};
+use super::{DynStore, PutMode, StoreResult};
 use crate::clock::SharedClock;
 use lsvd_core::error::{Error, ErrorKind};
 
@@ -384,11 +384,7 @@ impl Retry {
 }
 
 impl Layer for Retry {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, mut next: Next<'a, T>) -> CallFuture<'a, T> {
         // A put-if-absent is never retried: a retry after a lost reply would find its
         // own object and answer `AlreadyExists`; its caller decides. An overwrite (a
         // put, a copy repair) is retried only as the policy's `put_attempts` say.
@@ -412,6 +408,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::BoxFuture;
     use crate::clock::{Clock as _, ManualClock};
     use crate::mem::MemStore;
     use crate::{ListEntry, ObjectStore, StoreError};

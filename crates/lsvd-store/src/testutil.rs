@@ -82,7 +82,7 @@ impl crate::layer::Layer for Hook {
         &'a self,
         call: crate::layer::Call,
         mut next: crate::layer::Next<'a, T>,
-    ) -> crate::BoxFuture<'a, crate::StoreResult<T>> {
+    ) -> crate::layer::CallFuture<'a, T> {
         let hook = match &call {
             crate::layer::Call::Put { key, .. } => self.hook_for(HookOp::Put(key)),
             crate::layer::Call::List { prefix } => self.hook_for(HookOp::List(prefix)),
