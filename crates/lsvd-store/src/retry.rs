@@ -434,6 +434,13 @@ mod tests {
                 hang: false,
             }
         }
+        /// A store whose calls never answer.
+        fn hanging() -> Self {
+            Flaky {
+                hang: true,
+                ..Flaky::new(0, ErrorKind::Transient)
+            }
+        }
         fn gate(&self) -> Option<StoreError> {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             (n < self.fail).then(|| StoreError::new(self.kind, format!("injected #{n}")))
@@ -497,6 +504,14 @@ mod tests {
 
     /// Run `fut` to the end with `clock` moved on by `step` whenever something sleeps
     /// on it (and nothing else can run): time passes only as the test says.
+    /// A retry store over `inner` with jitter seeded by `SEED`, on a manual clock.
+    fn on_manual(inner: DynStore, policy: RetryPolicy) -> (RetryStore, Arc<ManualClock>) {
+        let clock = ManualClock::new();
+        let store =
+            RetryStore::with_seed(inner, policy, SEED).with_clock(SharedClock(clock.clone()));
+        (store, clock)
+    }
+
     async fn on_manual_clock<T>(
         clock: &ManualClock,
         step: Duration,
@@ -640,18 +655,14 @@ mod tests {
     /// passes), and counts as a transient failure.
     #[tokio::test]
     async fn attempts_have_a_deadline() {
-        let mut flaky = Flaky::new(0, ErrorKind::Transient);
-        flaky.hang = true;
-        let flaky = Arc::new(flaky);
+        let flaky = Arc::new(Flaky::hanging());
         let policy = RetryPolicy {
             attempts: 2,
             attempt_timeout: Duration::from_secs(30),
             deadline: Duration::from_secs(600),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(flaky.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(flaky.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(500), s.get("k"))
             .await
             .expect_err("hangs");
@@ -676,9 +687,7 @@ mod tests {
             deadline: Duration::from_secs(3),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(flaky.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(flaky.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(10), s.list(""))
             .await
             .expect_err("always failing");
@@ -690,17 +699,13 @@ mod tests {
 
         // Hanging: the one attempt gets the whole deadline (shorter than its timeout)
         // and no retry follows.
-        let mut hanging = Flaky::new(0, ErrorKind::Transient);
-        hanging.hang = true;
-        let hanging = Arc::new(hanging);
+        let hanging = Arc::new(Flaky::hanging());
         let policy = RetryPolicy {
             attempt_timeout: Duration::from_secs(120),
             deadline: Duration::from_secs(2),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(hanging.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(hanging.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(100), s.get("k"))
             .await
             .expect_err("hangs");
@@ -715,8 +720,7 @@ mod tests {
     #[tokio::test]
     async fn put_if_absent_is_tried_once_within_the_timeout() {
         let hanging = Arc::new(Hangs);
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(hanging, fast(), SEED).with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(hanging, fast());
         let e = on_manual_clock(
             &clock,
             Duration::from_millis(50),
