@@ -1,7 +1,13 @@
-//! Helpers for unit tests: self-cleaning temporary directories.
+//! Helpers for unit tests: self-cleaning temporary directories, listing a store's keys.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The keys `store` lists under `prefix`, in its order.
+pub async fn list_keys(store: &dyn crate::ObjectStore, prefix: &str) -> Vec<String> {
+    let entries = store.list(prefix).await.expect("list");
+    entries.into_iter().map(|e| e.key).collect()
+}
 
 pub struct TempDir(PathBuf);
 
