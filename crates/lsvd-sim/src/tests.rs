@@ -392,12 +392,15 @@ fn greedy_on_uniform_writes_matches_the_cleaning_cost_curve() {
     }
 }
 
+/// 90% of the writes to 10% of the blocks.
+const HOT_90_10: Pattern = Pattern::HotCold {
+    hot_fraction: 0.1,
+    hot_share: 0.9,
+};
+
 #[test]
 fn cost_benefit_beats_greedy_on_hot_cold() {
-    let hot = Pattern::HotCold {
-        hot_fraction: 0.1,
-        hot_share: 0.9,
-    };
+    let hot = HOT_90_10;
     let (greedy, _) = steady_gc_waf(GcPolicy::Greedy, hot, 0.70, 0.75);
     let (cb, _) = steady_gc_waf(GcPolicy::CostBenefit, hot, 0.70, 0.75);
     eprintln!("hot/cold 90/10: greedy WA {greedy:.3}, cost-benefit WA {cb:.3}");
@@ -407,10 +410,7 @@ fn cost_benefit_beats_greedy_on_hot_cold() {
 /// hylog against the policies it must beat or match, in the steady state.
 #[test]
 fn hylog_separates_skewed_workloads_and_leaves_uniform_alone() {
-    let hot = Pattern::HotCold {
-        hot_fraction: 0.1,
-        hot_share: 0.9,
-    };
+    let hot = HOT_90_10;
     let (cb, _) = steady_gc_waf(GcPolicy::CostBenefit, hot, 0.80, 0.85);
     let (hy, _) = steady_gc_waf(GcPolicy::HyLog, hot, 0.80, 0.85);
     eprintln!("hot/cold 90/10 at 0.80/0.85: cost-benefit WA {cb:.3}, hylog WA {hy:.3}");
