@@ -116,21 +116,15 @@ impl MemDevice {
     }
 
     fn write_zeroes_now(&self, request: ZeroRequest) -> io::Result<()> {
-        let ZeroRequest {
-            offset,
-            length,
-            fua,
-            no_hole,
-        } = request;
-        let r = self.range(offset, length)?;
-        self.zero(r.clone(), no_hole);
+        let r = self.range(request.offset, request.length)?;
+        self.zero(r.clone(), request.no_hole);
         let mut st = self.lock();
-        if no_hole && !r.is_empty() {
+        if request.no_hole && !r.is_empty() {
             for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
                 st.allocated[g] = true;
             }
         }
-        if fua {
+        if request.fua {
             st.flushes += 1;
         }
         Ok(())

@@ -1,4 +1,5 @@
-//! Helpers for unit tests: self-cleaning temporary directories, listing a store's keys.
+//! Helpers for unit tests: self-cleaning temporary directories, listing a store's
+//! keys, checking deletes.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,6 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub async fn list_keys(store: &dyn crate::ObjectStore, prefix: &str) -> Vec<String> {
     let entries = store.list(prefix).await.expect("list");
     entries.into_iter().map(|e| e.key).collect()
+}
+
+/// Deletes `key` twice (deleting what is missing succeeds too) and asserts it is gone.
+pub async fn assert_deleted_twice(store: &dyn crate::ObjectStore, key: &str) {
+    store.delete(key).await.expect("delete");
+    store.delete(key).await.expect("delete missing is ok");
+    let gone = store.get(key).await.expect_err("gone");
+    assert!(gone.is_not_found(), "{key}: {gone}");
 }
 
 pub struct TempDir(PathBuf);
