@@ -626,16 +626,21 @@ mod tests {
         });
     }
 
+    /// A memory store holding "k" = "v".
+    async fn seeded_mem() -> MemStore {
+        let mem = MemStore::new();
+        let seed = mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite);
+        seed.await.expect("seed");
+        mem
+    }
+
     /// Every operation, one at a time, failed by every switched fault: the call
     /// fails with the class the real store gives, nothing reaches the inner store, the
     /// other operations pass, and healing lets the operation through again.
     #[test]
     fn switched_faults_fail_each_operation_with_its_class() {
         rt().block_on(async {
-            let mem = MemStore::new();
-            mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
-                .await
-                .expect("seed");
+            let mem = seeded_mem().await;
             let f = FaultyStore::new(Arc::new(mem.clone()), FaultPlan::default(), 1);
             let faults = f.faults().clone();
             let cases = [
@@ -697,10 +702,7 @@ mod tests {
     #[test]
     fn a_few_failures_then_through_under_the_retry_layer() {
         rt().block_on(async {
-            let mem = MemStore::new();
-            mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
-                .await
-                .expect("seed");
+            let mem = seeded_mem().await;
             let faulty = Arc::new(FaultyStore::new(Arc::new(mem), FaultPlan::default(), 1));
             let policy = RetryPolicy {
                 initial_backoff: Duration::ZERO,
