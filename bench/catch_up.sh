@@ -17,6 +17,8 @@
 # while catching up, seconds until the store is within its bound, store MB when the
 # burst ended) and the medians.
 set -u
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rounds=${1:-1}; shift
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS NAME=BINARY[:ARGS]..." >&2; exit 2; }
 runtime=${CATCH_UP_RUNTIME:-15}
@@ -93,8 +95,7 @@ EOF
 echo "name iops catch_up_s gc_moved_mb store_written_mb compacted_s store_mb_after_burst"
 for _ in $(seq 1 "$rounds"); do
   for spec in "$@"; do
-    name=${spec%%=*}; rest=${spec#*=}; bin=${rest%%:*}; args=""
-    [[ $rest == *:* ]] && args=${rest#*:}
+    parse_spec "$spec"
     run_one "$name" "$bin" "$args" | tee -a "$tmp/results"
   done
 done

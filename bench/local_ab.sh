@@ -12,6 +12,8 @@
 # (space-separated names), LOCAL_AB_RUNTIME sets seconds per job (default 6).
 # Prints one line per run and the medians (IOPS, MB/s for the sequential write).
 set -u
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rounds=${1:-3}; shift
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS NAME=BINARY[:ARGS]..." >&2; exit 2; }
 runtime=${LOCAL_AB_RUNTIME:-6}
@@ -64,8 +66,7 @@ EOF
 for _ in $(seq 1 "$rounds"); do
   for job in $jobs; do
     for spec in "$@"; do
-      name=${spec%%=*}; rest=${spec#*=}; bin=${rest%%:*}; args=""
-      [[ $rest == *:* ]] && args=${rest#*:}
+      parse_spec "$spec"
       run_one "$name" "$bin" "$args" "$job" | tee -a "$tmp/results"
     done
   done

@@ -13,6 +13,8 @@
 # RAW_RUNTIME (seconds per job, default 15) shortens it. Prints one line per job and
 # run (name, job, IOPS, cache hits, misses, GETs) and the medians.
 set -u
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rounds=${1:-2}; shift
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS NAME=BINARY[:ARGS]..." >&2; exit 2; }
 : "${LSVD_TEST_S3_BUCKET:?run under scripts/with-versitygw.sh}"
@@ -33,8 +35,7 @@ settle() { # PORT: wait until nothing is left in the write log or queued for upl
 results=$tmp/results.txt
 for r in $(seq 1 "$rounds"); do
   for spec in "$@"; do
-    name=${spec%%=*}; rest=${spec#*=}; bin=${rest%%:*}; args=""
-    [ "$rest" != "$bin" ] && args=${rest#*:}
+    parse_spec "$spec"
     d=$tmp/$name-$r; mkdir -p "$d"; p=$(port)
     store="s3://$LSVD_TEST_S3_BUCKET/raw-$$-$name-$r"
     "$bin" --data "$d" --store "$store" create vol --size 4G >/dev/null || exit 1

@@ -11,6 +11,8 @@
 #
 # Prints one line per run (name, job, MB/s or IOPS, GETs) and the medians.
 set -u
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 rounds=${1:-3}; shift
 [ $# -ge 1 ] || { echo "usage: $0 ROUNDS NAME=BINARY[:ARGS]..." >&2; exit 2; }
 : "${LSVD_TEST_S3_BUCKET:?run under scripts/with-versitygw.sh}"
@@ -50,8 +52,7 @@ stop
 results=$tmp/results.txt
 for r in $(seq 1 "$rounds"); do
   for spec in "$@"; do
-    name=${spec%%=*}; rest=${spec#*=}; bin=${rest%%:*}; args=""
-    [ "$rest" != "$bin" ] && args=${rest#*:}
+    parse_spec "$spec"
     for job in seq1m rand4k; do
       d=$tmp/$name-$r-$job; mkdir -p "$d"; p=$(port)
       # shellcheck disable=SC2086

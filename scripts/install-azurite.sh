@@ -13,31 +13,16 @@ set -euo pipefail
 
 VERSION="3.35.0"
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="${LSVD_TOOLS_DIR:-$repo/.tools}"
+# shellcheck source=lib/install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/install.sh"
 dir="$tools/azurite"
 bin="$dir/node_modules/.bin/azurite-blob"
 stamp="$dir/.azurite-$VERSION"
-
-if [[ -x "$bin" && -f "$stamp" ]]; then
-    echo "$bin"
-    exit 0
-fi
+print_if_installed "$bin" "$stamp"
 
 if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
     echo "install-azurite: no node/npm; installing Debian's nodejs and npm" >&2
-    SUDO=()
-    if [[ "$(id -u)" -ne 0 ]]; then
-        if command -v sudo >/dev/null 2>&1; then
-            SUDO=(sudo)
-        else
-            echo "install-azurite: need root to apt-get install nodejs npm" >&2
-            exit 1
-        fi
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq >&2
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends nodejs npm >&2
+    apt_install install-azurite nodejs npm
 fi
 
 echo "install-azurite: installing azurite $VERSION with npm into $dir" >&2

@@ -12,30 +12,7 @@
 # Override the location with LSVD_TOOLS_DIR, the Go binary with GO.
 set -euo pipefail
 
-VERSION="v1.56.1"
-MODULE="github.com/fsouza/fake-gcs-server"
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="${LSVD_TOOLS_DIR:-$repo/.tools}"
-bin_dir="$tools/bin"
-bin="$bin_dir/fake-gcs-server"
-stamp="$bin_dir/.fake-gcs-server-$VERSION"
-
-if [[ -x "$bin" && -f "$stamp" ]]; then
-    echo "$bin"
-    exit 0
-fi
-
-go="$("$repo/scripts/install-go.sh")"
-
-mkdir -p "$bin_dir"
-echo "install-fake-gcs: building fake-gcs-server $VERSION with $go (takes a minute or two the first time)" >&2
-rm -f "$bin_dir"/.fake-gcs-server-*
-GOTOOLCHAIN=auto GOBIN="$bin_dir" GOFLAGS="${GOFLAGS:-} -trimpath" \
-    "$go" install "$MODULE@$VERSION" >&2
-if [[ ! -x "$bin" ]]; then
-    echo "install-fake-gcs: go install finished but $bin is missing" >&2
-    exit 1
-fi
-touch "$stamp"
-echo "$bin"
+# shellcheck source=lib/install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/install.sh"
+go_install_tool install-fake-gcs fake-gcs-server v1.56.1 github.com/fsouza/fake-gcs-server \
+    "takes a minute or two the first time"

@@ -20,8 +20,8 @@ set -euo pipefail
 
 GO_VERSION="1.25.0" # versitygw v1.8.0's go.mod says `go 1.25.0`
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="${LSVD_TOOLS_DIR:-$repo/.tools}"
+# shellcheck source=lib/install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/install.sh"
 goroot="$tools/go"
 force=""
 if [[ "${1:-}" == "--force" ]]; then
@@ -79,18 +79,7 @@ if [[ -z "$bootstrap" ]]; then
 fi
 if [[ -z "$bootstrap" ]]; then
     echo "install-go: no Go at all; installing Debian's golang-go to bootstrap Go $GO_VERSION" >&2
-    SUDO=()
-    if [[ "$(id -u)" -ne 0 ]]; then
-        if command -v sudo >/dev/null 2>&1; then
-            SUDO=(sudo)
-        else
-            echo "install-go: need root to apt-get install golang-go" >&2
-            exit 1
-        fi
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -qq >&2
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends golang-go ca-certificates >&2
+    apt_install install-go golang-go ca-certificates
     bootstrap=/usr/lib/go/bin/go
     [[ -x "$bootstrap" ]] || bootstrap="$(command -v go)"
 fi

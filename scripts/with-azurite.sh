@@ -15,53 +15,24 @@
 # LSVD_KEEP_AZURITE=1). Exits with the command's status.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/loopback-server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
+loopback_server_init azurite LSVD_KEEP_AZURITE $#
 azurite="$("$repo/scripts/install-azurite.sh")"
 
 # The emulator's documented development account (public, not a secret).
 account="devstoreaccount1"
 account_key="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
-# shellcheck source=lib/loopback-server.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init azurite LSVD_KEEP_AZURITE
-
 container="lsvd-test-$(hex 4)"
 
-started=""
-for _ in $(seq 10); do
-    port=$((20000 + RANDOM % 40000))
-    port_free "$port" || continue
+start_azurite() {
     # exec: $pid is node itself, so stopping it stops the server.
-    (cd "$root" && exec "$azurite" --blobHost 127.0.0.1 --blobPort "$port" \
-        --inMemoryPersistence --extentMemoryLimit 4096 --disableTelemetry --skipApiVersionCheck --loose) \
-        >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 150); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            break # exited: port taken after all, or a startup error
-        fi
-        if grep -q "successfully listens" "$log" 2>/dev/null; then
-            started=1
-            break
-        fi
-        sleep 0.1
-    done
-    [[ -n "$started" ]] && break
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-done
-if [[ -z "$started" ]]; then
-    echo "with-azurite: azurite-blob did not start; its log:" >&2
-    cat "$log" >&2 || true
-    exit 1
-fi
+    cd "$root" && exec "$azurite" --blobHost 127.0.0.1 --blobPort "$1" \
+        --inMemoryPersistence --extentMemoryLimit 4096 --disableTelemetry --skipApiVersionCheck --loose
+}
+azurite_ready() { grep -q "successfully listens" "$log" 2>/dev/null; }
+loopback_server_start 150 start_azurite azurite_ready
 
 endpoint="http://127.0.0.1:$port/$account"
 # Create Container, signed with Shared Key (string to sign: the verb, eleven empty
@@ -91,12 +62,4 @@ export AZURE_STORAGE_USE_EMULATOR=true
 export AZURITE_BLOB_STORAGE_URL="http://127.0.0.1:$port"
 export LSVD_TEST_AZ_CONTAINER="$container"
 
-set +e
-"$@"
-rc=$?
-set -e
-if [[ $rc -ne 0 && -s "$log" ]]; then
-    echo "with-azurite: command failed ($rc); last lines of the server log:" >&2
-    tail -n 20 "$log" >&2 || true
-fi
-exit "$rc"
+loopback_server_run "$@"

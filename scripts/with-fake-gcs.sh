@@ -18,47 +18,19 @@
 # "invalid uploadType"), which is how object_store writes; see README.md.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-server="$("$repo/scripts/install-fake-gcs.sh")"
-
 # shellcheck source=lib/loopback-server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init fake-gcs LSVD_KEEP_FAKE_GCS
+loopback_server_init fake-gcs LSVD_KEEP_FAKE_GCS $#
+server="$("$repo/scripts/install-fake-gcs.sh")"
 
 bucket="lsvd-test-$(hex 4)"
 
-started=""
-for _ in $(seq 10); do
-    port=$((20000 + RANDOM % 40000))
-    port_free "$port" || continue
-    "$server" -scheme http -host 127.0.0.1 -port "$port" -backend memory \
-        -public-host "127.0.0.1:$port" -log-level warn >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            break # exited: port taken after all, or a startup error
-        fi
-        if curl -s -o /dev/null --fail --max-time 1 "http://127.0.0.1:$port/storage/v1/b"; then
-            started=1
-            break
-        fi
-        sleep 0.1
-    done
-    [[ -n "$started" ]] && break
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-done
-if [[ -z "$started" ]]; then
-    echo "with-fake-gcs: fake-gcs-server did not start; its log:" >&2
-    cat "$log" >&2 || true
-    exit 1
-fi
+start_fake_gcs() {
+    exec "$server" -scheme http -host 127.0.0.1 -port "$1" -backend memory \
+        -public-host "127.0.0.1:$1" -log-level warn
+}
+fake_gcs_ready() { curl -s -o /dev/null --fail --max-time 1 "http://127.0.0.1:$1/storage/v1/b"; }
+loopback_server_start 100 start_fake_gcs fake_gcs_ready
 
 base="http://127.0.0.1:$port"
 if ! curl -sS --fail --max-time 10 -X POST -H 'Content-Type: application/json' \
@@ -76,12 +48,4 @@ export GOOGLE_SERVICE_ACCOUNT_KEY="{\"private_key\":\"\",\"private_key_id\":\"\"
 export LSVD_TEST_GS_BUCKET="$bucket"
 export LSVD_TEST_GS_BASE_URL="$base"
 
-set +e
-"$@"
-rc=$?
-set -e
-if [[ $rc -ne 0 && -s "$log" ]]; then
-    echo "with-fake-gcs: command failed ($rc); last lines of the server log:" >&2
-    tail -n 20 "$log" >&2 || true
-fi
-exit "$rc"
+loopback_server_run "$@"

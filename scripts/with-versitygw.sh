@@ -14,50 +14,23 @@
 # server log, when LSVD_KEEP_VERSITYGW=1). Exits with the command's status.
 set -euo pipefail
 
-if [[ $# -eq 0 ]]; then
-    echo "usage: $0 COMMAND [ARGS...]" >&2
-    exit 2
-fi
-
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-gw="$("$repo/scripts/install-versitygw.sh")"
-
 # shellcheck source=lib/loopback-server.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/loopback-server.sh"
-loopback_server_init versitygw LSVD_KEEP_VERSITYGW
+loopback_server_init versitygw LSVD_KEEP_VERSITYGW $#
+gw="$("$repo/scripts/install-versitygw.sh")"
+
 mkdir -p "$root/data"
 
 access="lsvd$(hex 8)"
 secret="$(hex 20)"
 bucket="lsvd-test-$(hex 4)"
 
-started=""
-for _ in $(seq 10); do
-    port=$((20000 + RANDOM % 40000))
-    port_free "$port" || continue
+start_versitygw() {
     ROOT_ACCESS_KEY="$access" ROOT_SECRET_KEY="$secret" \
-        "$gw" --port "127.0.0.1:$port" posix "$root/data" >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            break # exited: port taken after all, or a startup error
-        fi
-        if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/"; then
-            started=1
-            break
-        fi
-        sleep 0.1
-    done
-    [[ -n "$started" ]] && break
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-done
-if [[ -z "$started" ]]; then
-    echo "with-versitygw: versitygw did not start; its log:" >&2
-    cat "$log" >&2 || true
-    exit 1
-fi
+        exec "$gw" --port "127.0.0.1:$1" posix "$root/data"
+}
+versitygw_ready() { curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$1/"; }
+loopback_server_start 100 start_versitygw versitygw_ready
 
 endpoint="http://127.0.0.1:$port"
 # CreateBucket, signed by curl (SigV4; versitygw wants the payload hash header).
@@ -80,12 +53,4 @@ export AWS_REGION="us-east-1"
 export AWS_DEFAULT_REGION="us-east-1"
 export LSVD_TEST_S3_BUCKET="$bucket"
 
-set +e
-"$@"
-rc=$?
-set -e
-if [[ $rc -ne 0 && -s "$log" ]]; then
-    echo "with-versitygw: command failed ($rc); last lines of the server log:" >&2
-    tail -n 20 "$log" >&2 || true
-fi
-exit "$rc"
+loopback_server_run "$@"

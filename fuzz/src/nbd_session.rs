@@ -28,7 +28,7 @@ use lsvd_nbd::proto::handshake::{
     encode_option, parse_greeting, parse_info, parse_meta_context, parse_option,
     parse_option_reply_header,
 };
-use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server};
+use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server, ZeroRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use crate::bytes::Bytes;
@@ -81,15 +81,9 @@ impl<D: BlockDevice> BlockDevice for Guarded<D> {
         self.check("trim", offset, u64::from(length));
         self.inner.trim(offset, length, fua).await
     }
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
-        self.check("write_zeroes", offset, u64::from(length));
-        self.inner.write_zeroes(offset, length, fua, no_hole).await
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
+        self.check("write_zeroes", request.offset, u64::from(request.length));
+        self.inner.write_zeroes(request).await
     }
     async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
         self.check("block_status", offset, u64::from(length));

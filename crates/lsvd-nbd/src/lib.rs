@@ -24,6 +24,17 @@ pub struct AllocationExtent {
 pub const STATE_HOLE: u32 = 1;
 pub const STATE_ZERO: u32 = 2;
 
+/// A WRITE_ZEROES request: the range to zero and the client's flags for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZeroRequest {
+    pub offset: u64,
+    pub length: u32,
+    /// The zeros must be durable before the reply (NBD_CMD_FLAG_FUA).
+    pub fua: bool,
+    /// The client asked that the range stay allocated (NBD_CMD_FLAG_NO_HOLE).
+    pub no_hole: bool,
+}
+
 /// Block size constraints advertised with NBD_INFO_BLOCK_SIZE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockSizes {
@@ -63,14 +74,7 @@ pub trait BlockDevice: Send + Sync + 'static {
         length: u32,
         fua: bool,
     ) -> impl Future<Output = io::Result<()>> + Send;
-    /// `no_hole`: the client asked that the range stay allocated (NBD_CMD_FLAG_NO_HOLE).
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> impl Future<Output = io::Result<()>> + Send;
+    fn write_zeroes(&self, request: ZeroRequest) -> impl Future<Output = io::Result<()>> + Send;
     /// Allocation status of `[offset, offset+length)`; extents must cover a non-empty
     /// prefix of the range, in order.
     fn block_status(

@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::{
     AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
+    ZeroRequest,
 };
 
 /// Allocation is tracked in units of this many bytes.
@@ -114,22 +115,16 @@ impl MemDevice {
         Ok(())
     }
 
-    fn write_zeroes_now(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
-        let r = self.range(offset, length)?;
-        self.zero(r.clone(), no_hole);
+    fn write_zeroes_now(&self, request: ZeroRequest) -> io::Result<()> {
+        let r = self.range(request.offset, request.length)?;
+        self.zero(r.clone(), request.no_hole);
         let mut st = self.lock();
-        if no_hole && !r.is_empty() {
+        if request.no_hole && !r.is_empty() {
             for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
                 st.allocated[g] = true;
             }
         }
-        if fua {
+        if request.fua {
             st.flushes += 1;
         }
         Ok(())
@@ -187,14 +182,8 @@ impl BlockDevice for MemDevice {
         self.trim_now(offset, length, fua)
     }
 
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
-        self.write_zeroes_now(offset, length, fua, no_hole)
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
+        self.write_zeroes_now(request)
     }
 
     /// Everything here is done at once, so every request is answered before `start`
@@ -209,12 +198,7 @@ impl BlockDevice for MemDevice {
                 length,
                 fua,
             } => self.trim_now(offset, length, fua),
-            StartOp::WriteZeroes {
-                offset,
-                length,
-                fua,
-                no_hole,
-            } => self.write_zeroes_now(offset, length, fua, no_hole),
+            StartOp::WriteZeroes(request) => self.write_zeroes_now(request),
         });
         Ok(())
     }
@@ -298,9 +282,14 @@ mod tests {
                     },
                 ]
             );
-            d.write_zeroes(GRANULE as u64, 4096, true, true)
-                .await
-                .expect("zero");
+            d.write_zeroes(ZeroRequest {
+                offset: GRANULE as u64,
+                length: 4096,
+                fua: true,
+                no_hole: true,
+            })
+            .await
+            .expect("zero");
             assert_eq!(
                 d.block_status(4096, 4096).await.expect("status")[0].flags,
                 STATE_ZERO

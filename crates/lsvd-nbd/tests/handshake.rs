@@ -23,8 +23,7 @@ const ALL_FLAGS: u16 = FLAG_HAS_FLAGS
 #[tokio::test]
 async fn go_reports_requested_infos_then_serves() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     let infos = c
         .client
         .go("second", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE])
@@ -56,8 +55,7 @@ async fn multi_conn_only_with_global_flush() {
     let mut dev = TestDevice::new(4096);
     dev.global_flush = false;
     let server = std::sync::Arc::new(lsvd_nbd::Server::new(vec![export("d", dev)]));
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     let infos = c.client.info_or_go(OPT_INFO, "d", &[]).await.expect("info");
     assert_eq!(
         infos[0],
@@ -71,8 +69,7 @@ async fn multi_conn_only_with_global_flush() {
 #[tokio::test]
 async fn empty_name_is_the_first_export_and_unknown_is_refused() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     assert_eq!(
         c.client.info_or_go(OPT_GO, "nope", &[]).await,
         Err(REP_ERR_UNKNOWN)
@@ -121,18 +118,15 @@ async fn export_name_with_and_without_zero_padding() {
 #[tokio::test]
 async fn export_name_unknown_hangs_up() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     c.client.send_option(OPT_EXPORT_NAME, b"nope").await;
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_err());
+    assert!(c.closed().await.is_err());
 }
 
 #[tokio::test]
 async fn list_exports() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     let replies = c.client.option(OPT_LIST, &[]).await;
     let mut expect = Vec::new();
     for (name, desc) in [("disk", "disk disk"), ("second", "second disk")] {
@@ -148,8 +142,7 @@ async fn list_exports() {
 #[tokio::test]
 async fn unsupported_invalid_and_policy_replies() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     assert_eq!(c.client.option(4, &[]).await[0].0, REP_ERR_UNSUP);
     assert_eq!(
         c.client.option(0xdead, &[1, 2, 3]).await[0].0,
@@ -182,14 +175,8 @@ async fn unsupported_invalid_and_policy_replies() {
 #[tokio::test]
 async fn meta_context_listing_and_selection() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
-    let mut data = Vec::new();
-    MetaContextRequest {
-        export_name: String::new(),
-        queries: vec!["base:allocation".into()],
-    }
-    .encode(&mut data);
+    let mut c = connect_handshaken(&server).await;
+    let data = meta_context_request("", &["base:allocation"]);
     // Not allowed before structured replies.
     assert_eq!(
         c.client.option(OPT_SET_META_CONTEXT, &data).await[0].0,
@@ -200,21 +187,14 @@ async fn meta_context_listing_and_selection() {
         REP_ACK
     );
 
-    for (queries, listed) in [
-        (vec![], true),
-        (vec!["base:".to_string()], true),
-        (vec!["base:allocation".to_string()], true),
-        (
-            vec!["x-other:thing".to_string(), "base:nope".to_string()],
-            false,
-        ),
-    ] {
-        let mut data = Vec::new();
-        MetaContextRequest {
-            export_name: "disk".into(),
-            queries,
-        }
-        .encode(&mut data);
+    let cases: [(&[&str], bool); 4] = [
+        (&[], true),
+        (&["base:"], true),
+        (&["base:allocation"], true),
+        (&["x-other:thing", "base:nope"], false),
+    ];
+    for (queries, listed) in cases {
+        let data = meta_context_request("disk", queries);
         let replies = c.client.option(OPT_LIST_META_CONTEXT, &data).await;
         if listed {
             assert_eq!(replies.len(), 2);
@@ -227,12 +207,7 @@ async fn meta_context_listing_and_selection() {
         assert_eq!(replies.last().map(|r| r.0), Some(REP_ACK));
     }
 
-    let mut unknown = Vec::new();
-    MetaContextRequest {
-        export_name: "nope".into(),
-        queries: vec![],
-    }
-    .encode(&mut unknown);
+    let unknown = meta_context_request("nope", &[]);
     assert_eq!(
         c.client.option(OPT_LIST_META_CONTEXT, &unknown).await[0].0,
         REP_ERR_UNKNOWN
@@ -243,12 +218,7 @@ async fn meta_context_listing_and_selection() {
     );
 
     // "base:" selects nothing on SET.
-    let mut wildcard = Vec::new();
-    MetaContextRequest {
-        export_name: "disk".into(),
-        queries: vec!["base:".into()],
-    }
-    .encode(&mut wildcard);
+    let wildcard = meta_context_request("disk", &["base:"]);
     assert_eq!(
         c.client.option(OPT_SET_META_CONTEXT, &wildcard).await,
         vec![(REP_ACK, vec![])]
@@ -258,8 +228,7 @@ async fn meta_context_listing_and_selection() {
 #[tokio::test]
 async fn meta_context_for_another_export_does_not_enable_block_status() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     c.client.structured_and_meta("second").await;
     c.client.go("disk", &[]).await;
     let r = c.client.call(Command::BlockStatus, 0, 0, 4096, &[]).await;
@@ -269,8 +238,7 @@ async fn meta_context_for_another_export_does_not_enable_block_status() {
 #[tokio::test]
 async fn oversized_options() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     let big = vec![0u8; 100 << 10];
     assert_eq!(
         c.client.option(OPT_LIST, &big).await,
@@ -278,8 +246,7 @@ async fn oversized_options() {
     );
     c.client.go("", &[]).await;
 
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     // Announce 2 MiB but send only the header: the server must hang up, not wait.
     let mut hdr = Vec::new();
     encode_option(&mut hdr, OPT_LIST, &[]);
@@ -291,14 +258,12 @@ async fn oversized_options() {
 #[tokio::test]
 async fn abort_acks_and_closes() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     assert_eq!(
         c.client.option(OPT_ABORT, &[]).await,
         vec![(REP_ACK, vec![])]
     );
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_ok());
+    assert!(c.closed().await.is_ok());
 }
 
 #[tokio::test]
@@ -314,27 +279,19 @@ async fn bad_client_flags_or_option_magic_close() {
         .expect("flags");
     assert!(c.client.is_closed().await);
 
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     c.client
         .stream
         .write_all(b"IHAVEOPX\0\0\0\x03\0\0\0\0")
         .await
         .expect("send");
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_err());
+    assert!(c.closed().await.is_err());
 }
 
 #[tokio::test]
 async fn random_handshake_bytes_never_panic() {
     let server = two_export_server();
-    let mut rng = 0x1234_5678_9abc_def0u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut next = xorshift(0x1234_5678_9abc_def0u64);
     for i in 0..300 {
         let c = connect(&server);
         let mut bytes = Vec::new();
@@ -348,21 +305,6 @@ async fn random_handshake_bytes_never_panic() {
         for _ in 0..(next() % 80) {
             bytes.push(next() as u8);
         }
-        let (mut rd, mut wr) = tokio::io::split(c.client.stream);
-        let drain = tokio::spawn(async move {
-            let mut sink = Vec::new();
-            let _ = rd.read_to_end(&mut sink).await;
-        });
-        let _ = wr.write_all(&bytes).await;
-        let _ = wr.shutdown().await;
-        drop(wr);
-        let joined = tokio::time::timeout(std::time::Duration::from_secs(5), c.server)
-            .await
-            .expect("server ended");
-        assert!(
-            !joined.is_err_and(|e| e.is_panic()),
-            "server panicked on {bytes:02x?}"
-        );
-        drain.abort();
+        send_and_hang_up(c, &bytes).await;
     }
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -36,8 +36,7 @@ async fn disc_finishes_in_flight_requests_then_closes() {
         .await
         .expect("in-flight reply before close");
     assert_eq!((r.cookie, r.error, r.data.len()), (read, 0, 4096));
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_ok());
+    assert!(c.closed().await.is_ok());
 }
 
 #[tokio::test]
@@ -55,8 +54,7 @@ async fn bad_magic_closes_only_that_connection() {
     .encode();
     header[0] ^= 0xff;
     bad.client.stream.write_all(&header).await.expect("send");
-    assert!(bad.client.is_closed().await);
-    assert!(bad.server.await.expect("no panic").is_err());
+    assert!(bad.closed().await.is_err());
     let r = good.client.call(Command::Read, 0, 0, 512, &[]).await;
     assert_eq!((r.error, r.data.len()), (0, 512));
 }
@@ -71,18 +69,15 @@ async fn shutdown_answers_in_flight_requests_then_closes() {
     c.stop.send(true).expect("server listening");
     let r = c.client.reply().await.expect("reply written before close");
     assert_eq!((r.cookie, r.error), (read, 0));
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_ok());
+    assert!(c.closed().await.is_ok());
 }
 
 #[tokio::test]
 async fn shutdown_during_handshake_closes() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let c = connect_handshaken(&server).await;
     c.stop.send(true).expect("server listening");
-    assert!(c.client.is_closed().await);
-    assert!(c.server.await.expect("no panic").is_ok());
+    assert!(c.closed().await.is_ok());
 }
 
 #[tokio::test]
@@ -126,14 +121,7 @@ async fn connection_threads_serve_tcp_and_unix_then_shut_down() {
 }
 
 async fn serve_tcp_and_unix_then_shut_down(threads: bool) {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lsvd-nbd-test-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sock = dir.join("nbd.sock");
+    let (dir, sock) = temp_socket("test");
 
     let server = Arc::new(
         Server::new(vec![
@@ -205,8 +193,7 @@ async fn idle_handshake_times_out() {
         vec![export("d", TestDevice::new(SIZE))],
         limits,
     ));
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     assert!(c.client.is_closed().await);
     let err = c.server.await.expect("no panic").expect_err("timed out");
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
@@ -241,14 +228,7 @@ async fn absurd_limits_are_clamped() {
 /// message that says what happened. A port probe and a clean NBD_CMD_DISC are not.
 #[tokio::test]
 async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lsvd-nbd-hangup-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sock = dir.join("nbd.sock");
+    let (dir, sock) = temp_socket("hangup");
     let mut dev = TestDevice::new(SIZE);
     dev.slow_read = Some((0, Duration::from_millis(300)));
     let messages = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -299,14 +279,15 @@ async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
     polite.send(Command::Disc, 0, 0, 0, &[]).await;
     assert!(polite.is_closed().await);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while stats.ended_with_error.load(Ordering::SeqCst) < 2
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let errors = || stats.ended_with_error.load(Ordering::SeqCst);
+    wait_until(
+        Duration::from_secs(10),
+        "two connections ending in error",
+        async || errors() >= 2,
+    )
+    .await;
     // Nothing more is coming: the polite one closed before we looked.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    holds_for(Duration::from_millis(100), "two errors", || errors() == 2).await;
     assert_eq!(stats.accepted.load(Ordering::SeqCst), 4);
     assert_eq!(stats.ended_with_error.load(Ordering::SeqCst), 2);
     let messages = messages.lock().expect("messages").clone();

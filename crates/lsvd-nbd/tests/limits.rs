@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,19 +19,6 @@ use lsvd_nbd::{Limits, RefusalReason, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::watch;
-
-/// A Unix socket path in a fresh temporary directory (removed by the caller).
-fn temp_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lsvd-nbd-{tag}-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let sock = dir.join("nbd.sock");
-    (dir, sock)
-}
 
 /// A server with export "d" and `limits`, its notice lines collected.
 fn server_with(limits: Limits) -> (Arc<Server<TestDevice>>, Arc<Mutex<Vec<String>>>) {
@@ -133,16 +120,16 @@ async fn idle_handshakes_do_not_queue_new_clients_behind_their_deadline() {
     assert_eq!(r.error, 0, "the client in transmission goes on");
     // Once a handshake slot is free, a new client gets in.
     drop(idle);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut s = UnixStream::connect(&l.sock).await.expect("connect");
-        let mut greeting = [0u8; 18];
-        if s.read_exact(&mut greeting).await.is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no handshake slot came free");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        Duration::from_secs(5),
+        "a free handshake slot",
+        async || {
+            let mut s = UnixStream::connect(&l.sock).await.expect("connect");
+            let mut greeting = [0u8; 18];
+            s.read_exact(&mut greeting).await.is_ok()
+        },
+    )
+    .await;
     let lines = lines.lock().expect("lines").clone();
     assert!(
         lines
@@ -232,7 +219,11 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
         },
     ));
     let mut c = connect_go(&server, true).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let stats = server.connection_stats();
+    holds_for(Duration::from_millis(400), "no connection closed", || {
+        stats.ended_with_error.load(Ordering::SeqCst) == 0
+    })
+    .await;
     assert_eq!(c.client.call(Command::Read, 0, 0, 512, &[]).await.error, 0);
 }
 

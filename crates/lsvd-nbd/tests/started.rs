@@ -15,7 +15,7 @@ use common::*;
 use lsvd_nbd::mem_device::MemDevice;
 use lsvd_nbd::proto::consts::*;
 use lsvd_nbd::proto::transmission::Command;
-use lsvd_nbd::{BlockDevice, BlockSizes, Completion, Server, StartOp};
+use lsvd_nbd::{BlockDevice, BlockSizes, Completion, Server, StartOp, ZeroRequest};
 
 /// A device that queues what it is started and runs it at `unplug`, on a thread of
 /// its own; it drops writes to `lost_at` unanswered and declines trims.
@@ -59,14 +59,8 @@ impl BlockDevice for QueueingDevice {
     async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
         self.inner.trim(offset, length, fua).await
     }
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
-        self.inner.write_zeroes(offset, length, fua, no_hole).await
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
+        self.inner.write_zeroes(request).await
     }
     async fn block_status(
         &self,
@@ -100,12 +94,9 @@ impl BlockDevice for QueueingDevice {
                                 futures_block_on(inner.write(offset, data, fua))
                             }
                             StartOp::Flush => futures_block_on(inner.flush()),
-                            StartOp::WriteZeroes {
-                                offset,
-                                length,
-                                fua,
-                                no_hole,
-                            } => futures_block_on(inner.write_zeroes(offset, length, fua, no_hole)),
+                            StartOp::WriteZeroes(request) => {
+                                futures_block_on(inner.write_zeroes(request))
+                            }
                             StartOp::Trim { .. } => unreachable!("declined"),
                         };
                         done.complete(r);

@@ -104,6 +104,17 @@ struct TlsConn {
     _stop: watch::Sender<bool>,
 }
 
+impl TlsConn {
+    /// Asserts that the server closes the connection; returns how its session ended.
+    async fn closed(&mut self) -> io::Result<()> {
+        assert!(
+            self.client.is_closed().await,
+            "the server closes the connection"
+        );
+        (&mut self.server).await.expect("join")
+    }
+}
+
 fn connect_tls(mode: TlsMode, refuse: bool) -> TlsConn {
     let notices = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&notices);
@@ -203,8 +214,7 @@ async fn required_refuses_every_plain_option_but_starttls_and_abort() {
         c.client.option(OPT_ABORT, &[]).await,
         vec![(REP_ACK, vec![])]
     );
-    assert!(c.client.is_closed().await);
-    c.server.await.expect("join").expect("abort is a clean end");
+    c.closed().await.expect("abort is a clean end");
     let notices = notices_of(&c.notices);
     assert_eq!(
         notices.len(),
@@ -222,11 +232,9 @@ async fn required_hangs_up_on_plain_export_name() {
     let mut c = connect_tls(TlsMode::Required, false);
     c.client.handshake().await;
     c.client.send_option(OPT_EXPORT_NAME, b"disk").await;
-    assert!(c.client.is_closed().await);
     let err = c
-        .server
+        .closed()
         .await
-        .expect("join")
         .expect_err("EXPORT_NAME without TLS must end the session");
     assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
     assert_eq!(notices_of(&c.notices).len(), 1);
@@ -278,12 +286,7 @@ async fn features_negotiated_before_tls_are_forgotten() {
         vec![(REP_ACK, vec![])]
     );
     c.start_tls().await;
-    let mut data = Vec::new();
-    MetaContextRequest {
-        export_name: "disk".into(),
-        queries: vec!["base:allocation".into()],
-    }
-    .encode(&mut data);
+    let data = meta_context_request("disk", &["base:allocation"]);
     assert_eq!(
         c.client.option(OPT_SET_META_CONTEXT, &data).await[0].0,
         REP_ERR_INVALID,
@@ -312,11 +315,9 @@ async fn failed_handshake_ends_the_session_with_a_notice() {
         vec![(REP_ACK, vec![])]
     );
     c.client.stream.write_all(HELLO).await.expect("hello");
-    assert!(c.client.is_closed().await);
     let err = c
-        .server
+        .closed()
         .await
-        .expect("join")
         .expect_err("a refused handshake ends the session");
     assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
     let notices = notices_of(&c.notices);
@@ -331,8 +332,7 @@ async fn failed_handshake_ends_the_session_with_a_notice() {
 #[tokio::test]
 async fn plain_listener_refuses_starttls_by_policy() {
     let server = two_export_server();
-    let mut c = connect(&server);
-    c.client.handshake().await;
+    let mut c = connect_handshaken(&server).await;
     assert_eq!(
         c.client.option(OPT_STARTTLS, &[]).await[0].0,
         REP_ERR_POLICY

@@ -279,27 +279,10 @@ mod tests {
 
     /// A small skewed run with the given policies, with series.
     fn run(policies: &str) -> RunReport {
-        let a = crate::parse_cli([
-            "lsvd",
-            "sim",
-            "--synthetic",
-            "hotcold:0.1:0.9",
-            "--volume-size",
-            "16M",
-            "--requests",
-            "40000",
-            "--precondition",
-            "--batch-size",
-            "256K",
-            "--gc-pass",
-            "1M",
-            "--gc-start",
-            "0.8",
-            "--gc-policy",
-            policies,
-            "--series",
-        ])
-        .expect("parse");
+        let line = format!(
+            "lsvd sim --synthetic hotcold:0.1:0.9 --volume-size 16M --requests 40000 --precondition --batch-size 256K --gc-pass 1M --gc-start 0.8 --gc-policy {policies} --series"
+        );
+        let a = crate::parse_cli(crate::tests::words(&line)).expect("parse");
         super::super::simulate(&a).expect("simulate")
     }
 

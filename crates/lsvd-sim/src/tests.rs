@@ -392,12 +392,15 @@ fn greedy_on_uniform_writes_matches_the_cleaning_cost_curve() {
     }
 }
 
+/// 90% of the writes to 10% of the blocks.
+const HOT_90_10: Pattern = Pattern::HotCold {
+    hot_fraction: 0.1,
+    hot_share: 0.9,
+};
+
 #[test]
 fn cost_benefit_beats_greedy_on_hot_cold() {
-    let hot = Pattern::HotCold {
-        hot_fraction: 0.1,
-        hot_share: 0.9,
-    };
+    let hot = HOT_90_10;
     let (greedy, _) = steady_gc_waf(GcPolicy::Greedy, hot, 0.70, 0.75);
     let (cb, _) = steady_gc_waf(GcPolicy::CostBenefit, hot, 0.70, 0.75);
     eprintln!("hot/cold 90/10: greedy WA {greedy:.3}, cost-benefit WA {cb:.3}");
@@ -407,10 +410,7 @@ fn cost_benefit_beats_greedy_on_hot_cold() {
 /// hylog against the policies it must beat or match, in the steady state.
 #[test]
 fn hylog_separates_skewed_workloads_and_leaves_uniform_alone() {
-    let hot = Pattern::HotCold {
-        hot_fraction: 0.1,
-        hot_share: 0.9,
-    };
+    let hot = HOT_90_10;
     let (cb, _) = steady_gc_waf(GcPolicy::CostBenefit, hot, 0.80, 0.85);
     let (hy, _) = steady_gc_waf(GcPolicy::HyLog, hot, 0.80, 0.85);
     eprintln!("hot/cold 90/10 at 0.80/0.85: cost-benefit WA {cb:.3}, hylog WA {hy:.3}");
@@ -427,26 +427,9 @@ fn hylog_separates_skewed_workloads_and_leaves_uniform_alone() {
 
 #[test]
 fn hylog_moves_hot_and_cold_into_their_own_gc_objects() {
-    let r = run_sim(&[
-        "--synthetic",
-        "hotcold:0.1:0.9",
-        "--volume-size",
-        "16M",
-        "--requests",
-        "40000",
-        "--precondition",
-        "--batch-size",
-        "256K",
-        "--gc-policy",
-        "hylog",
-        "--gc-start",
-        "0.8",
-        "--gc-stop",
-        "0.85",
-        "--gc-pass",
-        "1M",
-        "--series",
-    ]);
+    let r = run_sim(&words(
+        "--synthetic hotcold:0.1:0.9 --volume-size 16M --requests 40000 --precondition --batch-size 256K --gc-policy hylog --gc-start 0.8 --gc-stop 0.85 --gc-pass 1M --series",
+    ));
     let v = &r.volumes[0];
     assert_eq!(v.gc_policy, "hylog");
     let c = &v.report.counters;
@@ -515,6 +498,11 @@ fn fields(line: &str, sep: char) -> Vec<&str> {
     } else {
         line.split(sep).map(str::trim).collect()
     }
+}
+
+/// A command line's words (the tests write argument lists as one string).
+pub(crate) fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 fn run_sim(args: &[&str]) -> super::report::RunReport {
@@ -655,22 +643,9 @@ fn volume_selection_and_fixed_size() {
 
 #[test]
 fn several_configs_json_and_plot() {
-    let r = run_sim(&[
-        "--synthetic",
-        "hotcold:0.2:0.8",
-        "--volume-size",
-        "16M",
-        "--requests",
-        "20000",
-        "--precondition",
-        "--batch-size",
-        "256K,1M",
-        "--gc-policy",
-        "greedy,cost-benefit",
-        "--gc-pass",
-        "1M",
-        "--series",
-    ]);
+    let r = run_sim(&words(
+        "--synthetic hotcold:0.2:0.8 --volume-size 16M --requests 20000 --precondition --batch-size 256K,1M --gc-policy greedy,cost-benefit --gc-pass 1M --series",
+    ));
     assert_eq!(r.configs, 4);
     assert_eq!(r.volumes.len(), 4);
     assert_eq!(r.requests_replayed, 4096 + 20000);

@@ -34,8 +34,10 @@ use object_store::ClientConfigKey;
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 
 use super::DynStore;
-use super::cloud::{ClientSettings, CloudStore, CloudUrl, Service, duration_str, env_nonempty};
-use super::cloud_errors::{scrub, strip_userinfo};
+use super::cloud::{
+    ClientSettings, CloudStore, CloudUrl, Service, duration_str, env_nonempty, is_plain_http,
+};
+use super::cloud_errors::strip_userinfo;
 use super::retry::{RetryPolicy, RetryStore};
 use lsvd_core::error::{Error, Result};
 
@@ -128,10 +130,7 @@ impl AzureStore {
         } else {
             b.get_config_value(&AzureConfigKey::Endpoint)
         };
-        if endpoint
-            .as_deref()
-            .is_some_and(|u| u.to_ascii_lowercase().starts_with("http://"))
-        {
+        if is_plain_http(endpoint.as_deref()) {
             b = b.with_config(AzureConfigKey::Client(ClientConfigKey::AllowHttp), "true");
         }
         b = b
@@ -141,33 +140,19 @@ impl AzureStore {
             )
             .with_retry(settings.retry_config());
 
-        let mut secrets = Vec::new();
-        for key in [
+        let secrets: Vec<String> = [
             AzureConfigKey::AccessKey,
             AzureConfigKey::SasKey,
             AzureConfigKey::Token,
             AzureConfigKey::ClientSecret,
-        ] {
-            secrets.extend(b.get_config_value(&key));
-        }
-        let build = |timeout| -> Result<MicrosoftAzure> {
-            b.clone()
-                .with_config(
-                    AzureConfigKey::Client(ClientConfigKey::Timeout),
-                    duration_str(timeout),
-                )
-                .build()
-                .map_err(|e| {
-                    Error::bad_input(scrub(
-                        &format!("cannot configure Azure store for {url}: {e}"),
-                        &secrets,
-                    ))
-                })
-        };
-        let clients = (
-            build(settings.bulk_timeout)?,
-            build(settings.request_timeout)?,
-        );
+        ]
+        .iter()
+        .filter_map(|key| b.get_config_value(key))
+        .collect();
+        let clients = settings.build_clients(("Azure", url), &secrets, |timeout| {
+            let timeout_key = AzureConfigKey::Client(ClientConfigKey::Timeout);
+            b.clone().with_config(timeout_key, timeout).build()
+        })?;
         let location = parsed.location(Service::Azure);
         let description = match (emulator, &endpoint, &account) {
             (true, Some(ep), _) => format!("{location} (Azurite {})", strip_userinfo(ep)),
@@ -175,14 +160,8 @@ impl AzureStore {
             (_, None, Some(a)) => format!("{location} (account {a})"),
             _ => location,
         };
-        Ok(CloudStore::new(
-            Service::Azure,
-            clients,
-            parsed,
-            &description,
-            secrets,
-            None,
-        ))
+        let store = CloudStore::single_part(Service::Azure, clients, parsed, &description, secrets);
+        Ok(store)
     }
 }
 
@@ -190,15 +169,6 @@ impl AzureStore {
 mod tests {
     use super::*;
     use crate::ObjectStore as _;
-
-    #[test]
-    fn parses_az_urls() {
-        let u = parse_url("az://vols/a/b").expect("az");
-        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("vols", "a/b/"));
-        for bad in ["az://", "az://c?x=1", "az://k@c/x", "gs://c"] {
-            assert!(parse_url(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn credentials_are_required_unless_asked_for_the_chain() {

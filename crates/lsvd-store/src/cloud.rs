@@ -109,6 +109,33 @@ impl ClientSettings {
     }
 }
 
+impl ClientSettings {
+    /// A store's two clients (see [`CloudStore::new`]): `build` given the bulk timeout,
+    /// then the request timeout, as configuration strings. A client that does not
+    /// build is an error naming the `store` service and its `url`, scrubbed of
+    /// `secrets`.
+    pub(crate) fn build_clients<C>(
+        &self,
+        (store, url): (&str, &str),
+        secrets: &[String],
+        build: impl Fn(String) -> object_store::Result<C>,
+    ) -> Result<(C, C)> {
+        let client = |timeout| {
+            build(duration_str(timeout)).map_err(|e| {
+                let message = format!("cannot configure {store} store for {url}: {e}");
+                Error::bad_input(scrub(&message, secrets))
+            })
+        };
+        Ok((client(self.bulk_timeout)?, client(self.request_timeout)?))
+    }
+}
+
+/// True for an `http://` endpoint (a local emulator), which the client must be told
+/// to allow.
+pub(crate) fn is_plain_http(endpoint: Option<&str>) -> bool {
+    endpoint.is_some_and(|u| u.to_ascii_lowercase().starts_with("http://"))
+}
+
 /// A duration as `object_store`'s configuration strings want it.
 pub(crate) fn duration_str(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
@@ -226,6 +253,17 @@ const CONFLICT_ATTEMPTS: u32 = 6;
 impl<C: OsObjectStore + PaginatedListStore> CloudStore<C> {
     /// A store over `bulk` and `small` (the same service with the bulk and the request
     /// timeout). `description` is scrubbed of `secrets` here.
+    /// [`new`](Self::new) for a service without multipart uploads (Azure, GCS).
+    pub(crate) fn single_part(
+        service: Service,
+        clients: (C, C),
+        url: CloudUrl,
+        description: &str,
+        secrets: Vec<String>,
+    ) -> Self {
+        Self::new(service, clients, url, description, secrets, None)
+    }
+
     pub(crate) fn new(
         service: Service,
         clients: (C, C),
@@ -498,6 +536,39 @@ impl<C: OsObjectStore + PaginatedListStore> ObjectStore for CloudStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each service's URLs: the bucket and prefix read, the malformed ones refused
+    /// (a failure names the URL).
+    #[test]
+    fn parses_azure_and_gcs_urls() {
+        type Case = (
+            fn(&str) -> Result<CloudUrl>,
+            &'static str,
+            (&'static str, &'static str),
+            [&'static str; 4],
+        );
+        let cases: [Case; 2] = [
+            (
+                crate::azure::parse_url,
+                "az://vols/a/b",
+                ("vols", "a/b/"),
+                ["az://", "az://c?x=1", "az://k@c/x", "gs://c"],
+            ),
+            (
+                crate::gcs::parse_url,
+                "gs://bkt/vols/",
+                ("bkt", "vols/"),
+                ["gs://", "gs://b?x=1", "gs://k@b/x", "s3://b"],
+            ),
+        ];
+        for (parse, url, want, bad) in cases {
+            let u = parse(url).expect(url);
+            assert_eq!((u.bucket.as_str(), u.prefix.as_str()), want, "{url}");
+            for bad in bad {
+                assert!(parse(bad).is_err(), "{bad}");
+            }
+        }
+    }
 
     #[test]
     fn parses_urls() {

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::layer::{Call, Layer, Layered, Next};
+use super::layer::{Call, CallFuture, Layer, Layered, Next};
 use super::{BoxFuture, DynStore, StoreResult};
 use crate::clock::SharedClock;
 use lsvd_core::error::{Error, ErrorKind};
@@ -419,10 +419,11 @@ impl Faulty {
         }
     }
 
-    fn killed_err(what: &str, key: &str) -> Error {
+    /// The error of a call on a store whose client is gone; `what` names the call.
+    fn killed_err(what: &str) -> Error {
         Error::new(
             ErrorKind::Transient,
-            format!("{what} {key}: store client is gone (simulated crash)"),
+            format!("{what}: store client is gone (simulated crash)"),
         )
     }
 
@@ -433,14 +434,11 @@ impl Faulty {
         op: Ops,
         what: String,
         mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+    ) -> CallFuture<'a, T> {
         Box::pin(async move {
             self.sleep(self.faults.delay(op)).await;
             if self.is_killed() {
-                return Err(Error::new(
-                    ErrorKind::Transient,
-                    format!("{what}: store client is gone (simulated crash)"),
-                ));
+                return Err(Self::killed_err(&what));
             }
             if let Some(e) = self.faults.failure(op, &what) {
                 return Err(e);
@@ -454,21 +452,12 @@ impl Faulty {
         &'a self,
         op: Ops,
         key: String,
-        mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+        next: Next<'a, T>,
+    ) -> CallFuture<'a, T> {
         Box::pin(async move {
-            self.sleep(Duration::from_millis(
-                self.get_delay_ms.load(Ordering::SeqCst),
-            ))
-            .await;
-            self.sleep(self.faults.delay(op)).await;
-            if self.is_killed() {
-                return Err(Self::killed_err("getting", &key));
-            }
-            if let Some(e) = self.faults.failure(op, &format!("get {key}")) {
-                return Err(e);
-            }
-            next().await
+            let get_delay_ms = self.get_delay_ms.load(Ordering::SeqCst);
+            self.sleep(Duration::from_millis(get_delay_ms)).await;
+            self.switched(op, format!("get {key}"), next).await
         })
     }
 
@@ -489,7 +478,7 @@ impl Faulty {
                 .await;
             if self.is_killed() {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                return Err(Self::killed_err("putting", &key));
+                return Err(Self::killed_err(&format!("putting {key}")));
             }
             // The outage is judged when the request reaches the store, after the delay.
             if fail || self.outage.load(Ordering::SeqCst) {
@@ -522,11 +511,7 @@ fn failed<'a, T: Send + 'a>(e: Error) -> BoxFuture<'a, StoreResult<T>> {
 }
 
 impl Layer for Faulty {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, mut next: Next<'a, T>) -> CallFuture<'a, T> {
         match call {
             Call::Put { key, .. } => self.faulty_put(key, next),
             Call::Get { key } => self.faulty_read(Ops::GET, key, next),
@@ -540,7 +525,7 @@ impl Layer for Faulty {
             Call::Delete { key } => {
                 self.mutation();
                 if self.is_killed() {
-                    return failed(Self::killed_err("deleting", &key));
+                    return failed(Self::killed_err(&format!("deleting {key}")));
                 }
                 if self.deletes_failing.load(Ordering::SeqCst) {
                     return failed(Error::new(
@@ -552,7 +537,7 @@ impl Layer for Faulty {
             }
             Call::GetRangeCopies { key, .. } => {
                 if self.is_killed() {
-                    return failed(Self::killed_err("reading copies of", &key));
+                    return failed(Self::killed_err(&format!("reading copies of {key}")));
                 }
                 self.switched(Ops::GET_RANGE, format!("get copies of {key}"), next)
             }
@@ -560,14 +545,14 @@ impl Layer for Faulty {
                 // A write: nothing reaches the store after a simulated crash.
                 self.mutation();
                 if self.is_killed() {
-                    return failed(Self::killed_err("repairing", &key));
+                    return failed(Self::killed_err(&format!("repairing {key}")));
                 }
                 self.switched(Ops::PUT, format!("repair {key}"), next)
             }
             Call::CopiesOf { .. } => next(),
             Call::GetCopy { key, copy } => {
                 if self.is_killed() {
-                    return failed(Self::killed_err("reading a copy of", &key));
+                    return failed(Self::killed_err(&format!("reading a copy of {key}")));
                 }
                 self.switched(Ops::GET, format!("get copy {copy} of {key}"), next)
             }
@@ -641,16 +626,21 @@ mod tests {
         });
     }
 
+    /// A memory store holding "k" = "v".
+    async fn seeded_mem() -> MemStore {
+        let mem = MemStore::new();
+        let seed = mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite);
+        seed.await.expect("seed");
+        mem
+    }
+
     /// Every operation, one at a time, failed by every switched fault: the call
     /// fails with the class the real store gives, nothing reaches the inner store, the
     /// other operations pass, and healing lets the operation through again.
     #[test]
     fn switched_faults_fail_each_operation_with_its_class() {
         rt().block_on(async {
-            let mem = MemStore::new();
-            mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
-                .await
-                .expect("seed");
+            let mem = seeded_mem().await;
             let f = FaultyStore::new(Arc::new(mem.clone()), FaultPlan::default(), 1);
             let faults = f.faults().clone();
             let cases = [
@@ -712,10 +702,7 @@ mod tests {
     #[test]
     fn a_few_failures_then_through_under_the_retry_layer() {
         rt().block_on(async {
-            let mem = MemStore::new();
-            mem.put("k", Bytes::from_static(b"v"), PutMode::Overwrite)
-                .await
-                .expect("seed");
+            let mem = seeded_mem().await;
             let faulty = Arc::new(FaultyStore::new(Arc::new(mem), FaultPlan::default(), 1));
             let policy = RetryPolicy {
                 initial_backoff: Duration::ZERO,

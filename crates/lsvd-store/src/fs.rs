@@ -458,7 +458,7 @@ impl ObjectStore for FsStore {
 mod tests {
     use super::*;
     use crate::direct_buf::DirectBuf;
-    use crate::testutil::TempDir;
+    use crate::testutil::{TempDir, assert_deleted_twice, list_keys};
 
     /// Found by the crash oracle (`store_faults`, seed 0xec1e2e1e84be58ee): a listing
     /// failed with "stat ...: No such file or directory" because a checkpoint was
@@ -674,32 +674,9 @@ mod tests {
         s.put("w/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
             .await
             .expect("put");
-        let keys: Vec<String> = s
-            .list("v/")
-            .await
-            .expect("list")
-            .into_iter()
-            .map(|e| e.key)
-            .collect();
-        assert_eq!(keys, vec!["v/meta", "v/obj/0001.d"]);
-        let keys: Vec<String> = s
-            .list("v/obj/")
-            .await
-            .expect("list")
-            .into_iter()
-            .map(|e| e.key)
-            .collect();
-        assert_eq!(keys, vec!["v/obj/0001.d"]);
-        s.delete("v/obj/0001.d").await.expect("delete");
-        s.delete("v/obj/0001.d")
-            .await
-            .expect("delete missing is ok");
-        assert!(
-            s.get("v/obj/0001.d")
-                .await
-                .expect_err("gone")
-                .is_not_found()
-        );
+        assert_eq!(list_keys(&s, "v/").await, vec!["v/meta", "v/obj/0001.d"]);
+        assert_eq!(list_keys(&s, "v/obj/").await, vec!["v/obj/0001.d"]);
+        assert_deleted_twice(&s, "v/obj/0001.d").await;
         assert!(
             s.put("../escape", Bytes::new(), PutMode::Overwrite)
                 .await

@@ -33,8 +33,10 @@ use object_store::ClientConfigKey;
 use object_store::gcp::{GoogleCloudStorage, GoogleCloudStorageBuilder, GoogleConfigKey};
 
 use super::DynStore;
-use super::cloud::{ClientSettings, CloudStore, CloudUrl, Service, duration_str, env_nonempty};
-use super::cloud_errors::{scrub, strip_userinfo};
+use super::cloud::{
+    ClientSettings, CloudStore, CloudUrl, Service, duration_str, env_nonempty, is_plain_http,
+};
+use super::cloud_errors::strip_userinfo;
 use super::retry::{RetryPolicy, RetryStore};
 use lsvd_core::error::{Error, Result};
 
@@ -110,10 +112,7 @@ impl GcsStore {
         let base_url = b
             .get_config_value(&GoogleConfigKey::BaseUrl)
             .or_else(|| key_json.as_deref().and_then(base_url_in_key));
-        if base_url
-            .as_deref()
-            .is_some_and(|u| u.to_ascii_lowercase().starts_with("http://"))
-        {
+        if is_plain_http(base_url.as_deref()) {
             b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "true");
         }
         b = b
@@ -123,13 +122,13 @@ impl GcsStore {
             )
             .with_retry(settings.retry_config());
 
-        let mut secrets = Vec::new();
-        for key in [
+        let mut secrets: Vec<String> = [
             GoogleConfigKey::ServiceAccountKey,
             GoogleConfigKey::BearerToken,
-        ] {
-            secrets.extend(b.get_config_value(&key));
-        }
+        ]
+        .iter()
+        .filter_map(|key| b.get_config_value(key))
+        .collect();
         if let Some(v) = key_json
             .as_deref()
             .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
@@ -137,37 +136,17 @@ impl GcsStore {
         {
             secrets.push(pk.to_string());
         }
-        let build = |timeout| -> Result<GoogleCloudStorage> {
-            b.clone()
-                .with_config(
-                    GoogleConfigKey::Client(ClientConfigKey::Timeout),
-                    duration_str(timeout),
-                )
-                .build()
-                .map_err(|e| {
-                    Error::bad_input(scrub(
-                        &format!("cannot configure GCS store for {url}: {e}"),
-                        &secrets,
-                    ))
-                })
-        };
-        let clients = (
-            build(settings.bulk_timeout)?,
-            build(settings.request_timeout)?,
-        );
+        let clients = settings.build_clients(("GCS", url), &secrets, |timeout| {
+            let timeout_key = GoogleConfigKey::Client(ClientConfigKey::Timeout);
+            b.clone().with_config(timeout_key, timeout).build()
+        })?;
         let location = parsed.location(Service::Gcs);
         let description = match &base_url {
             Some(u) => format!("{location} (endpoint {})", strip_userinfo(u)),
             None => location,
         };
-        Ok(CloudStore::new(
-            Service::Gcs,
-            clients,
-            parsed,
-            &description,
-            secrets,
-            None,
-        ))
+        let store = CloudStore::single_part(Service::Gcs, clients, parsed, &description, secrets);
+        Ok(store)
     }
 }
 
@@ -175,15 +154,6 @@ impl GcsStore {
 mod tests {
     use super::*;
     use crate::ObjectStore as _;
-
-    #[test]
-    fn parses_gs_urls() {
-        let u = parse_url("gs://bkt/vols/").expect("gs");
-        assert_eq!((u.bucket.as_str(), u.prefix.as_str()), ("bkt", "vols/"));
-        for bad in ["gs://", "gs://b?x=1", "gs://k@b/x", "s3://b"] {
-            assert!(parse_url(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn finds_the_base_url_in_a_key() {
@@ -218,13 +188,12 @@ mod tests {
             )
             .with_config(GoogleConfigKey::BaseUrl, "http://127.0.0.1:1")
             .with_config(GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "true");
-        let s = CloudStore::new(
+        let s = CloudStore::single_part(
             Service::Gcs,
             (b.clone().build().expect("build"), b.build().expect("build")),
             parse_url("gs://bkt/p").expect("url"),
             "gs://bkt/p (endpoint http://127.0.0.1:1) pk-very-secret",
             vec!["pk-very-secret".into()],
-            None,
         );
         assert_eq!(
             s.describe(),

@@ -87,17 +87,16 @@ impl Call {
     }
 }
 
+/// A call's result, to come: what a layer answers and what [`Next`] starts.
+pub type CallFuture<'a, T> = BoxFuture<'a, StoreResult<T>>;
+
 /// Starts the call on the inner store; a layer may run it more than once.
-pub type Next<'a, T> = Box<dyn FnMut() -> BoxFuture<'a, StoreResult<T>> + Send + 'a>;
+pub type Next<'a, T> = Box<dyn FnMut() -> CallFuture<'a, T> + Send + 'a>;
 
 /// What a decorator does around each call on the store it wraps.
 pub trait Layer: Send + Sync + 'static {
     /// Answer `call`, with `next` starting it on the inner store.
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>>;
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, next: Next<'a, T>) -> CallFuture<'a, T>;
 
     /// The decorated store's description, given the inner store's.
     fn describe(&self, inner: String) -> String {
@@ -135,6 +134,41 @@ impl<L: Layer> Layered<L> {
     }
 }
 
+impl<L: Layer> Layered<L> {
+    /// `call` through the layer; each time the layer starts it, `start` runs it on the
+    /// inner store with the call's key (or prefix).
+    fn around_keyed<'a, T: Send + 'a>(
+        &'a self,
+        call: Call,
+        key: &str,
+        mut start: impl FnMut(&'a DynStore, &str) -> CallFuture<'a, T> + Send + 'a,
+    ) -> CallFuture<'a, T> {
+        let (inner, key) = (&self.inner, key.to_string());
+        self.layer
+            .around(call, Box::new(move || start(inner, &key)))
+    }
+}
+
+impl<L: Layer> Layered<L> {
+    /// A ranged GET through the layer: for the read path, or for `background` work.
+    fn ranged_get(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        background: bool,
+    ) -> CallFuture<'_, Vec<u8>> {
+        let call = Call::GetRange {
+            key: key.into(),
+            range: range.clone(),
+            background,
+        };
+        self.around_keyed(call, key, move |inner, key| match background {
+            false => inner.get_range(key, range.clone()),
+            true => inner.get_range_background(key, range.clone()),
+        })
+    }
+}
+
 impl<L> Deref for Layered<L> {
     type Target = L;
     fn deref(&self) -> &L {
@@ -164,51 +198,28 @@ impl<L: Layer> ObjectStore for Layered<L> {
         self.layer.around(call, Box::new(next))
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let call = Call::Get {
-            key: key.to_string(),
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        self.layer.around(call, Box::new(move || inner.get(&key)))
+        let call = Call::Get { key: key.into() };
+        self.around_keyed(call, key, |inner, key| inner.get(key))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let call = Call::GetRange {
-            key: key.to_string(),
-            range: range.clone(),
-            background: false,
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        let next = move || inner.get_range(&key, range.clone());
-        self.layer.around(call, Box::new(next))
+        self.ranged_get(key, range, false)
     }
     fn get_range_background(
         &self,
         key: &str,
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let call = Call::GetRange {
-            key: key.to_string(),
-            range: range.clone(),
-            background: true,
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        let next = move || inner.get_range_background(&key, range.clone());
-        self.layer.around(call, Box::new(next))
+        self.ranged_get(key, range, true)
     }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
         let call = Call::List {
-            prefix: prefix.to_string(),
+            prefix: prefix.into(),
         };
-        let (inner, prefix) = (&self.inner, prefix.to_string());
-        self.layer
-            .around(call, Box::new(move || inner.list(&prefix)))
+        self.around_keyed(call, prefix, |inner, prefix| inner.list(prefix))
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        let call = Call::Delete {
-            key: key.to_string(),
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        self.layer
-            .around(call, Box::new(move || inner.delete(&key)))
+        let call = Call::Delete { key: key.into() };
+        self.around_keyed(call, key, |inner, key| inner.delete(key))
     }
     fn describe(&self) -> String {
         self.layer.describe(self.inner.describe())
@@ -228,37 +239,29 @@ impl<L: Layer> ObjectStore for Layered<L> {
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<CopyBytes>>> {
         let call = Call::GetRangeCopies {
-            key: key.to_string(),
+            key: key.into(),
             range: range.clone(),
         };
-        let (inner, key) = (&self.inner, key.to_string());
-        let next = move || inner.get_range_copies(&key, range.clone());
-        self.layer.around(call, Box::new(next))
+        self.around_keyed(call, key, move |inner, key| {
+            inner.get_range_copies(key, range.clone())
+        })
     }
     fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
-        let call = Call::RepairCopies {
-            key: key.to_string(),
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        let next = move || inner.repair_copies(&key, good.clone());
-        self.layer.around(call, Box::new(next))
+        let call = Call::RepairCopies { key: key.into() };
+        self.around_keyed(call, key, move |inner, key| {
+            inner.repair_copies(key, good.clone())
+        })
     }
     fn copies_of(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<String>>> {
-        let call = Call::CopiesOf {
-            key: key.to_string(),
-        };
-        let (inner, key) = (&self.inner, key.to_string());
-        self.layer
-            .around(call, Box::new(move || inner.copies_of(&key)))
+        let call = Call::CopiesOf { key: key.into() };
+        self.around_keyed(call, key, |inner, key| inner.copies_of(key))
     }
     fn get_copy(&self, key: &str, copy: usize) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
         let call = Call::GetCopy {
-            key: key.to_string(),
+            key: key.into(),
             copy,
         };
-        let (inner, key) = (&self.inner, key.to_string());
-        self.layer
-            .around(call, Box::new(move || inner.get_copy(&key, copy)))
+        self.around_keyed(call, key, move |inner, key| inner.get_copy(key, copy))
     }
 }
 
@@ -278,7 +281,7 @@ mod tests {
             &'a self,
             call: Call,
             mut next: Next<'a, T>,
-        ) -> BoxFuture<'a, StoreResult<T>> {
+        ) -> CallFuture<'a, T> {
             self.0.lock().expect("recorder lock").push(call);
             next()
         }

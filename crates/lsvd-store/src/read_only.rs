@@ -9,8 +9,8 @@
 //! rule hold for every store, whatever a command's code path calls: a put, a delete
 //! or a copy repair is refused with `ReadOnly` instead of reaching the store.
 
-use super::layer::{Call, Layer, Layered, Next};
-use super::{BoxFuture, DynStore, StoreResult};
+use super::DynStore;
+use super::layer::{Call, CallFuture, Layer, Layered, Next};
 use lsvd_core::error::{Error, ErrorKind};
 
 /// The read-only rule, as a [`Layer`]: reads pass, writes are refused.
@@ -30,11 +30,7 @@ impl Layered<ReadOnly> {
 }
 
 impl Layer for ReadOnly {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, mut next: Next<'a, T>) -> CallFuture<'a, T> {
         if !call.writes() {
             return next();
         }

@@ -43,8 +43,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use super::layer::{Call, Layer, Layered, Next};
-use super::{BoxFuture, DynStore, PutMode, StoreResult};
+use super::layer::{Call, CallFuture, Layer, Layered, Next};
+use super::{DynStore, PutMode, StoreResult};
 use crate::clock::SharedClock;
 use lsvd_core::error::{Error, ErrorKind};
 
@@ -384,11 +384,7 @@ impl Retry {
 }
 
 impl Layer for Retry {
-    fn around<'a, T: Send + 'a>(
-        &'a self,
-        call: Call,
-        mut next: Next<'a, T>,
-    ) -> BoxFuture<'a, StoreResult<T>> {
+    fn around<'a, T: Send + 'a>(&'a self, call: Call, mut next: Next<'a, T>) -> CallFuture<'a, T> {
         // A put-if-absent is never retried: a retry after a lost reply would find its
         // own object and answer `AlreadyExists`; its caller decides. An overwrite (a
         // put, a copy repair) is retried only as the policy's `put_attempts` say.
@@ -412,6 +408,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::BoxFuture;
     use crate::clock::{Clock as _, ManualClock};
     use crate::mem::MemStore;
     use crate::{ListEntry, ObjectStore, StoreError};
@@ -435,6 +432,13 @@ mod tests {
                 kind,
                 calls: AtomicU32::new(0),
                 hang: false,
+            }
+        }
+        /// A store whose calls never answer.
+        fn hanging() -> Self {
+            Flaky {
+                hang: true,
+                ..Flaky::new(0, ErrorKind::Transient)
             }
         }
         fn gate(&self) -> Option<StoreError> {
@@ -500,6 +504,14 @@ mod tests {
 
     /// Run `fut` to the end with `clock` moved on by `step` whenever something sleeps
     /// on it (and nothing else can run): time passes only as the test says.
+    /// A retry store over `inner` with jitter seeded by `SEED`, on a manual clock.
+    fn on_manual(inner: DynStore, policy: RetryPolicy) -> (RetryStore, Arc<ManualClock>) {
+        let clock = ManualClock::new();
+        let store =
+            RetryStore::with_seed(inner, policy, SEED).with_clock(SharedClock(clock.clone()));
+        (store, clock)
+    }
+
     async fn on_manual_clock<T>(
         clock: &ManualClock,
         step: Duration,
@@ -643,18 +655,14 @@ mod tests {
     /// passes), and counts as a transient failure.
     #[tokio::test]
     async fn attempts_have_a_deadline() {
-        let mut flaky = Flaky::new(0, ErrorKind::Transient);
-        flaky.hang = true;
-        let flaky = Arc::new(flaky);
+        let flaky = Arc::new(Flaky::hanging());
         let policy = RetryPolicy {
             attempts: 2,
             attempt_timeout: Duration::from_secs(30),
             deadline: Duration::from_secs(600),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(flaky.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(flaky.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(500), s.get("k"))
             .await
             .expect_err("hangs");
@@ -679,9 +687,7 @@ mod tests {
             deadline: Duration::from_secs(3),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(flaky.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(flaky.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(10), s.list(""))
             .await
             .expect_err("always failing");
@@ -693,17 +699,13 @@ mod tests {
 
         // Hanging: the one attempt gets the whole deadline (shorter than its timeout)
         // and no retry follows.
-        let mut hanging = Flaky::new(0, ErrorKind::Transient);
-        hanging.hang = true;
-        let hanging = Arc::new(hanging);
+        let hanging = Arc::new(Flaky::hanging());
         let policy = RetryPolicy {
             attempt_timeout: Duration::from_secs(120),
             deadline: Duration::from_secs(2),
             ..fast()
         };
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(hanging.clone(), policy, SEED)
-            .with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(hanging.clone(), policy);
         let e = on_manual_clock(&clock, Duration::from_millis(100), s.get("k"))
             .await
             .expect_err("hangs");
@@ -718,8 +720,7 @@ mod tests {
     #[tokio::test]
     async fn put_if_absent_is_tried_once_within_the_timeout() {
         let hanging = Arc::new(Hangs);
-        let clock = ManualClock::new();
-        let s = RetryStore::with_seed(hanging, fast(), SEED).with_clock(SharedClock(clock.clone()));
+        let (s, clock) = on_manual(hanging, fast());
         let e = on_manual_clock(
             &clock,
             Duration::from_millis(50),

@@ -69,6 +69,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use super::DynStore;
 use super::cloud::{
     ClientSettings, CloudStore, CloudUrl, Multipart, Service, duration_str, env_nonempty,
+    is_plain_http,
 };
 use super::cloud_errors::{scrub, strip_userinfo};
 use super::retry::{RetryPolicy, RetryStore};
@@ -251,9 +252,7 @@ impl S3Store {
             }
             None => {}
         }
-        let is_http = endpoint
-            .as_deref()
-            .is_some_and(|e| e.to_ascii_lowercase().starts_with("http://"));
+        let is_http = is_plain_http(endpoint.as_deref());
         match settings.allow_http {
             Some(v) => b = b.with_allow_http(v),
             None if is_http => b = b.with_allow_http(true),

@@ -1,7 +1,22 @@
-//! Helpers for unit tests: self-cleaning temporary directories.
+//! Helpers for unit tests: self-cleaning temporary directories, listing a store's
+//! keys, checking deletes.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The keys `store` lists under `prefix`, in its order.
+pub async fn list_keys(store: &dyn crate::ObjectStore, prefix: &str) -> Vec<String> {
+    let entries = store.list(prefix).await.expect("list");
+    entries.into_iter().map(|e| e.key).collect()
+}
+
+/// Deletes `key` twice (deleting what is missing succeeds too) and asserts it is gone.
+pub async fn assert_deleted_twice(store: &dyn crate::ObjectStore, key: &str) {
+    store.delete(key).await.expect("delete");
+    store.delete(key).await.expect("delete missing is ok");
+    let gone = store.get(key).await.expect_err("gone");
+    assert!(gone.is_not_found(), "{key}: {gone}");
+}
 
 pub struct TempDir(PathBuf);
 
@@ -82,7 +97,7 @@ impl crate::layer::Layer for Hook {
         &'a self,
         call: crate::layer::Call,
         mut next: crate::layer::Next<'a, T>,
-    ) -> crate::BoxFuture<'a, crate::StoreResult<T>> {
+    ) -> crate::layer::CallFuture<'a, T> {
         let hook = match &call {
             crate::layer::Call::Put { key, .. } => self.hook_for(HookOp::Put(key)),
             crate::layer::Call::List { prefix } => self.hook_for(HookOp::List(prefix)),

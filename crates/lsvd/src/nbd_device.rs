@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use lsvd_nbd::server::{MAX_REPLY_EXTENTS, NoticeLimiter};
 use lsvd_nbd::{
     AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
+    ZeroRequest,
 };
 use tokio::sync::Semaphore;
 
@@ -194,13 +195,13 @@ impl BlockDevice for NbdVolume {
         .await
     }
 
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
+        let ZeroRequest {
+            offset,
+            length,
+            fua,
+            no_hole,
+        } = request;
         let pieces = Arc::clone(&self.pieces);
         self.on_engine(move |volume| async move {
             if !no_hole {
@@ -290,7 +291,7 @@ impl BlockDevice for NbdVolume {
     /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
     /// the task path.
     fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
-        if let StartOp::WriteZeroes { no_hole: true, .. } = op {
+        if let StartOp::WriteZeroes(ZeroRequest { no_hole: true, .. }) = op {
             return Err((op, done));
         }
         let answer: lsvd_engine::Answer = Box::new(move |r: lsvd_core::error::Result<()>| {
@@ -306,12 +307,12 @@ impl BlockDevice for NbdVolume {
                 length,
                 fua,
             }
-            | StartOp::WriteZeroes {
+            | StartOp::WriteZeroes(ZeroRequest {
                 offset,
                 length,
                 fua,
                 ..
-            } => self
+            }) => self
                 .volume
                 .start_write_zeroes(offset, u64::from(length), fua, answer),
         }
@@ -473,9 +474,14 @@ mod tests {
         let data: Vec<u8> = (0..4 * MIB).map(|i| (i % 251) as u8).collect();
         dev.write(MIB, data.clone(), false).await.expect("write");
         let (at, len) = (MIB + 4096, 2 * MIB + MIB / 2);
-        dev.write_zeroes(at, len as u32, true, true)
-            .await
-            .expect("zero");
+        dev.write_zeroes(ZeroRequest {
+            offset: at,
+            length: len as u32,
+            fua: true,
+            no_hole: true,
+        })
+        .await
+        .expect("zero");
         let got = dev.read(MIB, 4 * MIB as u32).await.expect("read");
         let mut want = data;
         want[4096..4096 + len as usize].fill(0);

@@ -112,12 +112,7 @@ pub enum StartOp {
         length: u32,
         fua: bool,
     },
-    WriteZeroes {
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    },
+    WriteZeroes(crate::ZeroRequest),
 }
 
 /// The answer to one request a device took with [`crate::BlockDevice::start`]: call

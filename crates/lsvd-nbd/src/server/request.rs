@@ -4,9 +4,9 @@
 //! context — is unit-tested directly; the device then only ever sees requests that satisfy
 //! the contract documented on [`crate::BlockDevice`].
 
-use crate::BlockSizes;
 use crate::proto::consts::*;
 use crate::proto::transmission::{Command, RequestHeader};
+use crate::{BlockSizes, ZeroRequest};
 
 use super::{MAX_PAYLOAD_BYTES, RefusalReason};
 
@@ -45,12 +45,7 @@ pub(crate) enum Op {
         offset: u64,
         length: u32,
     },
-    WriteZeroes {
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    },
+    WriteZeroes(ZeroRequest),
     BlockStatus {
         offset: u64,
         length: u32,
@@ -171,12 +166,12 @@ pub(crate) fn validate(hdr: &RequestHeader, p: &ExportParams) -> Result<Op, Reje
             fua,
         },
         Command::Cache => Op::Cache { offset, length },
-        Command::WriteZeroes => Op::WriteZeroes {
+        Command::WriteZeroes => Op::WriteZeroes(ZeroRequest {
             offset,
             length,
             fua,
             no_hole: hdr.flags & CMD_FLAG_NO_HOLE != 0,
-        },
+        }),
         Command::BlockStatus => {
             if length == 0 {
                 return Err(reject(EINVAL, "block status of an empty range"));
@@ -268,12 +263,12 @@ mod tests {
                 ),
                 &p
             ),
-            Ok(Op::WriteZeroes {
+            Ok(Op::WriteZeroes(ZeroRequest {
                 offset: 0,
                 length: 1 << 20,
                 fua: true,
                 no_hole: true
-            })
+            }))
         );
         assert_eq!(
             validate(&hdr(Command::BlockStatus, CMD_FLAG_REQ_ONE, 0, 1 << 20), &p),

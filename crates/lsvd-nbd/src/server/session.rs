@@ -44,7 +44,7 @@ use super::{
 };
 use crate::proto::consts::*;
 use crate::proto::transmission::*;
-use crate::{AllocationExtent, BlockDevice, STATE_HOLE, STATE_ZERO};
+use crate::{AllocationExtent, BlockDevice, STATE_HOLE, STATE_ZERO, ZeroRequest};
 
 /// Why the reader stopped.
 enum End {
@@ -705,19 +705,14 @@ async fn execute<D: BlockDevice>(
         Op::Flush => device.flush().await,
         Op::Trim { length: 0, .. }
         | Op::Cache { length: 0, .. }
-        | Op::WriteZeroes { length: 0, .. } => Ok(()),
+        | Op::WriteZeroes(ZeroRequest { length: 0, .. }) => Ok(()),
         Op::Trim {
             offset,
             length,
             fua,
         } => device.trim(offset, length, fua).await,
         Op::Cache { offset, length } => device.cache(offset, length).await,
-        Op::WriteZeroes {
-            offset,
-            length,
-            fua,
-            no_hole,
-        } => device.write_zeroes(offset, length, fua, no_hole).await,
+        Op::WriteZeroes(request) => device.write_zeroes(request).await,
     };
     result_reply(cookie, structured, &result)
 }
@@ -741,17 +736,7 @@ fn startable(op: Op, payload: Vec<u8>) -> Result<StartOp, (Op, Vec<u8>)> {
             length,
             fua,
         }),
-        Op::WriteZeroes {
-            offset,
-            length,
-            fua,
-            no_hole,
-        } if length > 0 => Ok(StartOp::WriteZeroes {
-            offset,
-            length,
-            fua,
-            no_hole,
-        }),
+        Op::WriteZeroes(request) if request.length > 0 => Ok(StartOp::WriteZeroes(request)),
         op => Err((op, payload)),
     }
 }
@@ -773,20 +758,7 @@ fn unstart(start: StartOp) -> (Op, Vec<u8>) {
             },
             Vec::new(),
         ),
-        StartOp::WriteZeroes {
-            offset,
-            length,
-            fua,
-            no_hole,
-        } => (
-            Op::WriteZeroes {
-                offset,
-                length,
-                fua,
-                no_hole,
-            },
-            Vec::new(),
-        ),
+        StartOp::WriteZeroes(request) => (Op::WriteZeroes(request), Vec::new()),
     }
 }
 
@@ -839,7 +811,7 @@ fn clamp_extents(
 /// send answers decided before the pause once it runs again.
 async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
     mut rx: mpsc::Receiver<Reply>,
-    mut writer: W,
+    writer: W,
     stall_limit: Option<Duration>,
     stats: Arc<ConnectionStats>,
     (device, structured): (Arc<D>, bool),
@@ -854,44 +826,27 @@ async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
             stall_limit.unwrap_or_default().as_millis()
         )
     };
-    let mut batch: Vec<u8> = Vec::with_capacity(BATCH_BYTES);
-    // The replies in `batch` (their budgets are released once it is sent).
-    let mut held: Vec<Reply> = Vec::new();
+    let mut out = ReplyBatch {
+        writer,
+        batch: Vec::with_capacity(BATCH_BYTES),
+        held: Vec::new(),
+        device: &*device,
+        structured,
+        stall_limit,
+        stalled,
+    };
     let mut next = rx.recv().await;
     while let Some(reply) = next {
         if reply.data.len() > BATCH_BYTES {
             // Large data: what is batched first, then this reply on its own.
-            send_batch(
-                &mut writer,
-                &mut batch,
-                &mut held,
-                &*device,
-                structured,
-                stall_limit,
-                &stalled,
-            )
-            .await?;
-            let reply = match device.answerable().await {
-                Ok(()) => reply,
-                Err(e) => super::reply::refused(&reply, structured, &e),
-            };
-            within(stall_limit, writer.write_all(&reply.header), &stalled).await?;
-            within(stall_limit, writer.write_all(&reply.data), &stalled).await?;
+            out.send().await?;
+            out.send_alone(reply).await?;
         } else {
-            batch.extend_from_slice(&reply.header);
-            batch.extend_from_slice(&reply.data);
-            held.push(reply);
-            if batch.len() >= BATCH_BYTES {
-                send_batch(
-                    &mut writer,
-                    &mut batch,
-                    &mut held,
-                    &*device,
-                    structured,
-                    stall_limit,
-                    &stalled,
-                )
-                .await?;
+            out.batch.extend_from_slice(&reply.header);
+            out.batch.extend_from_slice(&reply.data);
+            out.held.push(reply);
+            if out.batch.len() >= BATCH_BYTES {
+                out.send().await?;
             }
         }
         next = match rx.try_recv() {
@@ -903,63 +858,72 @@ async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
                     Ok(reply) => Some(reply),
                     Err(TryRecvError::Disconnected) => None,
                     Err(TryRecvError::Empty) => {
-                        send_batch(
-                            &mut writer,
-                            &mut batch,
-                            &mut held,
-                            &*device,
-                            structured,
-                            stall_limit,
-                            &stalled,
-                        )
-                        .await?;
-                        within(stall_limit, writer.flush(), &stalled).await?;
+                        out.send_and_flush().await?;
                         rx.recv().await
                     }
                 }
             }
         };
     }
-    send_batch(
-        &mut writer,
-        &mut batch,
-        &mut held,
-        &*device,
-        structured,
-        stall_limit,
-        &stalled,
-    )
-    .await?;
-    within(stall_limit, writer.flush(), &stalled).await?;
-    writer.shutdown().await
+    out.send_and_flush().await?;
+    out.writer.shutdown().await
 }
 
-/// Send the batched replies `held` (encoded in `batch`), or, if the device may not
-/// answer now, each of them as that error.
-#[allow(clippy::too_many_arguments)]
-async fn send_batch<W: AsyncWrite + Unpin, D: BlockDevice>(
-    writer: &mut W,
-    batch: &mut Vec<u8>,
-    held: &mut Vec<Reply>,
-    device: &D,
+/// The writer task's socket with the replies batched for it: `batch` holds the encoded
+/// `held` replies (their budgets are released once it is sent).
+struct ReplyBatch<'a, W, D, S> {
+    writer: W,
+    batch: Vec<u8>,
+    held: Vec<Reply>,
+    device: &'a D,
     structured: bool,
     stall_limit: Option<Duration>,
-    stalled: &impl Fn() -> String,
-) -> io::Result<()> {
-    if held.is_empty() {
-        return Ok(());
-    }
-    if let Err(e) = device.answerable().await {
-        batch.clear();
-        for reply in held.iter() {
-            let refused = super::reply::refused(reply, structured, &e);
-            batch.extend_from_slice(&refused.header);
+    /// Counts an idle timeout and says what happened.
+    stalled: S,
+}
+
+impl<W: AsyncWrite + Unpin, D: BlockDevice, S: Fn() -> String> ReplyBatch<'_, W, D, S> {
+    /// Send the batched replies, or, if the device may not answer now, each of them as
+    /// that error.
+    async fn send(&mut self) -> io::Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
         }
+        if let Err(e) = self.device.answerable().await {
+            self.batch.clear();
+            for reply in self.held.iter() {
+                let refused = super::reply::refused(reply, self.structured, &e);
+                self.batch.extend_from_slice(&refused.header);
+            }
+        }
+        within(
+            self.stall_limit,
+            self.writer.write_all(&self.batch),
+            &self.stalled,
+        )
+        .await?;
+        self.batch.clear();
+        self.held.clear();
+        Ok(())
     }
-    within(stall_limit, writer.write_all(batch), stalled).await?;
-    batch.clear();
-    held.clear();
-    Ok(())
+
+    /// Send `reply` on its own, without copying its data into the batch (which must be
+    /// empty).
+    async fn send_alone(&mut self, reply: Reply) -> io::Result<()> {
+        let reply = match self.device.answerable().await {
+            Ok(()) => reply,
+            Err(e) => super::reply::refused(&reply, self.structured, &e),
+        };
+        let (limit, stalled) = (self.stall_limit, &self.stalled);
+        within(limit, self.writer.write_all(&reply.header), stalled).await?;
+        within(limit, self.writer.write_all(&reply.data), stalled).await
+    }
+
+    /// Send the batch and flush the socket: nothing more is ready for now.
+    async fn send_and_flush(&mut self) -> io::Result<()> {
+        self.send().await?;
+        within(self.stall_limit, self.writer.flush(), &self.stalled).await
+    }
 }
 
 #[cfg(test)]

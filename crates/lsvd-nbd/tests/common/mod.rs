@@ -13,7 +13,7 @@ use lsvd_nbd::mem_device::MemDevice;
 use lsvd_nbd::proto::consts::*;
 use lsvd_nbd::proto::handshake::*;
 use lsvd_nbd::proto::transmission::*;
-use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server};
+use lsvd_nbd::{AllocationExtent, BlockDevice, BlockSizes, Export, Server, ZeroRequest};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -73,7 +73,7 @@ impl BlockDevice for TestDevice {
         if let Some((at, delay)) = self.slow_read
             && at == offset
         {
-            tokio::time::sleep(delay).await;
+            real_sleep(delay).await;
         }
         self.check()?;
         self.inner.read(offset, length).await
@@ -90,15 +90,9 @@ impl BlockDevice for TestDevice {
         self.check()?;
         self.inner.trim(offset, length, fua).await
     }
-    async fn write_zeroes(
-        &self,
-        offset: u64,
-        length: u32,
-        fua: bool,
-        no_hole: bool,
-    ) -> io::Result<()> {
+    async fn write_zeroes(&self, request: ZeroRequest) -> io::Result<()> {
         self.check()?;
-        self.inner.write_zeroes(offset, length, fua, no_hole).await
+        self.inner.write_zeroes(request).await
     }
     async fn block_status(&self, offset: u64, length: u32) -> io::Result<Vec<AllocationExtent>> {
         self.check()?;
@@ -142,6 +136,80 @@ pub fn connect<D: BlockDevice>(server: &Arc<Server<D>>) -> Conn {
         server,
         stop,
     }
+}
+
+/// Connects and sends the client's half of the handshake greeting.
+pub async fn connect_handshaken<D: BlockDevice>(server: &Arc<Server<D>>) -> Conn {
+    let mut conn = connect(server);
+    conn.client.handshake().await;
+    conn
+}
+
+impl Conn {
+    /// Asserts that the server closes the connection; returns how its session ended.
+    pub async fn closed(mut self) -> io::Result<()> {
+        assert!(
+            self.client.is_closed().await,
+            "the server closes the connection"
+        );
+        self.server.await.expect("no panic")
+    }
+}
+
+/// Writes `bytes` (garbage, mostly) and hangs up, reading whatever the server answers
+/// meanwhile; asserts the server's session ends within 5 s without a panic.
+pub async fn send_and_hang_up(conn: Conn, bytes: &[u8]) {
+    let (mut rd, mut wr) = tokio::io::split(conn.client.stream);
+    let drain = tokio::spawn(async move {
+        let mut sink = Vec::new();
+        let _ = rd.read_to_end(&mut sink).await;
+    });
+    let _ = wr.write_all(bytes).await;
+    let _ = wr.shutdown().await;
+    drop(wr);
+    let joined = tokio::time::timeout(Duration::from_secs(5), conn.server)
+        .await
+        .expect("server ended");
+    assert!(
+        !joined.is_err_and(|e| e.is_panic()),
+        "server panicked on {bytes:02x?}"
+    );
+    drain.abort();
+}
+
+/// A Unix socket path in a fresh temporary directory (removed by the caller).
+pub fn temp_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lsvd-nbd-{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let sock = dir.join("nbd.sock");
+    (dir, sock)
+}
+
+/// A xorshift64 generator from `seed`: reproducible random bytes for the tests that
+/// throw garbage at the server.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// An NBD_OPT_{LIST,SET}_META_CONTEXT payload asking `export` for `queries`.
+pub fn meta_context_request(export: &str, queries: &[&str]) -> Vec<u8> {
+    let mut data = Vec::new();
+    MetaContextRequest {
+        export_name: export.into(),
+        queries: queries.iter().map(|q| q.to_string()).collect(),
+    }
+    .encode(&mut data);
+    data
 }
 
 /// Connects and negotiates structured replies, `base:allocation` and GO on export "".
@@ -235,12 +303,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     pub async fn structured_and_meta(&mut self, export: &str) {
         let r = self.option(OPT_STRUCTURED_REPLY, &[]).await;
         assert_eq!(r, vec![(REP_ACK, vec![])]);
-        let mut data = Vec::new();
-        MetaContextRequest {
-            export_name: export.into(),
-            queries: vec!["base:allocation".into()],
-        }
-        .encode(&mut data);
+        let data = meta_context_request(export, &["base:allocation"]);
         let r = self.option(OPT_SET_META_CONTEXT, &data).await;
         assert_eq!(r.len(), 2);
         assert_eq!(
@@ -393,4 +456,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
             Ok(Ok(0)) | Ok(Err(_))
         )
     }
+}
+
+/// The one real wait of these tests: a slow device's delay and the polling below.
+async fn real_sleep(span: Duration) {
+    tokio::time::sleep(span).await;
+}
+
+/// Waits until `cond` holds, looking again every 10 ms; panics naming `what` if it
+/// does not hold within `limit` (keep it generous: CI machines are loaded).
+pub async fn wait_until(limit: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up after {limit:?} waiting for {what}"
+        );
+        real_sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks that `cond` holds all through the next `span`: a "nothing happens" check,
+/// which has to wait that long.
+pub async fn holds_for(span: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + span;
+    let limit = span + Duration::from_secs(60);
+    wait_until(limit, what, async || {
+        assert!(cond(), "{what}: no longer so");
+        std::time::Instant::now() >= end
+    })
+    .await;
 }

@@ -220,20 +220,9 @@ fn cli_report(args: &[&str]) -> super::report::GeckoReport {
 
 #[test]
 fn the_table_and_json_report_hits_only_with_a_cache() {
-    let common = [
-        "--layout",
-        "chain:2x2,stripe:2",
-        "--drive-size",
-        "32M",
-        "--seconds",
-        "0.2",
-        "--interval-ms",
-        "20",
-        "--write-fraction",
-        "0.5",
-        "--fill",
-        "0.05",
-    ];
+    let common = crate::tests::words(
+        "--layout chain:2x2,stripe:2 --drive-size 32M --seconds 0.2 --interval-ms 20 --write-fraction 0.5 --fill 0.05",
+    );
     let mut with = common.to_vec();
     with.extend_from_slice(&["--tail-cache", "1M"]);
     let r = cli_report(&with);

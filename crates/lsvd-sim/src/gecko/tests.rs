@@ -263,73 +263,41 @@ fn sim_err(args: &[&str]) -> lsvd_core::error::Error {
 
 #[test]
 fn bad_device_and_layout_strings_are_clear_errors() {
-    let cases: &[(&[&str], &str)] = &[
+    let cases: &[(&str, &str)] = &[
+        ("--layout chain:2 --device floppy", "expected hdd"),
+        ("--layout chain:2 --device hdd:rpm=fast", "not a number"),
+        ("--layout chain:2 --device hdd:rpm=0", "between"),
+        ("--layout chain:2 --device hdd:colour=red", "unknown key"),
+        ("--layout chain:2 --device hdd:seek_ms", "KEY=VALUE"),
+        ("--layout chain:2 --device hdd:short_seek_ms=2", "both"),
         (
-            &["--layout", "chain:2", "--device", "floppy"],
-            "expected hdd",
-        ),
-        (
-            &["--layout", "chain:2", "--device", "hdd:rpm=fast"],
-            "not a number",
-        ),
-        (&["--layout", "chain:2", "--device", "hdd:rpm=0"], "between"),
-        (
-            &["--layout", "chain:2", "--device", "hdd:colour=red"],
-            "unknown key",
-        ),
-        (
-            &["--layout", "chain:2", "--device", "hdd:seek_ms"],
-            "KEY=VALUE",
-        ),
-        (
-            &["--layout", "chain:2", "--device", "hdd:short_seek_ms=2"],
-            "both",
-        ),
-        (
-            &[
-                "--layout",
-                "chain:2",
-                "--device",
-                "hdd:short_seek_ms=9,full_seek_ms=2",
-            ],
+            "--layout chain:2 --device hdd:short_seek_ms=9,full_seek_ms=2",
             "must not exceed",
         ),
-        (&["--layout", "chain:2", "--device", "ssd:page=0"], "page"),
+        ("--layout chain:2 --device ssd:page=0", "page"),
+        ("--layout chain:2 --device ssd:channels=-1", "between"),
+        ("--layout chain:0", "between 1 and 64"),
+        ("--layout chain:x", "between 1 and 64"),
+        ("--layout stripe:", "between 1 and 64"),
+        ("--layout chain:2,lfs", "cannot be mixed"),
+        ("--layout chain:3x3", "x2"),
+        ("--layout chain:2 --tail-cache lots", "lots"),
+        ("--layout chain:2 --chain-gc sideways", "compact-in-body"),
         (
-            &["--layout", "chain:2", "--device", "ssd:channels=-1"],
-            "between",
-        ),
-        (&["--layout", "chain:0"], "between 1 and 64"),
-        (&["--layout", "chain:x"], "between 1 and 64"),
-        (&["--layout", "stripe:"], "between 1 and 64"),
-        (&["--layout", "chain:2,lfs"], "cannot be mixed"),
-        (&["--layout", "chain:3x3"], "x2"),
-        (&["--layout", "chain:2", "--tail-cache", "lots"], "lots"),
-        (
-            &["--layout", "chain:2", "--chain-gc", "sideways"],
-            "compact-in-body",
-        ),
-        (
-            &["--layout", "chain:2", "--gc-policy", "hylog"],
+            "--layout chain:2 --gc-policy hylog",
             "greedy, cost-benefit or log-order",
         ),
         (
-            &["--layout", "stripe:3", "--segment-size", "1M"],
+            "--layout stripe:3 --segment-size 1M",
             "multiple of stripe-unit",
         ),
-        (&["--layout", "chain:2", "--fill", "0.99"], "--fill"),
-        (&["--layout", "chain:2", "--seconds", "0"], "--seconds"),
-        (
-            &["--layout", "chain:2", "--drive-size", "8M"],
-            "segments per drive",
-        ),
-        (
-            &["--layout", "chain:2", "--synthetic", "zipf:0.9"],
-            "not modelled",
-        ),
+        ("--layout chain:2 --fill 0.99", "--fill"),
+        ("--layout chain:2 --seconds 0", "--seconds"),
+        ("--layout chain:2 --drive-size 8M", "segments per drive"),
+        ("--layout chain:2 --synthetic zipf:0.9", "not modelled"),
     ];
     for (args, want) in cases {
-        let e = sim_err(args);
+        let e = sim_err(&crate::tests::words(args));
         assert_eq!(e.kind, ErrorKind::BadInput, "{args:?}: {e}");
         assert!(
             e.to_string().contains(want),

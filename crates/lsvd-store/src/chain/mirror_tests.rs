@@ -33,6 +33,19 @@ fn mirrored(root: &TempDir) -> (Vec<[PathBuf; 2]>, String) {
     (pos, format!("chain:{}?drive_size=64K", list.join(",")))
 }
 
+/// Puts object `seq` (see [`obj`]) of `len` bytes, if absent.
+async fn put_obj(s: &dyn ObjectStore, seq: u64, len: usize) -> crate::StoreResult<()> {
+    s.put(&obj(seq), body(&obj(seq), len), PutMode::IfAbsent)
+        .await
+}
+
+/// Puts objects `seqs`, each of `len` bytes.
+async fn put_objs(s: &dyn ObjectStore, seqs: std::ops::Range<u64>, len: usize) {
+    for seq in seqs {
+        put_obj(s, seq, len).await.expect("put");
+    }
+}
+
 fn has(dir: &Path, key: &str) -> bool {
     dir.join(key).is_file()
 }
@@ -51,11 +64,7 @@ async fn puts_reach_both_copies_and_reads_repair_a_missing_one() {
     let (pos, url) = mirrored(&root);
     let s = open_store(&url).expect("open");
     let size = 16 << 10;
-    for seq in 0..6 {
-        s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
-            .await
-            .expect("put");
-    }
+    put_objs(&*s, 0..6, size).await;
     // Four fill position 0 (both copies), two go to position 1 (both copies).
     for seq in 0..6 {
         let p = &pos[usize::from(seq >= 4)];
@@ -104,18 +113,12 @@ async fn a_lost_copy_degrades_then_is_rebuilt_at_open() {
     let size = 8 << 10;
     {
         let s = open_store(&url).expect("open");
-        for seq in 0..3 {
-            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
-                .await
-                .expect("put");
-        }
+        put_objs(&*s, 0..3, size).await;
         // The second copy of position 0 goes away (a file where its directory was:
         // nothing can be written there): puts and reads carry on with the first.
         std::fs::remove_dir_all(&pos[0][1]).expect("lose the copy");
         std::fs::write(&pos[0][1], b"not a directory").expect("block it");
-        s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
-            .await
-            .expect("a degraded put");
+        put_obj(&*s, 3, size).await.expect("a degraded put");
         for seq in 0..4 {
             check(&*s, &obj(seq), size).await;
         }
@@ -126,9 +129,7 @@ async fn a_lost_copy_degrades_then_is_rebuilt_at_open() {
         for seq in 0..4 {
             check(&*s, &obj(seq), size).await;
         }
-        s.put(&obj(4), body(&obj(4), size), PutMode::IfAbsent)
-            .await
-            .expect("put while degraded");
+        put_obj(&*s, 4, size).await.expect("put while degraded");
     }
     // A blank directory in its place: rebuilt from the mirror at open.
     std::fs::remove_file(&pos[0][1]).expect("unblock");
@@ -193,17 +194,11 @@ async fn a_copy_that_comes_back_is_brought_in_step() {
     let away = root.path().join("a2.away");
     {
         let s = open_store(&url).expect("open");
-        for seq in 0..3 {
-            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
-                .await
-                .expect("put");
-        }
+        put_objs(&*s, 0..3, size).await;
         // The copy goes away (moved aside, a file in its place).
         std::fs::rename(&pos[0][1], &away).expect("move aside");
         std::fs::write(&pos[0][1], b"not a directory").expect("block it");
-        s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
-            .await
-            .expect("a degraded put");
+        put_obj(&*s, 3, size).await.expect("a degraded put");
         s.delete(&obj(0)).await.expect("a degraded delete");
         let r = read_drive_record(&pos[0][0])
             .expect("read")
@@ -245,11 +240,7 @@ async fn copies_are_compared_byte_for_byte() {
     let (pos, url) = mirrored(&root);
     let s = open_store(&url).expect("open");
     let size = 16 << 10;
-    for seq in 0..3 {
-        s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
-            .await
-            .expect("put");
-    }
+    put_objs(&*s, 0..3, size).await;
     assert_eq!(copy_problems(&*s, "v/").await, Vec::<String>::new());
     std::fs::remove_file(pos[0][0].join(obj(0))).expect("lose");
     let mut bytes = std::fs::read(pos[0][1].join(obj(1))).expect("read");
@@ -293,14 +284,12 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
     let size = 8 << 10;
     {
         let s = open_store(&url).expect("open");
-        s.put(&obj(0), body(&obj(0), size), PutMode::IfAbsent)
-            .await
-            .expect("put");
+        put_obj(&*s, 0, size).await.expect("put");
         assert_eq!(metric(&*s, "degraded_positions"), 0.0);
         assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 0.0);
         // The second copy fills up.
         fail_puts(&pos[0][1], Some(libc::ENOSPC));
-        s.put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
+        put_obj(&*s, 1, size)
             .await
             .expect("lands on the first copy");
         assert!(has(&pos[0][0], &obj(1)) && !has(&pos[0][1], &obj(1)));
@@ -311,9 +300,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
             .expect("record");
         assert!(r.mirror_stale, "the serving copy notes its mirror is stale");
         // Later puts, reads and deletes use the remaining copy; no second drop.
-        s.put(&obj(2), body(&obj(2), size), PutMode::IfAbsent)
-            .await
-            .expect("degraded put");
+        put_obj(&*s, 2, size).await.expect("degraded put");
         s.delete(&obj(0)).await.expect("degraded delete");
         for seq in 1..3 {
             check(&*s, &obj(seq), size).await;
@@ -334,7 +321,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
 
     // The first copy full: the second decides put-if-absent and keeps serving.
     fail_puts(&pos[0][0], Some(libc::EDQUOT));
-    s.put(&obj(3), body(&obj(3), size), PutMode::IfAbsent)
+    put_obj(&*s, 3, size)
         .await
         .expect("lands on the second copy");
     assert!(!has(&pos[0][0], &obj(3)) && has(&pos[0][1], &obj(3)));
@@ -363,7 +350,7 @@ async fn no_room_on_either_copy_is_full_and_drops_neither() {
     for dir in &pos[0] {
         fail_puts(dir, Some(libc::ENOSPC));
     }
-    s.put(&obj(0), body(&obj(0), size), PutMode::IfAbsent)
+    put_obj(&*s, 0, size)
         .await
         .expect("the next position takes it");
     assert!(has(&pos[1][0], &obj(0)) && has(&pos[1][1], &obj(0)));
@@ -380,9 +367,7 @@ async fn no_room_on_either_copy_is_full_and_drops_neither() {
     for dir in pos.iter().flatten() {
         fail_puts(dir, None);
     }
-    s.put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
-        .await
-        .expect("room again");
+    put_obj(&*s, 1, size).await.expect("room again");
     assert_eq!(metric(&*s, "degraded_positions"), 0.0);
 }
 
@@ -395,7 +380,7 @@ async fn a_copy_that_refuses_writes_degrades() {
     let (pos, url) = mirrored(&root);
     let s = open_store(&url).expect("open");
     fail_puts(&pos[0][1], Some(libc::EACCES));
-    s.put(&obj(0), body(&obj(0), 4096), PutMode::IfAbsent)
+    put_obj(&*s, 0, 4096)
         .await
         .expect("lands on the first copy");
     assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
@@ -441,11 +426,7 @@ async fn a_read_only_open_changes_nothing_on_any_drive() {
     let size = 16 << 10;
     {
         let s = open_store(&url).expect("create");
-        for seq in 0..6 {
-            s.put(&obj(seq), body(&obj(seq), size), PutMode::IfAbsent)
-                .await
-                .expect("put");
-        }
+        put_objs(&*s, 0..6, size).await;
     }
     std::fs::remove_dir_all(&pos[1][1]).expect("blank b2");
     std::fs::create_dir(&pos[1][1]).expect("blank b2");

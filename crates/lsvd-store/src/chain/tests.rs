@@ -51,11 +51,7 @@ pub(super) fn holders(dirs: &[PathBuf], key: &str) -> Vec<usize> {
 }
 
 pub(super) fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
-    futures_block(store.list(prefix))
-        .expect("list")
-        .into_iter()
-        .map(|e| e.key)
-        .collect()
+    futures_block(crate::testutil::list_keys(store, prefix))
 }
 
 pub(super) fn futures_block<T>(f: impl std::future::Future<Output = T>) -> T {
@@ -324,58 +320,35 @@ fn open_err(u: &str) -> lsvd_core::error::Error {
     }
 }
 
+/// Asserts that opening `u` fails with `kind`, the message saying `words`.
+fn assert_refused(u: &str, kind: ErrorKind, words: &str) {
+    let e = open_err(u);
+    assert_eq!(e.kind, kind, "{u}: {e}");
+    assert!(e.to_string().contains(words), "{u}: {e}");
+}
+
 /// Mistakes in the URL or the drives: clear errors, nothing opened, nothing panics.
 #[test]
 fn bad_urls_and_wrong_drives_are_refused() {
     let root = TempDir::new("chain-bad");
     let d = dirs(&root, 3);
-    for (u, kind, words) in [
-        ("chain:".to_string(), ErrorKind::BadInput, "no directories"),
-        ("stripe:".to_string(), ErrorKind::BadInput, "no directories"),
+    // Every one of these is bad input.
+    for (u, words) in [
+        ("chain:".to_string(), "no directories"),
+        ("stripe:".to_string(), "no directories"),
         (
             format!("chain:{},,{}", d[0].display(), d[1].display()),
-            ErrorKind::BadInput,
             "empty",
         ),
-        (
-            format!("chain:{0},{0}", d[0].display()),
-            ErrorKind::BadInput,
-            "twice",
-        ),
-        (
-            format!("chain:{0},{0}/.", d[0].display()),
-            ErrorKind::BadInput,
-            "twice",
-        ),
-        (
-            url("chain", &d, "?drive_size=0"),
-            ErrorKind::BadInput,
-            "drive_size",
-        ),
-        (
-            url("chain", &d, "?drive_size=lots"),
-            ErrorKind::BadInput,
-            "invalid size",
-        ),
-        (
-            url("chain", &d, "?gc=sometimes"),
-            ErrorKind::BadInput,
-            "gc placement",
-        ),
-        (
-            url("chain", &d, "?mirror=1"),
-            ErrorKind::BadInput,
-            "unknown option",
-        ),
-        (
-            url("stripe", &d, "?gc=move-to-tail"),
-            ErrorKind::BadInput,
-            "unknown option",
-        ),
+        (format!("chain:{0},{0}", d[0].display()), "twice"),
+        (format!("chain:{0},{0}/.", d[0].display()), "twice"),
+        (url("chain", &d, "?drive_size=0"), "drive_size"),
+        (url("chain", &d, "?drive_size=lots"), "invalid size"),
+        (url("chain", &d, "?gc=sometimes"), "gc placement"),
+        (url("chain", &d, "?mirror=1"), "unknown option"),
+        (url("stripe", &d, "?gc=move-to-tail"), "unknown option"),
     ] {
-        let e = open_err(&u);
-        assert_eq!(e.kind, kind, "{u}: {e}");
-        assert!(e.to_string().contains(words), "{u}: {e}");
+        assert_refused(&u, ErrorKind::BadInput, words);
     }
     // A chain of three exists from here on.
     drop(open_store(&url("chain", &d, "")).expect("create"));
@@ -405,10 +378,7 @@ fn bad_urls_and_wrong_drives_are_refused() {
         ),
     ];
     for (list, kind, words) in cases {
-        let u = url("chain", &list, "");
-        let e = open_err(&u);
-        assert_eq!(e.kind, kind, "{u}: {e}");
-        assert!(e.to_string().contains(words), "{u}: {e}");
+        assert_refused(&url("chain", &list, ""), kind, words);
     }
     assert_eq!(
         open_err(&url("stripe", &d, "")).kind,
@@ -420,20 +390,18 @@ fn bad_urls_and_wrong_drives_are_refused() {
     futures_block(put(&*s, &obj(1, 'd'), 10));
     drop(s);
     std::fs::remove_dir_all(&d[2]).expect("lose drive 2");
-    let e = open_err(&url("chain", &d, ""));
-    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
-    assert!(e.to_string().contains("no drive record"), "{e}");
+    assert_refused(
+        &url("chain", &d, ""),
+        ErrorKind::Conflict,
+        "no drive record",
+    );
     // A plain store directory is not a drive.
     let plain = TempDir::new("chain-bad-plain");
     let p = dirs(&plain, 2);
     let fs_store = open_store(&p[1].display().to_string()).expect("plain");
     futures_block(put(&*fs_store, "v/meta", 10));
-    let e = open_err(&url("chain", &p, ""));
-    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
-    assert!(
-        e.to_string().contains("holds objects but no drive record"),
-        "{e}"
-    );
+    let words = "holds objects but no drive record";
+    assert_refused(&url("chain", &p, ""), ErrorKind::BadInput, words);
     // A damaged record.
     let rec = d[0].join(DRIVE_RECORD_NAME);
     let mut b = std::fs::read(&rec).expect("record");
@@ -454,12 +422,7 @@ fn bad_urls_and_wrong_drives_are_refused() {
 }
 
 pub(super) async fn keys_async(s: &dyn ObjectStore) -> Vec<String> {
-    s.list("")
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|e| e.key)
-        .collect()
+    crate::testutil::list_keys(s, "").await
 }
 
 /// A drive whose filesystem fills before its `drive_size` (ENOSPC, injected) is passed
