@@ -79,17 +79,9 @@ mod tests {
     use super::*;
     use crate::testutil::TempDir;
 
+    /// The format's own example record (drive 1 of a three-drive chain).
     fn sample() -> DriveRecord {
-        DriveRecord {
-            chain_id: [0xc5; 16],
-            generation: 0x0102_0304_0506_0708,
-            layout: Layout::Chain,
-            drive_count: 3,
-            drive_index: 1,
-            tail_index: 2,
-            copies: 2,
-            mirror_stale: false,
-        }
+        lsvd_core::format::examples::drive_record()
     }
 
     #[test]
