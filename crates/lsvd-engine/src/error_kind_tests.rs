@@ -6,6 +6,7 @@ use std::sync::Arc;
 use lsvd_core::format::object::ObjectKind;
 
 use crate::keys::parse_object_name;
+use crate::test_support::{log_config, open_v};
 use crate::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::mem::MemStore;
@@ -13,13 +14,7 @@ use lsvd_store::testutil::TempDir;
 use lsvd_store::{DynStore, PutMode};
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    }
+    log_config(64 << 10, 20, 16 << 20)
 }
 
 async fn setup(tag: &str) -> (TempDir, MemStore, DynStore) {
@@ -66,9 +61,7 @@ async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     let (dir, _mem, store) = setup("kinds-requests").await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     let e = vol
         .write(100, vec![1; 512], false)
         .await
@@ -99,9 +92,7 @@ async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     assert_eq!(e.kind, ErrorKind::ShuttingDown, "{e}");
     drop(vol);
 
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     vol.crash();
     let e = vol
         .write(0, vec![3; 4096], false)
@@ -117,9 +108,7 @@ async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() {
     let (dir, mem, store) = setup("kinds-checkpoint").await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     for b in 0..8u64 {
         vol.write(b * 4096, vec![b as u8 + 1; 4096], false)
             .await
@@ -148,9 +137,13 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .expect("overwrite");
     // Passed over: every object from the first on is there, so replaying them all
     // gives the same volume.
-    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("recovery passes over the damaged checkpoint");
+    let (vol, rep) = open_v(
+        &store,
+        dir.path(),
+        config(),
+        "recovery passes over the damaged checkpoint",
+    )
+    .await;
     assert_eq!(rep.checkpoints_skipped, vec![checkpoint], "{rep:?}");
     for b in 0..8u64 {
         let got = vol.read(b * 4096, 4096).await.expect("read");
@@ -206,9 +199,7 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
 async fn a_write_log_of_another_volume_is_a_conflict() {
     let (dir, _mem, store) = setup("kinds-foreign-log").await;
     create_volume(&store, "w", 4 << 20).await.expect("create w");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     vol.write(0, vec![1; 4096], true).await.expect("write");
     vol.shutdown().await.expect("shutdown");
     drop(vol);

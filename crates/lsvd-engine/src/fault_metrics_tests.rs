@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::test_support::{pause, poll_until, wait_until};
 use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
@@ -41,12 +42,10 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
         })
     };
     let stats = vol.stats();
-    for _ in 0..3000 {
-        if stats.log_full.load(Ordering::Relaxed) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_until(Duration::from_secs(30), async || {
+        stats.log_full.load(Ordering::Relaxed)
+    })
+    .await;
     assert!(
         stats.log_full.load(Ordering::Relaxed),
         "the log never filled: {:?}",
@@ -67,17 +66,6 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
         assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
     }
     vol.shutdown().await.expect("shutdown");
-}
-
-/// Wait (a bound for a hang, not a timing assertion) until `done`.
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..6000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen within 60 s");
 }
 
 /// A volume whose store fails ranged reads (object data) and that wants GC: every
@@ -133,7 +121,7 @@ async fn gc_wanted_with_reads_failing(
 async fn failed_gets_and_given_up_gc_passes_are_counted() {
     let (vol, faulty, _dir) = gc_wanted_with_reads_failing("engine-get-failures", None).await;
     let stats = vol.stats();
-    wait_until("a GC pass given up", || {
+    wait_until("a GC pass given up", async || {
         stats.gc_passes_failed.load(Ordering::Relaxed) > 0
     })
     .await;
@@ -152,7 +140,10 @@ async fn failed_gets_and_given_up_gc_passes_are_counted() {
     assert!(stats.store_get_failures.load(Ordering::Relaxed) > before);
 
     faulty.set_range_reads_failing(false);
-    wait_until("a GC pass once reads work", || vol.status().gc_passes > 0).await;
+    wait_until("a GC pass once reads work", async || {
+        vol.status().gc_passes > 0
+    })
+    .await;
     for i in 0..8 * 4u64 {
         let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
         let (new, old) = got.split_at(128 << 10);
@@ -201,7 +192,7 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
                 .await
                 .expect("write");
             vol.flush().await.expect("flush");
-            wait_until("uploads", || vol.status().uploads_pending == 0).await;
+            wait_until("uploads", async || vol.status().uploads_pending == 0).await;
         }
     };
     faulty.set_deletes_failing(true);
@@ -227,7 +218,7 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
     for fill in 21..=26u8 {
         round(fill).await;
     }
-    wait_until("the dead objects deleted", || data_objects(&mem) <= 4).await;
+    wait_until("the dead objects deleted", async || data_objects(&mem) <= 4).await;
     assert!(stats.objects_deleted.load(Ordering::Relaxed) >= 20);
     assert_eq!(
         vol.read(0, 64 << 10).await.expect("read"),
@@ -254,7 +245,7 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
     let mut seen = 0;
     for _ in 0..2400 {
         clock.advance(step);
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        pause().await;
         let n = stats.gc_passes_failed.load(Ordering::Relaxed);
         if n > seen {
             assert_eq!(n, seen + 1, "two passes failed within one step");
@@ -287,7 +278,7 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
             break;
         }
         clock.advance(step);
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        pause().await;
     }
     shutdown
         .await
@@ -375,7 +366,7 @@ async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
         .expect("a FLUSH answers for what was acknowledged");
 
     faulty.set_outage(false);
-    wait_until("the log has room", || {
+    wait_until("the log has room", async || {
         !stats.log_stalled.load(Ordering::SeqCst)
     })
     .await;

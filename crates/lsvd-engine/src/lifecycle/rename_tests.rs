@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, versions, write_all};
+use crate::test_support::create_and_open;
 use crate::{create_clone, create_volume, open_snapshot, open_volume, read_meta, rename_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -15,13 +16,8 @@ use lsvd_store::testutil::TempDir;
 /// Volume "old": every block at version 1, snapshot "s", then version 2 everywhere,
 /// grown to twice its size; stopped cleanly.
 async fn made(store: &DynStore) {
-    create_volume(store, "old", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-rename-make");
-    let (vol, _) = open_volume(store.clone(), "old", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(store, "old", BLOCKS * BLOCK, dir.path(), config()).await;
     write_all(&vol, 1).await;
     vol.create_snapshot("s").await.expect("snapshot");
     write_all(&vol, 2).await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, stamp, versions};
+use crate::test_support::{create_and_open, newest_super, open_v, poll_until, wait_until};
 use crate::{
     ReplicateOptions, ReplicateProgress, Volume, create_volume, open_snapshot, open_volume,
     replicate_once,
@@ -137,12 +138,7 @@ async fn object_keys(store: &DynStore, name: &str) -> Vec<String> {
 /// A source volume "v" written in rounds 1..=3 with GC running, snapshot "s" after
 /// round 1; returns it open.
 async fn source_volume(store: &DynStore, dir: &TempDir) -> Arc<Volume> {
-    create_volume(store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.create_snapshot("s").await.expect("snapshot");
     write_round(&vol, 2).await;
@@ -208,9 +204,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
 
     // Serving the replica makes it its own volume: replication stops there.
     let served = TempDir::new("engine-replica-served");
-    let (replica, _) = open_volume(target.clone(), "v", served.path(), config())
-        .await
-        .expect("serve the replica");
+    let (replica, _) = open_v(&target, served.path(), config(), "serve the replica").await;
     replica.write(0, stamp(0, 9), false).await.expect("write");
     replica.shutdown().await.expect("shutdown");
     vol.write(0, stamp(0, 6), false).await.expect("write");
@@ -219,9 +213,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     // Also once the source has moved past the replica's generations (and deleted the
     // ones replication copied).
     for round in 7..10 {
-        let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-            .await
-            .expect("reopen");
+        let (vol, _) = open_v(&source, dir.path(), config(), "reopen").await;
         vol.write(0, stamp(0, round), false).await.expect("write");
         vol.shutdown().await.expect("shutdown");
     }
@@ -236,12 +228,7 @@ async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
     use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     let older = mem("older");
@@ -322,31 +309,28 @@ async fn passes_under_writes_and_gc_are_prefixes() {
     let source = mem("source");
     let target = mem("target");
     let dir = TempDir::new("engine-replicate-live");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     // The writer waits for a pass after each round, so passes and writes interleave
     // however slow the machine is.
-    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (passes, mut passes_seen) = tokio::sync::watch::channel(0u64);
     let writer = {
-        let (vol, passes) = (vol.clone(), passes.clone());
+        let vol = vol.clone();
         tokio::spawn(async move {
             for round in 1..=6 {
                 write_round(&vol, round).await;
-                while passes.load(std::sync::atomic::Ordering::Relaxed) < round {
-                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                }
+                passes_seen
+                    .wait_for(|&n| n >= round)
+                    .await
+                    .expect("the passes go on while the writer runs");
             }
         })
     };
     while !writer.is_finished() {
         replicate(&source, &target).await.expect("pass");
-        let passes = passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        passes.send_modify(|n| *n += 1);
+        let pass = *passes.borrow();
         if let Some(got) = replica_versions(&target, "v").await {
-            assert_prefix_shape(&got, &format!("pass {passes}"));
+            assert_prefix_shape(&got, &format!("pass {pass}"));
         }
     }
     writer.await.expect("writer");
@@ -418,15 +402,6 @@ async fn replication_refuses_its_own_store_a_foreign_volume_and_an_orphan_clone(
         replica_versions(&target, "v").await,
         Some(vec![3; BLOCKS as usize])
     );
-}
-
-/// The source's newest superblock.
-async fn newest_super(store: &DynStore) -> lsvd_core::format::volume_super::VolumeSuper {
-    let meta = crate::read_meta(store, "v").await.expect("meta");
-    crate::fencing::volume_super::read_newest(store, &meta)
-        .await
-        .expect("read the superblock")
-        .expect("a superblock")
 }
 
 /// A data object of volume `meta` named (`seq`, `epoch`), written by hand: block
@@ -702,18 +677,13 @@ async fn passes_under_heavy_gc(hold_ms: u64) -> (u32, u32, u32, u64) {
     let source = mem("source");
     let target = slow_store("target", 4);
     let dir = TempDir::new("engine-replicate-heavy-gc");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let config = crate::EngineConfig {
         replica_hold_ms: hold_ms,
         // No headroom: GC runs as often as the store bound allows.
         gc_headroom_bytes: Some(0),
         ..config()
     };
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     replicate(&source, &target).await.expect("the first pass");
@@ -875,12 +845,7 @@ async fn a_pass_from_the_newest_checkpoint(store: &DynStore) -> ((u64, u64), Vec
 async fn the_source_keeps_what_a_registered_pass_needs_until_it_ends() {
     let source = mem("source");
     let dir = TempDir::new("engine-replica-hold");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     let (c, needed, through) = a_pass_from_the_newest_checkpoint(&source).await;
@@ -950,12 +915,7 @@ async fn a_pass_past_the_hold_or_keeping_too_much_is_not_waited_for() {
     ] {
         let source = mem("source");
         let dir = TempDir::new("engine-replica-hold-bound");
-        create_volume(&source, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
-        let (vol, _) = open_volume(source.clone(), "v", dir.path(), config)
-            .await
-            .expect("open");
+        let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config).await;
         write_round(&vol, 1).await;
         vol.sync_to_store().await.expect("sync");
         let (c, needed, through) = a_pass_from_the_newest_checkpoint(&source).await;
@@ -1121,17 +1081,14 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
             }
         }
         let pass = pass.expect("a pass");
-        for _ in 0..500 {
-            if pass.is_finished()
+        poll_until(std::time::Duration::from_secs(1), async || {
+            pass.is_finished()
                 || progress
                     .objects_done
                     .load(std::sync::atomic::Ordering::Relaxed)
                     >= 2
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
+        })
+        .await;
         // The crash: uploads waiting out their delay never land.
         faulty.kill();
         vol.crash();
@@ -1298,13 +1255,10 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
     let issued = faulty.stats().puts;
     vol.shared.lock().pipeline.close_batch();
     vol.shared.upload_wake.notify_one();
-    for _ in 0..500 {
-        if faulty.stats().puts > issued {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    assert!(faulty.stats().puts > issued, "the upload was not issued");
+    wait_until("the upload to be issued", async || {
+        faulty.stats().puts > issued
+    })
+    .await;
     vol.crash();
     drop(vol);
 
@@ -1330,27 +1284,20 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
             .await
         })
     };
-    for _ in 0..500 {
-        if waiting.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    assert!(waiting.load(std::sync::atomic::Ordering::SeqCst));
+    wait_until("the pass to wait at its listing", async || {
+        waiting.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
     // The restart, from the store alone, before the upload lands: a new claim.
     let fresh = TempDir::new("engine-replicate-late-restart");
-    let (restarted, report) = open_volume(source.clone(), "v", fresh.path(), config())
-        .await
-        .expect("restart");
+    let (restarted, report) = open_v(&source, fresh.path(), config(), "restart").await;
     assert!(report.stranded_deleted.is_empty(), "{report:?}");
     // The upload lands; then the pass lists.
-    for _ in 0..500 {
+    poll_until(std::time::Duration::from_secs(10), async || {
         let s = faulty.stats();
-        if s.landed + s.failed == s.puts {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+        s.landed + s.failed == s.puts
+    })
+    .await;
     let late = faulty.stats();
     assert_eq!(late.landed, late.puts, "{late:?}");
     gate.add_permits(1);
@@ -1379,19 +1326,12 @@ async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
     use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped-claim");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.shutdown().await.expect("shutdown");
     let older = mem("older");
     replicate(&source, &older).await.expect("the older replica");
-    let (vol, report) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen: a new claim");
+    let (vol, report) = open_v(&source, dir.path(), config(), "reopen: a new claim").await;
     assert!(report.epoch > 1, "{report:?}");
     write_round(&vol, 2).await;
     vol.shutdown().await.expect("shutdown");

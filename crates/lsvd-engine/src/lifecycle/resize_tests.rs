@@ -6,8 +6,11 @@
 
 use std::sync::Arc;
 
-use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, stamp, write_all};
-use crate::{EngineConfig, Volume, create_volume, inspect_volume, open_snapshot, open_volume};
+use crate::lifecycle::snapshot_tests::{
+    BLOCK, BLOCKS, assert_kind, config, stamp, write_all, written_over_faults,
+};
+use crate::test_support::{open_v, poll_until, wait_until};
+use crate::{EngineConfig, Volume, create_volume, inspect_volume, open_snapshot};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
@@ -39,10 +42,7 @@ async fn write_range(volume: &Volume, from: u64, to: u64, version: u64) {
 }
 
 async fn reopen(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> Arc<Volume> {
-    open_volume(store.clone(), "v", dir, cfg)
-        .await
-        .expect("reopen")
-        .0
+    open_v(store, dir, cfg, "reopen").await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,14 +158,17 @@ async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
     let vol = reopen(&store, dir.path(), config()).await;
     write_all(&vol, 1).await;
     let half = BLOCKS / 2;
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writer = {
-        let vol = vol.clone();
+        let (vol, written) = (vol.clone(), written.clone());
         tokio::spawn(async move {
             let mut refused = 0;
             for round in 0..4 {
                 for b in half..BLOCKS {
                     match vol.write(b * BLOCK, stamp(b, 2 + round), false).await {
-                        Ok(()) => {}
+                        Ok(()) => {
+                            written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         Err(e) => {
                             assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
                             refused += 1;
@@ -176,7 +179,10 @@ async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
             refused
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    wait_until("the writer's first write", async || {
+        written.load(std::sync::atomic::Ordering::Relaxed) > 0
+    })
+    .await;
     vol.resize(half * BLOCK, true).await.expect("shrink");
     let refused = writer.await.expect("writer");
     assert!(refused > 0, "no write was refused after the shrink");
@@ -198,28 +204,17 @@ async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
 /// or (always, if the resize returned) its new one, and its data either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resize_stopped_at_any_store_mutation_leaves_the_old_size_or_the_new() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let mut finished = false;
     for n in 0..32u64 {
-        let mem: DynStore = Arc::new(MemStore::new());
-        create_volume(&mem, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
         let dir = TempDir::new("engine-resize-stopped");
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
-            .await
-            .expect("open");
-        write_all(&vol, 1).await;
-        vol.sync_to_store().await.expect("sync");
+        let (mem, faulty, vol) = written_over_faults(n, &dir).await;
         faulty.kill_after_mutations(n);
         // Uploads retry a dead store forever, and a resize waits for its object like
         // `sync` does: once the store is gone, give it a moment, then crash.
         let gone = async {
-            while !faulty.is_killed() {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            wait_until("the store's kill", async || faulty.is_killed()).await;
+            // The moment: nothing to poll for but the resize returning.
+            poll_until(std::time::Duration::from_millis(300), async || false).await;
         };
         let returned = tokio::select! {
             r = vol.resize(2 * BLOCKS * BLOCK, false) => r.is_ok(),

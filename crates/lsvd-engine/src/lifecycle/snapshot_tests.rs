@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::test_support::{create_and_open, open_v};
 use crate::{EngineConfig, Volume, create_volume, open_snapshot, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -68,6 +69,27 @@ pub(crate) async fn write_all(volume: &Volume, version: u64) {
     }
 }
 
+/// A new volume in a memory store (returned first), opened through a store that
+/// fails on command over it (seed `seed`), every block at version 1 and in the store:
+/// for tests that stop an operation at each store mutation.
+pub(crate) async fn written_over_faults(
+    seed: u64,
+    dir: &TempDir,
+) -> (DynStore, Arc<lsvd_store::faulty::FaultyStore>, Arc<Volume>) {
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), seed));
+    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_all(&vol, 1).await;
+    vol.sync_to_store().await.expect("sync");
+    (mem, faulty, vol)
+}
+
 pub(crate) fn assert_kind<T>(r: lsvd_core::error::Result<T>, kind: ErrorKind) {
     match r {
         Ok(_) => panic!("expected a {kind:?} error, got success"),
@@ -86,13 +108,8 @@ async fn object_count(store: &DynStore) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees_space() {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-snapshot");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_all(&vol, 1).await;
     // Version 2 of every other block is acknowledged before the snapshot; version 3
     // of every block is being written while it is taken.
@@ -150,9 +167,7 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
     // A restart settles garbage without touching what the snapshot keeps.
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     let (snap, _) = open_snapshot(store.clone(), "v", "before", dir.path(), config())
         .await
         .expect("open the snapshot after a restart");
@@ -172,9 +187,7 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
     );
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     vol.shutdown().await.expect("shutdown");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen after the delete");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen after the delete").await;
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     vol.shutdown().await.expect("shutdown");
 }
@@ -182,13 +195,8 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_names_are_checked_and_taken_once() {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-snapshot-names");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     // A snapshot of a volume nobody wrote: reads zeros.
     vol.create_snapshot("empty").await.expect("snapshot");
     assert_kind(vol.create_snapshot("empty").await, ErrorKind::AlreadyExists);
@@ -326,9 +334,13 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     ))
     .await
     .expect("delete the base");
-    let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
-        .await
-        .expect("the volume opens without its snapshot's base");
+    let (vol, _) = open_v(
+        &mem,
+        dir.path(),
+        config(),
+        "the volume opens without its snapshot's base",
+    )
+    .await;
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     assert!(
         open_snapshot(mem.clone(), "v", "s", dir.path(), config())
@@ -343,20 +355,10 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
 /// absent; the volume reads what it held either way. `delete`: stop a snapshot delete
 /// at every store mutation (else stop its creation).
 async fn stopped_at_every_mutation(delete: bool) {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let mut finished = false;
     for n in 0..64u64 {
-        let mem: DynStore = Arc::new(MemStore::new());
-        create_volume(&mem, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
         let dir = TempDir::new("engine-snapshot-stopped");
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
-            .await
-            .expect("open");
-        write_all(&vol, 1).await;
-        vol.sync_to_store().await.expect("sync");
+        let (mem, faulty, vol) = written_over_faults(n, &dir).await;
         if delete {
             vol.create_snapshot("s").await.expect("snapshot");
             // The snapshot now keeps objects nothing else needs.
@@ -373,9 +375,7 @@ async fn stopped_at_every_mutation(delete: bool) {
         finished = result.is_ok() && !faulty.is_killed();
         vol.crash();
         drop(vol);
-        let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
-            .await
-            .expect("reopen");
+        let (vol, _) = open_v(&mem, dir.path(), config(), "reopen").await;
         // More overwrites: whatever the snapshot keeps must survive GC from here on.
         write_all(&vol, 4).await;
         write_all(&vol, 5).await;
@@ -429,13 +429,8 @@ async fn object_bytes(store: &DynStore) -> u64 {
 /// bytes after that too.
 async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-snapshot-space");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_all(&vol, 1).await;
     if snapshot {
         vol.create_snapshot("s").await.expect("snapshot");
@@ -457,9 +452,7 @@ async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
     }
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     assert_eq!(versions(&vol).await, vec![4; BLOCKS as usize]);
     let with = object_bytes(&store).await;
     if snapshot {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::test_support::{log_block as block, log_config, poll_until};
 use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
@@ -13,22 +14,7 @@ use lsvd_store::testutil::TempDir;
 const BLOCKS: u64 = 1024; // 4 MiB volume
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 512 << 10,
-        batch_timeout_ms: 50,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    }
-}
-
-fn block(b: u64, v: u64) -> Vec<u8> {
-    let mut d = vec![0u8; 4096];
-    for (i, c) in d.chunks_mut(16).enumerate() {
-        c[..8].copy_from_slice(&b.to_le_bytes());
-        c[8..].copy_from_slice(&(v * 1000 + i as u64).to_le_bytes());
-    }
-    d
+    log_config(512 << 10, 50, 16 << 20)
 }
 
 /// Write `rounds` passes of 4 KiB blocks (flushing every 64), uploading while the
@@ -41,12 +27,10 @@ async fn write_then_crash(vol: &Volume, faulty: &FaultyStore) -> Vec<u64> {
         if pass == 3 {
             // Let the uploads catch up (the tail moves, the index is written), then
             // keep the newest records in the log only.
-            for _ in 0..300 {
-                if vol.status().uploads_pending == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            poll_until(Duration::from_secs(3), async || {
+                vol.status().uploads_pending == 0
+            })
+            .await;
             faulty.set_outage(true);
         }
         for b in 0..BLOCKS {

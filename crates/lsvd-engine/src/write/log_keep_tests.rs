@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, config, versions, write_all};
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::open_v;
+use crate::{EngineConfig, Volume, create_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
@@ -23,10 +24,7 @@ fn keep_config(free_target: Option<u64>) -> EngineConfig {
 }
 
 async fn open(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> Arc<Volume> {
-    open_volume(store.clone(), "v", dir, cfg)
-        .await
-        .expect("open")
-        .0
+    open_v(store, dir, cfg, "open").await.0
 }
 
 /// Flush, then wait until every record is in the store.
@@ -151,9 +149,7 @@ async fn open_report(
     store: &DynStore,
     dir: &std::path::Path,
 ) -> (Arc<Volume>, crate::open::OpenReport) {
-    open_volume(store.clone(), "v", dir, keep_config(Some(8 << 20)))
-        .await
-        .expect("open")
+    open_v(store, dir, keep_config(Some(8 << 20)), "open").await
 }
 
 /// What the log kept is read from it after a crash and after a clean stop too: the

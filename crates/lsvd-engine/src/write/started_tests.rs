@@ -10,6 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, config, stamp, versions};
+use crate::test_support::open_v;
 use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_core::error::{ErrorKind, Result};
 use lsvd_store::DynStore;
@@ -22,10 +23,7 @@ async fn open(cfg: EngineConfig) -> (Arc<Volume>, DynStore, TempDir) {
         .await
         .expect("create");
     let dir = TempDir::new("engine-started");
-    let vol = open_volume(store.clone(), "v", dir.path(), cfg)
-        .await
-        .expect("open")
-        .0;
+    let vol = open_v(&store, dir.path(), cfg, "open").await.0;
     (vol, store, dir)
 }
 
