@@ -17,18 +17,31 @@ use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 use lsvd_store::{DynStore, PutMode};
 
+/// A new run's pass replicating volume "v" from `source` to `target`.
 async fn replicate(
     source: &DynStore,
     target: &DynStore,
 ) -> lsvd_core::error::Result<crate::PassReport> {
-    replicate_once(
-        source,
-        target,
-        "v",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await
+    replicate_volume(source, target, "v").await
+}
+
+/// A new run's pass replicating volume `name`, with the default options.
+async fn replicate_volume(
+    source: &DynStore,
+    target: &DynStore,
+    name: &str,
+) -> lsvd_core::error::Result<crate::PassReport> {
+    let (options, progress) = (ReplicateOptions::default(), ReplicateProgress::default());
+    replicate_once(source, target, name, &options, &progress).await
+}
+
+/// Asserts the replica in `target` serves volume "v" with every block at `round`.
+async fn assert_replica_at(target: &DynStore, round: u64, what: &str) {
+    assert_eq!(
+        replica_versions(target, "v").await,
+        Some(vec![round; BLOCKS as usize]),
+        "{what}"
+    );
 }
 
 /// A memory store of its own name (replication tells replicas apart by description).
@@ -147,12 +160,18 @@ async fn source_volume(store: &DynStore, dir: &TempDir) -> Arc<Volume> {
     vol
 }
 
+/// Source and target stores, and the source volume of [`source_volume`] with its
+/// files in the directory returned.
+async fn source_and_target(tag: &str) -> (DynStore, DynStore, TempDir, Arc<Volume>) {
+    let (source, target) = (mem("source"), mem("target"));
+    let dir = TempDir::new(tag);
+    let vol = source_volume(&source, &dir).await;
+    (source, target, dir, vol)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, dir, vol) = source_and_target("engine-replicate").await;
     assert!(
         vol.status().gc_passes > 0,
         "GC never ran: {:?}",
@@ -163,10 +182,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     assert!(first.objects_copied > 0, "{first:?}");
     assert!(first.generation.is_some(), "{first:?}");
     assert_eq!(first.snapshots_copied, 1, "{first:?}");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
     let copy = copy_of(&target).await;
     let other = TempDir::new("engine-replicate-snap");
     let (snap, _) = open_snapshot(copy, "v", "s", other.path(), config())
@@ -192,10 +208,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     assert!(later.objects_copied > 0, "{later:?}");
     assert!(later.objects_deleted > 0, "{later:?}");
     assert_eq!(later.snapshots_deleted, 1, "{later:?}");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![5; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 5, "").await;
     // The replica holds nothing the source has deleted.
     let src_keys = object_keys(&source, "v").await;
     for key in object_keys(&target, "v").await {
@@ -220,12 +233,33 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     assert_kind(replicate(&source, &target).await, ErrorKind::Conflict);
 }
 
+/// A pass from `source` to a copy of `older`, stopped after `n` store mutations of
+/// the copy: None when the pass finished first; else the stopped replica's store and
+/// the versions it serves, checked to be a prefix of the source's history.
+async fn pass_stopped_after(
+    source: &DynStore,
+    older: &DynStore,
+    n: u64,
+) -> Option<(DynStore, Vec<u64>)> {
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    let mem = copy_of(older).await;
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
+    faulty.kill_after_mutations(n);
+    if replicate(source, &(faulty as DynStore)).await.is_ok() {
+        return None;
+    }
+    let got = replica_versions(&mem, "v")
+        .await
+        .expect("the older replica stays a volume");
+    assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+    Some((mem, got))
+}
+
 /// Stop a pass at every store mutation of the target, the replica holding an older
 /// state before it: the replica is a prefix between the two states, its snapshot whole
 /// or absent; a second run finishes without copying again what the first copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped");
     let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
@@ -250,20 +284,10 @@ async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
     let mut seen_older = false;
     let mut finished = false;
     for n in 0..whole.objects_copied + whole.checkpoints_copied + 40 {
-        let mem = copy_of(&older).await;
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        faulty.kill_after_mutations(n);
-        if replicate(&source, &(faulty.clone() as DynStore))
-            .await
-            .is_ok()
-        {
+        let Some((mem, got)) = pass_stopped_after(&source, &older, n).await else {
             finished = true;
             break;
-        }
-        let got = replica_versions(&mem, "v")
-            .await
-            .expect("the older replica stays a volume");
-        assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+        };
         seen_older |= got == vec![1; BLOCKS as usize];
         let copy = copy_of(&mem).await;
         let meta = crate::read_meta(&copy, "v").await.expect("meta");
@@ -287,11 +311,7 @@ async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
             (needed, whole.objects_copied - landed),
             "n={n}: the resumed pass did not take up where the first stopped: {resumed:?}"
         );
-        assert_eq!(
-            replica_versions(&mem, "v").await,
-            Some(vec![3; BLOCKS as usize]),
-            "n={n}"
-        );
+        assert_replica_at(&mem, 3, &format!("n={n}")).await;
     }
     assert!(finished, "the pass never finished: {whole:?}");
     // The replica moves from one checkpoint to a newer one (the objects between them
@@ -341,10 +361,7 @@ async fn passes_under_writes_and_gc_are_prefixes() {
         vol.status()
     );
     replicate(&source, &target).await.expect("last pass");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![6; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 6, "").await;
     vol.shutdown().await.expect("shutdown");
 }
 
@@ -367,14 +384,7 @@ async fn replication_refuses_its_own_store_a_foreign_volume_and_an_orphan_clone(
         .await
         .expect("clone");
     let target = mem("target");
-    let clone_first = replicate_once(
-        &source,
-        &target,
-        "c",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await;
+    let clone_first = replicate_volume(&source, &target, "c").await;
     assert_kind(clone_first, ErrorKind::BadInput);
     replicate(&source, &target).await.expect("the parent");
     let (clone, _) = open_volume(source.clone(), "c", dir.path(), config())
@@ -388,20 +398,11 @@ async fn replication_refuses_its_own_store_a_foreign_volume_and_an_orphan_clone(
     }
     let expected = versions(&clone).await;
     clone.shutdown().await.expect("shutdown");
-    replicate_once(
-        &source,
-        &target,
-        "c",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await
-    .expect("the clone");
+    replicate_volume(&source, &target, "c")
+        .await
+        .expect("the clone");
     assert_eq!(replica_versions(&target, "c").await, Some(expected));
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// A data object of volume `meta` named (`seq`, `epoch`), written by hand: block
@@ -443,10 +444,7 @@ fn hand_object(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
     use lsvd_core::format::object::{ObjectKind, ObjectSpec, decode_object_header, encode_object};
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-reused");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-reused").await;
     vol.shutdown().await.expect("shutdown");
     replicate(&source, &target).await.expect("first pass");
 
@@ -500,10 +498,7 @@ async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
         theirs,
         "the replica's object is the source's again"
     );
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// Objects the history does not hold are never copied: one past a gap (stranded: the
@@ -511,10 +506,7 @@ async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
 /// superseded writer's), and the same number under another epoch as a live object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_never_copy_past_a_gap_nor_another_epochs_object() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-gap");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-gap").await;
     vol.shutdown().await.expect("shutdown");
     let sb = newest_super(&source).await;
     let meta = crate::read_meta(&source, "v").await.expect("meta");
@@ -553,10 +545,7 @@ async fn passes_never_copy_past_a_gap_nor_another_epochs_object() {
     for (k, _) in &bad {
         assert!(!copied.contains(k), "{k} was copied");
     }
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// The newest object the source's checkpoint lists.
@@ -578,10 +567,7 @@ async fn newest_live_object(store: &DynStore) -> u64 {
 /// the replica keeps the generation it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_break_in_the_records_keeps_the_superblock_out_of_the_replica() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-continuity");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-continuity").await;
     let first = replicate(&source, &target).await.expect("first pass");
     write_round(&vol, 4).await;
     vol.shutdown().await.expect("shutdown");
@@ -634,10 +620,7 @@ async fn a_break_in_the_records_keeps_the_superblock_out_of_the_replica() {
 /// identity again, while a new run checks every object the replica holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_reads_each_identity_once() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-identities");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-identities").await;
     vol.shutdown().await.expect("shutdown");
     let run = crate::ReplicateRun::default();
     let (options, progress) = (ReplicateOptions::default(), ReplicateProgress::default());
@@ -717,10 +700,7 @@ async fn passes_under_heavy_gc(hold_ms: u64) -> (u32, u32, u32, u64) {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(vol.status().gc_passes > 4, "{:?}", vol.status());
     replicate(&source, &target).await.expect("the last pass");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![HEAVY_GC_ROUNDS; BLOCKS as usize])
-    );
+    assert_replica_at(&target, HEAVY_GC_ROUNDS, "").await;
     vol.shutdown().await.expect("shutdown");
     (passes, restarts, failed, held)
 }
@@ -767,16 +747,8 @@ async fn register_pass(
     use lsvd_core::format::replica_status::{ReplicaStatus, encode_replica_status};
     let meta = crate::read_meta(source, "v").await.expect("meta");
     let status = ReplicaStatus {
-        volume: meta.volume,
-        updated_unix_ms: 0,
-        current_as_of_unix_ms: 0,
-        lag_objects: 0,
-        replica_next_seq: 0,
-        source_next_seq: 0,
-        bytes_copied: 0,
-        generation: None,
-        peer: "mem://far".into(),
         pass,
+        ..crate::lifecycle::replicate::unfinished_status(meta.volume, "mem://far".into())
     };
     source
         .put(
@@ -1049,15 +1021,8 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
         writes.truncate(held);
         // The pass that ran while the source crashed ends against the restarted one.
         if let Some(pass) = running.take() {
-            seen.push(
-                seen_after(
-                    pass,
-                    &target,
-                    format!("pass over restart {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass over restart {cycle}");
+            seen.push(seen_after(pass, &target, what, &mut restarts).await);
         }
         if cycle == CYCLES {
             vol.sync_to_store().await.expect("sync");
@@ -1097,25 +1062,11 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
         if cycle % 3 == 2 {
             // This pass ends against the crashed source: stranded objects listed, the
             // superblock the crashed process wrote last.
-            seen.push(
-                seen_after(
-                    pass,
-                    &target,
-                    format!("pass across crash {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass across crash {cycle}");
+            seen.push(seen_after(pass, &target, what, &mut restarts).await);
             let progress = Arc::new(ReplicateProgress::default());
-            seen.push(
-                seen_after(
-                    spawn_pass(progress),
-                    &target,
-                    format!("pass after crash {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass after crash {cycle}");
+            seen.push(seen_after(spawn_pass(progress), &target, what, &mut restarts).await);
         } else {
             running = Some(pass);
         }
@@ -1168,56 +1119,6 @@ impl Lcg {
     }
 }
 
-/// A store that holds every listing of `prefix` until `gate` has a permit, and says
-/// when one is waiting.
-struct GatedList {
-    inner: DynStore,
-    prefix: String,
-    gate: Arc<tokio::sync::Semaphore>,
-    waiting: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl lsvd_store::ObjectStore for GatedList {
-    fn put(
-        &self,
-        key: &str,
-        data: Bytes,
-        mode: PutMode,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.inner.put(key, data, mode)
-    }
-    fn get(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<lsvd_store::ListEntry>>> {
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            if prefix == self.prefix {
-                self.waiting
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                let _permit = self.gate.acquire().await;
-            }
-            self.inner.list(&prefix).await
-        })
-    }
-    fn delete(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.inner.delete(key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 /// An upload that lands after its writer died, and after the source's restart has
 /// claimed the volume without it (the restart lost the write log, so the writes in it
 /// are not in the source's history), while a pass had read the superblock from before
@@ -1265,24 +1166,24 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
     // A pass reads the superblock, then waits at its listing of the objects.
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gated: DynStore = Arc::new(GatedList {
-        inner: source.clone(),
-        prefix: crate::keys::objects_prefix("v"),
-        gate: gate.clone(),
-        waiting: waiting.clone(),
-    });
+    // A store that holds the pass's listing of the objects until `gate` has a
+    // permit, and says when it waits.
+    let prefix = crate::keys::objects_prefix("v");
+    let gated: DynStore = Arc::new(lsvd_store::testutil::HookStore::new(
+        source.clone(),
+        move |op| matches!(op, lsvd_store::testutil::HookOp::List(p) if p == prefix),
+        1,
+        {
+            let (gate, waiting) = (gate.clone(), waiting.clone());
+            async move {
+                waiting.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _permit = gate.acquire().await;
+            }
+        },
+    ));
     let pass = {
         let target = target.clone();
-        tokio::spawn(async move {
-            crate::replicate_once(
-                &gated,
-                &target,
-                "v",
-                &ReplicateOptions::default(),
-                &ReplicateProgress::default(),
-            )
-            .await
-        })
+        tokio::spawn(async move { replicate_volume(&gated, &target, "v").await })
     };
     wait_until("the pass to wait at its listing", async || {
         waiting.load(std::sync::atomic::Ordering::SeqCst)
@@ -1302,11 +1203,12 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
     assert_eq!(late.landed, late.puts, "{late:?}");
     gate.add_permits(1);
     let report = pass.await.expect("the pass").expect("replicate");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![1; BLOCKS as usize]),
-        "the replica shows writes the source's history does not hold"
-    );
+    assert_replica_at(
+        &target,
+        1,
+        "the replica shows writes the source's history does not hold",
+    )
+    .await;
     assert!(report.restarts >= 1, "{report:?}");
     assert_eq!(
         report.generation,
@@ -1323,7 +1225,6 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
 /// superblock read as a lost superblock), and the next pass completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped-claim");
     let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
@@ -1340,26 +1241,12 @@ async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
         .expect("a whole pass");
     let mut finished = false;
     for n in 0..(whole.objects_copied + whole.checkpoints_copied) * 4 + 100 {
-        let mem = copy_of(&older).await;
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        faulty.kill_after_mutations(n);
-        if replicate(&source, &(faulty.clone() as DynStore))
-            .await
-            .is_ok()
-        {
+        let Some((mem, _)) = pass_stopped_after(&source, &older, n).await else {
             finished = true;
             break;
-        }
-        let got = replica_versions(&mem, "v")
-            .await
-            .expect("the older replica stays a volume");
-        assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+        };
         replicate(&source, &mem).await.expect("resume");
-        assert_eq!(
-            replica_versions(&mem, "v").await,
-            Some(vec![2; BLOCKS as usize]),
-            "n={n}"
-        );
+        assert_replica_at(&mem, 2, &format!("n={n}")).await;
     }
     assert!(finished, "the pass never finished: {whole:?}");
 }
