@@ -25,15 +25,34 @@ async fn setup(tag: &str) -> (TempDir, MemStore, DynStore) {
     (dir, mem, store)
 }
 
+/// Opens volume `name` of `store` (files in `dir`), which must fail with `kind` and a
+/// message that contains `says`.
+async fn assert_open_fails(
+    store: &DynStore,
+    name: &str,
+    dir: &TempDir,
+    kind: ErrorKind,
+    says: &str,
+) {
+    let e = open_volume(store.clone(), name, dir.path(), config())
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("volume {name} opened"));
+    assert_eq!(e.kind, kind, "{e}");
+    assert!(e.to_string().contains(says), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
     let (dir, _mem, store) = setup("kinds-missing").await;
-    let e = open_volume(store.clone(), "nosuch", dir.path(), config())
-        .await
-        .err()
-        .expect("no such volume");
-    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
-    assert!(e.to_string().contains("no volume 'nosuch'"), "{e}");
+    assert_open_fails(
+        &store,
+        "nosuch",
+        &dir,
+        ErrorKind::NotFound,
+        "no volume 'nosuch'",
+    )
+    .await;
     let e = read_meta(&store, "nosuch").await.expect_err("missing");
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
     let e = inspect_volume(&store, "nosuch").await.expect_err("missing");
@@ -43,11 +62,7 @@ async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
         "no write log for a missing volume"
     );
 
-    let e = open_volume(store.clone(), "../x", dir.path(), config())
-        .await
-        .err()
-        .expect("bad name");
-    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    assert_open_fails(&store, "../x", &dir, ErrorKind::BadInput, "").await;
     let e = create_volume(&store, "v", 4 << 20)
         .await
         .expect_err("exists");
@@ -105,6 +120,29 @@ async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     assert_eq!(e.kind, ErrorKind::VolumeFailed, "{e}");
 }
 
+/// The checkpoints in `mem`: (sequence number, key).
+fn checkpoints(mem: &MemStore) -> Vec<(u64, String)> {
+    mem.snapshot()
+        .iter()
+        .filter_map(|(k, _)| {
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
+        })
+        .collect()
+}
+
+/// Damage object `key` of `store`: its last byte flipped.
+async fn flip_last_byte(store: &DynStore, key: &str) {
+    let mut bytes = store.get(key).await.expect("get");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    store
+        .put(key, bytes.into(), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() {
     let (dir, mem, store) = setup("kinds-checkpoint").await;
@@ -118,23 +156,8 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .await
         .expect("shutdown writes a clean checkpoint");
     drop(vol);
-    let (checkpoint, key) = mem
-        .snapshot()
-        .iter()
-        .filter_map(|(k, _)| {
-            parse_object_name(k)
-                .filter(|n| n.kind == ObjectKind::Checkpoint)
-                .map(|n| (n.seq, k.clone()))
-        })
-        .max()
-        .expect("a checkpoint");
-    let mut bytes = store.get(&key).await.expect("get");
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
-    store
-        .put(&key, bytes.into(), PutMode::Overwrite)
-        .await
-        .expect("overwrite");
+    let (checkpoint, key) = checkpoints(&mem).into_iter().max().expect("a checkpoint");
+    flip_last_byte(&store, &key).await;
     // Passed over: every object from the first on is there, so replaying them all
     // gives the same volume.
     let (vol, rep) = open_v(
@@ -159,24 +182,9 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .filter_map(|(k, _)| parse_object_name(k).map(|n| (n.seq, k.clone())))
         .min()
         .expect("objects");
-    let newest = mem
-        .snapshot()
-        .iter()
-        .filter_map(|(k, _)| {
-            parse_object_name(k)
-                .filter(|n| n.kind == ObjectKind::Checkpoint)
-                .map(|n| (n.seq, k.clone()))
-        })
-        .collect::<Vec<_>>();
     // Corrupt the checkpoints written since (the first one already is).
-    for (_, key) in newest.iter().filter(|c| c.0 != checkpoint) {
-        let mut bytes = store.get(key).await.expect("get");
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        store
-            .put(key, bytes.into(), PutMode::Overwrite)
-            .await
-            .expect("overwrite");
+    for (_, key) in checkpoints(&mem).iter().filter(|c| c.0 != checkpoint) {
+        flip_last_byte(&store, key).await;
     }
     store.delete(&first_key).await.expect("delete");
     let e = match open_volume(store.clone(), "v", dir.path(), config()).await {
@@ -204,10 +212,6 @@ async fn a_write_log_of_another_volume_is_a_conflict() {
     vol.shutdown().await.expect("shutdown");
     drop(vol);
     std::fs::copy(dir.path().join("v.wlog"), dir.path().join("w.wlog")).expect("copy");
-    let e = open_volume(store.clone(), "w", dir.path(), config())
-        .await
-        .err()
-        .expect("foreign write log");
-    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
-    assert!(e.to_string().contains("belongs to another volume"), "{e}");
+    let says = "belongs to another volume";
+    assert_open_fails(&store, "w", &dir, ErrorKind::Conflict, says).await;
 }

@@ -6,29 +6,46 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::test_support::{pause, poll_until, wait_until};
+use crate::test_support::{log_config, pause, poll_until, wait_until};
 use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
+/// 256 KiB batches closed after 20 ms, a log of `log_size_bytes`.
+fn config(log_size_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes,
+        ..EngineConfig::default()
+    }
+}
+
+/// Volume "v" of `size_bytes` created in `inner` and opened (files in `dir`) through
+/// a store over it that fails on command.
+async fn open_behind_faults(
+    inner: DynStore,
+    size_bytes: u64,
+    dir: &TempDir,
+    config: EngineConfig,
+) -> (Arc<crate::Volume>, Arc<FaultyStore>) {
+    create_volume(&inner, "v", size_bytes)
+        .await
+        .expect("create");
+    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
+    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config)
+        .await
+        .expect("open");
+    (vol, faulty)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_write_log_makes_writes_wait_and_is_counted() {
     let dir = TempDir::new("engine-log-full");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 64 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
-    let config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 4 << 20,
-        ..EngineConfig::default()
-    };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config(4 << 20)).await;
     faulty.set_outage(true);
     // 32 MiB into a 4 MiB log with the store away: the writer must stop and wait.
     let writer = {
@@ -78,24 +95,16 @@ async fn gc_wanted_with_reads_failing(
 ) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     const MIB: u64 = 1 << 20;
     let dir = TempDir::new(name);
-    let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 8 * MIB).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem, FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let mut config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 32 * MIB,
         read_cache_bytes: 0,
         gc_min_rate_bytes: 0,
-        ..EngineConfig::default()
+        ..config(32 * MIB)
     };
     if let Some(clock) = clock {
         config.clock = lsvd_store::clock::SharedClock(clock);
     }
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 8 * MIB, &dir, config).await;
     faulty.set_range_reads_failing(true);
     for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
         for i in 0..8 * 4u64 {
@@ -168,21 +177,11 @@ fn data_objects(mem: &MemStore) -> usize {
 async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
     let dir = TempDir::new("engine-delete-fail");
     let mem = MemStore::new();
-    let inner: DynStore = Arc::new(mem.clone());
-    create_volume(&inner, "v", 8 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let config = EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
         checkpoint_every_objects: 2,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
+        ..log_config(64 << 10, 20, 16 << 20)
     };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(Arc::new(mem.clone()), 8 << 20, &dir, config).await;
     let stats = vol.stats();
     // Each round overwrites the same 64 KiB: one object, and the one before is dead.
     let round = |fill: u8| {
@@ -293,20 +292,12 @@ async fn stalled_volume(
     fault: Option<lsvd_store::faulty::Fault>,
 ) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     let dir = TempDir::new(name);
-    let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 64 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 4 << 20,
         stall_timeout_ms: 500,
-        ..EngineConfig::default()
+        ..config(4 << 20)
     };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
     match fault {
         Some(f) => faulty.faults().fail(lsvd_store::faulty::Ops::PUT, f),
         None => faulty.set_outage(true),

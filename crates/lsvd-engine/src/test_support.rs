@@ -232,3 +232,18 @@ pub(crate) async fn newest_super(store: &DynStore) -> lsvd_core::format::volume_
         .expect("read the superblock")
         .expect("a superblock")
 }
+
+/// [`write_run`] with each block at the next version after `version`, which ends at
+/// the last one written.
+pub(crate) async fn write_next_versions(
+    volume: &Volume,
+    model: &mut [u64],
+    blocks: std::ops::Range<u64>,
+    version: &mut u64,
+) {
+    write_run(volume, model, blocks, |_| {
+        *version += 1;
+        *version
+    })
+    .await;
+}

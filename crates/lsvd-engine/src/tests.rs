@@ -7,7 +7,7 @@ use lsvd_core::gc::GcPolicy;
 
 use crate::test_support::{
     block_data, create_and_open, gc_config, open_v, pause, poll_until, verify, wait_for_uploads,
-    write_run,
+    write_next_versions,
 };
 use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
@@ -225,11 +225,7 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     // Fill: every block once, 64 KiB at a time.
     for first in (0..blocks).step_by(16) {
         let n = 16.min(blocks - first);
-        write_run(&volume, &mut model, first..first + n, |_| {
-            version += 1;
-            version
-        })
-        .await;
+        write_next_versions(&volume, &mut model, first..first + n, &mut version).await;
     }
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
@@ -567,6 +563,24 @@ async fn half_live_volume(store: &DynStore, dir: &TempDir) -> Vec<u64> {
     model
 }
 
+/// A [`half_live_volume`] (its files in the directory returned, with its model)
+/// reopened by [`open_paced`].
+async fn paced_half_live_volume(
+    tag: &str,
+    rate: u64,
+) -> (
+    TempDir,
+    Vec<u64>,
+    Arc<Volume>,
+    Arc<lsvd_store::clock::ManualClock>,
+) {
+    let dir = TempDir::new(tag);
+    let store: DynStore = Arc::new(MemStore::new());
+    let model = half_live_volume(&store, &dir).await;
+    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    (dir, model, volume, clock)
+}
+
 /// [`half_live_volume`] reopened with GC on at `rate` bytes per second (4 MiB passes)
 /// on a manual clock.
 async fn open_paced(
@@ -640,15 +654,12 @@ async fn step_until_gc_done(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
     use std::time::Duration;
-    let dir = TempDir::new("engine-gc-pace");
-    let store: DynStore = Arc::new(MemStore::new());
-    let model = half_live_volume(&store, &dir).await;
     // At every point of simulated time GC has moved no more than the rate allows. At
     // 256 KiB/s the 2 MiB or more it moves take several seconds of clock time, more
     // than the two that would make idle clients unpace it: the client reads must be
     // what keeps it paced (a pacer blind to reads failed here).
     let rate = 256u64 << 10;
-    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    let (_dir, model, volume, clock) = paced_half_live_volume("engine-gc-pace", rate).await;
     let mut reads = 0u64;
     step_until_gc_done(
         &volume,
@@ -681,12 +692,9 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_runs_unpaced_once_clients_are_idle() {
     use std::time::Duration;
-    let dir = TempDir::new("engine-gc-idle");
-    let store: DynStore = Arc::new(MemStore::new());
-    let model = half_live_volume(&store, &dir).await;
     // 64 KiB/s: paced, the 2 MiB or more this GC moves would take 30 s of clock time.
     let rate = 64u64 << 10;
-    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    let (_dir, model, volume, clock) = paced_half_live_volume("engine-gc-idle", rate).await;
     let (elapsed, moved) =
         step_until_gc_done(&volume, &clock, Duration::from_millis(20), async |_| {}).await;
     let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;

@@ -265,34 +265,43 @@ impl Volume {
     /// It must not block. For the NBD server, which answers the client from there
     /// without a task per request.
     pub fn start_write(&self, offset: u64, data: Vec<u8>, fua: bool, answer: Answer) {
-        match self.admit_write(offset, data.len() as u64) {
-            Err(e) => return answer(Err(e)),
-            Ok(false) if fua => return self.start_flush(answer),
-            Ok(false) => return answer(Ok(())),
-            Ok(true) => {}
-        }
-        self.log_writer.start(writer::LogOp::Write {
+        let len = data.len() as u64;
+        self.start_admitted(offset, len, fua, answer, |done| writer::LogOp::Write {
             lba: offset / SECTOR_BYTES,
             data,
             fua,
-            done: log_order::Done::Call(answer),
+            done,
         });
     }
 
     /// [`Volume::write_zeroes`] without waiting, as [`Volume::start_write`].
     pub fn start_write_zeroes(&self, offset: u64, len: u64, fua: bool, answer: Answer) {
+        self.start_admitted(offset, len, fua, answer, |done| writer::LogOp::Zero {
+            lba: offset / SECTOR_BYTES,
+            sectors: len / SECTOR_BYTES,
+            fua,
+            done,
+        });
+    }
+
+    /// Admit a write of `len` bytes at `offset` and hand the log writer `op`, made
+    /// with how to answer; or answer at once when the write is refused or writes
+    /// nothing (a FLUSH then, for `fua`).
+    fn start_admitted(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        answer: Answer,
+        op: impl FnOnce(log_order::Done) -> writer::LogOp,
+    ) {
         match self.admit_write(offset, len) {
             Err(e) => return answer(Err(e)),
             Ok(false) if fua => return self.start_flush(answer),
             Ok(false) => return answer(Ok(())),
             Ok(true) => {}
         }
-        self.log_writer.start(writer::LogOp::Zero {
-            lba: offset / SECTOR_BYTES,
-            sectors: len / SECTOR_BYTES,
-            fua,
-            done: log_order::Done::Call(answer),
-        });
+        self.log_writer.start(op(log_order::Done::Call(answer)));
     }
 
     /// [`Volume::flush`] without waiting, as [`Volume::start_write`].
@@ -499,24 +508,10 @@ impl Volume {
     /// dropped and reopened from its store and cache device.
     pub fn crash(&self) {
         self.shared.fail("simulated crash");
-        if let Some(u) = self
-            .uploader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            u.abort();
-        }
-        if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            g.abort();
-        }
-        if let Some(l) = self
-            .lease_task
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            l.abort();
+        for task in [&self.uploader, &self.gc, &self.lease_task] {
+            if let Some(t) = task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                t.abort();
+            }
         }
         // A checkpoint naming itself in a volume superblock may be half way through
         // the write, on another thread; a process that died would write nothing more.

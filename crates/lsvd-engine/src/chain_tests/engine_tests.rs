@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::test_support::{
-    create_and_open, gc_config, poll_until, settle, verify, wait_until, write_run,
+    create_and_open, gc_config, poll_until, settle, verify, wait_until, write_next_versions,
 };
 use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
@@ -94,10 +94,12 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
             rng ^= rng << 17;
             (rng % (BLOCKS / WRITE_BLOCKS)) * WRITE_BLOCKS
         };
-        write_run(&volume, &mut model, first..first + WRITE_BLOCKS, |_| {
-            version += 1;
-            version
-        })
+        write_next_versions(
+            &volume,
+            &mut model,
+            first..first + WRITE_BLOCKS,
+            &mut version,
+        )
         .await;
     }
     volume.flush().await.expect("flush");
@@ -228,10 +230,12 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
                     rng ^= rng << 17;
                     (rng % (BLOCKS / 2 / WRITE_BLOCKS)) * WRITE_BLOCKS
                 };
-                write_run(&volume, &mut model, first..first + WRITE_BLOCKS, |_| {
-                    version += 1;
-                    version
-                })
+                write_next_versions(
+                    &volume,
+                    &mut model,
+                    first..first + WRITE_BLOCKS,
+                    &mut version,
+                )
                 .await;
             }
             volume.flush().await.expect("flush");

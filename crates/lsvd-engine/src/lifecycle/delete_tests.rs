@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::test_support::{create_and_open, log_config, open_v, wait_drained, write_until_refused};
+use crate::test_support::{log_config, open_v, wait_drained, write_until_refused};
 use crate::{EngineConfig, Volume, create_volume, delete_volume, open_volume, plan_delete};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -94,9 +94,12 @@ async fn delete_removes_every_key_and_stops_a_server_still_holding_the_volume() 
     assert_eq!(e.kind, ErrorKind::NotFound);
 
     // The name is free again (the tombstone goes), for a volume that starts empty.
+    create_volume(&store, "v", 4 << 20)
+        .await
+        .expect("create again");
     assert_eq!(keys_of(&mem, "v"), vec!["v/meta".to_string()]);
     let dir = TempDir::new("engine-delete-new");
-    let (fresh, _) = create_and_open(&store, "v", 4 << 20, dir.path(), config()).await;
+    let (fresh, _) = open_v(&store, dir.path(), config(), "open the new volume").await;
     assert_eq!(fresh.read(0, 4096).await.expect("read"), vec![0; 4096]);
     fresh.shutdown().await.expect("shutdown");
 }

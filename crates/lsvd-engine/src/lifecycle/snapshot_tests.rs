@@ -231,49 +231,33 @@ async fn snapshot_names_are_checked_and_taken_once() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// A store whose PUTs of snapshot records land but report a failure that is not
-/// retried.
-struct LostSnapshotReplies(DynStore);
+/// A store layer whose PUTs of snapshot records land but report a failure that is
+/// not retried.
+struct LostSnapshotReplies;
 
-impl lsvd_store::ObjectStore for LostSnapshotReplies {
-    fn put(
-        &self,
-        key: &str,
-        data: bytes::Bytes,
-        mode: lsvd_store::PutMode,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        let key = key.to_string();
+impl lsvd_store::layer::Layer for LostSnapshotReplies {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: lsvd_store::layer::Call,
+        mut next: lsvd_store::layer::Next<'a, T>,
+    ) -> lsvd_store::BoxFuture<'a, lsvd_store::StoreResult<T>> {
+        let lost = match call {
+            lsvd_store::layer::Call::Put { key, .. } if key.contains("/snap/") => Some(key),
+            _ => None,
+        };
         Box::pin(async move {
-            self.0.put(&key, data, mode).await?;
-            if key.contains("/snap/") {
-                return Err(lsvd_core::error::Error::new(
+            let answer = next().await?;
+            match lost {
+                Some(key) => Err(lsvd_core::error::Error::new(
                     ErrorKind::Permanent,
                     format!("injected lost reply putting {key}"),
-                ));
+                )),
+                None => Ok(answer),
             }
-            Ok(())
         })
     }
-    fn get(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.0.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.0.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<lsvd_store::ListEntry>>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.0.delete(key)
-    }
-    fn describe(&self) -> String {
+
+    fn describe(&self, _inner: String) -> String {
         "lost snapshot replies".into()
     }
 }
@@ -288,7 +272,10 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     create_volume(&mem, "v", BLOCKS * BLOCK)
         .await
         .expect("create");
-    let store: DynStore = Arc::new(LostSnapshotReplies(mem.clone()));
+    let store: DynStore = Arc::new(lsvd_store::layer::Layered::wrap(
+        mem.clone(),
+        LostSnapshotReplies,
+    ));
     let dir = TempDir::new("engine-snapshot-lost-reply");
     let (vol, _) = open_volume(store, "v", dir.path(), config())
         .await

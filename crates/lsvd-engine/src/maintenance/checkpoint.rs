@@ -380,12 +380,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
             Named::Yes
         }
         Err(WriteError::Superseded { holder, .. }) => {
-            let by = if holder.is_empty() {
-                "another lsvd process".to_string()
-            } else {
-                holder
-            };
-            shared.fence(&by);
+            shared.fence_superseded(holder);
             Named::Stop
         }
         Err(WriteError::Store(e)) => {

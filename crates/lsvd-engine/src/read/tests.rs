@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::test_support::{create_and_open, open_v, poll_until, wait_until};
-use crate::{EngineConfig, Volume};
+use crate::{EngineConfig, Volume, create_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
@@ -144,6 +144,7 @@ async fn concurrent_misses_on_one_chunk_share_one_get() {
 async fn pieces_of_a_request_adjacent_in_an_object_share_one_get() {
     let dir = TempDir::new("read-adjacent");
     let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", 4 * MIB).await.expect("create");
     // Object 1 holds [0, 64K) and [128K, 192K) next to each other (one session, its
     // batch closed at shutdown); object 2 holds [64K, 128K) written later.
     let cfg = EngineConfig {
@@ -151,7 +152,7 @@ async fn pieces_of_a_request_adjacent_in_an_object_share_one_get() {
         ..config(64 * KIB, 0)
     };
     for ats in [&[0, 128 * KIB][..], &[64 * KIB]] {
-        let (v, _) = create_and_open(&store, "v", 4 * MIB, dir.path(), cfg.clone()).await;
+        let (v, _) = open_v(&store, dir.path(), cfg.clone(), "open").await;
         for &at in ats {
             v.write(at, pattern(at, 64 * KIB, 1), false)
                 .await

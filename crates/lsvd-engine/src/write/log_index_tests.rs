@@ -65,23 +65,24 @@ async fn verify(vol: &Volume, model: &[u64]) {
     }
 }
 
-async fn setup() -> (TempDir, DynStore, Arc<FaultyStore>) {
+/// A new volume in a memory store (returned), open through a store over it that
+/// fails on command.
+async fn setup() -> (TempDir, DynStore, Arc<FaultyStore>, Arc<Volume>) {
     let dir = TempDir::new("engine-log-index");
     let mem: DynStore = Arc::new(MemStore::new());
     create_volume(&mem, "v", BLOCKS * 4096)
         .await
         .expect("create");
     let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    (dir, mem, faulty)
+    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    (dir, mem, faulty, vol)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_takes_durable_records_from_the_index() {
-    let (dir, mem, faulty) = setup().await;
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (dir, mem, faulty, vol) = setup().await;
     let model = write_then_crash(&vol, &faulty).await;
     let written = vol
         .shared
@@ -103,11 +104,7 @@ async fn recovery_takes_durable_records_from_the_index() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_index_falls_back_to_reading_the_log() {
-    let (dir, mem, faulty) = setup().await;
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (dir, mem, faulty, vol) = setup().await;
     let model = write_then_crash(&vol, &faulty).await;
     let layout = vol.shared.layout;
     drop(vol);

@@ -31,6 +31,24 @@ fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDev
     (Arc::new(data), Arc::new(table))
 }
 
+/// A read cache of `slots` chunks for volume `[5; 16]`, on devices in a new directory
+/// (returned, to keep them).
+fn new_cache(tag: &str, slots: u64) -> (TempDir, ReadCache) {
+    let dir = TempDir::new(tag);
+    let (dev, table) = devices(&dir, slots);
+    let rc = ReadCache::open(dev, table, VolumeId([5; 16])).expect("open");
+    (dir, rc)
+}
+
+/// Chunks `0..n` of object 1 inserted as a client's reads, and read again (so they
+/// are referenced).
+fn read_chunks(rc: &ReadCache, n: u64) {
+    for i in 0..n {
+        rc.insert(o(1), i, &chunk((1, i)));
+        assert!(whole(rc, (1, i)).is_some());
+    }
+}
+
 /// The bytes of chunk `key`, distinct for every key and every 4 KiB block.
 fn chunk(key: Key) -> Vec<u8> {
     let mut v = vec![0u8; CHUNK as usize];
@@ -104,15 +122,9 @@ fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
 
 #[test]
 fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
-    let dir = TempDir::new("rcache-admit");
-    let (dev, table) = devices(&dir, 16);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-admit", 16);
     // Eight chunks clients read, read again (referenced).
-    for i in 0..8 {
-        rc.insert(o(1), i, &chunk((1, i)));
-        assert!(whole(&rc, (1, i)).is_some());
-    }
+    read_chunks(&rc, 8);
     // A stream of uploads: many more chunks than the cache holds.
     for i in 0..200 {
         rc.admit(o(2), i, &chunk((2, i)));
@@ -135,10 +147,7 @@ fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
 
 #[test]
 fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
-    let dir = TempDir::new("rcache-admit-free");
-    let (dev, table) = devices(&dir, 16);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-admit-free", 16);
     // An empty cache: uploads may fill all of it (free space displaces nothing).
     for i in 0..16 {
         rc.admit(o(2), i, &chunk((2, i)));
@@ -171,15 +180,9 @@ fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
 
 #[test]
 fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
-    let dir = TempDir::new("rcache-prefetch");
-    let (dev, table) = devices(&dir, 4);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-prefetch", 4);
     // Four chunks clients read, read again (referenced): the cache is full.
-    for i in 0..4 {
-        rc.insert(o(1), i, &chunk((1, i)));
-        assert!(whole(&rc, (1, i)).is_some());
-    }
+    read_chunks(&rc, 4);
     for i in 0..16 {
         assert!(!rc.prefetch(o(2), i, &chunk((2, i))), "no room: chunk {i}");
     }
@@ -188,8 +191,7 @@ fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
     }
     // With room, prefetched chunks come in; the first read of one counts as a hit of
     // its whole length, later reads do not count again.
-    let (dev, table) = devices(&TempDir::new("rcache-prefetch2"), 8);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-prefetch2", 8);
     assert!(rc.prefetch(o(3), 0, &chunk((3, 0))));
     assert!(rc.prefetch(o(3), 1, &chunk((3, 1))[..5000]));
     assert_eq!(rc.prefetched_bytes.load(Ordering::Relaxed), CHUNK + 5000);
