@@ -160,13 +160,8 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
     flip_last_byte(&store, &key).await;
     // Passed over: every object from the first on is there, so replaying them all
     // gives the same volume.
-    let (vol, rep) = open_v(
-        &store,
-        dir.path(),
-        config(),
-        "recovery passes over the damaged checkpoint",
-    )
-    .await;
+    let what = "recovery passes over the damaged checkpoint";
+    let (vol, rep) = open_v(&store, dir.path(), config(), what).await;
     assert_eq!(rep.checkpoints_skipped, vec![checkpoint], "{rep:?}");
     for b in 0..8u64 {
         let got = vol.read(b * 4096, 4096).await.expect("read");

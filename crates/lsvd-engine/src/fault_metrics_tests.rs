@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::test_support::{log_config, pause, poll_until, wait_until};
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::EngineConfig;
+use crate::test_support::{log_config, open_behind_faults, pause, poll_until, wait_until};
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::faulty::FaultyStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
@@ -23,22 +23,13 @@ fn config(log_size_bytes: u64) -> EngineConfig {
     }
 }
 
-/// Volume "v" of `size_bytes` created in `inner` and opened (files in `dir`) through
-/// a store over it that fails on command.
-async fn open_behind_faults(
-    inner: DynStore,
-    size_bytes: u64,
-    dir: &TempDir,
-    config: EngineConfig,
-) -> (Arc<crate::Volume>, Arc<FaultyStore>) {
-    create_volume(&inner, "v", size_bytes)
-        .await
-        .expect("create");
-    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
-    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config)
-        .await
-        .expect("open");
-    (vol, faulty)
+/// Asserts 256 KiB chunks `chunks` of `vol` hold what the tests write there: every
+/// byte of chunk `i` is `i % 250 + 1`.
+async fn assert_chunks(vol: &crate::Volume, chunks: std::ops::Range<u64>) {
+    for i in chunks {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,10 +69,7 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
         .expect("writes resume once the store is back")
         .expect("writer task");
     assert!(!stats.log_full.load(Ordering::Relaxed));
-    for i in 0..128u64 {
-        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
-        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
-    }
+    assert_chunks(&vol, 0..128).await;
     vol.shutdown().await.expect("shutdown");
 }
 
@@ -365,10 +353,7 @@ async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
         .await
         .expect("writes are accepted again once uploads free room");
     assert!(!stats.log_stalled.load(Ordering::SeqCst));
-    for i in 1..acked {
-        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
-        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
-    }
+    assert_chunks(&vol, 1..acked).await;
     vol.shutdown().await.expect("shutdown");
 }
 

@@ -247,3 +247,25 @@ pub(crate) async fn write_next_versions(
     })
     .await;
 }
+
+/// Volume "v" of `size_bytes` created in `inner` and opened (files in `dir`) through
+/// a store over it that fails on command.
+pub(crate) async fn open_behind_faults(
+    inner: DynStore,
+    size_bytes: u64,
+    dir: &lsvd_store::testutil::TempDir,
+    config: EngineConfig,
+) -> (Arc<Volume>, Arc<lsvd_store::faulty::FaultyStore>) {
+    create_volume(&inner, "v", size_bytes)
+        .await
+        .expect("create");
+    let faulty = Arc::new(lsvd_store::faulty::FaultyStore::new(
+        inner,
+        lsvd_store::faulty::FaultPlan::default(),
+        1,
+    ));
+    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config)
+        .await
+        .expect("open");
+    (vol, faulty)
+}

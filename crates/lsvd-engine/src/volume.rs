@@ -509,7 +509,7 @@ impl Volume {
     pub fn crash(&self) {
         self.shared.fail("simulated crash");
         for task in [&self.uploader, &self.gc, &self.lease_task] {
-            if let Some(t) = task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(t) = take(task) {
                 t.abort();
             }
         }
@@ -575,26 +575,15 @@ impl Volume {
         {
             let _ = rx.await;
         }
-        let thread = self
-            .writer_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(t) = thread {
+        if let Some(t) = take(&self.writer_thread) {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        let gc = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(g) = gc {
+        if let Some(g) = take(&self.gc) {
             self.shared.gc_wake.notify_one();
             let _ = g.await;
         }
         self.shared.upload_wake.notify_one();
-        let uploader = self
-            .uploader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(u) = uploader {
+        if let Some(u) = take(&self.uploader) {
             let _ = u.await;
         }
         if self.shared.is_failed() {
@@ -613,4 +602,10 @@ impl Volume {
         }
         Ok(())
     }
+}
+
+/// What `slot` holds (a task or thread to stop), leaving it empty. A poisoned lock
+/// still holds it.
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }

@@ -193,13 +193,8 @@ async fn newest_checkpoint_falls_back(corrupt: bool) {
     }
     // Cache lost too: the store alone must give the data back.
     let fresh = TempDir::new("engine-vsuper-fresh");
-    let (vol, rep) = open_v(
-        &store,
-        fresh.path(),
-        config(),
-        "strict recovery falls back to the previous checkpoint",
-    )
-    .await;
+    let what = "strict recovery falls back to the previous checkpoint";
+    let (vol, rep) = open_v(&store, fresh.path(), config(), what).await;
     assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
     assert_eq!(rep.checkpoints_skipped, vec![c], "{rep:?}");
     assert!(rep.objects_replayed > 0, "{rep:?}");
@@ -278,13 +273,8 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
     // The newest checkpoint is lost, and the cache with it.
     store.delete(&key_of(&mem, c)).await.expect("delete");
     let fresh = TempDir::new("engine-vsuper-fresh");
-    let (vol, rep) = open_v(
-        &store,
-        fresh.path(),
-        config(),
-        "strict recovery reaches the newest state from the previous checkpoint",
-    )
-    .await;
+    let what = "strict recovery reaches the newest state from the previous checkpoint";
+    let (vol, rep) = open_v(&store, fresh.path(), config(), what).await;
     assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
     for b in 0..41u64 {
         let got = vol.read(b * 4096, 4096).await.expect("read");
@@ -398,13 +388,8 @@ async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
     corrupt(*gens.last().expect("a generation")).await;
     // From the store alone (a new data directory): the log cannot help.
     let fresh = TempDir::new("engine-vsuper-fallback");
-    let (vol, _) = open_v(
-        &store,
-        fresh.path(),
-        config(),
-        "an older generation verifies",
-    )
-    .await;
+    let what = "an older generation verifies";
+    let (vol, _) = open_v(&store, fresh.path(), config(), what).await;
     for b in 0..64u64 {
         assert_eq!(
             vol.read(b * 4096, 4096).await.expect("read"),

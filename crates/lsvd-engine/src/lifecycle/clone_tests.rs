@@ -30,6 +30,16 @@ fn halves(even: u64, odd: u64) -> Vec<u64> {
         .collect()
 }
 
+/// Deletes volume `name` of `store`, all of it.
+async fn delete_whole(store: &DynStore, name: &str) {
+    let plan = crate::plan_delete(store, name)
+        .await
+        .unwrap_or_else(|e| panic!("plan the delete of {name}: {e}"));
+    crate::delete_volume(store, &plan, &|_, _| {})
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     let store: DynStore = Arc::new(MemStore::new());
@@ -126,18 +136,12 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     d.shutdown().await.expect("shutdown d");
 
     // Deleting the clones releases what they held.
-    let plan = crate::plan_delete(&store, "d").await.expect("plan d");
-    crate::delete_volume(&store, &plan, &|_, _| {})
-        .await
-        .expect("delete d");
+    delete_whole(&store, "d").await;
     c.delete_snapshot("t")
         .await
         .expect("t is free once d is gone");
     c.shutdown().await.expect("shutdown c");
-    let plan = crate::plan_delete(&store, "c").await.expect("plan c");
-    crate::delete_volume(&store, &plan, &|_, _| {})
-        .await
-        .expect("delete c");
+    delete_whole(&store, "c").await;
     base.delete_snapshot("s")
         .await
         .expect("s is free once c is gone");

@@ -296,27 +296,14 @@ async fn copy_keys(
     renamed: &mut Renamed,
 ) -> Result<()> {
     let old = meta.name.as_str();
-    let relative = |prefix: &str, listing: Vec<lsvd_store::ListEntry>| -> BTreeSet<String> {
-        listing
-            .into_iter()
-            .filter_map(|e| e.key.strip_prefix(prefix).map(str::to_string))
+    let relative = |prefix: &str, keys: Vec<String>| -> BTreeSet<String> {
+        keys.iter()
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
             .collect()
     };
     let (old_prefix, new_prefix) = (format!("{old}/"), format!("{new}/"));
-    let ours = relative(
-        &old_prefix,
-        store
-            .list(&old_prefix)
-            .await
-            .map_err(|e| e.context(format!("cannot list {old_prefix}")))?,
-    );
-    let there = relative(
-        &new_prefix,
-        store
-            .list(&new_prefix)
-            .await
-            .map_err(|e| e.context(format!("cannot list {new_prefix}")))?,
-    );
+    let ours = relative(&old_prefix, keys_under(store, old).await?);
+    let there = relative(&new_prefix, keys_under(store, new).await?);
     if there.is_empty() {
         store
             .put(

@@ -7,13 +7,12 @@
 use std::sync::Arc;
 
 use crate::lifecycle::snapshot_tests::{
-    BLOCK, BLOCKS, assert_kind, config, stamp, write_all, written_over_faults,
+    BLOCK, BLOCKS, assert_kind, config, stamp, written_over_faults, written_volume,
 };
 use crate::test_support::{open_v, poll_until, wait_until};
-use crate::{EngineConfig, Volume, create_volume, inspect_volume, open_snapshot};
+use crate::{EngineConfig, Volume, inspect_volume, open_snapshot};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
-use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
 /// The version each of blocks `[from, to)` holds (0: zeros), each checked whole.
@@ -47,13 +46,7 @@ async fn reopen(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> A
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-resize");
-    let vol = reopen(&store, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-resize").await;
     vol.create_snapshot("small").await.expect("snapshot");
     assert_kind(
         vol.write(BLOCKS * BLOCK, stamp(BLOCKS, 2), false).await,
@@ -150,13 +143,7 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
 /// reads zeros there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-resize-race");
-    let vol = reopen(&store, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, _dir, vol) = written_volume("engine-resize-race").await;
     let half = BLOCKS / 2;
     let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writer = {

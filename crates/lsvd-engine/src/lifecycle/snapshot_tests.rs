@@ -69,6 +69,16 @@ pub(crate) async fn write_all(volume: &Volume, version: u64) {
     }
 }
 
+/// Volume "v" in a new memory store (returned) with its files in a new directory
+/// named by `tag` (returned), every block at version 1.
+pub(crate) async fn written_volume(tag: &str) -> (DynStore, TempDir, Arc<Volume>) {
+    let store: DynStore = Arc::new(MemStore::new());
+    let dir = TempDir::new(tag);
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
+    write_all(&vol, 1).await;
+    (store, dir, vol)
+}
+
 /// A new volume in a memory store (returned first), opened through a store that
 /// fails on command over it (seed `seed`), every block at version 1 and in the store:
 /// for tests that stop an operation at each store mutation.
@@ -97,20 +107,21 @@ pub(crate) fn assert_kind<T>(r: lsvd_core::error::Result<T>, kind: ErrorKind) {
     }
 }
 
-async fn object_count(store: &DynStore) -> usize {
+/// The objects of volume "v" in `store`.
+async fn objects(store: &DynStore) -> Vec<lsvd_store::ListEntry> {
     store
         .list(&crate::keys::objects_prefix("v"))
         .await
         .expect("list")
-        .len()
+}
+
+async fn object_count(store: &DynStore) -> usize {
+    objects(store).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees_space() {
-    let store: DynStore = Arc::new(MemStore::new());
-    let dir = TempDir::new("engine-snapshot");
-    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-snapshot").await;
     // Version 2 of every other block is acknowledged before the snapshot; version 3
     // of every block is being written while it is taken.
     for b in (0..BLOCKS).step_by(2) {
@@ -321,13 +332,8 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     ))
     .await
     .expect("delete the base");
-    let (vol, _) = open_v(
-        &mem,
-        dir.path(),
-        config(),
-        "the volume opens without its snapshot's base",
-    )
-    .await;
+    let what = "the volume opens without its snapshot's base";
+    let (vol, _) = open_v(&mem, dir.path(), config(), what).await;
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     assert!(
         open_snapshot(mem.clone(), "v", "s", dir.path(), config())
@@ -401,13 +407,7 @@ async fn a_snapshot_delete_stopped_at_any_store_mutation_leaves_it_whole_or_abse
 
 /// Bytes of data, GC and checkpoint objects volume "v" has in the store.
 async fn object_bytes(store: &DynStore) -> u64 {
-    store
-        .list(&crate::keys::objects_prefix("v"))
-        .await
-        .expect("list")
-        .iter()
-        .map(|e| e.size_bytes)
-        .sum()
+    objects(store).await.iter().map(|e| e.size_bytes).sum()
 }
 
 /// Write 1..=4 to every block (the last three in a shuffled order), with a snapshot
@@ -415,10 +415,7 @@ async fn object_bytes(store: &DynStore) -> u64 {
 /// return the store's object bytes. Deletes the snapshot at the end and returns the
 /// bytes after that too.
 async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
-    let store: DynStore = Arc::new(MemStore::new());
-    let dir = TempDir::new("engine-snapshot-space");
-    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-snapshot-space").await;
     if snapshot {
         vol.create_snapshot("s").await.expect("snapshot");
     }

@@ -71,13 +71,8 @@ async fn write_frequencies_survive_a_clean_restart_and_a_crash() {
     write_hot_and_cold(&vol, 10).await;
     vol.crash();
     drop(vol);
-    let (vol, _) = open_v(
-        &store,
-        dir.path(),
-        config(GcPolicy::HyLog),
-        "open after a crash",
-    )
-    .await;
+    let what = "open after a crash";
+    let (vol, _) = open_v(&store, dir.path(), config(GcPolicy::HyLog), what).await;
     let after = heat_of(&vol).expect("tracker");
     assert!(
         after.heat_at(0) >= before.heat_at(0) + 10 * 8,

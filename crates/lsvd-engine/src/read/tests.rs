@@ -38,6 +38,17 @@ fn config(fetch: u64, ahead: u64) -> EngineConfig {
     }
 }
 
+/// Waits until no read-ahead fetch of `v` is in flight; `what` names the wait.
+async fn wait_read_ahead_landed(v: &Volume, what: &str) {
+    wait_until(what, async || {
+        v.shared
+            .read_cache
+            .as_ref()
+            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
+    })
+    .await;
+}
+
 /// A volume of `size` bytes whose data is all in objects (written in `write_bytes`
 /// writes of `pattern`, uploaded, the log emptied by a clean restart), opened with
 /// `cfg` on `store`.
@@ -184,26 +195,14 @@ async fn read_ahead_runs_ahead_of_a_sequential_reader_and_stops_with_it() {
     read_sequentially(&v, 0, 3 * req, req).await;
     let rc = |v: &Volume| v.status();
     wait_until("the first window", async || rc(&v).read_ahead_bytes > 0).await;
-    wait_until("the window's fetch", async || {
-        v.shared
-            .read_cache
-            .as_ref()
-            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
-    })
-    .await;
+    wait_read_ahead_landed(&v, "the window's fetch").await;
     // The next read was fetched ahead: no GET.
     let g = gets(&v);
     read_sequentially(&v, 3 * req, 4 * req, req).await;
     assert_eq!(gets(&v), g, "the read after the window's fetch is a hit");
     // Read half the volume, then stop.
     read_sequentially(&v, 4 * req, size / 2, req).await;
-    wait_until("read-ahead to drain", async || {
-        v.shared
-            .read_cache
-            .as_ref()
-            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
-    })
-    .await;
+    wait_read_ahead_landed(&v, "read-ahead to drain").await;
     let s = v.status();
     assert!(s.read_prefetch_hit_bytes > 0);
     // Never more than the read-ahead past where the reader stopped (plus a chunk at

@@ -8,11 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::test_support::{create_and_open, log_block as block, log_config, open_v, wait_until};
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::EngineConfig;
+use crate::test_support::{
+    create_and_open, log_block as block, log_config, open_behind_faults, open_v, wait_until,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
@@ -202,14 +203,7 @@ async fn writes_and_flushes_after_an_integrity_failure_fail() {
 async fn a_rotten_record_taken_from_the_index_is_not_uploaded() {
     let dir = TempDir::new("engine-integrity-index");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config(50))
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(mem.clone(), BLOCKS * 4096, &dir, config(50)).await;
     // Nothing reaches the store: every record stays in the log. The marker goes
     // first, then enough data (an eighth of the log and more) for an index.
     faulty.set_outage(true);
@@ -231,13 +225,8 @@ async fn a_rotten_record_taken_from_the_index_is_not_uploaded() {
     drop(vol);
     let wlog = dir.path().join("v.wlog");
     flip_byte(&wlog, find_in_file(&wlog, &marker()) + 2000);
-    let (vol, rep) = open_v(
-        &mem,
-        dir.path(),
-        config(50),
-        "reopen: the index is taken on trust",
-    )
-    .await;
+    let what = "reopen: the index is taken on trust";
+    let (vol, rep) = open_v(&mem, dir.path(), config(50), what).await;
     assert!(rep.log_records_from_index > 0, "{rep:?}");
     wait_until("the uploader to find the corrupt record", async || {
         vol.status().failure.is_some()

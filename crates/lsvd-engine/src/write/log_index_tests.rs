@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::test_support::{log_block as block, log_config, poll_until};
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{log_block as block, log_config, open_behind_faults, poll_until};
+use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::faulty::FaultyStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
@@ -70,13 +70,7 @@ async fn verify(vol: &Volume, model: &[u64]) {
 async fn setup() -> (TempDir, DynStore, Arc<FaultyStore>, Arc<Volume>) {
     let dir = TempDir::new("engine-log-index");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(mem.clone(), BLOCKS * 4096, &dir, config()).await;
     (dir, mem, faulty, vol)
 }
 

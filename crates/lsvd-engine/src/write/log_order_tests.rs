@@ -34,6 +34,11 @@ async fn read_block(vol: &Volume, b: u64) -> Vec<u8> {
 /// One-write records written to a device: (offset, the block), in issue order.
 type Seen = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 
+/// Where the first record [`record_writes`] saw was written.
+fn first_write_at(seen: &Seen) -> Option<u64> {
+    seen.lock().expect("lock").first().map(|w| w.0)
+}
+
 /// Watch the one-write records written to `cache`.
 fn record_writes(cache: &FaultyCache) -> Seen {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -104,7 +109,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         .await
         .expect("write FUA");
     assert_eq!(
-        seen.lock().expect("lock").first().map(|w| w.0),
+        first_write_at(&seen),
         Some(torn_at),
         "the first new record reuses N's place"
     );
@@ -128,7 +133,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         .expect("write");
     vol.flush().await.expect("flush");
     assert_eq!(
-        seen.lock().expect("lock").first().map(|w| w.0),
+        first_write_at(&seen),
         Some(n_plus_1_at),
         "the next record takes old N+1's place"
     );

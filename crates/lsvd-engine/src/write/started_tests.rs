@@ -41,6 +41,18 @@ fn handoffs(vol: &Volume) -> u64 {
     vol.stats().log_handoffs.load(Ordering::Relaxed)
 }
 
+/// Asserts who did `vol`'s blocking work for operations started on `thread`: the
+/// thread itself (`by_itself` says what) unless it is a plain thread, which hands it to
+/// the log writer thread (`handed_off` says what).
+fn assert_handoffs(thread: Thread, vol: &Volume, by_itself: &str, handed_off: &str) {
+    match thread {
+        Thread::RuntimeWorker | Thread::Own => {
+            assert_eq!(handoffs(vol), 0, "{thread:?}: {by_itself}")
+        }
+        Thread::Plain => assert!(handoffs(vol) > 0, "{handed_off}"),
+    }
+}
+
 /// Wait for `n` answers (a bound on a hang, not a timing assertion); panics on a
 /// second answer to one tag.
 fn collect(rx: &Answers, n: usize) -> Vec<(u64, Result<()>)> {
@@ -146,16 +158,12 @@ async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
             syncs() > before,
             "{thread:?}: the FLUSH and the FUA write were synced"
         );
-        match thread {
-            Thread::RuntimeWorker | Thread::Own => {
-                assert_eq!(
-                    handoffs(&vol),
-                    0,
-                    "{thread:?}: synced by the unplugging thread"
-                )
-            }
-            Thread::Plain => assert!(handoffs(&vol) > 0, "synced by the writer thread"),
-        }
+        assert_handoffs(
+            thread,
+            &vol,
+            "synced by the unplugging thread",
+            "synced by the writer thread",
+        );
         let v = versions(&vol).await;
         assert_eq!(
             (v[0], v[1]),
@@ -255,16 +263,12 @@ async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
         // 20 MiB of records went through a 16 MiB log: had no space been found, the
         // answers above would not have come.
         assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
-        match thread {
-            Thread::RuntimeWorker | Thread::Own => {
-                assert_eq!(
-                    handoffs(&vol),
-                    0,
-                    "{thread:?}: waited for by the unplugging thread"
-                )
-            }
-            Thread::Plain => assert!(handoffs(&vol) > 0, "waited for by the writer thread"),
-        }
+        assert_handoffs(
+            thread,
+            &vol,
+            "waited for by the unplugging thread",
+            "waited for by the writer thread",
+        );
         vol.shutdown().await.expect("shutdown");
     }
 }

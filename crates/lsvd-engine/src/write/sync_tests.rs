@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::test_support::{create_and_open, log_config, poll_until};
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
@@ -13,6 +13,22 @@ use lsvd_store::testutil::TempDir;
 fn config() -> EngineConfig {
     // Nothing leaves the write log by itself during the test.
     log_config(8 << 20, 600_000, 16 << 20)
+}
+
+/// Crash `vol` and open its volume from `store` alone (a new cache directory, named
+/// by `tag` and returned, so no write log).
+async fn crash_and_open_elsewhere(
+    vol: Arc<Volume>,
+    store: DynStore,
+    tag: &str,
+) -> (TempDir, Arc<Volume>) {
+    vol.crash();
+    drop(vol);
+    let elsewhere = TempDir::new(tag);
+    let (vol, _) = open_volume(store, "v", elsewhere.path(), config())
+        .await
+        .expect("open from the store alone");
+    (elsewhere, vol)
 }
 
 /// Write 64 blocks, sync or not, crash, and read them back from the store alone (a
@@ -32,12 +48,7 @@ async fn blocks_in_the_store_alone(sync: bool) -> Vec<Vec<u8>> {
         // Nothing new: returns at once with the same answer.
         assert_eq!(vol.sync_to_store().await.expect("sync again"), through);
     }
-    vol.crash();
-    drop(vol);
-    let elsewhere = TempDir::new("engine-sync-elsewhere");
-    let (vol, _) = open_volume(store, "v", elsewhere.path(), config())
-        .await
-        .expect("open from the store alone");
+    let (_elsewhere, vol) = crash_and_open_elsewhere(vol, store, "engine-sync-elsewhere").await;
     let mut blocks = Vec::new();
     for b in 0..64u64 {
         blocks.push(vol.read(b * 4096, 4096).await.expect("read"));
@@ -104,12 +115,8 @@ async fn sync_waits_while_the_store_is_away() {
         .expect("sync task")
         .expect("sync");
     assert!(through >= 64, "records through {through}");
-    vol.crash();
-    drop(vol);
-    let elsewhere = TempDir::new("engine-sync-outage-elsewhere");
-    let (vol, _) = open_volume(mem, "v", elsewhere.path(), config())
-        .await
-        .expect("open from the store alone");
+    let (_elsewhere, vol) =
+        crash_and_open_elsewhere(vol, mem, "engine-sync-outage-elsewhere").await;
     for b in 0..64u64 {
         assert_eq!(
             vol.read(b * 4096, 4096).await.expect("read"),
