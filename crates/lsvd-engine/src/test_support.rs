@@ -269,3 +269,19 @@ pub(crate) async fn open_behind_faults(
         .expect("open");
     (vol, faulty)
 }
+
+/// Opens volume "v" of `store` from the store alone (its files in a new directory
+/// named by `tag`), checks every block against `model` ([`verify`]) and shuts it down.
+pub(crate) async fn verify_from_store_alone(
+    store: DynStore,
+    tag: &str,
+    config: EngineConfig,
+    model: &[u64],
+) {
+    let dir = lsvd_store::testutil::TempDir::new(tag);
+    let (volume, _) = open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("reopen from the store alone");
+    verify(&volume, model).await;
+    volume.shutdown().await.expect("shutdown");
+}

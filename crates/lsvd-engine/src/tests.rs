@@ -6,8 +6,8 @@ use std::sync::Arc;
 use lsvd_core::gc::GcPolicy;
 
 use crate::test_support::{
-    block_data, create_and_open, gc_config, open_v, pause, poll_until, verify, wait_for_uploads,
-    write_next_versions,
+    block_data, create_and_open, gc_config, open_v, pause, poll_until, verify,
+    verify_from_store_alone, wait_for_uploads, write_next_versions,
 };
 use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
@@ -751,12 +751,7 @@ async fn trim_frees_store_space_after_gc() {
     );
     verify(&volume, &model).await;
     volume.shutdown().await.expect("shutdown");
-    let dir2 = TempDir::new("engine-trim-reopen");
-    let (volume, _) = open_volume(store, "v", dir2.path(), config())
-        .await
-        .expect("reopen");
-    verify(&volume, &model).await;
-    volume.shutdown().await.expect("shutdown");
+    verify_from_store_alone(store, "engine-trim-reopen", config(), &model).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::test_support::{
-    create_and_open, gc_config, poll_until, settle, verify, wait_until, write_next_versions,
+    create_and_open, gc_config, poll_until, settle, verify, verify_from_store_alone, wait_until,
+    write_next_versions,
 };
 use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
@@ -149,12 +150,7 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
     // Reopened from the directories alone, with a fresh data directory: the same data.
     drop(store);
     let store = lsvd_store::open_store(&format!("chain:{spec_text}")).expect("reopen store");
-    let data_dir = TempDir::new("chain-engine-data2");
-    let (volume, _) = open_volume(store, "v", data_dir.path(), config())
-        .await
-        .expect("reopen volume");
-    verify(&volume, &model).await;
-    volume.shutdown().await.expect("shutdown");
+    verify_from_store_alone(store, "chain-engine-data2", config(), &model).await;
     outcome
 }
 

@@ -44,6 +44,16 @@ async fn reopen(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> A
     open_v(store, dir, cfg, "reopen").await.0
 }
 
+/// Reopens volume "v" of `store` (files in `dir`) and asserts it has one block per
+/// entry of `want`, each at the version `want` says.
+async fn reopened_holds(store: &DynStore, dir: &std::path::Path, want: &[u64]) -> Arc<Volume> {
+    let vol = reopen(store, dir, config()).await;
+    let blocks = want.len() as u64;
+    assert_eq!(vol.size_bytes(), blocks * BLOCK);
+    assert_eq!(versions_in(&vol, 0, blocks).await, want);
+    vol
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
     let (store, dir, vol) = written_volume("engine-resize").await;
@@ -79,17 +89,13 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
     // A crash with the new half only in the write log, then a restart from the log.
     vol.crash();
     drop(vol);
-    let vol = reopen(&store, dir.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
     let mut want = vec![1; BLOCKS as usize];
     want.extend(vec![2; BLOCKS as usize]);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, dir.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
     // From the store alone.
     let other = TempDir::new("engine-resize-store-only");
-    let vol = reopen(&store, other.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, other.path(), &want).await;
     assert_eq!(
         inspect_volume(&store, "v").await.expect("info").size_bytes,
         2 * BLOCKS * BLOCK
@@ -128,13 +134,10 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
     assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
     vol.crash();
     drop(vol);
-    let vol = reopen(&store, other.path(), config()).await;
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, other.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
     let third = TempDir::new("engine-resize-store-only-2");
-    let vol = reopen(&store, third.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, third.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
 }
 

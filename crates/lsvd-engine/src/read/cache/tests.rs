@@ -31,11 +31,17 @@ fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDev
     (Arc::new(data), Arc::new(table))
 }
 
+/// [`devices`] in a new directory named by `tag` (returned, to keep them).
+fn devices_in(tag: &str, slots: u64) -> (TempDir, Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) {
+    let dir = TempDir::new(tag);
+    let (data, table) = devices(&dir, slots);
+    (dir, data, table)
+}
+
 /// A read cache of `slots` chunks for volume `[5; 16]`, on devices in a new directory
 /// (returned, to keep them).
 fn new_cache(tag: &str, slots: u64) -> (TempDir, ReadCache) {
-    let dir = TempDir::new(tag);
-    let (dev, table) = devices(&dir, slots);
+    let (dir, dev, table) = devices_in(tag, slots);
     let rc = ReadCache::open(dev, table, VolumeId([5; 16])).expect("open");
     (dir, rc)
 }
@@ -64,8 +70,7 @@ fn whole(rc: &ReadCache, key: Key) -> Option<Vec<u8>> {
 
 #[test]
 fn hits_partial_reads_eviction_and_warm_restart() {
-    let dir = TempDir::new("rcache");
-    let (dev, table) = devices(&dir, 4);
+    let (_dir, dev, table) = devices_in("rcache", 4);
     let vol = VolumeId([5; 16]);
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     assert!(whole(&rc, (1, 0)).is_none());
@@ -104,8 +109,7 @@ fn hits_partial_reads_eviction_and_warm_restart() {
 
 #[test]
 fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
-    let dir = TempDir::new("rcache-damage");
-    let (dev, table) = devices(&dir, 2);
+    let (_dir, dev, table) = devices_in("rcache-damage", 2);
     let vol = VolumeId([5; 16]);
     let rc = ReadCache::open(dev.clone(), table, vol).expect("open");
     rc.insert(o(1), 0, &chunk((1, 0)));
@@ -241,8 +245,7 @@ impl CacheDevice for Lossy {
 #[test]
 fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
     for seed in 0..20u64 {
-        let dir = TempDir::new("rcache-crash");
-        let (dev, table) = devices(&dir, 12);
+        let (_dir, dev, table) = devices_in("rcache-crash", 12);
         let lossy = |inner: Arc<dyn CacheDevice>, salt: u64| -> Arc<dyn CacheDevice> {
             Arc::new(Lossy {
                 inner,
@@ -291,8 +294,7 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
 
 #[test]
 fn forgetting_durably_survives_a_reopen() {
-    let dir = TempDir::new("rcache-forget");
-    let (dev, table) = devices(&dir, 4);
+    let (_dir, dev, table) = devices_in("rcache-forget", 4);
     let vol = VolumeId([8; 16]);
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     rc.insert(o(5), 0, &chunk((5, 0)));
@@ -310,8 +312,7 @@ fn forgetting_durably_survives_a_reopen() {
 #[test]
 fn the_index_keeps_its_entries_consistent() {
     // Everything the map names is a used slot with that key; the counters agree.
-    let dir = TempDir::new("rcache-consistent");
-    let (dev, table) = devices(&dir, 8);
+    let (_dir, dev, table) = devices_in("rcache-consistent", 8);
     let vol = VolumeId([9; 16]);
     let rc = ReadCache::open(dev, table, vol).expect("open");
     let mut rng = Rng::new(3);
@@ -366,8 +367,7 @@ fn the_index_keeps_its_entries_consistent() {
 /// Now the epoch is part of the key, in memory and in the slot table.
 #[test]
 fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
-    let dir = TempDir::new("rcache-epoch");
-    let (data, table) = devices(&dir, 8);
+    let (_dir, data, table) = devices_in("rcache-epoch", 8);
     let vol = VolumeId([3; 16]);
     let rc = ReadCache::open(data.clone(), table.clone(), vol).expect("open");
     let old = CacheObject::new(7, 1);
