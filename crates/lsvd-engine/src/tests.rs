@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lsvd_core::gc::GcPolicy;
 
 use crate::test_support::{
-    block_data, create_and_open, gc_config, open_v, pause, poll_until, verify,
+    block_data, create_and_open, gc_config, open_behind_faults, open_v, pause, poll_until, verify,
     verify_from_store_alone, wait_for_uploads, write_next_versions,
 };
 use crate::{EngineConfig, Volume, open_volume};
@@ -472,20 +472,13 @@ async fn overwrites_by_workload_and_policy_keep_data_and_bound_the_store() {
 /// them: reopening from the store alone finds every write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
-
     let dir = TempDir::new("engine-held");
     let mem = MemStore::new();
-    let faulty = Arc::new(FaultyStore::new(
-        Arc::new(mem.clone()),
-        FaultPlan::default(),
-        1,
-    ));
-    let store: DynStore = faulty.clone();
     let spec = OverwriteSpec::new(16 << 20, Workload::Uniform, GcPolicy::Greedy);
     let blocks = spec.blocks;
-    let (volume, _) =
-        create_and_open(&store, "v", blocks * BLOCK, dir.path(), spec.config.clone()).await;
+    let size = blocks * BLOCK;
+    let (volume, faulty) =
+        open_behind_faults(Arc::new(mem.clone()), size, &dir, spec.config.clone()).await;
     let mut model = vec![0u64; blocks as usize];
     let mut version = 0;
     for b in 0..blocks {
@@ -920,22 +913,17 @@ async fn idle_volume_does_not_spin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "timing measurement"]
 async fn recovery_time_with_one_gib_of_log() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let dir = TempDir::new("engine-recovery-time");
     let mem = MemStore::new();
-    let faulty = Arc::new(FaultyStore::new(
-        Arc::new(mem.clone()),
-        FaultPlan::default(),
-        1,
-    ));
-    let store: DynStore = faulty.clone();
     let gib = 1u64 << 30;
     let cfg = EngineConfig {
         log_size_bytes: gib + (256 << 20),
         batch_size_bytes: 8 << 20,
         ..EngineConfig::default()
     };
-    let (volume, _) = create_and_open(&store, "v", 2 * gib, dir.path(), cfg.clone()).await;
+    let (volume, faulty) =
+        open_behind_faults(Arc::new(mem.clone()), 2 * gib, &dir, cfg.clone()).await;
+    let store: DynStore = faulty.clone();
     faulty
         .outage
         .store(true, std::sync::atomic::Ordering::SeqCst);

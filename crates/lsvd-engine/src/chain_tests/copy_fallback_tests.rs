@@ -173,11 +173,16 @@ async fn both_copies_bad_fails_corrupt() {
     let at = header_bytes(&first) + 10;
     flip_byte(&first, at);
     flip_byte(&mirror, at);
-    let e = volume
-        .read(0, BLOCK)
-        .await
-        .expect_err("both copies are bad");
-    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert_first_block_corrupt(&volume, "both copies are bad").await;
+}
+
+/// The first block of `volume` (whose copies `why` are bad) fails to read `Corrupt`,
+/// with no fallback to another copy; then `volume` shuts down.
+async fn assert_first_block_corrupt(volume: &Volume, why: &str) {
+    let Err(e) = volume.read(0, BLOCK).await else {
+        panic!("{why}: the read succeeded");
+    };
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{why}: {e}");
     assert_eq!(volume.stats().copy_fallbacks.load(Ordering::Relaxed), 0);
     volume.shutdown().await.expect("shutdown");
 }
@@ -199,13 +204,7 @@ async fn one_copy_fails_corrupt(store: DynStore) {
         .put(key, Bytes::from(bytes), PutMode::Overwrite)
         .await
         .expect("put");
-    let e = volume
-        .read(0, BLOCK)
-        .await
-        .expect_err("the only copy is bad");
-    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
-    assert_eq!(volume.stats().copy_fallbacks.load(Ordering::Relaxed), 0);
-    volume.shutdown().await.expect("shutdown");
+    assert_first_block_corrupt(&volume, "the only copy is bad").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

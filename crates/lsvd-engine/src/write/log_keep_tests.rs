@@ -159,14 +159,21 @@ async fn open_report(
     open_v(store, dir, keep_config(Some(8 << 20)), "open").await
 }
 
+/// A new volume (its store returned) opened by [`open_report`] with its files in a
+/// new directory named by `tag` (returned), every block written and settled.
+async fn written_and_reopenable(tag: &str) -> (DynStore, TempDir, Arc<Volume>) {
+    let store = new_volume().await;
+    let dir = TempDir::new(tag);
+    let (vol, _) = open_report(&store, dir.path()).await;
+    write_all_and_settle(&vol).await;
+    (store, dir, vol)
+}
+
 /// What the log kept is read from it after a crash and after a clean stop too: the
 /// next open takes the records the store has back into the overlay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_records_are_read_from_the_log_after_a_crash_and_after_a_clean_stop() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep-restart");
-    let (vol, _) = open_report(&store, dir.path()).await;
-    write_all_and_settle(&vol).await;
+    let (store, dir, vol) = written_and_reopenable("engine-log-keep-restart").await;
     vol.crash();
     drop(vol);
 
@@ -196,10 +203,7 @@ async fn kept_records_are_read_from_the_log_after_a_crash_and_after_a_clean_stop
 /// must not bring back the data the shrink dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_records_taken_back_at_open_leave_out_what_a_shrink_dropped() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep-shrink-restart");
-    let (vol, _) = open_report(&store, dir.path()).await;
-    write_all_and_settle(&vol).await;
+    let (store, dir, vol) = written_and_reopenable("engine-log-keep-shrink-restart").await;
     let half = BLOCKS / 2;
     vol.resize(half * BLOCK, true).await.expect("shrink");
     vol.resize(BLOCKS * BLOCK, false).await.expect("grow");
