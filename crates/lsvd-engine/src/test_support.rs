@@ -14,13 +14,23 @@ use lsvd_store::DynStore;
 /// assertion (5 s was too short on a loaded CI machine).
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
-/// How long [`pause`] lets the background tasks run.
-const POLL_EVERY: Duration = Duration::from_millis(2);
+/// How often [`poll_until`] looks at its condition (what most of the loops it
+/// replaced slept between looks: a shorter interval only loads the machine).
+const POLL_EVERY: Duration = Duration::from_millis(10);
 
-/// Lets the engine's background tasks run for a moment of real time: the one real
-/// sleep of the tests, for polls and for tickers that move a manual clock.
+/// How long [`pause`] lets the background tasks act on a step of a manual clock.
+const PAUSE: Duration = Duration::from_millis(2);
+
+/// Sleeps `d` of real time: the one real sleep of the engine's tests, under the polls
+/// and the tickers that move a manual clock.
+async fn sleep_real(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// Lets the engine's background tasks run for a moment of real time, for a test
+/// that moves a manual clock step by step.
 pub(crate) async fn pause() {
-    tokio::time::sleep(POLL_EVERY).await;
+    sleep_real(PAUSE).await;
 }
 
 /// Polls `done` until it holds or `limit` has passed; says whether it held. For a
@@ -31,7 +41,7 @@ pub(crate) async fn poll_until(limit: Duration, mut done: impl AsyncFnMut() -> b
         if done().await {
             return true;
         }
-        pause().await;
+        sleep_real(POLL_EVERY).await;
     }
     done().await
 }
