@@ -6,6 +6,7 @@ use std::sync::Arc;
 use lsvd_core::format::object::ObjectKind;
 
 use crate::keys::parse_object_name;
+use crate::test_support::{log_config, open_v};
 use crate::{EngineConfig, create_volume, inspect_volume, open_volume, read_meta};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::mem::MemStore;
@@ -13,13 +14,7 @@ use lsvd_store::testutil::TempDir;
 use lsvd_store::{DynStore, PutMode};
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    }
+    log_config(64 << 10, 20, 16 << 20)
 }
 
 async fn setup(tag: &str) -> (TempDir, MemStore, DynStore) {
@@ -30,15 +25,34 @@ async fn setup(tag: &str) -> (TempDir, MemStore, DynStore) {
     (dir, mem, store)
 }
 
+/// Opens volume `name` of `store` (files in `dir`), which must fail with `kind` and a
+/// message that contains `says`.
+async fn assert_open_fails(
+    store: &DynStore,
+    name: &str,
+    dir: &TempDir,
+    kind: ErrorKind,
+    says: &str,
+) {
+    let e = open_volume(store.clone(), name, dir.path(), config())
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("volume {name} opened"));
+    assert_eq!(e.kind, kind, "{e}");
+    assert!(e.to_string().contains(says), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
     let (dir, _mem, store) = setup("kinds-missing").await;
-    let e = open_volume(store.clone(), "nosuch", dir.path(), config())
-        .await
-        .err()
-        .expect("no such volume");
-    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
-    assert!(e.to_string().contains("no volume 'nosuch'"), "{e}");
+    assert_open_fails(
+        &store,
+        "nosuch",
+        &dir,
+        ErrorKind::NotFound,
+        "no volume 'nosuch'",
+    )
+    .await;
     let e = read_meta(&store, "nosuch").await.expect_err("missing");
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
     let e = inspect_volume(&store, "nosuch").await.expect_err("missing");
@@ -48,11 +62,7 @@ async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
         "no write log for a missing volume"
     );
 
-    let e = open_volume(store.clone(), "../x", dir.path(), config())
-        .await
-        .err()
-        .expect("bad name");
-    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    assert_open_fails(&store, "../x", &dir, ErrorKind::BadInput, "").await;
     let e = create_volume(&store, "v", 4 << 20)
         .await
         .expect_err("exists");
@@ -66,9 +76,7 @@ async fn missing_volumes_are_not_found_and_bad_names_bad_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     let (dir, _mem, store) = setup("kinds-requests").await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     let e = vol
         .write(100, vec![1; 512], false)
         .await
@@ -99,9 +107,7 @@ async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     assert_eq!(e.kind, ErrorKind::ShuttingDown, "{e}");
     drop(vol);
 
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     vol.crash();
     let e = vol
         .write(0, vec![3; 4096], false)
@@ -114,12 +120,33 @@ async fn bad_requests_are_bad_input_and_a_closed_volume_says_why() {
     assert_eq!(e.kind, ErrorKind::VolumeFailed, "{e}");
 }
 
+/// The checkpoints in `mem`: (sequence number, key).
+fn checkpoints(mem: &MemStore) -> Vec<(u64, String)> {
+    mem.snapshot()
+        .iter()
+        .filter_map(|(k, _)| {
+            parse_object_name(k)
+                .filter(|n| n.kind == ObjectKind::Checkpoint)
+                .map(|n| (n.seq, k.clone()))
+        })
+        .collect()
+}
+
+/// Damage object `key` of `store`: its last byte flipped.
+async fn flip_last_byte(store: &DynStore, key: &str) {
+    let mut bytes = store.get(key).await.expect("get");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    store
+        .put(key, bytes.into(), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() {
     let (dir, mem, store) = setup("kinds-checkpoint").await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     for b in 0..8u64 {
         vol.write(b * 4096, vec![b as u8 + 1; 4096], false)
             .await
@@ -129,28 +156,12 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .await
         .expect("shutdown writes a clean checkpoint");
     drop(vol);
-    let (checkpoint, key) = mem
-        .snapshot()
-        .iter()
-        .filter_map(|(k, _)| {
-            parse_object_name(k)
-                .filter(|n| n.kind == ObjectKind::Checkpoint)
-                .map(|n| (n.seq, k.clone()))
-        })
-        .max()
-        .expect("a checkpoint");
-    let mut bytes = store.get(&key).await.expect("get");
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
-    store
-        .put(&key, bytes.into(), PutMode::Overwrite)
-        .await
-        .expect("overwrite");
+    let (checkpoint, key) = checkpoints(&mem).into_iter().max().expect("a checkpoint");
+    flip_last_byte(&store, &key).await;
     // Passed over: every object from the first on is there, so replaying them all
     // gives the same volume.
-    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("recovery passes over the damaged checkpoint");
+    let what = "recovery passes over the damaged checkpoint";
+    let (vol, rep) = open_v(&store, dir.path(), config(), what).await;
     assert_eq!(rep.checkpoints_skipped, vec![checkpoint], "{rep:?}");
     for b in 0..8u64 {
         let got = vol.read(b * 4096, 4096).await.expect("read");
@@ -166,24 +177,9 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
         .filter_map(|(k, _)| parse_object_name(k).map(|n| (n.seq, k.clone())))
         .min()
         .expect("objects");
-    let newest = mem
-        .snapshot()
-        .iter()
-        .filter_map(|(k, _)| {
-            parse_object_name(k)
-                .filter(|n| n.kind == ObjectKind::Checkpoint)
-                .map(|n| (n.seq, k.clone()))
-        })
-        .collect::<Vec<_>>();
     // Corrupt the checkpoints written since (the first one already is).
-    for (_, key) in newest.iter().filter(|c| c.0 != checkpoint) {
-        let mut bytes = store.get(key).await.expect("get");
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        store
-            .put(key, bytes.into(), PutMode::Overwrite)
-            .await
-            .expect("overwrite");
+    for (_, key) in checkpoints(&mem).iter().filter(|c| c.0 != checkpoint) {
+        flip_last_byte(&store, key).await;
     }
     store.delete(&first_key).await.expect("delete");
     let e = match open_volume(store.clone(), "v", dir.path(), config()).await {
@@ -206,17 +202,11 @@ async fn a_damaged_checkpoint_is_passed_over_and_data_loss_beyond_it_is_named() 
 async fn a_write_log_of_another_volume_is_a_conflict() {
     let (dir, _mem, store) = setup("kinds-foreign-log").await;
     create_volume(&store, "w", 4 << 20).await.expect("create w");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     vol.write(0, vec![1; 4096], true).await.expect("write");
     vol.shutdown().await.expect("shutdown");
     drop(vol);
     std::fs::copy(dir.path().join("v.wlog"), dir.path().join("w.wlog")).expect("copy");
-    let e = open_volume(store.clone(), "w", dir.path(), config())
-        .await
-        .err()
-        .expect("foreign write log");
-    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
-    assert!(e.to_string().contains("belongs to another volume"), "{e}");
+    let says = "belongs to another volume";
+    assert_open_fails(&store, "w", &dir, ErrorKind::Conflict, says).await;
 }

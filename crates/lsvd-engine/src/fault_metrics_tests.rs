@@ -6,28 +6,37 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::EngineConfig;
+use crate::test_support::{log_config, open_behind_faults, pause, poll_until, wait_until};
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::faulty::FaultyStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
+
+/// 256 KiB batches closed after 20 ms, a log of `log_size_bytes`.
+fn config(log_size_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 20,
+        log_size_bytes,
+        ..EngineConfig::default()
+    }
+}
+
+/// Asserts 256 KiB chunks `chunks` of `vol` hold what the tests write there: every
+/// byte of chunk `i` is `i % 250 + 1`.
+async fn assert_chunks(vol: &crate::Volume, chunks: std::ops::Range<u64>) {
+    for i in chunks {
+        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
+        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_write_log_makes_writes_wait_and_is_counted() {
     let dir = TempDir::new("engine-log-full");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 64 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
-    let config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 4 << 20,
-        ..EngineConfig::default()
-    };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config(4 << 20)).await;
     faulty.set_outage(true);
     // 32 MiB into a 4 MiB log with the store away: the writer must stop and wait.
     let writer = {
@@ -41,12 +50,10 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
         })
     };
     let stats = vol.stats();
-    for _ in 0..3000 {
-        if stats.log_full.load(Ordering::Relaxed) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_until(Duration::from_secs(30), async || {
+        stats.log_full.load(Ordering::Relaxed)
+    })
+    .await;
     assert!(
         stats.log_full.load(Ordering::Relaxed),
         "the log never filled: {:?}",
@@ -62,22 +69,8 @@ async fn a_full_write_log_makes_writes_wait_and_is_counted() {
         .expect("writes resume once the store is back")
         .expect("writer task");
     assert!(!stats.log_full.load(Ordering::Relaxed));
-    for i in 0..128u64 {
-        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
-        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
-    }
+    assert_chunks(&vol, 0..128).await;
     vol.shutdown().await.expect("shutdown");
-}
-
-/// Wait (a bound for a hang, not a timing assertion) until `done`.
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..6000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen within 60 s");
 }
 
 /// A volume whose store fails ranged reads (object data) and that wants GC: every
@@ -90,24 +83,16 @@ async fn gc_wanted_with_reads_failing(
 ) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     const MIB: u64 = 1 << 20;
     let dir = TempDir::new(name);
-    let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 8 * MIB).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem, FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let mut config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 32 * MIB,
         read_cache_bytes: 0,
         gc_min_rate_bytes: 0,
-        ..EngineConfig::default()
+        ..config(32 * MIB)
     };
     if let Some(clock) = clock {
         config.clock = lsvd_store::clock::SharedClock(clock);
     }
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 8 * MIB, &dir, config).await;
     faulty.set_range_reads_failing(true);
     for (round, len) in [(1u8, 256u64 << 10), (2, 128 << 10)] {
         for i in 0..8 * 4u64 {
@@ -133,7 +118,7 @@ async fn gc_wanted_with_reads_failing(
 async fn failed_gets_and_given_up_gc_passes_are_counted() {
     let (vol, faulty, _dir) = gc_wanted_with_reads_failing("engine-get-failures", None).await;
     let stats = vol.stats();
-    wait_until("a GC pass given up", || {
+    wait_until("a GC pass given up", async || {
         stats.gc_passes_failed.load(Ordering::Relaxed) > 0
     })
     .await;
@@ -152,7 +137,10 @@ async fn failed_gets_and_given_up_gc_passes_are_counted() {
     assert!(stats.store_get_failures.load(Ordering::Relaxed) > before);
 
     faulty.set_range_reads_failing(false);
-    wait_until("a GC pass once reads work", || vol.status().gc_passes > 0).await;
+    wait_until("a GC pass once reads work", async || {
+        vol.status().gc_passes > 0
+    })
+    .await;
     for i in 0..8 * 4u64 {
         let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
         let (new, old) = got.split_at(128 << 10);
@@ -177,21 +165,11 @@ fn data_objects(mem: &MemStore) -> usize {
 async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
     let dir = TempDir::new("engine-delete-fail");
     let mem = MemStore::new();
-    let inner: DynStore = Arc::new(mem.clone());
-    create_volume(&inner, "v", 8 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(inner, FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let config = EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
         checkpoint_every_objects: 2,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
+        ..log_config(64 << 10, 20, 16 << 20)
     };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(Arc::new(mem.clone()), 8 << 20, &dir, config).await;
     let stats = vol.stats();
     // Each round overwrites the same 64 KiB: one object, and the one before is dead.
     let round = |fill: u8| {
@@ -201,7 +179,7 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
                 .await
                 .expect("write");
             vol.flush().await.expect("flush");
-            wait_until("uploads", || vol.status().uploads_pending == 0).await;
+            wait_until("uploads", async || vol.status().uploads_pending == 0).await;
         }
     };
     faulty.set_deletes_failing(true);
@@ -227,7 +205,7 @@ async fn failed_deletes_of_dead_objects_are_counted_and_retried() {
     for fill in 21..=26u8 {
         round(fill).await;
     }
-    wait_until("the dead objects deleted", || data_objects(&mem) <= 4).await;
+    wait_until("the dead objects deleted", async || data_objects(&mem) <= 4).await;
     assert!(stats.objects_deleted.load(Ordering::Relaxed) >= 20);
     assert_eq!(
         vol.read(0, 64 << 10).await.expect("read"),
@@ -254,7 +232,7 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
     let mut seen = 0;
     for _ in 0..2400 {
         clock.advance(step);
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        pause().await;
         let n = stats.gc_passes_failed.load(Ordering::Relaxed);
         if n > seen {
             assert_eq!(n, seen + 1, "two passes failed within one step");
@@ -287,7 +265,7 @@ async fn given_up_gc_passes_back_off_from_one_to_eight_seconds() {
             break;
         }
         clock.advance(step);
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        pause().await;
     }
     shutdown
         .await
@@ -302,20 +280,12 @@ async fn stalled_volume(
     fault: Option<lsvd_store::faulty::Fault>,
 ) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
     let dir = TempDir::new(name);
-    let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", 64 << 20).await.expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
     let config = EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 4 << 20,
         stall_timeout_ms: 500,
-        ..EngineConfig::default()
+        ..config(4 << 20)
     };
-    let (vol, _) = open_volume(store, "v", dir.path(), config)
-        .await
-        .expect("open");
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
     match fault {
         Some(f) => faulty.faults().fail(lsvd_store::faulty::Ops::PUT, f),
         None => faulty.set_outage(true),
@@ -375,7 +345,7 @@ async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
         .expect("a FLUSH answers for what was acknowledged");
 
     faulty.set_outage(false);
-    wait_until("the log has room", || {
+    wait_until("the log has room", async || {
         !stats.log_stalled.load(Ordering::SeqCst)
     })
     .await;
@@ -383,10 +353,7 @@ async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
         .await
         .expect("writes are accepted again once uploads free room");
     assert!(!stats.log_stalled.load(Ordering::SeqCst));
-    for i in 1..acked {
-        let got = vol.read(i * (256 << 10), 256 << 10).await.expect("read");
-        assert!(got.iter().all(|b| *b == (i % 250) as u8 + 1), "chunk {i}");
-    }
+    assert_chunks(&vol, 1..acked).await;
     vol.shutdown().await.expect("shutdown");
 }
 

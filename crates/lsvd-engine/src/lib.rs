@@ -73,3 +73,7 @@ pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
 pub use store_meta::{is_being_deleted, read_meta};
 pub use volume::{Answer, LeaseStatus, Volume, VolumeStatus};
+
+// Declared apart from the modules above: fixtures for the tests, not a part of the engine.
+#[cfg(test)]
+mod test_support;

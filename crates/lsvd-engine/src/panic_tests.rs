@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use crate::fencing::lease::{LeaseConfig, Takeover};
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::test_support::{create_and_open, poll_until};
+use crate::{EngineConfig, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
@@ -41,10 +42,7 @@ async fn a_panic_in_any_task_fails_the_volume_and_loses_nothing_acknowledged() {
     ] {
         let dir = TempDir::new("engine-panic");
         let store: DynStore = std::sync::Arc::new(MemStore::new());
-        create_volume(&store, "v", 64 << 20).await.expect("create");
-        let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-            .await
-            .expect("open");
+        let (vol, _) = create_and_open(&store, "v", 64 << 20, dir.path(), config()).await;
         vol.write(0, vec![1; 64 << 10], false).await.expect("write");
         vol.flush().await.expect("flush");
         vol.shared.inject_panic(point);
@@ -52,14 +50,7 @@ async fn a_panic_in_any_task_fails_the_volume_and_loses_nothing_acknowledged() {
         // uploader, the upload, the checkpoint after it); GC and the lease wake by
         // themselves.
         let _ = vol.write(1 << 20, vec![2; 300 << 10], false).await;
-        let mut failed = false;
-        for _ in 0..1000 {
-            if vol.shared.is_failed() {
-                failed = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let failed = poll_until(Duration::from_secs(10), async || vol.shared.is_failed()).await;
         assert!(failed, "{point}: the volume did not fail within 10 s");
         let why = vol.shared.failure().expect("a failure");
         assert!(

@@ -5,7 +5,11 @@ use std::sync::Arc;
 
 use lsvd_core::gc::GcPolicy;
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{
+    block_data, create_and_open, gc_config, open_behind_faults, open_v, pause, poll_until, verify,
+    verify_from_store_alone, wait_for_uploads, write_next_versions,
+};
+use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
@@ -13,29 +17,10 @@ use lsvd_store::testutil::TempDir;
 const BLOCK: u64 = 4096;
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 50,
-        log_size_bytes: 16 << 20,
-        checkpoint_every_objects: 8,
-        gc: lsvd_core::gc::GcConfig {
-            pass_bytes: 1 << 20,
-            ..Default::default()
-        },
-        ..EngineConfig::default()
-    }
+    gc_config()
 }
 
 /// A 4 KiB block whose content names (block, version).
-fn block_data(block: u64, version: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK as usize];
-    for (i, chunk) in v.chunks_mut(16).enumerate() {
-        chunk[..8].copy_from_slice(&block.to_le_bytes());
-        chunk[8..16].copy_from_slice(&(version ^ i as u64).to_le_bytes());
-    }
-    v
-}
-
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -44,29 +29,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-}
-
-async fn verify(volume: &Volume, model: &[u64]) {
-    for (b, &version) in model.iter().enumerate() {
-        let got = volume.read(b as u64 * BLOCK, BLOCK).await.expect("read");
-        let want = if version == 0 {
-            vec![0u8; BLOCK as usize]
-        } else {
-            block_data(b as u64, version)
-        };
-        assert!(got == want, "block {b}: expected version {version}");
-    }
-}
-
-async fn wait_for_uploads(volume: &Volume) {
-    // A bound for a hang, not a timing assertion: 5 s was too short on a loaded machine.
-    for _ in 0..6000 {
-        if volume.status().uploads_pending == 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("uploads did not finish");
 }
 
 /// Which blocks the overwrite phase of [`overwrite_run`] writes.
@@ -255,28 +217,15 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     let mem = MemStore::new();
     let store: DynStore = Arc::new(mem.clone());
     let blocks = spec.blocks;
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), spec.config.clone())
-        .await
-        .expect("open");
+    let (volume, _) =
+        create_and_open(&store, "v", blocks * BLOCK, dir.path(), spec.config.clone()).await;
     let mut model = vec![0u64; blocks as usize];
     let mut version = 0u64;
 
     // Fill: every block once, 64 KiB at a time.
     for first in (0..blocks).step_by(16) {
         let n = 16.min(blocks - first);
-        let mut data = Vec::with_capacity((n * BLOCK) as usize);
-        for b in first..first + n {
-            version += 1;
-            model[b as usize] = version;
-            data.extend_from_slice(&block_data(b, version));
-        }
-        volume
-            .write(first * BLOCK, data, false)
-            .await
-            .expect("fill");
+        write_next_versions(&volume, &mut model, first..first + n, &mut version).await;
     }
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
@@ -383,13 +332,11 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
     // Let GC catch up: it runs in passes after uploads.
-    for _ in 0..3000 {
+    poll_until(std::time::Duration::from_secs(60), async || {
         let s = volume.status();
-        if s.utilization >= start_util && s.uploads_pending == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        s.utilization >= start_util && s.uploads_pending == 0
+    })
+    .await;
     sample(written, true);
     let end = volume.status();
     assert!(end.gc_passes > start.gc_passes, "GC ran: {end:?}");
@@ -397,9 +344,7 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     volume.shutdown().await.expect("shutdown");
     if spec.reopen {
         let dir2 = TempDir::new("engine-overwrite-reopen");
-        let (volume, report) = open_volume(store.clone(), "v", dir2.path(), spec.config.clone())
-            .await
-            .expect("reopen");
+        let (volume, report) = open_v(&store, dir2.path(), spec.config.clone(), "reopen").await;
         assert!(report.checkpoint_clean);
         verify_all(&volume, &model).await;
         volume.shutdown().await.expect("shutdown");
@@ -527,24 +472,13 @@ async fn overwrites_by_workload_and_policy_keep_data_and_bound_the_store() {
 /// them: reopening from the store alone finds every write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
-
     let dir = TempDir::new("engine-held");
     let mem = MemStore::new();
-    let faulty = Arc::new(FaultyStore::new(
-        Arc::new(mem.clone()),
-        FaultPlan::default(),
-        1,
-    ));
-    let store: DynStore = faulty.clone();
     let spec = OverwriteSpec::new(16 << 20, Workload::Uniform, GcPolicy::Greedy);
     let blocks = spec.blocks;
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), spec.config.clone())
-        .await
-        .expect("open");
+    let size = blocks * BLOCK;
+    let (volume, faulty) =
+        open_behind_faults(Arc::new(mem.clone()), size, &dir, spec.config.clone()).await;
     let mut model = vec![0u64; blocks as usize];
     let mut version = 0;
     for b in 0..blocks {
@@ -607,9 +541,6 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
 /// object is half live (utilization below GC's default start). Returns the model.
 async fn half_live_volume(store: &DynStore, dir: &TempDir) -> Vec<u64> {
     let blocks = 4096u64; // 16 MiB
-    create_volume(store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
     let off = EngineConfig {
         gc: lsvd_core::gc::GcConfig {
             start_utilization: 0.0,
@@ -617,14 +548,30 @@ async fn half_live_volume(store: &DynStore, dir: &TempDir) -> Vec<u64> {
         },
         ..config()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), off)
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(store, "v", blocks * BLOCK, dir.path(), off).await;
     let mut model = vec![0u64; blocks as usize];
     write_version(&volume, &mut model, 0..blocks, 1).await;
     write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
     volume.shutdown().await.expect("shutdown");
     model
+}
+
+/// A [`half_live_volume`] (its files in the directory returned, with its model)
+/// reopened by [`open_paced`].
+async fn paced_half_live_volume(
+    tag: &str,
+    rate: u64,
+) -> (
+    TempDir,
+    Vec<u64>,
+    Arc<Volume>,
+    Arc<lsvd_store::clock::ManualClock>,
+) {
+    let dir = TempDir::new(tag);
+    let store: DynStore = Arc::new(MemStore::new());
+    let model = half_live_volume(&store, &dir).await;
+    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    (dir, model, volume, clock)
 }
 
 /// [`half_live_volume`] reopened with GC on at `rate` bytes per second (4 MiB passes)
@@ -645,9 +592,7 @@ async fn open_paced(
         clock: SharedClock(clock.clone()),
         ..config()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), on)
-        .await
-        .expect("reopen");
+    let (volume, _) = open_v(store, dir.path(), on, "reopen").await;
     assert!(volume.status().utilization < 0.70);
     (volume, clock)
 }
@@ -662,7 +607,7 @@ async fn shutdown_ticking(volume: Arc<Volume>, clock: &Arc<lsvd_store::clock::Ma
         tokio::spawn(async move {
             loop {
                 clock.advance(Duration::from_millis(100));
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                pause().await;
             }
         })
     };
@@ -685,7 +630,7 @@ async fn step_until_gc_done(
     for _ in 0..3000 {
         clock.advance(step);
         elapsed += step;
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        pause().await;
         each(elapsed).await;
         let s = volume.status();
         if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
@@ -702,15 +647,12 @@ async fn step_until_gc_done(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
     use std::time::Duration;
-    let dir = TempDir::new("engine-gc-pace");
-    let store: DynStore = Arc::new(MemStore::new());
-    let model = half_live_volume(&store, &dir).await;
     // At every point of simulated time GC has moved no more than the rate allows. At
     // 256 KiB/s the 2 MiB or more it moves take several seconds of clock time, more
     // than the two that would make idle clients unpace it: the client reads must be
     // what keeps it paced (a pacer blind to reads failed here).
     let rate = 256u64 << 10;
-    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    let (_dir, model, volume, clock) = paced_half_live_volume("engine-gc-pace", rate).await;
     let mut reads = 0u64;
     step_until_gc_done(
         &volume,
@@ -743,12 +685,9 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_runs_unpaced_once_clients_are_idle() {
     use std::time::Duration;
-    let dir = TempDir::new("engine-gc-idle");
-    let store: DynStore = Arc::new(MemStore::new());
-    let model = half_live_volume(&store, &dir).await;
     // 64 KiB/s: paced, the 2 MiB or more this GC moves would take 30 s of clock time.
     let rate = 64u64 << 10;
-    let (volume, clock) = open_paced(&store, &dir, rate).await;
+    let (_dir, model, volume, clock) = paced_half_live_volume("engine-gc-idle", rate).await;
     let (elapsed, moved) =
         step_until_gc_done(&volume, &clock, Duration::from_millis(20), async |_| {}).await;
     let allowed = rate as f64 * elapsed.as_secs_f64() + (1 << 20) as f64;
@@ -766,12 +705,7 @@ async fn trim_frees_store_space_after_gc() {
     let mem = MemStore::new();
     let store: DynStore = Arc::new(mem.clone());
     let blocks = 2048u64;
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), config()).await;
     let mut model = vec![0u64; blocks as usize];
     for b in 0..blocks {
         volume
@@ -792,13 +726,11 @@ async fn trim_frees_store_space_after_gc() {
         *m = 0;
     }
     volume.flush().await.expect("flush");
-    for _ in 0..500 {
+    poll_until(std::time::Duration::from_secs(10), async || {
         let s = volume.status();
-        if s.uploads_pending == 0 && s.store_bytes < 2 * keep * BLOCK + (512 << 10) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        s.uploads_pending == 0 && s.store_bytes < 2 * keep * BLOCK + (512 << 10)
+    })
+    .await;
     let s = volume.status();
     assert_eq!(s.live_bytes, keep * BLOCK);
     assert!(
@@ -812,12 +744,7 @@ async fn trim_frees_store_space_after_gc() {
     );
     verify(&volume, &model).await;
     volume.shutdown().await.expect("shutdown");
-    let dir2 = TempDir::new("engine-trim-reopen");
-    let (volume, _) = open_volume(store, "v", dir2.path(), config())
-        .await
-        .expect("reopen");
-    verify(&volume, &model).await;
-    volume.shutdown().await.expect("shutdown");
+    verify_from_store_alone(store, "engine-trim-reopen", config(), &model).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -825,9 +752,6 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
     let dir = TempDir::new("engine-rcache");
     let store: DynStore = Arc::new(MemStore::new());
     let blocks = 1024u64; // 4 MiB volume, 1 MiB read cache (16 chunks of 64 KiB)
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
     let cfg = EngineConfig {
         read_cache_bytes: 1 << 20,
         gc: lsvd_core::gc::GcConfig {
@@ -836,9 +760,7 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
         },
         ..config()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), cfg.clone()).await;
     for b in 0..blocks {
         volume
             .write(b * BLOCK, block_data(b, 1), false)
@@ -847,9 +769,7 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
     }
     volume.shutdown().await.expect("shutdown");
     // Reopen: the log is empty, so reads go to objects.
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
-        .await
-        .expect("open");
+    let (volume, _) = open_v(&store, dir.path(), cfg.clone(), "open").await;
     let s0 = volume.status();
     assert_eq!(volume.read(0, BLOCK).await.expect("read"), block_data(0, 1));
     let s1 = volume.status();
@@ -889,9 +809,7 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
     assert_eq!(s3.read_cache_entries, 16, "cache is full, not larger");
     volume.shutdown().await.expect("shutdown");
     // Warm restart: the last chunks read are still cached.
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg)
-        .await
-        .expect("open");
+    let (volume, _) = open_v(&store, dir.path(), cfg, "open").await;
     assert_eq!(volume.status().read_cache_entries, 16);
     let h0 = volume.status().read_cache_hits;
     assert_eq!(
@@ -921,14 +839,11 @@ async fn idle_volume_does_not_spin() {
     let clock = ManualClock::new();
     let dir = TempDir::new("engine-idle");
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 1 << 20).await.expect("create");
     let cfg = EngineConfig {
         clock: SharedClock(clock.clone()),
         ..config()
     };
-    let (volume, _) = open_volume(store, "v", dir.path(), cfg)
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", 1 << 20, dir.path(), cfg).await;
     volume
         .write(0, vec![1u8; 4096], false)
         .await
@@ -938,14 +853,12 @@ async fn idle_volume_does_not_spin() {
         let what = what.to_string();
         let volume = volume.clone();
         async move {
-            for _ in 0..2000 {
+            let drained = poll_until(Duration::from_secs(10), async || {
                 let s = volume.status();
-                if s.uploads_pending == 0 && s.log_used_bytes == 0 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            panic!("{what}: {:?}", volume.status());
+                s.uploads_pending == 0 && s.log_used_bytes == 0
+            })
+            .await;
+            assert!(drained, "{what}: {:?}", volume.status());
         }
     };
     // Let the batch time out and go up.
@@ -959,12 +872,18 @@ async fn idle_volume_does_not_spin() {
     for _ in 0..2000 {
         tokio::task::yield_now().await;
     }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
+    let wakeups = || {
         (
             stats.uploader_wakeups.load(SeqCst),
-            stats.gc_wakeups.load(SeqCst)
-        ),
+            stats.gc_wakeups.load(SeqCst),
+        )
+    };
+    poll_until(Duration::from_millis(50), async || {
+        wakeups() != (uploader0, gc0)
+    })
+    .await;
+    assert_eq!(
+        wakeups(),
         (uploader0, gc0),
         "an idle volume woke with the clock standing still"
     );
@@ -972,12 +891,10 @@ async fn idle_volume_does_not_spin() {
     for _ in 0..10 {
         let before = stats.uploader_wakeups.load(SeqCst);
         clock.advance(Duration::from_secs(1));
-        for _ in 0..2000 {
-            if stats.uploader_wakeups.load(SeqCst) > before {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        poll_until(Duration::from_secs(2), async || {
+            stats.uploader_wakeups.load(SeqCst) > before
+        })
+        .await;
     }
     for _ in 0..2000 {
         tokio::task::yield_now().await;
@@ -996,25 +913,17 @@ async fn idle_volume_does_not_spin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "timing measurement"]
 async fn recovery_time_with_one_gib_of_log() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let dir = TempDir::new("engine-recovery-time");
     let mem = MemStore::new();
-    let faulty = Arc::new(FaultyStore::new(
-        Arc::new(mem.clone()),
-        FaultPlan::default(),
-        1,
-    ));
-    let store: DynStore = faulty.clone();
     let gib = 1u64 << 30;
-    create_volume(&store, "v", 2 * gib).await.expect("create");
     let cfg = EngineConfig {
         log_size_bytes: gib + (256 << 20),
         batch_size_bytes: 8 << 20,
         ..EngineConfig::default()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
-        .await
-        .expect("open");
+    let (volume, faulty) =
+        open_behind_faults(Arc::new(mem.clone()), 2 * gib, &dir, cfg.clone()).await;
+    let store: DynStore = faulty.clone();
     faulty
         .outage
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1032,9 +941,7 @@ async fn recovery_time_with_one_gib_of_log() {
         .outage
         .store(false, std::sync::atomic::Ordering::SeqCst);
     let t = std::time::Instant::now();
-    let (volume, report) = open_volume(store.clone(), "v", dir.path(), cfg)
-        .await
-        .expect("reopen");
+    let (volume, report) = open_v(&store, dir.path(), cfg, "reopen").await;
     let open = t.elapsed();
     println!(
         "log held {} MiB not in the store; recovery replayed {} records ({} MiB, {} records from the write-log index) in {:?}",
@@ -1063,9 +970,6 @@ async fn batches_never_exceed_the_batch_size_when_writes_share_records() {
     let mem = MemStore::new();
     let store: DynStore = Arc::new(mem.clone());
     let blocks = 1024u64;
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
     let config = EngineConfig {
         batch_size_bytes: BATCH,
         read_cache_bytes: 0,
@@ -1075,9 +979,7 @@ async fn batches_never_exceed_the_batch_size_when_writes_share_records() {
         },
         ..EngineConfig::default()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), config).await;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut inflight: JoinSet<lsvd_core::error::Result<()>> = JoinSet::new();
     for i in 0..WRITES {
@@ -1130,9 +1032,6 @@ async fn gc_reads_live_data_from_the_read_cache() {
     let dir = TempDir::new("engine-gc-cache");
     let store: DynStore = Arc::new(MemStore::new());
     let blocks = 1024u64; // 4 MiB
-    create_volume(&store, "v", blocks * BLOCK)
-        .await
-        .expect("create");
     let off = EngineConfig {
         read_cache_bytes: 16 << 20,
         gc: lsvd_core::gc::GcConfig {
@@ -1141,9 +1040,7 @@ async fn gc_reads_live_data_from_the_read_cache() {
         },
         ..config()
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), off.clone())
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), off.clone()).await;
     let mut model = vec![0u64; blocks as usize];
     write_version(&volume, &mut model, 0..blocks, 1).await;
     volume.flush().await.expect("flush");
@@ -1162,17 +1059,13 @@ async fn gc_reads_live_data_from_the_read_cache() {
         },
         ..off
     };
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), on)
-        .await
-        .expect("reopen");
+    let (volume, _) = open_v(&store, dir.path(), on, "reopen").await;
     assert!(volume.status().utilization < 0.70);
-    for _ in 0..1500 {
+    poll_until(std::time::Duration::from_secs(30), async || {
         let s = volume.status();
-        if s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        s.utilization > 0.75 && s.uploads_pending == 0 && !s.gc_pass_in_flight
+    })
+    .await;
     let s = volume.status();
     assert!(s.utilization > 0.75, "GC finished: {s:?}");
     // A pass or two (how much one pass moves depends on when it starts against the
@@ -1204,30 +1097,23 @@ async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
     for admit in [Admission::Always, Admission::Auto] {
         let dir = TempDir::new("engine-admit");
         let store: DynStore = Arc::new(MemStore::new());
-        create_volume(&store, "v", blocks * BLOCK)
-            .await
-            .expect("create");
         let cfg = EngineConfig {
             read_cache_bytes: 16 << 20,
             read_cache_admit: admit,
             ..config()
         };
-        let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
-            .await
-            .expect("open");
+        let (volume, _) =
+            create_and_open(&store, "v", blocks * BLOCK, dir.path(), cfg.clone()).await;
         let mut model = vec![0u64; blocks as usize];
         write_version(&volume, &mut model, 0..blocks, 1).await;
         volume.flush().await.expect("flush");
         wait_for_uploads(&volume).await;
         // Admission runs beside the upload; let it finish.
-        for _ in 0..500 {
-            if admit == Admission::Auto
+        poll_until(std::time::Duration::from_secs(5), async || {
+            admit == Admission::Auto
                 || volume.status().read_cache_admitted_chunks >= blocks * BLOCK / (64 << 10)
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        })
+        .await;
         let gets = volume.stats().store_gets.load(Relaxed);
         verify_all(&volume, &model).await;
         let after = volume.stats().store_gets.load(Relaxed);
@@ -1246,9 +1132,7 @@ async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
         // A crash (no shutdown, nothing saved), then a restart: still no GET.
         volume.crash();
         drop(volume);
-        let (volume, _) = open_volume(store.clone(), "v", dir.path(), cfg)
-            .await
-            .expect("reopen");
+        let (volume, _) = open_v(&store, dir.path(), cfg, "reopen").await;
         assert!(volume.status().read_cache_entries > 0);
         let gets = volume.stats().store_gets.load(Relaxed);
         verify_all(&volume, &model).await;

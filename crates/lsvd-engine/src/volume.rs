@@ -265,34 +265,43 @@ impl Volume {
     /// It must not block. For the NBD server, which answers the client from there
     /// without a task per request.
     pub fn start_write(&self, offset: u64, data: Vec<u8>, fua: bool, answer: Answer) {
-        match self.admit_write(offset, data.len() as u64) {
-            Err(e) => return answer(Err(e)),
-            Ok(false) if fua => return self.start_flush(answer),
-            Ok(false) => return answer(Ok(())),
-            Ok(true) => {}
-        }
-        self.log_writer.start(writer::LogOp::Write {
+        let len = data.len() as u64;
+        self.start_admitted(offset, len, fua, answer, |done| writer::LogOp::Write {
             lba: offset / SECTOR_BYTES,
             data,
             fua,
-            done: log_order::Done::Call(answer),
+            done,
         });
     }
 
     /// [`Volume::write_zeroes`] without waiting, as [`Volume::start_write`].
     pub fn start_write_zeroes(&self, offset: u64, len: u64, fua: bool, answer: Answer) {
+        self.start_admitted(offset, len, fua, answer, |done| writer::LogOp::Zero {
+            lba: offset / SECTOR_BYTES,
+            sectors: len / SECTOR_BYTES,
+            fua,
+            done,
+        });
+    }
+
+    /// Admit a write of `len` bytes at `offset` and hand the log writer `op`, made
+    /// with how to answer; or answer at once when the write is refused or writes
+    /// nothing (a FLUSH then, for `fua`).
+    fn start_admitted(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        answer: Answer,
+        op: impl FnOnce(log_order::Done) -> writer::LogOp,
+    ) {
         match self.admit_write(offset, len) {
             Err(e) => return answer(Err(e)),
             Ok(false) if fua => return self.start_flush(answer),
             Ok(false) => return answer(Ok(())),
             Ok(true) => {}
         }
-        self.log_writer.start(writer::LogOp::Zero {
-            lba: offset / SECTOR_BYTES,
-            sectors: len / SECTOR_BYTES,
-            fua,
-            done: log_order::Done::Call(answer),
-        });
+        self.log_writer.start(op(log_order::Done::Call(answer)));
     }
 
     /// [`Volume::flush`] without waiting, as [`Volume::start_write`].
@@ -499,24 +508,10 @@ impl Volume {
     /// dropped and reopened from its store and cache device.
     pub fn crash(&self) {
         self.shared.fail("simulated crash");
-        if let Some(u) = self
-            .uploader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            u.abort();
-        }
-        if let Some(g) = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            g.abort();
-        }
-        if let Some(l) = self
-            .lease_task
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            l.abort();
+        for task in [&self.uploader, &self.gc, &self.lease_task] {
+            if let Some(t) = take(task) {
+                t.abort();
+            }
         }
         // A checkpoint naming itself in a volume superblock may be half way through
         // the write, on another thread; a process that died would write nothing more.
@@ -580,26 +575,15 @@ impl Volume {
         {
             let _ = rx.await;
         }
-        let thread = self
-            .writer_thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(t) = thread {
+        if let Some(t) = take(&self.writer_thread) {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        let gc = self.gc.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(g) = gc {
+        if let Some(g) = take(&self.gc) {
             self.shared.gc_wake.notify_one();
             let _ = g.await;
         }
         self.shared.upload_wake.notify_one();
-        let uploader = self
-            .uploader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(u) = uploader {
+        if let Some(u) = take(&self.uploader) {
             let _ = u.await;
         }
         if self.shared.is_failed() {
@@ -618,4 +602,10 @@ impl Volume {
         }
         Ok(())
     }
+}
+
+/// What `slot` holds (a task or thread to stop), leaving it empty. A poisoned lock
+/// still holds it.
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }

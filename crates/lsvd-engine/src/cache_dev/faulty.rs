@@ -150,6 +150,22 @@ impl FaultyCache {
             .ok_or_else(|| io::Error::new(kind, what))
     }
 
+    /// The image range a write of `len` bytes at `offset` covers; `InvalidInput` if it
+    /// does not fit.
+    fn write_span(&self, offset: u64, len: usize) -> io::Result<Range<usize>> {
+        self.span(offset, len, io::ErrorKind::InvalidInput, "write past end")
+    }
+
+    /// The device state, for an operation that counts toward an armed failure
+    /// ([`Self::tick`]): the failure's error once it has come.
+    fn lock_counted(&self) -> io::Result<MutexGuard<'_, Inner>> {
+        let mut g = self.lock();
+        if Self::tick(&mut g) {
+            return Err(failed_err());
+        }
+        Ok(g)
+    }
+
     /// Tell the observer, if any. Called under the device lock, so the observer sees
     /// the device's order.
     fn observe(&self, event: DevEvent<'_>) {
@@ -300,16 +316,8 @@ impl CacheDevice for FaultyCache {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut g = self.lock();
-        if Self::tick(&mut g) {
-            return Err(failed_err());
-        }
-        let range = self.span(
-            offset,
-            buf.len(),
-            io::ErrorKind::InvalidInput,
-            "write past end",
-        )?;
+        let mut g = self.lock_counted()?;
+        let range = self.write_span(offset, buf.len())?;
         g.current[range].copy_from_slice(buf);
         g.unsynced.push((offset, buf.to_vec()));
         g.writes += 1;
@@ -318,10 +326,7 @@ impl CacheDevice for FaultyCache {
     }
 
     fn sync(&self) -> io::Result<()> {
-        let mut g = self.lock();
-        if Self::tick(&mut g) {
-            return Err(failed_err());
-        }
+        let mut g = self.lock_counted()?;
         let pending = std::mem::take(&mut g.unsynced);
         for (offset, data) in pending {
             let at = offset as usize;
@@ -339,16 +344,8 @@ impl CacheDevice for FaultyCache {
     /// version of a page, not the history of its writes). It counts as one write (for
     /// failure arming too), not as a sync: it made nothing else durable.
     fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut g = self.lock();
-        if Self::tick(&mut g) {
-            return Err(failed_err());
-        }
-        let range = self.span(
-            offset,
-            buf.len(),
-            io::ErrorKind::InvalidInput,
-            "write past end",
-        )?;
+        let mut g = self.lock_counted()?;
+        let range = self.write_span(offset, buf.len())?;
         let (from, to) = (range.start, range.end);
         g.current[from..to].copy_from_slice(buf);
         g.durable[from..to].copy_from_slice(buf);

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::{Volume, create_volume, open_volume};
+use crate::test_support::create_and_open;
+use crate::{Volume, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::chain::add_drive::add_drive;
 use lsvd_store::chain::drives::{DriveSpec, parse_spec};
@@ -188,7 +189,8 @@ fn add_drive_refuses_what_it_cannot_add() {
 /// back after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_spills_onto_an_added_drive() {
-    use super::copy_fallback_tests::{BLOCK, block_data, config, no_gc, settle, verify};
+    use super::copy_fallback_tests::{BLOCK, config, no_gc};
+    use crate::test_support::{open_v, settle, verify, write_run};
     const BLOCKS: u64 = 512;
     let root = TempDir::new("add-drive-volume");
     let d0 = root.path().join("d0");
@@ -199,28 +201,16 @@ async fn a_volume_spills_onto_an_added_drive() {
 
     async fn write(volume: &Volume, model: &mut [u64], blocks: std::ops::Range<u64>, v: u64) {
         for first in blocks.step_by(16) {
-            let mut data = Vec::new();
-            for b in first..first + 16 {
-                model[b as usize] = v;
-                data.extend_from_slice(&block_data(b, v));
-            }
-            volume
-                .write(first * BLOCK, data, false)
-                .await
-                .expect("write");
+            write_run(volume, model, first..first + 16, |_| v).await;
         }
         volume.flush().await.expect("flush");
         settle(volume).await;
     }
 
     let store = opened(&old);
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let data = TempDir::new("add-drive-volume-data");
-    let (volume, _) = open_volume(store.clone(), "v", data.path(), config(no_gc()))
-        .await
-        .expect("open");
+    let (volume, _) =
+        create_and_open(&store, "v", BLOCKS * BLOCK, data.path(), config(no_gc())).await;
     write(&volume, &mut model, 0..128, 1).await;
     volume.shutdown().await.expect("shutdown");
     drop((volume, store));
@@ -228,9 +218,7 @@ async fn a_volume_spills_onto_an_added_drive() {
     add_drive(&spec(&old), std::slice::from_ref(&d1)).expect("add drive");
     let store = opened(&new);
     let data = TempDir::new("add-drive-volume-data2");
-    let (volume, _) = open_volume(store.clone(), "v", data.path(), config(no_gc()))
-        .await
-        .expect("reopen");
+    let (volume, _) = open_v(&store, data.path(), config(no_gc()), "reopen").await;
     // 1 MiB more: 1.5 MiB in all, past the first drive's 1 MiB, within the two.
     write(&volume, &mut model, 128..384, 2).await;
     volume.shutdown().await.expect("shutdown");

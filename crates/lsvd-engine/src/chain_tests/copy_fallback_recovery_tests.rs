@@ -4,10 +4,9 @@
 
 use std::path::PathBuf;
 
-use super::copy_fallback_tests::{
-    BLOCK, block_data, config, first_data_object, flip_byte, mirrored, no_gc, settle, verify,
-};
-use crate::{create_volume, open_volume};
+use super::copy_fallback_tests::{BLOCK, config, first_data_object, flip_byte, mirrored, no_gc};
+use crate::open_volume;
+use crate::test_support::{block_data, create_and_open, settle, verify};
 use lsvd_store::open_store;
 use lsvd_store::testutil::TempDir;
 
@@ -41,13 +40,8 @@ fn newest_checkpoint(pos: &[[PathBuf; 2]]) -> (PathBuf, u64) {
 /// checkpoint, which recovery reads the headers of). Returns the model.
 async fn written(url: &str, clean: bool) -> Vec<u64> {
     let store = open_store(url).expect("open store");
-    create_volume(&store, "v", 512 * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("copy-fallback-recovery");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config(no_gc()))
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", 512 * BLOCK, dir.path(), config(no_gc())).await;
     let mut model = vec![0u64; 512];
     let mut data = Vec::new();
     for (b, m) in model.iter_mut().enumerate().take(64) {

@@ -12,7 +12,10 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use lsvd_core::format::object::{CHUNK_BYTES, decode_object_header};
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{
+    create_and_open, gc_config, open_v, settle, verify, wait_until, write_run,
+};
+use crate::{EngineConfig, Volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::chain::copy_check::copy_problems;
 use lsvd_store::testutil::TempDir;
@@ -26,15 +29,11 @@ const WRITE_BLOCKS: u64 = 16;
 
 pub(super) fn config(gc: lsvd_core::gc::GcConfig) -> EngineConfig {
     EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 50,
-        log_size_bytes: 16 << 20,
-        checkpoint_every_objects: 8,
         // Every read goes to the store.
         read_cache_bytes: 0,
         gc,
         gc_min_rate_bytes: 0,
-        ..EngineConfig::default()
+        ..gc_config()
     }
 }
 
@@ -43,15 +42,6 @@ pub(super) fn no_gc() -> lsvd_core::gc::GcConfig {
         start_utilization: 0.0,
         ..Default::default()
     }
-}
-
-pub(super) fn block_data(block: u64, version: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK as usize];
-    for (i, chunk) in v.chunks_mut(16).enumerate() {
-        chunk[..8].copy_from_slice(&block.to_le_bytes());
-        chunk[8..16].copy_from_slice(&(version ^ i as u64).to_le_bytes());
-    }
-    v
 }
 
 /// A mirrored chain of two positions: `(store URL, [[first copy, mirror]; 2])`.
@@ -67,18 +57,6 @@ pub(super) fn mirrored(root: &TempDir) -> (String, Vec<[PathBuf; 2]>) {
     (format!("chain:{}", list.join(",")), pos)
 }
 
-pub(super) async fn settle(volume: &Volume) {
-    // A bound for a hang, not a timing assertion.
-    for _ in 0..6000 {
-        let s = volume.status();
-        if s.uploads_pending == 0 && !s.gc_pass_in_flight {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("uploads did not finish");
-}
-
 /// Write `writes` (first block, blocks, version) to a new volume "v", shut it down
 /// (all in the store), and open it again from a fresh data directory, so every read
 /// goes to the store. Returns the volume, its data directory and the model.
@@ -87,33 +65,19 @@ async fn write_then_reopen(
     writes: &[(u64, u64, u64)],
     reopen: EngineConfig,
 ) -> (Arc<Volume>, TempDir, Vec<u64>) {
-    create_volume(store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let data_dir = TempDir::new("copy-fallback-data");
-    let (volume, _) = open_volume(store.clone(), "v", data_dir.path(), config(no_gc()))
-        .await
-        .expect("open volume");
+    let (volume, _) =
+        create_and_open(store, "v", BLOCKS * BLOCK, data_dir.path(), config(no_gc())).await;
     let mut model = vec![0u64; BLOCKS as usize];
     for &(first, blocks, version) in writes {
-        let mut data = Vec::new();
-        for b in first..first + blocks {
-            model[b as usize] = version;
-            data.extend_from_slice(&block_data(b, version));
-        }
-        volume
-            .write(first * BLOCK, data, false)
-            .await
-            .expect("write");
+        write_run(&volume, &mut model, first..first + blocks, |_| version).await;
     }
     volume.flush().await.expect("flush");
     settle(&volume).await;
     volume.shutdown().await.expect("shutdown");
     drop(volume);
     let data_dir = TempDir::new("copy-fallback-data2");
-    let (volume, _) = open_volume(store.clone(), "v", data_dir.path(), reopen)
-        .await
-        .expect("reopen volume");
+    let (volume, _) = open_v(store, data_dir.path(), reopen, "reopen volume").await;
     (volume, data_dir, model)
 }
 
@@ -122,18 +86,6 @@ fn small_writes() -> Vec<(u64, u64, u64)> {
     (0..4)
         .map(|i| (i * WRITE_BLOCKS, WRITE_BLOCKS, i + 1))
         .collect()
-}
-
-pub(super) async fn verify(volume: &Volume, model: &[u64]) {
-    for (b, &version) in model.iter().enumerate() {
-        let got = volume.read(b as u64 * BLOCK, BLOCK).await.expect("read");
-        let want = if version == 0 {
-            vec![0u8; BLOCK as usize]
-        } else {
-            block_data(b as u64, version)
-        };
-        assert!(got == want, "block {b}: expected version {version}");
-    }
 }
 
 /// The data objects (`.d`) in a copy's directory.
@@ -171,19 +123,15 @@ pub(super) fn flip_byte(path: &Path, offset: u64) {
 /// Wait until no repair is running and at least `rewritten` copies were rewritten.
 async fn repairs_done(volume: &Volume, rewritten: u64) {
     let repairs = &volume.stats().copy_repairs;
-    // A bound for a hang, not a timing assertion.
-    for _ in 0..6000 {
+    wait_until("the repair to finish", async || {
         let idle = repairs
             .running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty();
-        if idle && repairs.copies_rewritten.load(Ordering::Relaxed) >= rewritten {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the repair did not finish");
+        idle && repairs.copies_rewritten.load(Ordering::Relaxed) >= rewritten
+    })
+    .await;
 }
 
 /// Flip a byte of the first data object's first copy at `offset(header_bytes)`, read
@@ -225,11 +173,16 @@ async fn both_copies_bad_fails_corrupt() {
     let at = header_bytes(&first) + 10;
     flip_byte(&first, at);
     flip_byte(&mirror, at);
-    let e = volume
-        .read(0, BLOCK)
-        .await
-        .expect_err("both copies are bad");
-    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
+    assert_first_block_corrupt(&volume, "both copies are bad").await;
+}
+
+/// The first block of `volume` (whose copies `why` are bad) fails to read `Corrupt`,
+/// with no fallback to another copy; then `volume` shuts down.
+async fn assert_first_block_corrupt(volume: &Volume, why: &str) {
+    let Err(e) = volume.read(0, BLOCK).await else {
+        panic!("{why}: the read succeeded");
+    };
+    assert_eq!(e.kind, ErrorKind::Corrupt, "{why}: {e}");
     assert_eq!(volume.stats().copy_fallbacks.load(Ordering::Relaxed), 0);
     volume.shutdown().await.expect("shutdown");
 }
@@ -251,13 +204,7 @@ async fn one_copy_fails_corrupt(store: DynStore) {
         .put(key, Bytes::from(bytes), PutMode::Overwrite)
         .await
         .expect("put");
-    let e = volume
-        .read(0, BLOCK)
-        .await
-        .expect_err("the only copy is bad");
-    assert_eq!(e.kind, ErrorKind::Corrupt, "{e}");
-    assert_eq!(volume.stats().copy_fallbacks.load(Ordering::Relaxed), 0);
-    volume.shutdown().await.expect("shutdown");
+    assert_first_block_corrupt(&volume, "the only copy is bad").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,16 +253,8 @@ async fn gc_reads_past_bad_first_copies() {
         model
     };
     let data_dir = TempDir::new("copy-fallback-gc-data");
-    let (volume, _) = open_volume(store.clone(), "v", data_dir.path(), config(gc))
-        .await
-        .expect("open volume");
-    // A bound for a hang, not a timing assertion.
-    for _ in 0..6000 {
-        if volume.status().gc_passes > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let (volume, _) = open_v(&store, data_dir.path(), config(gc), "open volume").await;
+    wait_until("a GC pass", async || volume.status().gc_passes > 0).await;
     settle(&volume).await;
     let stats = volume.stats();
     assert!(volume.status().gc_passes > 0, "GC completed a pass");

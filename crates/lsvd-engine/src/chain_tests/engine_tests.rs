@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{
+    create_and_open, gc_config, poll_until, settle, verify, verify_from_store_alone, wait_until,
+    write_next_versions,
+};
+use crate::{EngineConfig, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::chain::chain_store::ChainStore;
 use lsvd_store::chain::drives::parse_spec;
@@ -19,50 +23,7 @@ const BLOCKS: u64 = 2048;
 const WRITE_BLOCKS: u64 = 16;
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 256 << 10,
-        batch_timeout_ms: 50,
-        log_size_bytes: 16 << 20,
-        checkpoint_every_objects: 8,
-        read_cache_bytes: 0,
-        gc: lsvd_core::gc::GcConfig {
-            pass_bytes: 1 << 20,
-            ..Default::default()
-        },
-        gc_min_rate_bytes: 0,
-        ..EngineConfig::default()
-    }
-}
-
-fn block_data(block: u64, version: u64) -> Vec<u8> {
-    let mut v = vec![0u8; BLOCK as usize];
-    for (i, chunk) in v.chunks_mut(16).enumerate() {
-        chunk[..8].copy_from_slice(&block.to_le_bytes());
-        chunk[8..16].copy_from_slice(&(version ^ i as u64).to_le_bytes());
-    }
-    v
-}
-
-async fn verify(volume: &Volume, model: &[u64]) {
-    for (b, &version) in model.iter().enumerate() {
-        let got = volume.read(b as u64 * BLOCK, BLOCK).await.expect("read");
-        assert!(
-            got == block_data(b as u64, version),
-            "block {b}: expected version {version}"
-        );
-    }
-}
-
-async fn settle(volume: &Volume) {
-    // A bound for a hang, not a timing assertion.
-    for _ in 0..6000 {
-        let s = volume.status();
-        if s.uploads_pending == 0 && !s.gc_pass_in_flight {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("uploads did not finish");
+    super::copy_fallback_tests::config(gc_config().gc)
 }
 
 /// Objects of each kind (`d`, `g`, `c`) in each drive directory.
@@ -118,13 +79,8 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
     let spec_text = format!("{}?drive_size=6M{gc_option}", list.join(","));
     let chain = ChainStore::open(&parse_spec("chain", &spec_text).expect("spec")).expect("open");
     let store: DynStore = Arc::new(chain.clone());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let data_dir = TempDir::new("chain-engine-data");
-    let (volume, _) = open_volume(store.clone(), "v", data_dir.path(), config())
-        .await
-        .expect("open volume");
+    let (volume, _) = create_and_open(&store, "v", BLOCKS * BLOCK, data_dir.path(), config()).await;
     let mut model = vec![0u64; BLOCKS as usize];
     let mut version = 0u64;
     let mut rng = 0x2545_f491_4f6c_dd1du64;
@@ -139,16 +95,13 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
             rng ^= rng << 17;
             (rng % (BLOCKS / WRITE_BLOCKS)) * WRITE_BLOCKS
         };
-        let mut data = Vec::with_capacity((WRITE_BLOCKS * BLOCK) as usize);
-        for b in first..first + WRITE_BLOCKS {
-            version += 1;
-            model[b as usize] = version;
-            data.extend_from_slice(&block_data(b, version));
-        }
-        volume
-            .write(first * BLOCK, data, false)
-            .await
-            .expect("write");
+        write_next_versions(
+            &volume,
+            &mut model,
+            first..first + WRITE_BLOCKS,
+            &mut version,
+        )
+        .await;
     }
     volume.flush().await.expect("flush");
     settle(&volume).await;
@@ -197,12 +150,7 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
     // Reopened from the directories alone, with a fresh data directory: the same data.
     drop(store);
     let store = lsvd_store::open_store(&format!("chain:{spec_text}")).expect("reopen store");
-    let data_dir = TempDir::new("chain-engine-data2");
-    let (volume, _) = open_volume(store, "v", data_dir.path(), config())
-        .await
-        .expect("reopen volume");
-    verify(&volume, &model).await;
-    volume.shutdown().await.expect("shutdown");
+    verify_from_store_alone(store, "chain-engine-data2", config(), &model).await;
     outcome
 }
 
@@ -278,20 +226,20 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
                     rng ^= rng << 17;
                     (rng % (BLOCKS / 2 / WRITE_BLOCKS)) * WRITE_BLOCKS
                 };
-                let mut data = Vec::with_capacity((WRITE_BLOCKS * BLOCK) as usize);
-                for b in first..first + WRITE_BLOCKS {
-                    version += 1;
-                    model[b as usize] = version;
-                    data.extend_from_slice(&block_data(b, version));
-                }
-                volume
-                    .write(first * BLOCK, data, false)
-                    .await
-                    .expect("write");
+                write_next_versions(
+                    &volume,
+                    &mut model,
+                    first..first + WRITE_BLOCKS,
+                    &mut version,
+                )
+                .await;
             }
             volume.flush().await.expect("flush");
             // Give uploads and GC a moment to reach the store (and the kill).
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            poll_until(std::time::Duration::from_millis(20), async || {
+                faulty.is_killed()
+            })
+            .await;
         }
         let stats = faulty.stats();
         mutations_seen = mutations_seen.max(stats.puts);
@@ -300,14 +248,11 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
         faulty.kill();
         volume.crash();
         // A dead process has nothing in flight: wait for puts and deletes already
-        // handed to the drives (a bound for a hang, not a timing assertion).
-        for _ in 0..6000 {
-            if tracked.active.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(tracked.active.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // handed to the drives.
+        wait_until("the drives' puts and deletes in flight", async || {
+            tracked.active.load(std::sync::atomic::Ordering::SeqCst) == 0
+        })
+        .await;
         drop(volume);
         drop(faulty);
         drop(tracked);

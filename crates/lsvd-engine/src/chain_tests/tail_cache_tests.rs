@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::EngineConfig;
 use crate::config::Admission;
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::test_support::{create_and_open, open_v};
 use lsvd_store::chain::chain_store::ChainStore;
 use lsvd_store::chain::drives::parse_spec;
 use lsvd_store::testutil::TempDir;
@@ -37,9 +38,6 @@ async fn reads_after_restart(admit: Admission) -> (u64, u64) {
     let chain = ChainStore::open(&parse_spec("chain", &spec).expect("spec")).expect("open");
     assert!(chain.admit_uploads_to_cache());
     let store: DynStore = Arc::new(chain.clone());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let config = EngineConfig {
         batch_size_bytes: 1 << 20,
         batch_timeout_ms: 50,
@@ -49,9 +47,8 @@ async fn reads_after_restart(admit: Admission) -> (u64, u64) {
         ..EngineConfig::default()
     };
     let data = TempDir::new("chain-tail-cache-data");
-    let (volume, _) = open_volume(store.clone(), "v", data.path(), config.clone())
-        .await
-        .expect("open volume");
+    let (volume, _) =
+        create_and_open(&store, "v", BLOCKS * BLOCK, data.path(), config.clone()).await;
     for first in (0..BLOCKS).step_by(16) {
         let mut buf = Vec::with_capacity(16 * BLOCK as usize);
         for b in first..first + 16 {
@@ -65,9 +62,7 @@ async fn reads_after_restart(admit: Admission) -> (u64, u64) {
     volume.sync_to_store().await.expect("sync");
     volume.shutdown().await.expect("shutdown");
     drop(volume);
-    let (volume, _) = open_volume(store.clone(), "v", data.path(), config)
-        .await
-        .expect("reopen");
+    let (volume, _) = open_v(&store, data.path(), config, "reopen").await;
     assert_eq!(chain.tail(), 0, "the data should all be on the tail drive");
     let (reads_before, tail_before) = chain.read_counts();
     for first in (0..BLOCKS).step_by(16) {

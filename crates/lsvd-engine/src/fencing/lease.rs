@@ -353,24 +353,14 @@ impl Shared {
     /// connection thread): at once while it is valid; after a renewal when it lapsed;
     /// the volume's failure once fenced; a stall error after the stall timeout.
     pub(crate) fn lease_wait_blocking(&self) -> Result<()> {
-        let lease = &self.lease;
-        if lease.is_valid(self.clock()) {
+        let Some(started) = self.lease_wait_begin() else {
             return Ok(());
-        }
-        self.note_lease_expired();
-        let started = self.clock().now();
-        let waited = || self.clock().now().saturating_sub(started);
-        let limit = Duration::from_millis(self.config.stall_timeout_ms);
+        };
         loop {
-            if lease.fenced.load(Ordering::SeqCst) || self.is_failed() {
-                return Err(self.failed_error());
+            if let Some(answer) = self.lease_wait_over(started) {
+                return answer;
             }
-            if lease.is_valid(self.clock()) {
-                return Ok(());
-            }
-            if waited() >= limit {
-                return Err(lease.stalled(&self.meta.name, waited()));
-            }
+            let lease = &self.lease;
             let g = lease.renewed_lock.lock().unwrap_or_else(|p| p.into_inner());
             let _ = lease
                 .renewed
@@ -381,26 +371,41 @@ impl Shared {
 
     /// [`lease_wait_blocking`](Self::lease_wait_blocking) for tasks.
     pub(crate) async fn lease_wait(&self) -> Result<()> {
-        let lease = &self.lease;
-        if lease.is_valid(self.clock()) {
+        let Some(started) = self.lease_wait_begin() else {
             return Ok(());
-        }
-        self.note_lease_expired();
-        let started = self.clock().now();
-        let waited = || self.clock().now().saturating_sub(started);
-        let limit = Duration::from_millis(self.config.stall_timeout_ms);
+        };
         loop {
-            if lease.fenced.load(Ordering::SeqCst) || self.is_failed() {
-                return Err(self.failed_error());
-            }
-            if lease.is_valid(self.clock()) {
-                return Ok(());
-            }
-            if waited() >= limit {
-                return Err(lease.stalled(&self.meta.name, waited()));
+            if let Some(answer) = self.lease_wait_over(started) {
+                return answer;
             }
             self.clock().sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The start of a wait for the lease (on the clock), noting that it lapsed; None
+    /// when it is valid and there is nothing to wait for.
+    fn lease_wait_begin(&self) -> Option<Duration> {
+        if self.lease.is_valid(self.clock()) {
+            return None;
+        }
+        self.note_lease_expired();
+        Some(self.clock().now())
+    }
+
+    /// The answer of a wait for the lease begun at `started`, once there is one: the
+    /// volume's failure once fenced, Ok once the lease is valid again, a stall error
+    /// after the stall timeout; None while it should go on waiting.
+    fn lease_wait_over(&self, started: Duration) -> Option<Result<()>> {
+        let lease = &self.lease;
+        if lease.fenced.load(Ordering::SeqCst) || self.is_failed() {
+            return Some(Err(self.failed_error()));
+        }
+        if lease.is_valid(self.clock()) {
+            return Some(Ok(()));
+        }
+        let waited = self.clock().now().saturating_sub(started);
+        let limit = Duration::from_millis(self.config.stall_timeout_ms);
+        (waited >= limit).then(|| Err(lease.stalled(&self.meta.name, waited)))
     }
 
     fn note_lease_expired(&self) {
@@ -421,6 +426,17 @@ impl Shared {
             "fenced: {by} took the volume over; this server acknowledges, uploads and deletes nothing more (writes it acknowledged but had not uploaded are not in the volume)"
         ));
         self.lease.wake_all();
+    }
+
+    /// [`fence`](Self::fence) for a superblock write that found a generation taken by
+    /// `holder` (empty when the other writer did not name itself).
+    pub(crate) fn fence_superseded(&self, holder: String) {
+        let by = if holder.is_empty() {
+            "another lsvd process".to_string()
+        } else {
+            holder
+        };
+        self.fence(&by);
     }
 }
 
@@ -514,12 +530,7 @@ async fn renew_once(shared: &Arc<Shared>) -> Result<bool> {
             Ok(true)
         }
         Err(WriteError::Superseded { holder, .. }) => {
-            let by = if holder.is_empty() {
-                "another lsvd process".to_string()
-            } else {
-                holder
-            };
-            shared.fence(&by);
+            shared.fence_superseded(holder);
             Ok(false)
         }
         Err(WriteError::Store(e)) => Err(e),

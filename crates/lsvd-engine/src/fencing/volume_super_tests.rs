@@ -19,7 +19,10 @@ fn key_of(mem: &MemStore, seq: u64) -> String {
         .find(|k| parse_object_name(k).is_some_and(|n| n.seq == seq))
         .expect("the object is in the store")
 }
-use crate::fencing::volume_super::{WriteError, read_newest, write};
+use crate::fencing::volume_super::{WriteError, write};
+use crate::test_support::{
+    log_config, newest_super, open_v, poll_until, wait_drained, write_until_refused,
+};
 use crate::{EngineConfig, Volume, create_volume, open_volume, read_meta};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
@@ -27,12 +30,8 @@ use lsvd_store::testutil::TempDir;
 
 fn config() -> EngineConfig {
     EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 16 << 20,
         checkpoint_every_objects: 2,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
+        ..log_config(64 << 10, 20, 16 << 20)
     }
 }
 
@@ -60,28 +59,15 @@ async fn write_blocks(vol: &Volume, first: u64, n: u64, fill: u8) {
     vol.flush().await.expect("flush");
 }
 
-async fn wait_idle(vol: &Volume) {
-    for _ in 0..500 {
-        let s = vol.status();
-        if s.uploads_pending == 0 && s.log_used_bytes == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("uploads did not finish");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_and_checkpoints_write_new_generations_and_old_ones_are_pruned() {
     let (dir, mem, store) = setup().await;
-    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, rep) = open_v(&store, dir.path(), config(), "open").await;
     assert_eq!(rep.superblock_generation, 1);
     assert_eq!(generations(&mem), vec![1]);
     // 64 KiB batches, a checkpoint every two objects: several checkpoints.
     write_blocks(&vol, 0, 160, 1).await;
-    wait_idle(&vol).await;
+    wait_drained(&vol).await;
     vol.shutdown().await.expect("shutdown");
     let gens = generations(&mem);
     let newest = *gens.last().expect("generations");
@@ -90,11 +76,7 @@ async fn open_and_checkpoints_write_new_generations_and_old_ones_are_pruned() {
         gens.len() <= 4 && gens == (newest + 1 - gens.len() as u64..=newest).collect::<Vec<_>>(),
         "old generations pruned, newest kept: {gens:?}"
     );
-    let meta = read_meta(&store, "v").await.expect("meta");
-    let sb = read_newest(&store, &meta)
-        .await
-        .expect("read")
-        .expect("exists");
+    let sb = newest_super(&store).await;
     assert!(sb.clean, "the shutdown checkpoint's generation says clean");
     let c = sb.newest_checkpoint.expect("names a checkpoint");
     assert!(
@@ -108,34 +90,18 @@ async fn open_and_checkpoints_write_new_generations_and_old_ones_are_pruned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_opener_supersedes_the_first_which_stops_writing() {
     let (dir, _mem, store) = setup().await;
-    let (first, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (first, _) = open_v(&store, dir.path(), config(), "open").await;
     write_blocks(&first, 0, 8, 1).await;
-    wait_idle(&first).await;
+    wait_drained(&first).await;
     // Another process (another data directory) opens the same volume.
     let dir2 = TempDir::new("engine-vsuper-2");
-    let (second, _) = open_volume(store.clone(), "v", dir2.path(), config())
-        .await
-        .expect("second open");
+    let (second, _) = open_v(&store, dir2.path(), config(), "second open").await;
     // The first one's next checkpoint finds its generation taken and fails the volume.
-    for b in 0..64u64 {
-        if first.write(b * 4096, vec![2; 4096], false).await.is_err() {
-            break;
-        }
-        if b % 8 == 7 {
-            let _ = first.flush().await;
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
-    }
-    let mut refused = false;
-    for _ in 0..200 {
-        if first.write(0, vec![3; 4096], false).await.is_err() {
-            refused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    write_until_refused(&first, 64, 8, 2).await;
+    let refused = poll_until(Duration::from_secs(10), async || {
+        first.write(0, vec![3; 4096], false).await.is_err()
+    })
+    .await;
     assert!(refused, "the superseded process kept accepting writes");
     first.crash();
     assert_eq!(
@@ -179,11 +145,9 @@ async fn two_checkpoints_and_an_object_between(
     dir: &TempDir,
     store: &DynStore,
 ) -> lsvd_core::format::volume_super::VolumeSuper {
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(store, dir.path(), config(), "open").await;
     write_blocks(&vol, 0, 40, 1).await;
-    wait_idle(&vol).await;
+    wait_drained(&vol).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
     // No periodic checkpoint this time: one data object, then the clean checkpoint.
@@ -191,17 +155,11 @@ async fn two_checkpoints_and_an_object_between(
         checkpoint_every_objects: 1000,
         ..config()
     };
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), rare)
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(store, dir.path(), rare, "reopen").await;
     write_blocks(&vol, 40, 1, 2).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let meta = read_meta(store, "v").await.expect("meta");
-    read_newest(store, &meta)
-        .await
-        .expect("read")
-        .expect("exists")
+    newest_super(store).await
 }
 
 async fn assert_blocks(vol: &Volume) {
@@ -235,9 +193,8 @@ async fn newest_checkpoint_falls_back(corrupt: bool) {
     }
     // Cache lost too: the store alone must give the data back.
     let fresh = TempDir::new("engine-vsuper-fresh");
-    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
-        .await
-        .expect("strict recovery falls back to the previous checkpoint");
+    let what = "strict recovery falls back to the previous checkpoint";
+    let (vol, rep) = open_v(&store, fresh.path(), config(), what).await;
     assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
     assert_eq!(rep.checkpoints_skipped, vec![c], "{rep:?}");
     assert!(rep.objects_replayed > 0, "{rep:?}");
@@ -247,9 +204,7 @@ async fn newest_checkpoint_falls_back(corrupt: bool) {
     write_blocks(&vol, 50, 4, 3).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, rep) = open_v(&store, fresh.path(), config(), "reopen").await;
     assert!(rep.checkpoint_seq > Some(c), "a newer checkpoint: {rep:?}");
     assert_blocks(&vol).await;
     vol.shutdown().await.expect("shutdown");
@@ -282,11 +237,9 @@ fn data_objects(mem: &MemStore) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
     let (dir, mem, store) = setup().await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     write_blocks(&vol, 0, 40, 1).await;
-    wait_idle(&vol).await;
+    wait_drained(&vol).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
     let first = data_objects(&mem);
@@ -301,17 +254,11 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
         },
         ..config()
     };
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), rare)
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), rare, "reopen").await;
     write_blocks(&vol, 0, 41, 2).await;
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let meta = read_meta(&store, "v").await.expect("meta");
-    let sb = read_newest(&store, &meta)
-        .await
-        .expect("read")
-        .expect("exists");
+    let sb = newest_super(&store).await;
     let c = sb.newest_checkpoint.expect("checkpoint");
     let previous = sb.previous_checkpoint.expect("a previous checkpoint");
     assert!(
@@ -326,9 +273,8 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
     // The newest checkpoint is lost, and the cache with it.
     store.delete(&key_of(&mem, c)).await.expect("delete");
     let fresh = TempDir::new("engine-vsuper-fresh");
-    let (vol, rep) = open_volume(store.clone(), "v", fresh.path(), config())
-        .await
-        .expect("strict recovery reaches the newest state from the previous checkpoint");
+    let what = "strict recovery reaches the newest state from the previous checkpoint";
+    let (vol, rep) = open_v(&store, fresh.path(), config(), what).await;
     assert_eq!(rep.checkpoint_seq, Some(previous), "{rep:?}");
     for b in 0..41u64 {
         let got = vol.read(b * 4096, 4096).await.expect("read");
@@ -337,9 +283,7 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
     vol.shutdown().await.expect("shutdown");
     drop(vol);
     // The space comes back: the next open deletes what no checkpoint needs.
-    let (vol, _) = open_volume(store.clone(), "v", fresh.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, fresh.path(), config(), "reopen").await;
     vol.shutdown().await.expect("shutdown");
     let left = data_objects(&mem);
     assert!(
@@ -396,9 +340,7 @@ async fn losing_an_object_the_superblock_vouches_for_is_an_error_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_counting_as_landed() {
     let (dir, _mem, store) = setup().await;
-    let (vol, rep) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, rep) = open_v(&store, dir.path(), config(), "open").await;
     // Something else got to the next object key first (a retried PUT used to take
     // "already exists" as its own lost reply).
     let next = vol.status().next_object_seq;
@@ -407,21 +349,7 @@ async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_count
         .put(&key, vec![0xEE; 8192].into(), lsvd_store::PutMode::IfAbsent)
         .await
         .expect("foreign put");
-    let mut refused = false;
-    for b in 0..200u64 {
-        if vol
-            .write((b % 64) * 4096, vec![1; 4096], false)
-            .await
-            .is_err()
-        {
-            refused = true;
-            break;
-        }
-        if b % 16 == 15 {
-            let _ = vol.flush().await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let refused = write_until_refused(&vol, 200, 16, 1).await;
     assert!(
         refused,
         "the volume kept writing over another writer's object"
@@ -437,11 +365,9 @@ async fn an_object_key_taken_by_another_writer_fails_the_volume_instead_of_count
 async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
     use lsvd_store::PutMode;
     let (dir, mem, store) = setup().await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     write_blocks(&vol, 0, 64, 7).await;
-    wait_idle(&vol).await;
+    wait_drained(&vol).await;
     vol.shutdown().await.expect("shutdown");
     let mut gens = generations(&mem);
     gens.sort_unstable();
@@ -462,9 +388,8 @@ async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
     corrupt(*gens.last().expect("a generation")).await;
     // From the store alone (a new data directory): the log cannot help.
     let fresh = TempDir::new("engine-vsuper-fallback");
-    let (vol, _) = open_volume(store.clone(), "v", fresh.path(), config())
-        .await
-        .expect("an older generation verifies");
+    let what = "an older generation verifies";
+    let (vol, _) = open_v(&store, fresh.path(), config(), what).await;
     for b in 0..64u64 {
         assert_eq!(
             vol.read(b * 4096, 4096).await.expect("read"),
@@ -497,15 +422,10 @@ async fn a_corrupt_newest_superblock_falls_back_to_an_older_generation() {
 async fn a_claim_landing_between_the_read_and_the_listing_is_not_claimed_past() {
     use crate::fencing::lease::{LeaseConfig, Takeover, acquire};
     let (dir, _mem, store) = setup().await;
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     vol.shutdown().await.expect("shutdown");
     let meta = read_meta(&store, "v").await.expect("meta");
-    let clean = read_newest(&store, &meta)
-        .await
-        .expect("read")
-        .expect("a generation");
+    let clean = newest_super(&store).await;
     assert!(clean.clean);
     let other = VolumeSuper {
         generation: clean.generation + 1,

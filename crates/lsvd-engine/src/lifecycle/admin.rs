@@ -355,6 +355,7 @@ mod tests {
     //! answers `NotFound` for the volume's checkpoint a given number of times stands
     //! for a server whose GC and checkpoints delete what a read-only command listed.
 
+    use crate::test_support::create_and_open;
     use std::ops::Range;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -362,8 +363,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::EngineConfig;
     use crate::recovery::store_recovery::recover_store;
-    use crate::{EngineConfig, open_volume};
     use lsvd_store::mem::MemStore;
     use lsvd_store::testutil::TempDir;
     use lsvd_store::{BoxFuture, ListEntry, ObjectStore, PutMode, StoreResult};
@@ -429,15 +430,12 @@ mod tests {
             .expect("runtime");
         rt.block_on(async {
             let dir = TempDir::new("look-again");
-            create_volume(&store, "v", 4 << 20).await.expect("create");
             let config = EngineConfig {
                 log_size_bytes: 16 << 20,
                 read_cache_bytes: 0,
                 ..EngineConfig::default()
             };
-            let (vol, _) = open_volume(store.clone(), "v", dir.path(), config)
-                .await
-                .expect("open");
+            let (vol, _) = create_and_open(&store, "v", 4 << 20, dir.path(), config).await;
             vol.write(0, vec![7; 64 << 10], true).await.expect("write");
             vol.shutdown().await.expect("shutdown");
         });

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::lifecycle::snapshot_tests::{
     BLOCK, BLOCKS, assert_kind, config, stamp, versions, write_all,
 };
-use crate::{Volume, create_clone, create_volume, open_snapshot, open_volume};
+use crate::test_support::{create_and_open, poll_until};
+use crate::{Volume, create_clone, open_snapshot, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
@@ -29,16 +30,22 @@ fn halves(even: u64, odd: u64) -> Vec<u64> {
         .collect()
 }
 
+/// Deletes volume `name` of `store`, all of it.
+async fn delete_whole(store: &DynStore, name: &str) {
+    let plan = crate::plan_delete(store, name)
+        .await
+        .unwrap_or_else(|e| panic!("plan the delete of {name}: {e}"));
+    crate::delete_volume(store, &plan, &|_, _| {})
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "base", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let base_dir = TempDir::new("engine-clone-base");
-    let (base, _) = open_volume(store.clone(), "base", base_dir.path(), config())
-        .await
-        .expect("open base");
+    let (base, _) =
+        create_and_open(&store, "base", BLOCKS * BLOCK, base_dir.path(), config()).await;
     write_all(&base, 1).await;
     base.create_snapshot("s").await.expect("snapshot");
     create_clone(&store, "base", "s", "c").await.expect("clone");
@@ -65,12 +72,10 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     write_all(&base, 4).await;
     c.sync_to_store().await.expect("sync clone");
     base.sync_to_store().await.expect("sync base");
-    for _ in 0..500 {
-        if c.status().gc_passes > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    poll_until(std::time::Duration::from_secs(5), async || {
+        c.status().gc_passes > 0
+    })
+    .await;
     assert!(
         c.status().gc_passes > 0,
         "the clone's GC never ran: {:?}",
@@ -131,18 +136,12 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     d.shutdown().await.expect("shutdown d");
 
     // Deleting the clones releases what they held.
-    let plan = crate::plan_delete(&store, "d").await.expect("plan d");
-    crate::delete_volume(&store, &plan, &|_, _| {})
-        .await
-        .expect("delete d");
+    delete_whole(&store, "d").await;
     c.delete_snapshot("t")
         .await
         .expect("t is free once d is gone");
     c.shutdown().await.expect("shutdown c");
-    let plan = crate::plan_delete(&store, "c").await.expect("plan c");
-    crate::delete_volume(&store, &plan, &|_, _| {})
-        .await
-        .expect("delete c");
+    delete_whole(&store, "c").await;
     base.delete_snapshot("s")
         .await
         .expect("s is free once c is gone");
@@ -159,13 +158,8 @@ async fn a_clone_stopped_at_any_store_mutation_is_whole_or_removable() {
     let mut finished = false;
     for n in 0..16u64 {
         let store: DynStore = Arc::new(MemStore::new());
-        create_volume(&store, "base", BLOCKS * BLOCK)
-            .await
-            .expect("create");
         let dir = TempDir::new("engine-clone-stopped");
-        let (base, _) = open_volume(store.clone(), "base", dir.path(), config())
-            .await
-            .expect("open base");
+        let (base, _) = create_and_open(&store, "base", BLOCKS * BLOCK, dir.path(), config()).await;
         write_all(&base, 1).await;
         base.create_snapshot("s").await.expect("snapshot");
         let faulty = Arc::new(FaultyStore::new(store.clone(), FaultPlan::default(), n));

@@ -3,8 +3,8 @@
 //! whole or refuses to open, and is finished by deleting again.
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::test_support::{log_config, open_v, wait_drained, write_until_refused};
 use crate::{EngineConfig, Volume, create_volume, delete_volume, open_volume, plan_delete};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -14,12 +14,8 @@ use lsvd_store::testutil::TempDir;
 
 fn config() -> EngineConfig {
     EngineConfig {
-        batch_size_bytes: 64 << 10,
-        batch_timeout_ms: 20,
-        log_size_bytes: 16 << 20,
         checkpoint_every_objects: 2,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
+        ..log_config(64 << 10, 20, 16 << 20)
     }
 }
 
@@ -30,17 +26,6 @@ async fn write_blocks(vol: &Volume, n: u64, fill: u8) {
             .expect("write");
     }
     vol.flush().await.expect("flush");
-}
-
-async fn wait_uploaded(vol: &Volume) {
-    for _ in 0..3000 {
-        let s = vol.status();
-        if s.uploads_pending == 0 && s.log_used_bytes == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("uploads did not finish");
 }
 
 fn keys_of(mem: &MemStore, name: &str) -> Vec<String> {
@@ -69,9 +54,7 @@ async fn populated() -> (MemStore, DynStore) {
     create_volume(&store, "v", 4 << 20).await.expect("create v");
     create_volume(&store, "w", 4 << 20).await.expect("create w");
     let dir = TempDir::new("engine-delete-fill");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
     write_blocks(&vol, 96, 7).await;
     vol.shutdown().await.expect("shutdown");
     (mem, store)
@@ -81,11 +64,9 @@ async fn populated() -> (MemStore, DynStore) {
 async fn delete_removes_every_key_and_stops_a_server_still_holding_the_volume() {
     let (mem, store) = populated().await;
     let dir = TempDir::new("engine-delete-served");
-    let (served, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (served, _) = open_v(&store, dir.path(), config(), "open").await;
     write_blocks(&served, 8, 1).await;
-    wait_uploaded(&served).await;
+    wait_drained(&served).await;
     assert!(keys_of(&mem, "v").len() > 4, "{:?}", keys_of(&mem, "v"));
 
     let plan = plan_delete(&store, "v").await.expect("plan");
@@ -96,21 +77,7 @@ async fn delete_removes_every_key_and_stops_a_server_still_holding_the_volume() 
         .expect("delete");
     // The server's next upload finds the volume claimed and stops taking writes; what
     // it uploads before that check is removed by deleting again.
-    let mut refused = false;
-    for b in 0..400u64 {
-        if served
-            .write(b % 64 * 4096, vec![2; 4096], false)
-            .await
-            .is_err()
-        {
-            refused = true;
-            break;
-        }
-        if b % 8 == 7 {
-            let _ = served.flush().await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    let refused = write_until_refused(&served, 400, 8, 2).await;
     assert!(refused, "a server kept writing a deleted volume");
     served.crash();
     if let Ok(plan) = plan_delete(&store, "v").await {
@@ -132,9 +99,7 @@ async fn delete_removes_every_key_and_stops_a_server_still_holding_the_volume() 
         .expect("create again");
     assert_eq!(keys_of(&mem, "v"), vec!["v/meta".to_string()]);
     let dir = TempDir::new("engine-delete-new");
-    let (fresh, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open the new volume");
+    let (fresh, _) = open_v(&store, dir.path(), config(), "open the new volume").await;
     assert_eq!(fresh.read(0, 4096).await.expect("read"), vec![0; 4096]);
     fresh.shutdown().await.expect("shutdown");
 }

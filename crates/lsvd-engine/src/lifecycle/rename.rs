@@ -210,13 +210,7 @@ async fn remove_old(store: &DynStore, old: &str, new: &str, renamed: &mut Rename
         .delete(&marker_key(new))
         .await
         .map_err(|e| e.context(format!("cannot delete {}", marker_key(new))))?;
-    let keys: Vec<String> = store
-        .list(&format!("{old}/"))
-        .await
-        .map_err(|e| e.context(format!("cannot list {old}/")))?
-        .into_iter()
-        .map(|e| e.key)
-        .collect();
+    let keys = keys_under(store, old).await?;
     let claim = keys
         .iter()
         .filter_map(|k| crate::keys::parse_super_name(k).map(|g| (g, k.clone())))
@@ -242,13 +236,7 @@ async fn finish_after_old_meta(store: &DynStore, old: &str, new: &str) -> Result
     let Ok(there) = read_meta(store, new).await else {
         return Ok(None);
     };
-    let keys: Vec<String> = store
-        .list(&format!("{old}/"))
-        .await
-        .map_err(|e| e.context(format!("cannot list {old}/")))?
-        .into_iter()
-        .map(|e| e.key)
-        .collect();
+    let keys = keys_under(store, old).await?;
     let supers: Vec<u64> = keys
         .iter()
         .filter_map(|k| crate::keys::parse_super_name(k))
@@ -270,6 +258,15 @@ async fn finish_after_old_meta(store: &DynStore, old: &str, new: &str) -> Result
     };
     delete_all(store, keys).await?;
     Ok(Some(renamed))
+}
+
+/// Every key under `name/`.
+async fn keys_under(store: &DynStore, name: &str) -> Result<Vec<String>> {
+    let listed = store
+        .list(&format!("{name}/"))
+        .await
+        .map_err(|e| e.context(format!("cannot list {name}/")))?;
+    Ok(listed.into_iter().map(|e| e.key).collect())
 }
 
 /// Delete `keys`, a few at a time.
@@ -299,27 +296,14 @@ async fn copy_keys(
     renamed: &mut Renamed,
 ) -> Result<()> {
     let old = meta.name.as_str();
-    let relative = |prefix: &str, listing: Vec<lsvd_store::ListEntry>| -> BTreeSet<String> {
-        listing
-            .into_iter()
-            .filter_map(|e| e.key.strip_prefix(prefix).map(str::to_string))
+    let relative = |prefix: &str, keys: Vec<String>| -> BTreeSet<String> {
+        keys.iter()
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
             .collect()
     };
     let (old_prefix, new_prefix) = (format!("{old}/"), format!("{new}/"));
-    let ours = relative(
-        &old_prefix,
-        store
-            .list(&old_prefix)
-            .await
-            .map_err(|e| e.context(format!("cannot list {old_prefix}")))?,
-    );
-    let there = relative(
-        &new_prefix,
-        store
-            .list(&new_prefix)
-            .await
-            .map_err(|e| e.context(format!("cannot list {new_prefix}")))?,
-    );
+    let ours = relative(&old_prefix, keys_under(store, old).await?);
+    let there = relative(&new_prefix, keys_under(store, new).await?);
     if there.is_empty() {
         store
             .put(
@@ -353,18 +337,7 @@ async fn copy_keys(
             .filter(|rel| *rel != MARKER && !ours.contains(*rel))
             .map(|rel| format!("{new_prefix}{rel}"))
             .collect();
-        for_each_key(
-            dropped,
-            |key, store| async move {
-                store
-                    .delete(&key)
-                    .await
-                    .map_err(|e| e.context(format!("cannot delete {key}")))
-                    .map(|()| (0, true))
-            },
-            store,
-        )
-        .await?;
+        delete_all(store, dropped).await?;
     }
     let keys: Vec<String> = ours
         .into_iter()

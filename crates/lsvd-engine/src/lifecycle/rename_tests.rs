@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, versions, write_all};
+use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, config, versions, write_all};
+use crate::test_support::create_and_open;
 use crate::{create_clone, create_volume, open_snapshot, open_volume, read_meta, rename_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -15,13 +16,8 @@ use lsvd_store::testutil::TempDir;
 /// Volume "old": every block at version 1, snapshot "s", then version 2 everywhere,
 /// grown to twice its size; stopped cleanly.
 async fn made(store: &DynStore) {
-    create_volume(store, "old", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-rename-make");
-    let (vol, _) = open_volume(store.clone(), "old", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(store, "old", BLOCKS * BLOCK, dir.path(), config()).await;
     write_all(&vol, 1).await;
     vol.create_snapshot("s").await.expect("snapshot");
     write_all(&vol, 2).await;
@@ -82,6 +78,14 @@ async fn a_rename_moves_data_snapshots_and_size_and_leaves_nothing_behind() {
     assert_moved(&store, "renamed three times").await;
 }
 
+/// Renaming `from` to `to` in `store` must fail with `kind`.
+async fn assert_rename_refused(store: &DynStore, from: &str, to: &str, kind: ErrorKind) {
+    match rename_volume(store, from, to).await {
+        Ok(r) => panic!("{from} -> {to}: renamed ({r:?}), expected a {kind:?} error"),
+        Err(e) => assert_eq!(e.kind, kind, "{from} -> {to}: {e}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_refuses_served_cloned_and_taken_names() {
     let store: DynStore = Arc::new(MemStore::new());
@@ -89,22 +93,10 @@ async fn a_rename_refuses_served_cloned_and_taken_names() {
     create_volume(&store, "taken", BLOCKS * BLOCK)
         .await
         .expect("create");
-    assert_kind(
-        rename_volume(&store, "old", "taken").await,
-        ErrorKind::AlreadyExists,
-    );
-    assert_kind(
-        rename_volume(&store, "old", "old").await,
-        ErrorKind::BadInput,
-    );
-    assert_kind(
-        rename_volume(&store, "old", "a@b").await,
-        ErrorKind::BadInput,
-    );
-    assert_kind(
-        rename_volume(&store, "nope", "x").await,
-        ErrorKind::NotFound,
-    );
+    assert_rename_refused(&store, "old", "taken", ErrorKind::AlreadyExists).await;
+    assert_rename_refused(&store, "old", "old", ErrorKind::BadInput).await;
+    assert_rename_refused(&store, "old", "a@b", ErrorKind::BadInput).await;
+    assert_rename_refused(&store, "nope", "x", ErrorKind::NotFound).await;
     // Keys under the new name that are not a copy of the volume.
     store
         .put(
@@ -114,32 +106,20 @@ async fn a_rename_refuses_served_cloned_and_taken_names() {
         )
         .await
         .expect("put");
-    assert_kind(
-        rename_volume(&store, "old", "stray").await,
-        ErrorKind::AlreadyExists,
-    );
+    assert_rename_refused(&store, "old", "stray", ErrorKind::AlreadyExists).await;
     // Served (its newest superblock is not clean).
     let dir = TempDir::new("engine-rename-served");
     let (vol, _) = open_volume(store.clone(), "old", dir.path(), config())
         .await
         .expect("open");
-    assert_kind(
-        rename_volume(&store, "old", "new").await,
-        ErrorKind::Conflict,
-    );
+    assert_rename_refused(&store, "old", "new", ErrorKind::Conflict).await;
     vol.shutdown().await.expect("shutdown");
     // Clones name their parent, and the parent names its clones.
     create_clone(&store, "old", "s", "kid")
         .await
         .expect("clone");
-    assert_kind(
-        rename_volume(&store, "old", "new").await,
-        ErrorKind::Conflict,
-    );
-    assert_kind(
-        rename_volume(&store, "kid", "new").await,
-        ErrorKind::Unsupported,
-    );
+    assert_rename_refused(&store, "old", "new", ErrorKind::Conflict).await;
+    assert_rename_refused(&store, "kid", "new", ErrorKind::Unsupported).await;
     assert!(
         read_meta(&store, "old").await.is_ok(),
         "refusals change nothing"

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, stamp, versions};
+use crate::test_support::{create_and_open, newest_super, open_v, poll_until, wait_until};
 use crate::{
     ReplicateOptions, ReplicateProgress, Volume, create_volume, open_snapshot, open_volume,
     replicate_once,
@@ -16,18 +17,31 @@ use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 use lsvd_store::{DynStore, PutMode};
 
+/// A new run's pass replicating volume "v" from `source` to `target`.
 async fn replicate(
     source: &DynStore,
     target: &DynStore,
 ) -> lsvd_core::error::Result<crate::PassReport> {
-    replicate_once(
-        source,
-        target,
-        "v",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await
+    replicate_volume(source, target, "v").await
+}
+
+/// A new run's pass replicating volume `name`, with the default options.
+async fn replicate_volume(
+    source: &DynStore,
+    target: &DynStore,
+    name: &str,
+) -> lsvd_core::error::Result<crate::PassReport> {
+    let (options, progress) = (ReplicateOptions::default(), ReplicateProgress::default());
+    replicate_once(source, target, name, &options, &progress).await
+}
+
+/// Asserts the replica in `target` serves volume "v" with every block at `round`.
+async fn assert_replica_at(target: &DynStore, round: u64, what: &str) {
+    assert_eq!(
+        replica_versions(target, "v").await,
+        Some(vec![round; BLOCKS as usize]),
+        "{what}"
+    );
 }
 
 /// A memory store of its own name (replication tells replicas apart by description).
@@ -137,12 +151,7 @@ async fn object_keys(store: &DynStore, name: &str) -> Vec<String> {
 /// A source volume "v" written in rounds 1..=3 with GC running, snapshot "s" after
 /// round 1; returns it open.
 async fn source_volume(store: &DynStore, dir: &TempDir) -> Arc<Volume> {
-    create_volume(store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.create_snapshot("s").await.expect("snapshot");
     write_round(&vol, 2).await;
@@ -151,12 +160,18 @@ async fn source_volume(store: &DynStore, dir: &TempDir) -> Arc<Volume> {
     vol
 }
 
+/// Source and target stores, and the source volume of [`source_volume`] with its
+/// files in the directory returned.
+async fn source_and_target(tag: &str) -> (DynStore, DynStore, TempDir, Arc<Volume>) {
+    let (source, target) = (mem("source"), mem("target"));
+    let dir = TempDir::new(tag);
+    let vol = source_volume(&source, &dir).await;
+    (source, target, dir, vol)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, dir, vol) = source_and_target("engine-replicate").await;
     assert!(
         vol.status().gc_passes > 0,
         "GC never ran: {:?}",
@@ -167,10 +182,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     assert!(first.objects_copied > 0, "{first:?}");
     assert!(first.generation.is_some(), "{first:?}");
     assert_eq!(first.snapshots_copied, 1, "{first:?}");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
     let copy = copy_of(&target).await;
     let other = TempDir::new("engine-replicate-snap");
     let (snap, _) = open_snapshot(copy, "v", "s", other.path(), config())
@@ -196,10 +208,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     assert!(later.objects_copied > 0, "{later:?}");
     assert!(later.objects_deleted > 0, "{later:?}");
     assert_eq!(later.snapshots_deleted, 1, "{later:?}");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![5; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 5, "").await;
     // The replica holds nothing the source has deleted.
     let src_keys = object_keys(&source, "v").await;
     for key in object_keys(&target, "v").await {
@@ -208,9 +217,7 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
 
     // Serving the replica makes it its own volume: replication stops there.
     let served = TempDir::new("engine-replica-served");
-    let (replica, _) = open_volume(target.clone(), "v", served.path(), config())
-        .await
-        .expect("serve the replica");
+    let (replica, _) = open_v(&target, served.path(), config(), "serve the replica").await;
     replica.write(0, stamp(0, 9), false).await.expect("write");
     replica.shutdown().await.expect("shutdown");
     vol.write(0, stamp(0, 6), false).await.expect("write");
@@ -219,13 +226,33 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
     // Also once the source has moved past the replica's generations (and deleted the
     // ones replication copied).
     for round in 7..10 {
-        let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-            .await
-            .expect("reopen");
+        let (vol, _) = open_v(&source, dir.path(), config(), "reopen").await;
         vol.write(0, stamp(0, round), false).await.expect("write");
         vol.shutdown().await.expect("shutdown");
     }
     assert_kind(replicate(&source, &target).await, ErrorKind::Conflict);
+}
+
+/// A pass from `source` to a copy of `older`, stopped after `n` store mutations of
+/// the copy: None when the pass finished first; else the stopped replica's store and
+/// the versions it serves, checked to be a prefix of the source's history.
+async fn pass_stopped_after(
+    source: &DynStore,
+    older: &DynStore,
+    n: u64,
+) -> Option<(DynStore, Vec<u64>)> {
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    let mem = copy_of(older).await;
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
+    faulty.kill_after_mutations(n);
+    if replicate(source, &(faulty as DynStore)).await.is_ok() {
+        return None;
+    }
+    let got = replica_versions(&mem, "v")
+        .await
+        .expect("the older replica stays a volume");
+    assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+    Some((mem, got))
 }
 
 /// Stop a pass at every store mutation of the target, the replica holding an older
@@ -233,15 +260,9 @@ async fn a_replica_serves_the_source_and_its_snapshots_and_follows_gc() {
 /// or absent; a second run finishes without copying again what the first copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     let older = mem("older");
@@ -263,20 +284,10 @@ async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
     let mut seen_older = false;
     let mut finished = false;
     for n in 0..whole.objects_copied + whole.checkpoints_copied + 40 {
-        let mem = copy_of(&older).await;
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        faulty.kill_after_mutations(n);
-        if replicate(&source, &(faulty.clone() as DynStore))
-            .await
-            .is_ok()
-        {
+        let Some((mem, got)) = pass_stopped_after(&source, &older, n).await else {
             finished = true;
             break;
-        }
-        let got = replica_versions(&mem, "v")
-            .await
-            .expect("the older replica stays a volume");
-        assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+        };
         seen_older |= got == vec![1; BLOCKS as usize];
         let copy = copy_of(&mem).await;
         let meta = crate::read_meta(&copy, "v").await.expect("meta");
@@ -300,11 +311,7 @@ async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
             (needed, whole.objects_copied - landed),
             "n={n}: the resumed pass did not take up where the first stopped: {resumed:?}"
         );
-        assert_eq!(
-            replica_versions(&mem, "v").await,
-            Some(vec![3; BLOCKS as usize]),
-            "n={n}"
-        );
+        assert_replica_at(&mem, 3, &format!("n={n}")).await;
     }
     assert!(finished, "the pass never finished: {whole:?}");
     // The replica moves from one checkpoint to a newer one (the objects between them
@@ -322,31 +329,28 @@ async fn passes_under_writes_and_gc_are_prefixes() {
     let source = mem("source");
     let target = mem("target");
     let dir = TempDir::new("engine-replicate-live");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     // The writer waits for a pass after each round, so passes and writes interleave
     // however slow the machine is.
-    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (passes, mut passes_seen) = tokio::sync::watch::channel(0u64);
     let writer = {
-        let (vol, passes) = (vol.clone(), passes.clone());
+        let vol = vol.clone();
         tokio::spawn(async move {
             for round in 1..=6 {
                 write_round(&vol, round).await;
-                while passes.load(std::sync::atomic::Ordering::Relaxed) < round {
-                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                }
+                passes_seen
+                    .wait_for(|&n| n >= round)
+                    .await
+                    .expect("the passes go on while the writer runs");
             }
         })
     };
     while !writer.is_finished() {
         replicate(&source, &target).await.expect("pass");
-        let passes = passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        passes.send_modify(|n| *n += 1);
+        let pass = *passes.borrow();
         if let Some(got) = replica_versions(&target, "v").await {
-            assert_prefix_shape(&got, &format!("pass {passes}"));
+            assert_prefix_shape(&got, &format!("pass {pass}"));
         }
     }
     writer.await.expect("writer");
@@ -357,10 +361,7 @@ async fn passes_under_writes_and_gc_are_prefixes() {
         vol.status()
     );
     replicate(&source, &target).await.expect("last pass");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![6; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 6, "").await;
     vol.shutdown().await.expect("shutdown");
 }
 
@@ -383,14 +384,7 @@ async fn replication_refuses_its_own_store_a_foreign_volume_and_an_orphan_clone(
         .await
         .expect("clone");
     let target = mem("target");
-    let clone_first = replicate_once(
-        &source,
-        &target,
-        "c",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await;
+    let clone_first = replicate_volume(&source, &target, "c").await;
     assert_kind(clone_first, ErrorKind::BadInput);
     replicate(&source, &target).await.expect("the parent");
     let (clone, _) = open_volume(source.clone(), "c", dir.path(), config())
@@ -404,29 +398,11 @@ async fn replication_refuses_its_own_store_a_foreign_volume_and_an_orphan_clone(
     }
     let expected = versions(&clone).await;
     clone.shutdown().await.expect("shutdown");
-    replicate_once(
-        &source,
-        &target,
-        "c",
-        &ReplicateOptions::default(),
-        &ReplicateProgress::default(),
-    )
-    .await
-    .expect("the clone");
-    assert_eq!(replica_versions(&target, "c").await, Some(expected));
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
-}
-
-/// The source's newest superblock.
-async fn newest_super(store: &DynStore) -> lsvd_core::format::volume_super::VolumeSuper {
-    let meta = crate::read_meta(store, "v").await.expect("meta");
-    crate::fencing::volume_super::read_newest(store, &meta)
+    replicate_volume(&source, &target, "c")
         .await
-        .expect("read the superblock")
-        .expect("a superblock")
+        .expect("the clone");
+    assert_eq!(replica_versions(&target, "c").await, Some(expected));
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// A data object of volume `meta` named (`seq`, `epoch`), written by hand: block
@@ -468,10 +444,7 @@ fn hand_object(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
     use lsvd_core::format::object::{ObjectKind, ObjectSpec, decode_object_header, encode_object};
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-reused");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-reused").await;
     vol.shutdown().await.expect("shutdown");
     replicate(&source, &target).await.expect("first pass");
 
@@ -525,10 +498,7 @@ async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
         theirs,
         "the replica's object is the source's again"
     );
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// Objects the history does not hold are never copied: one past a gap (stranded: the
@@ -536,10 +506,7 @@ async fn an_object_of_the_same_name_and_size_but_other_bytes_is_replaced() {
 /// superseded writer's), and the same number under another epoch as a live object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_never_copy_past_a_gap_nor_another_epochs_object() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-gap");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-gap").await;
     vol.shutdown().await.expect("shutdown");
     let sb = newest_super(&source).await;
     let meta = crate::read_meta(&source, "v").await.expect("meta");
@@ -578,10 +545,7 @@ async fn passes_never_copy_past_a_gap_nor_another_epochs_object() {
     for (k, _) in &bad {
         assert!(!copied.contains(k), "{k} was copied");
     }
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![3; BLOCKS as usize])
-    );
+    assert_replica_at(&target, 3, "").await;
 }
 
 /// The newest object the source's checkpoint lists.
@@ -603,10 +567,7 @@ async fn newest_live_object(store: &DynStore) -> u64 {
 /// the replica keeps the generation it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_break_in_the_records_keeps_the_superblock_out_of_the_replica() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-continuity");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-continuity").await;
     let first = replicate(&source, &target).await.expect("first pass");
     write_round(&vol, 4).await;
     vol.shutdown().await.expect("shutdown");
@@ -659,10 +620,7 @@ async fn a_break_in_the_records_keeps_the_superblock_out_of_the_replica() {
 /// identity again, while a new run checks every object the replica holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_reads_each_identity_once() {
-    let source = mem("source");
-    let target = mem("target");
-    let dir = TempDir::new("engine-replicate-identities");
-    let vol = source_volume(&source, &dir).await;
+    let (source, target, _dir, vol) = source_and_target("engine-replicate-identities").await;
     vol.shutdown().await.expect("shutdown");
     let run = crate::ReplicateRun::default();
     let (options, progress) = (ReplicateOptions::default(), ReplicateProgress::default());
@@ -702,18 +660,13 @@ async fn passes_under_heavy_gc(hold_ms: u64) -> (u32, u32, u32, u64) {
     let source = mem("source");
     let target = slow_store("target", 4);
     let dir = TempDir::new("engine-replicate-heavy-gc");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let config = crate::EngineConfig {
         replica_hold_ms: hold_ms,
         // No headroom: GC runs as often as the store bound allows.
         gc_headroom_bytes: Some(0),
         ..config()
     };
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     replicate(&source, &target).await.expect("the first pass");
@@ -747,10 +700,7 @@ async fn passes_under_heavy_gc(hold_ms: u64) -> (u32, u32, u32, u64) {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(vol.status().gc_passes > 4, "{:?}", vol.status());
     replicate(&source, &target).await.expect("the last pass");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![HEAVY_GC_ROUNDS; BLOCKS as usize])
-    );
+    assert_replica_at(&target, HEAVY_GC_ROUNDS, "").await;
     vol.shutdown().await.expect("shutdown");
     (passes, restarts, failed, held)
 }
@@ -797,16 +747,8 @@ async fn register_pass(
     use lsvd_core::format::replica_status::{ReplicaStatus, encode_replica_status};
     let meta = crate::read_meta(source, "v").await.expect("meta");
     let status = ReplicaStatus {
-        volume: meta.volume,
-        updated_unix_ms: 0,
-        current_as_of_unix_ms: 0,
-        lag_objects: 0,
-        replica_next_seq: 0,
-        source_next_seq: 0,
-        bytes_copied: 0,
-        generation: None,
-        peer: "mem://far".into(),
         pass,
+        ..crate::lifecycle::replicate::unfinished_status(meta.volume, "mem://far".into())
     };
     source
         .put(
@@ -875,12 +817,7 @@ async fn a_pass_from_the_newest_checkpoint(store: &DynStore) -> ((u64, u64), Vec
 async fn the_source_keeps_what_a_registered_pass_needs_until_it_ends() {
     let source = mem("source");
     let dir = TempDir::new("engine-replica-hold");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.sync_to_store().await.expect("sync");
     let (c, needed, through) = a_pass_from_the_newest_checkpoint(&source).await;
@@ -950,12 +887,7 @@ async fn a_pass_past_the_hold_or_keeping_too_much_is_not_waited_for() {
     ] {
         let source = mem("source");
         let dir = TempDir::new("engine-replica-hold-bound");
-        create_volume(&source, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
-        let (vol, _) = open_volume(source.clone(), "v", dir.path(), config)
-            .await
-            .expect("open");
+        let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config).await;
         write_round(&vol, 1).await;
         vol.sync_to_store().await.expect("sync");
         let (c, needed, through) = a_pass_from_the_newest_checkpoint(&source).await;
@@ -1089,15 +1021,8 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
         writes.truncate(held);
         // The pass that ran while the source crashed ends against the restarted one.
         if let Some(pass) = running.take() {
-            seen.push(
-                seen_after(
-                    pass,
-                    &target,
-                    format!("pass over restart {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass over restart {cycle}");
+            seen.push(seen_after(pass, &target, what, &mut restarts).await);
         }
         if cycle == CYCLES {
             vol.sync_to_store().await.expect("sync");
@@ -1121,17 +1046,14 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
             }
         }
         let pass = pass.expect("a pass");
-        for _ in 0..500 {
-            if pass.is_finished()
+        poll_until(std::time::Duration::from_secs(1), async || {
+            pass.is_finished()
                 || progress
                     .objects_done
                     .load(std::sync::atomic::Ordering::Relaxed)
                     >= 2
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
+        })
+        .await;
         // The crash: uploads waiting out their delay never land.
         faulty.kill();
         vol.crash();
@@ -1140,25 +1062,11 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
         if cycle % 3 == 2 {
             // This pass ends against the crashed source: stranded objects listed, the
             // superblock the crashed process wrote last.
-            seen.push(
-                seen_after(
-                    pass,
-                    &target,
-                    format!("pass across crash {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass across crash {cycle}");
+            seen.push(seen_after(pass, &target, what, &mut restarts).await);
             let progress = Arc::new(ReplicateProgress::default());
-            seen.push(
-                seen_after(
-                    spawn_pass(progress),
-                    &target,
-                    format!("pass after crash {cycle}"),
-                    &mut restarts,
-                )
-                .await,
-            );
+            let what = format!("pass after crash {cycle}");
+            seen.push(seen_after(spawn_pass(progress), &target, what, &mut restarts).await);
         } else {
             running = Some(pass);
         }
@@ -1211,56 +1119,6 @@ impl Lcg {
     }
 }
 
-/// A store that holds every listing of `prefix` until `gate` has a permit, and says
-/// when one is waiting.
-struct GatedList {
-    inner: DynStore,
-    prefix: String,
-    gate: Arc<tokio::sync::Semaphore>,
-    waiting: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl lsvd_store::ObjectStore for GatedList {
-    fn put(
-        &self,
-        key: &str,
-        data: Bytes,
-        mode: PutMode,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.inner.put(key, data, mode)
-    }
-    fn get(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.inner.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.inner.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<lsvd_store::ListEntry>>> {
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            if prefix == self.prefix {
-                self.waiting
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                let _permit = self.gate.acquire().await;
-            }
-            self.inner.list(&prefix).await
-        })
-    }
-    fn delete(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.inner.delete(key)
-    }
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-}
-
 /// An upload that lands after its writer died, and after the source's restart has
 /// claimed the volume without it (the restart lost the write log, so the writes in it
 /// are not in the source's history), while a pass had read the superblock from before
@@ -1298,68 +1156,59 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
     let issued = faulty.stats().puts;
     vol.shared.lock().pipeline.close_batch();
     vol.shared.upload_wake.notify_one();
-    for _ in 0..500 {
-        if faulty.stats().puts > issued {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    assert!(faulty.stats().puts > issued, "the upload was not issued");
+    wait_until("the upload to be issued", async || {
+        faulty.stats().puts > issued
+    })
+    .await;
     vol.crash();
     drop(vol);
 
     // A pass reads the superblock, then waits at its listing of the objects.
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let waiting = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gated: DynStore = Arc::new(GatedList {
-        inner: source.clone(),
-        prefix: crate::keys::objects_prefix("v"),
-        gate: gate.clone(),
-        waiting: waiting.clone(),
-    });
+    // A store that holds the pass's listing of the objects until `gate` has a
+    // permit, and says when it waits.
+    let prefix = crate::keys::objects_prefix("v");
+    let gated: DynStore = Arc::new(lsvd_store::testutil::HookStore::new(
+        source.clone(),
+        move |op| matches!(op, lsvd_store::testutil::HookOp::List(p) if p == prefix),
+        1,
+        {
+            let (gate, waiting) = (gate.clone(), waiting.clone());
+            async move {
+                waiting.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _permit = gate.acquire().await;
+            }
+        },
+    ));
     let pass = {
         let target = target.clone();
-        tokio::spawn(async move {
-            crate::replicate_once(
-                &gated,
-                &target,
-                "v",
-                &ReplicateOptions::default(),
-                &ReplicateProgress::default(),
-            )
-            .await
-        })
+        tokio::spawn(async move { replicate_volume(&gated, &target, "v").await })
     };
-    for _ in 0..500 {
-        if waiting.load(std::sync::atomic::Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
-    assert!(waiting.load(std::sync::atomic::Ordering::SeqCst));
+    wait_until("the pass to wait at its listing", async || {
+        waiting.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
     // The restart, from the store alone, before the upload lands: a new claim.
     let fresh = TempDir::new("engine-replicate-late-restart");
-    let (restarted, report) = open_volume(source.clone(), "v", fresh.path(), config())
-        .await
-        .expect("restart");
+    let (restarted, report) = open_v(&source, fresh.path(), config(), "restart").await;
     assert!(report.stranded_deleted.is_empty(), "{report:?}");
     // The upload lands; then the pass lists.
-    for _ in 0..500 {
+    poll_until(std::time::Duration::from_secs(10), async || {
         let s = faulty.stats();
-        if s.landed + s.failed == s.puts {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-    }
+        s.landed + s.failed == s.puts
+    })
+    .await;
     let late = faulty.stats();
     assert_eq!(late.landed, late.puts, "{late:?}");
     gate.add_permits(1);
     let report = pass.await.expect("the pass").expect("replicate");
-    assert_eq!(
-        replica_versions(&target, "v").await,
-        Some(vec![1; BLOCKS as usize]),
-        "the replica shows writes the source's history does not hold"
-    );
+    assert_replica_at(
+        &target,
+        1,
+        "the replica shows writes the source's history does not hold",
+    )
+    .await;
     assert!(report.restarts >= 1, "{report:?}");
     assert_eq!(
         report.generation,
@@ -1376,22 +1225,14 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
 /// superblock read as a lost superblock), and the next pass completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped-claim");
-    create_volume(&source, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     write_round(&vol, 1).await;
     vol.shutdown().await.expect("shutdown");
     let older = mem("older");
     replicate(&source, &older).await.expect("the older replica");
-    let (vol, report) = open_volume(source.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen: a new claim");
+    let (vol, report) = open_v(&source, dir.path(), config(), "reopen: a new claim").await;
     assert!(report.epoch > 1, "{report:?}");
     write_round(&vol, 2).await;
     vol.shutdown().await.expect("shutdown");
@@ -1400,26 +1241,12 @@ async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
         .expect("a whole pass");
     let mut finished = false;
     for n in 0..(whole.objects_copied + whole.checkpoints_copied) * 4 + 100 {
-        let mem = copy_of(&older).await;
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        faulty.kill_after_mutations(n);
-        if replicate(&source, &(faulty.clone() as DynStore))
-            .await
-            .is_ok()
-        {
+        let Some((mem, _)) = pass_stopped_after(&source, &older, n).await else {
             finished = true;
             break;
-        }
-        let got = replica_versions(&mem, "v")
-            .await
-            .expect("the older replica stays a volume");
-        assert_prefix_shape(&got, &format!("stopped after {n} mutations"));
+        };
         replicate(&source, &mem).await.expect("resume");
-        assert_eq!(
-            replica_versions(&mem, "v").await,
-            Some(vec![2; BLOCKS as usize]),
-            "n={n}"
-        );
+        assert_replica_at(&mem, 2, &format!("n={n}")).await;
     }
     assert!(finished, "the pass never finished: {whole:?}");
 }

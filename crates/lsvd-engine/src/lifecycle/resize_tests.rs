@@ -6,11 +6,13 @@
 
 use std::sync::Arc;
 
-use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, assert_kind, config, stamp, write_all};
-use crate::{EngineConfig, Volume, create_volume, inspect_volume, open_snapshot, open_volume};
+use crate::lifecycle::snapshot_tests::{
+    BLOCK, BLOCKS, assert_kind, config, stamp, written_over_faults, written_volume,
+};
+use crate::test_support::{open_v, poll_until, wait_until};
+use crate::{EngineConfig, Volume, inspect_volume, open_snapshot};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
-use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
 /// The version each of blocks `[from, to)` holds (0: zeros), each checked whole.
@@ -39,21 +41,22 @@ async fn write_range(volume: &Volume, from: u64, to: u64, version: u64) {
 }
 
 async fn reopen(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> Arc<Volume> {
-    open_volume(store.clone(), "v", dir, cfg)
-        .await
-        .expect("reopen")
-        .0
+    open_v(store, dir, cfg, "reopen").await.0
+}
+
+/// Reopens volume "v" of `store` (files in `dir`) and asserts it has one block per
+/// entry of `want`, each at the version `want` says.
+async fn reopened_holds(store: &DynStore, dir: &std::path::Path, want: &[u64]) -> Arc<Volume> {
+    let vol = reopen(store, dir, config()).await;
+    let blocks = want.len() as u64;
+    assert_eq!(vol.size_bytes(), blocks * BLOCK);
+    assert_eq!(versions_in(&vol, 0, blocks).await, want);
+    vol
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-resize");
-    let vol = reopen(&store, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-resize").await;
     vol.create_snapshot("small").await.expect("snapshot");
     assert_kind(
         vol.write(BLOCKS * BLOCK, stamp(BLOCKS, 2), false).await,
@@ -86,17 +89,13 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
     // A crash with the new half only in the write log, then a restart from the log.
     vol.crash();
     drop(vol);
-    let vol = reopen(&store, dir.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
     let mut want = vec![1; BLOCKS as usize];
     want.extend(vec![2; BLOCKS as usize]);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, dir.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
     // From the store alone.
     let other = TempDir::new("engine-resize-store-only");
-    let vol = reopen(&store, other.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, other.path(), &want).await;
     assert_eq!(
         inspect_volume(&store, "v").await.expect("info").size_bytes,
         2 * BLOCKS * BLOCK
@@ -135,13 +134,10 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
     assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
     vol.crash();
     drop(vol);
-    let vol = reopen(&store, other.path(), config()).await;
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, other.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
     let third = TempDir::new("engine-resize-store-only-2");
-    let vol = reopen(&store, third.path(), config()).await;
-    assert_eq!(vol.size_bytes(), 2 * BLOCKS * BLOCK);
-    assert_eq!(versions_in(&vol, 0, 2 * BLOCKS).await, want);
+    let vol = reopened_holds(&store, third.path(), &want).await;
     vol.shutdown().await.expect("shutdown");
 }
 
@@ -150,22 +146,19 @@ async fn grow_and_shrink_hold_through_restarts_and_snapshots_keep_their_size() {
 /// reads zeros there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-resize-race");
-    let vol = reopen(&store, dir.path(), config()).await;
-    write_all(&vol, 1).await;
+    let (store, _dir, vol) = written_volume("engine-resize-race").await;
     let half = BLOCKS / 2;
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let writer = {
-        let vol = vol.clone();
+        let (vol, written) = (vol.clone(), written.clone());
         tokio::spawn(async move {
             let mut refused = 0;
             for round in 0..4 {
                 for b in half..BLOCKS {
                     match vol.write(b * BLOCK, stamp(b, 2 + round), false).await {
-                        Ok(()) => {}
+                        Ok(()) => {
+                            written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
                         Err(e) => {
                             assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
                             refused += 1;
@@ -176,7 +169,10 @@ async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
             refused
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    wait_until("the writer's first write", async || {
+        written.load(std::sync::atomic::Ordering::Relaxed) > 0
+    })
+    .await;
     vol.resize(half * BLOCK, true).await.expect("shrink");
     let refused = writer.await.expect("writer");
     assert!(refused > 0, "no write was refused after the shrink");
@@ -198,28 +194,17 @@ async fn a_shrink_racing_writes_past_the_new_end_never_fails_the_volume() {
 /// or (always, if the resize returned) its new one, and its data either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resize_stopped_at_any_store_mutation_leaves_the_old_size_or_the_new() {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let mut finished = false;
     for n in 0..32u64 {
-        let mem: DynStore = Arc::new(MemStore::new());
-        create_volume(&mem, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
         let dir = TempDir::new("engine-resize-stopped");
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
-            .await
-            .expect("open");
-        write_all(&vol, 1).await;
-        vol.sync_to_store().await.expect("sync");
+        let (mem, faulty, vol) = written_over_faults(n, &dir).await;
         faulty.kill_after_mutations(n);
         // Uploads retry a dead store forever, and a resize waits for its object like
         // `sync` does: once the store is gone, give it a moment, then crash.
         let gone = async {
-            while !faulty.is_killed() {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            wait_until("the store's kill", async || faulty.is_killed()).await;
+            // The moment: nothing to poll for but the resize returning.
+            poll_until(std::time::Duration::from_millis(300), async || false).await;
         };
         let returned = tokio::select! {
             r = vol.resize(2 * BLOCKS * BLOCK, false) => r.is_ok(),

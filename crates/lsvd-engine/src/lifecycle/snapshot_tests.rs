@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::test_support::{create_and_open, open_v};
 use crate::{EngineConfig, Volume, create_volume, open_snapshot, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -68,6 +69,37 @@ pub(crate) async fn write_all(volume: &Volume, version: u64) {
     }
 }
 
+/// Volume "v" in a new memory store (returned) with its files in a new directory
+/// named by `tag` (returned), every block at version 1.
+pub(crate) async fn written_volume(tag: &str) -> (DynStore, TempDir, Arc<Volume>) {
+    let store: DynStore = Arc::new(MemStore::new());
+    let dir = TempDir::new(tag);
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
+    write_all(&vol, 1).await;
+    (store, dir, vol)
+}
+
+/// A new volume in a memory store (returned first), opened through a store that
+/// fails on command over it (seed `seed`), every block at version 1 and in the store:
+/// for tests that stop an operation at each store mutation.
+pub(crate) async fn written_over_faults(
+    seed: u64,
+    dir: &TempDir,
+) -> (DynStore, Arc<lsvd_store::faulty::FaultyStore>, Arc<Volume>) {
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    let mem: DynStore = Arc::new(MemStore::new());
+    create_volume(&mem, "v", BLOCKS * BLOCK)
+        .await
+        .expect("create");
+    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), seed));
+    let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
+        .await
+        .expect("open");
+    write_all(&vol, 1).await;
+    vol.sync_to_store().await.expect("sync");
+    (mem, faulty, vol)
+}
+
 pub(crate) fn assert_kind<T>(r: lsvd_core::error::Result<T>, kind: ErrorKind) {
     match r {
         Ok(_) => panic!("expected a {kind:?} error, got success"),
@@ -75,25 +107,21 @@ pub(crate) fn assert_kind<T>(r: lsvd_core::error::Result<T>, kind: ErrorKind) {
     }
 }
 
-async fn object_count(store: &DynStore) -> usize {
+/// The objects of volume "v" in `store`.
+async fn objects(store: &DynStore) -> Vec<lsvd_store::ListEntry> {
     store
         .list(&crate::keys::objects_prefix("v"))
         .await
         .expect("list")
-        .len()
+}
+
+async fn object_count(store: &DynStore) -> usize {
+    objects(store).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees_space() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-snapshot");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-snapshot").await;
     // Version 2 of every other block is acknowledged before the snapshot; version 3
     // of every block is being written while it is taken.
     for b in (0..BLOCKS).step_by(2) {
@@ -150,9 +178,7 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
     // A restart settles garbage without touching what the snapshot keeps.
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     let (snap, _) = open_snapshot(store.clone(), "v", "before", dir.path(), config())
         .await
         .expect("open the snapshot after a restart");
@@ -172,9 +198,7 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
     );
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     vol.shutdown().await.expect("shutdown");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen after the delete");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen after the delete").await;
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     vol.shutdown().await.expect("shutdown");
 }
@@ -182,13 +206,8 @@ async fn a_snapshot_keeps_its_point_through_gc_and_restarts_and_its_delete_frees
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_names_are_checked_and_taken_once() {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
     let dir = TempDir::new("engine-snapshot-names");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * BLOCK, dir.path(), config()).await;
     // A snapshot of a volume nobody wrote: reads zeros.
     vol.create_snapshot("empty").await.expect("snapshot");
     assert_kind(vol.create_snapshot("empty").await, ErrorKind::AlreadyExists);
@@ -223,49 +242,33 @@ async fn snapshot_names_are_checked_and_taken_once() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// A store whose PUTs of snapshot records land but report a failure that is not
-/// retried.
-struct LostSnapshotReplies(DynStore);
+/// A store layer whose PUTs of snapshot records land but report a failure that is
+/// not retried.
+struct LostSnapshotReplies;
 
-impl lsvd_store::ObjectStore for LostSnapshotReplies {
-    fn put(
-        &self,
-        key: &str,
-        data: bytes::Bytes,
-        mode: lsvd_store::PutMode,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        let key = key.to_string();
+impl lsvd_store::layer::Layer for LostSnapshotReplies {
+    fn around<'a, T: Send + 'a>(
+        &'a self,
+        call: lsvd_store::layer::Call,
+        mut next: lsvd_store::layer::Next<'a, T>,
+    ) -> lsvd_store::BoxFuture<'a, lsvd_store::StoreResult<T>> {
+        let lost = match call {
+            lsvd_store::layer::Call::Put { key, .. } if key.contains("/snap/") => Some(key),
+            _ => None,
+        };
         Box::pin(async move {
-            self.0.put(&key, data, mode).await?;
-            if key.contains("/snap/") {
-                return Err(lsvd_core::error::Error::new(
+            let answer = next().await?;
+            match lost {
+                Some(key) => Err(lsvd_core::error::Error::new(
                     ErrorKind::Permanent,
                     format!("injected lost reply putting {key}"),
-                ));
+                )),
+                None => Ok(answer),
             }
-            Ok(())
         })
     }
-    fn get(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.0.get(key)
-    }
-    fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<u8>>> {
-        self.0.get_range(key, range)
-    }
-    fn list(
-        &self,
-        prefix: &str,
-    ) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<Vec<lsvd_store::ListEntry>>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, key: &str) -> lsvd_store::BoxFuture<'_, lsvd_store::StoreResult<()>> {
-        self.0.delete(key)
-    }
-    fn describe(&self) -> String {
+
+    fn describe(&self, _inner: String) -> String {
         "lost snapshot replies".into()
     }
 }
@@ -280,7 +283,10 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     create_volume(&mem, "v", BLOCKS * BLOCK)
         .await
         .expect("create");
-    let store: DynStore = Arc::new(LostSnapshotReplies(mem.clone()));
+    let store: DynStore = Arc::new(lsvd_store::layer::Layered::wrap(
+        mem.clone(),
+        LostSnapshotReplies,
+    ));
     let dir = TempDir::new("engine-snapshot-lost-reply");
     let (vol, _) = open_volume(store, "v", dir.path(), config())
         .await
@@ -326,9 +332,8 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
     ))
     .await
     .expect("delete the base");
-    let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
-        .await
-        .expect("the volume opens without its snapshot's base");
+    let what = "the volume opens without its snapshot's base";
+    let (vol, _) = open_v(&mem, dir.path(), config(), what).await;
     assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
     assert!(
         open_snapshot(mem.clone(), "v", "s", dir.path(), config())
@@ -343,20 +348,10 @@ async fn a_snapshot_record_that_landed_despite_an_error_keeps_its_objects() {
 /// absent; the volume reads what it held either way. `delete`: stop a snapshot delete
 /// at every store mutation (else stop its creation).
 async fn stopped_at_every_mutation(delete: bool) {
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
     let mut finished = false;
     for n in 0..64u64 {
-        let mem: DynStore = Arc::new(MemStore::new());
-        create_volume(&mem, "v", BLOCKS * BLOCK)
-            .await
-            .expect("create");
         let dir = TempDir::new("engine-snapshot-stopped");
-        let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), n));
-        let (vol, _) = open_volume(faulty.clone(), "v", dir.path(), config())
-            .await
-            .expect("open");
-        write_all(&vol, 1).await;
-        vol.sync_to_store().await.expect("sync");
+        let (mem, faulty, vol) = written_over_faults(n, &dir).await;
         if delete {
             vol.create_snapshot("s").await.expect("snapshot");
             // The snapshot now keeps objects nothing else needs.
@@ -373,9 +368,7 @@ async fn stopped_at_every_mutation(delete: bool) {
         finished = result.is_ok() && !faulty.is_killed();
         vol.crash();
         drop(vol);
-        let (vol, _) = open_volume(mem.clone(), "v", dir.path(), config())
-            .await
-            .expect("reopen");
+        let (vol, _) = open_v(&mem, dir.path(), config(), "reopen").await;
         // More overwrites: whatever the snapshot keeps must survive GC from here on.
         write_all(&vol, 4).await;
         write_all(&vol, 5).await;
@@ -414,13 +407,7 @@ async fn a_snapshot_delete_stopped_at_any_store_mutation_leaves_it_whole_or_abse
 
 /// Bytes of data, GC and checkpoint objects volume "v" has in the store.
 async fn object_bytes(store: &DynStore) -> u64 {
-    store
-        .list(&crate::keys::objects_prefix("v"))
-        .await
-        .expect("list")
-        .iter()
-        .map(|e| e.size_bytes)
-        .sum()
+    objects(store).await.iter().map(|e| e.size_bytes).sum()
 }
 
 /// Write 1..=4 to every block (the last three in a shuffled order), with a snapshot
@@ -428,15 +415,7 @@ async fn object_bytes(store: &DynStore) -> u64 {
 /// return the store's object bytes. Deletes the snapshot at the end and returns the
 /// bytes after that too.
 async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * BLOCK)
-        .await
-        .expect("create");
-    let dir = TempDir::new("engine-snapshot-space");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
-    write_all(&vol, 1).await;
+    let (store, dir, vol) = written_volume("engine-snapshot-space").await;
     if snapshot {
         vol.create_snapshot("s").await.expect("snapshot");
     }
@@ -457,9 +436,7 @@ async fn bytes_after_three_overwrites(snapshot: bool) -> (u64, u64) {
     }
     vol.shutdown().await.expect("shutdown");
     drop(vol);
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
     assert_eq!(versions(&vol).await, vec![4; BLOCKS as usize]);
     let with = object_bytes(&store).await;
     if snapshot {

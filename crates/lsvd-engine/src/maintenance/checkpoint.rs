@@ -169,18 +169,12 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
         let mut st = shared.lock();
         let mut deferred = shared.lock_ranked(&shared.deferred_deletes, LockRank::DeferredDeletes);
         for &(victim, kind) in dead {
-            let total_bytes = st
+            let (total_bytes, epoch) = st
                 .pipeline
                 .store()
                 .objects()
                 .get(&victim)
-                .map_or(0, |o| o.total_bytes);
-            let epoch = st
-                .pipeline
-                .store()
-                .objects()
-                .get(&victim)
-                .map_or(0, |o| o.epoch);
+                .map_or((0, 0), |o| (o.total_bytes, o.epoch));
             st.pipeline.forget_object(victim);
             deferred.push(DeferredDelete {
                 seq: victim,
@@ -380,12 +374,7 @@ async fn name_in_volume_super(shared: &Shared, seq: u64, clean: bool) -> Named {
             Named::Yes
         }
         Err(WriteError::Superseded { holder, .. }) => {
-            let by = if holder.is_empty() {
-                "another lsvd process".to_string()
-            } else {
-                holder
-            };
-            shared.fence(&by);
+            shared.fence_superseded(holder);
             Named::Stop
         }
         Err(WriteError::Store(e)) => {

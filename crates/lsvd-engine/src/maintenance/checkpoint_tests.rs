@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{create_and_open, wait_drained, wait_until};
+use crate::{EngineConfig, Volume};
 use lsvd_store::DynStore;
 use lsvd_store::clock::{ManualClock, SharedClock};
 use lsvd_store::mem::MemStore;
@@ -27,23 +28,12 @@ fn config(clock: &Arc<ManualClock>) -> EngineConfig {
     }
 }
 
-/// Wait (in real time, as a guard against a hang, not a measurement) until `done`.
-async fn wait_for(what: &str, volume: &Volume, done: impl Fn(&Volume) -> bool) {
-    for _ in 0..2000 {
-        if done(volume) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{what}: {:?}", volume.status());
-}
-
 /// Move the clock on and wait until the uploader has woken and looked at the time.
 async fn advance_and_let_the_uploader_see_it(clock: &ManualClock, volume: &Volume, by: Duration) {
     let before = volume.stats().uploader_wakeups.load(Ordering::SeqCst);
     clock.advance(by);
-    wait_for("the uploader woke", volume, |v| {
-        v.stats().uploader_wakeups.load(Ordering::SeqCst) > before
+    wait_until("the uploader woke", async || {
+        volume.stats().uploader_wakeups.load(Ordering::SeqCst) > before
     })
     .await;
 }
@@ -53,10 +43,7 @@ async fn a_checkpoint_follows_new_objects_once_the_interval_passes_and_not_befor
     let clock = ManualClock::new();
     let dir = TempDir::new("engine-ckpt-time");
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 1 << 20).await.expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config(&clock))
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(&store, "v", 1 << 20, dir.path(), config(&clock)).await;
     let before = volume.status().checkpoints;
     volume
         .write(0, vec![7u8; 4096], false)
@@ -66,11 +53,7 @@ async fn a_checkpoint_follows_new_objects_once_the_interval_passes_and_not_befor
     // The batch times out (20 ms on the clock; the uploader looks every 200 ms) and
     // goes up.
     advance_and_let_the_uploader_see_it(&clock, &volume, TICK).await;
-    wait_for("the batch was uploaded", &volume, |v| {
-        let s = v.status();
-        s.uploads_pending == 0 && s.log_used_bytes == 0
-    })
-    .await;
+    wait_drained(&volume).await;
     // One object is far below the count trigger, and the interval has not passed.
     advance_and_let_the_uploader_see_it(&clock, &volume, INTERVAL - 2 * TICK).await;
     assert_eq!(

@@ -596,7 +596,7 @@ mod tests {
         // Clients writing 40 MiB/s: GC may use four times that.
         let mut p = Pacer::new(1 << 20, SharedClock::default());
         assert_eq!(p.rate(0, 1.0), (1 << 20) as f64);
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::advance(Duration::from_millis(250)).await;
         let r = p.rate(10 << 20, 1.0);
         assert!(
             (r - (160 << 20) as f64).abs() < (1 << 20) as f64,
@@ -611,7 +611,7 @@ mod tests {
             "rate {r} with half the headroom used"
         );
         // Those client writes age out of the 2 s window: back to the minimum rate.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(p.rate(10 << 20, 1.0), (1 << 20) as f64);
 
         // A stop request ends a wait at once.
@@ -637,7 +637,7 @@ mod tests {
         assert!(p.take(1 << 20, io(8 << 20, 0), 1.0, || false).await);
         assert_eq!(t.elapsed(), Duration::from_millis(250));
         // Idle long enough: a GiB goes through at once, and again.
-        tokio::time::sleep(IDLE_AFTER).await;
+        tokio::time::advance(IDLE_AFTER).await;
         let t = tokio::time::Instant::now();
         assert!(p.take(1 << 30, io(8 << 20, 0), 1.0, || false).await);
         assert!(p.take(1 << 30, io(8 << 20, 0), 1.0, || false).await);
@@ -648,7 +648,7 @@ mod tests {
         assert!(p.take(1 << 20, io(8 << 20, 4096), 1.0, || false).await);
         assert_eq!(t.elapsed(), Duration::from_millis(250));
         // And a client write too, once idle again.
-        tokio::time::sleep(IDLE_AFTER).await;
+        tokio::time::advance(IDLE_AFTER).await;
         assert!(p.take(1 << 30, io(8 << 20, 4096), 1.0, || false).await);
         let t = tokio::time::Instant::now();
         assert!(

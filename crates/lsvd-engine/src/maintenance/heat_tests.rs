@@ -9,6 +9,7 @@ use lsvd_core::gc::GcPolicy;
 use lsvd_core::heat::HeatTracker;
 use lsvd_core::hylog::RegionClasses;
 
+use crate::test_support::{create_and_open, open_v, poll_until, wait_until};
 use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
@@ -51,11 +52,9 @@ async fn write_hot_and_cold(vol: &Volume, hot_rounds: u8) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_frequencies_survive_a_clean_restart_and_a_crash() {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 16 << 20).await.expect("create");
     let dir = TempDir::new("engine-heat");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config(GcPolicy::HyLog))
-        .await
-        .expect("open");
+    let (vol, _) =
+        create_and_open(&store, "v", 16 << 20, dir.path(), config(GcPolicy::HyLog)).await;
     write_hot_and_cold(&vol, 40).await;
     let before = heat_of(&vol).expect("hylog keeps a tracker");
     assert_eq!(before.heat_at(0), 40 * 8, "4 KiB = 8 sectors per write");
@@ -64,9 +63,7 @@ async fn write_frequencies_survive_a_clean_restart_and_a_crash() {
     drop(vol);
 
     // A clean restart: exactly the counters the shutdown checkpoint saved.
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config(GcPolicy::HyLog))
-        .await
-        .expect("reopen");
+    let (vol, _) = open_v(&store, dir.path(), config(GcPolicy::HyLog), "reopen").await;
     assert_eq!(heat_of(&vol), Some(before.clone()));
     assert_eq!(vol.status().gc_hot_moved_bytes, 0);
 
@@ -74,9 +71,8 @@ async fn write_frequencies_survive_a_clean_restart_and_a_crash() {
     write_hot_and_cold(&vol, 10).await;
     vol.crash();
     drop(vol);
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config(GcPolicy::HyLog))
-        .await
-        .expect("open after a crash");
+    let what = "open after a crash";
+    let (vol, _) = open_v(&store, dir.path(), config(GcPolicy::HyLog), what).await;
     let after = heat_of(&vol).expect("tracker");
     assert!(
         after.heat_at(0) >= before.heat_at(0) + 10 * 8,
@@ -155,14 +151,16 @@ async fn a_split_batch_whose_last_part_never_landed_is_recovered_all_or_none() {
     faulty.kill_after_mutations(2);
     vol.shared.lock().pipeline.close_batch();
     vol.shared.upload_wake.notify_one();
-    for _ in 0..500 {
-        if faulty.is_killed() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(faulty.is_killed(), "the batch's parts were uploaded");
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    wait_until(
+        "the batch's parts uploaded (the store killed)",
+        async || faulty.is_killed(),
+    )
+    .await;
+    // Time for a part that should not land to show.
+    poll_until(std::time::Duration::from_millis(50), async || {
+        inner.snapshot().len() > before + 1
+    })
+    .await;
     vol.crash();
     drop(vol);
     assert_eq!(inner.snapshot().len(), before + 1, "one part landed");

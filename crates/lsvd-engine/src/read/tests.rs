@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{create_and_open, open_v, poll_until, wait_until};
+use crate::{EngineConfig, Volume, create_volume};
 use lsvd_store::DynStore;
 use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
@@ -37,15 +38,15 @@ fn config(fetch: u64, ahead: u64) -> EngineConfig {
     }
 }
 
-async fn wait_until(what: &str, f: impl Fn() -> bool) {
-    // A bound for a hang, not a timing assertion.
-    for _ in 0..6000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("{what} did not happen");
+/// Waits until no read-ahead fetch of `v` is in flight; `what` names the wait.
+async fn wait_read_ahead_landed(v: &Volume, what: &str) {
+    wait_until(what, async || {
+        v.shared
+            .read_cache
+            .as_ref()
+            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
+    })
+    .await;
 }
 
 /// A volume of `size` bytes whose data is all in objects (written in `write_bytes`
@@ -58,10 +59,7 @@ async fn volume_in_store(
     write_bytes: u64,
     cfg: EngineConfig,
 ) -> Arc<Volume> {
-    create_volume(store, "v", size).await.expect("create");
-    let (volume, _) = open_volume(store.clone(), "v", dir.path(), config(64 * KIB, 0))
-        .await
-        .expect("open");
+    let (volume, _) = create_and_open(store, "v", size, dir.path(), config(64 * KIB, 0)).await;
     for at in (0..size).step_by(write_bytes as usize) {
         volume
             .write(at, pattern(at, write_bytes, 1), false)
@@ -72,9 +70,7 @@ async fn volume_in_store(
     // Another cache directory: a cold read cache, nothing in the log.
     let cold = dir.path().join("cold");
     std::fs::create_dir_all(&cold).expect("mkdir");
-    let (volume, _) = open_volume(store.clone(), "v", &cold, cfg)
-        .await
-        .expect("reopen");
+    let (volume, _) = open_v(store, &cold, cfg, "reopen").await;
     volume
 }
 
@@ -167,9 +163,7 @@ async fn pieces_of_a_request_adjacent_in_an_object_share_one_get() {
         ..config(64 * KIB, 0)
     };
     for ats in [&[0, 128 * KIB][..], &[64 * KIB]] {
-        let (v, _) = open_volume(store.clone(), "v", dir.path(), cfg.clone())
-            .await
-            .expect("open");
+        let (v, _) = open_v(&store, dir.path(), cfg.clone(), "open").await;
         for &at in ats {
             v.write(at, pattern(at, 64 * KIB, 1), false)
                 .await
@@ -179,9 +173,7 @@ async fn pieces_of_a_request_adjacent_in_an_object_share_one_get() {
     }
     let cold = dir.path().join("cold");
     std::fs::create_dir_all(&cold).expect("mkdir");
-    let (v, _) = open_volume(store.clone(), "v", &cold, cfg)
-        .await
-        .expect("reopen");
+    let (v, _) = open_v(&store, &cold, cfg, "reopen").await;
     assert_eq!(v.status().objects, 2);
     let g0 = gets(&v);
     let got = v.read(0, 192 * KIB).await.expect("read");
@@ -202,27 +194,15 @@ async fn read_ahead_runs_ahead_of_a_sequential_reader_and_stops_with_it() {
     // Three reads make a stream; the third starts a window ahead of it.
     read_sequentially(&v, 0, 3 * req, req).await;
     let rc = |v: &Volume| v.status();
-    wait_until("the first window", || rc(&v).read_ahead_bytes > 0).await;
-    wait_until("the window's fetch", || {
-        v.shared
-            .read_cache
-            .as_ref()
-            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
-    })
-    .await;
+    wait_until("the first window", async || rc(&v).read_ahead_bytes > 0).await;
+    wait_read_ahead_landed(&v, "the window's fetch").await;
     // The next read was fetched ahead: no GET.
     let g = gets(&v);
     read_sequentially(&v, 3 * req, 4 * req, req).await;
     assert_eq!(gets(&v), g, "the read after the window's fetch is a hit");
     // Read half the volume, then stop.
     read_sequentially(&v, 4 * req, size / 2, req).await;
-    wait_until("read-ahead to drain", || {
-        v.shared
-            .read_cache
-            .as_ref()
-            .is_some_and(|r| r.ahead_in_flight_bytes.load(Relaxed) == 0)
-    })
-    .await;
+    wait_read_ahead_landed(&v, "read-ahead to drain").await;
     let s = v.status();
     assert!(s.read_prefetch_hit_bytes > 0);
     // Never more than the read-ahead past where the reader stopped (plus a chunk at
@@ -233,7 +213,7 @@ async fn read_ahead_runs_ahead_of_a_sequential_reader_and_stops_with_it() {
         s.read_ahead_bytes
     );
     let g = gets(&v);
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    poll_until(std::time::Duration::from_millis(50), async || gets(&v) != g).await;
     assert_eq!(gets(&v), g, "nothing fetched once the reader stopped");
     // Random reads after that: data still right, nothing fetched ahead.
     let before = v.status().read_ahead_bytes;

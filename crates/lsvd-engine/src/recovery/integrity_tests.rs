@@ -7,12 +7,13 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::EngineConfig;
+use crate::test_support::{
+    create_and_open, log_block as block, log_config, open_behind_faults, open_v, wait_until,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
@@ -26,22 +27,9 @@ const ROT_LBA: u64 = ROT_BLOCK * 8;
 /// checks the default.
 fn config(batch_timeout_ms: u64) -> EngineConfig {
     EngineConfig {
-        batch_size_bytes: 8 << 20,
-        batch_timeout_ms,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
         upload_memory_bytes: 0,
-        ..EngineConfig::default()
+        ..log_config(8 << 20, batch_timeout_ms, 16 << 20)
     }
-}
-
-fn block(b: u64, v: u64) -> Vec<u8> {
-    let mut d = vec![0u8; 4096];
-    for (i, c) in d.chunks_mut(16).enumerate() {
-        c[..8].copy_from_slice(&b.to_le_bytes());
-        c[8..].copy_from_slice(&(v * 1000 + i as u64).to_le_bytes());
-    }
-    d
 }
 
 /// A block no other write produces, so it can be found in the cache file and in
@@ -104,12 +92,7 @@ async fn rot_before_upload_with(corrupt: bool, config: EngineConfig) {
     let from_memory = config.upload_memory_bytes > 0;
     let dir = TempDir::new("engine-integrity");
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config)
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * 4096, dir.path(), config).await;
     for b in 0..4u64 {
         vol.write(b * 4096, block(b, 1), false)
             .await
@@ -185,12 +168,7 @@ async fn a_record_rotting_in_the_log_is_uploaded_from_memory_intact() {
 async fn writes_and_flushes_after_an_integrity_failure_fail() {
     let dir = TempDir::new("engine-integrity-eio");
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config(200))
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", BLOCKS * 4096, dir.path(), config(200)).await;
     // The marker alone in a record; the uploader wakes every 200 ms and the batch
     // times out after 200 ms, so corrupt it at once.
     vol.write(ROT_BLOCK * 4096, marker(), true)
@@ -198,15 +176,10 @@ async fn writes_and_flushes_after_an_integrity_failure_fail() {
         .expect("write marker");
     let wlog = dir.path().join("v.wlog");
     flip_byte(&wlog, find_in_file(&wlog, &marker()) + 7);
-    let mut failed = false;
-    for _ in 0..500 {
-        if vol.status().failure.is_some() {
-            failed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(failed, "the uploader found the corrupt record");
+    wait_until("the uploader to find the corrupt record", async || {
+        vol.status().failure.is_some()
+    })
+    .await;
     let e = vol
         .write(0, block(0, 2), false)
         .await
@@ -230,14 +203,7 @@ async fn writes_and_flushes_after_an_integrity_failure_fail() {
 async fn a_rotten_record_taken_from_the_index_is_not_uploaded() {
     let dir = TempDir::new("engine-integrity-index");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config(50))
-        .await
-        .expect("open");
+    let (vol, faulty) = open_behind_faults(mem.clone(), BLOCKS * 4096, &dir, config(50)).await;
     // Nothing reaches the store: every record stays in the log. The marker goes
     // first, then enough data (an eighth of the log and more) for an index.
     faulty.set_outage(true);
@@ -259,19 +225,17 @@ async fn a_rotten_record_taken_from_the_index_is_not_uploaded() {
     drop(vol);
     let wlog = dir.path().join("v.wlog");
     flip_byte(&wlog, find_in_file(&wlog, &marker()) + 2000);
-    let (vol, rep) = open_volume(mem.clone(), "v", dir.path(), config(50))
-        .await
-        .expect("reopen: the index is taken on trust");
+    let what = "reopen: the index is taken on trust";
+    let (vol, rep) = open_v(&mem, dir.path(), config(50), what).await;
     assert!(rep.log_records_from_index > 0, "{rep:?}");
-    let mut failed = None;
-    for _ in 0..1000 {
-        failed = vol.status().failure;
-        if failed.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let why = failed.expect("the uploader found the corrupt record");
+    wait_until("the uploader to find the corrupt record", async || {
+        vol.status().failure.is_some()
+    })
+    .await;
+    let why = vol
+        .status()
+        .failure
+        .expect("the uploader found the corrupt record");
     assert!(
         why.contains(&format!("LBAs {ROT_LBA}..{}", ROT_LBA + 8)),
         "{why}"

@@ -4,31 +4,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::{log_block as block, log_config, open_behind_faults, poll_until};
+use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
-use lsvd_store::faulty::{FaultPlan, FaultyStore};
+use lsvd_store::faulty::FaultyStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
 const BLOCKS: u64 = 1024; // 4 MiB volume
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 512 << 10,
-        batch_timeout_ms: 50,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    }
-}
-
-fn block(b: u64, v: u64) -> Vec<u8> {
-    let mut d = vec![0u8; 4096];
-    for (i, c) in d.chunks_mut(16).enumerate() {
-        c[..8].copy_from_slice(&b.to_le_bytes());
-        c[8..].copy_from_slice(&(v * 1000 + i as u64).to_le_bytes());
-    }
-    d
+    log_config(512 << 10, 50, 16 << 20)
 }
 
 /// Write `rounds` passes of 4 KiB blocks (flushing every 64), uploading while the
@@ -41,12 +27,10 @@ async fn write_then_crash(vol: &Volume, faulty: &FaultyStore) -> Vec<u64> {
         if pass == 3 {
             // Let the uploads catch up (the tail moves, the index is written), then
             // keep the newest records in the log only.
-            for _ in 0..300 {
-                if vol.status().uploads_pending == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            poll_until(Duration::from_secs(3), async || {
+                vol.status().uploads_pending == 0
+            })
+            .await;
             faulty.set_outage(true);
         }
         for b in 0..BLOCKS {
@@ -81,23 +65,18 @@ async fn verify(vol: &Volume, model: &[u64]) {
     }
 }
 
-async fn setup() -> (TempDir, DynStore, Arc<FaultyStore>) {
+/// A new volume in a memory store (returned), open through a store over it that
+/// fails on command.
+async fn setup() -> (TempDir, DynStore, Arc<FaultyStore>, Arc<Volume>) {
     let dir = TempDir::new("engine-log-index");
     let mem: DynStore = Arc::new(MemStore::new());
-    create_volume(&mem, "v", BLOCKS * 4096)
-        .await
-        .expect("create");
-    let faulty = Arc::new(FaultyStore::new(mem.clone(), FaultPlan::default(), 1));
-    (dir, mem, faulty)
+    let (vol, faulty) = open_behind_faults(mem.clone(), BLOCKS * 4096, &dir, config()).await;
+    (dir, mem, faulty, vol)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_takes_durable_records_from_the_index() {
-    let (dir, mem, faulty) = setup().await;
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (dir, mem, faulty, vol) = setup().await;
     let model = write_then_crash(&vol, &faulty).await;
     let written = vol
         .shared
@@ -119,11 +98,7 @@ async fn recovery_takes_durable_records_from_the_index() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_index_falls_back_to_reading_the_log() {
-    let (dir, mem, faulty) = setup().await;
-    let store: DynStore = faulty.clone();
-    let (vol, _) = open_volume(store, "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (dir, mem, faulty, vol) = setup().await;
     let model = write_then_crash(&vol, &faulty).await;
     let layout = vol.shared.layout;
     drop(vol);

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, config, versions, write_all};
-use crate::{EngineConfig, Volume, create_volume, open_volume};
+use crate::test_support::open_v;
+use crate::{EngineConfig, Volume, create_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
@@ -23,10 +24,7 @@ fn keep_config(free_target: Option<u64>) -> EngineConfig {
 }
 
 async fn open(store: &DynStore, dir: &std::path::Path, cfg: EngineConfig) -> Arc<Volume> {
-    open_volume(store.clone(), "v", dir, cfg)
-        .await
-        .expect("open")
-        .0
+    open_v(store, dir, cfg, "open").await.0
 }
 
 /// Flush, then wait until every record is in the store.
@@ -57,13 +55,25 @@ async fn new_volume() -> DynStore {
     store
 }
 
+/// Every block written at version 1, and in the store.
+async fn write_all_and_settle(vol: &Volume) {
+    write_all(vol, 1).await;
+    settle(vol).await;
+}
+
+/// A new volume (its store returned) open with its files in a new directory named by
+/// `tag`, keeping 8 MiB of uploaded data in its log, every block written and settled.
+async fn kept_volume(tag: &str) -> (DynStore, TempDir, Arc<Volume>) {
+    let store = new_volume().await;
+    let dir = TempDir::new(tag);
+    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
+    write_all_and_settle(&vol).await;
+    (store, dir, vol)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploaded_data_is_read_from_the_log_until_the_log_needs_the_space() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep");
-    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    let (store, dir, vol) = kept_volume("engine-log-keep").await;
     let s = vol.status();
     assert!(
         s.log_retained_bytes >= BLOCKS * BLOCK,
@@ -112,8 +122,7 @@ async fn a_log_that_keeps_nothing_reads_uploaded_data_from_the_store() {
     let dir = TempDir::new("engine-log-keep-none");
     for target in [None, Some(u64::MAX)] {
         let vol = open(&store, dir.path(), keep_config(target)).await;
-        write_all(&vol, 1).await;
-        settle(&vol).await;
+        write_all_and_settle(&vol).await;
         // Nothing waits and nothing is kept: every record is freed, and with it its
         // overlay entries (a record applied but not yet freed counts as used, so
         // `settle` cannot return between the two).
@@ -132,11 +141,7 @@ async fn a_log_that_keeps_nothing_reads_uploaded_data_from_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shrink_drops_kept_data_past_the_new_end() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep-shrink");
-    let vol = open(&store, dir.path(), keep_config(Some(8 << 20))).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    let (_store, _dir, vol) = kept_volume("engine-log-keep-shrink").await;
     assert!(vol.status().log_retained_bytes > 0);
     let half = BLOCKS / 2;
     vol.resize(half * BLOCK, true).await.expect("shrink");
@@ -151,20 +156,24 @@ async fn open_report(
     store: &DynStore,
     dir: &std::path::Path,
 ) -> (Arc<Volume>, crate::open::OpenReport) {
-    open_volume(store.clone(), "v", dir, keep_config(Some(8 << 20)))
-        .await
-        .expect("open")
+    open_v(store, dir, keep_config(Some(8 << 20)), "open").await
+}
+
+/// A new volume (its store returned) opened by [`open_report`] with its files in a
+/// new directory named by `tag` (returned), every block written and settled.
+async fn written_and_reopenable(tag: &str) -> (DynStore, TempDir, Arc<Volume>) {
+    let store = new_volume().await;
+    let dir = TempDir::new(tag);
+    let (vol, _) = open_report(&store, dir.path()).await;
+    write_all_and_settle(&vol).await;
+    (store, dir, vol)
 }
 
 /// What the log kept is read from it after a crash and after a clean stop too: the
 /// next open takes the records the store has back into the overlay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_records_are_read_from_the_log_after_a_crash_and_after_a_clean_stop() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep-restart");
-    let (vol, _) = open_report(&store, dir.path()).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    let (store, dir, vol) = written_and_reopenable("engine-log-keep-restart").await;
     vol.crash();
     drop(vol);
 
@@ -194,11 +203,7 @@ async fn kept_records_are_read_from_the_log_after_a_crash_and_after_a_clean_stop
 /// must not bring back the data the shrink dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_records_taken_back_at_open_leave_out_what_a_shrink_dropped() {
-    let store = new_volume().await;
-    let dir = TempDir::new("engine-log-keep-shrink-restart");
-    let (vol, _) = open_report(&store, dir.path()).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    let (store, dir, vol) = written_and_reopenable("engine-log-keep-shrink-restart").await;
     let half = BLOCKS / 2;
     vol.resize(half * BLOCK, true).await.expect("shrink");
     vol.resize(BLOCKS * BLOCK, false).await.expect("grow");
@@ -222,8 +227,7 @@ async fn a_log_keeps_nothing_once_another_session_wrote_the_volume() {
     let here = TempDir::new("engine-log-keep-here");
     let elsewhere = TempDir::new("engine-log-keep-elsewhere");
     let (vol, _) = open_report(&store, here.path()).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    write_all_and_settle(&vol).await;
     vol.shutdown().await.expect("shutdown");
 
     let (vol, _) = open_report(&store, elsewhere.path()).await;
@@ -276,8 +280,7 @@ async fn a_log_that_lost_records_the_store_has_keeps_nothing_and_loses_nothing_a
         }
     }));
     let (vol, _) = open_on(&cache).await;
-    write_all(&vol, 1).await;
-    settle(&vol).await;
+    write_all_and_settle(&vol).await;
     // One more record, in the store (settle waits for it) and then torn in the log.
     vol.write(0, crate::lifecycle::snapshot_tests::stamp(0, 2), false)
         .await

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::cache_dev::CacheDevice;
 use crate::cache_dev::faulty::{DevEvent, FaultyCache};
+use crate::test_support::{log_block as block, log_config, poll_until, wait_until};
 use crate::{EngineConfig, Volume, create_volume, open_volume_on};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
@@ -19,24 +20,11 @@ const CACHE_BYTES: u64 = 16 << 20;
 const RECORD_4K: usize = 512 + 4096;
 
 fn config(in_flight: usize) -> EngineConfig {
+    // Nothing is uploaded during the test: recovery must take the log.
     EngineConfig {
-        // Nothing is uploaded during the test: recovery must take the log.
-        batch_size_bytes: 8 << 20,
-        batch_timeout_ms: 600_000,
-        log_size_bytes: CACHE_BYTES,
-        read_cache_bytes: 0,
         log_writes_in_flight: in_flight,
-        ..EngineConfig::default()
+        ..log_config(8 << 20, 600_000, CACHE_BYTES)
     }
-}
-
-fn block(b: u64, v: u64) -> Vec<u8> {
-    let mut d = vec![0u8; 4096];
-    for (i, c) in d.chunks_mut(16).enumerate() {
-        c[..8].copy_from_slice(&b.to_le_bytes());
-        c[8..].copy_from_slice(&(v * 1000 + i as u64).to_le_bytes());
-    }
-    d
 }
 
 async fn read_block(vol: &Volume, b: u64) -> Vec<u8> {
@@ -45,6 +33,11 @@ async fn read_block(vol: &Volume, b: u64) -> Vec<u8> {
 
 /// One-write records written to a device: (offset, the block), in issue order.
 type Seen = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+/// Where the first record [`record_writes`] saw was written.
+fn first_write_at(seen: &Seen) -> Option<u64> {
+    seen.lock().expect("lock").first().map(|w| w.0)
+}
 
 /// Watch the one-write records written to `cache`.
 fn record_writes(cache: &FaultyCache) -> Seen {
@@ -116,7 +109,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         .await
         .expect("write FUA");
     assert_eq!(
-        seen.lock().expect("lock").first().map(|w| w.0),
+        first_write_at(&seen),
         Some(torn_at),
         "the first new record reuses N's place"
     );
@@ -140,7 +133,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         .expect("write");
     vol.flush().await.expect("flush");
     assert_eq!(
-        seen.lock().expect("lock").first().map(|w| w.0),
+        first_write_at(&seen),
         Some(n_plus_1_at),
         "the next record takes old N+1's place"
     );
@@ -210,37 +203,29 @@ async fn callers_are_answered_in_log_order() {
         .expect("open");
     let v = vol.clone();
     let first = tokio::spawn(async move { v.write(4096, block(1, 1), false).await });
-    // Bounds for a hang, not timing assertions.
-    for _ in 0..2000 {
-        if gate.held.load(Ordering::SeqCst) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(gate.held.load(Ordering::SeqCst), "the first record is held");
+    wait_until("the first record held", async || {
+        gate.held.load(Ordering::SeqCst)
+    })
+    .await;
     let v = vol.clone();
     let second = tokio::spawn(async move { v.write(2 * 4096, block(2, 1), false).await });
     let v = vol.clone();
     let flush = tokio::spawn(async move { v.flush().await });
-    for _ in 0..2000 {
-        if seen
-            .lock()
-            .expect("lock")
-            .iter()
-            .any(|(_, d)| *d == block(2, 1))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(
-        seen.lock()
-            .expect("lock")
-            .iter()
-            .any(|(_, d)| *d == block(2, 1)),
-        "the second record is written while the first is held"
-    );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until(
+        "the second record written while the first is held",
+        async || {
+            seen.lock()
+                .expect("lock")
+                .iter()
+                .any(|(_, d)| *d == block(2, 1))
+        },
+    )
+    .await;
+    // Time for a wrong answer to show: any of the three finishing ends the wait.
+    poll_until(Duration::from_millis(50), async || {
+        first.is_finished() || second.is_finished() || flush.is_finished()
+    })
+    .await;
     assert!(!first.is_finished(), "the held write is not answered");
     assert!(
         !second.is_finished(),

@@ -10,6 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use crate::lifecycle::snapshot_tests::{BLOCK, BLOCKS, config, stamp, versions};
+use crate::test_support::open_v;
 use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_core::error::{ErrorKind, Result};
 use lsvd_store::DynStore;
@@ -22,10 +23,7 @@ async fn open(cfg: EngineConfig) -> (Arc<Volume>, DynStore, TempDir) {
         .await
         .expect("create");
     let dir = TempDir::new("engine-started");
-    let vol = open_volume(store.clone(), "v", dir.path(), cfg)
-        .await
-        .expect("open")
-        .0;
+    let vol = open_v(&store, dir.path(), cfg, "open").await.0;
     (vol, store, dir)
 }
 
@@ -41,6 +39,18 @@ fn answer_to(tx: &mpsc::Sender<(u64, Result<()>)>, tag: u64) -> crate::Answer {
 
 fn handoffs(vol: &Volume) -> u64 {
     vol.stats().log_handoffs.load(Ordering::Relaxed)
+}
+
+/// Asserts who did `vol`'s blocking work for operations started on `thread`: the
+/// thread itself (`by_itself` says what) unless it is a plain thread, which hands it to
+/// the log writer thread (`handed_off` says what).
+fn assert_handoffs(thread: Thread, vol: &Volume, by_itself: &str, handed_off: &str) {
+    match thread {
+        Thread::RuntimeWorker | Thread::Own => {
+            assert_eq!(handoffs(vol), 0, "{thread:?}: {by_itself}")
+        }
+        Thread::Plain => assert!(handoffs(vol) > 0, "{handed_off}"),
+    }
 }
 
 /// Wait for `n` answers (a bound on a hang, not a timing assertion); panics on a
@@ -148,16 +158,12 @@ async fn syncs_are_appended_in_order_by_a_worker_or_the_writer_thread() {
             syncs() > before,
             "{thread:?}: the FLUSH and the FUA write were synced"
         );
-        match thread {
-            Thread::RuntimeWorker | Thread::Own => {
-                assert_eq!(
-                    handoffs(&vol),
-                    0,
-                    "{thread:?}: synced by the unplugging thread"
-                )
-            }
-            Thread::Plain => assert!(handoffs(&vol) > 0, "synced by the writer thread"),
-        }
+        assert_handoffs(
+            thread,
+            &vol,
+            "synced by the unplugging thread",
+            "synced by the writer thread",
+        );
         let v = versions(&vol).await;
         assert_eq!(
             (v[0], v[1]),
@@ -257,16 +263,12 @@ async fn a_full_log_is_waited_for_by_a_worker_or_the_writer_thread() {
         // 20 MiB of records went through a 16 MiB log: had no space been found, the
         // answers above would not have come.
         assert_eq!(versions(&vol).await, vec![5; BLOCKS as usize]);
-        match thread {
-            Thread::RuntimeWorker | Thread::Own => {
-                assert_eq!(
-                    handoffs(&vol),
-                    0,
-                    "{thread:?}: waited for by the unplugging thread"
-                )
-            }
-            Thread::Plain => assert!(handoffs(&vol) > 0, "waited for by the writer thread"),
-        }
+        assert_handoffs(
+            thread,
+            &vol,
+            "waited for by the unplugging thread",
+            "waited for by the writer thread",
+        );
         vol.shutdown().await.expect("shutdown");
     }
 }

@@ -4,31 +4,39 @@
 
 use std::sync::Arc;
 
-use crate::{EngineConfig, create_volume, open_volume};
+use crate::test_support::{create_and_open, log_config, poll_until};
+use crate::{EngineConfig, Volume, create_volume, open_volume};
 use lsvd_store::DynStore;
 use lsvd_store::mem::MemStore;
 use lsvd_store::testutil::TempDir;
 
 fn config() -> EngineConfig {
-    EngineConfig {
-        batch_size_bytes: 8 << 20,
-        // Nothing leaves the write log by itself during the test.
-        batch_timeout_ms: 600_000,
-        log_size_bytes: 16 << 20,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    }
+    // Nothing leaves the write log by itself during the test.
+    log_config(8 << 20, 600_000, 16 << 20)
+}
+
+/// Crash `vol` and open its volume from `store` alone (a new cache directory, named
+/// by `tag` and returned, so no write log).
+async fn crash_and_open_elsewhere(
+    vol: Arc<Volume>,
+    store: DynStore,
+    tag: &str,
+) -> (TempDir, Arc<Volume>) {
+    vol.crash();
+    drop(vol);
+    let elsewhere = TempDir::new(tag);
+    let (vol, _) = open_volume(store, "v", elsewhere.path(), config())
+        .await
+        .expect("open from the store alone");
+    (elsewhere, vol)
 }
 
 /// Write 64 blocks, sync or not, crash, and read them back from the store alone (a
 /// new cache directory, no write log).
 async fn blocks_in_the_store_alone(sync: bool) -> Vec<Vec<u8>> {
     let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 4 << 20).await.expect("create");
     let dir = TempDir::new("engine-sync");
-    let (vol, _) = open_volume(store.clone(), "v", dir.path(), config())
-        .await
-        .expect("open");
+    let (vol, _) = create_and_open(&store, "v", 4 << 20, dir.path(), config()).await;
     for b in 0..64u64 {
         vol.write(b * 4096, vec![b as u8 + 1; 4096], false)
             .await
@@ -40,12 +48,7 @@ async fn blocks_in_the_store_alone(sync: bool) -> Vec<Vec<u8>> {
         // Nothing new: returns at once with the same answer.
         assert_eq!(vol.sync_to_store().await.expect("sync again"), through);
     }
-    vol.crash();
-    drop(vol);
-    let elsewhere = TempDir::new("engine-sync-elsewhere");
-    let (vol, _) = open_volume(store, "v", elsewhere.path(), config())
-        .await
-        .expect("open from the store alone");
+    let (_elsewhere, vol) = crash_and_open_elsewhere(vol, store, "engine-sync-elsewhere").await;
     let mut blocks = Vec::new();
     for b in 0..64u64 {
         blocks.push(vol.read(b * 4096, 4096).await.expect("read"));
@@ -92,17 +95,14 @@ async fn sync_waits_while_the_store_is_away() {
     // Until uploads have failed and been retried a few times, and then a while
     // longer: the sync must still be waiting.
     let stats = vol.stats();
-    for _ in 0..3000 {
-        if stats
+    poll_until(Duration::from_secs(30), async || {
+        stats
             .store_put_retries
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 3
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    })
+    .await;
+    poll_until(Duration::from_millis(300), async || sync.is_finished()).await;
     assert!(
         !sync.is_finished(),
         "sync answered with the store away: {:?}",
@@ -115,12 +115,8 @@ async fn sync_waits_while_the_store_is_away() {
         .expect("sync task")
         .expect("sync");
     assert!(through >= 64, "records through {through}");
-    vol.crash();
-    drop(vol);
-    let elsewhere = TempDir::new("engine-sync-outage-elsewhere");
-    let (vol, _) = open_volume(mem, "v", elsewhere.path(), config())
-        .await
-        .expect("open from the store alone");
+    let (_elsewhere, vol) =
+        crash_and_open_elsewhere(vol, mem, "engine-sync-outage-elsewhere").await;
     for b in 0..64u64 {
         assert_eq!(
             vol.read(b * 4096, 4096).await.expect("read"),

@@ -58,6 +58,8 @@ use copy::{
 use guard::{check_not_served, check_parent_replicated, check_target_identity, ensure_distinct};
 use identity::{Identity, same_object};
 use plan::{listed_objects, plan_pass};
+#[cfg(test)]
+pub(crate) use status::unfinished_status;
 use status::{mark_replica_pass, record_pass, record_status, status_bytes};
 
 use std::collections::BTreeMap;
@@ -413,10 +415,8 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         source,
         target,
         name,
-        options,
         run,
-        progress,
-        started_unix_ms,
+        ..
     } = *job;
     let meta = read_meta(source, name).await?;
     let lineage = load_lineage(source, &meta).await?;
@@ -461,7 +461,7 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
             .any(|o| o.1 > have.epoch)
     {
         let pass = PassInProgress {
-            started_unix_ms: started_unix_ms.max(1),
+            started_unix_ms: job.started_unix_ms.max(1),
             checkpoint: report.checkpoint,
             through_seq: report.source_next_seq,
         };
@@ -497,17 +497,17 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
             check_first: check,
         });
     }
-    progress
+    job.progress
         .objects_total
         .fetch_add(todo.len() as u64, Ordering::Relaxed);
-    progress.bytes_total.fetch_add(
+    job.progress.bytes_total.fetch_add(
         todo.iter()
             .filter(|i| !i.check_first)
             .map(|i| i.size_bytes)
             .sum::<u64>(),
         Ordering::Relaxed,
     );
-    let done = copy_objects(source, target, &meta, todo, options.jobs, progress).await?;
+    let done = copy_objects(source, target, &meta, todo, job.options.jobs, job.progress).await?;
     for d in done {
         run.remember((d.seq, d.epoch), d.identity);
         report.identities_checked += u64::from(d.checked);
@@ -587,7 +587,7 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         }
         copy_superblock(target, &meta, sb, sb_bytes.clone()).await?;
         report.generation = Some(sb.generation);
-        let bytes = status_bytes(&meta, &report, started_unix_ms, &source.describe())?;
+        let bytes = status_bytes(&meta, &report, job.started_unix_ms, &source.describe())?;
         target
             .put(
                 &replica_of_key(name),

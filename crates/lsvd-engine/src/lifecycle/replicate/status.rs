@@ -14,6 +14,26 @@ use crate::keys::{replica_of_key, replica_status_key, replicas_prefix};
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_store::{DynStore, PutMode};
 
+/// The record of volume `volume`'s replica in `peer` before any pass finished:
+/// "updated at" 0 says so (`replica_statuses` skips it), no pass under way.
+pub(crate) fn unfinished_status(
+    volume: lsvd_core::format::VolumeId,
+    peer: String,
+) -> ReplicaStatus {
+    ReplicaStatus {
+        volume,
+        updated_unix_ms: 0,
+        current_as_of_unix_ms: 0,
+        lag_objects: 0,
+        replica_next_seq: 0,
+        source_next_seq: 0,
+        bytes_copied: 0,
+        generation: None,
+        peer,
+        pass: None,
+    }
+}
+
 /// Record the finished pass in the source store, with no pass in progress (for
 /// `lsvd info`; a failure is a warning, not an error of the copy).
 pub(super) async fn record_status(
@@ -62,21 +82,9 @@ pub(super) async fn record_pass(
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e.context(format!("reading {key}"))),
         };
-        // No finished pass yet: "updated at" 0 says so (`replica_statuses` skips it).
         let status = ReplicaStatus {
             pass,
-            ..last.unwrap_or_else(|| ReplicaStatus {
-                volume: meta.volume,
-                updated_unix_ms: 0,
-                current_as_of_unix_ms: 0,
-                lag_objects: 0,
-                replica_next_seq: 0,
-                source_next_seq: 0,
-                bytes_copied: 0,
-                generation: None,
-                peer: cut_peer(&target.describe()),
-                pass: None,
-            })
+            ..last.unwrap_or_else(|| unfinished_status(meta.volume, cut_peer(&target.describe())))
         };
         let bytes = encode_replica_status(&status)
             .map_err(|e| Error::with_source(ErrorKind::BadInput, "replica status", e))?;
@@ -116,16 +124,8 @@ pub(super) async fn mark_replica_pass(
         // A pass stopped between the superblock and its record (`check_not_served`
         // found the generation to be replication's).
         None => ReplicaStatus {
-            volume: meta.volume,
-            updated_unix_ms: 0,
-            current_as_of_unix_ms: 0,
-            lag_objects: 0,
-            replica_next_seq: 0,
-            source_next_seq: 0,
-            bytes_copied: 0,
             generation: Some(generation),
-            peer: cut_peer(source),
-            pass: None,
+            ..unfinished_status(meta.volume, cut_peer(source))
         },
     };
     let bytes = encode_replica_status(&ReplicaStatus {

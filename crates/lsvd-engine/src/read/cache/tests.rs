@@ -31,6 +31,30 @@ fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDev
     (Arc::new(data), Arc::new(table))
 }
 
+/// [`devices`] in a new directory named by `tag` (returned, to keep them).
+fn devices_in(tag: &str, slots: u64) -> (TempDir, Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) {
+    let dir = TempDir::new(tag);
+    let (data, table) = devices(&dir, slots);
+    (dir, data, table)
+}
+
+/// A read cache of `slots` chunks for volume `[5; 16]`, on devices in a new directory
+/// (returned, to keep them).
+fn new_cache(tag: &str, slots: u64) -> (TempDir, ReadCache) {
+    let (dir, dev, table) = devices_in(tag, slots);
+    let rc = ReadCache::open(dev, table, VolumeId([5; 16])).expect("open");
+    (dir, rc)
+}
+
+/// Chunks `0..n` of object 1 inserted as a client's reads, and read again (so they
+/// are referenced).
+fn read_chunks(rc: &ReadCache, n: u64) {
+    for i in 0..n {
+        rc.insert(o(1), i, &chunk((1, i)));
+        assert!(whole(rc, (1, i)).is_some());
+    }
+}
+
 /// The bytes of chunk `key`, distinct for every key and every 4 KiB block.
 fn chunk(key: Key) -> Vec<u8> {
     let mut v = vec![0u8; CHUNK as usize];
@@ -46,8 +70,7 @@ fn whole(rc: &ReadCache, key: Key) -> Option<Vec<u8>> {
 
 #[test]
 fn hits_partial_reads_eviction_and_warm_restart() {
-    let dir = TempDir::new("rcache");
-    let (dev, table) = devices(&dir, 4);
+    let (_dir, dev, table) = devices_in("rcache", 4);
     let vol = VolumeId([5; 16]);
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     assert!(whole(&rc, (1, 0)).is_none());
@@ -86,8 +109,7 @@ fn hits_partial_reads_eviction_and_warm_restart() {
 
 #[test]
 fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
-    let dir = TempDir::new("rcache-damage");
-    let (dev, table) = devices(&dir, 2);
+    let (_dir, dev, table) = devices_in("rcache-damage", 2);
     let vol = VolumeId([5; 16]);
     let rc = ReadCache::open(dev.clone(), table, vol).expect("open");
     rc.insert(o(1), 0, &chunk((1, 0)));
@@ -104,15 +126,9 @@ fn a_damaged_block_is_a_miss_and_drops_the_chunk() {
 
 #[test]
 fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
-    let dir = TempDir::new("rcache-admit");
-    let (dev, table) = devices(&dir, 16);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-admit", 16);
     // Eight chunks clients read, read again (referenced).
-    for i in 0..8 {
-        rc.insert(o(1), i, &chunk((1, i)));
-        assert!(whole(&rc, (1, i)).is_some());
-    }
+    read_chunks(&rc, 8);
     // A stream of uploads: many more chunks than the cache holds.
     for i in 0..200 {
         rc.admit(o(2), i, &chunk((2, i)));
@@ -135,10 +151,7 @@ fn admitted_chunks_displace_at_most_half_and_never_push_out_read_data() {
 
 #[test]
 fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
-    let dir = TempDir::new("rcache-admit-free");
-    let (dev, table) = devices(&dir, 16);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-admit-free", 16);
     // An empty cache: uploads may fill all of it (free space displaces nothing).
     for i in 0..16 {
         rc.admit(o(2), i, &chunk((2, i)));
@@ -171,15 +184,9 @@ fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
 
 #[test]
 fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
-    let dir = TempDir::new("rcache-prefetch");
-    let (dev, table) = devices(&dir, 4);
-    let vol = VolumeId([5; 16]);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-prefetch", 4);
     // Four chunks clients read, read again (referenced): the cache is full.
-    for i in 0..4 {
-        rc.insert(o(1), i, &chunk((1, i)));
-        assert!(whole(&rc, (1, i)).is_some());
-    }
+    read_chunks(&rc, 4);
     for i in 0..16 {
         assert!(!rc.prefetch(o(2), i, &chunk((2, i))), "no room: chunk {i}");
     }
@@ -188,8 +195,7 @@ fn prefetched_chunks_never_push_out_read_data_and_count_their_first_read() {
     }
     // With room, prefetched chunks come in; the first read of one counts as a hit of
     // its whole length, later reads do not count again.
-    let (dev, table) = devices(&TempDir::new("rcache-prefetch2"), 8);
-    let rc = ReadCache::open(dev, table, vol).expect("open");
+    let (_dir, rc) = new_cache("rcache-prefetch2", 8);
     assert!(rc.prefetch(o(3), 0, &chunk((3, 0))));
     assert!(rc.prefetch(o(3), 1, &chunk((3, 1))[..5000]));
     assert_eq!(rc.prefetched_bytes.load(Ordering::Relaxed), CHUNK + 5000);
@@ -239,8 +245,7 @@ impl CacheDevice for Lossy {
 #[test]
 fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
     for seed in 0..20u64 {
-        let dir = TempDir::new("rcache-crash");
-        let (dev, table) = devices(&dir, 12);
+        let (_dir, dev, table) = devices_in("rcache-crash", 12);
         let lossy = |inner: Arc<dyn CacheDevice>, salt: u64| -> Arc<dyn CacheDevice> {
             Arc::new(Lossy {
                 inner,
@@ -289,8 +294,7 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
 
 #[test]
 fn forgetting_durably_survives_a_reopen() {
-    let dir = TempDir::new("rcache-forget");
-    let (dev, table) = devices(&dir, 4);
+    let (_dir, dev, table) = devices_in("rcache-forget", 4);
     let vol = VolumeId([8; 16]);
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     rc.insert(o(5), 0, &chunk((5, 0)));
@@ -308,8 +312,7 @@ fn forgetting_durably_survives_a_reopen() {
 #[test]
 fn the_index_keeps_its_entries_consistent() {
     // Everything the map names is a used slot with that key; the counters agree.
-    let dir = TempDir::new("rcache-consistent");
-    let (dev, table) = devices(&dir, 8);
+    let (_dir, dev, table) = devices_in("rcache-consistent", 8);
     let vol = VolumeId([9; 16]);
     let rc = ReadCache::open(dev, table, vol).expect("open");
     let mut rng = Rng::new(3);
@@ -364,8 +367,7 @@ fn the_index_keeps_its_entries_consistent() {
 /// Now the epoch is part of the key, in memory and in the slot table.
 #[test]
 fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
-    let dir = TempDir::new("rcache-epoch");
-    let (data, table) = devices(&dir, 8);
+    let (_dir, data, table) = devices_in("rcache-epoch", 8);
     let vol = VolumeId([3; 16]);
     let rc = ReadCache::open(data.clone(), table.clone(), vol).expect("open");
     let old = CacheObject::new(7, 1);
