@@ -86,3 +86,32 @@ async fn a_panic_in_any_task_fails_the_volume_and_loses_nothing_acknowledged() {
         vol.shutdown().await.expect("shutdown");
     }
 }
+
+/// A panic under a lock poisons it, and another task may take that lock (and fail the
+/// volume for the poisoned lock) before the supervisor has caught the panic: the panic
+/// is still the reason the volume gives (the test above saw the poisoned lock's
+/// reason now and then under load).
+#[tokio::test]
+async fn the_panic_not_the_lock_it_poisoned_is_the_failure_reason() {
+    let dir = TempDir::new("engine-panic-reason");
+    let store: DynStore = std::sync::Arc::new(MemStore::new());
+    let (vol, _) = create_and_open(&store, "v", 64 << 20, dir.path(), config()).await;
+    vol.shared
+        .fail("a thread panicked while holding the volume's state lock");
+    vol.shared.fail_by_panic("its upload panicked: injected");
+    assert_eq!(
+        vol.shared.failure().as_deref(),
+        Some("its upload panicked: injected")
+    );
+    // Any later reason, a panic's too, leaves the first cause.
+    vol.shared.fail("a later error");
+    vol.shared.fail_by_panic("its gc panicked: later");
+    assert_eq!(
+        vol.shared.failure().as_deref(),
+        Some("its upload panicked: injected")
+    );
+    assert!(
+        vol.shutdown().await.is_err(),
+        "a failed volume is not marked clean"
+    );
+}

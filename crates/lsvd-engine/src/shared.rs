@@ -16,6 +16,10 @@
 //! pipeline's state reaches the uploader and the GC without each caller remembering
 //! to notify them.
 
+/// How a failure caused by a poisoned lock begins: the panic that poisoned it is the
+/// real cause ([`Shared::fail_by_panic`]).
+const POISONED: &str = "a thread panicked while holding the volume's";
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -364,7 +368,7 @@ impl Shared {
         // marked clean); the guard is still given so the failure path can run.
         crate::locks::enter(LockRank::State);
         let guard = self.state.lock().unwrap_or_else(|p| {
-            self.fail("a thread panicked while holding the volume's state lock");
+            self.fail(&format!("{POISONED} state lock"));
             p.into_inner()
         });
         StateGuard {
@@ -379,10 +383,7 @@ impl Shared {
         crate::locks::enter(rank);
         let guard = m.lock().unwrap_or_else(|p| {
             if rank != LockRank::Failure {
-                self.fail(&format!(
-                    "a thread panicked while holding the volume's {} lock",
-                    rank.name()
-                ));
+                self.fail(&format!("{POISONED} {} lock", rank.name()));
             }
             p.into_inner()
         });
@@ -403,9 +404,23 @@ impl Shared {
     }
 
     pub(crate) fn fail(&self, why: &str) {
+        self.fail_because(why, false);
+    }
+
+    /// Fail the volume because one of its tasks panicked (`why` names the panic). The
+    /// panic is the cause: it replaces a reason recorded only as its consequence (a
+    /// task that took the lock the panicking one poisoned may see that first).
+    pub(crate) fn fail_by_panic(&self, why: &str) {
+        self.fail_because(why, true);
+    }
+
+    fn fail_because(&self, why: &str, panic: bool) {
         {
             let mut failure = self.lock_ranked(&self.failure, LockRank::Failure);
-            failure.get_or_insert_with(|| why.to_string());
+            let consequence = failure.as_deref().is_some_and(|f| f.starts_with(POISONED));
+            if failure.is_none() || (panic && consequence) {
+                *failure = Some(why.to_string());
+            }
         }
         if !self.failed.swap(true, Ordering::SeqCst) {
             lsvd_store::log::error(&format!(

@@ -51,7 +51,7 @@ fn failed_by_panic(shared: &Shared, task: &str, panic: &(dyn std::any::Any + Sen
         .map(|s| (*s).to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".to_string());
-    shared.fail(&format!("its {task} panicked: {message}"));
+    shared.fail_by_panic(&format!("its {task} panicked: {message}"));
 }
 
 /// A future whose panics are caught: `Err(panic payload)`.
