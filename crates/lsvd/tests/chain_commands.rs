@@ -13,17 +13,8 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
-const WRITE: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
-    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
-    h.flush()\n";
-
-const CHECK: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
-    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
-    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
+const WRITE: &str = CHAIN_WRITE;
+const CHECK: &str = CHAIN_CHECK;
 
 /// A volume `vol` written with [`WRITE`] and stopped cleanly, on a chain of two
 /// mirrored positions: `pos[i] = [copy, mirror]`.
@@ -402,16 +393,6 @@ fn chain_help_teaches_each_command() {
             ],
         ),
     ];
-    for (args, needles) in cases {
-        let out = lsvd.run(args);
-        let text = stdout(&out);
-        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
-        for n in *needles {
-            assert!(
-                text.contains(n),
-                "`lsvd {args:?}` should mention {n}:\n{text}"
-            );
-        }
-    }
+    lsvd.assert_stdout_mentions(cases);
     assert!(!dir.join("data").exists(), "--help created the data dir");
 }

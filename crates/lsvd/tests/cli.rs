@@ -69,17 +69,7 @@ fn help_of_every_subcommand_lists_its_options() {
         (&["sync", "--help"], &["<NAME>", "control socket"]),
         (&["help", "serve"], &["--socket"]),
     ];
-    for (args, needles) in cases {
-        let out = lsvd.run(args);
-        let text = stdout(&out);
-        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
-        for n in *needles {
-            assert!(
-                text.contains(n),
-                "`lsvd {args:?}` should mention {n}:\n{text}"
-            );
-        }
-    }
+    lsvd.assert_stdout_mentions(cases);
     let out = lsvd.run(&["--version"]);
     assert!(out.status.success() && stdout(&out).starts_with("lsvd "));
     // No subcommand: usage on stderr, non-zero exit, no panic.
@@ -1064,7 +1054,7 @@ fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn snapshot create");
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let_time_pass(std::time::Duration::from_millis(delay_ms));
         server.kill9();
         let _ = create.wait();
         let mut server = lsvd.serve(&socket, &args);

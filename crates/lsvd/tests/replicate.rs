@@ -156,7 +156,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
             .stderr(log)
             .spawn()
             .expect("spawn replicate --follow");
-        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        let_time_pass(Duration::from_millis(100 + rng.below(900)));
         follow.kill().expect("SIGKILL replicate --follow");
         let _ = follow.wait();
         // Copy the replica as it is (a replication of the replica: serving the
@@ -449,7 +449,7 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn the writer");
-        std::thread::sleep(Duration::from_millis(600 + rng.below(900)));
+        let_time_pass(Duration::from_millis(600 + rng.below(900)));
         if let Some(state) = replica_blocks(dir.path(), &target, &format!("w{crash}")) {
             seen.push((format!("while writing before crash {crash}"), state));
         }

@@ -139,12 +139,9 @@ fn store_failures(m: &str) -> f64 {
 /// long it waited.
 fn hold_outage_until_seen(metrics: &str, limit: Duration) -> Duration {
     let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if metrics_text(metrics).is_some_and(|m| store_failures(&m) > 0.0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_until(limit, || {
+        metrics_text(metrics).is_some_and(|m| store_failures(&m) > 0.0)
+    });
     t0.elapsed()
 }
 
@@ -270,12 +267,12 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
     let mut writes_at_fill = 0u64;
     let mut store_back_at: Option<Instant> = None;
     let wait_until = |t: Duration, shared: &Shared, back: &mut Option<Instant>| {
-        while start.elapsed() < t && !shared.failed() {
+        let mut poll = common::Poller::new(Duration::from_millis(50), common::NO_LIMIT);
+        while start.elapsed() < t && !shared.failed() && poll.tick_blocking() {
             if back.is_some_and(|b| b.elapsed() > Duration::from_secs(30)) {
                 shared.store_away.store(false, Ordering::SeqCst);
                 *back = None;
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     };
     for (t, event) in events {
@@ -370,7 +367,7 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
         fs.free();
     }
     // Requests of clients that hung up run to completion: let them land.
-    std::thread::sleep(Duration::from_secs(1));
+    common::let_time_pass(Duration::from_secs(1));
 
     // Every fault left a line in the log and moved a metric.
     let log = lsvd.log();

@@ -252,15 +252,14 @@ impl Gateway {
                 .stderr(log)
                 .spawn()
                 .expect("spawn versitygw");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
+            let mut poll = common::Poller::new(Duration::from_millis(20), Duration::from_secs(30));
+            while poll.tick_blocking() {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                     return Gateway { child, port };
                 }
                 if child.try_wait().ok().flatten().is_some() {
                     break; // the port was taken after all: another one
                 }
-                std::thread::sleep(Duration::from_millis(20));
             }
             let _ = child.kill();
             let _ = child.wait();

@@ -52,6 +52,22 @@ pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 
+/// An nbdsh script (for a volume of 16 MiB or more) writing six marked MiB, a page of
+/// 0x77 at 15 MiB and flushing: the chain tests' data, checked by [`CHAIN_CHECK`].
+pub const CHAIN_WRITE: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
+    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
+    h.flush()\n";
+
+/// The nbdsh script checking what [`CHAIN_WRITE`] wrote (and a page at 10 MiB never
+/// written reads as zeros).
+pub const CHAIN_CHECK: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
+    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
+    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
+
 /// Timeout for short commands (create, info, nbdinfo...).
 pub const SHORT: Duration = Duration::from_secs(60);
 /// Timeout for data-moving commands (nbdcopy, fio, mkfs...).
@@ -367,19 +383,12 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         let _ = se.read_to_end(&mut v);
         v
     });
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait().expect("try_wait") {
-            Some(st) => break st,
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                timed_out = true;
-                break child.wait().expect("wait after kill");
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    };
+    let exited = poll_until(timeout, || child.try_wait().expect("try_wait"));
+    let timed_out = exited.is_none();
+    let status = exited.unwrap_or_else(|| {
+        let _ = child.kill();
+        child.wait().expect("wait after kill")
+    });
     let out = Output {
         status,
         stdout: t_out.join().expect("stdout reader"),
@@ -501,6 +510,22 @@ impl Lsvd {
         run_ok(&mut self.cmd(args), SHORT)
     }
 
+    /// Runs `lsvd ARGS` for each `(ARGS, needles)` case: it must succeed and print
+    /// every needle on stdout.
+    pub fn assert_stdout_mentions(&self, cases: &[(&[&str], &[&str])]) {
+        for (args, needles) in cases {
+            let out = self.run(args);
+            let text = stdout(&out);
+            assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
+            for n in *needles {
+                assert!(
+                    text.contains(n),
+                    "`lsvd {args:?}` should mention {n}:\n{text}"
+                );
+            }
+        }
+    }
+
     pub fn create(&self, name: &str, size: &str) {
         self.run_ok(&["create", name, "--size", size]);
     }
@@ -592,28 +617,28 @@ impl Server {
     /// Waits until the server accepts connections (`Ok`) or exits (`Err` with its
     /// status); panics if neither happens within `timeout`.
     pub fn ready_or_exit(&mut self, timeout: Duration) -> Result<(), ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            // A stale socket file may exist before the server replaces it: ready means
-            // the file is there and accepts connections.
-            if self.socket.exists() && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
-            {
-                return Ok(());
+        let socket = self.socket.clone();
+        let child = self.child.as_mut().expect("child");
+        // A stale socket file may exist before the server replaces it: ready means the
+        // file is there and accepts connections.
+        let outcome = poll_until(timeout, || {
+            if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                return Some(Ok(()));
             }
-            let child = self.child.as_mut().expect("child");
-            if let Some(st) = child.try_wait().expect("try_wait") {
+            child.try_wait().expect("try_wait").map(Err)
+        });
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(st)) => {
                 self.child = None;
-                return Err(st);
+                Err(st)
             }
-            if Instant::now() >= deadline {
-                panic!(
-                    "`{}`: socket {} did not appear within {timeout:?}\n--- server log ---\n{}",
-                    self.what,
-                    self.socket.display(),
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            None => panic!(
+                "`{}`: socket {} did not appear within {timeout:?}\n--- server log ---\n{}",
+                self.what,
+                socket.display(),
+                self.log()
+            ),
         }
     }
 
@@ -643,20 +668,13 @@ impl Server {
         // SAFETY: kill(2) on the pid of a child we own and have not reaped yet.
         let rc = unsafe { libc::kill(child.id() as i32, sig) };
         assert_eq!(rc, 0, "kill({sig}) failed");
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                break st;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "server did not exit within {timeout:?} after signal {sig}\n--- server log ---\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = poll_until(timeout, || child.try_wait().expect("try_wait")) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "server did not exit within {timeout:?} after signal {sig}\n--- server log ---\n{}",
+                self.log()
+            );
         };
         (status, self.log())
     }
@@ -918,18 +936,154 @@ pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
+// ---------------------------------------------------------------------------------
+// Waiting: the only places the integration tests sleep
+// ---------------------------------------------------------------------------------
+
+/// How often the polling helpers look again.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// No limit, for [`Poller::new`]: the caller's own stop flag or deadline ends the wait.
+pub const NO_LIMIT: Duration = Duration::MAX;
+
+/// The pace of a polling loop: [`Poller::tick`] returns at once the first time, then
+/// after one interval each time, and `false` once the limit has passed. Every test
+/// that waits for a process, a port, a file or a condition goes through here (mostly
+/// through [`poll_until`], [`wait_until`] and [`poll_until_async`]), so the real sleeps
+/// of a polling wait exist once.
+pub struct Poller {
+    every: Duration,
+    deadline: Option<Instant>,
+    first: bool,
+}
+
+impl Poller {
+    /// Looks every `every` until `limit` has passed ([`NO_LIMIT`]: never gives up).
+    pub fn new(every: Duration, limit: Duration) -> Poller {
+        Poller {
+            every,
+            deadline: Instant::now().checked_add(limit),
+            first: true,
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
+
+    /// Before the next look: false once the limit has passed, else true after one
+    /// interval (none before the first look).
+    fn next_look(&mut self) -> Option<Duration> {
+        if std::mem::take(&mut self.first) {
+            return Some(Duration::ZERO);
+        }
+        match self.deadline {
+            Some(at) if Instant::now() >= at => None,
+            _ => Some(self.every),
+        }
+    }
+
+    /// For a blocking test: see [`Poller`].
+    pub fn tick_blocking(&mut self) -> bool {
+        let Some(pause) = self.next_look() else {
+            return false;
+        };
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        true
+    }
+
+    /// For an async test: see [`Poller`]. Yields to the runtime while it waits.
+    pub async fn tick(&mut self) -> bool {
+        let Some(pause) = self.next_look() else {
+            return false;
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        true
+    }
+}
+
+/// Calls `probe` every [`POLL_EVERY`] until it returns `Some` or `timeout` passes (then
+/// `None`).
+pub fn poll_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut poll = Poller::new(POLL_EVERY, timeout);
+    while poll.tick_blocking() {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Polls `cond` every [`POLL_EVERY`] until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    poll_until(timeout, || cond().then_some(())).is_some()
+}
+
+/// [`wait_until`] that panics naming `what` when `cond` still fails after `timeout`.
+pub fn wait_for(timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
+    assert!(wait_until(timeout, cond), "{what}: not within {timeout:?}");
+}
+
+/// [`poll_until`] for async tests: `probe` is awaited each round.
+pub async fn poll_until_async<T, F, Fut>(timeout: Duration, probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_every_async(POLL_EVERY, timeout, probe).await
+}
+
+/// [`poll_until_async`] looking every `every`: the crash oracle's triggers watch
+/// counters every millisecond or two so that a crash lands close to its point.
+pub async fn poll_every_async<T, F, Fut>(
+    every: Duration,
+    limit: Duration,
+    mut probe: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let mut poll = Poller::new(every, limit);
+    while poll.tick().await {
+        if let Some(found) = probe().await {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// [`wait_until`] for async tests, looking every `every`.
+pub async fn wait_every_async(
+    every: Duration,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> bool {
+    poll_every_async(every, limit, || std::future::ready(cond().then_some(())))
+        .await
+        .is_some()
+}
+
+/// [`wait_until`] for async tests.
+pub async fn wait_until_async(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_every_async(POLL_EVERY, limit, cond).await
+}
+
+/// Lets `length` of real time pass on purpose: a test that checks that nothing happens
+/// for a while, or that spaces out events (a pause, a kill after a random delay). Not
+/// for waiting on a condition: that is [`Poller`].
+pub fn let_time_pass(length: Duration) {
+    std::thread::sleep(length);
+}
+
+/// [`let_time_pass`] for async tests: yields to the runtime while `length` passes.
+pub async fn let_time_pass_async(length: Duration) {
+    tokio::time::sleep(length).await;
+}
+
+/// [`let_time_pass_async`] of `ms` milliseconds.
+pub async fn let_ms_pass(ms: u64) {
+    let_time_pass_async(Duration::from_millis(ms)).await;
 }
 
 // ---------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{LSVD, free_tcp_port};
+use crate::common::{LSVD, Poller, free_tcp_port, poll_until};
 
 /// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
 /// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
@@ -99,8 +99,8 @@ impl Gateway {
             .spawn()
             .expect("spawn versitygw");
         self.child = Some(child);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        let mut poll = Poller::new(Duration::from_millis(50), timeout);
+        while poll.tick_blocking() {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return true;
             }
@@ -110,7 +110,6 @@ impl Gateway {
                 self.child = None;
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
         self.stop();
         false
@@ -126,12 +125,11 @@ impl Gateway {
 
     /// Start it again on the same port and data; retried while the port is busy.
     pub fn restart(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
+        let mut poll = Poller::new(Duration::from_millis(500), Duration::from_secs(60));
+        while poll.tick_blocking() {
             if self.spawn(Duration::from_secs(20)) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(500));
         }
         let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
         panic!("versitygw did not restart on port {}\n{log}", self.port);
@@ -304,8 +302,13 @@ impl Lsvd {
             .stderr(log);
         let _ = std::fs::remove_file(&self.socket);
         self.child = Some(c.spawn().expect("spawn lsvd serve"));
-        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut poll = Poller::new(Duration::from_millis(50), Duration::from_secs(180));
         loop {
+            assert!(
+                poll.tick_blocking(),
+                "lsvd serve did not start\n{}",
+                self.log()
+            );
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
                 && crate::soak_support::metrics_text(&self.metrics).is_some()
             {
@@ -319,12 +322,6 @@ impl Lsvd {
                 self.child = None;
                 panic!("lsvd serve exited ({st}) before serving\n{}", self.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "lsvd serve did not start\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -332,18 +329,14 @@ impl Lsvd {
         let mut child = self.child.take().expect("lsvd running");
         // SAFETY: kill(2) on our own unreaped child.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("lsvd did not exit after signal {sig}\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let exited = poll_until(Duration::from_secs(180), || {
+            child.try_wait().expect("try_wait")
+        });
+        exited.unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lsvd did not exit after signal {sig}\n{}", self.log());
+        })
     }
 
     /// SIGINT: must exit 0 after "stopped cleanly".
