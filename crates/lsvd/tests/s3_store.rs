@@ -20,12 +20,14 @@
 // Tests and examples run real processes, sockets and devices in real time.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use common::{TempDir, env_nonempty, missing_s3_env, s3_required};
 use lsvd_core::error::ErrorKind;
 use lsvd_engine::{EngineConfig, create_volume, open_volume};
 use lsvd_store::mem::MemStore;
@@ -35,39 +37,11 @@ use lsvd_store::{
     BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult, open_store, selftest,
 };
 
-const REQUIRED_ENV: [&str; 4] = [
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "LSVD_TEST_S3_BUCKET",
-];
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// Why a missing S3 server is a failure rather than a skip, if it is.
-fn s3_required() -> Option<&'static str> {
-    if env("LSVD_TEST_STORE").as_deref() == Some("s3") {
-        Some("LSVD_TEST_STORE=s3")
-    } else if env("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
-        Some("LSVD_REQUIRE_S3 is set")
-    } else if env("LSVD_TEST_S3").as_deref() == Some("require") {
-        Some("LSVD_TEST_S3=require")
-    } else {
-        None
-    }
-}
-
 /// The test bucket, or `None` (after a loud message) when no server is configured.
 fn s3_bucket(test: &str) -> Option<String> {
-    let missing: Vec<&str> = REQUIRED_ENV
-        .iter()
-        .copied()
-        .filter(|v| env(v).is_none())
-        .collect();
+    let missing = missing_s3_env();
     if missing.is_empty() {
-        return env("LSVD_TEST_S3_BUCKET");
+        return env_nonempty("LSVD_TEST_S3_BUCKET");
     }
     let msg = format!(
         "{test}: needs an S3 server ({} unset). Run: \
@@ -103,31 +77,6 @@ fn unique_url(bucket: &str, test: &str) -> String {
 
 fn keys(entries: &[ListEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.key.as_str()).collect()
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lsvd-s3test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,8 +322,8 @@ async fn credentials_never_appear_in_errors() {
         return;
     };
     let url = unique_url(&bucket, "creds");
-    let real_key = env("AWS_ACCESS_KEY_ID").expect("checked");
-    let real_secret = env("AWS_SECRET_ACCESS_KEY").expect("checked");
+    let real_key = env_nonempty("AWS_ACCESS_KEY_ID").expect("checked");
+    let real_secret = env_nonempty("AWS_SECRET_ACCESS_KEY").expect("checked");
     let wrong_secret = "WRONG-secret-canary-7f3a9c1e2b".to_string();
     let wrong_key = "AKIACANARYKEY12345".to_string();
     let fast = RetryPolicy {
@@ -502,7 +451,7 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
 
     let wrong = S3Settings {
         unsigned_payload: Some(true),
-        access_key_id: env("AWS_ACCESS_KEY_ID").map(|k| Secret::new(&k)),
+        access_key_id: env_nonempty("AWS_ACCESS_KEY_ID").map(|k| Secret::new(&k)),
         secret_access_key: Some(Secret::new("WRONG-secret-unsigned-3b9d")),
         max_retries: 0,
         ..S3Settings::default()

@@ -30,12 +30,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{SHORT, TempDir, run_ok};
+use common::{SHORT, SmallTmpfs, TempDir, find_versitygw, run_ok};
 use lsvd_nbd::client::{Client, Target};
 use rng::Rng;
 use soak_support::load::{self, CONNECTIONS, Hangup, Shared};
 use soak_support::oracle::{BLOCK, Oracle};
-use soak_support::procs::{Gateway, Lsvd, SmallFs, find_versitygw};
+use soak_support::procs::{Gateway, Lsvd};
 use soak_support::{metric, metrics_text};
 
 const VOLUME: &str = "soak";
@@ -219,7 +219,7 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
     let dir = TempDir::new("soak");
     let mut gw = Gateway::start(gw_bin, &dir.subdir("s3"));
     let data = dir.join("data");
-    let fs = SmallFs::mount(&data, DATA_FS_MIB);
+    let fs = SmallTmpfs::mount(&data, DATA_FS_MIB, "soak: the cache-filesystem-full fault");
     let socket = dir.join("nbd.sock");
     let mut lsvd = Lsvd::new(
         &data,
@@ -527,14 +527,14 @@ fn tail(text: &str, lines: usize) -> String {
 fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
     let dir = TempDir::new("soak-fullfs");
     let data = dir.join("data");
-    let Some(fs) = SmallFs::mount(&data, 40) else {
-        say("SKIPPED serve_on_a_full_cache_filesystem...: cannot mount a tmpfs (needs root)");
+    let test = "serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up";
+    let Some(fs) = SmallTmpfs::mount(&data, 40, test) else {
         return;
     };
     let lsvd = common::Lsvd::with_store(&data, &dir.subdir("store"));
     lsvd.create("v", "16M");
     let socket = dir.join("s.sock");
-    let free_before = free_bytes(&fs.path);
+    let free_before = free_bytes(fs.path());
     // The write log (16 MiB) fits, the read cache (64 MiB) does not.
     let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
     serve
@@ -569,7 +569,7 @@ fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
         "a partial write log was left behind"
     );
     assert!(
-        free_bytes(&fs.path) + (64 << 10) >= free_before,
+        free_bytes(fs.path()) + (64 << 10) >= free_before,
         "space leaked"
     );
 }

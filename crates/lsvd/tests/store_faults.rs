@@ -24,12 +24,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Lsvd, SmallTmpfs, TempDir, free_tcp_port, nbdsh};
+use common::{
+    Lsvd, SmallTmpfs, TempDir, env_nonempty, find_versitygw, free_tcp_port, missing_s3_env, nbdsh,
+    s3_required,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::s3::{S3Settings, S3Store, Secret};
 use lsvd_store::{DynStore, ObjectStore, PutMode, open_store};
@@ -50,21 +53,6 @@ fn metric(s: &dyn ObjectStore, name: &str) -> f64 {
         .find(|m| m.name == name)
         .unwrap_or_else(|| panic!("no store metric {name}"))
         .value
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// Why a missing S3 server (or versitygw binary) fails rather than skips, if it does.
-fn s3_required() -> Option<&'static str> {
-    if env("LSVD_TEST_STORE").as_deref() == Some("s3") {
-        Some("LSVD_TEST_STORE=s3")
-    } else if env("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
-        Some("LSVD_REQUIRE_S3 is set")
-    } else {
-        None
-    }
 }
 
 fn skip(test: &str, why: &str) {
@@ -207,24 +195,6 @@ async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
     assert_eq!(s.get(&obj(2)).await.expect("get"), data(2, len));
 }
 
-/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
-/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
-fn find_versitygw() -> Option<PathBuf> {
-    if let Some(p) = env("LSVD_VERSITYGW") {
-        return Some(PathBuf::from(p));
-    }
-    let tools = env("LSVD_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
-    let p = tools.join("bin/versitygw");
-    if p.is_file() {
-        return Some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
-}
-
 /// A versitygw (posix backend) on 127.0.0.1 keeping its buckets under `root`; killed
 /// on drop.
 struct Gateway {
@@ -360,15 +330,7 @@ async fn versitygw_on_a_full_disk_is_full_and_a_wrong_secret_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_secret_is_denied_at_once() {
     let test = "a_wrong_secret_is_denied_at_once";
-    let missing: Vec<&str> = [
-        "AWS_ENDPOINT_URL",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "LSVD_TEST_S3_BUCKET",
-    ]
-    .into_iter()
-    .filter(|v| env(v).is_none())
-    .collect();
+    let missing = missing_s3_env();
     if !missing.is_empty() {
         skip(
             test,
@@ -379,9 +341,9 @@ async fn a_wrong_secret_is_denied_at_once() {
         );
         return;
     }
-    let bucket = env("LSVD_TEST_S3_BUCKET").expect("checked");
+    let bucket = env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked");
     let url = format!("s3://{bucket}/store-faults-{}", std::process::id());
-    let real_key = env("AWS_ACCESS_KEY_ID").expect("checked");
+    let real_key = env_nonempty("AWS_ACCESS_KEY_ID").expect("checked");
     for (what, key) in [
         ("wrong secret", real_key.as_str()),
         ("unknown key", "AKIASTOREFAULTS0"),

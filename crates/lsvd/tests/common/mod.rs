@@ -163,8 +163,50 @@ pub const S3_ENV: [&str; 4] = [
     "LSVD_TEST_S3_BUCKET",
 ];
 
-fn env_nonempty(name: &str) -> Option<String> {
+/// The variable `name`, or None when it is unset or empty.
+pub fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Why a test needing an S3 server (or the versitygw binary) fails rather than skips
+/// when there is none, if it does: `LSVD_TEST_STORE=s3`, `LSVD_REQUIRE_S3` (not 0),
+/// or `LSVD_TEST_S3=require`.
+pub fn s3_required() -> Option<&'static str> {
+    if env_nonempty("LSVD_TEST_STORE").as_deref() == Some("s3") {
+        Some("LSVD_TEST_STORE=s3")
+    } else if env_nonempty("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
+        Some("LSVD_REQUIRE_S3 is set")
+    } else if env_nonempty("LSVD_TEST_S3").as_deref() == Some("require") {
+        Some("LSVD_TEST_S3=require")
+    } else {
+        None
+    }
+}
+
+/// Which of the [`S3_ENV`] variables a test against a real S3 server needs are unset.
+pub fn missing_s3_env() -> Vec<&'static str> {
+    S3_ENV
+        .into_iter()
+        .filter(|v| env_nonempty(v).is_none())
+        .collect()
+}
+
+/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
+/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
+pub fn find_versitygw() -> Option<PathBuf> {
+    if let Some(p) = env_nonempty("LSVD_VERSITYGW") {
+        return Some(PathBuf::from(p));
+    }
+    let tools = env_nonempty("LSVD_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
+    let p = tools.join("bin/versitygw");
+    if p.is_file() {
+        return Some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("versitygw"))
+        .find(|p| p.is_file())
 }
 
 /// The store selected by `LSVD_TEST_STORE`. Panics, naming what is missing, when it
@@ -920,16 +962,22 @@ pub fn free_tcp_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
-/// The value of metric `lsvd_{name}` of volume `volume` from `lsvd serve --metrics
-/// ADDR`, or None if the endpoint does not answer (yet) or lacks it.
-pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
-    use std::io::{Read, Write};
+/// The whole answer (headers and body) of `http://ADDR/metrics`, or None if the
+/// endpoint does not answer (yet).
+pub fn fetch_metrics(addr: &str) -> Option<String> {
     let mut conn = std::net::TcpStream::connect(addr).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: lsvd\r\n\r\n")
         .ok()?;
     let mut text = String::new();
     conn.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The value of metric `lsvd_{name}` of volume `volume` from `lsvd serve --metrics
+/// ADDR`, or None if the endpoint does not answer (yet) or lacks it.
+pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
+    let text = fetch_metrics(addr)?;
     let prefix = format!("lsvd_{name}{{volume=\"{volume}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
@@ -1164,6 +1212,14 @@ impl SmallTmpfs {
             }
         }
         written
+    }
+
+    /// True if a 4 KiB file cannot be created: the filesystem is full.
+    pub fn is_full(&self) -> bool {
+        let probe = self.path.join("probe");
+        let full = std::fs::write(&probe, vec![1u8; 4096]).is_err();
+        let _ = std::fs::remove_file(&probe);
+        full
     }
 
     /// Remove the filler: the room it took is free again.

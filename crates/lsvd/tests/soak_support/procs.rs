@@ -10,25 +10,6 @@ use std::time::Duration;
 
 use crate::common::{LSVD, Poller, free_tcp_port, poll_until};
 
-/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
-/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
-pub fn find_versitygw() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("LSVD_VERSITYGW").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    let tools = std::env::var_os("LSVD_TOOLS_DIR")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
-    let p = tools.join("bin/versitygw");
-    if p.is_file() {
-        return Some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
-}
-
 fn hex(n: usize) -> String {
     let mut b = vec![0u8; n];
     crate::common::fill_random(
@@ -164,82 +145,6 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// A tmpfs of a given size mounted on a directory, unmounted on drop (even when the
-/// test panics). `None` when mounting is not possible (not root, no tmpfs).
-pub struct SmallFs {
-    pub path: PathBuf,
-}
-
-impl SmallFs {
-    pub fn mount(path: &Path, size_mib: u64) -> Option<SmallFs> {
-        std::fs::create_dir_all(path).expect("mount point");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size_mib}m"))
-            .arg("tmpfs")
-            .arg(path)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "soak: cannot mount a tmpfs ({}): the cache-filesystem-full fault is skipped",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(SmallFs {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Fill the filesystem with `filler` until ENOSPC; returns the bytes written.
-    pub fn fill(&self) -> u64 {
-        let path = self.path.join("filler");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("open filler");
-        let mut written = 0u64;
-        for chunk in [1usize << 20, 4096, 512] {
-            let buf = vec![0x5au8; chunk];
-            loop {
-                match f.write(&buf) {
-                    Ok(0) => break,
-                    Ok(n) => written += n as u64,
-                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                    Err(e) => panic!("filling {}: {e}", path.display()),
-                }
-            }
-        }
-        written
-    }
-
-    /// True if a 4 KiB file cannot be created: the filesystem is full.
-    pub fn is_full(&self) -> bool {
-        let p = self.path.join("probe");
-        let full = std::fs::write(&p, vec![1u8; 4096]).is_err();
-        let _ = std::fs::remove_file(&p);
-        full
-    }
-
-    pub fn free(&self) {
-        let _ = std::fs::remove_file(self.path.join("filler"));
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.path)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        }
     }
 }
 
