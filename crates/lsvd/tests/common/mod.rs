@@ -183,12 +183,18 @@ pub fn s3_required() -> Option<&'static str> {
     }
 }
 
-/// Which of the [`S3_ENV`] variables a test against a real S3 server needs are unset.
-pub fn missing_s3_env() -> Vec<&'static str> {
-    S3_ENV
-        .into_iter()
+/// Which of `names` are unset (or empty).
+pub fn missing_env(names: &[&'static str]) -> Vec<&'static str> {
+    names
+        .iter()
+        .copied()
         .filter(|v| env_nonempty(v).is_none())
         .collect()
+}
+
+/// Which of the [`S3_ENV`] variables a test against a real S3 server needs are unset.
+pub fn missing_s3_env() -> Vec<&'static str> {
+    missing_env(&S3_ENV)
 }
 
 /// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
@@ -224,11 +230,7 @@ pub fn test_store() -> &'static TestStore {
         None | Some("local") | Some("file") => TestStore::Local,
         Some("chain") => TestStore::Chain,
         Some("az") => {
-            let missing: Vec<&str> = AZ_ENV
-                .iter()
-                .copied()
-                .filter(|v| env_nonempty(v).is_none())
-                .collect();
+            let missing = missing_env(&AZ_ENV);
             assert!(
                 missing.is_empty(),
                 "LSVD_TEST_STORE=az but {} unset: run the tests through \
@@ -243,11 +245,7 @@ pub fn test_store() -> &'static TestStore {
             }
         }
         Some("s3") => {
-            let missing: Vec<&str> = S3_ENV
-                .iter()
-                .copied()
-                .filter(|v| env_nonempty(v).is_none())
-                .collect();
+            let missing = missing_s3_env();
             assert!(
                 missing.is_empty(),
                 "LSVD_TEST_STORE=s3 but {} unset: run the tests through \

@@ -500,6 +500,30 @@ fn acked(s: &Shared) {
     }
 }
 
+/// Records the outcome of a write or zero (history entry `i`): an answer counts as
+/// acknowledged (`ok_line` describes it), an error fails the run (`request` names it).
+/// Returns whether the worker goes on.
+fn settle(
+    s: &Shared,
+    i: usize,
+    r: io::Result<()>,
+    request: &str,
+    ok_line: impl FnOnce() -> String,
+) -> bool {
+    let t = s.hist.end_op(i, r.is_ok());
+    match r {
+        Ok(()) => {
+            s.answered(t, ok_line);
+            acked(s);
+            true
+        }
+        Err(e) => {
+            s.failed(format!("{request}: {e}"));
+            false
+        }
+    }
+}
+
 /// One operation. Returns false when the worker should stop.
 async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
     let spec = &s.spec;
@@ -589,25 +613,15 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            let t = s.hist.end_op(i, r.is_ok());
-            match r {
-                Ok(()) => {
-                    s.answered(t, || {
-                        let f = if fua { "+FUA" } else { "" };
-                        format!(
-                            "WRITE{f} #{id} blocks {first}..{} (issued t={}) succeeded",
-                            first + n,
-                            s.hist.issued_at(i)
-                        )
-                    });
-                    acked(s);
-                    true
-                }
-                Err(e) => {
-                    s.failed(format!("WRITE #{id} blocks {first}..{}: {e}", first + n));
-                    false
-                }
-            }
+            let request = format!("WRITE #{id} blocks {first}..{}", first + n);
+            settle(s, i, r, &request, || {
+                let f = if fua { "+FUA" } else { "" };
+                format!(
+                    "WRITE{f} #{id} blocks {first}..{} (issued t={}) succeeded",
+                    first + n,
+                    s.hist.issued_at(i)
+                )
+            })
         }
         Action::Zero(kind) => {
             let fua = rng.chance(spec.p_fua);
@@ -617,20 +631,8 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            let t = s.hist.end_op(i, r.is_ok());
-            match r {
-                Ok(()) => {
-                    s.answered(t, || {
-                        format!("{kind:?} #{id} blocks {first}..{} succeeded", first + n)
-                    });
-                    acked(s);
-                    true
-                }
-                Err(e) => {
-                    s.failed(format!("{kind:?} #{id} blocks {first}..{}: {e}", first + n));
-                    false
-                }
-            }
+            let request = format!("{kind:?} #{id} blocks {first}..{}", first + n);
+            settle(s, i, r, &request, || format!("{request} succeeded"))
         }
         Action::Flush => true,
     };
