@@ -535,39 +535,28 @@ fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
     lsvd.create("v", "16M");
     let socket = dir.join("s.sock");
     let free_before = free_bytes(fs.path());
-    // The write log (16 MiB) fits, the read cache (64 MiB) does not.
-    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
-    serve
-        .arg(&socket)
-        .args(["--log-size", "16M", "--read-cache-size", "64M"]);
-    let out = common::run_timeout(&mut serve, SHORT);
-    let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("read cache") && err.contains("No space left on device"),
-        "{err}"
-    );
-    assert!(
-        !data.join("v.rcache").exists(),
-        "a sparse read cache was left behind"
-    );
+    // `lsvd serve` with a write log and a read cache of these sizes must fail (exit
+    // 1) for want of room for `file`, leaving `leftover` behind.
+    let refused = |log_size: &str, read_cache_size: &str, file: &str, leftover: &str| {
+        let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
+        serve
+            .arg(&socket)
+            .args(["--log-size", log_size, "--read-cache-size", read_cache_size]);
+        let out = common::run_timeout(&mut serve, SHORT);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(file) && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert!(!data.join(leftover).exists(), "{leftover} was left behind");
+    };
+    // The write log (16 MiB) fits, the read cache (64 MiB) does not: no sparse read
+    // cache left behind.
+    refused("16M", "64M", "read cache", "v.rcache");
     // The write log, too big for what is left: no partial file left either.
-    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
-    serve
-        .arg(&socket)
-        .args(["--log-size", "64M", "--read-cache-size", "0"]);
     std::fs::remove_file(data.join("v.wlog")).expect("remove the log of the first try");
-    let out = common::run_timeout(&mut serve, SHORT);
-    let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("write log") && err.contains("No space left on device"),
-        "{err}"
-    );
-    assert!(
-        !data.join("v.creating").exists(),
-        "a partial write log was left behind"
-    );
+    refused("64M", "0", "write log", "v.creating");
     assert!(
         free_bytes(fs.path()) + (64 << 10) >= free_before,
         "space leaked"

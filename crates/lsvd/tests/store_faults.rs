@@ -63,17 +63,22 @@ fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
+/// A temp dir (tagged `tag`) with a tmpfs of `size_mib` MiB mounted on `fs` in it; None
+/// (`test` skipped, saying why) where no tmpfs can be mounted. The filesystem is
+/// unmounted before the dir is removed.
+fn dir_with_small_fs(tag: &str, size_mib: u64, test: &str) -> Option<(TempDir, SmallTmpfs)> {
+    let dir = TempDir::new(tag);
+    let fs = SmallTmpfs::mount(&dir.join("fs"), size_mib, test)?;
+    Some((dir, fs))
+}
+
 /// The local store on a filesystem that fills up: `Full` at once (no retries: the
 /// call returns in well under the retry layer's first delay), no partial object left,
 /// reads and deletes unaffected, and puts work again once there is room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_store_disk_is_full_and_room_brings_puts_back() {
-    let dir = TempDir::new("store-full-disk");
-    let Some(fs) = SmallTmpfs::mount(
-        &dir.join("fs"),
-        16,
-        "a_full_store_disk_is_full_and_room_brings_puts_back",
-    ) else {
+    let test = "a_full_store_disk_is_full_and_room_brings_puts_back";
+    let Some((_dir, fs)) = dir_with_small_fs("store-full-disk", 16, test) else {
         return;
     };
     let root = fs.path().join("store");
@@ -148,12 +153,8 @@ async fn a_full_store_disk_is_full_and_room_brings_puts_back() {
 /// refusing to start), and once B has room the next open copies what it missed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
-    let dir = TempDir::new("store-full-mirror");
-    let Some(fs) = SmallTmpfs::mount(
-        &dir.join("fs"),
-        16,
-        "a_mirror_copy_on_a_full_disk_degrades_until_it_has_room",
-    ) else {
+    let test = "a_mirror_copy_on_a_full_disk_degrades_until_it_has_room";
+    let Some((dir, fs)) = dir_with_small_fs("store-full-mirror", 16, test) else {
         return;
     };
     let a = dir.join("a");
@@ -272,8 +273,7 @@ async fn versitygw_on_a_full_disk_is_full_and_a_wrong_secret_denied() {
         );
         return;
     };
-    let dir = TempDir::new("store-full-s3");
-    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 16, test) else {
+    let Some((dir, fs)) = dir_with_small_fs("store-full-s3", 16, test) else {
         return;
     };
     let bucket = "faults";
@@ -383,8 +383,7 @@ async fn a_wrong_secret_is_denied_at_once() {
 fn a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing() {
     const TEST: &str = "a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing";
     common::require_tools(&["nbdsh"]);
-    let dir = TempDir::new("store-full-serve");
-    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 48, TEST) else {
+    let Some((dir, fs)) = dir_with_small_fs("store-full-serve", 48, TEST) else {
         return;
     };
     // The local store on the small filesystem, also on the S3 pass (the fault is the
