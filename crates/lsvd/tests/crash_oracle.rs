@@ -283,6 +283,17 @@ async fn start_standby(b: &mut oracle::process::Server) {
     common::wait_until_async(std::time::Duration::from_secs(30), standing_by).await;
 }
 
+/// The engine settings of the regression tests: batches of `batch_size_bytes` sealed
+/// after `batch_timeout_ms`, a 16 MiB write log, the rest default.
+fn small_batches(batch_size_bytes: u64, batch_timeout_ms: u64) -> lsvd_engine::EngineConfig {
+    lsvd_engine::EngineConfig {
+        batch_size_bytes,
+        batch_timeout_ms,
+        log_size_bytes: 16 << 20,
+        ..lsvd_engine::EngineConfig::default()
+    }
+}
+
 /// A new volume `v` of `size` bytes on an in-memory store behind a [`FaultyStore`]
 /// (returned, to inject faults), opened with `config` on a new faulty cache.
 async fn open_on_faulty_store(
@@ -494,7 +505,6 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
     use std::time::Duration;
 
     use lsvd_core::format::object::ObjectKind;
-    use lsvd_engine::EngineConfig;
     use lsvd_engine::cache_dev::CacheDevice;
     use lsvd_engine::cache_dev::faulty::FaultyCache;
     use lsvd_engine::keys::{object_key, parse_object_name};
@@ -506,12 +516,7 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
         lsvd_engine::create_volume(&store, "v", 16 << 20)
             .await
             .expect("create");
-        let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 5,
-            log_size_bytes: 16 << 20,
-            ..EngineConfig::default()
-        };
+        let config = small_batches(64 << 10, 5);
         // A new cache device for every open: each recovers from the store alone.
         let open = |n: u32| {
             let (store, config) = (store.clone(), config.clone());
@@ -660,11 +665,8 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
 
     block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 256 << 10,
-            batch_timeout_ms: 20,
-            log_size_bytes: 16 << 20,
             checkpoint_every_objects: 3,
-            ..EngineConfig::default()
+            ..small_batches(256 << 10, 20)
         };
         let (store, vol) = open_on_faulty_store(64 << 20, config).await;
         // The store goes away once the volume is open (an open claims the volume in
@@ -709,16 +711,13 @@ fn engine_bug_read_racing_gc_deletion_fails() {
 
     block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 20,
-            log_size_bytes: 16 << 20,
             checkpoint_every_objects: 3,
             gc: GcConfig {
                 start_utilization: 0.9,
                 stop_utilization: 0.95,
                 ..GcConfig::default()
             },
-            ..EngineConfig::default()
+            ..small_batches(64 << 10, 20)
         };
         let (store, vol) = open_on_faulty_store(16 << 20, config).await;
         // Object A: 16 blocks. Then overwrite 15 of them: A is 1/16 live, a GC victim.
@@ -770,15 +769,12 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
 
     block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 5,
-            log_size_bytes: 16 << 20,
             read_cache_bytes: 0,
             gc: GcConfig {
                 start_utilization: 0.0,
                 ..GcConfig::default()
             },
-            ..EngineConfig::default()
+            ..small_batches(64 << 10, 5)
         };
         let (store, vol) = open_on_faulty_store(16 << 20, config).await;
         // Block 0 lives in an object.
