@@ -164,10 +164,7 @@ fn missing_volumes_are_named_in_the_error() {
 
 #[test]
 fn bad_serve_options_are_refused() {
-    let dir = TempDir::new("cli_bad_serve");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_bad_serve", "16M");
     for (extra, needle) in [
         (vec!["--log-size", "1M"], "--log-size"),
         (
@@ -241,10 +238,7 @@ fn second_server_on_the_same_data_dir_or_socket_is_refused() {
 #[test]
 fn stale_socket_file_is_replaced() {
     require_tools(&["nbdinfo"]);
-    let dir = TempDir::new("cli_stale_sock");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_stale_sock", "16M");
     // A socket file left behind by a dead process: bound, never unlinked.
     drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
     assert!(socket.exists());
@@ -961,10 +955,7 @@ for op in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(512, 0), lambda: h.ze
 #[test]
 fn clones_are_writable_and_isolated_from_their_parent() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("cli_clone");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_clone", "16M");
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdsh(
         &server.uri("vol"),
@@ -1038,10 +1029,7 @@ fn clones_are_writable_and_isolated_from_their_parent() {
 fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
     require_tools(&["nbdsh"]);
     for (round, delay_ms) in [0u64, 30, 120, 400].into_iter().enumerate() {
-        let dir = TempDir::new("cli_snapshot_kill");
-        let lsvd = Lsvd::new(dir.join("data"));
-        lsvd.create("vol", "64M");
-        let socket = dir.join("nbd.sock");
+        let (_dir, lsvd, socket) = new_volume("cli_snapshot_kill", "64M");
         let args = ["vol", "--batch-timeout-ms", "600000", "--batch-size", "64M"];
         let mut server = lsvd.serve(&socket, &args);
         nbdsh(
@@ -1081,10 +1069,7 @@ fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
 /// loaded machine; ten tries make that likelier.
 #[test]
 fn sigint_as_soon_as_the_socket_appears_stops_cleanly() {
-    let dir = TempDir::new("cli_early_sigint");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_early_sigint", "16M");
     for _ in 0..10 {
         let mut server = lsvd.serve(&socket, &["vol", "--metrics", "127.0.0.1:0"]);
         let log = server.stop_clean();

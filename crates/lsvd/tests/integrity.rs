@@ -51,10 +51,7 @@ fn flip_byte(path: &Path, offset: u64) {
 #[test]
 fn a_record_corrupted_on_the_cache_device_is_refused_and_reported() {
     require_tools(TOOLS);
-    let dir = TempDir::new("integrity_record");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("integrity_record", "64M");
     let metrics = format!("127.0.0.1:{}", free_tcp_port());
     // One batch holds everything written below until it is full (32 MiB): nothing
     // is uploaded before the byte is flipped. Uploads read their records back from
@@ -173,10 +170,7 @@ fn a_corrupt_newest_checkpoint_file_falls_back_to_the_previous_one() {
     if skip_on_s3("corrupts a checkpoint file in a file:// store") {
         return;
     }
-    let dir = TempDir::new("integrity_checkpoint");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "32M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("integrity_checkpoint", "32M");
     let image = dir.join("image.raw");
     let scratch = dir.join("readback.raw");
     write_random_image(&image, 0xC4EC, 32 * MIB, 8);

@@ -66,10 +66,7 @@ model.close()
 #[test]
 fn clean_stop_and_restart_keeps_every_byte() {
     require_tools(TOOLS);
-    let dir = TempDir::new("clean_restart");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("clean_restart", "128M");
     let image = dir.join("image.raw");
     let scratch = dir.join("readback.raw");
     write_random_image(&image, 0xA11CE, 128 * MIB, 8);
@@ -153,10 +150,7 @@ fn volume_is_rebuilt_from_the_store_without_local_state() {
 #[test]
 fn sigkill_after_flush_keeps_acknowledged_writes() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_flush");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("sigkill_flush", "64M");
     // Big batches and a long timeout: nothing is uploaded, the data lives only in the
     // write log when the process dies.
     let serve_args = ["vol", "--batch-size", "64M", "--batch-timeout-ms", "600000"];
@@ -235,10 +229,7 @@ assert h.pread(2 * M, 0) == first
 #[test]
 fn sigkill_while_uploading_recovers_from_store_and_log() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_uploading");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("sigkill_uploading", "128M");
     let image = dir.join("image.raw");
     let scratch = dir.join("readback.raw");
     write_random_image(&image, 0xD00D, 128 * MIB, 8);
@@ -379,10 +370,7 @@ fn overwrite_churn_with_gc_survives_crash_restart_and_rebuild() {
 #[test]
 fn sigint_during_writes_keeps_every_acknowledged_write() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigint_mid_write");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("sigint_mid_write", "128M");
     let progress = dir.join("progress");
     let client_log = dir.join("client.log");
     let mut server = lsvd.serve(&socket, &["vol"]);
@@ -484,10 +472,7 @@ impl Drop for IdleClient {
 #[test]
 fn clean_stop_while_a_client_stays_connected() {
     require_tools(TOOLS);
-    let dir = TempDir::new("stop_with_client");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("stop_with_client", "64M");
     let ready = dir.join("client-ready");
     let mut server = lsvd.serve(&socket, &["vol"]);
     let script = format!(
@@ -625,10 +610,7 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
 #[test]
 fn read_cache_survives_sigkill() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_rcache");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("sigkill_rcache", "64M");
     let addr = format!("127.0.0.1:{}", free_tcp_port());
     // No admission: the first reads must miss and go to the store, also on S3.
     let args = [

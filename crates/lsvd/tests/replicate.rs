@@ -110,10 +110,7 @@ impl Lcg {
 #[test]
 fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("replicate_follow");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("replicate_follow", "16M");
     let mut server = lsvd.serve(
         &socket,
         &[
@@ -374,10 +371,7 @@ fn replica_blocks(dir: &std::path::Path, target: &str, point: &str) -> Option<Ve
 #[test]
 fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("replicate_source_crash");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("replicate_source_crash", "16M");
     let serve_args = [
         "vol",
         "--batch-size",

@@ -351,10 +351,7 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
 /// is served with a warning; loopback needs nothing.
 #[test]
 fn metrics_off_loopback_need_insecure() {
-    let dir = TempDir::new("metrics_insecure");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "4M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("metrics_insecure", "4M");
     for addr in ["0.0.0.0:0", "[::]:0"] {
         let err = serve_error(&lsvd, &socket, &["vol", "--metrics", addr]);
         assert!(

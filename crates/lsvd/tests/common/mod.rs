@@ -229,33 +229,33 @@ pub fn test_store() -> &'static TestStore {
     STORE.get_or_init(|| match env_nonempty("LSVD_TEST_STORE").as_deref() {
         None | Some("local") | Some("file") => TestStore::Local,
         Some("chain") => TestStore::Chain,
-        Some("az") => {
-            let missing = missing_env(&AZ_ENV);
+        Some(scheme @ ("az" | "s3")) => {
+            // The variables it needs, the one naming the bucket, the script setting them.
+            let (scheme, needed, bucket, script): (_, &[&'static str], _, _) = match scheme {
+                "az" => (
+                    "az",
+                    &AZ_ENV,
+                    "LSVD_TEST_AZ_CONTAINER",
+                    "scripts/with-azurite.sh (it starts Azurite and sets them)",
+                ),
+                _ => (
+                    "s3",
+                    &S3_ENV,
+                    "LSVD_TEST_S3_BUCKET",
+                    "scripts/with-versitygw.sh (it starts an S3 server and sets them)",
+                ),
+            };
+            let missing = missing_env(needed);
             assert!(
                 missing.is_empty(),
-                "LSVD_TEST_STORE=az but {} unset: run the tests through \
-                 scripts/with-azurite.sh (it starts Azurite and sets them), e.g. \
-                 scripts/with-azurite.sh env LSVD_TEST_STORE=az cargo test -p lsvd --test cli",
-                missing.join(", ")
+                "LSVD_TEST_STORE={scheme} but {} unset: run the tests through {script}, e.g. \
+                 {} env LSVD_TEST_STORE={scheme} cargo test -p lsvd --test cli",
+                missing.join(", "),
+                script.split(' ').next().unwrap_or_default()
             );
             TestStore::S3 {
-                scheme: "az",
-                bucket: env_nonempty("LSVD_TEST_AZ_CONTAINER").expect("checked above"),
-                run: run(),
-            }
-        }
-        Some("s3") => {
-            let missing = missing_s3_env();
-            assert!(
-                missing.is_empty(),
-                "LSVD_TEST_STORE=s3 but {} unset: run the tests through \
-                 scripts/with-versitygw.sh (it starts an S3 server and sets them), e.g. \
-                 scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 cargo test -p lsvd --test cli",
-                missing.join(", ")
-            );
-            TestStore::S3 {
-                scheme: "s3",
-                bucket: env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked above"),
+                scheme,
+                bucket: env_nonempty(bucket).expect("checked above"),
                 run: run(),
             }
         }
@@ -633,6 +633,17 @@ impl Lsvd {
             what,
         }
     }
+}
+
+/// The usual start of a test: a temp dir named after `test`, an [`Lsvd`] keeping its
+/// data in `data` there, a new volume `vol` of `size`, and the path of the Unix
+/// socket a server of it listens on.
+pub fn new_volume(test: &str, size: &str) -> (TempDir, Lsvd, PathBuf) {
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", size);
+    let socket = dir.join("nbd.sock");
+    (dir, lsvd, socket)
 }
 
 /// A running `lsvd serve`. Killed (SIGKILL) on drop if still running.
