@@ -511,12 +511,8 @@ impl RawConn {
         assert!(hflags & 1 != 0, "server must be fixed newstyle");
         let no_zeroes = hflags & 2 != 0;
         let cflags: u32 = 1 | if no_zeroes { 2 } else { 0 };
-        let mut msg = cflags.to_be_bytes().to_vec();
-        msg.extend_from_slice(IHAVEOPT);
-        msg.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
-        msg.extend_from_slice(&(export.len() as u32).to_be_bytes());
-        msg.extend_from_slice(export.as_bytes());
-        s.write_all(&msg).expect("send option");
+        s.write_all(&export_name_option(cflags, export))
+            .expect("send option");
         let mut info = [0u8; 10];
         s.read_exact(&mut info).expect("export info");
         if !no_zeroes {

@@ -25,7 +25,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -210,19 +210,14 @@ impl Gateway {
     fn start(bin: &Path, root: &Path, log: &Path) -> Gateway {
         for _ in 0..10 {
             let port = free_tcp_port();
-            let log = std::fs::File::create(log).expect("gateway log");
-            let mut child = Command::new(bin)
+            let mut gateway = Command::new(bin);
+            gateway
                 .env("ROOT_ACCESS_KEY", Self::ACCESS)
                 .env("ROOT_SECRET_KEY", Self::SECRET)
                 .arg("--port")
                 .arg(format!("127.0.0.1:{port}"))
-                .arg("posix")
-                .arg(root)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("dup log"))
-                .stderr(log)
-                .spawn()
-                .expect("spawn versitygw");
+                .args([Path::new("posix"), root]);
+            let mut child = common::spawn_logging(&mut gateway, log);
             let mut poll = common::Poller::new(Duration::from_millis(20), Duration::from_secs(30));
             while poll.tick_blocking() {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -452,6 +452,34 @@ pub fn run_ok(cmd: &mut Command, timeout: Duration) -> Output {
     out
 }
 
+/// Spawns `cmd` with no stdin and its stdout and stderr both going to a new file `log`.
+pub fn spawn_logging(cmd: &mut Command, log: &Path) -> Child {
+    let out = File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+    let err = out.try_clone().expect("dup the log file");
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", describe(cmd)))
+}
+
+/// Checks that `out` (of `what`) is a usage error, exit status 2; returns its stderr.
+pub fn usage_error(out: &Output, what: &str) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", show(what, out));
+    stderr(out)
+}
+
+/// The client's flags, then NBD_OPT_EXPORT_NAME for `export`: the end of a newstyle
+/// handshake for a client that asks for nothing else.
+pub fn export_name_option(client_flags: u32, export: &str) -> Vec<u8> {
+    let mut msg = client_flags.to_be_bytes().to_vec();
+    msg.extend_from_slice(b"IHAVEOPT");
+    msg.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
+    msg.extend_from_slice(&(export.len() as u32).to_be_bytes());
+    msg.extend_from_slice(export.as_bytes());
+    msg
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -190,6 +190,11 @@ impl History {
         g.rec.ops.len() - 1
     }
 
+    /// When operation `index` was issued.
+    pub fn issued_at(&self, index: usize) -> Time {
+        self.lock().rec.ops[index].issue
+    }
+
     /// Record the answer to operation `index` now; returns the tick.
     pub fn end_op(&self, index: usize, ok: bool) -> Time {
         let mut g = self.lock();
@@ -201,11 +206,6 @@ impl History {
             g.latest[b as usize] = if ok { Some(content) } else { None };
         }
         t
-    }
-
-    /// When operation `index` was issued.
-    pub fn issued_at(&self, index: usize) -> Time {
-        self.lock().rec.ops[index].issue
     }
 
     pub fn begin_flush(&self) -> usize {

@@ -66,19 +66,14 @@ impl Gateway {
     /// Start the server on `self.port`; true once it accepts connections.
     fn spawn(&mut self, timeout: Duration) -> bool {
         self.starts += 1;
-        let log = std::fs::File::create(self.log_path()).expect("gateway log");
-        let child = Command::new(&self.bin)
+        let mut gateway = Command::new(&self.bin);
+        gateway
             .env("ROOT_ACCESS_KEY", &self.access)
             .env("ROOT_SECRET_KEY", &self.secret)
             .arg("--port")
             .arg(format!("127.0.0.1:{}", self.port))
-            .arg("posix")
-            .arg(&self.root)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn versitygw");
+            .args([Path::new("posix"), &self.root]);
+        let child = crate::common::spawn_logging(&mut gateway, &self.log_path());
         self.child = Some(child);
         let mut poll = Poller::new(Duration::from_millis(50), timeout);
         while poll.tick_blocking() {
