@@ -24,7 +24,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Lsvd, Server, TempDir, nbdsh, require_tools, stderr, tool};
+use common::{Lsvd, Server, TempDir, files_under, nbdsh, require_tools, stderr, tool};
 
 const LEASE: &[&str] = &["--lease-timeout", "2s"];
 
@@ -41,26 +41,15 @@ fn two_hosts(test: &str) -> (TempDir, Lsvd, Lsvd) {
 /// lease renewals (superblock generations), which a live holder keeps writing.
 fn store_keys(store_dir: &Path) -> Vec<(String, u32)> {
     let mut out = Vec::new();
-    let mut stack = vec![store_dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let key = p
-                    .strip_prefix(store_dir)
-                    .expect("under the store")
-                    .display()
-                    .to_string();
-                if !key.contains("/super/") {
-                    let bytes = std::fs::read(&p).unwrap_or_default();
-                    out.push((key, crc32c::crc32c(&bytes)));
-                }
-            }
+    for p in files_under(store_dir) {
+        let key = p
+            .strip_prefix(store_dir)
+            .expect("under the store")
+            .display()
+            .to_string();
+        if !key.contains("/super/") {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            out.push((key, crc32c::crc32c(&bytes)));
         }
     }
     out.sort();

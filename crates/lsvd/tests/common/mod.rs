@@ -957,6 +957,26 @@ pub fn write_random_image(path: &Path, seed: u64, size: u64, zero_every: u64) {
     f.flush().expect("flush image");
 }
 
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Panics (naming the first differing offset) unless the files have equal contents.
 pub fn assert_files_equal(a: &Path, b: &Path) {
     let la = std::fs::metadata(a).expect("stat a").len();
