@@ -18,6 +18,17 @@ use common::*;
 
 const TOOLS: &[&str] = &["nbdcopy", "nbdsh"];
 
+/// The start of an nbdsh check of what `sigkill_after_flush_keeps_acknowledged_writes`
+/// wrote: the same random stream, and the first 2 MiB as they must read back.
+const FIRST_WRITES: &str = "
+import random
+rng = random.Random(99)
+M = 1 << 20
+h = connect()
+first = bytearray(rng.randbytes(2 * M))
+first[4096:8192] = bytes(4096)
+";
+
 fn info_u64(info: &serde_json::Value, key: &str) -> u64 {
     info[key]
         .as_u64()
@@ -186,14 +197,9 @@ for i in range(32):
     let mut server = lsvd.serve(&socket, &serve_args);
     nbdsh(
         &server.uri("vol"),
-        r#"
-import random
-rng = random.Random(99)
-M = 1 << 20
-h = connect()
-first = bytearray(rng.randbytes(2 * M))
-first[4096:8192] = bytes(4096)
-assert h.pread(2 * M, 0) == first, "flushed 2 MiB write (with trimmed 4K) survived"
+        &[
+            FIRST_WRITES,
+            r#"assert h.pread(2 * M, 0) == first, "flushed 2 MiB write (with trimmed 4K) survived"
 for i in range(64):
     assert h.pread(4096, 8 * M + i * 12288) == rng.randbytes(4096), "flushed 4K write %d" % i
 assert h.pread(65536, 12 * M) == rng.randbytes(65536), "FUA write survived"
@@ -202,6 +208,8 @@ for i in range(32):
     got = h.pread(4096, 32 * M + i * 4096)
     assert got in (bytes(4096), bytes([i + 1]) * 4096), "unflushed block %d is torn" % i
 "#,
+        ]
+        .concat(),
     );
     let log = server.stop_clean();
     assert!(!log.contains("panicked"), "{log}");
@@ -214,15 +222,7 @@ for i in range(32):
     let server = lsvd.serve(&socket, &serve_args);
     nbdsh(
         &server.uri("vol"),
-        r#"
-import random
-rng = random.Random(99)
-M = 1 << 20
-h = connect()
-first = bytearray(rng.randbytes(2 * M))
-first[4096:8192] = bytes(4096)
-assert h.pread(2 * M, 0) == first
-"#,
+        &[FIRST_WRITES, "assert h.pread(2 * M, 0) == first\n"].concat(),
     );
 }
 
