@@ -341,7 +341,7 @@ fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
     let out = s
         .lsvd
         .run(&["chain", "add-drive", &c.display().to_string()]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("add-drive", &out));
+    usage_error(&out, "add-drive");
     assert!(
         stderr(&out).contains("DIR+MIRROR"),
         "{}",
@@ -356,7 +356,7 @@ fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
 
     // The old --store is refused, saying why.
     let out = s.lsvd.run(&["list"]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("list", &out));
+    usage_error(&out, "list");
     assert!(stderr(&out).contains("add-drive"), "{}", show("list", &out));
 
     // The new one serves the volume as it was.

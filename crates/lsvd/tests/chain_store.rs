@@ -101,7 +101,7 @@ fn bad_drive_urls_are_one_line_errors() {
         };
         let out = lsvd.run(&["list"]);
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{}", show(&url, &out));
+        usage_error(&out, &url);
         assert!(
             err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
             "{}",

@@ -207,7 +207,7 @@ fn first_start_probe_and_profiles_set_what_serve_and_info_use() {
             .arg("probe"),
         SHORT,
     );
-    assert_eq!(out.status.code(), Some(2), "{}", show("probe", &out));
+    usage_error(&out, "probe");
 }
 
 #[test]

@@ -103,12 +103,7 @@ fn bad_units_are_one_clear_error() {
         "/../../../shared/traces/msr_hm0_head1k/msr-cambridge1-sample.csv"
     );
     let out = lsvd.run(&["sim", "--units", "sectors", msr]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        show("sim msr --units", &out)
-    );
+    usage_error(&out, "sim msr --units");
     assert!(
         stderr(&out).contains("msr-cut and disksim"),
         "{}",
@@ -216,13 +211,7 @@ fn bad_layout_options_are_one_clear_error() {
         let mut argv = vec!["sim"];
         argv.extend_from_slice(args);
         let out = lsvd.run(&argv);
-        let err = stderr(&out);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            show(&argv.join(" "), &out)
-        );
+        let err = usage_error(&out, &argv.join(" "));
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
     // A layout option without --layout is refused, not silently ignored.
@@ -234,7 +223,7 @@ fn bad_layout_options_are_one_clear_error() {
         "--cleaning",
     ] {
         let out = lsvd.run(&["sim", "--synthetic", "uniform", flag, "1"]);
-        assert_eq!(out.status.code(), Some(2), "{}", show(flag, &out));
+        usage_error(&out, flag);
         assert!(stderr(&out).contains("--layout"), "{}", show(flag, &out));
     }
 }
@@ -258,13 +247,7 @@ fn replay_checks_units_before_connecting() {
         let mut argv = vec!["replay", "--export", export];
         argv.extend_from_slice(args);
         let out = lsvd.run(&argv);
-        let err = stderr(&out);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            show(&argv.join(" "), &out)
-        );
+        let err = usage_error(&out, &argv.join(" "));
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
 }

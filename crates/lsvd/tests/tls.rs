@@ -213,7 +213,7 @@ fn tls_optional_serves_plain_and_tls_clients() {
 fn serve_error(lsvd: &Lsvd, socket: &Path, args: &[&str]) -> String {
     let out = run_timeout(&mut lsvd.serve_cmd(socket, args), SHORT);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(2), "{}", show("serve", &out));
+    usage_error(&out, "serve");
     assert!(
         err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
         "expected one 'lsvd: error:' line\n{}",
