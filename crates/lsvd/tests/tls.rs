@@ -241,21 +241,18 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
             && err.contains("--insecure"),
         "{err}"
     );
-    let err = serve_error(
-        &lsvd,
-        &socket,
-        &[
-            "vol",
-            "--listen",
-            "0.0.0.0:0",
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--tls",
-            "optional",
-        ],
-    );
+    // TLS off loopback (no client CA): the flags the cases below add to.
+    let tls_off_loopback = [
+        "vol",
+        "--listen",
+        "0.0.0.0:0",
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+    ];
+    let optional = [&tls_off_loopback[..], &["--tls", "optional"]].concat();
+    let err = serve_error(&lsvd, &socket, &optional);
     assert!(
         err.contains("--tls required") && err.contains("--insecure"),
         "{err}"
@@ -328,18 +325,7 @@ fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
 
     // TLS without a client CA off loopback: allowed, with a warning that anyone may
     // connect.
-    let mut server = lsvd.serve(
-        &socket,
-        &[
-            "vol",
-            "--listen",
-            "0.0.0.0:0",
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-        ],
-    );
+    let mut server = lsvd.serve(&socket, &tls_off_loopback);
     let log = server.log();
     assert!(log.contains("without --tls-client-ca"), "{log}");
     assert!(!log.contains("--insecure"), "{log}");
