@@ -730,6 +730,13 @@ impl Server {
         self.child.as_ref().expect("server running").id() as i32
     }
 
+    /// Panics (showing the log) unless the server has printed every one of `needles`.
+    pub fn assert_log_mentions(&self, needles: &[&str]) {
+        let log = self.log();
+        let missing: Vec<&&str> = needles.iter().filter(|n| !log.contains(*n)).collect();
+        assert!(missing.is_empty(), "the log lacks {missing:?}:\n{log}");
+    }
+
     /// Everything the server printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
