@@ -107,6 +107,20 @@ impl Lcg {
     }
 }
 
+/// `lsvd replicate vol --to TARGET --follow` every 20 ms, its output in `log`.
+fn follow(lsvd: &Lsvd, target: &str, log: &std::path::Path) -> std::process::Child {
+    let args = [
+        "replicate",
+        "vol",
+        "--to",
+        target,
+        "--follow",
+        "--interval-ms",
+        "20",
+    ];
+    spawn_logging(&mut lsvd.cmd(args), log)
+}
+
 #[test]
 fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     require_tools(&["nbdsh"]);
@@ -138,21 +152,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     let mut rng = Lcg(0x5eed_0014);
     let mut prefixes = 0;
     for point in 0..20 {
-        let log = std::fs::File::create(dir.join(format!("replicate-{point}.log"))).expect("log");
-        let mut follow = lsvd
-            .cmd([
-                "replicate",
-                "vol",
-                "--to",
-                &target,
-                "--follow",
-                "--interval-ms",
-                "20",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn replicate --follow");
+        let mut follow = follow(&lsvd, &target, &dir.join(format!("replicate-{point}.log")));
         let_time_pass(Duration::from_millis(100 + rng.below(900)));
         follow.kill().expect("SIGKILL replicate --follow");
         let _ = follow.wait();
@@ -384,21 +384,7 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
         "2s",
     ];
     let target = store_url_for(&dir.join("replica"));
-    let log = std::fs::File::create(dir.join("follow.log")).expect("log");
-    let mut follow = lsvd
-        .cmd([
-            "replicate",
-            "vol",
-            "--to",
-            &target,
-            "--follow",
-            "--interval-ms",
-            "20",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn replicate --follow");
+    let mut follow = follow(&lsvd, &target, &dir.join("follow.log"));
 
     let mut rng = Lcg(0x5eed_0040);
     // Every write acknowledged (and the one in flight at each kill), cut back at each
