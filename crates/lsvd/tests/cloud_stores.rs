@@ -29,19 +29,19 @@
 mod common;
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use common::{Lsvd, TempDir, assert_files_equal, nbdcopy, require_tools, write_random_image};
+use common::store_checks::{
+    check_object_listing, keys, put_if_absent_race_has_one_winner, unique_store_url,
+};
+use common::{
+    Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, write_random_image,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::azure::AzureStore;
 use lsvd_store::cloud::ClientSettings;
 use lsvd_store::gcs::GcsStore;
-use lsvd_store::{DynStore, ListEntry, ObjectStore, PutMode, open_store, selftest};
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
+use lsvd_store::{DynStore, ObjectStore, PutMode, open_store, selftest};
 
 /// The bucket (`gs`) or container (`az`) of the running emulator, or `None` (after a
 /// loud message) when there is none and none is required.
@@ -50,15 +50,15 @@ fn container(scheme: &str, test: &str) -> Option<String> {
         "gs" => ("LSVD_TEST_GS_BUCKET", "scripts/with-fake-gcs.sh"),
         _ => ("LSVD_TEST_AZ_CONTAINER", "scripts/with-azurite.sh"),
     };
-    if let Some(c) = env(var) {
+    if let Some(c) = env_nonempty(var) {
         return Some(c);
     }
     let msg = format!(
         "{test}: needs the {scheme}:// emulator ({var} unset). Run: \
          {script} cargo test -p lsvd --test cloud_stores {scheme}_"
     );
-    let required =
-        env("LSVD_REQUIRE_CLOUD").is_some_and(|v| v.split(',').any(|s| s.trim() == scheme));
+    let required = env_nonempty("LSVD_REQUIRE_CLOUD")
+        .is_some_and(|v| v.split(',').any(|s| s.trim() == scheme));
     if required {
         panic!("{msg}\nNot skipped: LSVD_REQUIRE_CLOUD names {scheme}.");
     }
@@ -72,22 +72,8 @@ fn container(scheme: &str, test: &str) -> Option<String> {
     None
 }
 
-/// A fresh `SCHEME://CONTAINER/PREFIX` URL for one test.
 fn unique_url(scheme: &str, container: &str, test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{scheme}://{container}/t-{test}-{}-{nanos:x}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn keys(entries: &[ListEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.key.as_str()).collect()
+    unique_store_url(scheme, container, test)
 }
 
 fn sample(len: u32) -> Bytes {
@@ -278,16 +264,7 @@ async fn az_list_follows_pagination() {
         .await
         .expect("put");
     }
-    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-    let listed = s.list("vol/obj/").await.expect("list");
-    assert_eq!(listed.len(), N);
-    for (i, e) in listed.iter().enumerate() {
-        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
-        assert_eq!(e.size_bytes, (i % 5) as u64);
-    }
-    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    let listed = check_object_listing(&s, N, |i| i % 5).await;
     for e in listed {
         s.delete(&e.key).await.expect("delete");
     }
@@ -301,30 +278,7 @@ async fn az_put_if_absent_race_has_exactly_one_winner() {
         return;
     };
     let s = open_store(&unique_url("az", &c, "race")).expect("open");
-    for round in 0..5 {
-        let key = format!("race/{round}");
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..16u32 {
-            let s = s.clone();
-            let key = key.clone();
-            tasks.spawn(async move {
-                let data = Bytes::from(format!("writer {i} of round {round}"));
-                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
-                (data, r)
-            });
-        }
-        let mut winners = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            let (data, r) = r.expect("task");
-            match r {
-                Ok(()) => winners.push(data),
-                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
-        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
-        s.delete(&key).await.expect("delete");
-    }
+    put_if_absent_race_has_one_winner(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +349,8 @@ fn az_volume_served_over_nbd_survives_kill9_and_a_lost_data_dir() {
 /// Upload `data` as `name` through fake-gcs-server's JSON API (the writes
 /// `object_store` makes are the XML API's, which it lacks).
 fn seed_gcs(bucket: &str, name: &str, data: &[u8]) {
-    let base = env("LSVD_TEST_GS_BASE_URL").expect("with-fake-gcs.sh sets LSVD_TEST_GS_BASE_URL");
+    let base =
+        env_nonempty("LSVD_TEST_GS_BASE_URL").expect("with-fake-gcs.sh sets LSVD_TEST_GS_BASE_URL");
     let file = tempfile_with(data);
     let out = std::process::Command::new("curl")
         .args(["-sS", "--fail", "--max-time", "20", "-X", "POST"])

@@ -24,9 +24,11 @@ mod common;
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use common::store_checks::{
+    check_object_listing, keys, put_if_absent_race_has_one_winner, unique_store_url,
+};
 use common::{TempDir, env_nonempty, missing_s3_env, s3_required};
 use lsvd_core::error::ErrorKind;
 use lsvd_engine::{EngineConfig, create_volume, open_volume};
@@ -63,20 +65,7 @@ fn s3_bucket(test: &str) -> Option<String> {
 
 /// A fresh `s3://BUCKET/PREFIX` URL for one test.
 fn unique_url(bucket: &str, test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "s3://{bucket}/t-{test}-{}-{nanos:x}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn keys(entries: &[ListEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.key.as_str()).collect()
+    unique_store_url("s3", bucket, test)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,16 +193,7 @@ async fn list_follows_pagination() {
     while let Some(r) = tasks.join_next().await {
         r.expect("task").expect("put");
     }
-    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-    let listed = s.list("vol/obj/").await.expect("list");
-    assert_eq!(listed.len(), N);
-    for (i, e) in listed.iter().enumerate() {
-        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
-        assert_eq!(e.size_bytes, (i % 7) as u64);
-    }
-    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    let listed = check_object_listing(&*s, N, |i| i % 7).await;
     // Clean up (bounded concurrency).
     let mut tasks = tokio::task::JoinSet::new();
     for e in listed {
@@ -236,30 +216,7 @@ async fn put_if_absent_race_has_exactly_one_winner() {
         return;
     };
     let s = open_store(&unique_url(&bucket, "race")).expect("open");
-    for round in 0..5 {
-        let key = format!("race/{round}");
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..16u32 {
-            let s = s.clone();
-            let key = key.clone();
-            tasks.spawn(async move {
-                let data = Bytes::from(format!("writer {i} of round {round}"));
-                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
-                (data, r)
-            });
-        }
-        let mut winners = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            let (data, r) = r.expect("task");
-            match r {
-                Ok(()) => winners.push(data),
-                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
-        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
-        s.delete(&key).await.expect("delete");
-    }
+    put_if_absent_race_has_one_winner(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

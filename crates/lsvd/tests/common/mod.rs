@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod pki;
+pub mod store_checks;
 
 /// The binary under test.
 pub const LSVD: &str = env!("CARGO_BIN_EXE_lsvd");
