@@ -32,7 +32,8 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use common::store_checks::{
-    check_object_listing, keys, put_if_absent_race_has_one_winner, unique_store_url,
+    check_list_and_delete, check_object_listing, check_overwrite, keys,
+    put_if_absent_race_has_one_winner, unique_store_url,
 };
 use common::{
     Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, write_random_image,
@@ -200,48 +201,8 @@ async fn az_put_if_absent_ranges_list_delete() {
     assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
     check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
 
-    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
-        .await
-        .expect("put");
-    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
-        .await
-        .expect("overwrite");
-    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
-    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
-        .await
-        .expect("empty object");
-    assert_eq!(s.get("w/meta").await.expect("get"), b"");
-    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-
-    let all = s.list("").await.expect("list");
-    assert_eq!(
-        keys(&all),
-        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
-    );
-    assert_eq!((all[1].size_bytes, all[3].size_bytes), (10_000, 0));
-    assert_eq!(
-        keys(&s.list("v/obj/0001").await.expect("list")),
-        ["v/obj/0001.d"]
-    );
-    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
-    assert!(s.list("x/").await.expect("list").is_empty());
-
-    s.delete("v/obj/0001.d").await.expect("delete");
-    s.delete("v/obj/0001.d")
-        .await
-        .expect("delete missing is ok");
-    assert!(
-        s.get("v/obj/0001.d")
-            .await
-            .expect_err("gone")
-            .is_not_found()
-    );
-    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
-        s.delete(k).await.expect("delete");
-    }
-    assert!(s.list("").await.expect("list").is_empty());
+    check_overwrite(&*s).await;
+    check_list_and_delete(&*s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

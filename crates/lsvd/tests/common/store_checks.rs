@@ -76,3 +76,60 @@ pub async fn put_if_absent_race_has_one_winner(s: &DynStore) {
         s.delete(&key).await.expect("delete");
     }
 }
+
+/// `v/meta` put twice with `Overwrite`: the second body replaces the first.
+pub async fn check_overwrite(s: &dyn ObjectStore) {
+    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
+        .await
+        .expect("put");
+    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
+        .await
+        .expect("overwrite");
+    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+}
+
+/// With `v/meta` and the 10,000-byte `v/obj/0001.d` in `s`: puts an empty `w/meta`
+/// (read back) and a 3-byte `v/obj/0002.c`, then checks listings (all, by raw prefix,
+/// unused prefix: sorted, with sizes), then deletes (twice, the second a no-op) until
+/// the store is empty.
+pub async fn check_list_and_delete(s: &dyn ObjectStore) {
+    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
+        .await
+        .expect("empty object");
+    assert_eq!(s.get("w/meta").await.expect("get"), b"");
+    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
+        .await
+        .expect("put");
+
+    let all = s.list("").await.expect("list");
+    assert_eq!(
+        keys(&all),
+        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
+    );
+    assert_eq!((all[1].size_bytes, all[3].size_bytes), (10_000, 0));
+    assert_eq!(
+        keys(&s.list("v/").await.expect("list")),
+        ["v/meta", "v/obj/0001.d", "v/obj/0002.c"]
+    );
+    assert_eq!(
+        keys(&s.list("v/obj/0001").await.expect("list")),
+        ["v/obj/0001.d"]
+    );
+    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
+    assert!(s.list("x/").await.expect("list").is_empty());
+
+    s.delete("v/obj/0001.d").await.expect("delete");
+    s.delete("v/obj/0001.d")
+        .await
+        .expect("delete missing is ok");
+    assert!(
+        s.get("v/obj/0001.d")
+            .await
+            .expect_err("gone")
+            .is_not_found()
+    );
+    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
+        s.delete(k).await.expect("delete");
+    }
+    assert!(s.list("").await.expect("list").is_empty());
+}
