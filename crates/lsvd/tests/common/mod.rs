@@ -184,6 +184,20 @@ pub fn s3_required() -> Option<&'static str> {
     }
 }
 
+/// A test that cannot run here (`msg` says why and how to run it): a failure when
+/// `required` says why it must run, else a loud SKIPPED banner on stderr (straight
+/// there: libtest captures `eprintln!` of passing tests).
+pub fn skip_loudly(msg: &str, required: Option<String>) {
+    if let Some(why) = required {
+        panic!("{msg}\nNot skipped: {why}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{0}\nSKIPPED {msg}\n{0}",
+        "=".repeat(78)
+    );
+}
+
 /// Which of `names` are unset (or empty).
 pub fn missing_env(names: &[&'static str]) -> Vec<&'static str> {
     names
