@@ -28,12 +28,10 @@
 
 mod common;
 
-use std::ops::Range;
-
 use bytes::Bytes;
 use common::store_checks::{
-    check_list_and_delete, check_object_listing, check_overwrite, keys,
-    put_if_absent_race_has_one_winner, unique_store_url,
+    check_list_and_delete, check_object_listing, check_overwrite, check_ranges, keys,
+    put_if_absent_race_has_one_winner, sample, unique_store_url,
 };
 use common::{
     Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, skip_loudly,
@@ -68,35 +66,6 @@ fn container(scheme: &str, test: &str) -> Option<String> {
 
 fn unique_url(scheme: &str, container: &str, test: &str) -> String {
     unique_store_url(scheme, container, test)
-}
-
-fn sample(len: u32) -> Bytes {
-    (0..len).map(|i| (i * 31 % 251) as u8).collect()
-}
-
-/// Ranged reads of a 10,000-byte object `key` holding [`sample`]: inside, clamped at
-/// the end, past the end, empty; and a missing key is `NotFound` for every range.
-async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
-    let data = sample(10_000);
-    let cases: [(Range<u64>, &[u8]); 5] = [
-        (0..1, &data[0..1]),
-        (100..4196, &data[100..4196]),
-        (9_990..20_000, &data[9_990..]),
-        (10_000..10_100, &[]),
-        (50..50, &[]),
-    ];
-    for (r, want) in cases {
-        assert_eq!(
-            s.get_range(key, r.clone()).await.expect("range"),
-            want,
-            "range {r:?}"
-        );
-    }
-    for r in [0..10, 20_000..20_010, 5..5] {
-        let e = s.get_range(missing, r).await.expect_err("missing");
-        assert!(e.is_not_found(), "{e}");
-    }
-    assert!(s.get(missing).await.expect_err("missing").is_not_found());
 }
 
 // ---------------------------------------------------------------------------------

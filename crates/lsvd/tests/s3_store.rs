@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::store_checks::{
-    check_list_and_delete, check_object_listing, check_overwrite,
-    put_if_absent_race_has_one_winner, unique_store_url,
+    check_list_and_delete, check_object_listing, check_overwrite, check_ranges,
+    put_if_absent_race_has_one_winner, sample, unique_store_url,
 };
 use common::{TempDir, env_nonempty, missing_s3_env, s3_required, skip_loudly};
 use lsvd_core::error::ErrorKind;
@@ -70,37 +70,14 @@ async fn put_get_range_list_delete_round_trip() {
     let s = open_store(&url).expect("open");
     assert!(s.describe().starts_with(&url), "{}", s.describe());
 
-    let data: Bytes = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    let data = sample(10_000);
     s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
         .await
         .expect("put");
     assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
 
     // Ranged reads: inside, clamped at the end, past the end, empty.
-    let cases: [(Range<u64>, &[u8]); 5] = [
-        (0..1, &data[0..1]),
-        (100..4196, &data[100..4196]),
-        (9_990..20_000, &data[9_990..]),
-        (10_000..10_100, &[]),
-        (50..50, &[]),
-    ];
-    for (r, want) in cases {
-        assert_eq!(
-            s.get_range("v/obj/0001.d", r.clone()).await.expect("range"),
-            want,
-            "range {r:?}"
-        );
-    }
-    for r in [0..10, 20_000..20_010, 5..5] {
-        let e = s.get_range("v/missing", r).await.expect_err("missing");
-        assert!(e.is_not_found(), "{e}");
-    }
-    assert!(
-        s.get("v/missing")
-            .await
-            .expect_err("missing")
-            .is_not_found()
-    );
+    check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
 
     // Overwrite replaces; put-if-absent refuses.
     check_overwrite(&*s).await;

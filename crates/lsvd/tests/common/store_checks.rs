@@ -2,6 +2,7 @@
 //! Azure and GCS emulators in `cloud_stores.rs`): the same behaviour is asked of each,
 //! so it is written once.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
@@ -132,4 +133,34 @@ pub async fn check_list_and_delete(s: &dyn ObjectStore) {
         s.delete(k).await.expect("delete");
     }
     assert!(s.list("").await.expect("list").is_empty());
+}
+
+/// `len` bytes of a fixed pattern.
+pub fn sample(len: u32) -> Bytes {
+    (0..len).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+/// Ranged reads of a 10,000-byte object `key` holding [`sample`]: inside, clamped at
+/// the end, past the end, empty; and a missing key is `NotFound` for every range.
+pub async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
+    let data = sample(10_000);
+    let cases: [(Range<u64>, &[u8]); 5] = [
+        (0..1, &data[0..1]),
+        (100..4196, &data[100..4196]),
+        (9_990..20_000, &data[9_990..]),
+        (10_000..10_100, &[]),
+        (50..50, &[]),
+    ];
+    for (r, want) in cases {
+        assert_eq!(
+            s.get_range(key, r.clone()).await.expect("range"),
+            want,
+            "range {r:?}"
+        );
+    }
+    for r in [0..10, 20_000..20_010, 5..5] {
+        let e = s.get_range(missing, r).await.expect_err("missing");
+        assert!(e.is_not_found(), "{e}");
+    }
+    assert!(s.get(missing).await.expect_err("missing").is_not_found());
 }
