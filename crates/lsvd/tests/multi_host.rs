@@ -56,6 +56,20 @@ fn store_keys(store_dir: &Path) -> Vec<(String, u32)> {
     out
 }
 
+/// `lsvd serve v --standby` (with [`LEASE`]) on `socket`, once it says it stands by.
+fn start_standby(host: &Lsvd, socket: &Path) -> Server {
+    let mut args = vec!["v", "--standby"];
+    args.extend(LEASE);
+    let standby = host.spawn_serve(socket, &args);
+    let standing_by = || standby.log().contains("standing by");
+    assert!(
+        common::wait_until(Duration::from_secs(30), standing_by),
+        "the standby did not start waiting\n{}",
+        standby.log()
+    );
+    standby
+}
+
 /// Waits until `server` answers NBD; returns how long that took.
 fn wait_serving(server: &mut Server, within: Duration) -> Duration {
     let started = Instant::now();
@@ -130,16 +144,7 @@ fn a_standby_takes_over_a_clean_stop_at_once_with_every_acknowledged_write() {
         &holder.uri("v"),
         "h = connect()\nfor i in range(64):\n    h.pwrite(bytes([i + 1]) * 4096, i * 65536)\nh.flush()",
     );
-    let mut args = vec!["v", "--standby"];
-    args.extend(LEASE);
-    let mut standby = b.spawn_serve(&tmp.join("b.sock"), &args);
-    assert!(
-        common::wait_until(Duration::from_secs(30), || standby
-            .log()
-            .contains("standing by")),
-        "the standby did not start waiting\n{}",
-        standby.log()
-    );
+    let mut standby = start_standby(&b, &tmp.join("b.sock"));
     assert!(
         !tmp.join("b.sock").exists(),
         "a standby serves nothing before it holds the volume"
@@ -174,16 +179,7 @@ fn after_a_crash_the_standby_takes_over_when_the_lease_lapses_with_what_the_stor
         "h = connect()\nh.pwrite(b'S' * 8192, 0)\nh.flush()",
     );
     a.run_ok(&["sync", "v"]);
-    let mut args = vec!["v", "--standby"];
-    args.extend(LEASE);
-    let mut standby = b.spawn_serve(&tmp.join("b.sock"), &args);
-    assert!(
-        common::wait_until(Duration::from_secs(30), || standby
-            .log()
-            .contains("standing by")),
-        "{}",
-        standby.log()
-    );
+    let mut standby = start_standby(&b, &tmp.join("b.sock"));
     holder.kill9();
     let took = wait_serving(&mut standby, Duration::from_secs(30));
     eprintln!("takeover after SIGKILL: {took:?}");
