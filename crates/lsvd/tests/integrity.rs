@@ -151,9 +151,7 @@ fn a_corrupt_newest_checkpoint_file_falls_back_to_the_previous_one() {
         return;
     }
     let (dir, lsvd, socket) = new_volume("integrity_checkpoint", "32M");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xC4EC, 32 * MIB, 8);
+    let (image, scratch) = random_image_and_scratch(&dir, 0xC4EC, 32 * MIB);
     let args = ["vol", "--batch-size", "1M", "--checkpoint-every", "4"];
     let mut server = lsvd.serve(&socket, &args);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));

@@ -78,9 +78,7 @@ model.close()
 fn clean_stop_and_restart_keeps_every_byte() {
     require_tools(TOOLS);
     let (dir, lsvd, socket) = new_volume("clean_restart", "128M");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xA11CE, 128 * MIB, 8);
+    let (image, scratch) = random_image_and_scratch(&dir, 0xA11CE, 128 * MIB);
 
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));
@@ -121,9 +119,7 @@ fn volume_is_rebuilt_from_the_store_without_local_state() {
     let lsvd = Lsvd::with_store(&data1, &store);
     lsvd.create("vol", "128M");
     let socket = dir.join("nbd.sock");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xBEEF, 128 * MIB, 8);
+    let (image, scratch) = random_image_and_scratch(&dir, 0xBEEF, 128 * MIB);
 
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));
@@ -230,9 +226,7 @@ for i in range(32):
 fn sigkill_while_uploading_recovers_from_store_and_log() {
     require_tools(TOOLS);
     let (dir, lsvd, socket) = new_volume("sigkill_uploading", "128M");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xD00D, 128 * MIB, 8);
+    let (image, scratch) = random_image_and_scratch(&dir, 0xD00D, 128 * MIB);
     // Small batches: by the time of the crash part of the data is in objects, part only
     // in the write log (128 MiB written through a 64 MiB log), uploads in flight.
     let args = ["vol", "--batch-size", "4M", "--batch-timeout-ms", "100"];

@@ -999,6 +999,14 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// In `dir`: `image.raw`, `size` random bytes from `seed` with every 8th MiB zero
+/// ([`write_random_image`]), and the path `readback.raw` to read a volume back into.
+pub fn random_image_and_scratch(dir: &TempDir, seed: u64, size: u64) -> (PathBuf, PathBuf) {
+    let image = dir.join("image.raw");
+    write_random_image(&image, seed, size, 8);
+    (image, dir.join("readback.raw"))
+}
+
 /// Panics (naming the first differing offset) unless the files have equal contents.
 pub fn assert_files_equal(a: &Path, b: &Path) {
     let la = std::fs::metadata(a).expect("stat a").len();
