@@ -31,7 +31,7 @@ mod common;
 use bytes::Bytes;
 use common::store_checks::{
     check_list_and_delete, check_object_listing, check_overwrite, check_ranges, keys,
-    put_if_absent_race_has_one_winner, sample, unique_store_url,
+    open_described, put_if_absent_race_has_one_winner, sample, unique_store_url,
 };
 use common::{
     Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, skip_loudly,
@@ -66,6 +66,12 @@ fn container(scheme: &str, test: &str) -> Option<String> {
 
 fn unique_url(scheme: &str, container: &str, test: &str) -> String {
     unique_store_url(scheme, container, test)
+}
+
+/// A fresh URL (`tag` in its prefix) in the `scheme` emulator's container, or `None`
+/// as [`container`].
+fn emulator_url(scheme: &str, test: &str, tag: &str) -> Option<String> {
+    container(scheme, test).map(|c| unique_url(scheme, &c, tag))
 }
 
 // ---------------------------------------------------------------------------------
@@ -139,12 +145,10 @@ fn unknown_schemes_and_missing_credentials_are_one_line_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_put_if_absent_ranges_list_delete() {
-    let Some(c) = container("az", "az_put_if_absent_ranges_list_delete") else {
+    let Some(url) = emulator_url("az", "az_put_if_absent_ranges_list_delete", "roundtrip") else {
         return;
     };
-    let url = unique_url("az", &c, "roundtrip");
-    let s = open_store(&url).expect("open");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open");
 
     let data = sample(10_000);
     s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
@@ -169,10 +173,9 @@ async fn az_put_if_absent_ranges_list_delete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_list_follows_pagination() {
-    let Some(c) = container("az", "az_list_follows_pagination") else {
+    let Some(url) = emulator_url("az", "az_list_follows_pagination", "pages") else {
         return;
     };
-    let url = unique_url("az", &c, "pages");
     // Pages of 7 keys: 40 keys take six continuation tokens.
     let s = AzureStore::open(&url, &ClientSettings::default())
         .expect("open")
@@ -206,10 +209,9 @@ async fn az_put_if_absent_race_has_exactly_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_selftest_passes() {
-    let Some(c) = container("az", "az_selftest_passes") else {
+    let Some(url) = emulator_url("az", "az_selftest_passes", "selftest") else {
         return;
     };
-    let url = unique_url("az", &c, "selftest");
     let s = open_store(&url).expect("open");
     let report = selftest::run(&*s).await.expect("self-test passes");
     eprintln!("{report}");
@@ -304,12 +306,10 @@ fn prefix_of(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gs_selftest_refuses_fake_gcs_server() {
-    let Some(b) = container("gs", "gs_selftest_refuses_fake_gcs_server") else {
+    let Some(url) = emulator_url("gs", "gs_selftest_refuses_fake_gcs_server", "selftest") else {
         return;
     };
-    let url = unique_url("gs", &b, "selftest");
-    let s = open_store(&url).expect("open (no I/O)");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open (no I/O)");
     let e = selftest::run(&*s)
         .await
         .expect_err("fake-gcs-server cannot take writes");

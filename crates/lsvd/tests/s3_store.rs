@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use common::store_checks::{
-    check_list_and_delete, check_object_listing, check_overwrite, check_ranges,
+    check_list_and_delete, check_object_listing, check_overwrite, check_ranges, open_described,
     put_if_absent_race_has_one_winner, sample, unique_store_url,
 };
 use common::{TempDir, env_nonempty, missing_s3_env, s3_required, skip_loudly};
@@ -61,14 +61,17 @@ fn unique_url(bucket: &str, test: &str) -> String {
     unique_store_url("s3", bucket, test)
 }
 
+/// A fresh URL (`tag` in its prefix) in the test bucket, or `None` as [`s3_bucket`].
+fn s3_url(test: &str, tag: &str) -> Option<String> {
+    s3_bucket(test).map(|bucket| unique_url(&bucket, tag))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_range_list_delete_round_trip() {
-    let Some(bucket) = s3_bucket("put_get_range_list_delete_round_trip") else {
+    let Some(url) = s3_url("put_get_range_list_delete_round_trip", "roundtrip") else {
         return;
     };
-    let url = unique_url(&bucket, "roundtrip");
-    let s = open_store(&url).expect("open");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open");
 
     let data = sample(10_000);
     s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
@@ -145,10 +148,9 @@ async fn put_if_absent_race_has_exactly_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selftest_passes_on_the_server() {
-    let Some(bucket) = s3_bucket("selftest_passes_on_the_server") else {
+    let Some(url) = s3_url("selftest_passes_on_the_server", "selftest") else {
         return;
     };
-    let url = unique_url(&bucket, "selftest");
     // Through open_store (retrying decorator) and on the bare store.
     let s = open_store(&url).expect("open");
     let report = selftest::run(&*s).await.expect("self-test passes");
@@ -199,10 +201,9 @@ async fn selftest_fails_when_put_if_absent_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_never_appear_in_errors() {
-    let Some(bucket) = s3_bucket("credentials_never_appear_in_errors") else {
+    let Some(url) = s3_url("credentials_never_appear_in_errors", "creds") else {
         return;
     };
-    let url = unique_url(&bucket, "creds");
     let real_key = env_nonempty("AWS_ACCESS_KEY_ID").expect("checked");
     let real_secret = env_nonempty("AWS_SECRET_ACCESS_KEY").expect("checked");
     let wrong_secret = "WRONG-secret-canary-7f3a9c1e2b".to_string();
@@ -355,10 +356,9 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_overwrite_uses_multipart() {
-    let Some(bucket) = s3_bucket("large_overwrite_uses_multipart") else {
+    let Some(url) = s3_url("large_overwrite_uses_multipart", "multipart") else {
         return;
     };
-    let url = unique_url(&bucket, "multipart");
     let settings = S3Settings {
         multipart_threshold_bytes: 6 << 20,
         multipart_part_bytes: 5 << 20,
@@ -409,10 +409,9 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_round_trips_through_s3_alone() {
-    let Some(bucket) = s3_bucket("volume_round_trips_through_s3_alone") else {
+    let Some(url) = s3_url("volume_round_trips_through_s3_alone", "volume") else {
         return;
     };
-    let url = unique_url(&bucket, "volume");
     let store = open_store(&url).expect("open");
     selftest::run(&*store).await.expect("self-test");
     let config = EngineConfig {

@@ -23,6 +23,14 @@ pub fn unique_store_url(scheme: &str, container: &str, test: &str) -> String {
     )
 }
 
+/// `open_store(url)` (`what` names the open when it fails): a store that describes
+/// itself by its URL.
+pub fn open_described(url: &str, what: &str) -> DynStore {
+    let s = lsvd_store::open_store(url).expect(what);
+    assert!(s.describe().starts_with(url), "{}", s.describe());
+    s
+}
+
 /// The keys of a listing.
 pub fn keys(entries: &[ListEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.key.as_str()).collect()
