@@ -496,13 +496,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
 
 fn print_report(report: &ReplayReport, json: bool) -> Result<()> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).map_err(|e| {
-                Error::with_source(ErrorKind::Unsupported, "cannot encode JSON", e)
-            })?
-        );
-        return Ok(());
+        return crate::cli::print_json(report);
     }
     if let Some(p) = &report.precondition {
         println!(
