@@ -31,7 +31,7 @@ mod common;
 use bytes::Bytes;
 use common::store_checks::{
     check_list_and_delete, check_object_listing, check_overwrite, check_ranges, keys,
-    open_described, put_if_absent_race_has_one_winner, sample, unique_store_url,
+    open_described, put_if_absent_race_has_one_winner, put_sample, sample, unique_store_url,
 };
 use common::{
     Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, skip_loudly,
@@ -150,10 +150,7 @@ async fn az_put_if_absent_ranges_list_delete() {
     };
     let s = open_described(&url, "open");
 
-    let data = sample(10_000);
-    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
-        .await
-        .expect("put");
+    let data = put_sample(&*s, "v/obj/0001.d").await;
     // The second put-if-absent is refused, and the first body stays.
     let e = s
         .put(

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use common::store_checks::{
     check_list_and_delete, check_object_listing, check_overwrite, check_ranges, open_described,
-    put_if_absent_race_has_one_winner, sample, unique_store_url,
+    put_if_absent_race_has_one_winner, put_sample, unique_store_url,
 };
 use common::{TempDir, env_nonempty, missing_s3_env, s3_required, skip_loudly};
 use lsvd_core::error::ErrorKind;
@@ -73,10 +73,7 @@ async fn put_get_range_list_delete_round_trip() {
     };
     let s = open_described(&url, "open");
 
-    let data = sample(10_000);
-    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
-        .await
-        .expect("put");
+    let data = put_sample(&*s, "v/obj/0001.d").await;
     assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
 
     // Ranged reads: inside, clamped at the end, past the end, empty.

@@ -143,6 +143,15 @@ pub async fn check_list_and_delete(s: &dyn ObjectStore) {
     assert!(s.list("").await.expect("list").is_empty());
 }
 
+/// Puts the 10,000-byte [`sample`] as `key` (`IfAbsent`); returns it.
+pub async fn put_sample(s: &dyn ObjectStore, key: &str) -> Bytes {
+    let data = sample(10_000);
+    s.put(key, data.clone(), PutMode::IfAbsent)
+        .await
+        .expect("put");
+    data
+}
+
 /// `len` bytes of a fixed pattern.
 pub fn sample(len: u32) -> Bytes {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
