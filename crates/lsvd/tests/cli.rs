@@ -359,12 +359,7 @@ fn list_and_info_show_created_volumes() {
         );
     }
 
-    let out = lsvd.run_ok(&["info", "beta"]);
-    let text = stdout(&out);
-    assert!(
-        text.contains("beta") && text.contains("1073741824"),
-        "{text}"
-    );
+    lsvd.assert_stdout_mentions(&[(&["info", "beta"], &["beta", "1073741824"])]);
     let info = lsvd.info_json("gamma");
     for key in [
         "name",
@@ -635,12 +630,7 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     );
     let msg = assert_one_line_error(&lsvd.run(&["sync", "other"]), "sync, not served");
     assert!(msg.contains("not served here"), "{msg}");
-    let out = lsvd.run_ok(&["sync", "vol"]);
-    assert!(
-        stdout(&out).contains("is in the store"),
-        "{}",
-        show("sync", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["sync", "vol"], &["is in the store"])]);
     // Lose the server and its whole cache: the store alone has the data.
     server.kill9();
     for ext in ["wlog", "rcache", "rcache.slots"] {

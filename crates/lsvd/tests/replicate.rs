@@ -205,12 +205,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
         "{}",
         show("replicate", &done)
     );
-    let info = lsvd.run_ok(&["info", "vol"]);
-    assert!(
-        stdout(&info).contains("replica:"),
-        "{}",
-        show("info", &info)
-    );
+    lsvd.assert_stdout_mentions(&[(&["info", "vol"], &["replica:"])]);
     server.stop_clean();
     let source = served_versions(&lsvd, &socket);
     assert_eq!(source, vec![rounds; BLOCKS as usize]);
