@@ -681,12 +681,10 @@ fn resize_grows_and_shrinks_served_and_unserved_volumes() {
         }
     }
     // No server: the command opens the volume itself.
-    let out = lsvd.run_ok(&["resize", "vol", "--size", "16M"]);
-    assert!(
-        stdout(&out).contains("resized volume vol from 8.0 MiB to 16.0 MiB"),
-        "{}",
-        show("resize", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(
+        &["resize", "vol", "--size", "16M"],
+        &["resized volume vol from 8.0 MiB to 16.0 MiB"],
+    )]);
     assert_eq!(lsvd.info_json("vol")["size_bytes"], 16u64 << 20);
     // The resize is an object of its own: a data object with the new size.
     let objects = stdout(&lsvd.run_ok(&["inspect", "objects", "vol"]));
@@ -794,12 +792,7 @@ fn rename_moves_a_volume_with_its_snapshots() {
     ] {
         assert_one_line_error(&lsvd.run(bad), why);
     }
-    let out = lsvd.run_ok(&["rename", "vol", "new"]);
-    assert!(
-        stdout(&out).contains("renamed volume vol to new"),
-        "{}",
-        show("rename", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["rename", "vol", "new"], &["renamed volume vol to new"])]);
     let listed = stdout(&lsvd.run_ok(&["list"]));
     assert!(
         listed.contains("new\t16.0 MiB") && !listed.contains("vol\t"),
@@ -829,12 +822,10 @@ fn snapshots_are_served_read_only_next_to_the_volume() {
     let lsvd = Lsvd::new(dir.join("data"));
     lsvd.create("vol", "16M");
     // No server: the command opens the volume itself.
-    let out = lsvd.run_ok(&["snapshot", "create", "vol", "empty"]);
-    assert!(
-        stdout(&out).contains("created snapshot vol@empty"),
-        "{}",
-        show("create", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(
+        &["snapshot", "create", "vol", "empty"],
+        &["created snapshot vol@empty"],
+    )]);
     let socket = dir.join("nbd.sock");
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdsh(
@@ -948,12 +939,7 @@ fn clones_are_writable_and_isolated_from_their_parent() {
     );
     lsvd.run_ok(&["snapshot", "create", "vol", "s"]);
     server.stop_clean();
-    let out = lsvd.run_ok(&["clone", "vol@s", "c"]);
-    assert!(
-        stdout(&out).contains("writable clone of vol@s"),
-        "{}",
-        show("clone", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["clone", "vol@s", "c"], &["writable clone of vol@s"])]);
     for bad in [
         &["clone", "vol", "c2"][..],
         &["clone", "vol@s", "c"],

@@ -265,12 +265,7 @@ fn replicate_refuses_bad_targets_with_one_line() {
         );
     }
     // A volume never served replicates as what it is: empty.
-    let out = lsvd.run_ok(&["replicate", "vol", "--to", &target]);
-    assert!(
-        stdout(&out).contains("replicated vol"),
-        "{}",
-        show("replicate", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["replicate", "vol", "--to", &target], &["replicated vol"])]);
     let replica = Lsvd {
         data: dir.join("replica-data"),
         store: Some(target),
