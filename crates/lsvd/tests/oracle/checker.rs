@@ -6,6 +6,7 @@
 //! in that block's list: the base contents (position -1), a write, or, for zeros, one of
 //! the trims (or the base, if it was zero). See the crate docs for the rules.
 
+use super::Stats;
 use super::history::{Content, Record, Time};
 use super::stamp::Seen;
 
@@ -43,6 +44,38 @@ enum State {
 const MAX_REPORTED: usize = 25;
 
 /// Check `seen` (every block of the recovered disk) against `rec` under `rule`.
+/// Judges `seen` against `rec` under `rule` and counts it in `stats` (checks,
+/// acknowledged writes lost as the rule allows, blocks showing unacknowledged
+/// writes). An error led by `what` (which rule, where) listing the violations, the
+/// `extra` ones and the workload's `hangs`, if there are any.
+pub fn judge(
+    rec: &Record,
+    seen: &[Seen],
+    rule: Rule,
+    extra: Vec<String>,
+    hangs: &[String],
+    stats: &Stats,
+    what: &str,
+) -> Result<(), String> {
+    let r = check(rec, seen, rule);
+    stats.add(&format!("checks_{rule:?}"), 1);
+    stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
+    stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
+    let mut v = r.violations;
+    v.extend(extra);
+    v.extend(hangs.iter().map(|h| format!("hang: {h}")));
+    if v.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} ({} ops, {} flushes, {} store points):\n  - {}",
+        rec.ops.len(),
+        rec.flushes.len(),
+        rec.store_points.len(),
+        v.join("\n  - ")
+    ))
+}
+
 pub fn check(rec: &Record, seen: &[Seen], rule: Rule) -> CheckReport {
     let mut report = CheckReport::default();
     let v = &mut report.violations;

@@ -533,25 +533,8 @@ fn judge(
     stats: &Stats,
     label: &str,
 ) -> Result<(), String> {
-    let r = checker::check(rec, seen, rule);
-    stats.add(&format!("checks_{rule:?}"), 1);
-    stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-    stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
-    let mut v = r.violations;
-    for h in &out.hangs {
-        v.push(format!("hang: {h}"));
-    }
-    if v.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{label}: rule {rule:?} violated ({} ops, {} flushes, {} store points in the round):\n  - {}",
-            rec.ops.len(),
-            rec.flushes.len(),
-            rec.store_points.len(),
-            v.join("\n  - ")
-        ))
-    }
+    let what = format!("{label}: rule {rule:?} violated in the round");
+    checker::judge(rec, seen, rule, Vec::new(), &out.hangs, stats, &what)
 }
 
 /// The newest record the remaining objects hold, as recovery will compute it: the

@@ -190,26 +190,11 @@ pub async fn episode(
             }
         };
         let rec = hist.snapshot();
-        let r = checker::check(&rec, &seen, rule);
-        stats.add(&format!("checks_{rule:?}"), 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-        stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
+        let what = format!("rule {rule:?} violated");
+        if let Err(e) = checker::judge(&rec, &seen, rule, Vec::new(), &out.hangs, &stats, &what) {
             tmp.keep = true;
-            return Err(fail(
-                format!(
-                    "rule {rule:?} violated ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &server,
-            ));
+            return Err(fail(e, &notes, &server));
         }
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &server))?;

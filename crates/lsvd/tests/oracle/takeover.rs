@@ -575,27 +575,11 @@ pub async fn episode(
         let rec = hist.snapshot();
         let unanswered = rec.ops.iter().filter(|o| o.acked().is_none()).count();
         stats.add("requests_unanswered_at_crash", unanswered as u64);
-        let r = checker::check(&rec, &seen, Rule::CacheLost);
-        stats.add("checks_CacheLost", 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-        stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(extra_violations);
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
-            return Err(fail(
-                format!(
-                    "rule CacheLost violated after the takeover ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &hosts,
-            ));
-        }
+        let what = "rule CacheLost violated after the takeover";
+        let (rule, hangs) = (Rule::CacheLost, &out.hangs);
+        checker::judge(&rec, &seen, rule, extra_violations, hangs, &stats, what)
+            .map_err(|e| fail(e, &notes, &hosts))?;
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &hosts))?;
         // After a pause, the resumed holder must have deleted nothing the new one
@@ -1074,25 +1058,11 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
             .await
             .map_err(|e| fail(format!("reading the loser's disk: {e}"), &notes, &hosts))?;
         let rec = hist.snapshot();
-        let r = checker::check(&rec, &seen, Rule::CacheLost);
-        stats.add("checks_CacheLost", 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
-            return Err(fail(
-                format!(
-                    "rule CacheLost violated after the loser took over ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &hosts,
-            ));
-        }
+        let what = "rule CacheLost violated after the loser took over";
+        let (rule, hangs) = (Rule::CacheLost, &out.hangs);
+        checker::judge(&rec, &seen, rule, Vec::new(), hangs, &stats, what)
+            .map_err(|e| fail(e, &notes, &hosts))?;
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &hosts))?;
         note_gc(&hosts[loser], &stats, &mut gc_seen, true);
