@@ -620,16 +620,16 @@ mod tests {
             let s = v.status();
             s.uploads_pending == 0 && s.log_used_bytes == 0 && s.live_bytes == bytes
         };
-        for _ in 0..500 {
-            if volumes
+        let all_settled = || {
+            volumes
                 .iter()
                 .zip([3 * 4096u64, 64 << 10])
                 .all(|(v, b)| settled(v, b))
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        };
+        // The uploads run on the other worker meanwhile; the asserts below say what
+        // did not settle.
+        let limit = std::time::Duration::from_secs(30);
+        tokio::task::block_in_place(|| lsvd_store::clock::wait_real_time(limit, all_settled));
         let text = render(&volumes);
         for (v, bytes) in volumes.iter().zip([3 * 4096u64, 64 << 10]) {
             let name = &v.meta().name;

@@ -13,17 +13,14 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
-const WRITE: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
-    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
-    h.flush()\n";
+const WRITE: &str = CHAIN_WRITE;
+const CHECK: &str = CHAIN_CHECK;
 
-const CHECK: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
-    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
-    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
+/// Empties `dir` (a replaced drive): removed and made again.
+fn empty_dir(dir: &Path) {
+    std::fs::remove_dir_all(dir).expect("remove the dir");
+    std::fs::create_dir(dir).expect("make the dir again");
+}
 
 /// A volume `vol` written with [`WRITE`] and stopped cleanly, on a chain of two
 /// mirrored positions: `pos[i] = [copy, mirror]`.
@@ -31,6 +28,16 @@ struct Setup {
     dir: TempDir,
     lsvd: Lsvd,
     pos: Vec<[PathBuf; 2]>,
+}
+
+/// [`mirrored_volume`], or None (skipped) under `LSVD_TEST_STORE=s3`: a chain store
+/// is local directories.
+fn mirrored_volume_unless_s3(test: &str) -> Option<Setup> {
+    if skip_on_s3("chain: is local directories") {
+        return None;
+    }
+    require_tools(&["nbdsh"]);
+    Some(mirrored_volume(test))
 }
 
 fn mirrored_volume(test: &str) -> Setup {
@@ -96,11 +103,9 @@ fn problem_naming(out: &str, what: &str, dir: &Path) -> Option<String> {
 
 #[test]
 fn check_verifies_every_copy_of_a_mirrored_chain() {
-    if skip_on_s3("chain: is local directories") {
+    let Some(s) = mirrored_volume_unless_s3("chain_check") else {
         return;
-    }
-    require_tools(&["nbdsh"]);
-    let s = mirrored_volume("chain_check");
+    };
     let ok = stdout(&s.lsvd.run_ok(&["check", "vol"]));
     assert!(ok.contains("ok: no problems found"), "{ok}");
 
@@ -181,11 +186,9 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
-    if skip_on_s3("chain: is local directories") {
+    let Some(s) = mirrored_volume_unless_s3("chain_rebuild") else {
         return;
-    }
-    require_tools(&["nbdsh"]);
-    let s = mirrored_volume("chain_rebuild");
+    };
     let [a, a2] = &s.pos[0];
     let [b, b2] = &s.pos[1];
     let objects = data_objects(a);
@@ -193,8 +196,7 @@ fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
     let b_files = tree(b2).len();
     // A whole mirror directory emptied, one object's mirror copy gone, another's
     // first copy corrupt.
-    std::fs::remove_dir_all(b2).expect("empty b2");
-    std::fs::create_dir(b2).expect("make b2");
+    empty_dir(b2);
     std::fs::remove_file(a2.join("vol/obj").join(&objects[0])).expect("delete copy");
     flip_byte_near_end(&a.join("vol/obj").join(&objects[1]));
 
@@ -228,11 +230,9 @@ fn chain_rebuild_repairs_a_blank_mirror_a_missing_and_a_corrupt_copy() {
 /// `check` fails naming them), and `lsvd chain rebuild` still repairs them.
 #[test]
 fn read_only_commands_change_no_drive_and_rebuild_still_repairs() {
-    if skip_on_s3("chain: is local directories") {
+    let Some(s) = mirrored_volume_unless_s3("chain_read_only") else {
         return;
-    }
-    require_tools(&["nbdsh"]);
-    let s = mirrored_volume("chain_read_only");
+    };
     let [a, a2] = &s.pos[0];
     let [b, b2] = &s.pos[1];
     let objects = data_objects(a);
@@ -240,8 +240,7 @@ fn read_only_commands_change_no_drive_and_rebuild_still_repairs() {
     // A blank mirror directory (a replaced drive, which any read-write open rebuilds),
     // and an object missing from the first copy of its position (which a read-write
     // read writes back from the second).
-    std::fs::remove_dir_all(b2).expect("empty b2");
-    std::fs::create_dir(b2).expect("make b2");
+    empty_dir(b2);
     std::fs::remove_file(a.join("vol/obj").join(&objects[0])).expect("delete copy");
     let drives = [a, a2, b, b2];
     let trees = || drives.map(|d| tree(d));
@@ -302,11 +301,9 @@ fn read_only_commands_change_no_drive_and_rebuild_still_repairs() {
 
 #[test]
 fn chain_rebuild_refuses_while_a_server_uses_the_data_directory_and_reports_no_good_copy() {
-    if skip_on_s3("chain: is local directories") {
+    let Some(s) = mirrored_volume_unless_s3("chain_rebuild_refuse") else {
         return;
-    }
-    require_tools(&["nbdsh"]);
-    let s = mirrored_volume("chain_rebuild_refuse");
+    };
     let [a, a2] = &s.pos[0];
     let mut server = s
         .lsvd
@@ -338,11 +335,9 @@ fn chain_rebuild_refuses_while_a_server_uses_the_data_directory_and_reports_no_g
 
 #[test]
 fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
-    if skip_on_s3("chain: is local directories") {
+    let Some(mut s) = mirrored_volume_unless_s3("chain_add_drive") else {
         return;
-    }
-    require_tools(&["nbdsh"]);
-    let mut s = mirrored_volume("chain_add_drive");
+    };
     let old = s.lsvd.store.clone().expect("a chain store");
     let [c, c2] = ["c", "c2"].map(|n| s.dir.join(n));
 
@@ -350,7 +345,7 @@ fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
     let out = s
         .lsvd
         .run(&["chain", "add-drive", &c.display().to_string()]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("add-drive", &out));
+    usage_error(&out, "add-drive");
     assert!(
         stderr(&out).contains("DIR+MIRROR"),
         "{}",
@@ -365,7 +360,7 @@ fn chain_add_drive_prints_the_new_store_and_the_old_one_is_refused() {
 
     // The old --store is refused, saying why.
     let out = s.lsvd.run(&["list"]);
-    assert_eq!(out.status.code(), Some(2), "{}", show("list", &out));
+    usage_error(&out, "list");
     assert!(stderr(&out).contains("add-drive"), "{}", show("list", &out));
 
     // The new one serves the volume as it was.
@@ -402,16 +397,6 @@ fn chain_help_teaches_each_command() {
             ],
         ),
     ];
-    for (args, needles) in cases {
-        let out = lsvd.run(args);
-        let text = stdout(&out);
-        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
-        for n in *needles {
-            assert!(
-                text.contains(n),
-                "`lsvd {args:?}` should mention {n}:\n{text}"
-            );
-        }
-    }
+    lsvd.assert_stdout_mentions(cases);
     assert!(!dir.join("data").exists(), "--help created the data dir");
 }

@@ -21,17 +21,8 @@ fn data_objects(drive: &Path) -> usize {
     })
 }
 
-const WRITE: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
-    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
-    h.flush()\n";
-
-const CHECK: &str = "h = connect()\n\
-    pattern = bytes(range(256)) * 4096\n\
-    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
-    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
-    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
+const WRITE: &str = CHAIN_WRITE;
+const CHECK: &str = CHAIN_CHECK;
 
 #[test]
 fn volumes_on_a_chain_and_a_stripe_survive_losing_the_local_cache() {
@@ -110,7 +101,7 @@ fn bad_drive_urls_are_one_line_errors() {
         };
         let out = lsvd.run(&["list"]);
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{}", show(&url, &out));
+        usage_error(&out, &url);
         assert!(
             err.starts_with("lsvd: error: ") && err.trim_end().lines().count() == 1,
             "{}",

@@ -69,17 +69,7 @@ fn help_of_every_subcommand_lists_its_options() {
         (&["sync", "--help"], &["<NAME>", "control socket"]),
         (&["help", "serve"], &["--socket"]),
     ];
-    for (args, needles) in cases {
-        let out = lsvd.run(args);
-        let text = stdout(&out);
-        assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
-        for n in *needles {
-            assert!(
-                text.contains(n),
-                "`lsvd {args:?}` should mention {n}:\n{text}"
-            );
-        }
-    }
+    lsvd.assert_stdout_mentions(cases);
     let out = lsvd.run(&["--version"]);
     assert!(out.status.success() && stdout(&out).starts_with("lsvd "));
     // No subcommand: usage on stderr, non-zero exit, no panic.
@@ -174,10 +164,7 @@ fn missing_volumes_are_named_in_the_error() {
 
 #[test]
 fn bad_serve_options_are_refused() {
-    let dir = TempDir::new("cli_bad_serve");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_bad_serve", "16M");
     for (extra, needle) in [
         (vec!["--log-size", "1M"], "--log-size"),
         (
@@ -209,12 +196,7 @@ fn bad_serve_options_are_refused() {
     let mut cmd = lsvd.cmd(["serve", "vol", "--recovery-mode", "yolo"]);
     cmd.arg("--socket").arg(&socket);
     let out = run_timeout(&mut cmd, SHORT);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        show("serve bad mode", &out)
-    );
+    usage_error(&out, "serve bad mode");
     assert!(!stderr(&out).contains("panicked"));
 }
 
@@ -251,10 +233,7 @@ fn second_server_on_the_same_data_dir_or_socket_is_refused() {
 #[test]
 fn stale_socket_file_is_replaced() {
     require_tools(&["nbdinfo"]);
-    let dir = TempDir::new("cli_stale_sock");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_stale_sock", "16M");
     // A socket file left behind by a dead process: bound, never unlinked.
     drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind"));
     assert!(socket.exists());
@@ -380,12 +359,7 @@ fn list_and_info_show_created_volumes() {
         );
     }
 
-    let out = lsvd.run_ok(&["info", "beta"]);
-    let text = stdout(&out);
-    assert!(
-        text.contains("beta") && text.contains("1073741824"),
-        "{text}"
-    );
+    lsvd.assert_stdout_mentions(&[(&["info", "beta"], &["beta", "1073741824"])]);
     let info = lsvd.info_json("gamma");
     for key in [
         "name",
@@ -656,12 +630,7 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     );
     let msg = assert_one_line_error(&lsvd.run(&["sync", "other"]), "sync, not served");
     assert!(msg.contains("not served here"), "{msg}");
-    let out = lsvd.run_ok(&["sync", "vol"]);
-    assert!(
-        stdout(&out).contains("is in the store"),
-        "{}",
-        show("sync", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["sync", "vol"], &["is in the store"])]);
     // Lose the server and its whole cache: the store alone has the data.
     server.kill9();
     for ext in ["wlog", "rcache", "rcache.slots"] {
@@ -712,12 +681,10 @@ fn resize_grows_and_shrinks_served_and_unserved_volumes() {
         }
     }
     // No server: the command opens the volume itself.
-    let out = lsvd.run_ok(&["resize", "vol", "--size", "16M"]);
-    assert!(
-        stdout(&out).contains("resized volume vol from 8.0 MiB to 16.0 MiB"),
-        "{}",
-        show("resize", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(
+        &["resize", "vol", "--size", "16M"],
+        &["resized volume vol from 8.0 MiB to 16.0 MiB"],
+    )]);
     assert_eq!(lsvd.info_json("vol")["size_bytes"], 16u64 << 20);
     // The resize is an object of its own: a data object with the new size.
     let objects = stdout(&lsvd.run_ok(&["inspect", "objects", "vol"]));
@@ -825,12 +792,7 @@ fn rename_moves_a_volume_with_its_snapshots() {
     ] {
         assert_one_line_error(&lsvd.run(bad), why);
     }
-    let out = lsvd.run_ok(&["rename", "vol", "new"]);
-    assert!(
-        stdout(&out).contains("renamed volume vol to new"),
-        "{}",
-        show("rename", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["rename", "vol", "new"], &["renamed volume vol to new"])]);
     let listed = stdout(&lsvd.run_ok(&["list"]));
     assert!(
         listed.contains("new\t16.0 MiB") && !listed.contains("vol\t"),
@@ -860,12 +822,10 @@ fn snapshots_are_served_read_only_next_to_the_volume() {
     let lsvd = Lsvd::new(dir.join("data"));
     lsvd.create("vol", "16M");
     // No server: the command opens the volume itself.
-    let out = lsvd.run_ok(&["snapshot", "create", "vol", "empty"]);
-    assert!(
-        stdout(&out).contains("created snapshot vol@empty"),
-        "{}",
-        show("create", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(
+        &["snapshot", "create", "vol", "empty"],
+        &["created snapshot vol@empty"],
+    )]);
     let socket = dir.join("nbd.sock");
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdsh(
@@ -971,10 +931,7 @@ for op in (lambda: h.pwrite(b'x' * 512, 0), lambda: h.trim(512, 0), lambda: h.ze
 #[test]
 fn clones_are_writable_and_isolated_from_their_parent() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("cli_clone");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_clone", "16M");
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdsh(
         &server.uri("vol"),
@@ -982,12 +939,7 @@ fn clones_are_writable_and_isolated_from_their_parent() {
     );
     lsvd.run_ok(&["snapshot", "create", "vol", "s"]);
     server.stop_clean();
-    let out = lsvd.run_ok(&["clone", "vol@s", "c"]);
-    assert!(
-        stdout(&out).contains("writable clone of vol@s"),
-        "{}",
-        show("clone", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["clone", "vol@s", "c"], &["writable clone of vol@s"])]);
     for bad in [
         &["clone", "vol", "c2"][..],
         &["clone", "vol@s", "c"],
@@ -1048,10 +1000,7 @@ fn clones_are_writable_and_isolated_from_their_parent() {
 fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
     require_tools(&["nbdsh"]);
     for (round, delay_ms) in [0u64, 30, 120, 400].into_iter().enumerate() {
-        let dir = TempDir::new("cli_snapshot_kill");
-        let lsvd = Lsvd::new(dir.join("data"));
-        lsvd.create("vol", "64M");
-        let socket = dir.join("nbd.sock");
+        let (_dir, lsvd, socket) = new_volume("cli_snapshot_kill", "64M");
         let args = ["vol", "--batch-timeout-ms", "600000", "--batch-size", "64M"];
         let mut server = lsvd.serve(&socket, &args);
         nbdsh(
@@ -1064,7 +1013,7 @@ fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn snapshot create");
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        let_time_pass(std::time::Duration::from_millis(delay_ms));
         server.kill9();
         let _ = create.wait();
         let mut server = lsvd.serve(&socket, &args);
@@ -1091,10 +1040,7 @@ fn a_server_killed_during_snapshot_creation_leaves_it_whole_or_absent() {
 /// loaded machine; ten tries make that likelier.
 #[test]
 fn sigint_as_soon_as_the_socket_appears_stops_cleanly() {
-    let dir = TempDir::new("cli_early_sigint");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("cli_early_sigint", "16M");
     for _ in 0..10 {
         let mut server = lsvd.serve(&socket, &["vol", "--metrics", "127.0.0.1:0"]);
         let log = server.stop_clean();

@@ -28,20 +28,20 @@
 
 mod common;
 
-use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::Bytes;
-use common::{Lsvd, TempDir, assert_files_equal, nbdcopy, require_tools, write_random_image};
+use common::store_checks::{
+    check_list_and_delete, check_object_listing, check_overwrite, check_ranges, keys,
+    open_described, put_if_absent_race_has_one_winner, put_sample, sample, unique_store_url,
+};
+use common::{
+    Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, skip_loudly,
+    write_random_image,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::azure::AzureStore;
 use lsvd_store::cloud::ClientSettings;
 use lsvd_store::gcs::GcsStore;
-use lsvd_store::{DynStore, ListEntry, ObjectStore, PutMode, open_store, selftest};
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
+use lsvd_store::{DynStore, ObjectStore, PutMode, open_store, selftest};
 
 /// The bucket (`gs`) or container (`az`) of the running emulator, or `None` (after a
 /// loud message) when there is none and none is required.
@@ -50,73 +50,28 @@ fn container(scheme: &str, test: &str) -> Option<String> {
         "gs" => ("LSVD_TEST_GS_BUCKET", "scripts/with-fake-gcs.sh"),
         _ => ("LSVD_TEST_AZ_CONTAINER", "scripts/with-azurite.sh"),
     };
-    if let Some(c) = env(var) {
+    if let Some(c) = env_nonempty(var) {
         return Some(c);
     }
     let msg = format!(
         "{test}: needs the {scheme}:// emulator ({var} unset). Run: \
          {script} cargo test -p lsvd --test cloud_stores {scheme}_"
     );
-    let required =
-        env("LSVD_REQUIRE_CLOUD").is_some_and(|v| v.split(',').any(|s| s.trim() == scheme));
-    if required {
-        panic!("{msg}\nNot skipped: LSVD_REQUIRE_CLOUD names {scheme}.");
-    }
-    // Straight to stderr: libtest captures `eprintln!` of passing tests.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n{0}\nSKIPPED {msg}\n{0}",
-        "=".repeat(78)
-    );
+    let required = env_nonempty("LSVD_REQUIRE_CLOUD")
+        .is_some_and(|v| v.split(',').any(|s| s.trim() == scheme))
+        .then(|| format!("LSVD_REQUIRE_CLOUD names {scheme}."));
+    skip_loudly(&msg, required);
     None
 }
 
-/// A fresh `SCHEME://CONTAINER/PREFIX` URL for one test.
 fn unique_url(scheme: &str, container: &str, test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{scheme}://{container}/t-{test}-{}-{nanos:x}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    unique_store_url(scheme, container, test)
 }
 
-fn keys(entries: &[ListEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.key.as_str()).collect()
-}
-
-fn sample(len: u32) -> Bytes {
-    (0..len).map(|i| (i * 31 % 251) as u8).collect()
-}
-
-/// Ranged reads of a 10,000-byte object `key` holding [`sample`]: inside, clamped at
-/// the end, past the end, empty; and a missing key is `NotFound` for every range.
-async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
-    let data = sample(10_000);
-    let cases: [(Range<u64>, &[u8]); 5] = [
-        (0..1, &data[0..1]),
-        (100..4196, &data[100..4196]),
-        (9_990..20_000, &data[9_990..]),
-        (10_000..10_100, &[]),
-        (50..50, &[]),
-    ];
-    for (r, want) in cases {
-        assert_eq!(
-            s.get_range(key, r.clone()).await.expect("range"),
-            want,
-            "range {r:?}"
-        );
-    }
-    for r in [0..10, 20_000..20_010, 5..5] {
-        let e = s.get_range(missing, r).await.expect_err("missing");
-        assert!(e.is_not_found(), "{e}");
-    }
-    assert!(s.get(missing).await.expect_err("missing").is_not_found());
+/// A fresh URL (`tag` in its prefix) in the `scheme` emulator's container, or `None`
+/// as [`container`].
+fn emulator_url(scheme: &str, test: &str, tag: &str) -> Option<String> {
+    container(scheme, test).map(|c| unique_url(scheme, &c, tag))
 }
 
 // ---------------------------------------------------------------------------------
@@ -190,17 +145,12 @@ fn unknown_schemes_and_missing_credentials_are_one_line_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_put_if_absent_ranges_list_delete() {
-    let Some(c) = container("az", "az_put_if_absent_ranges_list_delete") else {
+    let Some(url) = emulator_url("az", "az_put_if_absent_ranges_list_delete", "roundtrip") else {
         return;
     };
-    let url = unique_url("az", &c, "roundtrip");
-    let s = open_store(&url).expect("open");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open");
 
-    let data = sample(10_000);
-    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
-        .await
-        .expect("put");
+    let data = put_sample(&*s, "v/obj/0001.d").await;
     // The second put-if-absent is refused, and the first body stays.
     let e = s
         .put(
@@ -214,56 +164,15 @@ async fn az_put_if_absent_ranges_list_delete() {
     assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
     check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
 
-    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
-        .await
-        .expect("put");
-    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
-        .await
-        .expect("overwrite");
-    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
-    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
-        .await
-        .expect("empty object");
-    assert_eq!(s.get("w/meta").await.expect("get"), b"");
-    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-
-    let all = s.list("").await.expect("list");
-    assert_eq!(
-        keys(&all),
-        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
-    );
-    assert_eq!((all[1].size_bytes, all[3].size_bytes), (10_000, 0));
-    assert_eq!(
-        keys(&s.list("v/obj/0001").await.expect("list")),
-        ["v/obj/0001.d"]
-    );
-    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
-    assert!(s.list("x/").await.expect("list").is_empty());
-
-    s.delete("v/obj/0001.d").await.expect("delete");
-    s.delete("v/obj/0001.d")
-        .await
-        .expect("delete missing is ok");
-    assert!(
-        s.get("v/obj/0001.d")
-            .await
-            .expect_err("gone")
-            .is_not_found()
-    );
-    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
-        s.delete(k).await.expect("delete");
-    }
-    assert!(s.list("").await.expect("list").is_empty());
+    check_overwrite(&*s).await;
+    check_list_and_delete(&*s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_list_follows_pagination() {
-    let Some(c) = container("az", "az_list_follows_pagination") else {
+    let Some(url) = emulator_url("az", "az_list_follows_pagination", "pages") else {
         return;
     };
-    let url = unique_url("az", &c, "pages");
     // Pages of 7 keys: 40 keys take six continuation tokens.
     let s = AzureStore::open(&url, &ClientSettings::default())
         .expect("open")
@@ -278,16 +187,7 @@ async fn az_list_follows_pagination() {
         .await
         .expect("put");
     }
-    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-    let listed = s.list("vol/obj/").await.expect("list");
-    assert_eq!(listed.len(), N);
-    for (i, e) in listed.iter().enumerate() {
-        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
-        assert_eq!(e.size_bytes, (i % 5) as u64);
-    }
-    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    let listed = check_object_listing(&s, N, |i| i % 5).await;
     for e in listed {
         s.delete(&e.key).await.expect("delete");
     }
@@ -301,38 +201,14 @@ async fn az_put_if_absent_race_has_exactly_one_winner() {
         return;
     };
     let s = open_store(&unique_url("az", &c, "race")).expect("open");
-    for round in 0..5 {
-        let key = format!("race/{round}");
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..16u32 {
-            let s = s.clone();
-            let key = key.clone();
-            tasks.spawn(async move {
-                let data = Bytes::from(format!("writer {i} of round {round}"));
-                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
-                (data, r)
-            });
-        }
-        let mut winners = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            let (data, r) = r.expect("task");
-            match r {
-                Ok(()) => winners.push(data),
-                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
-        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
-        s.delete(&key).await.expect("delete");
-    }
+    put_if_absent_race_has_one_winner(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn az_selftest_passes() {
-    let Some(c) = container("az", "az_selftest_passes") else {
+    let Some(url) = emulator_url("az", "az_selftest_passes", "selftest") else {
         return;
     };
-    let url = unique_url("az", &c, "selftest");
     let s = open_store(&url).expect("open");
     let report = selftest::run(&*s).await.expect("self-test passes");
     eprintln!("{report}");
@@ -395,7 +271,8 @@ fn az_volume_served_over_nbd_survives_kill9_and_a_lost_data_dir() {
 /// Upload `data` as `name` through fake-gcs-server's JSON API (the writes
 /// `object_store` makes are the XML API's, which it lacks).
 fn seed_gcs(bucket: &str, name: &str, data: &[u8]) {
-    let base = env("LSVD_TEST_GS_BASE_URL").expect("with-fake-gcs.sh sets LSVD_TEST_GS_BASE_URL");
+    let base =
+        env_nonempty("LSVD_TEST_GS_BASE_URL").expect("with-fake-gcs.sh sets LSVD_TEST_GS_BASE_URL");
     let file = tempfile_with(data);
     let out = std::process::Command::new("curl")
         .args(["-sS", "--fail", "--max-time", "20", "-X", "POST"])
@@ -426,12 +303,10 @@ fn prefix_of(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gs_selftest_refuses_fake_gcs_server() {
-    let Some(b) = container("gs", "gs_selftest_refuses_fake_gcs_server") else {
+    let Some(url) = emulator_url("gs", "gs_selftest_refuses_fake_gcs_server", "selftest") else {
         return;
     };
-    let url = unique_url("gs", &b, "selftest");
-    let s = open_store(&url).expect("open (no I/O)");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open (no I/O)");
     let e = selftest::run(&*s)
         .await
         .expect_err("fake-gcs-server cannot take writes");

@@ -155,92 +155,173 @@ use oracle::{Plan, run_plan};
 /// Crash points per episode (one volume lives through them).
 const ROUNDS: u32 = 5;
 
-#[test]
-fn power_loss() {
-    let plan = Plan::new("power_loss", 0x5eed_0002, 100, ROUNDS);
-    run_plan(plan, "power loss, cache intact", |seed, rounds, stats| {
-        inproc::episode(Kind::PowerLoss, seed, rounds, stats)
-    });
+/// One `#[test]` per crash kind: `name`, its default seed, crash points and rounds
+/// (see [`Plan::new`]), what it crashes, and the episode it runs.
+macro_rules! crash_kind_test {
+    ($name:ident, $seed:expr, $points:expr, $rounds:expr, $what:expr, $episode:expr) => {
+        #[test]
+        fn $name() {
+            let plan = Plan::new(stringify!($name), $seed, $points, $rounds);
+            run_plan(plan, $what, $episode);
+        }
+    };
 }
 
-#[test]
-fn store_faults() {
-    let plan = Plan::new("store_faults", 0x5eed_0003, 20, ROUNDS);
-    run_plan(
-        plan,
-        "store faults + crash, cache intact and cache lost",
-        |seed, rounds, stats| inproc::episode(Kind::StoreFaults, seed, rounds, stats),
-    );
+crash_kind_test!(
+    power_loss,
+    0x5eed_0002,
+    100,
+    ROUNDS,
+    "power loss, cache intact",
+    |seed, rounds, stats| { inproc::episode(Kind::PowerLoss, seed, rounds, stats) }
+);
+crash_kind_test!(
+    store_faults,
+    0x5eed_0003,
+    20,
+    ROUNDS,
+    "store faults + crash, cache intact and cache lost",
+    |seed, rounds, stats| { inproc::episode(Kind::StoreFaults, seed, rounds, stats) }
+);
+crash_kind_test!(
+    cache_lost,
+    0x5eed_0004,
+    30,
+    ROUNDS,
+    "cache device lost (in process)",
+    |seed, rounds, stats| { inproc::episode(Kind::CacheLost, seed, rounds, stats) }
+);
+crash_kind_test!(
+    recovery_crash,
+    0x5eed_0005,
+    50,
+    ROUNDS,
+    "crash during recovery, then recovery again",
+    |seed, rounds, stats| { inproc::episode(Kind::RecoveryCrash, seed, rounds, stats) }
+);
+crash_kind_test!(
+    process_sigkill,
+    0x5eed_0001,
+    40,
+    ROUNDS,
+    "SIGKILL of lsvd serve, cache intact",
+    |seed, rounds, stats| { proc_kinds::episode(ProcKind::Kill, seed, rounds, stats) }
+);
+crash_kind_test!(
+    process_cache_deleted,
+    0x5eed_0006,
+    20,
+    ROUNDS,
+    "SIGKILL of lsvd serve, write log deleted",
+    |seed, rounds, stats| { proc_kinds::episode(ProcKind::CacheDeleted, seed, rounds, stats) }
+);
+crash_kind_test!(
+    takeover_sigkill,
+    0x5eed_0007,
+    10,
+    ROUNDS,
+    "SIGKILL of the holder, a standby takes over, cache lost",
+    |seed, rounds, stats| { takeover::episode(TakeoverKind::Kill, seed, rounds, stats) }
+);
+crash_kind_test!(
+    takeover_sigstop,
+    0x5eed_0008,
+    8,
+    4,
+    "SIGSTOP of the holder, a standby takes over, SIGCONT: fenced; cache lost",
+    |seed, rounds, stats| { takeover::episode(TakeoverKind::Stop, seed, rounds, stats) }
+);
+crash_kind_test!(
+    two_servers_race,
+    0x5eed_0009,
+    12,
+    4,
+    "two servers started at once (one may be a standby), winner SIGKILLed, cache lost",
+    takeover::race_episode
+);
+
+/// The regression tests below run on a two-thread runtime.
+fn block_on<F: std::future::Future>(test: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(test)
 }
 
-#[test]
-fn cache_lost() {
-    let plan = Plan::new("cache_lost", 0x5eed_0004, 30, ROUNDS);
-    run_plan(
-        plan,
-        "cache device lost (in process)",
-        |seed, rounds, stats| inproc::episode(Kind::CacheLost, seed, rounds, stats),
-    );
+/// Two hosts on one new 16M volume in `tmp`, with a 1 s lease: `a` created (not
+/// started), `b` attached to the same store.
+fn two_hosts_with_short_lease(
+    tmp: &oracle::TempDir,
+) -> (oracle::process::Server, oracle::process::Server) {
+    use oracle::process::{Server, ServerArgs};
+    let store = tmp.path().join("store");
+    let args = ServerArgs {
+        batch_size: "1M".into(),
+        batch_timeout_ms: 100,
+        uploads: 1,
+        read_cache_size: "0".into(),
+        gc_start: 0.0,
+        gc_policy: "greedy".into(),
+        log_free_target: "all".into(),
+        gc_headroom: "auto".into(),
+    };
+    let lease = vec!["--lease-timeout".to_string(), "1s".to_string()];
+    let mut a = Server::create(&tmp.path().join("a"), &store, "16M", args.clone())
+        .expect("create the volume");
+    a.extra = lease.clone();
+    let mut b = Server::attach(&tmp.path().join("b"), &store, args, "b");
+    b.extra = lease;
+    (a, b)
 }
 
-#[test]
-fn recovery_crash() {
-    let plan = Plan::new("recovery_crash", 0x5eed_0005, 50, ROUNDS);
-    run_plan(
-        plan,
-        "crash during recovery, then recovery again",
-        |seed, rounds, stats| inproc::episode(Kind::RecoveryCrash, seed, rounds, stats),
-    );
+/// Starts `b` as a standby and waits (up to 30 s) until it says it stands by.
+async fn start_standby(b: &mut oracle::process::Server) {
+    b.spawn_with(&["--standby"]).expect("start the standby");
+    let standing_by = || b.log().contains("standing by");
+    common::wait_until_async(std::time::Duration::from_secs(30), standing_by).await;
 }
 
-#[test]
-fn process_sigkill() {
-    let plan = Plan::new("process_sigkill", 0x5eed_0001, 40, ROUNDS);
-    run_plan(
-        plan,
-        "SIGKILL of lsvd serve, cache intact",
-        |seed, rounds, stats| proc_kinds::episode(ProcKind::Kill, seed, rounds, stats),
-    );
+/// The engine settings of the regression tests: batches of `batch_size_bytes` sealed
+/// after `batch_timeout_ms`, a 16 MiB write log, the rest default.
+fn small_batches(batch_size_bytes: u64, batch_timeout_ms: u64) -> lsvd_engine::EngineConfig {
+    lsvd_engine::EngineConfig {
+        batch_size_bytes,
+        batch_timeout_ms,
+        log_size_bytes: 16 << 20,
+        ..lsvd_engine::EngineConfig::default()
+    }
 }
 
-#[test]
-fn process_cache_deleted() {
-    let plan = Plan::new("process_cache_deleted", 0x5eed_0006, 20, ROUNDS);
-    run_plan(
-        plan,
-        "SIGKILL of lsvd serve, write log deleted",
-        |seed, rounds, stats| proc_kinds::episode(ProcKind::CacheDeleted, seed, rounds, stats),
-    );
-}
+/// A new volume `v` of `size` bytes on an in-memory store behind a [`FaultyStore`]
+/// (returned, to inject faults), opened with `config` on a new faulty cache.
+async fn open_on_faulty_store(
+    size: u64,
+    config: lsvd_engine::EngineConfig,
+) -> (
+    std::sync::Arc<lsvd_store::faulty::FaultyStore>,
+    std::sync::Arc<lsvd_engine::Volume>,
+) {
+    use std::sync::Arc;
 
-#[test]
-fn takeover_sigkill() {
-    let plan = Plan::new("takeover_sigkill", 0x5eed_0007, 10, ROUNDS);
-    run_plan(
-        plan,
-        "SIGKILL of the holder, a standby takes over, cache lost",
-        |seed, rounds, stats| takeover::episode(TakeoverKind::Kill, seed, rounds, stats),
-    );
-}
+    use lsvd_engine::cache_dev::CacheDevice;
+    use lsvd_engine::cache_dev::faulty::FaultyCache;
+    use lsvd_store::DynStore;
+    use lsvd_store::faulty::{FaultPlan, FaultyStore};
+    use lsvd_store::mem::MemStore;
 
-#[test]
-fn takeover_sigstop() {
-    let plan = Plan::new("takeover_sigstop", 0x5eed_0008, 8, 4);
-    run_plan(
-        plan,
-        "SIGSTOP of the holder, a standby takes over, SIGCONT: fenced; cache lost",
-        |seed, rounds, stats| takeover::episode(TakeoverKind::Stop, seed, rounds, stats),
-    );
-}
-
-#[test]
-fn two_servers_race() {
-    let plan = Plan::new("two_servers_race", 0x5eed_0009, 12, 4);
-    run_plan(
-        plan,
-        "two servers started at once (one may be a standby), winner SIGKILLed, cache lost",
-        takeover::race_episode,
-    );
+    let base: DynStore = Arc::new(MemStore::new());
+    lsvd_engine::create_volume(&base, "v", size)
+        .await
+        .expect("create");
+    let store = Arc::new(FaultyStore::new(base, FaultPlan::default(), 1));
+    let s: DynStore = store.clone();
+    let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
+    let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
+        .await
+        .expect("open");
+    (store, vol)
 }
 
 /// Engine bug found by `takeover_sigstop` (episode seed 0x232de0e9569247fe, crash point
@@ -262,52 +343,24 @@ fn engine_bug_a_holder_resumed_after_four_renewals_of_the_new_one_is_not_fenced(
     use std::time::Duration;
 
     use oracle::TempDir;
-    use oracle::process::{Server, ServerArgs};
     use oracle::stamp::{BLOCK, write_data};
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let tmp = TempDir::new("bug-fence");
-        let store = tmp.path().join("store");
-        let args = ServerArgs {
-            batch_size: "1M".into(),
-            batch_timeout_ms: 100,
-            uploads: 1,
-            read_cache_size: "0".into(),
-            gc_start: 0.0,
-            gc_policy: "greedy".into(),
-            log_free_target: "all".into(),
-            gc_headroom: "auto".into(),
-        };
-        let lease = vec!["--lease-timeout".to_string(), "1s".to_string()];
-        let mut a = Server::create(&tmp.path().join("a"), &store, "16M", args.clone())
-            .expect("create the volume");
-        a.extra = lease.clone();
-        let mut b = Server::attach(&tmp.path().join("b"), &store, args, "b");
-        b.extra = lease;
+        let (mut a, mut b) = two_hosts_with_short_lease(&tmp);
         let conns = a.start(1).await.expect("host a serves");
         conns[0]
             .write(0, &write_data(0, 1, 1), true)
             .await
             .expect("a write before the pause");
-        b.spawn_with(&["--standby"]).expect("start the standby");
-        for _ in 0..1500 {
-            if b.log().contains("standing by") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        start_standby(&mut b).await;
         assert!(a.signal(libc::SIGSTOP), "pause host a");
         let b_conns = b
             .connect_within(1, Duration::from_secs(30))
             .await
             .expect("the standby takes over");
         // The new holder renews every third of its lease: four renewals in 1.33 s.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        common::let_time_pass_async(Duration::from_secs(3)).await;
         assert!(a.signal(libc::SIGCONT), "resume host a");
         let late = tokio::time::timeout(
             Duration::from_secs(20),
@@ -350,46 +403,22 @@ fn engine_bug_answers_decided_before_a_pause_are_sent_after_the_takeover() {
     use std::time::{Duration, Instant};
 
     use oracle::TempDir;
-    use oracle::process::{Server, ServerArgs};
     use oracle::stamp::{BLOCK, write_data};
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let mut late_total = Vec::new();
         // Before the fix, 2 to 12 attempts showed it; as a regression test, 8 (20 with
         // LSVD_ORACLE_POINTS set, as for the long runs).
-        let attempts = if std::env::var("LSVD_ORACLE_POINTS").is_ok() { 20 } else { 8 };
+        let attempts = if std::env::var("LSVD_ORACLE_POINTS").is_ok() {
+            20
+        } else {
+            8
+        };
         for attempt in 0..attempts {
             let tmp = TempDir::new("bug-late-answers");
-            let store = tmp.path().join("store");
-            let args = ServerArgs {
-                batch_size: "1M".into(),
-                batch_timeout_ms: 100,
-                uploads: 1,
-                read_cache_size: "0".into(),
-                gc_start: 0.0,
-                gc_policy: "greedy".into(),
-                log_free_target: "all".into(),
-                gc_headroom: "auto".into(),
-            };
-            let lease = vec!["--lease-timeout".to_string(), "1s".to_string()];
-            let mut a = Server::create(&tmp.path().join("a"), &store, "16M", args.clone())
-                .expect("create the volume");
-            a.extra = lease.clone();
-            let mut b = Server::attach(&tmp.path().join("b"), &store, args, "b");
-            b.extra = lease;
+            let (mut a, mut b) = two_hosts_with_short_lease(&tmp);
             let conns = a.start(2).await.expect("host a serves");
-            b.spawn_with(&["--standby"]).expect("start the standby");
-            for _ in 0..1500 {
-                if b.log().contains("standing by") {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            start_standby(&mut b).await;
             // 32 clients write (and now and then FLUSH) as fast as they are
             // answered; the 300th answer pauses A, and they send nothing more.
             let pause = Arc::new(a.signaller(libc::SIGSTOP));
@@ -408,8 +437,12 @@ fn engine_bug_answers_decided_before_a_pause_are_sent_after_the_takeover() {
                         let r = if i.is_multiple_of(7) {
                             c.flush().await
                         } else {
-                            c.write(block * BLOCK as u64, &write_data(block, 4, w << 32 | i), false)
-                                .await
+                            c.write(
+                                block * BLOCK as u64,
+                                &write_data(block, 4, w << 32 | i),
+                                false,
+                            )
+                            .await
                         };
                         out.push((r.is_ok(), Instant::now()));
                         if answers.fetch_add(1, Ordering::SeqCst) + 1 == 300
@@ -421,14 +454,14 @@ fn engine_bug_answers_decided_before_a_pause_are_sent_after_the_takeover() {
                     out
                 }));
             }
-            while !paused.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            let every = Duration::from_millis(1);
+            common::wait_every_async(every, common::NO_LIMIT, || paused.load(Ordering::SeqCst))
+                .await;
             let b_conns = b
                 .connect_within(1, Duration::from_secs(30))
                 .await
                 .expect("the standby takes over");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            common::let_ms_pass(200).await;
             let resumed = Instant::now();
             assert!(a.signal(libc::SIGCONT), "resume host a");
             let mut late = 0;
@@ -472,29 +505,18 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
     use std::time::Duration;
 
     use lsvd_core::format::object::ObjectKind;
-    use lsvd_engine::EngineConfig;
     use lsvd_engine::cache_dev::CacheDevice;
     use lsvd_engine::cache_dev::faulty::FaultyCache;
     use lsvd_engine::keys::{object_key, parse_object_name};
     use lsvd_store::mem::MemStore;
     use lsvd_store::{DynStore, PutMode};
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let store: DynStore = Arc::new(MemStore::new());
         lsvd_engine::create_volume(&store, "v", 16 << 20)
             .await
             .expect("create");
-        let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 5,
-            log_size_bytes: 16 << 20,
-            ..EngineConfig::default()
-        };
+        let config = small_batches(64 << 10, 5);
         // A new cache device for every open: each recovers from the store alone.
         let open = |n: u32| {
             let (store, config) = (store.clone(), config.clone());
@@ -505,13 +527,7 @@ fn engine_bug_a_hole_in_the_history_is_vouched_for_two_claims_later() {
         };
         let (vol, first) = open(1).await.expect("first open");
         vol.write(0, vec![1u8; 4096], true).await.expect("write");
-        for _ in 0..500 {
-            let st = vol.status();
-            if st.log_used_bytes == 0 && st.uploads_pending == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        inproc::wait_drained(&vol, Duration::from_secs(5)).await;
         vol.crash();
         // An upload past a gap that landed: the next object but one, of the first
         // session's epoch (the bytes do not matter, it is never read).
@@ -586,12 +602,7 @@ fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused()
         }
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    block_on(async {
         let base: DynStore = Arc::new(MemStore::new());
         lsvd_engine::create_volume(&base, "v", 16 << 20)
             .await
@@ -648,40 +659,16 @@ fn engine_bug_a_recovery_stopped_at_its_claim_leaves_its_own_write_log_refused()
 /// not leave them waiting forever for uploads that have stopped.
 #[test]
 fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use lsvd_engine::EngineConfig;
-    use lsvd_engine::cache_dev::CacheDevice;
-    use lsvd_engine::cache_dev::faulty::FaultyCache;
-    use lsvd_store::DynStore;
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
-    use lsvd_store::mem::MemStore;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let base: DynStore = Arc::new(MemStore::new());
-        lsvd_engine::create_volume(&base, "v", 64 << 20)
-            .await
-            .expect("create");
-        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
-        let cache = FaultyCache::new(16 << 20);
+    block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 256 << 10,
-            batch_timeout_ms: 20,
-            log_size_bytes: 16 << 20,
             checkpoint_every_objects: 3,
-            ..EngineConfig::default()
+            ..small_batches(256 << 10, 20)
         };
-        let s: DynStore = store.clone();
-        let c: Arc<dyn CacheDevice> = cache.clone();
-        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
-            .await
-            .expect("open");
+        let (store, vol) = open_on_faulty_store(64 << 20, config).await;
         // The store goes away once the volume is open (an open claims the volume in
         // the store, so it needs the store).
         store.set_outage(true);
@@ -693,7 +680,8 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
                 v.write(i * (512 << 10), vec![7u8; 512 << 10], false).await
             }));
         }
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Nothing finishes while the log is full: 1.5 s for writes to land if they could.
+        common::let_time_pass_async(Duration::from_millis(1500)).await;
         let done = tasks.iter().filter(|t| t.is_finished()).count();
         assert!(done < tasks.len(), "writes should be stalled on a full log");
         vol.crash();
@@ -716,67 +704,35 @@ fn regression_writes_waiting_for_log_space_fail_after_a_crash() {
 /// when their object was deleted under them.
 #[test]
 fn engine_bug_read_racing_gc_deletion_fails() {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use lsvd_core::gc::GcConfig;
     use lsvd_engine::EngineConfig;
-    use lsvd_engine::cache_dev::CacheDevice;
-    use lsvd_engine::cache_dev::faulty::FaultyCache;
-    use lsvd_store::DynStore;
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
-    use lsvd_store::mem::MemStore;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let base: DynStore = Arc::new(MemStore::new());
-        lsvd_engine::create_volume(&base, "v", 16 << 20)
-            .await
-            .expect("create");
-        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
+    block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 20,
-            log_size_bytes: 16 << 20,
             checkpoint_every_objects: 3,
             gc: GcConfig {
                 start_utilization: 0.9,
                 stop_utilization: 0.95,
                 ..GcConfig::default()
             },
-            ..EngineConfig::default()
+            ..small_batches(64 << 10, 20)
         };
-        let s: DynStore = store.clone();
-        let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
-        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
-            .await
-            .expect("open");
-        let drained = |v: Arc<lsvd_engine::Volume>| async move {
-            for _ in 0..500 {
-                let st = v.status();
-                if st.log_used_bytes == 0 && st.uploads_pending == 0 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            panic!("uploads did not drain");
-        };
+        let (store, vol) = open_on_faulty_store(16 << 20, config).await;
         // Object A: 16 blocks. Then overwrite 15 of them: A is 1/16 live, a GC victim.
         vol.write(0, vec![1u8; 64 << 10], true)
             .await
             .expect("write");
-        drained(vol.clone()).await;
+        let drained = inproc::wait_drained(&vol, Duration::from_secs(30)).await;
+        assert!(drained, "uploads did not drain");
         store.set_get_delay_ms(1500);
         let reader = {
             let v = vol.clone();
             tokio::spawn(async move { v.read(0, 4096).await })
         };
         // The read's GET is now waiting out its delay; everything else is fast.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        common::let_ms_pass(50).await;
         store.set_get_delay_ms(0);
         vol.write(4096, vec![2u8; 60 << 10], true)
             .await
@@ -810,48 +766,20 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
 
     use lsvd_core::gc::GcConfig;
     use lsvd_engine::EngineConfig;
-    use lsvd_engine::cache_dev::CacheDevice;
-    use lsvd_engine::cache_dev::faulty::FaultyCache;
-    use lsvd_store::DynStore;
-    use lsvd_store::faulty::{FaultPlan, FaultyStore};
-    use lsvd_store::mem::MemStore;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let base: DynStore = Arc::new(MemStore::new());
-        lsvd_engine::create_volume(&base, "v", 16 << 20)
-            .await
-            .expect("create");
-        let store = Arc::new(FaultyStore::new(base.clone(), FaultPlan::default(), 1));
+    block_on(async {
         let config = EngineConfig {
-            batch_size_bytes: 64 << 10,
-            batch_timeout_ms: 5,
-            log_size_bytes: 16 << 20,
             read_cache_bytes: 0,
             gc: GcConfig {
                 start_utilization: 0.0,
                 ..GcConfig::default()
             },
-            ..EngineConfig::default()
+            ..small_batches(64 << 10, 5)
         };
-        let s: DynStore = store.clone();
-        let c: Arc<dyn CacheDevice> = FaultyCache::new(16 << 20);
-        let (vol, _) = lsvd_engine::open_volume_on(s, "v", c, "faulty", config)
-            .await
-            .expect("open");
+        let (store, vol) = open_on_faulty_store(16 << 20, config).await;
         // Block 0 lives in an object.
         vol.write(0, vec![1u8; 4096], true).await.expect("write");
-        for _ in 0..500 {
-            let st = vol.status();
-            if st.log_used_bytes == 0 && st.uploads_pending == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        inproc::wait_drained(&vol, Duration::from_secs(5)).await;
         assert_eq!(vol.status().log_used_bytes, 0, "block 0 uploaded");
         // Slow object reads, and a writer that keeps rewriting block 1: its newest
         // record is uploaded and freed a few milliseconds after it is written.
@@ -864,11 +792,11 @@ fn engine_bug_slow_object_reads_starve_reads_of_log_data() {
                 while !stop.load(Ordering::SeqCst) {
                     i = i.wrapping_add(1).max(2);
                     v.write(4096, vec![i; 4096], true).await.expect("write");
-                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    common::let_ms_pass(2).await; // a steady load, not a flood
                 }
             })
         };
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        common::let_ms_pass(50).await;
         let mut failures = Vec::new();
         for _ in 0..5 {
             match vol.read(0, 8192).await {

@@ -79,19 +79,10 @@ impl Rig {
     fn attach(&mut self, uri: &str) {
         self.attaches += 1;
         let pidfile = self.log_dir.join(format!("nbdfuse-{}.pid", self.attaches));
-        let log =
-            std::fs::File::create(self.log_dir.join(format!("nbdfuse-{}.log", self.attaches)))
-                .expect("nbdfuse log");
-        let child = tool("nbdfuse")
-            .arg("-P")
-            .arg(&pidfile)
-            .arg(&self.fuse_dir)
-            .arg(uri)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn nbdfuse");
+        let log = self.log_dir.join(format!("nbdfuse-{}.log", self.attaches));
+        let mut nbdfuse = tool("nbdfuse");
+        nbdfuse.arg("-P").arg(&pidfile).arg(&self.fuse_dir).arg(uri);
+        let child = spawn_logging(&mut nbdfuse, &log);
         self.nbdfuse = Some(child);
         let file = self.fuse_dir.join("nbd");
         let ok = wait_until(Duration::from_secs(30), || {

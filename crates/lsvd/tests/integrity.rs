@@ -18,26 +18,6 @@ const TOOLS: &[&str] = &["nbdcopy", "nbdsh"];
 /// The marker block's place: 4 MiB into the volume, LBA 8192.
 const MARKER_OFFSET: u64 = 4 * MIB;
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -51,10 +31,7 @@ fn flip_byte(path: &Path, offset: u64) {
 #[test]
 fn a_record_corrupted_on_the_cache_device_is_refused_and_reported() {
     require_tools(TOOLS);
-    let dir = TempDir::new("integrity_record");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("integrity_record", "64M");
     let metrics = format!("127.0.0.1:{}", free_tcp_port());
     // One batch holds everything written below until it is full (32 MiB): nothing
     // is uploaded before the byte is flipped. Uploads read their records back from
@@ -173,13 +150,8 @@ fn a_corrupt_newest_checkpoint_file_falls_back_to_the_previous_one() {
     if skip_on_s3("corrupts a checkpoint file in a file:// store") {
         return;
     }
-    let dir = TempDir::new("integrity_checkpoint");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "32M");
-    let socket = dir.join("nbd.sock");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xC4EC, 32 * MIB, 8);
+    let (dir, lsvd, socket) = new_volume("integrity_checkpoint", "32M");
+    let (image, scratch) = random_image_and_scratch(&dir, 0xC4EC, 32 * MIB);
     let args = ["vol", "--batch-size", "1M", "--checkpoint-every", "4"];
     let mut server = lsvd.serve(&socket, &args);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));

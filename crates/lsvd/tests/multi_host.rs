@@ -24,7 +24,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Lsvd, Server, TempDir, nbdsh, require_tools, stderr, tool};
+use common::{Lsvd, Server, TempDir, files_under, nbdsh, require_tools, stderr, tool};
 
 const LEASE: &[&str] = &["--lease-timeout", "2s"];
 
@@ -41,30 +41,33 @@ fn two_hosts(test: &str) -> (TempDir, Lsvd, Lsvd) {
 /// lease renewals (superblock generations), which a live holder keeps writing.
 fn store_keys(store_dir: &Path) -> Vec<(String, u32)> {
     let mut out = Vec::new();
-    let mut stack = vec![store_dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let key = p
-                    .strip_prefix(store_dir)
-                    .expect("under the store")
-                    .display()
-                    .to_string();
-                if !key.contains("/super/") {
-                    let bytes = std::fs::read(&p).unwrap_or_default();
-                    out.push((key, crc32c::crc32c(&bytes)));
-                }
-            }
+    for p in files_under(store_dir) {
+        let key = p
+            .strip_prefix(store_dir)
+            .expect("under the store")
+            .display()
+            .to_string();
+        if !key.contains("/super/") {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            out.push((key, crc32c::crc32c(&bytes)));
         }
     }
     out.sort();
     out
+}
+
+/// `lsvd serve v --standby` (with [`LEASE`]) on `socket`, once it says it stands by.
+fn start_standby(host: &Lsvd, socket: &Path) -> Server {
+    let mut args = vec!["v", "--standby"];
+    args.extend(LEASE);
+    let standby = host.spawn_serve(socket, &args);
+    let standing_by = || standby.log().contains("standing by");
+    assert!(
+        common::wait_until(Duration::from_secs(30), standing_by),
+        "the standby did not start waiting\n{}",
+        standby.log()
+    );
+    standby
 }
 
 /// Waits until `server` answers NBD; returns how long that took.
@@ -141,16 +144,7 @@ fn a_standby_takes_over_a_clean_stop_at_once_with_every_acknowledged_write() {
         &holder.uri("v"),
         "h = connect()\nfor i in range(64):\n    h.pwrite(bytes([i + 1]) * 4096, i * 65536)\nh.flush()",
     );
-    let mut args = vec!["v", "--standby"];
-    args.extend(LEASE);
-    let mut standby = b.spawn_serve(&tmp.join("b.sock"), &args);
-    assert!(
-        common::wait_until(Duration::from_secs(30), || standby
-            .log()
-            .contains("standing by")),
-        "the standby did not start waiting\n{}",
-        standby.log()
-    );
+    let mut standby = start_standby(&b, &tmp.join("b.sock"));
     assert!(
         !tmp.join("b.sock").exists(),
         "a standby serves nothing before it holds the volume"
@@ -185,16 +179,7 @@ fn after_a_crash_the_standby_takes_over_when_the_lease_lapses_with_what_the_stor
         "h = connect()\nh.pwrite(b'S' * 8192, 0)\nh.flush()",
     );
     a.run_ok(&["sync", "v"]);
-    let mut args = vec!["v", "--standby"];
-    args.extend(LEASE);
-    let mut standby = b.spawn_serve(&tmp.join("b.sock"), &args);
-    assert!(
-        common::wait_until(Duration::from_secs(30), || standby
-            .log()
-            .contains("standing by")),
-        "{}",
-        standby.log()
-    );
+    let mut standby = start_standby(&b, &tmp.join("b.sock"));
     holder.kill9();
     let took = wait_serving(&mut standby, Duration::from_secs(30));
     eprintln!("takeover after SIGKILL: {took:?}");
@@ -202,11 +187,7 @@ fn after_a_crash_the_standby_takes_over_when_the_lease_lapses_with_what_the_stor
         took < Duration::from_secs(8),
         "a 2 s lease kept the volume {took:?}"
     );
-    let log = standby.log();
-    assert!(
-        log.contains("lapsed") && log.contains("took v over"),
-        "{log}"
-    );
+    standby.assert_log_mentions(&["lapsed", "took v over"]);
     nbdsh(
         &standby.uri("v"),
         "h = connect()\nassert h.pread(8192, 0) == b'S' * 8192\nh.pwrite(b'T' * 4096, 8192)\nh.flush()",
@@ -295,22 +276,13 @@ except nbd.Error as e:
         "the fenced holder kept running\n{}",
         holder.log()
     );
-    let log = holder.log();
-    assert!(
-        log.contains("fenced") && log.contains("took the volume over"),
-        "{log}"
-    );
+    holder.assert_log_mentions(&["fenced", "took the volume over"]);
     // It deleted nothing the new holder needs, uploaded nothing into its history.
-    nbdsh(
-        &standby.uri("v"),
-        "h = connect()\nassert h.pread(4096, 8192) == b'N' * 4096\nassert h.pread(4096, 4096) == bytes(4096)",
-    );
+    let check = "h = connect()\nassert h.pread(4096, 8192) == b'N' * 4096\nassert h.pread(4096, 4096) == bytes(4096)";
+    nbdsh(&standby.uri("v"), check);
     standby.stop_clean();
     let mut again = b.serve(&tmp.join("b2.sock"), &["v"]);
-    nbdsh(
-        &again.uri("v"),
-        "h = connect()\nassert h.pread(4096, 8192) == b'N' * 4096\nassert h.pread(4096, 4096) == bytes(4096)",
-    );
+    nbdsh(&again.uri("v"), check);
     again.stop_clean();
     // The paused holder's write log holds what it acknowledged after the last upload
     // (the "p" block): a superseded session's, refused with the way out.

@@ -18,6 +18,17 @@ use common::*;
 
 const TOOLS: &[&str] = &["nbdcopy", "nbdsh"];
 
+/// The start of an nbdsh check of what `sigkill_after_flush_keeps_acknowledged_writes`
+/// wrote: the same random stream, and the first 2 MiB as they must read back.
+const FIRST_WRITES: &str = "
+import random
+rng = random.Random(99)
+M = 1 << 20
+h = connect()
+first = bytearray(rng.randbytes(2 * M))
+first[4096:8192] = bytes(4096)
+";
+
 fn info_u64(info: &serde_json::Value, key: &str) -> u64 {
     info[key]
         .as_u64()
@@ -66,13 +77,8 @@ model.close()
 #[test]
 fn clean_stop_and_restart_keeps_every_byte() {
     require_tools(TOOLS);
-    let dir = TempDir::new("clean_restart");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xA11CE, 128 * MIB, 8);
+    let (dir, lsvd, socket) = new_volume("clean_restart", "128M");
+    let (image, scratch) = random_image_and_scratch(&dir, 0xA11CE, 128 * MIB);
 
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));
@@ -113,9 +119,7 @@ fn volume_is_rebuilt_from_the_store_without_local_state() {
     let lsvd = Lsvd::with_store(&data1, &store);
     lsvd.create("vol", "128M");
     let socket = dir.join("nbd.sock");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xBEEF, 128 * MIB, 8);
+    let (image, scratch) = random_image_and_scratch(&dir, 0xBEEF, 128 * MIB);
 
     let mut server = lsvd.serve(&socket, &["vol"]);
     nbdcopy(&image.display().to_string(), &server.uri("vol"));
@@ -153,10 +157,7 @@ fn volume_is_rebuilt_from_the_store_without_local_state() {
 #[test]
 fn sigkill_after_flush_keeps_acknowledged_writes() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_flush");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("sigkill_flush", "64M");
     // Big batches and a long timeout: nothing is uploaded, the data lives only in the
     // write log when the process dies.
     let serve_args = ["vol", "--batch-size", "64M", "--batch-timeout-ms", "600000"];
@@ -192,14 +193,9 @@ for i in range(32):
     let mut server = lsvd.serve(&socket, &serve_args);
     nbdsh(
         &server.uri("vol"),
-        r#"
-import random
-rng = random.Random(99)
-M = 1 << 20
-h = connect()
-first = bytearray(rng.randbytes(2 * M))
-first[4096:8192] = bytes(4096)
-assert h.pread(2 * M, 0) == first, "flushed 2 MiB write (with trimmed 4K) survived"
+        &[
+            FIRST_WRITES,
+            r#"assert h.pread(2 * M, 0) == first, "flushed 2 MiB write (with trimmed 4K) survived"
 for i in range(64):
     assert h.pread(4096, 8 * M + i * 12288) == rng.randbytes(4096), "flushed 4K write %d" % i
 assert h.pread(65536, 12 * M) == rng.randbytes(65536), "FUA write survived"
@@ -208,6 +204,8 @@ for i in range(32):
     got = h.pread(4096, 32 * M + i * 4096)
     assert got in (bytes(4096), bytes([i + 1]) * 4096), "unflushed block %d is torn" % i
 "#,
+        ]
+        .concat(),
     );
     let log = server.stop_clean();
     assert!(!log.contains("panicked"), "{log}");
@@ -220,28 +218,15 @@ for i in range(32):
     let server = lsvd.serve(&socket, &serve_args);
     nbdsh(
         &server.uri("vol"),
-        r#"
-import random
-rng = random.Random(99)
-M = 1 << 20
-h = connect()
-first = bytearray(rng.randbytes(2 * M))
-first[4096:8192] = bytes(4096)
-assert h.pread(2 * M, 0) == first
-"#,
+        &[FIRST_WRITES, "assert h.pread(2 * M, 0) == first\n"].concat(),
     );
 }
 
 #[test]
 fn sigkill_while_uploading_recovers_from_store_and_log() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_uploading");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
-    let image = dir.join("image.raw");
-    let scratch = dir.join("readback.raw");
-    write_random_image(&image, 0xD00D, 128 * MIB, 8);
+    let (dir, lsvd, socket) = new_volume("sigkill_uploading", "128M");
+    let (image, scratch) = random_image_and_scratch(&dir, 0xD00D, 128 * MIB);
     // Small batches: by the time of the crash part of the data is in objects, part only
     // in the write log (128 MiB written through a 64 MiB log), uploads in flight.
     let args = ["vol", "--batch-size", "4M", "--batch-timeout-ms", "100"];
@@ -379,10 +364,7 @@ fn overwrite_churn_with_gc_survives_crash_restart_and_rebuild() {
 #[test]
 fn sigint_during_writes_keeps_every_acknowledged_write() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigint_mid_write");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "128M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("sigint_mid_write", "128M");
     let progress = dir.join("progress");
     let client_log = dir.join("client.log");
     let mut server = lsvd.serve(&socket, &["vol"]);
@@ -484,10 +466,7 @@ impl Drop for IdleClient {
 #[test]
 fn clean_stop_while_a_client_stays_connected() {
     require_tools(TOOLS);
-    let dir = TempDir::new("stop_with_client");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("stop_with_client", "64M");
     let ready = dir.join("client-ready");
     let mut server = lsvd.serve(&socket, &["vol"]);
     let script = format!(
@@ -625,10 +604,7 @@ fn two_servers_on_one_volume_leave_exactly_one_owner() {
 #[test]
 fn read_cache_survives_sigkill() {
     require_tools(TOOLS);
-    let dir = TempDir::new("sigkill_rcache");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("sigkill_rcache", "64M");
     let addr = format!("127.0.0.1:{}", free_tcp_port());
     // No admission: the first reads must miss and go to the store, also on S3.
     let args = [

@@ -21,6 +21,13 @@ fn run(args: &[&str], data: &std::path::Path) -> std::process::Output {
         .expect("run lsvd")
 }
 
+/// A temp dir named after `test`, and the `--data` dir in it (not created).
+fn temp_and_data(test: &str) -> (TempDir, std::path::PathBuf) {
+    let tmp = TempDir::new(test);
+    let data = tmp.join("data");
+    (tmp, data)
+}
+
 fn num(v: &serde_json::Value, path: &[&str]) -> f64 {
     let mut at = v;
     for p in path {
@@ -32,9 +39,8 @@ fn num(v: &serde_json::Value, path: &[&str]) -> f64 {
 
 #[test]
 fn quick_probe_prints_sane_json_saves_a_profile_and_cleans_up() {
-    let tmp = TempDir::new("probe_quick");
+    let (tmp, data) = temp_and_data("probe_quick");
     let probed = tmp.subdir("probed");
-    let data = tmp.join("data");
     let dir = probed.to_str().expect("utf-8 temp path");
     let out = run(
         &[
@@ -125,8 +131,7 @@ fn quick_probe_prints_sane_json_saves_a_profile_and_cleans_up() {
 
 #[test]
 fn probe_of_a_missing_or_non_directory_path_is_bad_input() {
-    let tmp = TempDir::new("probe_missing");
-    let data = tmp.join("data");
+    let (tmp, data) = temp_and_data("probe_missing");
     let file = tmp.join("a-file");
     std::fs::write(&file, b"x").expect("write file");
     for path in [
@@ -147,8 +152,7 @@ fn probe_of_a_missing_or_non_directory_path_is_bad_input() {
 
 #[test]
 fn probe_rejects_bad_flags() {
-    let tmp = TempDir::new("probe_flags");
-    let data = tmp.join("data");
+    let (tmp, data) = temp_and_data("probe_flags");
     let dir = tmp.subdir("probed");
     let dir = dir.to_str().expect("utf-8");
     for args in [

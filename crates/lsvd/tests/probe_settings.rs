@@ -117,12 +117,8 @@ fn first_start_probe_and_profiles_set_what_serve_and_info_use() {
         (512 << 10, "probe-profile".into())
     );
     assert_eq!(setting(&info, "uploads_in_flight"), (4, "default".into()));
-    let text = lsvd.run_ok(&["info", "vol"]);
-    let text = stdout(&text);
-    assert!(
-        text.contains("log writes in flight") && text.contains("(probe profile)"),
-        "{text}"
-    );
+    let in_flight = ["log writes in flight", "(probe profile)"];
+    lsvd.assert_stdout_mentions(&[(&["info", "vol"], &in_flight)]);
 
     // The config file beats the profile; a flag beats both.
     let config = tmp.join("lsvd.toml");
@@ -207,7 +203,7 @@ fn first_start_probe_and_profiles_set_what_serve_and_info_use() {
             .arg("probe"),
         SHORT,
     );
-    assert_eq!(out.status.code(), Some(2), "{}", show("probe", &out));
+    usage_error(&out, "probe");
 }
 
 #[test]

@@ -50,10 +50,7 @@ fn writer_script(seconds: u64) -> String {
 #[test]
 fn read_only_commands_poll_a_live_volume_through_gc_and_checkpoints() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("ro_live");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "8M");
-    let socket = dir.join("nbd.sock");
+    let (_dir, lsvd, socket) = new_volume("ro_live", "8M");
     let mut server = lsvd.serve(
         &socket,
         &[

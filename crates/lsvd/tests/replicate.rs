@@ -107,13 +107,24 @@ impl Lcg {
     }
 }
 
+/// `lsvd replicate vol --to TARGET --follow` every 20 ms, its output in `log`.
+fn follow(lsvd: &Lsvd, target: &str, log: &std::path::Path) -> std::process::Child {
+    let args = [
+        "replicate",
+        "vol",
+        "--to",
+        target,
+        "--follow",
+        "--interval-ms",
+        "20",
+    ];
+    spawn_logging(&mut lsvd.cmd(args), log)
+}
+
 #[test]
 fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("replicate_follow");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("replicate_follow", "16M");
     let mut server = lsvd.serve(
         &socket,
         &[
@@ -141,22 +152,8 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     let mut rng = Lcg(0x5eed_0014);
     let mut prefixes = 0;
     for point in 0..20 {
-        let log = std::fs::File::create(dir.join(format!("replicate-{point}.log"))).expect("log");
-        let mut follow = lsvd
-            .cmd([
-                "replicate",
-                "vol",
-                "--to",
-                &target,
-                "--follow",
-                "--interval-ms",
-                "20",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn replicate --follow");
-        std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
+        let mut follow = follow(&lsvd, &target, &dir.join(format!("replicate-{point}.log")));
+        let_time_pass(Duration::from_millis(100 + rng.below(900)));
         follow.kill().expect("SIGKILL replicate --follow");
         let _ = follow.wait();
         // Copy the replica as it is (a replication of the replica: serving the
@@ -208,12 +205,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
         "{}",
         show("replicate", &done)
     );
-    let info = lsvd.run_ok(&["info", "vol"]);
-    assert!(
-        stdout(&info).contains("replica:"),
-        "{}",
-        show("info", &info)
-    );
+    lsvd.assert_stdout_mentions(&[(&["info", "vol"], &["replica:"])]);
     server.stop_clean();
     let source = served_versions(&lsvd, &socket);
     assert_eq!(source, vec![rounds; BLOCKS as usize]);
@@ -273,12 +265,7 @@ fn replicate_refuses_bad_targets_with_one_line() {
         );
     }
     // A volume never served replicates as what it is: empty.
-    let out = lsvd.run_ok(&["replicate", "vol", "--to", &target]);
-    assert!(
-        stdout(&out).contains("replicated vol"),
-        "{}",
-        show("replicate", &out)
-    );
+    lsvd.assert_stdout_mentions(&[(&["replicate", "vol", "--to", &target], &["replicated vol"])]);
     let replica = Lsvd {
         data: dir.join("replica-data"),
         store: Some(target),
@@ -374,10 +361,7 @@ fn replica_blocks(dir: &std::path::Path, target: &str, point: &str) -> Option<Ve
 #[test]
 fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("replicate_source_crash");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "16M");
-    let socket = dir.join("nbd.sock");
+    let (dir, lsvd, socket) = new_volume("replicate_source_crash", "16M");
     let serve_args = [
         "vol",
         "--batch-size",
@@ -390,21 +374,7 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
         "2s",
     ];
     let target = store_url_for(&dir.join("replica"));
-    let log = std::fs::File::create(dir.join("follow.log")).expect("log");
-    let mut follow = lsvd
-        .cmd([
-            "replicate",
-            "vol",
-            "--to",
-            &target,
-            "--follow",
-            "--interval-ms",
-            "20",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn replicate --follow");
+    let mut follow = follow(&lsvd, &target, &dir.join("follow.log"));
 
     let mut rng = Lcg(0x5eed_0040);
     // Every write acknowledged (and the one in flight at each kill), cut back at each
@@ -449,7 +419,7 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn the writer");
-        std::thread::sleep(Duration::from_millis(600 + rng.below(900)));
+        let_time_pass(Duration::from_millis(600 + rng.below(900)));
         if let Some(state) = replica_blocks(dir.path(), &target, &format!("w{crash}")) {
             seen.push((format!("while writing before crash {crash}"), state));
         }

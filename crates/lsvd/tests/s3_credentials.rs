@@ -35,13 +35,14 @@ impl Counter {
         let stop = Arc::new(AtomicBool::new(false));
         let (a, s) = (accepted.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
+            let mut poll = common::Poller::new(Duration::from_millis(5), common::NO_LIMIT);
             while !s.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         a.fetch_add(1, Ordering::SeqCst);
                         drop(conn);
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    Err(_) => _ = poll.tick_blocking(),
                 }
             }
         });
@@ -124,7 +125,7 @@ fn missing_s3_credentials_are_one_line_before_any_request() {
         assert!(err.contains(needle), "missing '{needle}' in: {err}");
     }
     // Give a stray request time to land before counting.
-    std::thread::sleep(Duration::from_millis(200));
+    common::let_time_pass(Duration::from_millis(200));
     assert_eq!(s3.count(), 0, "no request to the S3 endpoint");
     assert_eq!(metadata.count(), 0, "no request to instance metadata");
 }

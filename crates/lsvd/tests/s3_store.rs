@@ -20,12 +20,17 @@
 // Tests and examples run real processes, sockets and devices in real time.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use common::store_checks::{
+    check_list_and_delete, check_object_listing, check_overwrite, check_ranges, open_described,
+    put_if_absent_race_has_one_winner, put_sample, unique_store_url,
+};
+use common::{TempDir, env_nonempty, missing_s3_env, s3_required, skip_loudly};
 use lsvd_core::error::ErrorKind;
 use lsvd_engine::{EngineConfig, create_volume, open_volume};
 use lsvd_store::mem::MemStore;
@@ -35,198 +40,55 @@ use lsvd_store::{
     BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult, open_store, selftest,
 };
 
-const REQUIRED_ENV: [&str; 4] = [
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "LSVD_TEST_S3_BUCKET",
-];
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// Why a missing S3 server is a failure rather than a skip, if it is.
-fn s3_required() -> Option<&'static str> {
-    if env("LSVD_TEST_STORE").as_deref() == Some("s3") {
-        Some("LSVD_TEST_STORE=s3")
-    } else if env("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
-        Some("LSVD_REQUIRE_S3 is set")
-    } else if env("LSVD_TEST_S3").as_deref() == Some("require") {
-        Some("LSVD_TEST_S3=require")
-    } else {
-        None
-    }
-}
-
 /// The test bucket, or `None` (after a loud message) when no server is configured.
 fn s3_bucket(test: &str) -> Option<String> {
-    let missing: Vec<&str> = REQUIRED_ENV
-        .iter()
-        .copied()
-        .filter(|v| env(v).is_none())
-        .collect();
+    let missing = missing_s3_env();
     if missing.is_empty() {
-        return env("LSVD_TEST_S3_BUCKET");
+        return env_nonempty("LSVD_TEST_S3_BUCKET");
     }
     let msg = format!(
         "{test}: needs an S3 server ({} unset). Run: \
          scripts/with-versitygw.sh cargo test -p lsvd --test s3_store",
         missing.join(", ")
     );
-    if let Some(why) = s3_required() {
-        panic!("{msg}\nNot skipped: {why}, so an S3 server is required.");
-    }
-    // Straight to stderr: libtest captures `eprintln!` of passing tests.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n{0}\nSKIPPED {msg}\n{0}",
-        "=".repeat(78)
-    );
+    let required = s3_required().map(|why| format!("{why}, so an S3 server is required."));
+    skip_loudly(&msg, required);
     None
 }
 
 /// A fresh `s3://BUCKET/PREFIX` URL for one test.
 fn unique_url(bucket: &str, test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "s3://{bucket}/t-{test}-{}-{nanos:x}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    unique_store_url("s3", bucket, test)
 }
 
-fn keys(entries: &[ListEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.key.as_str()).collect()
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "lsvd-s3test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh URL (`tag` in its prefix) in the test bucket, or `None` as [`s3_bucket`].
+fn s3_url(test: &str, tag: &str) -> Option<String> {
+    s3_bucket(test).map(|bucket| unique_url(&bucket, tag))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_range_list_delete_round_trip() {
-    let Some(bucket) = s3_bucket("put_get_range_list_delete_round_trip") else {
+    let Some(url) = s3_url("put_get_range_list_delete_round_trip", "roundtrip") else {
         return;
     };
-    let url = unique_url(&bucket, "roundtrip");
-    let s = open_store(&url).expect("open");
-    assert!(s.describe().starts_with(&url), "{}", s.describe());
+    let s = open_described(&url, "open");
 
-    let data: Bytes = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
-    s.put("v/obj/0001.d", data.clone(), PutMode::IfAbsent)
-        .await
-        .expect("put");
+    let data = put_sample(&*s, "v/obj/0001.d").await;
     assert_eq!(s.get("v/obj/0001.d").await.expect("get"), data);
 
     // Ranged reads: inside, clamped at the end, past the end, empty.
-    let cases: [(Range<u64>, &[u8]); 5] = [
-        (0..1, &data[0..1]),
-        (100..4196, &data[100..4196]),
-        (9_990..20_000, &data[9_990..]),
-        (10_000..10_100, &[]),
-        (50..50, &[]),
-    ];
-    for (r, want) in cases {
-        assert_eq!(
-            s.get_range("v/obj/0001.d", r.clone()).await.expect("range"),
-            want,
-            "range {r:?}"
-        );
-    }
-    for r in [0..10, 20_000..20_010, 5..5] {
-        let e = s.get_range("v/missing", r).await.expect_err("missing");
-        assert!(e.is_not_found(), "{e}");
-    }
-    assert!(
-        s.get("v/missing")
-            .await
-            .expect_err("missing")
-            .is_not_found()
-    );
+    check_ranges(&*s, "v/obj/0001.d", "v/missing").await;
 
     // Overwrite replaces; put-if-absent refuses.
-    s.put("v/meta", Bytes::from_static(b"one"), PutMode::Overwrite)
-        .await
-        .expect("put");
-    s.put("v/meta", Bytes::from_static(b"two"), PutMode::Overwrite)
-        .await
-        .expect("overwrite");
-    assert_eq!(s.get("v/meta").await.expect("get"), b"two");
+    check_overwrite(&*s).await;
     let e = s
         .put("v/meta", Bytes::from_static(b"three"), PutMode::IfAbsent)
         .await
         .expect_err("exists");
     assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}");
     assert_eq!(s.get("v/meta").await.expect("get"), b"two");
-    s.put("w/meta", Bytes::new(), PutMode::IfAbsent)
-        .await
-        .expect("empty object");
-    assert_eq!(s.get("w/meta").await.expect("get"), b"");
-    s.put("v/obj/0002.c", Bytes::from(vec![7; 3]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-
-    // Listing: all, by directory, by raw prefix, unused prefix; sorted, with sizes.
-    let all = s.list("").await.expect("list");
-    assert_eq!(
-        keys(&all),
-        ["v/meta", "v/obj/0001.d", "v/obj/0002.c", "w/meta"]
-    );
-    assert_eq!(all[1].size_bytes, 10_000);
-    assert_eq!(all[3].size_bytes, 0);
-    assert_eq!(
-        keys(&s.list("v/").await.expect("list")),
-        ["v/meta", "v/obj/0001.d", "v/obj/0002.c"]
-    );
-    assert_eq!(
-        keys(&s.list("v/obj/0001").await.expect("list")),
-        ["v/obj/0001.d"]
-    );
-    assert_eq!(keys(&s.list("v/o").await.expect("list")).len(), 2);
-    assert!(s.list("x/").await.expect("list").is_empty());
-
-    // Delete, twice.
-    s.delete("v/obj/0001.d").await.expect("delete");
-    s.delete("v/obj/0001.d")
-        .await
-        .expect("delete missing is ok");
-    assert!(
-        s.get("v/obj/0001.d")
-            .await
-            .expect_err("gone")
-            .is_not_found()
-    );
-    for k in ["v/meta", "v/obj/0002.c", "w/meta"] {
-        s.delete(k).await.expect("delete");
-    }
-    assert!(s.list("").await.expect("list").is_empty());
+    // Listing (all, by directory, by raw prefix, unused prefix) and deletes.
+    check_list_and_delete(&*s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,16 +117,7 @@ async fn list_follows_pagination() {
     while let Some(r) = tasks.join_next().await {
         r.expect("task").expect("put");
     }
-    s.put("vol/meta", Bytes::from_static(&[0]), PutMode::IfAbsent)
-        .await
-        .expect("put");
-    let listed = s.list("vol/obj/").await.expect("list");
-    assert_eq!(listed.len(), N);
-    for (i, e) in listed.iter().enumerate() {
-        assert_eq!(e.key, format!("vol/obj/{i:016x}.d"));
-        assert_eq!(e.size_bytes, (i % 7) as u64);
-    }
-    assert_eq!(s.list("").await.expect("list all").len(), N + 1);
+    let listed = check_object_listing(&*s, N, |i| i % 7).await;
     // Clean up (bounded concurrency).
     let mut tasks = tokio::task::JoinSet::new();
     for e in listed {
@@ -287,38 +140,14 @@ async fn put_if_absent_race_has_exactly_one_winner() {
         return;
     };
     let s = open_store(&unique_url(&bucket, "race")).expect("open");
-    for round in 0..5 {
-        let key = format!("race/{round}");
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..16u32 {
-            let s = s.clone();
-            let key = key.clone();
-            tasks.spawn(async move {
-                let data = Bytes::from(format!("writer {i} of round {round}"));
-                let r = s.put(&key, data.clone(), PutMode::IfAbsent).await;
-                (data, r)
-            });
-        }
-        let mut winners = Vec::new();
-        while let Some(r) = tasks.join_next().await {
-            let (data, r) = r.expect("task");
-            match r {
-                Ok(()) => winners.push(data),
-                Err(e) => assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one writer wins");
-        assert_eq!(s.get(&key).await.expect("get"), winners[0]);
-        s.delete(&key).await.expect("delete");
-    }
+    put_if_absent_race_has_one_winner(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selftest_passes_on_the_server() {
-    let Some(bucket) = s3_bucket("selftest_passes_on_the_server") else {
+    let Some(url) = s3_url("selftest_passes_on_the_server", "selftest") else {
         return;
     };
-    let url = unique_url(&bucket, "selftest");
     // Through open_store (retrying decorator) and on the bare store.
     let s = open_store(&url).expect("open");
     let report = selftest::run(&*s).await.expect("self-test passes");
@@ -369,12 +198,11 @@ async fn selftest_fails_when_put_if_absent_is_ignored() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_never_appear_in_errors() {
-    let Some(bucket) = s3_bucket("credentials_never_appear_in_errors") else {
+    let Some(url) = s3_url("credentials_never_appear_in_errors", "creds") else {
         return;
     };
-    let url = unique_url(&bucket, "creds");
-    let real_key = env("AWS_ACCESS_KEY_ID").expect("checked");
-    let real_secret = env("AWS_SECRET_ACCESS_KEY").expect("checked");
+    let real_key = env_nonempty("AWS_ACCESS_KEY_ID").expect("checked");
+    let real_secret = env_nonempty("AWS_SECRET_ACCESS_KEY").expect("checked");
     let wrong_secret = "WRONG-secret-canary-7f3a9c1e2b".to_string();
     let wrong_key = "AKIACANARYKEY12345".to_string();
     let fast = RetryPolicy {
@@ -502,7 +330,7 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
 
     let wrong = S3Settings {
         unsigned_payload: Some(true),
-        access_key_id: env("AWS_ACCESS_KEY_ID").map(|k| Secret::new(&k)),
+        access_key_id: env_nonempty("AWS_ACCESS_KEY_ID").map(|k| Secret::new(&k)),
         secret_access_key: Some(Secret::new("WRONG-secret-unsigned-3b9d")),
         max_retries: 0,
         ..S3Settings::default()
@@ -525,10 +353,9 @@ async fn unsigned_payload_uploads_read_back_and_still_need_the_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_overwrite_uses_multipart() {
-    let Some(bucket) = s3_bucket("large_overwrite_uses_multipart") else {
+    let Some(url) = s3_url("large_overwrite_uses_multipart", "multipart") else {
         return;
     };
-    let url = unique_url(&bucket, "multipart");
     let settings = S3Settings {
         multipart_threshold_bytes: 6 << 20,
         multipart_part_bytes: 5 << 20,
@@ -579,10 +406,9 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_round_trips_through_s3_alone() {
-    let Some(bucket) = s3_bucket("volume_round_trips_through_s3_alone") else {
+    let Some(url) = s3_url("volume_round_trips_through_s3_alone", "volume") else {
         return;
     };
-    let url = unique_url(&bucket, "volume");
     let store = open_store(&url).expect("open");
     selftest::run(&*store).await.expect("self-test");
     let config = EngineConfig {

@@ -22,6 +22,15 @@ fn cut() -> PathBuf {
     p
 }
 
+/// A temp dir named after `test` with an [`Lsvd`] keeping its data there, and the
+/// cut's path (checked to exist) as text for a command line.
+fn lsvd_and_cut(test: &str) -> (TempDir, Lsvd, &'static str) {
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    cut();
+    (dir, lsvd, CUT)
+}
+
 /// The cut with offsets and sizes in 512-byte sectors, written to `dir`.
 fn cut_in_sectors(dir: &TempDir) -> PathBuf {
     let text = std::fs::read_to_string(cut()).expect("read cut");
@@ -53,10 +62,7 @@ fn sim_json(lsvd: &Lsvd, args: &[&str]) -> (serde_json::Value, String) {
 
 #[test]
 fn units_warn_on_sectors_read_as_bytes_and_give_the_same_simulation() {
-    let dir = TempDir::new("sim_units");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let real = cut();
-    let real = real.to_str().expect("utf-8 path");
+    let (dir, lsvd, real) = lsvd_and_cut("sim_units");
     let sectors = cut_in_sectors(&dir);
     let sectors = sectors.to_str().expect("utf-8 path");
 
@@ -88,18 +94,9 @@ fn units_warn_on_sectors_read_as_bytes_and_give_the_same_simulation() {
 
 #[test]
 fn bad_units_are_one_clear_error() {
-    let dir = TempDir::new("sim_units_bad");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let real = cut();
-    let real = real.to_str().expect("utf-8 path");
+    let (_dir, lsvd, real) = lsvd_and_cut("sim_units_bad");
     let out = lsvd.run(&["sim", "--units", "blocks", real]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        show("sim --units blocks", &out)
-    );
-    let err = stderr(&out);
+    let err = usage_error(&out, "sim --units blocks");
     assert!(
         err.contains("--units") && err.contains("bytes or sectors") && err.lines().count() == 1,
         "{err}"
@@ -109,12 +106,7 @@ fn bad_units_are_one_clear_error() {
         "/../../../shared/traces/msr_hm0_head1k/msr-cambridge1-sample.csv"
     );
     let out = lsvd.run(&["sim", "--units", "sectors", msr]);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{}",
-        show("sim msr --units", &out)
-    );
+    usage_error(&out, "sim msr --units");
     assert!(
         stderr(&out).contains("msr-cut and disksim"),
         "{}",
@@ -222,13 +214,7 @@ fn bad_layout_options_are_one_clear_error() {
         let mut argv = vec!["sim"];
         argv.extend_from_slice(args);
         let out = lsvd.run(&argv);
-        let err = stderr(&out);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            show(&argv.join(" "), &out)
-        );
+        let err = usage_error(&out, &argv.join(" "));
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
     // A layout option without --layout is refused, not silently ignored.
@@ -240,17 +226,14 @@ fn bad_layout_options_are_one_clear_error() {
         "--cleaning",
     ] {
         let out = lsvd.run(&["sim", "--synthetic", "uniform", flag, "1"]);
-        assert_eq!(out.status.code(), Some(2), "{}", show(flag, &out));
+        usage_error(&out, flag);
         assert!(stderr(&out).contains("--layout"), "{}", show(flag, &out));
     }
 }
 
 #[test]
 fn replay_checks_units_before_connecting() {
-    let dir = TempDir::new("replay_units_bad");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let real = cut();
-    let real = real.to_str().expect("utf-8 path");
+    let (_dir, lsvd, real) = lsvd_and_cut("replay_units_bad");
     let msr = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../../shared/traces/msr_hm0_head1k/msr-cambridge1-sample.csv"
@@ -264,13 +247,7 @@ fn replay_checks_units_before_connecting() {
         let mut argv = vec!["replay", "--export", export];
         argv.extend_from_slice(args);
         let out = lsvd.run(&argv);
-        let err = stderr(&out);
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            show(&argv.join(" "), &out)
-        );
+        let err = usage_error(&out, &argv.join(" "));
         assert!(err.contains(want) && err.lines().count() == 1, "{err}");
     }
 }

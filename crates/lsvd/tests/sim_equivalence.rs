@@ -6,11 +6,14 @@
 // Tests and examples run real processes, sockets and devices in real time.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use common::TempDir;
 use lsvd_core::format::object::ObjectKind;
 use lsvd_core::gc::GcConfig;
 use lsvd_engine::{EngineConfig, create_volume, open_volume};
@@ -24,26 +27,6 @@ const VOLUME_BYTES: u64 = 64 << 20;
 const BATCH_BYTES: u64 = 256 << 10;
 const CHECKPOINT_EVERY: u64 = 8;
 const REQUESTS: u64 = 20_000;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("lsvd-sim-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A sequential fill of the first 8 MiB, then mostly 4 KiB writes, some multi-block
 /// and sub-block (sector-aligned) writes and some trims, uniformly over the volume,

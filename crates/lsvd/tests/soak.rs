@@ -30,12 +30,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::{SHORT, TempDir, run_ok};
+use common::{SHORT, SmallTmpfs, TempDir, find_versitygw, run_ok};
 use lsvd_nbd::client::{Client, Target};
 use rng::Rng;
 use soak_support::load::{self, CONNECTIONS, Hangup, Shared};
 use soak_support::oracle::{BLOCK, Oracle};
-use soak_support::procs::{Gateway, Lsvd, SmallFs, find_versitygw};
+use soak_support::procs::{Gateway, Lsvd};
 use soak_support::{metric, metrics_text};
 
 const VOLUME: &str = "soak";
@@ -139,12 +139,9 @@ fn store_failures(m: &str) -> f64 {
 /// long it waited.
 fn hold_outage_until_seen(metrics: &str, limit: Duration) -> Duration {
     let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if metrics_text(metrics).is_some_and(|m| store_failures(&m) > 0.0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    common::wait_until(limit, || {
+        metrics_text(metrics).is_some_and(|m| store_failures(&m) > 0.0)
+    });
     t0.elapsed()
 }
 
@@ -222,7 +219,7 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
     let dir = TempDir::new("soak");
     let mut gw = Gateway::start(gw_bin, &dir.subdir("s3"));
     let data = dir.join("data");
-    let fs = SmallFs::mount(&data, DATA_FS_MIB);
+    let fs = SmallTmpfs::mount(&data, DATA_FS_MIB, "soak: the cache-filesystem-full fault");
     let socket = dir.join("nbd.sock");
     let mut lsvd = Lsvd::new(
         &data,
@@ -270,12 +267,12 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
     let mut writes_at_fill = 0u64;
     let mut store_back_at: Option<Instant> = None;
     let wait_until = |t: Duration, shared: &Shared, back: &mut Option<Instant>| {
-        while start.elapsed() < t && !shared.failed() {
+        let mut poll = common::Poller::new(Duration::from_millis(50), common::NO_LIMIT);
+        while start.elapsed() < t && !shared.failed() && poll.tick_blocking() {
             if back.is_some_and(|b| b.elapsed() > Duration::from_secs(30)) {
                 shared.store_away.store(false, Ordering::SeqCst);
                 *back = None;
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     };
     for (t, event) in events {
@@ -370,7 +367,7 @@ fn soak_store_outage_full_cache_fs_and_dropped_clients() {
         fs.free();
     }
     // Requests of clients that hung up run to completion: let them land.
-    std::thread::sleep(Duration::from_secs(1));
+    common::let_time_pass(Duration::from_secs(1));
 
     // Every fault left a line in the log and moved a metric.
     let log = lsvd.log();
@@ -530,49 +527,38 @@ fn tail(text: &str, lines: usize) -> String {
 fn serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up() {
     let dir = TempDir::new("soak-fullfs");
     let data = dir.join("data");
-    let Some(fs) = SmallFs::mount(&data, 40) else {
-        say("SKIPPED serve_on_a_full_cache_filesystem...: cannot mount a tmpfs (needs root)");
+    let test = "serve_on_a_full_cache_filesystem_fails_at_start_and_cleans_up";
+    let Some(fs) = SmallTmpfs::mount(&data, 40, test) else {
         return;
     };
     let lsvd = common::Lsvd::with_store(&data, &dir.subdir("store"));
     lsvd.create("v", "16M");
     let socket = dir.join("s.sock");
-    let free_before = free_bytes(&fs.path);
-    // The write log (16 MiB) fits, the read cache (64 MiB) does not.
-    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
-    serve
-        .arg(&socket)
-        .args(["--log-size", "16M", "--read-cache-size", "64M"]);
-    let out = common::run_timeout(&mut serve, SHORT);
-    let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("read cache") && err.contains("No space left on device"),
-        "{err}"
-    );
-    assert!(
-        !data.join("v.rcache").exists(),
-        "a sparse read cache was left behind"
-    );
+    let free_before = free_bytes(fs.path());
+    // `lsvd serve` with a write log and a read cache of these sizes must fail (exit
+    // 1) for want of room for `file`, leaving `leftover` behind.
+    let refused = |log_size: &str, read_cache_size: &str, file: &str, leftover: &str| {
+        let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
+        serve
+            .arg(&socket)
+            .args(["--log-size", log_size, "--read-cache-size", read_cache_size]);
+        let out = common::run_timeout(&mut serve, SHORT);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(file) && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert!(!data.join(leftover).exists(), "{leftover} was left behind");
+    };
+    // The write log (16 MiB) fits, the read cache (64 MiB) does not: no sparse read
+    // cache left behind.
+    refused("16M", "64M", "read cache", "v.rcache");
     // The write log, too big for what is left: no partial file left either.
-    let mut serve = lsvd.cmd(["serve", "v", "--no-probe", "--socket"]);
-    serve
-        .arg(&socket)
-        .args(["--log-size", "64M", "--read-cache-size", "0"]);
     std::fs::remove_file(data.join("v.wlog")).expect("remove the log of the first try");
-    let out = common::run_timeout(&mut serve, SHORT);
-    let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    refused("64M", "0", "write log", "v.creating");
     assert!(
-        err.contains("write log") && err.contains("No space left on device"),
-        "{err}"
-    );
-    assert!(
-        !data.join("v.creating").exists(),
-        "a partial write log was left behind"
-    );
-    assert!(
-        free_bytes(&fs.path) + (64 << 10) >= free_before,
+        free_bytes(fs.path()) + (64 << 10) >= free_before,
         "space leaked"
     );
 }

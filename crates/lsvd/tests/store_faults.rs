@@ -24,12 +24,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Lsvd, SmallTmpfs, TempDir, free_tcp_port, nbdsh};
+use common::{
+    Lsvd, SmallTmpfs, TempDir, env_nonempty, find_versitygw, free_tcp_port, missing_s3_env, nbdsh,
+    s3_required,
+};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::s3::{S3Settings, S3Store, Secret};
 use lsvd_store::{DynStore, ObjectStore, PutMode, open_store};
@@ -52,21 +55,6 @@ fn metric(s: &dyn ObjectStore, name: &str) -> f64 {
         .value
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// Why a missing S3 server (or versitygw binary) fails rather than skips, if it does.
-fn s3_required() -> Option<&'static str> {
-    if env("LSVD_TEST_STORE").as_deref() == Some("s3") {
-        Some("LSVD_TEST_STORE=s3")
-    } else if env("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
-        Some("LSVD_REQUIRE_S3 is set")
-    } else {
-        None
-    }
-}
-
 fn skip(test: &str, why: &str) {
     if let Some(required) = s3_required() {
         panic!("{test}: {why}; not skipped: {required}");
@@ -75,17 +63,22 @@ fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
+/// A temp dir (tagged `tag`) with a tmpfs of `size_mib` MiB mounted on `fs` in it; None
+/// (`test` skipped, saying why) where no tmpfs can be mounted. The filesystem is
+/// unmounted before the dir is removed.
+fn dir_with_small_fs(tag: &str, size_mib: u64, test: &str) -> Option<(TempDir, SmallTmpfs)> {
+    let dir = TempDir::new(tag);
+    let fs = SmallTmpfs::mount(&dir.join("fs"), size_mib, test)?;
+    Some((dir, fs))
+}
+
 /// The local store on a filesystem that fills up: `Full` at once (no retries: the
 /// call returns in well under the retry layer's first delay), no partial object left,
 /// reads and deletes unaffected, and puts work again once there is room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_store_disk_is_full_and_room_brings_puts_back() {
-    let dir = TempDir::new("store-full-disk");
-    let Some(fs) = SmallTmpfs::mount(
-        &dir.join("fs"),
-        16,
-        "a_full_store_disk_is_full_and_room_brings_puts_back",
-    ) else {
+    let test = "a_full_store_disk_is_full_and_room_brings_puts_back";
+    let Some((_dir, fs)) = dir_with_small_fs("store-full-disk", 16, test) else {
         return;
     };
     let root = fs.path().join("store");
@@ -160,12 +153,8 @@ async fn a_full_store_disk_is_full_and_room_brings_puts_back() {
 /// refusing to start), and once B has room the next open copies what it missed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
-    let dir = TempDir::new("store-full-mirror");
-    let Some(fs) = SmallTmpfs::mount(
-        &dir.join("fs"),
-        16,
-        "a_mirror_copy_on_a_full_disk_degrades_until_it_has_room",
-    ) else {
+    let test = "a_mirror_copy_on_a_full_disk_degrades_until_it_has_room";
+    let Some((dir, fs)) = dir_with_small_fs("store-full-mirror", 16, test) else {
         return;
     };
     let a = dir.join("a");
@@ -207,24 +196,6 @@ async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
     assert_eq!(s.get(&obj(2)).await.expect("get"), data(2, len));
 }
 
-/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
-/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
-fn find_versitygw() -> Option<PathBuf> {
-    if let Some(p) = env("LSVD_VERSITYGW") {
-        return Some(PathBuf::from(p));
-    }
-    let tools = env("LSVD_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
-    let p = tools.join("bin/versitygw");
-    if p.is_file() {
-        return Some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
-}
-
 /// A versitygw (posix backend) on 127.0.0.1 keeping its buckets under `root`; killed
 /// on drop.
 struct Gateway {
@@ -239,28 +210,22 @@ impl Gateway {
     fn start(bin: &Path, root: &Path, log: &Path) -> Gateway {
         for _ in 0..10 {
             let port = free_tcp_port();
-            let log = std::fs::File::create(log).expect("gateway log");
-            let mut child = Command::new(bin)
+            let mut gateway = Command::new(bin);
+            gateway
                 .env("ROOT_ACCESS_KEY", Self::ACCESS)
                 .env("ROOT_SECRET_KEY", Self::SECRET)
                 .arg("--port")
                 .arg(format!("127.0.0.1:{port}"))
-                .arg("posix")
-                .arg(root)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("dup log"))
-                .stderr(log)
-                .spawn()
-                .expect("spawn versitygw");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
+                .args([Path::new("posix"), root]);
+            let mut child = common::spawn_logging(&mut gateway, log);
+            let mut poll = common::Poller::new(Duration::from_millis(20), Duration::from_secs(30));
+            while poll.tick_blocking() {
                 if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
                     return Gateway { child, port };
                 }
                 if child.try_wait().ok().flatten().is_some() {
                     break; // the port was taken after all: another one
                 }
-                std::thread::sleep(Duration::from_millis(20));
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -303,8 +268,7 @@ async fn versitygw_on_a_full_disk_is_full_and_a_wrong_secret_denied() {
         );
         return;
     };
-    let dir = TempDir::new("store-full-s3");
-    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 16, test) else {
+    let Some((dir, fs)) = dir_with_small_fs("store-full-s3", 16, test) else {
         return;
     };
     let bucket = "faults";
@@ -361,15 +325,7 @@ async fn versitygw_on_a_full_disk_is_full_and_a_wrong_secret_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_secret_is_denied_at_once() {
     let test = "a_wrong_secret_is_denied_at_once";
-    let missing: Vec<&str> = [
-        "AWS_ENDPOINT_URL",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "LSVD_TEST_S3_BUCKET",
-    ]
-    .into_iter()
-    .filter(|v| env(v).is_none())
-    .collect();
+    let missing = missing_s3_env();
     if !missing.is_empty() {
         skip(
             test,
@@ -380,9 +336,9 @@ async fn a_wrong_secret_is_denied_at_once() {
         );
         return;
     }
-    let bucket = env("LSVD_TEST_S3_BUCKET").expect("checked");
+    let bucket = env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked");
     let url = format!("s3://{bucket}/store-faults-{}", std::process::id());
-    let real_key = env("AWS_ACCESS_KEY_ID").expect("checked");
+    let real_key = env_nonempty("AWS_ACCESS_KEY_ID").expect("checked");
     for (what, key) in [
         ("wrong secret", real_key.as_str()),
         ("unknown key", "AKIASTOREFAULTS0"),
@@ -422,8 +378,7 @@ async fn a_wrong_secret_is_denied_at_once() {
 fn a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing() {
     const TEST: &str = "a_served_volume_on_a_full_store_answers_enospc_and_loses_nothing";
     common::require_tools(&["nbdsh"]);
-    let dir = TempDir::new("store-full-serve");
-    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 48, TEST) else {
+    let Some((dir, fs)) = dir_with_small_fs("store-full-serve", 48, TEST) else {
         return;
     };
     // The local store on the small filesystem, also on the S3 pass (the fault is the

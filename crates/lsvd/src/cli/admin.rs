@@ -188,15 +188,7 @@ pub async fn info(
                 }),
             );
         }
-        let text = serde_json::to_string_pretty(&value).map_err(|e| {
-            Error::with_source(
-                lsvd_core::error::ErrorKind::Unsupported,
-                "cannot encode JSON",
-                e,
-            )
-        })?;
-        println!("{text}");
-        return Ok(());
+        return super::print_json(&value);
     }
     println!("volume:        {}", info.name);
     println!("id:            {}", info.volume_id);

@@ -190,15 +190,7 @@ fn verify_key(key: &str, bytes: &[u8]) -> Verdict {
                     h.seq, h.epoch, h.kind
                 ));
             }
-            if h.total_bytes() != bytes.len() as u64 {
-                return Err(format!(
-                    "length {} but header says {}",
-                    bytes.len(),
-                    h.total_bytes()
-                ));
-            }
-            h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..])
-                .map_err(|e| e.to_string())
+            super::check::verify_object_body(&h, bytes)
         })());
     }
     let Some((_volume, rest)) = key.split_once('/') else {

@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
-use lsvd_core::format::object::{ObjectKind, decode_object_header};
+use lsvd_core::format::object::{ObjectHeader, ObjectKind, decode_object_header};
 use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::Common;
@@ -465,6 +465,23 @@ async fn compare_copies(store: &DynStore, key: &str, problems: &mut Vec<String>)
     }
 }
 
+/// The checks of an object's bytes past its header: the length the header gives, and
+/// the data against the header's chunk checksums.
+pub(crate) fn verify_object_body(
+    h: &ObjectHeader,
+    bytes: &[u8],
+) -> std::result::Result<(), String> {
+    if h.total_bytes() != bytes.len() as u64 {
+        return Err(format!(
+            "length {} but header says {}",
+            bytes.len(),
+            h.total_bytes()
+        ));
+    }
+    h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..])
+        .map_err(|e| e.to_string())
+}
+
 /// Check one copy of object `seq`: Err if it cannot be used (header, length, chunk
 /// checksums), else the identity mismatches found (reported, but the data is sound).
 fn verify_object(
@@ -482,15 +499,7 @@ fn verify_object(
             h.seq, h.epoch, h.kind, h.volume
         ));
     }
-    if h.total_bytes() != bytes.len() as u64 {
-        return Err(format!(
-            "length {} but header says {}",
-            bytes.len(),
-            h.total_bytes()
-        ));
-    }
-    h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..])
-        .map_err(|e| e.to_string())?;
+    verify_object_body(&h, bytes)?;
     Ok(notes)
 }
 

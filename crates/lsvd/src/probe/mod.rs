@@ -352,14 +352,7 @@ pub fn run(common: &crate::config_file::Common, store_given: bool, args: ProbeAr
         Some(save_profile(&common.data, &profile)?)
     };
     if args.json {
-        let text = serde_json::to_string_pretty(&profile).map_err(|e| {
-            Error::with_source(
-                lsvd_core::error::ErrorKind::Unsupported,
-                "cannot print JSON",
-                e,
-            )
-        })?;
-        println!("{text}");
+        crate::cli::print_json(&profile)?;
     } else {
         print!("{}", report::render(&profile, saved.as_deref()));
     }
@@ -523,14 +516,7 @@ fn run_store(common: &crate::config_file::Common, args: &ProbeArgs) -> Result<()
         Some(store_profile::save_store_profile(&common.data, &profile)?)
     };
     if args.json {
-        let text = serde_json::to_string_pretty(&profile).map_err(|e| {
-            Error::with_source(
-                lsvd_core::error::ErrorKind::Unsupported,
-                "cannot print JSON",
-                e,
-            )
-        })?;
-        println!("{text}");
+        crate::cli::print_json(&profile)?;
     } else {
         print!("{}", report::render_store(&profile, saved.as_deref()));
     }

@@ -8,6 +8,27 @@ use std::path::Path;
 use super::ProbeProfile;
 use lsvd_core::size::format_size;
 
+/// A report being written, a line at a time.
+#[derive(Default)]
+struct Lines(String);
+
+impl Lines {
+    fn line(&mut self, s: String) {
+        self.0.push_str(&s);
+        self.0.push('\n');
+    }
+
+    /// The last line: where the profile was saved (`None`: not, by request); the
+    /// whole report.
+    fn saved(mut self, saved: Option<&Path>) -> String {
+        match saved {
+            Some(p) => self.line(format!("saved to {}", p.display())),
+            None => self.line("not saved (--no-save)".into()),
+        }
+        self.0
+    }
+}
+
 fn mb_per_sec(bytes_per_sec: f64) -> f64 {
     bytes_per_sec / 1e6
 }
@@ -21,43 +42,39 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
     } else {
         "buffered (O_DIRECT refused)"
     };
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
-    line(format!(
+    let mut out = Lines::default();
+    out.line(format!(
         "lsvd probe {}: {mode}, scratch file {}, {} s per test",
         profile.path,
         format_size(profile.file_size_bytes),
         profile.seconds_per_test
     ));
-    line(format!(
+    out.line(format!(
         "pre-write (1 MiB sequential + fdatasync): {:.0} MB/s",
         mb_per_sec(m.prewrite_bytes_per_sec)
     ));
-    line(String::new());
+    out.line(String::new());
 
-    line("write size sweep (random, QD1, offset a multiple of the size)".into());
-    line(format!("  {:>6}  {:>9}  {:>9}", "size B", "IOPS", "MB/s"));
+    out.line("write size sweep (random, QD1, offset a multiple of the size)".into());
+    out.line(format!("  {:>6}  {:>9}  {:>9}", "size B", "IOPS", "MB/s"));
     for p in &m.write_sweep {
         match p.rate {
-            Some(r) => line(format!(
+            Some(r) => out.line(format!(
                 "  {:>6}  {:>9.0}  {:>9.1}",
                 p.size_bytes,
                 r.iops,
                 mb_per_sec(r.bytes_per_sec)
             )),
-            None => line(format!(
+            None => out.line(format!(
                 "  {:>6}  {:>9}  {:>9}",
                 p.size_bytes, "refused", "-"
             )),
         }
     }
-    line(String::new());
+    out.line(String::new());
 
-    line("4 KiB write + fdatasync (QD1)".into());
-    line(format!(
+    out.line("4 KiB write + fdatasync (QD1)".into());
+    out.line(format!(
         "  {:<22}  {:>10}  {:>10}  {:>8}",
         "", "median us", "p99 us", "samples"
     ));
@@ -71,61 +88,61 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         (format!("append ({direct_label})"), &m.sync_append),
         ("rewrite (buffered)".to_string(), &m.sync_rewrite_buffered),
     ] {
-        line(format!(
+        out.line(format!(
             "  {what:<22}  {:>10.1}  {:>10.1}  {:>8}",
             l.median_us, l.p99_us, l.samples
         ));
     }
-    line(String::new());
+    out.line(String::new());
 
-    line("4 KiB random writes by queue depth (one thread per write)".into());
-    line(format!("  {:>4}  {:>9}  {:>9}", "QD", "IOPS", "MB/s"));
+    out.line("4 KiB random writes by queue depth (one thread per write)".into());
+    out.line(format!("  {:>4}  {:>9}  {:>9}", "QD", "IOPS", "MB/s"));
     for p in &m.parallel_writes {
-        line(format!(
+        out.line(format!(
             "  {:>4}  {:>9.0}  {:>9.1}",
             p.queue_depth,
             p.rate.iops,
             mb_per_sec(p.rate.bytes_per_sec)
         ));
     }
-    line(String::new());
+    out.line(String::new());
 
-    line("sequential writes (QD1)".into());
-    line(format!("  {:>8}  {:>9}  {:>9}", "size", "IOPS", "MB/s"));
+    out.line("sequential writes (QD1)".into());
+    out.line(format!("  {:>8}  {:>9}  {:>9}", "size", "IOPS", "MB/s"));
     for p in &m.sequential_writes {
-        line(format!(
+        out.line(format!(
             "  {:>8}  {:>9.0}  {:>9.1}",
             format_size(u64::from(p.size_bytes)),
             p.rate.iops,
             mb_per_sec(p.rate.bytes_per_sec)
         ));
     }
-    line(String::new());
+    out.line(String::new());
 
-    line(format!(
+    out.line(format!(
         "4 KiB random reads (QD1): median {:.1} us, p99 {:.1} us ({} samples)",
         m.random_read.median_us, m.random_read.p99_us, m.random_read.samples
     ));
-    line(String::new());
+    out.line(String::new());
 
-    line("decisions".into());
-    line(format!(
+    out.line("decisions".into());
+    out.line(format!(
         "  page size (inferred)   {:>8} B   smallest power of two no larger write beats by >15% IOPS",
         d.page_size_bytes
     ));
-    line(format!(
+    out.line(format!(
         "  log alignment unit     {:>8} B   page size clamped to 512..4096",
         d.log_align_bytes
     ));
-    line(format!(
+    out.line(format!(
         "  log writes in flight   {:>8}     useful parallelism {} (no deeper queue >10% more IOPS), at most 16; advice only: serve keeps 1 (buffered log)",
         d.log_writes_in_flight, d.useful_parallelism
     ));
-    line(format!(
+    out.line(format!(
         "  group-commit cap       {:>10}   smallest sequential write at >=90% of peak MB/s, 64 KiB..4 MiB",
         format_size(d.group_commit_cap_bytes)
     ));
-    line(format!(
+    out.line(format!(
         "  log I/O                {:>8}     direct if O_DIRECT works and write+fdatasync is not >10% slower; advice only: serve writes buffered",
         if d.direct_log_io {
             "direct"
@@ -134,37 +151,29 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
         }
     ));
     for n in &d.notes {
-        line(format!("  note: {n}"));
+        out.line(format!("  note: {n}"));
     }
-    match saved {
-        Some(p) => line(format!("saved to {}", p.display())),
-        None => line("not saved (--no-save)".into()),
-    }
-    out
+    out.saved(saved)
 }
 
 /// The report of `lsvd probe --store`.
 pub fn render_store(profile: &super::store_profile::StoreProfile, saved: Option<&Path>) -> String {
     let m = &profile.measurements;
     let d = &profile.decisions;
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
-    line(format!(
+    let mut out = Lines::default();
+    out.line(format!(
         "lsvd probe --store {}{}",
         profile.store_url,
         if profile.quick { " (--quick)" } else { "" }
     ));
-    line(String::new());
-    line("ranged GET latency (one at a time)".into());
-    line(format!(
+    out.line(String::new());
+    out.line("ranged GET latency (one at a time)".into());
+    out.line(format!(
         "  {:>9}  {:>11}  {:>11}  {:>7}",
         "range", "median us", "p99 us", "samples"
     ));
     for g in &m.gets {
-        line(format!(
+        out.line(format!(
             "  {:>9}  {:>11.0}  {:>11.0}  {:>7}",
             format_size(g.range_bytes),
             g.latency.median_us,
@@ -172,55 +181,51 @@ pub fn render_store(profile: &super::store_profile::StoreProfile, saved: Option<
             g.latency.samples
         ));
     }
-    line(String::new());
-    line("PUT bandwidth, one stream".into());
-    line(format!("  {:>8}  {:>9}  {:>5}", "object", "MB/s", "PUTs"));
+    out.line(String::new());
+    out.line("PUT bandwidth, one stream".into());
+    out.line(format!("  {:>8}  {:>9}  {:>5}", "object", "MB/s", "PUTs"));
     for p in &m.put_sizes {
-        line(format!(
+        out.line(format!(
             "  {:>8}  {:>9.1}  {:>5}",
             format_size(p.object_bytes),
             mb_per_sec(p.bytes_per_sec),
             p.puts
         ));
     }
-    line(String::new());
+    out.line(String::new());
     if let Some(first) = m.put_streams.first() {
-        line(format!(
+        out.line(format!(
             "PUT bandwidth of {} objects, by streams",
             format_size(first.object_bytes)
         ));
     }
-    line(format!("  {:>8}  {:>9}  {:>5}", "streams", "MB/s", "PUTs"));
+    out.line(format!("  {:>8}  {:>9}  {:>5}", "streams", "MB/s", "PUTs"));
     for p in &m.put_streams {
-        line(format!(
+        out.line(format!(
             "  {:>8}  {:>9.1}  {:>5}",
             p.streams,
             mb_per_sec(p.bytes_per_sec),
             p.puts
         ));
     }
-    line(String::new());
-    line("decisions".into());
-    line(format!(
+    out.line(String::new());
+    out.line("decisions".into());
+    out.line(format!(
         "  read fetch size     {:>10}   largest GET at most 1.5x a small GET's latency, 64 KiB..1 MiB",
         format_size(d.read_fetch_bytes)
     ));
-    line(format!(
+    out.line(format!(
         "  batch size          {:>10}   smallest object at >=90% of the best one-stream MB/s, 4..32 MiB",
         format_size(d.batch_size_bytes)
     ));
-    line(format!(
+    out.line(format!(
         "  uploads in flight   {:>10}   fewest streams no more streams beat by >10% MB/s, at most 16",
         d.uploads_in_flight
     ));
     for n in &d.notes {
-        line(format!("  note: {n}"));
+        out.line(format!("  note: {n}"));
     }
-    match saved {
-        Some(p) => line(format!("saved to {}", p.display())),
-        None => line("not saved (--no-save)".into()),
-    }
-    out
+    out.saved(saved)
 }
 
 #[cfg(test)]

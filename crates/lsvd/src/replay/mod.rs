@@ -143,6 +143,17 @@ pub struct PreconditionReport {
 const MAX_PIECE_BYTES: u64 = 4 << 20;
 
 /// `[start, end)` as (offset, length) pieces of at most [`MAX_PIECE_BYTES`].
+/// A place among the requests in flight (`slots` bounds them); held until dropped.
+async fn take_slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+) -> Result<tokio::sync::OwnedSemaphorePermit> {
+    slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::ShuttingDown, "", e))
+}
+
 fn pieces(start: u64, end: u64) -> impl Iterator<Item = (u64, u64)> {
     (start..end)
         .step_by(MAX_PIECE_BYTES as usize)
@@ -409,11 +420,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
             Op::Trim => report.trims += 1,
         }
         for (at, n) in pieces(req.offset, req.offset + req.len) {
-            let permit = slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|e| Error::with_source(ErrorKind::ShuttingDown, "", e))?;
+            let permit = take_slot(&slots).await?;
             let c = client.clone();
             let errs = errors.clone();
             let verify = verify.clone();
@@ -489,13 +496,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
 
 fn print_report(report: &ReplayReport, json: bool) -> Result<()> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).map_err(|e| {
-                Error::with_source(ErrorKind::Unsupported, "cannot encode JSON", e)
-            })?
-        );
-        return Ok(());
+        return crate::cli::print_json(report);
     }
     if let Some(p) = &report.precondition {
         println!(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use lsvd_nbd::client::Client;
 
 use super::scrape::scrape;
-use super::{pattern, pieces};
+use super::{pattern, pieces, take_slot};
 use lsvd_core::error::{Error, ErrorKind, Result};
 
 /// Precondition writes in flight (each holds a 4 MiB buffer).
@@ -70,11 +70,7 @@ pub(super) async fn write_ranges(client: &Arc<Client>, ranges: &RangeSet) -> Res
     let mut first_error: Option<Error> = None;
     let task_failed = |e| Error::with_source(ErrorKind::Permanent, "precondition write task", e);
     'ranges: for (at, n) in ranges.iter().flat_map(|(start, end)| pieces(start, end)) {
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| Error::with_source(ErrorKind::ShuttingDown, "", e))?;
+        let permit = take_slot(&slots).await?;
         let c = client.clone();
         tasks.spawn(async move {
             let r = c

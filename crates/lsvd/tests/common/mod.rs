@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod pki;
+pub mod store_checks;
 
 /// The binary under test.
 pub const LSVD: &str = env!("CARGO_BIN_EXE_lsvd");
@@ -51,6 +52,22 @@ pub const READ_CACHE_SIZE: &str = "64M";
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
+
+/// An nbdsh script (for a volume of 16 MiB or more) writing six marked MiB, a page of
+/// 0x77 at 15 MiB and flushing: the chain tests' data, checked by [`CHAIN_CHECK`].
+pub const CHAIN_WRITE: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    h.pwrite(bytes([i]) + pattern[1:], i << 20)\n\
+    h.pwrite(b'\\x77' * 4096, 15 << 20)\n\
+    h.flush()\n";
+
+/// The nbdsh script checking what [`CHAIN_WRITE`] wrote (and a page at 10 MiB never
+/// written reads as zeros).
+pub const CHAIN_CHECK: &str = "h = connect()\n\
+    pattern = bytes(range(256)) * 4096\n\
+    for i in range(6):\n    assert h.pread(1 << 20, i << 20) == bytes([i]) + pattern[1:], i\n\
+    assert h.pread(4096, 15 << 20) == b'\\x77' * 4096\n\
+    assert h.pread(4096, 10 << 20) == bytes(4096)\n";
 
 /// Timeout for short commands (create, info, nbdinfo...).
 pub const SHORT: Duration = Duration::from_secs(60);
@@ -147,8 +164,70 @@ pub const S3_ENV: [&str; 4] = [
     "LSVD_TEST_S3_BUCKET",
 ];
 
-fn env_nonempty(name: &str) -> Option<String> {
+/// The variable `name`, or None when it is unset or empty.
+pub fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Why a test needing an S3 server (or the versitygw binary) fails rather than skips
+/// when there is none, if it does: `LSVD_TEST_STORE=s3`, `LSVD_REQUIRE_S3` (not 0),
+/// or `LSVD_TEST_S3=require`.
+pub fn s3_required() -> Option<&'static str> {
+    if env_nonempty("LSVD_TEST_STORE").as_deref() == Some("s3") {
+        Some("LSVD_TEST_STORE=s3")
+    } else if env_nonempty("LSVD_REQUIRE_S3").is_some_and(|v| v != "0") {
+        Some("LSVD_REQUIRE_S3 is set")
+    } else if env_nonempty("LSVD_TEST_S3").as_deref() == Some("require") {
+        Some("LSVD_TEST_S3=require")
+    } else {
+        None
+    }
+}
+
+/// A test that cannot run here (`msg` says why and how to run it): a failure when
+/// `required` says why it must run, else a loud SKIPPED banner on stderr (straight
+/// there: libtest captures `eprintln!` of passing tests).
+pub fn skip_loudly(msg: &str, required: Option<String>) {
+    if let Some(why) = required {
+        panic!("{msg}\nNot skipped: {why}");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{0}\nSKIPPED {msg}\n{0}",
+        "=".repeat(78)
+    );
+}
+
+/// Which of `names` are unset (or empty).
+pub fn missing_env(names: &[&'static str]) -> Vec<&'static str> {
+    names
+        .iter()
+        .copied()
+        .filter(|v| env_nonempty(v).is_none())
+        .collect()
+}
+
+/// Which of the [`S3_ENV`] variables a test against a real S3 server needs are unset.
+pub fn missing_s3_env() -> Vec<&'static str> {
+    missing_env(&S3_ENV)
+}
+
+/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
+/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
+pub fn find_versitygw() -> Option<PathBuf> {
+    if let Some(p) = env_nonempty("LSVD_VERSITYGW") {
+        return Some(PathBuf::from(p));
+    }
+    let tools = env_nonempty("LSVD_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
+    let p = tools.join("bin/versitygw");
+    if p.is_file() {
+        return Some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("versitygw"))
+        .find(|p| p.is_file())
 }
 
 /// The store selected by `LSVD_TEST_STORE`. Panics, naming what is missing, when it
@@ -165,41 +244,33 @@ pub fn test_store() -> &'static TestStore {
     STORE.get_or_init(|| match env_nonempty("LSVD_TEST_STORE").as_deref() {
         None | Some("local") | Some("file") => TestStore::Local,
         Some("chain") => TestStore::Chain,
-        Some("az") => {
-            let missing: Vec<&str> = AZ_ENV
-                .iter()
-                .copied()
-                .filter(|v| env_nonempty(v).is_none())
-                .collect();
+        Some(scheme @ ("az" | "s3")) => {
+            // The variables it needs, the one naming the bucket, the script setting them.
+            let (scheme, needed, bucket, script): (_, &[&'static str], _, _) = match scheme {
+                "az" => (
+                    "az",
+                    &AZ_ENV,
+                    "LSVD_TEST_AZ_CONTAINER",
+                    "scripts/with-azurite.sh (it starts Azurite and sets them)",
+                ),
+                _ => (
+                    "s3",
+                    &S3_ENV,
+                    "LSVD_TEST_S3_BUCKET",
+                    "scripts/with-versitygw.sh (it starts an S3 server and sets them)",
+                ),
+            };
+            let missing = missing_env(needed);
             assert!(
                 missing.is_empty(),
-                "LSVD_TEST_STORE=az but {} unset: run the tests through \
-                 scripts/with-azurite.sh (it starts Azurite and sets them), e.g. \
-                 scripts/with-azurite.sh env LSVD_TEST_STORE=az cargo test -p lsvd --test cli",
-                missing.join(", ")
+                "LSVD_TEST_STORE={scheme} but {} unset: run the tests through {script}, e.g. \
+                 {} env LSVD_TEST_STORE={scheme} cargo test -p lsvd --test cli",
+                missing.join(", "),
+                script.split(' ').next().unwrap_or_default()
             );
             TestStore::S3 {
-                scheme: "az",
-                bucket: env_nonempty("LSVD_TEST_AZ_CONTAINER").expect("checked above"),
-                run: run(),
-            }
-        }
-        Some("s3") => {
-            let missing: Vec<&str> = S3_ENV
-                .iter()
-                .copied()
-                .filter(|v| env_nonempty(v).is_none())
-                .collect();
-            assert!(
-                missing.is_empty(),
-                "LSVD_TEST_STORE=s3 but {} unset: run the tests through \
-                 scripts/with-versitygw.sh (it starts an S3 server and sets them), e.g. \
-                 scripts/with-versitygw.sh env LSVD_TEST_STORE=s3 cargo test -p lsvd --test cli",
-                missing.join(", ")
-            );
-            TestStore::S3 {
-                scheme: "s3",
-                bucket: env_nonempty("LSVD_TEST_S3_BUCKET").expect("checked above"),
+                scheme,
+                bucket: env_nonempty(bucket).expect("checked above"),
                 run: run(),
             }
         }
@@ -367,19 +438,12 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         let _ = se.read_to_end(&mut v);
         v
     });
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait().expect("try_wait") {
-            Some(st) => break st,
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                timed_out = true;
-                break child.wait().expect("wait after kill");
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    };
+    let exited = poll_until(timeout, || child.try_wait().expect("try_wait"));
+    let timed_out = exited.is_none();
+    let status = exited.unwrap_or_else(|| {
+        let _ = child.kill();
+        child.wait().expect("wait after kill")
+    });
     let out = Output {
         status,
         stdout: t_out.join().expect("stdout reader"),
@@ -401,6 +465,34 @@ pub fn run_ok(cmd: &mut Command, timeout: Duration) -> Output {
         show(&what, &out)
     );
     out
+}
+
+/// Spawns `cmd` with no stdin and its stdout and stderr both going to a new file `log`.
+pub fn spawn_logging(cmd: &mut Command, log: &Path) -> Child {
+    let out = File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+    let err = out.try_clone().expect("dup the log file");
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", describe(cmd)))
+}
+
+/// Checks that `out` (of `what`) is a usage error, exit status 2; returns its stderr.
+pub fn usage_error(out: &Output, what: &str) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", show(what, out));
+    stderr(out)
+}
+
+/// The client's flags, then NBD_OPT_EXPORT_NAME for `export`: the end of a newstyle
+/// handshake for a client that asks for nothing else.
+pub fn export_name_option(client_flags: u32, export: &str) -> Vec<u8> {
+    let mut msg = client_flags.to_be_bytes().to_vec();
+    msg.extend_from_slice(b"IHAVEOPT");
+    msg.extend_from_slice(&1u32.to_be_bytes()); // NBD_OPT_EXPORT_NAME
+    msg.extend_from_slice(&(export.len() as u32).to_be_bytes());
+    msg.extend_from_slice(export.as_bytes());
+    msg
 }
 
 pub fn stdout(out: &Output) -> String {
@@ -501,6 +593,22 @@ impl Lsvd {
         run_ok(&mut self.cmd(args), SHORT)
     }
 
+    /// Runs `lsvd ARGS` for each `(ARGS, needles)` case: it must succeed and print
+    /// every needle on stdout.
+    pub fn assert_stdout_mentions(&self, cases: &[(&[&str], &[&str])]) {
+        for (args, needles) in cases {
+            let out = self.run(args);
+            let text = stdout(&out);
+            assert!(out.status.success(), "{}", show(&format!("{args:?}"), &out));
+            for n in *needles {
+                assert!(
+                    text.contains(n),
+                    "`lsvd {args:?}` should mention {n}:\n{text}"
+                );
+            }
+        }
+    }
+
     pub fn create(&self, name: &str, size: &str) {
         self.run_ok(&["create", name, "--size", size]);
     }
@@ -570,6 +678,17 @@ impl Lsvd {
     }
 }
 
+/// The usual start of a test: a temp dir named after `test`, an [`Lsvd`] keeping its
+/// data in `data` there, a new volume `vol` of `size`, and the path of the Unix
+/// socket a server of it listens on.
+pub fn new_volume(test: &str, size: &str) -> (TempDir, Lsvd, PathBuf) {
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", size);
+    let socket = dir.join("nbd.sock");
+    (dir, lsvd, socket)
+}
+
 /// A running `lsvd serve`. Killed (SIGKILL) on drop if still running.
 pub struct Server {
     child: Option<Child>,
@@ -592,28 +711,28 @@ impl Server {
     /// Waits until the server accepts connections (`Ok`) or exits (`Err` with its
     /// status); panics if neither happens within `timeout`.
     pub fn ready_or_exit(&mut self, timeout: Duration) -> Result<(), ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            // A stale socket file may exist before the server replaces it: ready means
-            // the file is there and accepts connections.
-            if self.socket.exists() && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
-            {
-                return Ok(());
+        let socket = self.socket.clone();
+        let child = self.child.as_mut().expect("child");
+        // A stale socket file may exist before the server replaces it: ready means the
+        // file is there and accepts connections.
+        let outcome = poll_until(timeout, || {
+            if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                return Some(Ok(()));
             }
-            let child = self.child.as_mut().expect("child");
-            if let Some(st) = child.try_wait().expect("try_wait") {
+            child.try_wait().expect("try_wait").map(Err)
+        });
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(st)) => {
                 self.child = None;
-                return Err(st);
+                Err(st)
             }
-            if Instant::now() >= deadline {
-                panic!(
-                    "`{}`: socket {} did not appear within {timeout:?}\n--- server log ---\n{}",
-                    self.what,
-                    self.socket.display(),
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            None => panic!(
+                "`{}`: socket {} did not appear within {timeout:?}\n--- server log ---\n{}",
+                self.what,
+                socket.display(),
+                self.log()
+            ),
         }
     }
 
@@ -624,6 +743,13 @@ impl Server {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("server running").id() as i32
+    }
+
+    /// Panics (showing the log) unless the server has printed every one of `needles`.
+    pub fn assert_log_mentions(&self, needles: &[&str]) {
+        let log = self.log();
+        let missing: Vec<&&str> = needles.iter().filter(|n| !log.contains(*n)).collect();
+        assert!(missing.is_empty(), "the log lacks {missing:?}:\n{log}");
     }
 
     /// Everything the server printed so far.
@@ -643,20 +769,13 @@ impl Server {
         // SAFETY: kill(2) on the pid of a child we own and have not reaped yet.
         let rc = unsafe { libc::kill(child.id() as i32, sig) };
         assert_eq!(rc, 0, "kill({sig}) failed");
-        let deadline = Instant::now() + timeout;
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                break st;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "server did not exit within {timeout:?} after signal {sig}\n--- server log ---\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = poll_until(timeout, || child.try_wait().expect("try_wait")) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "server did not exit within {timeout:?} after signal {sig}\n--- server log ---\n{}",
+                self.log()
+            );
         };
         (status, self.log())
     }
@@ -860,6 +979,34 @@ pub fn write_random_image(path: &Path, seed: u64, size: u64, zero_every: u64) {
     f.flush().expect("flush image");
 }
 
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// In `dir`: `image.raw`, `size` random bytes from `seed` with every 8th MiB zero
+/// ([`write_random_image`]), and the path `readback.raw` to read a volume back into.
+pub fn random_image_and_scratch(dir: &TempDir, seed: u64, size: u64) -> (PathBuf, PathBuf) {
+    let image = dir.join("image.raw");
+    write_random_image(&image, seed, size, 8);
+    (image, dir.join("readback.raw"))
+}
+
 /// Panics (naming the first differing offset) unless the files have equal contents.
 pub fn assert_files_equal(a: &Path, b: &Path) {
     let la = std::fs::metadata(a).expect("stat a").len();
@@ -902,34 +1049,176 @@ pub fn free_tcp_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
-/// The value of metric `lsvd_{name}` of volume `volume` from `lsvd serve --metrics
-/// ADDR`, or None if the endpoint does not answer (yet) or lacks it.
-pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
-    use std::io::{Read, Write};
+/// The whole answer (headers and body) of `http://ADDR/metrics`, or None if the
+/// endpoint does not answer (yet).
+pub fn fetch_metrics(addr: &str) -> Option<String> {
     let mut conn = std::net::TcpStream::connect(addr).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: lsvd\r\n\r\n")
         .ok()?;
     let mut text = String::new();
     conn.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The value of metric `lsvd_{name}` of volume `volume` from `lsvd serve --metrics
+/// ADDR`, or None if the endpoint does not answer (yet) or lacks it.
+pub fn metric(addr: &str, name: &str, volume: &str) -> Option<f64> {
+    let text = fetch_metrics(addr)?;
     let prefix = format!("lsvd_{name}{{volume=\"{volume}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Polls `cond` every 20 ms until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
+// ---------------------------------------------------------------------------------
+// Waiting: the only places the integration tests sleep
+// ---------------------------------------------------------------------------------
+
+/// How often the polling helpers look again.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// No limit, for [`Poller::new`]: the caller's own stop flag or deadline ends the wait.
+pub const NO_LIMIT: Duration = Duration::MAX;
+
+/// The pace of a polling loop: [`Poller::tick`] returns at once the first time, then
+/// after one interval each time, and `false` once the limit has passed. Every test
+/// that waits for a process, a port, a file or a condition goes through here (mostly
+/// through [`poll_until`], [`wait_until`] and [`poll_until_async`]), so the real sleeps
+/// of a polling wait exist once.
+pub struct Poller {
+    every: Duration,
+    deadline: Option<Instant>,
+    first: bool,
+}
+
+impl Poller {
+    /// Looks every `every` until `limit` has passed ([`NO_LIMIT`]: never gives up).
+    pub fn new(every: Duration, limit: Duration) -> Poller {
+        Poller {
+            every,
+            deadline: Instant::now().checked_add(limit),
+            first: true,
         }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
+
+    /// Before the next look: false once the limit has passed, else true after one
+    /// interval (none before the first look).
+    fn next_look(&mut self) -> Option<Duration> {
+        if std::mem::take(&mut self.first) {
+            return Some(Duration::ZERO);
+        }
+        match self.deadline {
+            Some(at) if Instant::now() >= at => None,
+            _ => Some(self.every),
+        }
+    }
+
+    /// For a blocking test: see [`Poller`].
+    pub fn tick_blocking(&mut self) -> bool {
+        let Some(pause) = self.next_look() else {
+            return false;
+        };
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        true
+    }
+
+    /// For an async test: see [`Poller`]. Yields to the runtime while it waits.
+    pub async fn tick(&mut self) -> bool {
+        let Some(pause) = self.next_look() else {
+            return false;
+        };
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        true
+    }
+}
+
+/// Calls `probe` every [`POLL_EVERY`] until it returns `Some` or `timeout` passes (then
+/// `None`).
+pub fn poll_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut poll = Poller::new(POLL_EVERY, timeout);
+    while poll.tick_blocking() {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Polls `cond` every [`POLL_EVERY`] until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    poll_until(timeout, || cond().then_some(())).is_some()
+}
+
+/// [`wait_until`] that panics naming `what` when `cond` still fails after `timeout`.
+pub fn wait_for(timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
+    assert!(wait_until(timeout, cond), "{what}: not within {timeout:?}");
+}
+
+/// [`poll_until`] for async tests: `probe` is awaited each round.
+pub async fn poll_until_async<T, F, Fut>(timeout: Duration, probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_every_async(POLL_EVERY, timeout, probe).await
+}
+
+/// [`poll_until_async`] looking every `every`: the crash oracle's triggers watch
+/// counters every millisecond or two so that a crash lands close to its point.
+pub async fn poll_every_async<T, F, Fut>(
+    every: Duration,
+    limit: Duration,
+    mut probe: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let mut poll = Poller::new(every, limit);
+    while poll.tick().await {
+        if let Some(found) = probe().await {
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// [`wait_until`] for async tests, looking every `every`.
+pub async fn wait_every_async(
+    every: Duration,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> bool {
+    poll_every_async(every, limit, || std::future::ready(cond().then_some(())))
+        .await
+        .is_some()
+}
+
+/// [`wait_until`] for async tests.
+pub async fn wait_until_async(limit: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_every_async(POLL_EVERY, limit, cond).await
+}
+
+/// Lets `length` of real time pass on purpose: a test that checks that nothing happens
+/// for a while, or that spaces out events (a pause, a kill after a random delay). Not
+/// for waiting on a condition: that is [`Poller`].
+pub fn let_time_pass(length: Duration) {
+    std::thread::sleep(length);
+}
+
+/// [`let_time_pass`] for async tests: yields to the runtime while `length` passes.
+pub async fn let_time_pass_async(length: Duration) {
+    tokio::time::sleep(length).await;
+}
+
+/// [`let_time_pass_async`] of `ms` milliseconds.
+pub async fn let_ms_pass(ms: u64) {
+    let_time_pass_async(Duration::from_millis(ms)).await;
 }
 
 // ---------------------------------------------------------------------------------
@@ -1010,6 +1299,14 @@ impl SmallTmpfs {
             }
         }
         written
+    }
+
+    /// True if a 4 KiB file cannot be created: the filesystem is full.
+    pub fn is_full(&self) -> bool {
+        let probe = self.path.join("probe");
+        let full = std::fs::write(&probe, vec![1u8; 4096]).is_err();
+        let _ = std::fs::remove_file(&probe);
+        full
     }
 
     /// Remove the filler: the room it took is free again.

@@ -129,22 +129,14 @@ impl Pki {
             std::fs::create_dir_all(d).expect("mkdir client dir");
             std::fs::copy(&ca.0, d.join("ca-cert.pem")).expect("copy ca");
         }
-        make_leaf(
-            &ca_dir,
-            &ca,
-            "client",
-            CLIENT_EXT,
-            &client_dir.join("client-cert.pem"),
-            &client_dir.join("client-key.pem"),
-        );
-        make_leaf(
-            &ca_dir,
-            &rogue_ca,
-            "rogue-client",
-            CLIENT_EXT,
-            &rogue_dir.join("client-cert.pem"),
-            &rogue_dir.join("client-key.pem"),
-        );
+        // A client certificate from the CA, and one from the rogue CA.
+        for (issuer, name, dir) in [
+            (&ca, "client", &client_dir),
+            (&rogue_ca, "rogue-client", &rogue_dir),
+        ] {
+            let (cert, key) = (dir.join("client-cert.pem"), dir.join("client-key.pem"));
+            make_leaf(&ca_dir, issuer, name, CLIENT_EXT, &cert, &key);
+        }
         Pki {
             ca_cert: ca.0,
             server_cert,

@@ -6,6 +6,7 @@
 //! in that block's list: the base contents (position -1), a write, or, for zeros, one of
 //! the trims (or the base, if it was zero). See the crate docs for the rules.
 
+use super::Stats;
 use super::history::{Content, Record, Time};
 use super::stamp::Seen;
 
@@ -43,6 +44,38 @@ enum State {
 const MAX_REPORTED: usize = 25;
 
 /// Check `seen` (every block of the recovered disk) against `rec` under `rule`.
+/// Judges `seen` against `rec` under `rule` and counts it in `stats` (checks,
+/// acknowledged writes lost as the rule allows, blocks showing unacknowledged
+/// writes). An error led by `what` (which rule, where) listing the violations, the
+/// `extra` ones and the workload's `hangs`, if there are any.
+pub fn judge(
+    rec: &Record,
+    seen: &[Seen],
+    rule: Rule,
+    extra: Vec<String>,
+    hangs: &[String],
+    stats: &Stats,
+    what: &str,
+) -> Result<(), String> {
+    let r = check(rec, seen, rule);
+    stats.add(&format!("checks_{rule:?}"), 1);
+    stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
+    stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
+    let mut v = r.violations;
+    v.extend(extra);
+    v.extend(hangs.iter().map(|h| format!("hang: {h}")));
+    if v.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} ({} ops, {} flushes, {} store points):\n  - {}",
+        rec.ops.len(),
+        rec.flushes.len(),
+        rec.store_points.len(),
+        v.join("\n  - ")
+    ))
+}
+
 pub fn check(rec: &Record, seen: &[Seen], rule: Rule) -> CheckReport {
     let mut report = CheckReport::default();
     let v = &mut report.violations;
@@ -301,18 +334,22 @@ mod tests {
     use super::super::history::{History, OpKind};
     use super::*;
 
+    /// Records request `id` (`kind` on `blocks` blocks from `first`, no FUA) as issued,
+    /// then acknowledged.
+    fn acked(h: &History, id: u64, kind: OpKind, first: u64, blocks: u64) {
+        let i = h.begin_op(id, kind, false, first, blocks);
+        h.end_op(i, true);
+    }
+
     /// Three blocks; write A to block 0, flush, write B to block 1, write C to block 2
     /// issued after B's ack.
     fn history() -> Record {
         let h = History::new(vec![Content::Zero; 3]);
-        let a = h.begin_op(1, OpKind::Write, false, 0, 1);
-        h.end_op(a, true);
+        acked(&h, 1, OpKind::Write, 0, 1);
         let f = h.begin_flush();
         h.end_flush(f, true);
-        let b = h.begin_op(2, OpKind::Write, false, 1, 1);
-        h.end_op(b, true);
-        let c = h.begin_op(3, OpKind::Write, false, 2, 1);
-        h.end_op(c, true);
+        acked(&h, 2, OpKind::Write, 1, 1);
+        acked(&h, 3, OpKind::Write, 2, 1);
         h.snapshot()
     }
 
@@ -367,12 +404,9 @@ mod tests {
     #[test]
     fn trims_explain_zeros_and_imply_their_past() {
         let h = History::new(vec![Content::Zero; 2]);
-        let a = h.begin_op(1, OpKind::Write, false, 0, 1);
-        h.end_op(a, true);
-        let b = h.begin_op(2, OpKind::Write, false, 1, 1);
-        h.end_op(b, true);
-        let t = h.begin_op(3, OpKind::Trim, false, 0, 1);
-        h.end_op(t, true);
+        acked(&h, 1, OpKind::Write, 0, 1);
+        acked(&h, 2, OpKind::Write, 1, 1);
+        acked(&h, 3, OpKind::Trim, 0, 1);
         let rec = h.snapshot();
         // Zeros at block 0 are fine alone (base or trim)...
         let r = check(&rec, &[Seen::Zero, Seen::Zero], Rule::PrefixOnly);
@@ -389,10 +423,8 @@ mod tests {
     #[test]
     fn a_visible_trim_implies_what_was_acked_before_it() {
         let h = History::new(vec![Content::Write(9), Content::Zero]);
-        let a = h.begin_op(2, OpKind::Write, false, 1, 1);
-        h.end_op(a, true);
-        let t = h.begin_op(3, OpKind::Trim, false, 0, 1);
-        h.end_op(t, true);
+        acked(&h, 2, OpKind::Write, 1, 1);
+        acked(&h, 3, OpKind::Trim, 0, 1);
         let rec = h.snapshot();
         let r = check(&rec, &[Seen::Zero, Seen::Zero], Rule::PrefixOnly);
         assert_eq!(r.violations.len(), 1, "{:?}", r.violations);

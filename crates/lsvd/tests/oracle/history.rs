@@ -118,6 +118,25 @@ struct Inner {
     latest: Vec<Option<Content>>,
 }
 
+impl Inner {
+    /// The next tick of the history's clock.
+    fn tick(&mut self) -> Time {
+        self.clock += 1;
+        self.clock
+    }
+}
+
+impl Outcome {
+    /// The outcome of an answer at tick `t`: success or error.
+    fn answered(ok: bool, t: Time) -> Outcome {
+        if ok {
+            Outcome::Acked(t)
+        } else {
+            Outcome::Failed(t)
+        }
+    }
+}
+
 /// The shared, lock-protected history the workload tasks append to.
 #[derive(Debug)]
 pub struct History {
@@ -145,9 +164,7 @@ impl History {
 
     /// Take a tick.
     pub fn now(&self) -> Time {
-        let mut g = self.lock();
-        g.clock += 1;
-        g.clock
+        self.lock().tick()
     }
 
     /// Record an operation as issued now; returns its index.
@@ -160,8 +177,7 @@ impl History {
         blocks: u64,
     ) -> usize {
         let mut g = self.lock();
-        g.clock += 1;
-        let issue = g.clock;
+        let issue = g.tick();
         g.rec.ops.push(OpRec {
             id,
             kind,
@@ -174,17 +190,17 @@ impl History {
         g.rec.ops.len() - 1
     }
 
+    /// When operation `index` was issued.
+    pub fn issued_at(&self, index: usize) -> Time {
+        self.lock().rec.ops[index].issue
+    }
+
     /// Record the answer to operation `index` now; returns the tick.
     pub fn end_op(&self, index: usize, ok: bool) -> Time {
         let mut g = self.lock();
-        g.clock += 1;
-        let t = g.clock;
+        let t = g.tick();
         let op = &mut g.rec.ops[index];
-        op.outcome = if ok {
-            Outcome::Acked(t)
-        } else {
-            Outcome::Failed(t)
-        };
+        op.outcome = Outcome::answered(ok, t);
         let (first, n, content) = (op.first_block, op.blocks, op.content());
         for b in first..first + n {
             g.latest[b as usize] = if ok { Some(content) } else { None };
@@ -192,15 +208,9 @@ impl History {
         t
     }
 
-    /// When operation `index` was issued.
-    pub fn issued_at(&self, index: usize) -> Time {
-        self.lock().rec.ops[index].issue
-    }
-
     pub fn begin_flush(&self) -> usize {
         let mut g = self.lock();
-        g.clock += 1;
-        let issue = g.clock;
+        let issue = g.tick();
         g.rec.flushes.push(FlushRec {
             issue,
             outcome: Outcome::InFlight,
@@ -211,13 +221,8 @@ impl History {
     /// Record the answer to FLUSH `index` now; returns the tick.
     pub fn end_flush(&self, index: usize, ok: bool) -> Time {
         let mut g = self.lock();
-        g.clock += 1;
-        let t = g.clock;
-        g.rec.flushes[index].outcome = if ok {
-            Outcome::Acked(t)
-        } else {
-            Outcome::Failed(t)
-        };
+        let t = g.tick();
+        g.rec.flushes[index].outcome = Outcome::answered(ok, t);
         t
     }
 

@@ -27,6 +27,7 @@ use super::rng::Rng;
 use super::stamp::{BLOCK, Seen};
 use super::workload::{self, Control, Hooks, RunOutcome, Spec, Target};
 use super::{Failure, Stats, TempDir};
+use crate::common::{NO_LIMIT, Poller, let_ms_pass, let_time_pass_async, wait_every_async};
 
 pub const NAME: &str = "v";
 pub const LOG_BYTES: u64 = 16 << 20;
@@ -163,16 +164,12 @@ fn crash(inc: &Inc, mode: CrashMode) -> Vec<u8> {
     image
 }
 
-async fn wait_drained(vol: &Volume, limit: Duration) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
+pub async fn wait_drained(vol: &Volume, limit: Duration) -> bool {
+    let drained = || {
         let s = vol.status();
-        if s.log_used_bytes == 0 && s.uploads_pending == 0 {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+        s.log_used_bytes == 0 && s.uploads_pending == 0
+    };
+    wait_every_async(Duration::from_millis(20), limit, drained).await
 }
 
 /// A copy of every object, in memory.
@@ -276,14 +273,14 @@ async fn outages(
         ctl.stop.load(Ordering::SeqCst) || ctl.crashed.load(Ordering::SeqCst) || store.is_killed()
     };
     if long {
-        tokio::time::sleep(Duration::from_millis(rng.below(100))).await;
+        let_ms_pass(rng.below(100)).await;
         store.set_outage(true);
         stats.add("long_outages", 1);
-        let t0 = Instant::now();
+        let mut poll = Poller::new(Duration::from_millis(20), Duration::from_secs(20));
+        poll.tick().await; // the first look comes one interval in
         let mut last = ctl.acked.load(Ordering::SeqCst);
         let mut last_change = Instant::now();
-        while !stopped() && t0.elapsed() < Duration::from_secs(20) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        while !stopped() && poll.tick().await {
             let s = vol.status();
             if s.log_used_bytes * 10 >= s.log_capacity_bytes * 7 {
                 stats.add("outage_log_70pct_full", 1);
@@ -301,18 +298,18 @@ async fn outages(
             }
         }
         if !stopped() {
-            tokio::time::sleep(Duration::from_millis(rng.range(100, 600))).await;
+            let_ms_pass(rng.range(100, 600)).await;
         }
         store.set_outage(false);
     }
     while !stopped() {
-        tokio::time::sleep(Duration::from_millis(rng.range(100, 1000))).await;
+        let_ms_pass(rng.range(100, 1000)).await;
         if stopped() {
             break;
         }
         store.set_outage(true);
         stats.add("short_outages", 1);
-        tokio::time::sleep(Duration::from_millis(rng.range(20, 300))).await;
+        let_ms_pass(rng.range(20, 300)).await;
         store.set_outage(false);
     }
     store.set_outage(false);
@@ -437,7 +434,7 @@ async fn drive(
             // Crash a little later, with uploads under way.
             let wait = rng.below(300);
             notes.push(format!("crash {wait} ms after the workload ended"));
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let_ms_pass(wait).await;
         }
         crash_fn();
     }
@@ -484,12 +481,13 @@ async fn crash_mid_gc_pass(
     delay: Duration,
 ) -> bool {
     let (mut seen, mut was) = (0u64, false);
+    let mut poll = Poller::new(Duration::from_millis(1), NO_LIMIT);
     while !ctl.stop.load(Ordering::SeqCst) && !ctl.crashed.load(Ordering::SeqCst) {
         let now = vol.status().gc_pass_in_flight;
         if now && !was {
             seen += 1;
             if seen >= nth {
-                tokio::time::sleep(delay).await;
+                let_time_pass_async(delay).await;
                 if ctl.stop.load(Ordering::SeqCst) || ctl.crashed.swap(true, Ordering::SeqCst) {
                     return false;
                 }
@@ -499,7 +497,7 @@ async fn crash_mid_gc_pass(
             }
         }
         was = now;
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        poll.tick().await;
     }
     false
 }
@@ -535,25 +533,8 @@ fn judge(
     stats: &Stats,
     label: &str,
 ) -> Result<(), String> {
-    let r = checker::check(rec, seen, rule);
-    stats.add(&format!("checks_{rule:?}"), 1);
-    stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-    stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
-    let mut v = r.violations;
-    for h in &out.hangs {
-        v.push(format!("hang: {h}"));
-    }
-    if v.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{label}: rule {rule:?} violated ({} ops, {} flushes, {} store points in the round):\n  - {}",
-            rec.ops.len(),
-            rec.flushes.len(),
-            rec.store_points.len(),
-            v.join("\n  - ")
-        ))
-    }
+    let what = format!("{label}: rule {rule:?} violated in the round");
+    checker::judge(rec, seen, rule, Vec::new(), &out.hangs, stats, &what)
 }
 
 /// The newest record the remaining objects hold, as recovery will compute it: the
@@ -1251,7 +1232,7 @@ async fn recovery_crash_round(
             let wait = *rng.pick(&[0, 0, 1, 5, 20, 100, 400]);
             notes.push(format!("recovery 1 crashed after {wait} ms ({mode2:?})"));
             if wait > 0 {
-                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let_ms_pass(wait).await;
             }
             let image2 = crash(&inc2, mode2);
             cache2.fail();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::checker::{self, Rule};
 use super::history::{Content, History};
@@ -11,6 +11,7 @@ use super::rng::Rng;
 use super::stamp::{BLOCK, Seen};
 use super::workload::{self, Control, Hooks, Spec, Target};
 use super::{Failure, Stats, TempDir};
+use crate::common::{let_ms_pass, wait_until_async};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcKind {
@@ -67,17 +68,14 @@ pub async fn episode(
         };
         if kind == ProcKind::CacheDeleted {
             // The store must hold the base contents.
-            let t0 = Instant::now();
-            while !log_drained(&wlog).unwrap_or(false) {
-                if t0.elapsed() > Duration::from_secs(60) {
-                    tmp.keep = true;
-                    return Err(fail(
-                        "the store did not catch up with the write log within 60 s".into(),
-                        &notes,
-                        &server,
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            let drained = || log_drained(&wlog).unwrap_or(false);
+            if !wait_until_async(Duration::from_secs(60), drained).await {
+                tmp.keep = true;
+                return Err(fail(
+                    "the store did not catch up with the write log within 60 s".into(),
+                    &notes,
+                    &server,
+                ));
             }
         }
         let hist = Arc::new(History::new(contents.clone()));
@@ -105,7 +103,7 @@ pub async fn episode(
         if !out.crashed {
             let wait = rng.below(300);
             notes.push(format!("killed {wait} ms after the workload ended"));
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let_ms_pass(wait).await;
             killer();
         }
         server.kill();
@@ -158,7 +156,7 @@ pub async fn episode(
                 tmp.keep = true;
                 return Err(fail(format!("first restart failed: {e}"), &notes, &server));
             }
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let_ms_pass(wait).await;
             server.kill();
             stats.add("recoveries_killed", 1);
         }
@@ -192,26 +190,11 @@ pub async fn episode(
             }
         };
         let rec = hist.snapshot();
-        let r = checker::check(&rec, &seen, rule);
-        stats.add(&format!("checks_{rule:?}"), 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-        stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
+        let what = format!("rule {rule:?} violated");
+        if let Err(e) = checker::judge(&rec, &seen, rule, Vec::new(), &out.hangs, &stats, &what) {
             tmp.keep = true;
-            return Err(fail(
-                format!(
-                    "rule {rule:?} violated ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &server,
-            ));
+            return Err(fail(e, &notes, &server));
         }
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &server))?;

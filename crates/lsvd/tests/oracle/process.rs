@@ -8,12 +8,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, newest_cache_super};
 use lsvd_core::format::record::{LOG_ALIGN_BYTES, RECORD_MAGIC};
 
 use super::nbd::NbdConn;
+use crate::common::poll_until_async;
 
 pub const VOLUME: &str = "v";
 
@@ -171,16 +172,7 @@ impl Server {
 
     /// Wait up to `within` for the server to exit on its own.
     pub async fn wait_exit(&self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = self.try_wait() {
-                return Some(st);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        poll_until_async(within, || std::future::ready(self.try_wait())).await
     }
 
     /// GC passes and bytes moved over the volume's life, from the newest checkpoint in
@@ -270,28 +262,29 @@ impl Server {
         conns: usize,
         within: Duration,
     ) -> io::Result<Vec<Arc<NbdConn>>> {
-        let deadline = Instant::now() + within;
-        let first = loop {
-            if let Some(status) = self.try_wait() {
-                return Err(io::Error::other(format!(
+        let this = &*self;
+        let first = poll_until_async(within, || async move {
+            if let Some(status) = this.try_wait() {
+                return Some(Err(io::Error::other(format!(
                     "lsvd serve exited during startup ({status}):\n{}",
-                    self.stderr_tail()
-                )));
+                    this.stderr_tail()
+                ))));
             }
-            if self.socket.exists()
-                && let Ok(c) = NbdConn::connect(&self.socket, VOLUME).await
+            if this.socket.exists()
+                && let Ok(c) = NbdConn::connect(&this.socket, VOLUME).await
             {
-                break c;
+                return Some(Ok(c));
             }
-            if Instant::now() > deadline {
-                return Err(io::Error::other(format!(
-                    "lsvd serve did not accept connections within {} s:\n{}",
-                    within.as_secs(),
-                    self.stderr_tail()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+            None
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(io::Error::other(format!(
+                "lsvd serve did not accept connections within {} s:\n{}",
+                within.as_secs(),
+                self.stderr_tail()
+            )))
+        })?;
         let mut out = vec![Arc::new(first)];
         for _ in 1..conns {
             out.push(Arc::new(NbdConn::connect(&self.socket, VOLUME).await?));
@@ -381,17 +374,13 @@ impl Syncer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = child.try_wait()? {
-                return Ok(st.success());
-            }
-            if Instant::now() > deadline {
+        match poll_until_async(within, || std::future::ready(child.try_wait().transpose())).await {
+            Some(exited) => Ok(exited?.success()),
+            None => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Ok(false);
+                Ok(false)
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }

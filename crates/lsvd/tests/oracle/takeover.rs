@@ -43,6 +43,7 @@ use super::rng::Rng;
 use super::stamp::{self, BLOCK, Seen};
 use super::workload::{self, Control, Hooks, Spec, Target};
 use super::{Failure, Stats, TempDir};
+use crate::common::{NO_LIMIT, Poller, let_ms_pass, poll_until_async, wait_every_async};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TakeoverKind {
@@ -137,19 +138,17 @@ fn failure(round: u32, ctx: &str, notes: &[String], hosts: &[Server; 2], what: S
 
 /// Wait until the server printed `what`; an error if it exits or takes too long.
 async fn wait_for_log(host: &Server, what: &str, within: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + within;
-    loop {
-        if host.log().contains(what) {
-            return Ok(());
-        }
-        if let Some(st) = host.exited() {
-            return Err(format!("exited ({st}) before it printed {what:?}"));
-        }
-        if Instant::now() > deadline {
-            return Err(format!("did not print {what:?} within {within:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let printed_or_exited = || {
+        let outcome = match host.exited() {
+            _ if host.log().contains(what) => Some(Ok(())),
+            Some(st) => Some(Err(format!("exited ({st}) before it printed {what:?}"))),
+            None => None,
+        };
+        std::future::ready(outcome)
+    };
+    poll_until_async(within, printed_or_exited)
+        .await
+        .unwrap_or_else(|| Err(format!("did not print {what:?} within {within:?}")))
 }
 
 /// Start `host` as a standby (`--standby`, which discards a superseded write log when
@@ -248,11 +247,11 @@ async fn run_syncs(
     let mut at: Vec<u64> = (0..n).map(|_| rng.below(horizon)).collect();
     at.sort_unstable();
     for point in at {
-        while ctl.acked.load(Ordering::SeqCst) < point {
-            if ctl.stop.load(Ordering::SeqCst) || ctl.crashed.load(Ordering::SeqCst) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        if !ctl
+            .wait_for_acks(point, || ctl.crashed.load(Ordering::SeqCst))
+            .await
+        {
+            return;
         }
         if ctl.crashed.load(Ordering::SeqCst) {
             return;
@@ -412,15 +411,14 @@ pub async fn episode(
         ));
         let resume_after_ms = *rng.pick(resume_delays_ms());
         // Until the crash (or the end of the workload, then a random moment later).
-        while !ctl.crashed.load(Ordering::SeqCst) && !workload_task.is_finished() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let crashed_or_done = || ctl.crashed.load(Ordering::SeqCst) || workload_task.is_finished();
+        wait_every_async(Duration::from_millis(2), NO_LIMIT, crashed_or_done).await;
         if !ctl.crashed.swap(true, Ordering::SeqCst) {
             let wait = rng.below(300);
             notes.push(format!(
                 "the workload ended; crashed {wait} ms later, nothing in flight"
             ));
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let_ms_pass(wait).await;
             match kind {
                 TakeoverKind::Kill => hosts[h].killer()(),
                 TakeoverKind::Stop => {
@@ -444,16 +442,13 @@ pub async fn episode(
             TakeoverKind::Stop => {
                 // The pause is the crash: nothing can be answered from here on.
                 let pid = old_pid.unwrap_or(0);
-                let t0 = Instant::now();
-                while !all_threads_stopped(pid) {
-                    if t0.elapsed() > Duration::from_secs(5) {
-                        return Err(fail(
-                            format!("host {} did not stop on SIGSTOP", HOSTS[h]),
-                            &notes,
-                            &hosts,
-                        ));
-                    }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                let (every, limit) = (Duration::from_millis(1), Duration::from_secs(5));
+                if !wait_every_async(every, limit, || all_threads_stopped(pid)).await {
+                    return Err(fail(
+                        format!("host {} did not stop on SIGSTOP", HOSTS[h]),
+                        &notes,
+                        &hosts,
+                    ));
                 }
             }
         }
@@ -496,7 +491,7 @@ pub async fn episode(
             // Answers the holder sent before it stopped were read long ago (the
             // takeover took a lease timeout): whatever succeeds from here on, it
             // answered after it was resumed.
-            tokio::time::sleep(Duration::from_millis(resume_after_ms)).await;
+            let_ms_pass(resume_after_ms).await;
             ctl.fence_mark.store(hist.now(), Ordering::SeqCst);
             hosts[h].signal(libc::SIGCONT);
             let id = ids.fetch_add(1, Ordering::SeqCst);
@@ -580,27 +575,11 @@ pub async fn episode(
         let rec = hist.snapshot();
         let unanswered = rec.ops.iter().filter(|o| o.acked().is_none()).count();
         stats.add("requests_unanswered_at_crash", unanswered as u64);
-        let r = checker::check(&rec, &seen, Rule::CacheLost);
-        stats.add("checks_CacheLost", 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
-        stats.add("blocks_showing_unacked_ops", r.shows_unacked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(extra_violations);
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
-            return Err(fail(
-                format!(
-                    "rule CacheLost violated after the takeover ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &hosts,
-            ));
-        }
+        let what = "rule CacheLost violated after the takeover";
+        let (rule, hangs) = (Rule::CacheLost, &out.hangs);
+        checker::judge(&rec, &seen, rule, extra_violations, hangs, &stats, what)
+            .map_err(|e| fail(e, &notes, &hosts))?;
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &hosts))?;
         // After a pause, the resumed holder must have deleted nothing the new one
@@ -833,7 +812,7 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         ));
         for (n, i) in [first, 1 - first].into_iter().enumerate() {
             if n == 1 && delay_ms > 0 {
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                let_ms_pass(delay_ms).await;
             }
             // A host killed in an earlier round holds a superseded session's write
             // log: discard it, so that both race for the claim itself.
@@ -849,7 +828,9 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         let started = Instant::now();
         // Exactly one serves.
         let mut taken_over = false;
+        let mut poll = Poller::new(Duration::from_millis(10), NO_LIMIT);
         let winner = loop {
+            poll.tick().await;
             let serving: Vec<usize> = {
                 let mut v = Vec::new();
                 for (i, host) in hosts.iter().enumerate() {
@@ -863,7 +844,7 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
             // first may have been superseded (a lease that lapsed on a starved host)
             // by the time the second answered. Two winners answer together still.
             let serving = if serving.len() == 2 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                let_ms_pass(100).await;
                 let mut still = Vec::new();
                 for (i, host) in hosts.iter().enumerate() {
                     if host.exited().is_none() && answers(&host.socket).await {
@@ -905,7 +886,6 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
                     &hosts,
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         };
         let loser = 1 - winner;
         let winner_pid = hosts[winner].pid().unwrap_or(0);
@@ -1017,7 +997,7 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         if !ctl.crashed.swap(true, Ordering::SeqCst) {
             let wait = rng.below(300);
             notes.push(format!("killed {wait} ms after the workload ended"));
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let_ms_pass(wait).await;
             killer();
         }
         ctl.stop.store(true, Ordering::SeqCst);
@@ -1078,25 +1058,11 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
             .await
             .map_err(|e| fail(format!("reading the loser's disk: {e}"), &notes, &hosts))?;
         let rec = hist.snapshot();
-        let r = checker::check(&rec, &seen, Rule::CacheLost);
-        stats.add("checks_CacheLost", 1);
-        stats.add("acked_ops_lost_legitimately", r.lost_acked as u64);
         stats.add("crash_points", 1);
-        let mut v = r.violations;
-        v.extend(out.hangs.iter().map(|h| format!("hang: {h}")));
-        if !v.is_empty() {
-            return Err(fail(
-                format!(
-                    "rule CacheLost violated after the loser took over ({} ops, {} flushes, {} store points):\n  - {}",
-                    rec.ops.len(),
-                    rec.flushes.len(),
-                    rec.store_points.len(),
-                    v.join("\n  - ")
-                ),
-                &notes,
-                &hosts,
-            ));
-        }
+        let what = "rule CacheLost violated after the loser took over";
+        let (rule, hangs) = (Rule::CacheLost, &out.hangs);
+        checker::judge(&rec, &seen, rule, Vec::new(), hangs, &stats, what)
+            .map_err(|e| fail(e, &notes, &hosts))?;
         contents = checker::contents(&seen)
             .ok_or_else(|| fail("garbage in a checked state".into(), &notes, &hosts))?;
         note_gc(&hosts[loser], &stats, &mut gc_seen, true);

@@ -23,6 +23,7 @@ use super::history::{Content, History, OpKind};
 use super::nbd::NbdConn;
 use super::rng::Rng;
 use super::stamp::{self, BLOCK, Seen};
+use crate::common::{NO_LIMIT, Poller, let_ms_pass, poll_every_async, wait_every_async};
 
 /// No single operation may take longer than this; longer is reported as a hang.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -142,7 +143,7 @@ impl Target {
                     Err(_) if attempt < 3 && tolerate_read_errors() => {
                         attempt += 1;
                         TRANSIENT_READ_ERRORS.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        let_ms_pass(200).await;
                     }
                     Err(e) => {
                         let map = match self {
@@ -252,6 +253,20 @@ pub struct Control {
     /// are requests sent before the pause).
     pub fence_mark: AtomicU64,
     pub late_successes: Mutex<Vec<String>>,
+}
+
+impl Control {
+    /// Waits until `point` requests were acknowledged (true), or the run stops or
+    /// `crashed()` says the disk crashed first (false).
+    pub async fn wait_for_acks(&self, point: u64, crashed: impl Fn() -> bool) -> bool {
+        let reached = || self.acked.load(Ordering::SeqCst) >= point;
+        let stopped = || self.stop.load(Ordering::SeqCst) || crashed();
+        wait_every_async(Duration::from_millis(2), NO_LIMIT, || {
+            reached() || stopped()
+        })
+        .await;
+        reached()
+    }
 }
 
 pub struct Hooks {
@@ -454,6 +469,7 @@ async fn timed<T>(
 
 async fn worker(s: Arc<Shared>, w: usize, mut rng: Rng) {
     let ctl = &s.ctl;
+    let mut while_paused = Poller::new(Duration::from_millis(2), NO_LIMIT);
     loop {
         if ctl.stop.load(Ordering::SeqCst) || s.crashed() {
             return;
@@ -461,7 +477,7 @@ async fn worker(s: Arc<Shared>, w: usize, mut rng: Rng) {
         ctl.inflight.fetch_add(1, Ordering::SeqCst);
         if ctl.paused.load(Ordering::SeqCst) {
             ctl.inflight.fetch_sub(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            while_paused.tick().await;
             continue;
         }
         if ctl.issued.fetch_add(1, Ordering::SeqCst) >= s.spec.max_ops {
@@ -481,6 +497,30 @@ fn acked(s: &Shared) {
     let n = s.ctl.acked.fetch_add(1, Ordering::SeqCst) + 1;
     if s.spec.crash_after_acks == Some(n) {
         s.crash_now();
+    }
+}
+
+/// Records the outcome of a write or zero (history entry `i`): an answer counts as
+/// acknowledged (`ok_line` describes it), an error fails the run (`request` names it).
+/// Returns whether the worker goes on.
+fn settle(
+    s: &Shared,
+    i: usize,
+    r: io::Result<()>,
+    request: &str,
+    ok_line: impl FnOnce() -> String,
+) -> bool {
+    let t = s.hist.end_op(i, r.is_ok());
+    match r {
+        Ok(()) => {
+            s.answered(t, ok_line);
+            acked(s);
+            true
+        }
+        Err(e) => {
+            s.failed(format!("{request}: {e}"));
+            false
+        }
     }
 }
 
@@ -573,25 +613,15 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            let t = s.hist.end_op(i, r.is_ok());
-            match r {
-                Ok(()) => {
-                    s.answered(t, || {
-                        let f = if fua { "+FUA" } else { "" };
-                        format!(
-                            "WRITE{f} #{id} blocks {first}..{} (issued t={}) succeeded",
-                            first + n,
-                            s.hist.issued_at(i)
-                        )
-                    });
-                    acked(s);
-                    true
-                }
-                Err(e) => {
-                    s.failed(format!("WRITE #{id} blocks {first}..{}: {e}", first + n));
-                    false
-                }
-            }
+            let request = format!("WRITE #{id} blocks {first}..{}", first + n);
+            settle(s, i, r, &request, || {
+                let f = if fua { "+FUA" } else { "" };
+                format!(
+                    "WRITE{f} #{id} blocks {first}..{} (issued t={}) succeeded",
+                    first + n,
+                    s.hist.issued_at(i)
+                )
+            })
         }
         Action::Zero(kind) => {
             let fua = rng.chance(spec.p_fua);
@@ -601,20 +631,8 @@ async fn one_op(s: &Shared, w: usize, rng: &mut Rng) -> bool {
                 s.unlock(first, n);
                 return false;
             };
-            let t = s.hist.end_op(i, r.is_ok());
-            match r {
-                Ok(()) => {
-                    s.answered(t, || {
-                        format!("{kind:?} #{id} blocks {first}..{} succeeded", first + n)
-                    });
-                    acked(s);
-                    true
-                }
-                Err(e) => {
-                    s.failed(format!("{kind:?} #{id} blocks {first}..{}: {e}", first + n));
-                    false
-                }
-            }
+            let request = format!("{kind:?} #{id} blocks {first}..{}", first + n);
+            settle(s, i, r, &request, || format!("{request} succeeded"))
         }
         Action::Flush => true,
     };
@@ -632,26 +650,19 @@ async fn barriers(s: Arc<Shared>, mut rng: Rng) {
         .collect();
     at.sort_unstable();
     for point in at {
-        while ctl.acked.load(Ordering::SeqCst) < point {
-            if ctl.stop.load(Ordering::SeqCst) || s.crashed() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        if !ctl.wait_for_acks(point, || s.crashed()).await {
+            return;
         }
         ctl.paused.store(true, Ordering::SeqCst);
-        let mut waited = 0;
-        while ctl.inflight.load(Ordering::SeqCst) > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            waited += 1;
-            if waited > 60_000 {
-                ctl.hangs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push("operations did not drain for a store barrier".into());
-                ctl.stop.store(true, Ordering::SeqCst);
-                ctl.paused.store(false, Ordering::SeqCst);
-                return;
-            }
+        let idle = || ctl.inflight.load(Ordering::SeqCst) == 0;
+        if !wait_every_async(Duration::from_millis(1), Duration::from_secs(60), idle).await {
+            ctl.hangs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push("operations did not drain for a store barrier".into());
+            ctl.stop.store(true, Ordering::SeqCst);
+            ctl.paused.store(false, Ordering::SeqCst);
+            return;
         }
         if s.crashed() {
             ctl.paused.store(false, Ordering::SeqCst);
@@ -679,15 +690,18 @@ async fn barriers(s: Arc<Shared>, mut rng: Rng) {
         }
         // Up to 4 s: long enough for a batch timeout and a few uploads; under store
         // faults a barrier may give up (it is then simply not a store point).
-        for _ in 0..if synced.is_some() { 0 } else { 200 } {
-            if s.target.drained().await {
-                drained = true;
-                break;
-            }
-            if s.crashed() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if synced.is_none() {
+            let s = &s;
+            let limit = Duration::from_secs(4);
+            let every = Duration::from_millis(20);
+            drained = poll_every_async(every, limit, || async move {
+                if s.target.drained().await {
+                    return Some(true);
+                }
+                s.crashed().then_some(false)
+            })
+            .await
+            .unwrap_or(false);
         }
         if drained {
             s.hist.store_point(t0);

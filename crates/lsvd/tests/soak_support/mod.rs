@@ -5,18 +5,9 @@ pub mod load;
 pub mod oracle;
 pub mod procs;
 
-use std::io::{Read, Write};
-use std::time::Duration;
-
 /// The text of `http://ADDR/metrics`, or None if it does not answer.
 pub fn metrics_text(addr: &str) -> Option<String> {
-    let mut conn = std::net::TcpStream::connect(addr).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: lsvd\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text).ok()?;
-    text.contains("lsvd_").then_some(text)
+    crate::common::fetch_metrics(addr).filter(|text| text.contains("lsvd_"))
 }
 
 /// The value of `lsvd_NAME` (with or without a `{volume=...}` label) in `text`.

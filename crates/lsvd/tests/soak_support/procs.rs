@@ -6,28 +6,9 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{LSVD, free_tcp_port};
-
-/// The versitygw binary: `LSVD_VERSITYGW`, else where scripts/install-versitygw.sh
-/// puts it (`$LSVD_TOOLS_DIR/bin` or `<repo>/.tools/bin`), else `versitygw` on PATH.
-pub fn find_versitygw() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("LSVD_VERSITYGW").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    let tools = std::env::var_os("LSVD_TOOLS_DIR")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"));
-    let p = tools.join("bin/versitygw");
-    if p.is_file() {
-        return Some(p);
-    }
-    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
-}
+use crate::common::{LSVD, Poller, free_tcp_port, poll_until};
 
 fn hex(n: usize) -> String {
     let mut b = vec![0u8; n];
@@ -85,22 +66,17 @@ impl Gateway {
     /// Start the server on `self.port`; true once it accepts connections.
     fn spawn(&mut self, timeout: Duration) -> bool {
         self.starts += 1;
-        let log = std::fs::File::create(self.log_path()).expect("gateway log");
-        let child = Command::new(&self.bin)
+        let mut gateway = Command::new(&self.bin);
+        gateway
             .env("ROOT_ACCESS_KEY", &self.access)
             .env("ROOT_SECRET_KEY", &self.secret)
             .arg("--port")
             .arg(format!("127.0.0.1:{}", self.port))
-            .arg("posix")
-            .arg(&self.root)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn versitygw");
+            .args([Path::new("posix"), &self.root]);
+        let child = crate::common::spawn_logging(&mut gateway, &self.log_path());
         self.child = Some(child);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        let mut poll = Poller::new(Duration::from_millis(50), timeout);
+        while poll.tick_blocking() {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return true;
             }
@@ -110,7 +86,6 @@ impl Gateway {
                 self.child = None;
                 return false;
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
         self.stop();
         false
@@ -126,12 +101,11 @@ impl Gateway {
 
     /// Start it again on the same port and data; retried while the port is busy.
     pub fn restart(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
+        let mut poll = Poller::new(Duration::from_millis(500), Duration::from_secs(60));
+        while poll.tick_blocking() {
             if self.spawn(Duration::from_secs(20)) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(500));
         }
         let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
         panic!("versitygw did not restart on port {}\n{log}", self.port);
@@ -166,82 +140,6 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// A tmpfs of a given size mounted on a directory, unmounted on drop (even when the
-/// test panics). `None` when mounting is not possible (not root, no tmpfs).
-pub struct SmallFs {
-    pub path: PathBuf,
-}
-
-impl SmallFs {
-    pub fn mount(path: &Path, size_mib: u64) -> Option<SmallFs> {
-        std::fs::create_dir_all(path).expect("mount point");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size_mib}m"))
-            .arg("tmpfs")
-            .arg(path)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "soak: cannot mount a tmpfs ({}): the cache-filesystem-full fault is skipped",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(SmallFs {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Fill the filesystem with `filler` until ENOSPC; returns the bytes written.
-    pub fn fill(&self) -> u64 {
-        let path = self.path.join("filler");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .expect("open filler");
-        let mut written = 0u64;
-        for chunk in [1usize << 20, 4096, 512] {
-            let buf = vec![0x5au8; chunk];
-            loop {
-                match f.write(&buf) {
-                    Ok(0) => break,
-                    Ok(n) => written += n as u64,
-                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                    Err(e) => panic!("filling {}: {e}", path.display()),
-                }
-            }
-        }
-        written
-    }
-
-    /// True if a 4 KiB file cannot be created: the filesystem is full.
-    pub fn is_full(&self) -> bool {
-        let p = self.path.join("probe");
-        let full = std::fs::write(&p, vec![1u8; 4096]).is_err();
-        let _ = std::fs::remove_file(&p);
-        full
-    }
-
-    pub fn free(&self) {
-        let _ = std::fs::remove_file(self.path.join("filler"));
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.path)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        }
     }
 }
 
@@ -304,8 +202,13 @@ impl Lsvd {
             .stderr(log);
         let _ = std::fs::remove_file(&self.socket);
         self.child = Some(c.spawn().expect("spawn lsvd serve"));
-        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut poll = Poller::new(Duration::from_millis(50), Duration::from_secs(180));
         loop {
+            assert!(
+                poll.tick_blocking(),
+                "lsvd serve did not start\n{}",
+                self.log()
+            );
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
                 && crate::soak_support::metrics_text(&self.metrics).is_some()
             {
@@ -319,12 +222,6 @@ impl Lsvd {
                 self.child = None;
                 panic!("lsvd serve exited ({st}) before serving\n{}", self.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "lsvd serve did not start\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
@@ -332,18 +229,14 @@ impl Lsvd {
         let mut child = self.child.take().expect("lsvd running");
         // SAFETY: kill(2) on our own unreaped child.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            if let Some(st) = child.try_wait().expect("try_wait") {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("lsvd did not exit after signal {sig}\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let exited = poll_until(Duration::from_secs(180), || {
+            child.try_wait().expect("try_wait")
+        });
+        exited.unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lsvd did not exit after signal {sig}\n{}", self.log());
+        })
     }
 
     /// SIGINT: must exit 0 after "stopped cleanly".

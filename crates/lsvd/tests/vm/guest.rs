@@ -249,18 +249,13 @@ impl Guest {
     /// Waits for qemu to exit by itself (the guest powered off).
     pub fn wait_exit(&mut self, timeout: Duration) {
         let mut child = self.child.take().expect("qemu running");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = child.try_wait().expect("try_wait qemu") {
-                assert!(st.success(), "qemu exited with {st}\n{}", self.describe());
-                return;
-            }
-            if Instant::now() >= deadline {
+        match crate::common::poll_until(timeout, || child.try_wait().expect("try_wait qemu")) {
+            Some(st) => assert!(st.success(), "qemu exited with {st}\n{}", self.describe()),
+            None => {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("qemu did not exit within {timeout:?}\n{}", self.describe());
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
