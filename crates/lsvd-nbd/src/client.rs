@@ -13,9 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
 use crate::proto::consts::{
-    CMD_FLAG_FUA, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES, OPT_EXPORT_NAME,
+    CMD_FLAG_FUA, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, CMD_WRITE_ZEROES,
 };
-use crate::proto::handshake::{ClientFlags, GREETING_LEN, encode_option, parse_greeting};
+use crate::proto::handshake::{GREETING_LEN, encode_export_name_opening, parse_greeting};
 use crate::proto::transmission::{
     Command, RequestHeader, SIMPLE_REPLY_HEADER_LEN, parse_simple_reply,
 };
@@ -106,13 +106,7 @@ impl Client {
         r.read_exact(&mut greeting).await?;
         parse_greeting(&greeting)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{e:?}")))?;
-        let mut out = ClientFlags {
-            fixed_newstyle: true,
-            no_zeroes: true,
-        }
-        .encode()
-        .to_vec();
-        encode_option(&mut out, OPT_EXPORT_NAME, export.as_bytes());
+        let out = encode_export_name_opening(export);
         w.write_all(&out).await?;
         let mut reply = [0u8; 10];
         r.read_exact(&mut reply).await?;

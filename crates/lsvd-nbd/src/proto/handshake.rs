@@ -94,6 +94,19 @@ pub fn encode_option(out: &mut Vec<u8>, option: u32, data: &[u8]) {
     out.extend_from_slice(data);
 }
 
+/// Client side: what a client sends after the greeting to go straight to `export`:
+/// its flags (fixed newstyle, no zero padding) and `NBD_OPT_EXPORT_NAME`.
+pub fn encode_export_name_opening(export: &str) -> Vec<u8> {
+    let mut out = ClientFlags {
+        fixed_newstyle: true,
+        no_zeroes: true,
+    }
+    .encode()
+    .to_vec();
+    encode_option(&mut out, OPT_EXPORT_NAME, export.as_bytes());
+    out
+}
+
 /// Data of `NBD_OPT_INFO` and `NBD_OPT_GO`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InfoRequest {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lsvd_nbd::client::{Client, Target};
-use lsvd_nbd::proto::consts::{CMD_FLUSH, CMD_READ, CMD_WRITE, OPT_EXPORT_NAME};
-use lsvd_nbd::proto::handshake::{ClientFlags, GREETING_LEN, encode_option, parse_greeting};
+use lsvd_nbd::proto::consts::{CMD_FLUSH, CMD_READ, CMD_WRITE};
+use lsvd_nbd::proto::handshake::{GREETING_LEN, encode_export_name_opening, parse_greeting};
 use lsvd_nbd::proto::transmission::{Command, RequestHeader};
 
 use super::oracle::{BLOCK, Oracle, POISON, pattern};
@@ -184,13 +184,7 @@ fn handshake(socket: &Path, export: &str) -> std::io::Result<UnixStream> {
     let mut greeting = [0u8; GREETING_LEN];
     s.read_exact(&mut greeting)?;
     parse_greeting(&greeting).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-    let mut out = ClientFlags {
-        fixed_newstyle: true,
-        no_zeroes: true,
-    }
-    .encode()
-    .to_vec();
-    encode_option(&mut out, OPT_EXPORT_NAME, export.as_bytes());
+    let out = encode_export_name_opening(export);
     s.write_all(&out)?;
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply)?;
