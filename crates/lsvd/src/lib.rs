@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod config_file;
 pub mod control;
+mod json_out;
 pub mod metrics;
 pub mod nbd_device;
 pub mod probe;

@@ -188,7 +188,7 @@ pub async fn info(
                 }),
             );
         }
-        return super::print_json(&value);
+        return crate::json_out::print_json(&value);
     }
     println!("volume:        {}", info.name);
     println!("id:            {}", info.volume_id);

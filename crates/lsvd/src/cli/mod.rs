@@ -570,19 +570,6 @@ impl EngineArgs {
 
 /// Run the command. What failed is in the error's kind: `BadInput` is the user's
 /// mistake (`main` exits 2 for it, as for a usage error), anything else exits 1.
-/// Prints `value` as pretty JSON on stdout: the answer of a `--json` command.
-pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| {
-        Error::with_source(
-            lsvd_core::error::ErrorKind::Unsupported,
-            "cannot encode JSON",
-            e,
-        )
-    })?;
-    println!("{text}");
-    Ok(())
-}
-
 pub fn run(cli: Cli) -> Result<(), Error> {
     if let Command::Sim(args) = cli.command {
         // Pure computation: no runtime needed.

@@ -352,7 +352,7 @@ pub fn run(common: &crate::config_file::Common, store_given: bool, args: ProbeAr
         Some(save_profile(&common.data, &profile)?)
     };
     if args.json {
-        crate::cli::print_json(&profile)?;
+        crate::json_out::print_json(&profile)?;
     } else {
         print!("{}", report::render(&profile, saved.as_deref()));
     }
@@ -516,7 +516,7 @@ fn run_store(common: &crate::config_file::Common, args: &ProbeArgs) -> Result<()
         Some(store_profile::save_store_profile(&common.data, &profile)?)
     };
     if args.json {
-        crate::cli::print_json(&profile)?;
+        crate::json_out::print_json(&profile)?;
     } else {
         print!("{}", report::render_store(&profile, saved.as_deref()));
     }

@@ -496,7 +496,7 @@ pub async fn run(args: ReplayArgs) -> Result<()> {
 
 fn print_report(report: &ReplayReport, json: bool) -> Result<()> {
     if json {
-        return crate::cli::print_json(report);
+        return crate::json_out::print_json(report);
     }
     if let Some(p) = &report.precondition {
         println!(
