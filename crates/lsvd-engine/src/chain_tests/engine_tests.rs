@@ -90,18 +90,10 @@ async fn run(gc_option: &str, mirrored: bool) -> Outcome {
         let first = if i < BLOCKS / WRITE_BLOCKS {
             i * WRITE_BLOCKS
         } else {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % (BLOCKS / WRITE_BLOCKS)) * WRITE_BLOCKS
+            (xorshift(&mut rng) % (BLOCKS / WRITE_BLOCKS)) * WRITE_BLOCKS
         };
-        write_next_versions(
-            &volume,
-            &mut model,
-            first..first + WRITE_BLOCKS,
-            &mut version,
-        )
-        .await;
+        let run = first..first + WRITE_BLOCKS;
+        write_next_versions(&volume, &mut model, run, &mut version).await;
     }
     volume.flush().await.expect("flush");
     settle(&volume).await;
@@ -221,18 +213,10 @@ async fn a_crash_at_any_store_mutation_loses_no_flushed_write() {
                 let first = if round == 0 {
                     i * WRITE_BLOCKS
                 } else {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    (rng % (BLOCKS / 2 / WRITE_BLOCKS)) * WRITE_BLOCKS
+                    (xorshift(&mut rng) % (BLOCKS / 2 / WRITE_BLOCKS)) * WRITE_BLOCKS
                 };
-                write_next_versions(
-                    &volume,
-                    &mut model,
-                    first..first + WRITE_BLOCKS,
-                    &mut version,
-                )
-                .await;
+                let run = first..first + WRITE_BLOCKS;
+                write_next_versions(&volume, &mut model, run, &mut version).await;
             }
             volume.flush().await.expect("flush");
             // Give uploads and GC a moment to reach the store (and the kill).
@@ -385,4 +369,12 @@ impl lsvd_store::ObjectStore for InFlight {
         let key = key.to_string();
         self.track(move |s| Box::pin(async move { s.repair_copies(&key, good).await }))
     }
+}
+
+/// The tests' seeded xorshift64: the next value of `state`.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
