@@ -697,20 +697,16 @@ impl VolumeSim {
         let heat_bytes = self.heat.as_ref().map_or(0, HeatTracker::checkpoint_bytes);
         let (header_bytes, payload) = checkpoint_object_size(self.state(), heat_bytes);
         let total = header_bytes + payload;
-        let h = ObjectHeader {
-            kind: ObjectKind::Checkpoint,
-            volume: Default::default(),
-            seq,
-            last_record_seq: self.state().last_record_seq(),
-            extents: Vec::new(),
-            trims: Vec::new(),
-            header_bytes: header_bytes as u32,
-            data_bytes: payload,
-            chunk_crcs: Vec::new(),
-            volume_size_bytes: None,
-            parts_after: 0,
-            epoch: 0,
-            first_record_seq: None,
+        let h = {
+            let mut h = header_without_data(
+                ObjectKind::Checkpoint,
+                seq,
+                self.state().last_record_seq(),
+                Vec::new(),
+                Vec::new(),
+            );
+            (h.header_bytes, h.data_bytes) = (header_bytes as u32, payload);
+            h
         };
         self.pipeline.upload_done(seq, h);
         self.apply_all();

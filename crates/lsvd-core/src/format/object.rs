@@ -28,18 +28,28 @@
 //!               (also in the object's name)
 //!     96    8 first write-log record sequence number whose data it holds
 //!               (last + 1 when it holds no record's data: gc, checkpoint, resize)
-//!    104    8 reserved (0)
+//!    104    8 reserved (0); in version 5: codec u8 (0 none, 1 lz4, 2 zstd),
+//!               then 7 reserved bytes (0)
 //!    112    . extents, each: lba u64, sectors u32, reserved u32
 //!               (gc objects add: source object seq u64, source byte offset u64)
 //!      .    . trims, each: lba u64, sectors u64
-//!      .    . chunk crc32c, u32 each
+//!      .    . chunk crc32c, u32 each; in version 5 each chunk has two u32s:
+//!               stored length (bit 31 set: compressed with the codec), crc32c of
+//!               the stored bytes
 //! ```
+//!
+//! Version 5 is written when the volume compresses: its chunks are `chunk bytes`
+//! (64 KiB) of the data section each, stored one after the other, each raw or
+//! compressed (only when that saves space). Extents, the map and every reader speak
+//! of the uncompressed data section; [`ObjectHeader::stored_range`] and
+//! [`ObjectHeader::open_data`] translate a range of it into the stored bytes and back.
 //!
 //! Versions 1 to 3 (written before epochs) have an 80-byte fixed part (88 for
 //! version 2, which adds the size at 80; version 3 uses 76 for `parts_after`); they
 //! decode with epoch 0 and no first record sequence number.
 
 use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, expect_magic_version, invalid};
+use crate::compression::{Codec, Compression, compress_chunk, decompress_chunk};
 
 pub const OBJECT_MAGIC: &[u8; 8] = b"LSVDOBJ\0";
 /// The version written: every field at a fixed place, the epoch and the first record
@@ -55,7 +65,18 @@ pub const OBJECT_VERSION_RESIZE: u16 = 2;
 /// in versions 1 and 2) saying how many objects after it complete the batch. The
 /// last part, and every object of a batch that was not split, stays version 1.
 pub const OBJECT_VERSION_PART: u16 = 3;
+/// The version of an object whose chunks may be compressed: version 4's fields, the
+/// codec at 104, chunks of `chunk bytes` and a stored length per chunk.
+pub const OBJECT_VERSION_CHUNKED: u16 = 5;
+/// The chunk size of versions 1 to 4 (every chunk raw).
 pub const CHUNK_BYTES: u64 = 4096;
+/// The chunk size version 5 is written with: what one read-cache fill fetches, so a
+/// read decompresses whole chunks it would have fetched anyway.
+pub const COMPRESSED_CHUNK_BYTES: u64 = 64 << 10;
+/// Chunk sizes a version 5 header may give: powers of two in this range.
+const CHUNK_BYTES_RANGE: std::ops::RangeInclusive<u64> = 4096..=(1 << 20);
+/// Bit 31 of a version 5 chunk entry's stored length: the chunk is compressed.
+const STORED_COMPRESSED: u32 = 1 << 31;
 const FIXED_BYTES: usize = 80;
 /// The fixed part of a version 2 header: version 1's and the volume size.
 const FIXED_BYTES_RESIZE: usize = 88;
@@ -118,8 +139,17 @@ pub struct ObjectHeader {
     /// before the extents.
     pub trims: Vec<(u64, u64)>,
     pub header_bytes: u32,
+    /// Bytes of the data section as extents see it (uncompressed).
     pub data_bytes: u64,
+    /// The data section's checksum unit: 4096 before version 5.
+    pub chunk_bytes: u64,
+    /// CRC32C of each chunk as stored (compressed or not).
     pub chunk_crcs: Vec<u32>,
+    /// The codec of the compressed chunks (`None` before version 5).
+    pub codec: Codec,
+    /// Version 5: each chunk's stored length, bit 31 set when it is compressed; empty
+    /// before version 5 (every chunk raw, stored where the data section says).
+    pub stored_chunks: Vec<u32>,
     /// The volume's size in bytes from this object on, if this object resizes it
     /// (a version 2 header); `None` leaves the size as it was.
     pub volume_size_bytes: Option<u64>,
@@ -137,8 +167,134 @@ pub struct ObjectHeader {
 }
 
 impl ObjectHeader {
+    /// The object's size in the store: the header and the stored chunks.
     pub fn total_bytes(&self) -> u64 {
-        self.header_bytes as u64 + self.data_bytes
+        self.header_bytes as u64 + self.stored_data_bytes()
+    }
+
+    /// Bytes the data section takes in the store (less than `data_bytes` when some
+    /// chunks are compressed).
+    pub fn stored_data_bytes(&self) -> u64 {
+        if self.stored_chunks.is_empty() {
+            return self.data_bytes;
+        }
+        self.stored_chunks
+            .iter()
+            .map(|&e| (e & !STORED_COMPRESSED) as u64)
+            .sum()
+    }
+
+    /// Where chunk `c` is stored, relative to the data section's start: (offset,
+    /// length, compressed). Chunks past the end give an empty range at the end.
+    fn stored_chunk(&self, c: u64) -> (u64, u64, bool) {
+        if self.stored_chunks.is_empty() {
+            let s = (c * self.chunk_bytes).min(self.data_bytes);
+            return (s, (s + self.chunk_bytes).min(self.data_bytes) - s, false);
+        }
+        let c = (c as usize).min(self.stored_chunks.len());
+        let len_of = |e: u32| (e & !STORED_COMPRESSED) as u64;
+        let at = self.stored_chunks[..c].iter().map(|&e| len_of(e)).sum();
+        match self.stored_chunks.get(c) {
+            Some(&e) => (at, len_of(e), e & STORED_COMPRESSED != 0),
+            None => (at, 0, false),
+        }
+    }
+
+    /// The object's stored bytes holding data-section chunks `[start, end)` (object
+    /// offsets aligned as [`verifiable_range`](Self::verifiable_range) gives them):
+    /// what to GET. The same range unless chunks are compressed.
+    pub fn stored_range(&self, start: u64, end: u64) -> (u64, u64) {
+        if self.stored_chunks.is_empty() {
+            return (start, end);
+        }
+        let data_start = self.header_bytes as u64;
+        let first = start.saturating_sub(data_start) / self.chunk_bytes;
+        let chunks = end.saturating_sub(start).div_ceil(self.chunk_bytes);
+        let (s, _, _) = self.stored_chunk(first);
+        let (last_s, last_len, _) = self.stored_chunk(first + chunks.max(1) - 1);
+        let e = if chunks == 0 { s } else { last_s + last_len };
+        (data_start + s, data_start + e)
+    }
+
+    /// Verify the stored bytes of the chunks starting at data-section offset `start`
+    /// (an object offset aligned as [`verifiable_range`](Self::verifiable_range)
+    /// gives it; `stored` as [`stored_range`](Self::stored_range) fetched them) and
+    /// return those chunks' data as extents see it.
+    pub fn open_data(&self, start: u64, stored: Vec<u8>) -> Result<Vec<u8>, FormatError> {
+        const WHAT: &str = "object data";
+        if self.stored_chunks.is_empty() {
+            self.verify_data(start, &stored)?;
+            return Ok(stored);
+        }
+        let rel = start
+            .checked_sub(self.header_bytes as u64)
+            .filter(|r| r % self.chunk_bytes == 0 && *r <= self.data_bytes)
+            .ok_or_else(|| invalid(WHAT, "range not chunk aligned"))?;
+        let mut c = rel / self.chunk_bytes;
+        let mut data = Vec::with_capacity(stored.len());
+        let mut at = 0usize;
+        while at < stored.len() {
+            let (_, len, compressed) = self.stored_chunk(c);
+            let crc = *self
+                .chunk_crcs
+                .get(c as usize)
+                .ok_or_else(|| invalid(WHAT, "range past end of object"))?;
+            let bytes = stored
+                .get(at..at + len as usize)
+                .ok_or_else(|| invalid(WHAT, "range does not end on a chunk boundary"))?;
+            let computed = crc32c::crc32c(bytes);
+            if computed != crc {
+                return Err(FormatError::BadChecksum {
+                    what: WHAT,
+                    stored: crc,
+                    computed,
+                });
+            }
+            let plain = (self.data_bytes - c * self.chunk_bytes).min(self.chunk_bytes) as usize;
+            if compressed {
+                let from = data.len();
+                data.resize(from + plain, 0);
+                decompress_chunk(self.codec, bytes, &mut data[from..])
+                    .map_err(|why| invalid(WHAT, why))?;
+            } else {
+                data.extend_from_slice(bytes);
+            }
+            at += len as usize;
+            c += 1;
+        }
+        Ok(data)
+    }
+
+    /// Verify every stored chunk of a whole data section (`payload`: the object's bytes
+    /// after its header), without decompressing: what copying an object needs.
+    pub fn verify_stored_data(&self, payload: &[u8]) -> Result<(), FormatError> {
+        if self.stored_chunks.is_empty() {
+            return verify_chunks(0, self.data_bytes, &self.chunk_crcs, 0, payload);
+        }
+        if payload.len() as u64 != self.stored_data_bytes() {
+            return Err(invalid(
+                "object data",
+                format!(
+                    "{} stored bytes, the header says {}",
+                    payload.len(),
+                    self.stored_data_bytes()
+                ),
+            ));
+        }
+        let mut at = 0usize;
+        for (&e, &crc) in self.stored_chunks.iter().zip(&self.chunk_crcs) {
+            let len = (e & !STORED_COMPRESSED) as usize;
+            let computed = crc32c::crc32c(&payload[at..at + len]);
+            if computed != crc {
+                return Err(FormatError::BadChecksum {
+                    what: "object data",
+                    stored: crc,
+                    computed,
+                });
+            }
+            at += len;
+        }
+        Ok(())
     }
 
     /// Byte offset inside the object of each extent's data, in extent order.
@@ -158,20 +314,21 @@ impl ObjectHeader {
     /// reports the short read.
     pub fn verifiable_range(&self, offset: u64, len: u64) -> (u64, u64) {
         let data_start = self.header_bytes as u64;
-        let rel_start =
-            (offset.saturating_sub(data_start) / CHUNK_BYTES * CHUNK_BYTES).min(self.data_bytes);
+        let chunk = self.chunk_bytes;
+        let rel_start = (offset.saturating_sub(data_start) / chunk * chunk).min(self.data_bytes);
         let rel_end = offset
             .saturating_add(len)
             .saturating_sub(data_start)
-            .div_ceil(CHUNK_BYTES)
-            .saturating_mul(CHUNK_BYTES)
+            .div_ceil(chunk)
+            .saturating_mul(chunk)
             .clamp(rel_start, self.data_bytes);
         (data_start + rel_start, data_start + rel_end)
     }
 
     /// Verify `bytes`, the object's bytes `[start, start+bytes.len())` where `start` is
-    /// chunk-aligned relative to the data section (as from [`verifiable_range`]).
-    pub fn verify_data(&self, start: u64, bytes: &[u8]) -> Result<(), FormatError> {
+    /// chunk-aligned relative to the data section (as from [`verifiable_range`]), of an
+    /// object before version 5 (whose chunks are stored raw, where extents say).
+    fn verify_data(&self, start: u64, bytes: &[u8]) -> Result<(), FormatError> {
         verify_chunks(
             self.header_bytes as u64,
             self.data_bytes,
@@ -249,9 +406,14 @@ pub fn header_bytes_for(
     trim_count: usize,
     data_bytes: u64,
 ) -> u64 {
-    let extent_bytes = if kind == ObjectKind::Gc { 32 } else { 16 };
-    (FIXED_BYTES_V4 + extent_bytes * extent_count + 16 * trim_count) as u64
+    fixed_and_lists_bytes(kind, extent_count, trim_count) as u64
         + 4 * data_bytes.div_ceil(CHUNK_BYTES)
+}
+
+/// A version 4 or 5 header's bytes before its chunk table.
+fn fixed_and_lists_bytes(kind: ObjectKind, extent_count: usize, trim_count: usize) -> usize {
+    let extent_bytes = if kind == ObjectKind::Gc { 32 } else { 16 };
+    FIXED_BYTES_V4 + extent_bytes * extent_count + 16 * trim_count
 }
 
 /// Size of the header of `spec` with `data_bytes` of data.
@@ -282,7 +444,10 @@ pub fn header_without_data(
         trims,
         header_bytes,
         data_bytes,
+        chunk_bytes: CHUNK_BYTES,
         chunk_crcs: vec![0; data_bytes.div_ceil(CHUNK_BYTES) as usize],
+        codec: Codec::None,
+        stored_chunks: Vec::new(),
         volume_size_bytes: None,
         parts_after: 0,
         epoch: 0,
@@ -290,11 +455,46 @@ pub fn header_without_data(
     }
 }
 
-/// Encode the header for `spec` whose data section is `data`.
+/// Encode the header for `spec` whose data section is `data` (version 4: every 4 KiB
+/// chunk raw).
 pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
+    let crcs: Vec<u32> = data
+        .chunks(CHUNK_BYTES as usize)
+        .map(crc32c::crc32c)
+        .collect();
+    encode_header(spec, data.len() as u64, &ChunkTable::Raw(&crcs))
+}
+
+/// The chunk table a header ends with.
+enum ChunkTable<'a> {
+    /// Version 4: a CRC per 4 KiB chunk.
+    Raw(&'a [u32]),
+    /// Version 5: chunks of `chunk_bytes`, each (stored length with the compressed
+    /// bit, CRC of the stored bytes).
+    Stored {
+        chunk_bytes: u64,
+        codec: Codec,
+        entries: &'a [(u32, u32)],
+    },
+}
+
+fn encode_header(spec: &ObjectSpec<'_>, data_bytes: u64, table: &ChunkTable<'_>) -> Vec<u8> {
     let with_source = spec.kind == ObjectKind::Gc;
-    let chunk_count = (data.len() as u64).div_ceil(CHUNK_BYTES) as usize;
-    let header_bytes = spec_header_bytes(spec, data.len() as u64) as usize;
+    let (version, chunk_bytes, chunk_count, codec) = match table {
+        ChunkTable::Raw(crcs) => (OBJECT_VERSION_EPOCHS, CHUNK_BYTES, crcs.len(), Codec::None),
+        ChunkTable::Stored {
+            chunk_bytes,
+            codec,
+            entries,
+        } => (OBJECT_VERSION_CHUNKED, *chunk_bytes, entries.len(), *codec),
+    };
+    let entry_bytes = if version == OBJECT_VERSION_CHUNKED {
+        8
+    } else {
+        4
+    };
+    let header_bytes = fixed_and_lists_bytes(spec.kind, spec.extents.len(), spec.trims.len())
+        + entry_bytes * chunk_count;
     let mut w = Writer::with_capacity(header_bytes);
     w.bytes(OBJECT_MAGIC);
     debug_assert!(
@@ -302,7 +502,7 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
             || (spec.kind == ObjectKind::Data && spec.volume_size_bytes.is_none()),
         "only a data object that does not resize is part of a split batch"
     );
-    w.u16(OBJECT_VERSION_EPOCHS);
+    w.u16(version);
     w.u16(spec.kind.code());
     w.u32(header_bytes as u32);
     w.bytes(&spec.volume.0);
@@ -310,8 +510,8 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
     w.u64(spec.last_record_seq);
     w.u32(spec.extents.len() as u32);
     w.u32(spec.trims.len() as u32);
-    w.u64(data.len() as u64);
-    w.u32(CHUNK_BYTES as u32);
+    w.u64(data_bytes);
+    w.u32(chunk_bytes as u32);
     w.u32(chunk_count as u32);
     w.u32(0);
     w.u32(spec.parts_after);
@@ -319,8 +519,9 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
         spec.volume_size_bytes.unwrap_or(0),
         spec.epoch,
         spec.first_record_seq,
-        0,
     ]);
+    // Reserved in version 4; the codec and 7 reserved bytes in version 5.
+    w.u64(codec.code() as u64);
     for e in spec.extents {
         w.u64(e.lba);
         w.u32(e.sectors);
@@ -338,11 +539,51 @@ pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
         w.u64(lba);
         w.u64(sectors);
     }
-    for chunk in data.chunks(CHUNK_BYTES as usize) {
-        w.u32(crc32c::crc32c(chunk));
+    match table {
+        ChunkTable::Raw(crcs) => crcs.iter().for_each(|&crc| w.u32(crc)),
+        ChunkTable::Stored { entries, .. } => {
+            for &(stored, crc) in entries.iter() {
+                w.u32(stored);
+                w.u32(crc);
+            }
+        }
     }
     debug_assert_eq!(w.buf.len(), header_bytes);
     w.seal(HEADER_CRC_AT)
+}
+
+/// Encode a whole object whose data section is `data`, compressed with
+/// `compression`: version 5 with chunks of [`COMPRESSED_CHUNK_BYTES`], each stored
+/// compressed where that saves space. With no compression, the version 4 object of
+/// [`encode_object`].
+pub fn encode_compressed_object(
+    spec: &ObjectSpec<'_>,
+    data: &[u8],
+    compression: Compression,
+) -> Vec<u8> {
+    if compression.is_none() {
+        return encode_object(spec, data);
+    }
+    let mut stored = Vec::with_capacity(data.len());
+    let mut entries = Vec::with_capacity(data.len().div_ceil(COMPRESSED_CHUNK_BYTES as usize));
+    let mut scratch = Vec::new();
+    for chunk in data.chunks(COMPRESSED_CHUNK_BYTES as usize) {
+        let (bytes, flag) = if compress_chunk(compression, chunk, &mut scratch) {
+            (scratch.as_slice(), STORED_COMPRESSED)
+        } else {
+            (chunk, 0)
+        };
+        entries.push((bytes.len() as u32 | flag, crc32c::crc32c(bytes)));
+        stored.extend_from_slice(bytes);
+    }
+    let table = ChunkTable::Stored {
+        chunk_bytes: COMPRESSED_CHUNK_BYTES,
+        codec: compression.codec(),
+        entries: &entries,
+    };
+    let mut out = encode_header(spec, data.len() as u64, &table);
+    out.extend_from_slice(&stored);
+    out
 }
 
 /// Encode a whole object: header then data.
@@ -387,6 +628,11 @@ fn peek_header(buf: &[u8]) -> Result<(u64, usize, u16), FormatError> {
     let (fixed, version) =
         match expect_magic_version(&mut r, OBJECT_MAGIC, OBJECT_VERSION_EPOCHS, WHAT) {
             Ok(()) => (FIXED_BYTES_V4, OBJECT_VERSION_EPOCHS),
+            Err(FormatError::UnsupportedVersion { version, .. })
+                if version == OBJECT_VERSION_CHUNKED =>
+            {
+                (FIXED_BYTES_V4, version)
+            }
             Err(FormatError::UnsupportedVersion { version, .. })
                 if version == OBJECT_VERSION_RESIZE =>
             {
@@ -435,11 +681,16 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
     let chunk_count = r.u32()? as u64;
     let stored_crc = r.u32()?;
     let parts_after = r.u32()?;
+    let mut codec = Codec::None;
     let (volume_size_bytes, epoch, first_record_seq) = match version {
         OBJECT_VERSION_RESIZE => (Some(r.u64()?), 0, None),
-        OBJECT_VERSION_EPOCHS => {
+        OBJECT_VERSION_EPOCHS | OBJECT_VERSION_CHUNKED => {
             let [size, epoch, first] = r.u64s()?;
-            if r.u64()? != 0 {
+            let at_104 = r.u64()?;
+            if version == OBJECT_VERSION_CHUNKED && at_104 >> 8 == 0 {
+                codec = Codec::from_code(at_104 as u8)
+                    .ok_or_else(|| invalid(WHAT, format!("unknown codec {}", at_104 as u8)))?;
+            } else if at_104 != 0 {
                 return Err(invalid(WHAT, "reserved field at 104 is not zero"));
             }
             ((size != 0).then_some(size), epoch, Some(first))
@@ -462,7 +713,10 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
             format!("a {kind:?} object resizing the volume to {size} bytes"),
         ));
     }
-    let parts_allowed = matches!(version, OBJECT_VERSION_PART | OBJECT_VERSION_EPOCHS);
+    let parts_allowed = matches!(
+        version,
+        OBJECT_VERSION_PART | OBJECT_VERSION_EPOCHS | OBJECT_VERSION_CHUNKED
+    );
     if version == OBJECT_VERSION_PART && parts_after == 0 {
         return Err(invalid(
             WHAT,
@@ -488,19 +742,28 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
             format!("first record {first} is past its last record {last_record_seq} + 1"),
         ));
     }
-    if chunk_bytes != CHUNK_BYTES {
+    let chunked = version == OBJECT_VERSION_CHUNKED;
+    let chunk_size_ok = if chunked {
+        chunk_bytes.is_power_of_two() && CHUNK_BYTES_RANGE.contains(&chunk_bytes)
+    } else {
+        chunk_bytes == CHUNK_BYTES
+    };
+    if !chunk_size_ok {
         return Err(invalid(
             WHAT,
             format!("chunk size {chunk_bytes} unsupported"),
         ));
     }
-    if chunk_count != data_bytes.div_ceil(CHUNK_BYTES) {
+    if chunk_count != data_bytes.div_ceil(chunk_bytes) {
         return Err(invalid(WHAT, "chunk count does not match data size"));
     }
     let with_source = kind == ObjectKind::Gc;
     let extent_bytes = if with_source { 32 } else { 16 };
-    let expected =
-        fixed_bytes as u64 + extent_bytes * extent_count + 16 * trim_count + 4 * chunk_count;
+    let entry_bytes = if chunked { 8 } else { 4 };
+    let expected = (fixed_bytes as u64)
+        .saturating_add(extent_bytes * extent_count)
+        .saturating_add(16 * trim_count)
+        .saturating_add(entry_bytes * chunk_count);
     if expected != header_bytes {
         return Err(invalid(
             WHAT,
@@ -544,7 +807,27 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
         trims.push((lba, sectors));
     }
     let mut chunk_crcs = Vec::with_capacity(chunk_count as usize);
-    for _ in 0..chunk_count {
+    let mut stored_chunks = Vec::new();
+    for c in 0..chunk_count {
+        if chunked {
+            let stored = r.u32()?;
+            let plain = (data_bytes - c * chunk_bytes).min(chunk_bytes);
+            let len = (stored & !STORED_COMPRESSED) as u64;
+            let fits = if stored & STORED_COMPRESSED != 0 {
+                codec != Codec::None && len > 0 && len < plain
+            } else {
+                len == plain
+            };
+            if !fits {
+                return Err(invalid(
+                    WHAT,
+                    format!(
+                        "chunk {c} stored as {stored:#010x} (of {plain} bytes, codec {codec:?})"
+                    ),
+                ));
+            }
+            stored_chunks.push(stored);
+        }
         chunk_crcs.push(r.u32()?);
     }
     debug_assert_eq!(r.pos() as u64, header_bytes);
@@ -557,7 +840,10 @@ pub fn decode_object_header(buf: &[u8]) -> Result<ObjectHeader, FormatError> {
         trims,
         header_bytes: header_bytes as u32,
         data_bytes,
+        chunk_bytes,
         chunk_crcs,
+        codec,
+        stored_chunks,
         volume_size_bytes,
         parts_after,
         epoch,
@@ -829,11 +1115,11 @@ mod tests {
             );
         }
         // An unknown version is refused as such.
-        let mut v5 = resize_object(ObjectKind::Data, 1 << 20);
-        v5[8] = 5;
+        let mut v6 = resize_object(ObjectKind::Data, 1 << 20);
+        v6[8] = 6;
         assert!(matches!(
-            decode_object_header(&v5),
-            Err(FormatError::UnsupportedVersion { version: 5, .. })
+            decode_object_header(&v6),
+            Err(FormatError::UnsupportedVersion { version: 6, .. })
         ));
     }
 
@@ -919,3 +1205,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "object_chunked_tests.rs"]
+mod chunked_tests;

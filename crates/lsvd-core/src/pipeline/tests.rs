@@ -64,21 +64,17 @@ fn header_of(p: &P, u: &Upload<At, ObjectHeader>) -> ObjectHeader {
             h
         }
         Upload::Gc { object, .. } => object.clone(),
-        Upload::Checkpoint { seq, .. } => ObjectHeader {
-            kind: ObjectKind::Checkpoint,
-            volume: Default::default(),
-            seq: *seq,
-            last_record_seq: p.store().last_record_seq(),
-            extents: Vec::new(),
-            trims: Vec::new(),
-            header_bytes: 64,
-            data_bytes: 100,
-            chunk_crcs: Vec::new(),
-            volume_size_bytes: None,
-            parts_after: 0,
-            epoch: 0,
-            first_record_seq: None,
-        },
+        Upload::Checkpoint { seq, .. } => {
+            let mut h = header_without_data(
+                ObjectKind::Checkpoint,
+                *seq,
+                p.store().last_record_seq(),
+                Vec::new(),
+                Vec::new(),
+            );
+            (h.header_bytes, h.data_bytes) = (64, 100);
+            h
+        }
     }
 }
 
