@@ -42,6 +42,8 @@ pub struct ObjectInfo {
     /// The claim it was written under: with its sequence number and kind, its name.
     pub epoch: u64,
     pub header_bytes: u32,
+    /// The header and the uncompressed data section ([`ObjectHeader::span_bytes`]):
+    /// its size in the store unless its chunks are compressed.
     pub total_bytes: u64,
     pub live_bytes: u64,
 }
@@ -241,12 +243,12 @@ impl StoreState {
                     kind: h.kind,
                     epoch: h.epoch,
                     header_bytes: h.header_bytes,
-                    total_bytes: h.total_bytes(),
+                    total_bytes: h.span_bytes(),
                     live_bytes: 0,
                 },
             );
             debug_assert!(replaced.is_none(), "sequence numbers only grow");
-            self.stored_total_bytes += h.total_bytes();
+            self.stored_total_bytes += h.span_bytes();
         }
         let extent_cover = if h.trims.is_empty() {
             Vec::new()
@@ -445,7 +447,8 @@ impl StoreState {
         self.live_total_bytes
     }
 
-    /// Bytes of data and GC objects in the store (checkpoints not included).
+    /// Bytes of data and GC objects in the store (checkpoints not included), counted
+    /// uncompressed ([`ObjectInfo::total_bytes`]): what GC weighs live bytes against.
     pub fn stored_bytes(&self) -> u64 {
         debug_assert_eq!(
             self.stored_total_bytes,

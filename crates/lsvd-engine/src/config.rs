@@ -36,6 +36,10 @@ pub struct EngineConfig {
     /// Bytes fetched from the store by one read miss (whole read-cache chunks, at least
     /// one). Default: 64 KiB. `lsvd probe --store` measures what the store rewards.
     pub read_fetch_bytes: u64,
+    /// How new objects (client data, GC's relocations, checkpoints) store their chunks:
+    /// raw (`None`, format version 4) or compressed where that saves space (version 5).
+    /// Objects already written keep theirs until GC rewrites them. Default: none.
+    pub compression: lsvd_core::compression::Compression,
     /// Most bytes fetched ahead of a sequential reader, and in flight for read-ahead
     /// at once. None (the default): 4 MiB when the store is remote, none when it is
     /// local (its objects are on local disk already). `Some(0)` disables it.
@@ -142,6 +146,7 @@ impl Default for EngineConfig {
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
             read_fetch_bytes: 64 << 10,
+            compression: lsvd_core::compression::Compression::None,
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,

@@ -73,8 +73,9 @@ pub const CHUNK_BYTES: u64 = 4096;
 /// The chunk size version 5 is written with: what one read-cache fill fetches, so a
 /// read decompresses whole chunks it would have fetched anyway.
 pub const COMPRESSED_CHUNK_BYTES: u64 = 64 << 10;
-/// Chunk sizes a version 5 header may give: powers of two in this range.
-const CHUNK_BYTES_RANGE: std::ops::RangeInclusive<u64> = 4096..=(1 << 20);
+/// Chunk sizes a version 5 header may give: powers of two in this range (a chunk
+/// never spans two read-cache chunks, which are 64 KiB).
+const CHUNK_BYTES_RANGE: std::ops::RangeInclusive<u64> = 4096..=COMPRESSED_CHUNK_BYTES;
 /// Bit 31 of a version 5 chunk entry's stored length: the chunk is compressed.
 const STORED_COMPRESSED: u32 = 1 << 31;
 const FIXED_BYTES: usize = 80;
@@ -172,6 +173,13 @@ impl ObjectHeader {
         self.header_bytes as u64 + self.stored_data_bytes()
     }
 
+    /// The header and the data section as extents see it (uncompressed): the range
+    /// map offsets into the object fall in, and what GC weighs live bytes against.
+    /// The same as [`total_bytes`](Self::total_bytes) unless chunks are compressed.
+    pub fn span_bytes(&self) -> u64 {
+        self.header_bytes as u64 + self.data_bytes
+    }
+
     /// Bytes the data section takes in the store (less than `data_bytes` when some
     /// chunks are compressed).
     pub fn stored_data_bytes(&self) -> u64 {
@@ -263,6 +271,23 @@ impl ObjectHeader {
             c += 1;
         }
         Ok(data)
+    }
+
+    /// The data section of `object` (this header's whole object), verified and
+    /// decompressed: what reading a checkpoint's payload, or checking an object, needs.
+    pub fn open_whole(&self, object: &[u8]) -> Result<Vec<u8>, FormatError> {
+        if object.len() as u64 != self.total_bytes() {
+            return Err(invalid(
+                "object",
+                format!(
+                    "{} bytes, the header says {}",
+                    object.len(),
+                    self.total_bytes()
+                ),
+            ));
+        }
+        let data_start = self.header_bytes as usize;
+        self.open_data(data_start as u64, object[data_start..].to_vec())
     }
 
     /// Verify every stored chunk of a whole data section (`payload`: the object's bytes

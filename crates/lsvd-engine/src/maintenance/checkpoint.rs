@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use lsvd_core::format::checkpoint::{Checkpoint, encode_checkpoint};
-use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_object};
+use lsvd_core::format::object::{ObjectKind, ObjectSpec, encode_compressed_object};
 use lsvd_core::pipeline::Upload;
 
 use crate::keys::object_key;
@@ -46,6 +46,7 @@ pub(crate) struct CheckpointSnapshot {
     seq: u64,
     epoch: u64,
     last_record_seq: u64,
+    compression: lsvd_core::compression::Compression,
 }
 
 /// The head of checkpoint `seq`, from the state as it is now (under the lock).
@@ -64,6 +65,7 @@ pub(crate) fn snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> Ch
         seq,
         epoch: shared.epoch(),
         last_record_seq: store.last_record_seq(),
+        compression: shared.config.compression,
     }
 }
 
@@ -102,7 +104,7 @@ impl CheckpointSnapshot {
             epoch: self.epoch,
             first_record_seq: self.last_record_seq + 1,
         };
-        Ok(encode_object(&spec, &payload))
+        Ok(encode_compressed_object(&spec, &payload, self.compression))
     }
 }
 

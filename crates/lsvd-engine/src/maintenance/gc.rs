@@ -40,9 +40,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
-use lsvd_core::format::object::{
-    ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
-};
+use lsvd_core::format::object::{ObjectKind, ObjectSpec, object_header_len};
 use lsvd_core::gc::{
     HeatClass, Relocation, gc_object_extents, group_relocations_by_class, live_extents_in,
 };
@@ -50,6 +48,7 @@ use lsvd_core::live_rates::LiveWriteRates;
 
 use crate::read;
 use crate::shared::{ObjectTag, Shared};
+use crate::write::seal::seal_object;
 use lsvd_store::clock::{SharedClock, timeout};
 use lsvd_store::direct_buf::DirectBuf;
 
@@ -489,6 +488,7 @@ async fn run_pass(
     };
     let volume = shared.meta.volume;
     let epoch = shared.epoch();
+    let compression = shared.config.compression;
     let encoded = tokio::task::spawn_blocking(move || {
         let mut encoded = Vec::with_capacity(groups.len());
         let mut next = 0usize; // index into relocations (and data_of)
@@ -513,7 +513,7 @@ async fn run_pass(
             let header_len = object_header_len(&spec, data_bytes);
             // Appended in order, not zeroed first: zeroing the buffer was 2% of lsvd's
             // CPU time under 4 KiB random writes.
-            let mut buf = DirectBuf::filled(header_len + data_bytes as usize, |object| {
+            let buf = DirectBuf::filled(header_len + data_bytes as usize, |object| {
                 object.resize(object.len() + header_len, 0);
                 for r in group {
                     let len = (r.sectors * SECTOR_BYTES) as usize;
@@ -525,7 +525,7 @@ async fn run_pass(
                     consumed += len;
                 }
             });
-            finish_object_in_place(&spec, buf.as_mut_slice(), header_len);
+            let buf = seal_object(&spec, buf, header_len, compression);
             encoded.push((data_bytes, buf.into_bytes()));
         }
         encoded

@@ -102,12 +102,13 @@ pub(super) async fn data_from_copies(
         return Err(err);
     }
     let verify = |bytes: &[u8]| check_fetched(key, header, start, end, bytes);
-    let Some(good) = first_good_copy(shared, key, start..end, verify).await else {
+    let (stored_start, stored_end) = header.stored_range(start, end);
+    let Some(good) = first_good_copy(shared, key, stored_start..stored_end, verify).await else {
         return Err(err);
     };
     fell_back(shared, key, &format!("bytes {start}..{end}"), &good);
     start_repair(shared, key, header.clone());
-    Ok(good.bytes)
+    open_fetched(key, header, start, end, good.bytes)
 }
 
 /// Object `key`'s header from another copy, after the first read of it failed with
@@ -195,10 +196,7 @@ async fn repair(
         bytes.len() as u64 == total
             && decode_object_header(bytes).is_ok_and(|h| h == *header)
             && header
-                .verify_data(
-                    u64::from(header.header_bytes),
-                    &bytes[header.header_bytes as usize..],
-                )
+                .verify_stored_data(&bytes[header.header_bytes as usize..])
                 .is_ok()
     };
     let Some(good) = copies.into_iter().find(|c| whole_and_good(&c.bytes)) else {
@@ -223,20 +221,39 @@ async fn repair(
     Ok(())
 }
 
-/// Bytes `[start, end)` fetched from object `key`: all there, and matching the
-/// header's chunk checksums. Every read of object data is checked by this, the first
-/// copy's and the others' alike.
+/// Data-section bytes `[start, end)` of object `key` (object offsets, aligned as
+/// [`ObjectHeader::verifiable_range`] gives them) from `stored`, the bytes
+/// [`ObjectHeader::stored_range`] says hold them, as fetched: all there, matching the
+/// header's chunk checksums, decompressed where stored compressed. Every read of object
+/// data is checked by this, the first copy's and the others' alike.
+pub(super) fn open_fetched(
+    key: &str,
+    header: &ObjectHeader,
+    start: u64,
+    end: u64,
+    stored: Vec<u8>,
+) -> Result<Vec<u8>> {
+    let (stored_start, stored_end) = header.stored_range(start, end);
+    let corrupt = |why: &str| Error::new(ErrorKind::Corrupt, format!("{key}: {why}"));
+    if stored.len() as u64 != stored_end - stored_start {
+        return Err(corrupt("short read"));
+    }
+    let data = header
+        .open_data(start, stored)
+        .map_err(|e| Error::with_source(ErrorKind::Corrupt, key, e))?;
+    if data.len() as u64 != end - start {
+        return Err(corrupt("chunks open to a length the range does not have"));
+    }
+    Ok(data)
+}
+
+/// [`open_fetched`] without keeping the data: does this copy pass the checks?
 pub(super) fn check_fetched(
     key: &str,
     header: &ObjectHeader,
     start: u64,
     end: u64,
-    bytes: &[u8],
+    stored: &[u8],
 ) -> Result<()> {
-    if bytes.len() as u64 != end - start {
-        return Err(Error::new(ErrorKind::Corrupt, format!("{key}: short read")));
-    }
-    header
-        .verify_data(start, bytes)
-        .map_err(|e| Error::with_source(ErrorKind::Corrupt, key, e))
+    open_fetched(key, header, start, end, stored.to_vec()).map(drop)
 }

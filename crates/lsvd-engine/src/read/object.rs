@@ -240,10 +240,11 @@ pub(crate) async fn read_object_background(
     let key = shared.object_key(seq, tag.epoch, tag.kind);
     let header = object_header(shared, &key, CacheObject::new(seq, tag.epoch), true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
+    let (stored_start, stored_end) = header.stored_range(start, end);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let bytes = shared
         .store
-        .get_range_background(&key, start..end)
+        .get_range_background(&key, stored_start..stored_end)
         .await
         .map_err(|e| store_read_error(shared, &key, e))?;
     let trim = move |bytes: Vec<u8>| {
@@ -255,8 +256,8 @@ pub(crate) async fn read_object_background(
     let verified = {
         let (key, header) = (key.clone(), header.clone());
         tokio::task::spawn_blocking(move || {
-            super::copies::check_fetched(&key, &header, start, end, &bytes)?;
-            Ok(trim(bytes))
+            let data = super::copies::open_fetched(&key, &header, start, end, bytes)?;
+            Ok(trim(data))
         })
         .await
         // A panicked (or, at shutdown, cancelled) task: GC gives up this pass and
@@ -298,7 +299,8 @@ impl CachedObjectReader {
     }
 }
 
-/// GET bytes `[start, end)` of an object (chunk-aligned) and verify them.
+/// Data-section bytes `[start, end)` of an object (chunk-aligned object offsets):
+/// their stored bytes fetched with one GET, verified and decompressed.
 async fn fetch_verified(
     shared: &Shared,
     key: &str,
@@ -306,14 +308,15 @@ async fn fetch_verified(
     start: u64,
     end: u64,
 ) -> Result<Vec<u8>> {
+    let (stored_start, stored_end) = header.stored_range(start, end);
     shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let bytes = shared
         .store
-        .get_range(key, start..end)
+        .get_range(key, stored_start..stored_end)
         .await
         .map_err(|e| store_read_error(shared, key, e))?;
-    match super::copies::check_fetched(key, header, start, end, &bytes) {
-        Ok(()) => Ok(bytes),
+    match super::copies::open_fetched(key, header, start, end, bytes) {
+        Ok(data) => Ok(data),
         // A bad copy: another copy of the object may be good.
         Err(e) => super::copies::data_from_copies(shared, key, header, start, end, e).await,
     }

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use lsvd_core::format::checkpoint::{CheckpointHeat, decode_checkpoint};
-use lsvd_core::format::object::{ObjectKind, verify_chunks};
+use lsvd_core::format::object::ObjectKind;
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::history::History;
 use lsvd_core::recovery::{BaseChooser, ListedObject, PartGroup, RecordContinuity, Step};
@@ -658,11 +658,9 @@ fn decode_loaded_checkpoint(
             "checkpoint {key} belongs to another volume or sequence"
         )));
     }
-    let payload = bytes
-        .get(header.header_bytes as usize..)
-        .ok_or_else(|| corrupt(format!("checkpoint {key} is shorter than its header")))?;
-    verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload).map_err(is_corrupt)?;
-    let ck = decode_checkpoint(payload).map_err(is_corrupt)?;
+    // Verified chunk by chunk, decompressed where stored compressed.
+    let payload = header.open_whole(bytes).map_err(is_corrupt)?;
+    let ck = decode_checkpoint(&payload).map_err(is_corrupt)?;
     let state = StoreState::from_checkpoint(c, epoch, &ck)
         .map_err(|e| corrupt(format!("checkpoint {key}: {e}")))?;
     Ok(LoadedCheckpoint {

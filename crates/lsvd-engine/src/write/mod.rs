@@ -11,6 +11,8 @@
 //! ```
 
 pub(crate) mod apply;
+#[cfg(test)]
+mod compression_tests;
 pub mod log_index;
 #[cfg(test)]
 mod log_index_tests;
@@ -23,6 +25,7 @@ pub mod log_space;
 pub(crate) mod log_tail;
 pub(crate) mod put;
 pub(crate) mod recent_records;
+pub(crate) mod seal;
 pub(crate) mod started;
 #[cfg(test)]
 mod started_tests;

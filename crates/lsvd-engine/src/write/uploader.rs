@@ -16,9 +16,7 @@ use std::time::Duration;
 use lsvd_core::batcher::Batch;
 use lsvd_core::extent_map::Piece;
 use lsvd_core::format::SECTOR_BYTES;
-use lsvd_core::format::object::{
-    ObjectKind, ObjectSpec, finish_object_in_place, object_header_len,
-};
+use lsvd_core::format::object::{ObjectKind, ObjectSpec, object_header_len};
 use lsvd_core::format::record::RecordHeader;
 use lsvd_core::pipeline::Upload;
 
@@ -27,6 +25,7 @@ use crate::maintenance::checkpoint;
 use crate::recovery::log_scan::{CorruptRecord, VerifyError, read_verified};
 use crate::shared::{LogPos, Shared};
 use crate::write::put::upload_object;
+use crate::write::seal::seal_object;
 use lsvd_store::clock::timeout;
 use lsvd_store::direct_buf::{Assembly, DirectBuf};
 
@@ -147,6 +146,7 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     };
     let task = shared.clone();
     let epoch = shared.epoch();
+    let compression = shared.config.compression;
     let bytes = tokio::task::spawn_blocking(move || -> Result<DirectBuf, VerifyError> {
         let extents = batch.object_extents();
         // A batch of records holds them from its first; a resize holds none.
@@ -171,9 +171,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         let header_len = object_header_len(&spec, data_bytes);
         let total = header_len + data_bytes as usize;
         let (cache, count) = (task.cache.as_ref(), &task.stats.log_records_read_back);
-        let mut buf = assemble(&batch, &records, header_len, total, cache, count)?;
-        finish_object_in_place(&spec, buf.as_mut_slice(), header_len);
-        Ok(buf)
+        let buf = assemble(&batch, &records, header_len, total, cache, count)?;
+        Ok(seal_object(&spec, buf, header_len, compression))
     })
     .await;
     let bytes = match bytes {

@@ -70,12 +70,16 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
                 );
             }
             println!(
-                "  header {} bytes, data {} bytes, {} chunks",
+                "  header {} bytes, data {} bytes ({} stored), {} chunks of {} bytes, codec {:?}",
                 h.header_bytes,
                 h.data_bytes,
-                h.chunk_crcs.len()
+                h.stored_data_bytes(),
+                h.chunk_crcs.len(),
+                h.chunk_bytes,
+                h.codec
             );
-            let data_ok = h.verify_data(h.header_bytes as u64, &bytes[h.header_bytes as usize..]);
+            let data = h.open_whole(&bytes);
+            let data_ok = data.as_ref().map(drop);
             println!(
                 "  data checksums: {}",
                 if data_ok.is_ok() {
@@ -97,8 +101,8 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
                 }
             }
             if h.kind == ObjectKind::Checkpoint {
-                let ck = decode_checkpoint(&bytes[h.header_bytes as usize..])
-                    .map_err(|e| corrupt("", e))?;
+                let payload = data.map_err(|e| corrupt("", e))?;
+                let ck = decode_checkpoint(&payload).map_err(|e| corrupt("", e))?;
                 println!(
                     "  checkpoint: clean={} size={} next_object={:016x} last_record={} objects={} extents={}",
                     ck.clean,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use lsvd_core::format::object::{ObjectKind, decode_object_header, verify_chunks};
+use lsvd_core::format::object::{ObjectKind, decode_object_header};
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_core::format::volume_super::VolumeSuper;
 
@@ -51,7 +51,8 @@ pub(super) async fn get_verified(
     let payload = bytes
         .get(header.header_bytes as usize..)
         .ok_or_else(|| corrupt("is shorter than its header".to_string()))?;
-    verify_chunks(0, header.data_bytes, &header.chunk_crcs, 0, payload)
+    header
+        .verify_stored_data(payload)
         .map_err(|e| corrupt(format!("fails its checksums ({e})")))?;
     Ok(Bytes::from(bytes))
 }

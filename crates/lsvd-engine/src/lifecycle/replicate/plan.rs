@@ -186,10 +186,10 @@ pub(super) fn listed_objects(
     let key = object_key(&meta.name, c, epoch, ObjectKind::Checkpoint);
     let corrupt = |why: String| Error::new(ErrorKind::Corrupt, format!("checkpoint {key} {why}"));
     let header = decode_object_header(bytes).map_err(|e| corrupt(format!("is corrupt ({e})")))?;
-    let payload = bytes
-        .get(header.header_bytes as usize..)
-        .ok_or_else(|| corrupt("is shorter than its header".to_string()))?;
-    let ck = decode_checkpoint(payload).map_err(|e| corrupt(format!("is corrupt ({e})")))?;
+    let payload = header
+        .open_whole(bytes)
+        .map_err(|e| corrupt(format!("is corrupt ({e})")))?;
+    let ck = decode_checkpoint(&payload).map_err(|e| corrupt(format!("is corrupt ({e})")))?;
     let state =
         StoreState::from_checkpoint(c, epoch, &ck).map_err(|e| corrupt(format!("({e})")))?;
     Ok(state
