@@ -48,6 +48,18 @@ where
     <Cli as clap::Parser>::try_parse_from(argv).map(|Cli::Sim(args)| args)
 }
 
+/// Tests: a trace file `name` in `dir` holding `contents`.
+#[cfg(test)]
+pub(crate) fn trace_file(
+    dir: &lsvd_store::testutil::TempDir,
+    name: &str,
+    contents: &str,
+) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, contents).expect("trace written");
+    path
+}
+
 #[derive(Args, Debug)]
 pub struct SimArgs {
     /// Trace files to replay (gzip and bzip2 are read directly). Each file's volumes are

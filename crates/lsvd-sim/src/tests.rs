@@ -674,12 +674,11 @@ fn several_configs_json_and_plot() {
 #[test]
 fn bad_lines_are_counted_and_strict_fails() {
     let dir = lsvd_store::testutil::TempDir::new("sim-bad");
-    let path = dir.path().join("bad-msr.csv");
-    std::fs::write(
-        &path,
+    let path = crate::trace_file(
+        &dir,
+        "bad-msr.csv",
         "128166385295514663,hm,0,Write,0,4096,2833\nthis is not a trace line\n128166385295514878,hm,0,Write,4096,4096,2617\n",
-    )
-    .expect("write trace");
+    );
     let p = path.to_string_lossy().into_owned();
     let r = run_sim(&[&p, "--format", "msr"]);
     assert_eq!(r.inputs[0].bad_lines, 1);
