@@ -302,14 +302,10 @@ impl HeatTracker {
 
 /// Run-length histogram of heats sorted hottest first: (heat, count).
 pub fn histogram(sorted_heats: &[u32]) -> Vec<(u32, u64)> {
-    let mut out: Vec<(u32, u64)> = Vec::new();
-    for &h in sorted_heats {
-        match out.last_mut() {
-            Some((v, n)) if *v == h => *n += 1,
-            _ => out.push((h, 1)),
-        }
-    }
-    out
+    sorted_heats
+        .chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len() as u64))
+        .collect()
 }
 
 #[cfg(test)]

@@ -46,18 +46,21 @@ fn seq_range_is_never_empty() {
 }
 
 #[test]
-fn new_cache_without_superblock_continues_after_the_store() {
-    let p = plan_both(None, None, 0);
-    assert_eq!((p.replay, p.next_record_seq), (None, 1));
-    let p = plan_both(None, None, 17);
-    assert_eq!((p.replay, p.next_record_seq), (None, 18));
-}
-
-#[test]
-fn clean_log_has_nothing_to_replay() {
-    // A clean stop: everything uploaded, the tail is the next record to write.
-    let p = plan_both(Some(11), None, 10);
-    assert_eq!((p.replay, p.next_record_seq), (None, 11));
+fn without_a_chain_nothing_is_replayed_and_writes_continue_after_the_store() {
+    // A new cache without superblock, after an empty store and after a full one; a
+    // clean stop (everything uploaded, the tail is the next record to write); a store
+    // ahead of the log's tail.
+    for (tail, store) in [(None, 0), (None, 17), (Some(11), 10), (Some(3), 10)] {
+        let want = LogRecoveryPlan {
+            replay: None,
+            keep: None,
+            bridge_through: None,
+            next_record_seq: store + 1,
+            warnings: Vec::new(),
+        };
+        let p = plan_both(tail, None, store);
+        assert_eq!(p, want, "tail {tail:?}, store {store}");
+    }
 }
 
 #[test]
@@ -98,12 +101,6 @@ fn chain_starting_right_after_the_store_is_replayed_whole() {
     assert_eq!(p.keep, None, "nothing of the chain is in the store");
     let p = plan_both(Some(1), Some((1, 1)), 0);
     assert_eq!((p.replay, p.next_record_seq), (Some(range(1, 1)), 2));
-}
-
-#[test]
-fn store_ahead_of_the_log_tail_with_an_empty_chain() {
-    let p = plan_both(Some(3), None, 10);
-    assert_eq!((p.replay, p.next_record_seq), (None, 11));
 }
 
 #[test]
@@ -173,7 +170,7 @@ fn log_released_records_the_store_lacks_accept_prefix_bridges_the_chain() {
 }
 
 #[test]
-fn gap_between_store_and_chain_strict_refuses() {
+fn gap_between_store_and_chain_strict_refuses_and_accept_prefix_bridges() {
     // The tail itself is fine; the chain does not start there (or there is no tail).
     for tail in [Some(9), None] {
         let refusal = plan(tail, Some((11, 14)), 8, Strict).expect_err("gap refused");
@@ -188,12 +185,6 @@ fn gap_between_store_and_chain_strict_refuses() {
             refusal.to_string(),
             "write log resumes at record 11 but the store ends at record 8: records are missing"
         );
-    }
-}
-
-#[test]
-fn gap_between_store_and_chain_accept_prefix_bridges() {
-    for tail in [Some(9), None] {
         let p = plan(tail, Some((10, 14)), 8, AcceptPrefix).expect("accept-prefix continues");
         assert_eq!(
             p,

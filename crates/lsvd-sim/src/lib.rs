@@ -19,12 +19,13 @@ pub mod report;
 pub mod volume;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use lsvd_core::gc::{GcConfig, GcPolicy};
 use lsvd_trace::{FormatChoice, Pattern, Request, SyntheticSpec, TraceReader, Units};
+use serde::Serialize;
 
 use report::{InputReport, RunReport, VolumeResult};
 use volume::{SimConfig, VolumeSim};
@@ -45,6 +46,18 @@ where
         Sim(SimArgs),
     }
     <Cli as clap::Parser>::try_parse_from(argv).map(|Cli::Sim(args)| args)
+}
+
+/// Tests: a trace file `name` in `dir` holding `contents`.
+#[cfg(test)]
+pub(crate) fn trace_file(
+    dir: &lsvd_store::testutil::TempDir,
+    name: &str,
+    contents: &str,
+) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, contents).expect("trace written");
+    path
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +159,24 @@ pub struct SimArgs {
     pub layout: layout::cli::LayoutArgs,
     #[command(flatten)]
     pub gecko: gecko::cli::GeckoArgs,
+}
+
+impl SimArgs {
+    /// `--volume-size` in bytes, or `default` when it is not given.
+    pub(crate) fn volume_size_or(&self, default: u64) -> Result<u64> {
+        self.volume_size.as_deref().map_or(Ok(default), parse_size)
+    }
+
+    /// Refuse a `--synthetic` pattern other than uniform, for a model that simulates
+    /// only that: `model` says what it does simulate.
+    pub(crate) fn only_uniform_synthetic(&self, model: &str) -> Result<()> {
+        match self.synthetic.as_deref() {
+            None | Some("uniform") => Ok(()),
+            Some(other) => Err(Error::bad_input(format!(
+                "{model}; --synthetic {other} is not modelled"
+            ))),
+        }
+    }
 }
 
 /// CPU time of the calling thread, in seconds (0 if unavailable). The replay runs on
@@ -574,13 +605,9 @@ fn run_synthetic(
     timing: &mut Timing,
 ) -> Result<(InputReport, Vec<VolumeResult>)> {
     let pattern: Pattern = pattern.parse()?;
-    let volume_size_bytes = match &args.volume_size {
-        Some(s) => parse_size(s)?,
-        None => 1 << 30,
-    };
     let spec = SyntheticSpec {
         pattern,
-        volume_size_bytes,
+        volume_size_bytes: args.volume_size_or(1 << 30)?,
         io_size_bytes: parse_size(&args.io_size)?,
         requests: args.requests,
         write_fraction: args.write_fraction,
@@ -702,24 +729,36 @@ pub fn run(args: SimArgs) -> Result<()> {
     if args.layout.layout.is_some() {
         return layout::cli::run(&args);
     }
-    let report = simulate(&args)?;
+    let mut report = simulate(&args)?;
     if let Some(path) = &args.plot {
-        let svg = plot::chart(&report, 8);
-        std::fs::write(path, svg)
-            .map_err(|e| Error::local_io(format!("cannot write {}", path.display()), e))?;
+        write_plot(path, &plot::chart(&report, 8))?;
     }
-    if args.json {
-        let mut report = report;
-        if !args.series {
-            for v in &mut report.volumes {
-                v.series.clear();
-            }
+    if args.json && !args.series {
+        for v in &mut report.volumes {
+            v.series.clear();
         }
-        let s = serde_json::to_string_pretty(&report)
+    }
+    print_report(&report, args.json, report::text)
+}
+
+/// Write a simulation's SVG chart to the `--plot` file.
+pub(crate) fn write_plot(path: &Path, svg: &str) -> Result<()> {
+    std::fs::write(path, svg)
+        .map_err(|e| Error::local_io(format!("cannot write {}", path.display()), e))
+}
+
+/// Print a simulation's report on stdout: pretty JSON with `--json`, else `text` of it.
+pub(crate) fn print_report<R: Serialize>(
+    report: &R,
+    json: bool,
+    text: impl FnOnce(&R) -> String,
+) -> Result<()> {
+    if json {
+        let s = serde_json::to_string_pretty(report)
             .map_err(|e| Error::with_source(ErrorKind::Unsupported, "cannot encode results", e))?;
         println!("{s}");
     } else {
-        print!("{}", report::text(&report));
+        print!("{}", text(report));
     }
     Ok(())
 }

@@ -299,10 +299,7 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
 pub fn decode_checkpoint(buf: &[u8]) -> Result<Checkpoint, FormatError> {
     const WHAT: &str = "checkpoint";
     let mut r = Reader::new(buf, WHAT);
-    if &r.array::<8>()? != CHECKPOINT_MAGIC {
-        return Err(FormatError::BadMagic { what: WHAT });
-    }
-    let version = r.u16()?;
+    let version = r.magic(CHECKPOINT_MAGIC)?;
     let header_bytes = match version {
         1 => HEADER_BYTES_V1,
         2 | CHECKPOINT_VERSION => HEADER_BYTES,

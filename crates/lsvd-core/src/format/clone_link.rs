@@ -37,6 +37,7 @@ pub const CLONE_LINK_VERSION: u16 = 1;
 pub const CLONE_LINK_BYTES: usize = 72 + 3 * NAME_FIELD_BYTES;
 const NAME_FIELD_BYTES: usize = 64;
 const CRC_AT: usize = 12;
+const WHAT: &str = "clone link";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloneLink {
@@ -56,7 +57,7 @@ fn name_ok(n: &str) -> bool {
 
 pub fn encode_clone_link(l: &CloneLink) -> Result<Vec<u8>, FormatError> {
     if !(name_ok(&l.parent) && name_ok(&l.snapshot) && name_ok(&l.clone)) {
-        return Err(invalid("clone link", "a name of 0 or more than 64 bytes"));
+        return Err(invalid(WHAT, "a name of 0 or more than 64 bytes"));
     }
     let mut w = Writer::with_capacity(CLONE_LINK_BYTES);
     w.head(CLONE_LINK_MAGIC, CLONE_LINK_VERSION, 0);
@@ -76,7 +77,6 @@ pub fn encode_clone_link(l: &CloneLink) -> Result<Vec<u8>, FormatError> {
 }
 
 pub fn decode_clone_link(buf: &[u8]) -> Result<CloneLink, FormatError> {
-    const WHAT: &str = "clone link";
     let (mut r, _flags) = open_fixed_record(
         buf,
         WHAT,

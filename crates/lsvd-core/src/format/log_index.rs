@@ -27,13 +27,14 @@
 //! ```
 
 use super::record::{MAX_RECORD_EXTENTS, RecordHeader, decode_record_header};
-use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, invalid};
 
 pub const LOG_INDEX_MAGIC: &[u8; 8] = b"LSVDLIX\0";
 pub const LOG_INDEX_VERSION: u16 = 1;
 /// Bytes before the entries.
 pub const LOG_INDEX_FIXED_BYTES: usize = 64;
 const CRC_AT: usize = 12;
+const WHAT: &str = "write-log index";
 const MAX_HEADER_LEN: usize = 64 + 16 * MAX_RECORD_EXTENTS as usize;
 
 /// One record as the index knows it.
@@ -75,20 +76,16 @@ pub fn encode_log_index<'a>(
 
 /// How many bytes the whole index occupies, from its first [`LOG_INDEX_FIXED_BYTES`].
 pub fn log_index_len(fixed: &[u8]) -> Result<u64, FormatError> {
-    const WHAT: &str = "write-log index";
     let mut r = Reader::new(fixed, WHAT);
-    expect_magic_version(&mut r, LOG_INDEX_MAGIC, LOG_INDEX_VERSION, WHAT)?;
-    r.take(38)?; // flags, crc, volume, generation, count
+    r.head(LOG_INDEX_MAGIC, LOG_INDEX_VERSION)?;
+    r.take(32)?; // volume, generation, count
     let entries_bytes = r.u64()?;
     Ok(LOG_INDEX_FIXED_BYTES as u64 + entries_bytes)
 }
 
 pub fn decode_log_index(buf: &[u8]) -> Result<LogIndex, FormatError> {
-    const WHAT: &str = "write-log index";
     let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, LOG_INDEX_MAGIC, LOG_INDEX_VERSION, WHAT)?;
-    let flags = r.u16()?;
-    let stored = r.u32()?;
+    let (flags, stored) = r.head(LOG_INDEX_MAGIC, LOG_INDEX_VERSION)?;
     let volume = VolumeId(r.array()?);
     let [generation, count, entries_bytes, epoch] = r.u64s()?;
     let end = usize::try_from(entries_bytes)

@@ -196,6 +196,21 @@ impl<'a> Reader<'a> {
     pub fn pos(&self) -> usize {
         self.pos
     }
+    /// The 8-byte magic, refused unless it is `magic`; returns the version after it,
+    /// for the caller to judge.
+    pub fn magic(&mut self, magic: &[u8; 8]) -> Result<u16, FormatError> {
+        if &self.array::<8>()? != magic {
+            return Err(FormatError::BadMagic { what: self.what });
+        }
+        self.u16()
+    }
+    /// The head [`Writer::head`] writes, for a structure with one version: magic and
+    /// version are checked; returns the 16-bit field after them (flags or reserved)
+    /// and the stored CRC32C.
+    pub fn head(&mut self, magic: &[u8; 8], version: u16) -> Result<(u16, u32), FormatError> {
+        expect_magic_version(self, magic, version, self.what)?;
+        Ok((self.u16()?, self.u32()?))
+    }
 }
 
 /// Check magic and version at the start of `r`.
@@ -205,10 +220,7 @@ pub(crate) fn expect_magic_version(
     version: u16,
     what: &'static str,
 ) -> Result<(), FormatError> {
-    if &r.array::<8>()? != magic {
-        return Err(FormatError::BadMagic { what });
-    }
-    let v = r.u16()?;
+    let v = r.magic(magic)?;
     if v != version {
         return Err(FormatError::UnsupportedVersion { what, version: v });
     }
@@ -236,9 +248,7 @@ pub(crate) fn open_fixed_record<'a>(
         ));
     }
     let mut r = Reader::new(buf, what);
-    expect_magic_version(&mut r, magic, version, what)?;
-    let flags = r.u16()?;
-    let stored = r.u32()?;
+    let (flags, stored) = r.head(magic, version)?;
     check_crc(what, buf, CRC_AT, stored)?;
     if flags & !known_flags != 0 {
         return Err(invalid(what, format!("unknown flags {flags:#06x}")));

@@ -424,6 +424,30 @@ pub struct ObjectSpec<'a> {
     pub first_record_seq: u64,
 }
 
+impl ObjectSpec<'_> {
+    /// A checkpoint object's spec: no extents, trims or resize, and none of the
+    /// write-log records' data (its records end at `last_record_seq`).
+    pub fn checkpoint(
+        volume: VolumeId,
+        seq: u64,
+        last_record_seq: u64,
+        epoch: u64,
+    ) -> ObjectSpec<'static> {
+        ObjectSpec {
+            kind: ObjectKind::Checkpoint,
+            volume,
+            seq,
+            last_record_seq,
+            extents: &[],
+            trims: &[],
+            volume_size_bytes: None,
+            parts_after: 0,
+            epoch,
+            first_record_seq: last_record_seq + 1,
+        }
+    }
+}
+
 /// Size of the header written (version 4) for these counts.
 pub fn header_bytes_for(
     kind: ObjectKind,

@@ -311,10 +311,7 @@ fn write_header_prefix(w: &mut Writer, h: &RecordHeader) {
 pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
     const WHAT: &str = "write-log record";
     let mut r = Reader::new(buf, WHAT);
-    if &r.array::<8>()? != RECORD_MAGIC {
-        return Err(FormatError::BadMagic { what: WHAT });
-    }
-    let version = r.u16()?;
+    let version = r.magic(RECORD_MAGIC)?;
     if !known_version(version) {
         return Err(FormatError::UnsupportedVersion {
             what: WHAT,

@@ -16,7 +16,7 @@
 //!     50    n name, UTF-8
 //! ```
 
-use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
+use super::{FormatError, Reader, VolumeId, Writer, check_crc, invalid};
 
 pub const VOLUME_MAGIC: &[u8; 8] = b"LSVDVOL\0";
 pub const VOLUME_VERSION: u16 = 1;
@@ -41,8 +41,7 @@ pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
     let mut w = Writer::with_capacity(50 + name.len());
     w.head(VOLUME_MAGIC, VOLUME_VERSION, 0);
     w.bytes(&m.volume.0);
-    w.u64(m.size_bytes);
-    w.u64(m.created_unix_secs);
+    w.u64s(&[m.size_bytes, m.created_unix_secs]);
     w.u16(name.len() as u16);
     w.bytes(name);
     w.seal(CRC_AT)
@@ -51,12 +50,9 @@ pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
 pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
     const WHAT: &str = "volume metadata";
     let mut r = Reader::new(buf, WHAT);
-    expect_magic_version(&mut r, VOLUME_MAGIC, VOLUME_VERSION, WHAT)?;
-    r.u16()?;
-    let stored = r.u32()?;
+    let (_reserved, stored) = r.head(VOLUME_MAGIC, VOLUME_VERSION)?;
     let volume = VolumeId(r.array()?);
-    let size_bytes = r.u64()?;
-    let created_unix_secs = r.u64()?;
+    let [size_bytes, created_unix_secs] = r.u64s()?;
     let n = r.u16()? as usize;
     if n > MAX_NAME_BYTES {
         return Err(invalid(

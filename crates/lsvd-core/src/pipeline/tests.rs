@@ -303,6 +303,12 @@ fn overwrite_round(p: &mut P, record: &mut u64) {
     }
 }
 
+/// [`overwrite_round`] as one client object: the batch is closed after it.
+fn overwrite_batch(p: &mut P, record: &mut u64) {
+    overwrite_round(p, record);
+    p.close_batch();
+}
+
 /// Apply every object that is ready; their sequence numbers in apply order.
 fn applied_seqs(p: &mut P) -> Vec<u64> {
     let applied = p.apply_all_ready().expect("in order");
@@ -362,8 +368,7 @@ fn client_batches_wait_unnumbered_while_a_gc_pass_holds_numbers() {
     // While the pass holds its numbers: a client batch closes, time passes far beyond
     // the checkpoint interval. Nothing may be numbered (a checkpoint numbered now
     // would sit in the queue before the pass's objects and wait for them forever).
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
+    overwrite_batch(&mut p, &mut record);
     p.tick(1_000_000 * MS);
     assert_eq!(p.uploads_held(), 1);
     assert!(p.next_upload(true).is_none(), "{}", p.describe());
@@ -429,16 +434,13 @@ fn client_batches_are_held_when_gc_falls_behind_and_released_when_it_stalls() {
     // Collect below 0.9 live: after overwriting everything once, the store is at 0.5.
     let mut p = pipeline(eager_gc());
     let mut record = 0;
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
+    overwrite_batch(&mut p, &mut record);
     drain_uploads(&mut p);
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
+    overwrite_batch(&mut p, &mut record);
     // Object 2 went out (nothing pending, store within its bound); applied, object 1
     // is dead but not yet deleted: the store holds twice the live data.
     drain_uploads(&mut p);
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
+    overwrite_batch(&mut p, &mut record);
     assert_eq!(p.uploads_held(), 1, "{}", p.describe());
     assert!(p.take_wakes().gc, "GC is asked to make room");
     // A pass collects object 1 (fully dead) and the batch goes.
@@ -514,10 +516,8 @@ fn shutdown_drains_then_takes_a_clean_checkpoint() {
 fn a_gc_pass_started_before_the_writes_stopped_is_dropped() {
     let mut p = pipeline(eager_gc());
     let mut record = 0;
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
-    overwrite_round(&mut p, &mut record);
-    p.close_batch();
+    overwrite_batch(&mut p, &mut record);
+    overwrite_batch(&mut p, &mut record);
     drain_uploads(&mut p);
     let _pass = p.gc_plan().expect("a pass");
     p.stop_writes();

@@ -383,11 +383,18 @@ mod tests {
         }
     }
 
-    fn seg(first_seq: u64, epoch: u64, after_seq: u64) -> crate::history::Segment {
-        crate::history::Segment {
-            first_seq,
-            epoch,
-            after_seq,
+    /// A history from `from_seq` of `(first_seq, epoch, after_seq)` segments.
+    fn history(from_seq: u64, segments: &[(u64, u64, u64)]) -> History {
+        History {
+            from_seq,
+            segments: segments
+                .iter()
+                .map(|&(first_seq, epoch, after_seq)| crate::history::Segment {
+                    first_seq,
+                    epoch,
+                    after_seq,
+                })
+                .collect(),
         }
     }
 
@@ -404,11 +411,7 @@ mod tests {
             at(11, 2, true),
             at(12, 2, false),
         ]);
-        let history = History {
-            from_seq: 0,
-            segments: vec![seg(1, 1, 0), seg(9, 2, 6)],
-        };
-        (listed, history)
+        (listed, history(0, &[(1, 1, 0), (9, 2, 6)]))
     }
 
     #[test]
@@ -481,10 +484,7 @@ mod tests {
             at(5, 2, false),
             at(5, 1, false),
         ];
-        let history = History {
-            from_seq: 5,
-            segments: vec![seg(5, 2, 4)],
-        };
+        let history = history(5, &[(5, 2, 4)]);
         let c = BaseChooser::new(&listed, &[], &history);
         assert_eq!(c.next_candidate(&[]), Some((3, 1)));
         let b = c.base(Some(3));

@@ -69,26 +69,35 @@ mod tests {
         v.iter().map(|h| h.seq).collect()
     }
 
+    /// Push `(seq, parts_after, applied, open)` objects in turn into a new group: each
+    /// continues the batch, applies the objects `applied` names and leaves a batch
+    /// `open` or not. Returns the parts left unfinished at the end.
+    fn push_all(steps: &[(u64, u32, &[u64], bool)]) -> Vec<u64> {
+        let mut g = PartGroup::default();
+        for &(seq, parts_after, applied, open) in steps {
+            let got = g.push(part(seq, parts_after)).expect("continues the batch");
+            assert_eq!(seqs(&got), applied, "applied after object {seq}");
+            assert_eq!(g.is_open(), open, "a batch open after object {seq}");
+        }
+        g.into_unfinished()
+    }
+
     #[test]
     fn whole_objects_apply_at_once_and_parts_when_their_batch_is_complete() {
-        let mut g = PartGroup::default();
-        assert_eq!(seqs(&g.push(part(1, 0)).expect("ok")), vec![1]);
-        assert!(g.push(part(2, 2)).expect("ok").is_empty());
-        assert!(g.push(part(3, 1)).expect("ok").is_empty());
-        assert!(g.is_open());
-        assert_eq!(seqs(&g.push(part(4, 0)).expect("ok")), vec![2, 3, 4]);
-        assert!(!g.is_open());
-        assert_eq!(seqs(&g.push(part(5, 0)).expect("ok")), vec![5]);
-        assert!(g.into_unfinished().is_empty());
+        let unfinished = push_all(&[
+            (1, 0, &[1], false),
+            (2, 2, &[], true),
+            (3, 1, &[], true),
+            (4, 0, &[2, 3, 4], false),
+            (5, 0, &[5], false),
+        ]);
+        assert!(unfinished.is_empty());
     }
 
     #[test]
     fn a_run_that_ends_inside_a_batch_strands_its_parts() {
-        let mut g = PartGroup::default();
-        assert_eq!(seqs(&g.push(part(7, 0)).expect("ok")), vec![7]);
-        assert!(g.push(part(8, 2)).expect("ok").is_empty());
-        assert!(g.push(part(9, 1)).expect("ok").is_empty());
-        assert_eq!(g.into_unfinished(), vec![8, 9]);
+        let unfinished = push_all(&[(7, 0, &[7], false), (8, 2, &[], true), (9, 1, &[], true)]);
+        assert_eq!(unfinished, vec![8, 9]);
     }
 
     #[test]

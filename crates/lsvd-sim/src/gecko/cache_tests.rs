@@ -2,7 +2,6 @@
 //! hit counts of small traces worked out by hand, no drive time for hits, and
 //! mirrored writes and reads on the drive pairs.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::array::Array;
@@ -69,9 +68,7 @@ fn mix(dir: &TempDir, name: &str, ops: &[(bool, u64)]) -> TraceMix {
             block * BLOCK_BYTES
         ));
     }
-    let path: PathBuf = dir.path().join(name);
-    std::fs::write(&path, s).expect("trace written");
-    trace::load(&[path], "msr", 64).expect("loads")
+    trace::load(&[crate::trace_file(dir, name, &s)], "msr", 64).expect("loads")
 }
 
 /// A chain of 3 default disks of 24 segments of 16 KiB (22 usable beside the GC

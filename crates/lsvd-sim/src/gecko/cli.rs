@@ -1,7 +1,6 @@
 //! `lsvd sim --layout chain:N|stripe:N`: parses the chained-log options, runs each
 //! configuration and prints the table, JSON or chart.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use clap::Args;
@@ -12,7 +11,7 @@ use super::layout::{BLOCK_BYTES, ChainGc, Geometry, LayoutKind, VictimPolicy};
 use super::report::{self, GeckoReport};
 use super::{run, trace};
 use crate::SimArgs;
-use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, Result};
 use lsvd_core::size::parse_size;
 
 /// Options of the chained-log (Gecko) layouts.
@@ -130,14 +129,7 @@ pub fn configs(args: &SimArgs) -> Result<(Vec<Config>, DeviceModel)> {
             "give trace files or --synthetic uniform (not both)",
         ));
     }
-    match args.synthetic.as_deref() {
-        None | Some("uniform") => {}
-        Some(o) => {
-            return Err(Error::bad_input(format!(
-                "--layout chain:N/stripe:N models uniform random I/O or traces; --synthetic {o} is not modelled"
-            )));
-        }
-    }
+    args.only_uniform_synthetic("--layout chain:N/stripe:N models uniform random I/O or traces")?;
     let device: DeviceModel = g.device.parse()?;
     let mut gcs = Vec::new();
     for x in g
@@ -264,19 +256,7 @@ pub fn simulate(args: &SimArgs) -> Result<GeckoReport> {
 pub fn run(args: &SimArgs) -> Result<()> {
     let r = simulate(args)?;
     if let Some(path) = &args.plot {
-        write(path, &report::svg(&r))?;
+        crate::write_plot(path, &report::svg(&r))?;
     }
-    if args.json {
-        let s = serde_json::to_string_pretty(&r)
-            .map_err(|e| Error::with_source(ErrorKind::Unsupported, "cannot encode results", e))?;
-        println!("{s}");
-    } else {
-        print!("{}", report::text(&r));
-    }
-    Ok(())
-}
-
-fn write(path: &Path, s: &str) -> Result<()> {
-    std::fs::write(path, s)
-        .map_err(|e| Error::local_io(format!("cannot write {}", path.display()), e))
+    crate::print_report(&r, args.json, report::text)
 }

@@ -28,25 +28,20 @@ use super::layout::{BLOCK_BYTES, ChainGc, LayoutKind, Log, SegState};
 use super::report::{Interval, RunResult, Summary};
 use super::trace::TraceMix;
 use lsvd_core::error::{Error, Result};
+use lsvd_trace::synthetic::prng::SplitMix64;
 
 /// Retry interval of an idle GC worker that found nothing to do or no space.
 const GC_RETRY_NS: u64 = 10_000_000;
 
-/// splitmix64: a small deterministic generator.
-struct Rng(u64);
+/// The workload's generator: splitmix64 (the trace crate's), so a run is fixed by its
+/// seed.
+struct Rng(SplitMix64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        if n == 0 { 0 } else { self.0.next_u64() % n }
     }
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -397,7 +392,7 @@ pub fn simulate_with_log(cfg: &Config) -> Result<(RunResult, Log)> {
         log,
         array: Array::new(&cfg.device, geo.drives, cfg.copies, geo.drive_bytes),
         reads: CachedReads::new(cfg.tail_cache_blocks, cfg.logical_blocks()),
-        rng: Rng(cfg.seed),
+        rng: Rng(SplitMix64::new(cfg.seed)),
         events: BinaryHeap::new(),
         seq: 0,
         slot_op: vec![(Op::Write, 0); slots as usize],

@@ -366,9 +366,8 @@ fn trace_mix_replays_every_request_in_its_own_range() {
             128166385295514663 + i
         ));
     }
-    let (pa, pb) = (dir.path().join("a.csv"), dir.path().join("b.csv"));
-    std::fs::write(&pa, a).expect("write a");
-    std::fs::write(&pb, b).expect("write b");
+    let pa = crate::trace_file(&dir, "a.csv", &a);
+    let pb = crate::trace_file(&dir, "b.csv", &b);
     let mix = super::trace::load(&[pa.clone(), pb.clone()], "msr", 64).expect("loads");
     assert_eq!(mix.logical_blocks, 64 + 64);
     assert_eq!(mix.requests.len(), 800);

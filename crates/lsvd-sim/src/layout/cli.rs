@@ -2,7 +2,6 @@
 //! page-write throughput, the crossover next to HyLog's table, and optionally an SVG.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use clap::Args;
 
@@ -10,7 +9,7 @@ use super::cleaning::{self, Measured, Setup};
 use super::report::{DiskReport, LayoutReport, Row};
 use super::{Disk, Layout, Model, cleaning_utilization};
 use crate::SimArgs;
-use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, Result};
 use lsvd_core::size::parse_size;
 
 /// The HDD layout models (`--layout`).
@@ -155,14 +154,7 @@ pub fn simulate(args: &SimArgs) -> Result<LayoutReport> {
             "--layout models uniform page updates, not traces: use --synthetic uniform",
         ));
     }
-    match args.synthetic.as_deref() {
-        None | Some("uniform") => {}
-        Some(other) => {
-            return Err(Error::bad_input(format!(
-                "--layout models uniform page updates (HyLog's TPC-B setting); --synthetic {other} is not modelled"
-            )));
-        }
-    }
+    args.only_uniform_synthetic("--layout models uniform page updates (HyLog's TPC-B setting)")?;
     let disks: Vec<Disk> = list(&la.disk)
         .map(|d| d.parse().map_err(Error::bad_input))
         .collect::<Result<_>>()?;
@@ -204,12 +196,8 @@ pub fn simulate(args: &SimArgs) -> Result<LayoutReport> {
     // The measured cleaning utilization depends on the page and segment sizes only,
     // not on the disk: measure once per utilization.
     let measured: Vec<Option<Measured>> = if simulated {
-        let volume_bytes = match &args.volume_size {
-            Some(s) => parse_size(s)?,
-            None => 64 << 20,
-        };
         let setup = Setup {
-            volume_bytes,
+            volume_bytes: args.volume_size_or(64 << 20)?,
             page_bytes,
             segment_bytes,
             overwrites_per_page: 8,
@@ -398,19 +386,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let report = simulate(args)?;
     if let Some(path) = &args.plot {
-        write_plot(path, &report)?;
+        crate::write_plot(path, &super::plot::svg(&report))?;
     }
-    if args.json {
-        let s = serde_json::to_string_pretty(&report)
-            .map_err(|e| Error::with_source(ErrorKind::Unsupported, "cannot encode results", e))?;
-        println!("{s}");
-    } else {
-        print!("{}", text(&report));
-    }
-    Ok(())
-}
-
-fn write_plot(path: &PathBuf, report: &LayoutReport) -> Result<()> {
-    std::fs::write(path, super::plot::svg(report))
-        .map_err(|e| Error::local_io(format!("cannot write {}", path.display()), e))
+    crate::print_report(&report, args.json, text)
 }
