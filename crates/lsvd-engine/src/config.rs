@@ -37,9 +37,12 @@ pub struct EngineConfig {
     /// one). Default: 64 KiB. `lsvd probe --store` measures what the store rewards.
     pub read_fetch_bytes: u64,
     /// How new objects (client data, GC's relocations, checkpoints) store their chunks:
-    /// raw (`None`, format version 4) or compressed where that saves space (version 5).
-    /// Objects already written keep theirs until GC rewrites them. Default: none.
-    pub compression: lsvd_core::compression::Compression,
+    /// raw (format version 4) or compressed where that saves space (version 5).
+    /// Objects already written keep theirs until GC rewrites them. `None` (the
+    /// default): what the volume's settings in the store say (`lsvd create
+    /// --compression`, `lsvd config`), no compression without settings; `Some`:
+    /// this, whatever they say (`lsvd serve --compression`).
+    pub compression: Option<lsvd_core::compression::Compression>,
     /// Most bytes fetched ahead of a sequential reader, and in flight for read-ahead
     /// at once. None (the default): 4 MiB when the store is remote, none when it is
     /// local (its objects are on local disk already). `Some(0)` disables it.
@@ -110,6 +113,12 @@ pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 30_000;
 pub use lsvd_core::pipeline::GC_MAX_BACKLOG_OBJECTS;
 
 impl EngineConfig {
+    /// The compression new objects are written with (after open has resolved
+    /// [`compression`](Self::compression) from the volume's settings).
+    pub fn compression(&self) -> lsvd_core::compression::Compression {
+        self.compression.unwrap_or_default()
+    }
+
     /// The upload pipeline's settings.
     pub fn pipeline_config(&self) -> PipelineConfig {
         PipelineConfig {
@@ -146,7 +155,7 @@ impl Default for EngineConfig {
             gc: lsvd_core::gc::GcConfig::default(),
             read_cache_bytes: 1 << 30,
             read_fetch_bytes: 64 << 10,
-            compression: lsvd_core::compression::Compression::None,
+            compression: None,
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,

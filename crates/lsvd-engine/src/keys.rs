@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! <volume>/meta                     volume metadata (put-if-absent, written once)
+//! <volume>/settings                 volume settings (overwritten by `lsvd config`)
 //! <volume>/obj/<seq:016x>.<epoch:016x>.d   data object
 //! <volume>/obj/<seq:016x>.<epoch:016x>.g   GC output object
 //! <volume>/obj/<seq:016x>.<epoch:016x>.c   checkpoint object
@@ -59,6 +60,10 @@ pub fn snapshots_prefix(volume: &str) -> String {
 
 pub fn snapshot_key(volume: &str, snapshot: &str) -> String {
     format!("{volume}/snap/{snapshot}")
+}
+
+pub fn settings_key(volume: &str) -> String {
+    format!("{volume}/settings")
 }
 
 pub fn replica_of_key(volume: &str) -> String {

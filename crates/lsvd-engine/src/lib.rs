@@ -66,6 +66,7 @@ pub use lifecycle::replicate::{
     PassReport, ReplicateOptions, ReplicateProgress, ReplicateRun, replicate_once, replicate_pass,
 };
 pub use lifecycle::resize::Resized;
+pub use lifecycle::settings::{read_settings, set_compression};
 pub use lifecycle::snapshot::{
     list_snapshots, read_snapshot, split_export_name, validate_snapshot_name,
 };

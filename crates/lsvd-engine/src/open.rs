@@ -206,6 +206,11 @@ async fn open_inner(
 ) -> Result<(Arc<Volume>, OpenReport)> {
     // 0. May this process claim the volume? (Reading only.)
     let meta = read_meta(&store, name).await?;
+    let mut config = config;
+    if config.compression.is_none() {
+        let settings = crate::lifecycle::settings::read_settings(&store, &meta).await?;
+        config.compression = Some(settings.map_or_else(Default::default, |s| s.compression));
+    }
     let existing = read_cache_super(cache.as_ref(), &meta, cache_name)?;
     let acquired = match (acquired, &snapshot) {
         (Some(a), _) => Some(a),

@@ -474,7 +474,7 @@ async fn overwrites_by_workload_and_policy_keep_data_and_bound_the_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overwrites_with_gc_on_a_compressing_volume_keep_data() {
     let mut spec = OverwriteSpec::new(32 << 20, Workload::Uniform, GcPolicy::Greedy);
-    spec.config.compression = lsvd_core::compression::Compression::Lz4;
+    spec.config.compression = Some(lsvd_core::compression::Compression::Lz4);
     let r = overwrite_and_check(spec).await;
     assert!(r.gc_passes > 0, "GC ran");
 }

@@ -17,6 +17,7 @@ pub mod record;
 pub mod replica_status;
 pub mod snapshot;
 pub mod volume_meta;
+pub mod volume_settings;
 pub mod volume_super;
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! A volume's life in the store, mostly while no server has it open: create, list and
-//! describe (`admin`), snapshots, writable clones and their `lineage`, resize, rename,
-//! delete, and replication to another store.
+//! describe (`admin`), the `settings` its owner may change, snapshots, writable clones
+//! and their `lineage`, resize, rename, delete, and replication to another store.
 
 pub(crate) mod admin;
 pub(crate) mod clone;
@@ -19,6 +19,7 @@ mod replicate_tests;
 pub(crate) mod resize;
 #[cfg(test)]
 mod resize_tests;
+pub mod settings;
 pub(crate) mod snapshot;
 #[cfg(test)]
 pub(crate) mod snapshot_tests;

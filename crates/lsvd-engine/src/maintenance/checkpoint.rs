@@ -65,7 +65,7 @@ pub(crate) fn snapshot(shared: &Shared, st: &State, seq: u64, clean: bool) -> Ch
         seq,
         epoch: shared.epoch(),
         last_record_seq: store.last_record_seq(),
-        compression: shared.config.compression,
+        compression: shared.config.compression(),
     }
 }
 

@@ -488,7 +488,7 @@ async fn run_pass(
     };
     let volume = shared.meta.volume;
     let epoch = shared.epoch();
-    let compression = shared.config.compression;
+    let compression = shared.config.compression();
     let encoded = tokio::task::spawn_blocking(move || {
         let mut encoded = Vec::with_capacity(groups.len());
         let mut next = 0usize; // index into relocations (and data_of)

@@ -54,7 +54,7 @@ async fn write_and_read_back(compression: Compression, noise: bool, blocks: u64)
         batch_timeout_ms: 50,
         log_size_bytes: 16 << 20,
         read_cache_bytes: 8 << 20,
-        compression,
+        compression: Some(compression),
         ..EngineConfig::default()
     };
     let (volume, _) =
@@ -147,7 +147,7 @@ async fn raw_and_compressed_objects_mix_in_one_volume() {
     volume.shutdown().await.expect("shutdown");
     let raw_objects = data_object_bytes(&mem);
     let compressed = EngineConfig {
-        compression: Compression::Lz4,
+        compression: Some(Compression::Lz4),
         ..raw_config
     };
     let (volume, _) = crate::open_volume(store.clone(), "v", dir.path(), compressed.clone())
@@ -167,4 +167,107 @@ async fn raw_and_compressed_objects_mix_in_one_volume() {
         added * 4 < raw_objects,
         "{added} compressed vs {raw_objects} raw"
     );
+}
+
+/// Write 64 text blocks from `first` to volume "v" of `store` opened with `config`,
+/// wait for the upload, shut down; returns the data objects' bytes this added to the
+/// store (nothing is overwritten, so nothing is collected meanwhile).
+async fn write_text_blocks(mem: &Arc<MemStore>, config: EngineConfig, first: u64) -> u64 {
+    let before = data_object_bytes(mem);
+    let dir = TempDir::new("settings");
+    let store: DynStore = mem.clone();
+    let (volume, _) = crate::open_volume(store, "v", dir.path(), config)
+        .await
+        .expect("open");
+    let data: Vec<u8> = (first..first + 64).flat_map(|b| block(b, false)).collect();
+    volume
+        .write(first * BLOCK, data, false)
+        .await
+        .expect("write");
+    volume.flush().await.expect("flush");
+    wait_drained(&volume).await;
+    volume.shutdown().await.expect("shutdown");
+    data_object_bytes(mem) - before
+}
+
+/// Without `compression` in its config, a volume compresses as its settings in the
+/// store say; `Some` in the config wins over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_volume_settings_choose_the_compression_unless_the_config_does() {
+    let mem = Arc::new(MemStore::new());
+    let store: DynStore = mem.clone();
+    let meta = crate::create_volume(&store, "v", 1 << 20)
+        .await
+        .expect("create");
+    let config = EngineConfig {
+        batch_timeout_ms: 50,
+        log_size_bytes: 16 << 20,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    };
+    assert_eq!(
+        crate::read_settings(&store, &meta).await.expect("read"),
+        None
+    );
+    let raw = write_text_blocks(&mem, config.clone(), 0).await;
+    assert!(raw >= 64 * BLOCK, "no settings: raw ({raw})");
+    let set = crate::set_compression(&store, &meta, Compression::Zstd(5))
+        .await
+        .expect("set");
+    let read = crate::read_settings(&store, &meta).await.expect("read");
+    assert_eq!(read, Some(set));
+    let compressed = write_text_blocks(&mem, config.clone(), 64).await;
+    assert!(
+        compressed * 4 < raw,
+        "settings say zstd: {compressed} vs {raw}"
+    );
+    let forced = EngineConfig {
+        compression: Some(Compression::None),
+        ..config
+    };
+    let again = write_text_blocks(&mem, forced, 128).await;
+    assert!(again >= 64 * BLOCK, "the config says none: {again}");
+}
+
+/// Settings that fail their checks, or that belong to another volume of the same
+/// name, stop the open naming the key; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_refuse_the_open() {
+    use lsvd_core::format::volume_settings::{VolumeSettings, encode_volume_settings};
+    let mem = Arc::new(MemStore::new());
+    let store: DynStore = mem.clone();
+    let meta = crate::create_volume(&store, "v", 1 << 20)
+        .await
+        .expect("create");
+    let other = VolumeSettings {
+        volume: lsvd_core::VolumeId([9; 16]),
+        compression: Compression::Lz4,
+        changed_unix_ms: 0,
+    };
+    let mut flipped = encode_volume_settings(&VolumeSettings {
+        volume: meta.volume,
+        ..other
+    });
+    flipped[33] ^= 1;
+    for (what, bytes) in [
+        ("another volume's", encode_volume_settings(&other)),
+        ("corrupt", flipped),
+    ] {
+        store
+            .put("v/settings", bytes.into(), lsvd_store::PutMode::Overwrite)
+            .await
+            .expect("put");
+        let dir = TempDir::new("settings-bad");
+        let err = crate::open_volume(store.clone(), "v", dir.path(), EngineConfig::default())
+            .await
+            .map(drop)
+            .expect_err(what);
+        assert_eq!(
+            err.kind,
+            lsvd_core::error::ErrorKind::Corrupt,
+            "{what}: {err}"
+        );
+        assert!(err.to_string().contains("v/settings"), "{what}: {err}");
+    }
+    assert_eq!(data_object_bytes(&mem), 0);
 }

@@ -146,7 +146,7 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     };
     let task = shared.clone();
     let epoch = shared.epoch();
-    let compression = shared.config.compression;
+    let compression = shared.config.compression();
     let bytes = tokio::task::spawn_blocking(move || -> Result<DirectBuf, VerifyError> {
         let extents = batch.object_extents();
         // A batch of records holds them from its first; a resize holds none.
