@@ -78,7 +78,12 @@ pub struct VolumeInfo {
     pub size_bytes: u64,
     pub created_unix_secs: u64,
     pub live_bytes: u64,
+    /// Data and GC objects' bytes, counted uncompressed (what utilization divides by).
     pub store_bytes: u64,
+    /// The same objects' bytes as the store lists them (less with compression).
+    pub store_listed_bytes: u64,
+    /// The compression the volume's settings give new objects (`none` without any).
+    pub compression: String,
     pub utilization: f64,
     pub objects: u64,
     pub checkpoint_seq: Option<u64>,
@@ -261,6 +266,21 @@ async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo>
     } else {
         s.live_bytes() as f64 / store_bytes as f64
     };
+    let listed = store
+        .list(&crate::keys::objects_prefix(&meta.name))
+        .await
+        .map_err(|e| e.context(format!("cannot list the objects of {}", meta.name)))?;
+    let store_listed_bytes = listed
+        .iter()
+        .filter(|e| {
+            crate::keys::parse_object_name(&e.key)
+                .is_some_and(|n| n.kind != lsvd_core::format::object::ObjectKind::Checkpoint)
+        })
+        .map(|e| e.size_bytes)
+        .sum();
+    let compression = crate::lifecycle::settings::read_settings(store, &meta)
+        .await?
+        .map_or_else(Default::default, |s| s.compression);
     Ok(VolumeInfo {
         name: meta.name.clone(),
         volume_id: meta.volume.to_string(),
@@ -269,6 +289,8 @@ async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo>
         created_unix_secs: meta.created_unix_secs,
         live_bytes: s.live_bytes(),
         store_bytes,
+        store_listed_bytes,
+        compression: compression.to_string(),
         utilization,
         objects: s.objects().len() as u64,
         checkpoint_seq: rec.checkpoint_seq,

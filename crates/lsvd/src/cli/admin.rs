@@ -8,6 +8,7 @@
 //! (`lsvd_engine::look_again`, issue 41).
 
 use super::Common;
+use lsvd_core::compression::Compression;
 use lsvd_core::error::{Error, Result};
 use lsvd_core::size::{format_size, parse_size};
 use lsvd_engine::recovery::store_recovery::{is_vanished, vanished};
@@ -64,7 +65,12 @@ pub async fn sync(common: &Common, name: &str) -> Result<()> {
     }
 }
 
-pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
+pub async fn create(
+    common: &Common,
+    name: &str,
+    size: &str,
+    compression: Option<Compression>,
+) -> Result<()> {
     let size_bytes = parse_size(size)?;
     if size_bytes == 0 || size_bytes % 4096 != 0 {
         return Err(Error::bad_input(format!(
@@ -73,12 +79,40 @@ pub async fn create(common: &Common, name: &str, size: &str) -> Result<()> {
     }
     let store = store(common)?;
     let meta = lsvd_engine::create_volume(&store, name, size_bytes).await?;
+    // After the metadata: settings written first could land on a volume of the same
+    // name that another create made meanwhile.
+    let compressed = match compression {
+        Some(c) if !c.is_none() => {
+            lsvd_engine::set_compression(&store, &meta, c).await?;
+            format!(", compressed with {c}")
+        }
+        _ => String::new(),
+    };
     println!(
-        "created volume {name}: {} (id {}) in {}",
+        "created volume {name}: {} (id {}) in {}{compressed}",
         format_size(size_bytes),
         meta.volume,
         store.describe()
     );
+    Ok(())
+}
+
+/// `lsvd config NAME [--compression C]`: change the settings given, then print them.
+pub async fn config(common: &Common, name: &str, compression: Option<Compression>) -> Result<()> {
+    let store = store(common)?;
+    let meta = lsvd_engine::read_meta(&store, name).await?;
+    let changed = compression.is_some();
+    let settings = match compression {
+        Some(c) => Some(lsvd_engine::set_compression(&store, &meta, c).await?),
+        None => lsvd_engine::read_settings(&store, &meta).await?,
+    };
+    let compression = settings.map_or_else(Compression::default, |s| s.compression);
+    println!("{name}: compression {compression}");
+    if changed {
+        println!(
+            "  (objects written from the next time a server opens {name} on; stored objects stay as they are)"
+        );
+    }
     Ok(())
 }
 
@@ -198,7 +232,12 @@ pub async fn info(
         info.size_bytes
     );
     println!("live data:     {}", format_size(info.live_bytes));
-    println!("store data:    {}", format_size(info.store_bytes));
+    println!(
+        "store data:    {} ({} as stored)",
+        format_size(info.store_bytes),
+        format_size(info.store_listed_bytes)
+    );
+    println!("compression:   {}", info.compression);
     println!("utilization:   {:.1}%", info.utilization * 100.0);
     println!("objects:       {}", info.objects);
     println!("map extents:   {}", info.map_extents);

@@ -103,6 +103,23 @@ pub enum Command {
         /// Size, e.g. 20G, 512M (binary units). Must be a multiple of 4 KiB.
         #[arg(long)]
         size: String,
+        /// Compress what the volume stores: `none` (the default), `lz4` (fast) or
+        /// `zstd[:LEVEL]` (smaller; level 1-19, default 3). Saved in the volume's
+        /// settings; change it later with `lsvd config`.
+        #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+        compression: Option<lsvd_core::compression::Compression>,
+    },
+    /// Show or change a volume's settings, kept in the store beside it so that every
+    /// server of the volume uses them. A change applies from the next time a server
+    /// opens the volume, to the objects it writes (and GC rewrites); objects already
+    /// stored stay as they are and read as before. Example: lsvd config disk0
+    /// --compression zstd
+    Config {
+        /// The volume.
+        name: String,
+        /// How new objects are compressed: none, lz4 or zstd[:LEVEL].
+        #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+        compression: Option<lsvd_core::compression::Compression>,
     },
     /// Delete a volume: its objects, checkpoints and metadata in the store, and its
     /// write log and read cache in the data directory. Data not yet uploaded is lost
@@ -451,6 +468,12 @@ pub struct EngineArgs {
     /// --stall-timeout 60s
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub stall_timeout: String,
+    /// Compress the objects this server writes (data, GC, checkpoints) with `none`,
+    /// `lz4` or `zstd[:LEVEL]` (level 1-19, default 3), whatever each volume's
+    /// settings say; without it each volume uses its own (`lsvd config VOL
+    /// --compression`, none by default). Chunks that do not shrink are stored raw.
+    #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+    pub compression: Option<lsvd_core::compression::Compression>,
     /// How long GC keeps what a replication pass under way (`lsvd replicate`) still
     /// has to copy, counted from the pass's start: old checkpoints and objects it
     /// emptied are deleted only once no pass registered in the store needs them, or
@@ -561,11 +584,17 @@ impl EngineArgs {
             stall_timeout_ms,
             replica_hold_ms,
             replica_hold_max_bytes,
+            compression: self.compression,
             ..EngineConfig::default()
         };
         tuning.apply(&mut config);
         Ok(config)
     }
+}
+
+/// A `--compression` value: none, lz4, zstd or zstd:LEVEL.
+fn parse_compression(s: &str) -> std::result::Result<lsvd_core::compression::Compression, String> {
+    s.parse()
 }
 
 /// Run the command. What failed is in the error's kind: `BadInput` is the user's
@@ -592,7 +621,14 @@ pub fn run(cli: Cli) -> Result<(), Error> {
     let common = cli.common.resolve()?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Create { name, size } => admin::create(&common, &name, &size).await,
+            Command::Create {
+                name,
+                size,
+                compression,
+            } => admin::create(&common, &name, &size, compression).await,
+            Command::Config { name, compression } => {
+                admin::config(&common, &name, compression).await
+            }
             Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
