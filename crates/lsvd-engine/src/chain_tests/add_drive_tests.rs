@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-
 use crate::test_support::create_and_open;
 use crate::{Volume, open_volume};
 use lsvd_core::error::ErrorKind;

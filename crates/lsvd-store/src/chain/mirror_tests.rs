@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
-
 use super::copy_check::copy_problems;
 use super::meta::read_drive_record;
 use crate::testutil::{TempDir, assert_holds, data_object_key, key_body, mirrored_positions};
