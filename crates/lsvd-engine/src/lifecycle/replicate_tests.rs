@@ -128,14 +128,9 @@ fn assert_prefix_shape(got: &[u64], what: &str) {
 
 /// Runs of equal values, for messages.
 fn compress(v: &[u64]) -> Vec<(u64, usize)> {
-    let mut out: Vec<(u64, usize)> = Vec::new();
-    for &x in v {
-        match out.last_mut() {
-            Some((y, n)) if *y == x => *n += 1,
-            _ => out.push((x, 1)),
-        }
-    }
-    out
+    v.chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len()))
+        .collect()
 }
 
 async fn object_keys(store: &DynStore, name: &str) -> Vec<String> {
