@@ -650,35 +650,24 @@ mod tests {
     async fn put_get_list_delete() {
         let dir = TempDir::new("fsstore");
         let s = FsStore::open(dir.path()).expect("open");
-        s.put(
-            "v/obj/0001.d",
-            Bytes::from_static(b"hello"),
-            PutMode::IfAbsent,
-        )
-        .await
-        .expect("put");
+        let key = "v/obj/0001.d";
+        s.put(key, Bytes::from_static(b"hello"), PutMode::IfAbsent)
+            .await
+            .expect("put");
         let again = s
-            .put(
-                "v/obj/0001.d",
-                Bytes::from_static(b"other"),
-                PutMode::IfAbsent,
-            )
+            .put(key, Bytes::from_static(b"other"), PutMode::IfAbsent)
             .await;
         assert_eq!(again.expect_err("exists").kind, ErrorKind::AlreadyExists);
-        assert_eq!(s.get("v/obj/0001.d").await.expect("get"), b"hello");
-        assert_eq!(
-            s.get_range("v/obj/0001.d", 1..3).await.expect("range"),
-            b"el"
-        );
-        s.put("v/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
-            .await
-            .expect("put");
-        s.put("w/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
-            .await
-            .expect("put");
-        assert_eq!(list_keys(&s, "v/").await, vec!["v/meta", "v/obj/0001.d"]);
-        assert_eq!(list_keys(&s, "v/obj/").await, vec!["v/obj/0001.d"]);
-        assert_deleted_twice(&s, "v/obj/0001.d").await;
+        assert_eq!(s.get(key).await.expect("get"), b"hello");
+        assert_eq!(s.get_range(key, 1..3).await.expect("range"), b"el");
+        for meta in ["v/meta", "w/meta"] {
+            s.put(meta, Bytes::from_static(b"m"), PutMode::Overwrite)
+                .await
+                .expect("put");
+        }
+        assert_eq!(list_keys(&s, "v/").await, vec!["v/meta", key]);
+        assert_eq!(list_keys(&s, "v/obj/").await, vec![key]);
+        assert_deleted_twice(&s, key).await;
         assert!(
             s.put("../escape", Bytes::new(), PutMode::Overwrite)
                 .await
