@@ -100,15 +100,8 @@ for _ in $(seq 1 "$rounds"); do
   done
 done
 echo "medians:"
-python3 - "$tmp/results" <<'EOF'
-import statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, *vals = line.split()
-    rows.setdefault(name, []).append([float(v) for v in vals])
-for name, runs in rows.items():
-    med = [statistics.median(col) for col in zip(*runs)]
-    print(f"{name} iops {med[0]:.0f} catch-up {med[1]:.1f} s gc moved {med[2]:.0f} MB "
-          f"store written {med[3]:.0f} MB; store {med[5]:.0f} MB after the burst, within "
-          f"live/gc-start after {med[4]:.1f} s ({len(runs)} runs)")
-EOF
+# Columns: name, then iops catch_up_s gc_moved_mb store_written_mb compacted_s
+# store_mb_after_burst.
+medians "$tmp/results" 1 "{0} iops {1:.0f} catch-up {2:.1f} s gc moved {3:.0f} MB \
+store written {4:.0f} MB; store {6:.0f} MB after the burst, within \
+live/gc-start after {5:.1f} s ({n} runs)"

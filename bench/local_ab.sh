@@ -72,12 +72,5 @@ for _ in $(seq 1 "$rounds"); do
   done
 done
 echo "medians (IOPS; MB/s for seqwrite):"
-python3 - "$tmp/results" <<'EOF'
-import statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    name, job, value = line.split()
-    runs.setdefault((job, name), []).append(float(value))
-for (job, name), values in runs.items():
-    print(f"  {job:18} {name:12} {statistics.median(values):10.0f}  ({', '.join(f'{v:.0f}' for v in values)})")
-EOF
+# Columns: name job value.
+medians "$tmp/results" 2 "  {1:18} {0:12} {2:10.0f}  ({each})"

@@ -72,13 +72,6 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "median of $rounds (IOPS, read-cache hits, misses, GETs):"
-python3 - "$results" <<'PY'
-import sys, statistics, collections
-runs = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    name, job, *vals = line.split()
-    runs[(name, job)].append([int(v) for v in vals])
-for (name, job), v in runs.items():
-    med = [statistics.median(c) for c in zip(*v)]
-    print(f"{name:16} {job:10} {med[0]:8.0f} IOPS  hits {med[1]:8.0f}  misses {med[2]:7.0f}  GETs {med[3]:7.0f}")
-PY
+# Columns: name job iops hits misses gets.
+medians "$results" 2 \
+  "{0:16} {1:10} {2:8.0f} IOPS  hits {3:8.0f}  misses {4:7.0f}  GETs {5:7.0f}"

@@ -73,14 +73,6 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 echo "median of $rounds (MB/s for seq1m, IOPS for rand4k; GETs):"
-python3 - "$results" <<'PY'
-import sys, statistics, collections
-runs = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    name, job, val, g = line.split()
-    runs[(name, job)].append((float(val), int(g)))
-for (name, job), v in runs.items():
-    print(f"{name:20} {job:7} {statistics.median(x for x, _ in v):>10.0f} "
-          f"GETs {statistics.median(g for _, g in v):>8.0f}")
-PY
+# Columns: name job value gets.
+medians "$results" 2 "{0:20} {1:7} {2:>10.0f} GETs {3:>8.0f}"
 rm -rf "$tmp"

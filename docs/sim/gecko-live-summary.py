@@ -109,23 +109,34 @@ def read_samples(path):
     return rows
 
 
-def rate(rows, key, t0, t1):
-    """MB/s of counter `key` between the samples nearest t0 and t1 (epoch ms)."""
+def growth(rows, key, t0, t1):
+    """How much counter `key` grew from t0 to t1 (epoch ms) and over how many ms: between
+    the first and the last sample of that span that have it (None without two)."""
     inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r.get(key) is not None]
     if len(inside) < 2:
         return None
     a, b = inside[0], inside[-1]
-    secs = (b["epoch_ms"] - a["epoch_ms"]) / 1000
-    return (b[key] - a[key]) / 1e6 / secs if secs > 0 else None
+    return b[key] - a[key], b["epoch_ms"] - a["epoch_ms"]
+
+
+def per_second(rows, key, t0, t1, unit=1):
+    """Growth of counter `key` per second from t0 to t1, in `unit`s (None if unmeasured)."""
+    grown = growth(rows, key, t0, t1)
+    if grown is None or grown[1] <= 0:
+        return None
+    return grown[0] / unit / (grown[1] / 1000)
+
+
+def rate(rows, key, t0, t1):
+    """MB/s of counter `key` between the samples nearest t0 and t1 (epoch ms)."""
+    return per_second(rows, key, t0, t1, unit=1e6)
 
 
 def cpu_busy(rows, t0, t1):
-    inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1]
-    if len(inside) < 2:
+    total, busy_jiffies = growth(rows, "cpu_total", t0, t1), growth(rows, "cpu_busy", t0, t1)
+    if total is None or busy_jiffies is None or total[0] <= 0:
         return None
-    a, b = inside[0], inside[-1]
-    total = b["cpu_total"] - a["cpu_total"]
-    return (b["cpu_busy"] - a["cpu_busy"]) / total if total > 0 else None
+    return busy_jiffies[0] / total[0]
 
 
 def busy(rows, drive, t0, t1):
@@ -133,22 +144,13 @@ def busy(rows, drive, t0, t1):
     key = f"{drive}_busy_ms"
     if key not in rows[0]:
         return None
-    inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r.get(key) is not None]
-    if len(inside) < 2:
-        return None
-    a, b = inside[0], inside[-1]
-    span = b["epoch_ms"] - a["epoch_ms"]
-    return (b[key] - a[key]) / span if span > 0 else None
+    # Busy milliseconds per second, as a share of the second.
+    return per_second(rows, key, t0, t1, unit=1000)
 
 
 def cores(rows, key, t0, t1):
     """CPU cores used by the processes behind jiffies counter `key`."""
-    inside = [r for r in rows if t0 <= r["epoch_ms"] <= t1 and r.get(key) is not None]
-    if len(inside) < 2:
-        return None
-    a, b = inside[0], inside[-1]
-    secs = (b["epoch_ms"] - a["epoch_ms"]) / 1000
-    return (b[key] - a[key]) / os.sysconf("SC_CLK_TCK") / secs if secs > 0 else None
+    return per_second(rows, key, t0, t1, unit=os.sysconf("SC_CLK_TCK"))
 
 
 def stalled(rows, t0, t1):

@@ -221,6 +221,15 @@ pub(crate) fn gc_config() -> EngineConfig {
     }
 }
 
+/// GC settings under which GC never starts (no object's live share is below 0), for
+/// tests that need every object to stay where it was written.
+pub(crate) fn no_gc() -> lsvd_core::gc::GcConfig {
+    lsvd_core::gc::GcConfig {
+        start_utilization: 0.0,
+        ..Default::default()
+    }
+}
+
 /// Opens volume "v" of `store` with its files in `dir`; panics naming `what` (and the
 /// error) if it does not open.
 pub(crate) async fn open_v(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use lsvd_core::gc::GcPolicy;
 
 use crate::test_support::{
-    block_data, create_and_open, gc_config, open_behind_faults, open_v, pause, poll_until, verify,
-    verify_from_store_alone, wait_for_uploads, write_next_versions,
+    block_data, create_and_open, gc_config, no_gc, open_behind_faults, open_v, pause, poll_until,
+    verify, verify_from_store_alone, wait_for_uploads, write_next_versions,
 };
 use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
@@ -495,12 +495,7 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
     let mut model = vec![0u64; blocks as usize];
     let mut version = 0;
     for b in 0..blocks {
-        version += 1;
-        model[b as usize] = version;
-        volume
-            .write(b * BLOCK, block_data(b, version), false)
-            .await
-            .expect("fill");
+        write_next_versions(&volume, &mut model, b..b + 1, &mut version).await;
     }
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
@@ -511,12 +506,7 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
     let (mut held_seen, mut after_held) = (0u64, 0u32);
     for i in 0..8 * blocks {
         let b = rng.next() % blocks;
-        version += 1;
-        model[b as usize] = version;
-        volume
-            .write(b * BLOCK, block_data(b, version), false)
-            .await
-            .expect("write");
+        write_next_versions(&volume, &mut model, b..b + 1, &mut version).await;
         if i % 64 == 0 {
             let s = volume.status();
             let stored = data_object_bytes(&mem);
@@ -555,10 +545,7 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
 async fn half_live_volume(store: &DynStore, dir: &TempDir) -> Vec<u64> {
     let blocks = 4096u64; // 16 MiB
     let off = EngineConfig {
-        gc: lsvd_core::gc::GcConfig {
-            start_utilization: 0.0,
-            ..Default::default()
-        },
+        gc: no_gc(),
         ..config()
     };
     let (volume, _) = create_and_open(store, "v", blocks * BLOCK, dir.path(), off).await;
@@ -767,10 +754,7 @@ async fn read_cache_hits_evicts_survives_restart_and_never_serves_stale_data() {
     let blocks = 1024u64; // 4 MiB volume, 1 MiB read cache (16 chunks of 64 KiB)
     let cfg = EngineConfig {
         read_cache_bytes: 1 << 20,
-        gc: lsvd_core::gc::GcConfig {
-            start_utilization: 0.0,
-            ..Default::default()
-        },
+        gc: no_gc(),
         ..config()
     };
     let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), cfg.clone()).await;
@@ -986,10 +970,7 @@ async fn batches_never_exceed_the_batch_size_when_writes_share_records() {
     let config = EngineConfig {
         batch_size_bytes: BATCH,
         read_cache_bytes: 0,
-        gc: lsvd_core::gc::GcConfig {
-            start_utilization: 0.0,
-            ..Default::default()
-        },
+        gc: no_gc(),
         ..EngineConfig::default()
     };
     let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), config).await;
@@ -1047,10 +1028,7 @@ async fn gc_reads_live_data_from_the_read_cache() {
     let blocks = 1024u64; // 4 MiB
     let off = EngineConfig {
         read_cache_bytes: 16 << 20,
-        gc: lsvd_core::gc::GcConfig {
-            start_utilization: 0.0,
-            ..Default::default()
-        },
+        gc: no_gc(),
         ..config()
     };
     let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), off.clone()).await;

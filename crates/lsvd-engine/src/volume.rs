@@ -163,6 +163,19 @@ impl Volume {
         Ok(())
     }
 
+    /// Refuses a change only the volume itself takes (a resize, a snapshot) on a
+    /// snapshot export: `ReadOnly`, with `instead`, what to do instead.
+    pub(super) fn refuse_on_snapshot(&self, instead: &str) -> Result<()> {
+        let Some(snap) = &self.shared.snapshot else {
+            return Ok(());
+        };
+        let volume = &self.shared.meta.name;
+        Err(Error::new(
+            ErrorKind::ReadOnly,
+            format!("'{volume}@{snap}' is a snapshot: {instead}"),
+        ))
+    }
+
     pub(super) fn check_writable(&self) -> Result<()> {
         if let Some(snap) = &self.shared.snapshot {
             return Err(Error::new(

@@ -44,7 +44,7 @@ async fn go_reports_requested_infos_then_serves() {
             }),
         ]
     );
-    let r = c.client.call(Command::Write, 0, 0, 512, &[9; 512]).await;
+    let r = c.client.write_at(0, &[9; 512]).await;
     assert_eq!(r.error, 0);
     assert_eq!(server.exports()[1].device.inner.contents()[..512], [9; 512]);
     assert_eq!(server.exports()[0].device.inner.contents()[..512], [0; 512]);
@@ -85,7 +85,7 @@ async fn empty_name_is_the_first_export_and_unknown_is_refused() {
         .expect("info");
     assert_eq!(infos[1], Info::Name("disk".into()));
     c.client.go("", &[]).await;
-    c.client.call(Command::Write, 0, 512, 512, &[1; 512]).await;
+    c.client.write_at(512, &[1; 512]).await;
     assert_eq!(server.exports()[0].device.inner.contents()[512], 1);
 }
 
@@ -219,10 +219,7 @@ async fn meta_context_listing_and_selection() {
 
     // "base:" selects nothing on SET.
     let wildcard = meta_context_request("disk", &["base:"]);
-    assert_eq!(
-        c.client.option(OPT_SET_META_CONTEXT, &wildcard).await,
-        vec![(REP_ACK, vec![])]
-    );
+    c.client.option_acked(OPT_SET_META_CONTEXT, &wildcard).await;
 }
 
 #[tokio::test]
@@ -259,10 +256,7 @@ async fn oversized_options() {
 async fn abort_acks_and_closes() {
     let server = two_export_server();
     let mut c = connect_handshaken(&server).await;
-    assert_eq!(
-        c.client.option(OPT_ABORT, &[]).await,
-        vec![(REP_ACK, vec![])]
-    );
+    c.client.option_acked(OPT_ABORT, &[]).await;
     assert!(c.closed().await.is_ok());
 }
 
@@ -270,8 +264,7 @@ async fn abort_acks_and_closes() {
 async fn bad_client_flags_or_option_magic_close() {
     let server = two_export_server();
     let mut c = connect(&server);
-    let mut g = [0u8; GREETING_LEN];
-    c.client.stream.read_exact(&mut g).await.expect("greeting");
+    let _greeting: [u8; GREETING_LEN] = c.client.read_exactly("greeting").await;
     c.client
         .stream
         .write_all(&[0, 0, 0, 4])

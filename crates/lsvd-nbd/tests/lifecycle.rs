@@ -29,12 +29,7 @@ async fn disc_finishes_in_flight_requests_then_closes() {
     let (server, _) = slow_server(200);
     let mut c = connect_go(&server, true).await;
     let read = c.client.send(Command::Read, 0, 0, 4096, &[]).await;
-    c.client.send(Command::Disc, 0, 0, 0, &[]).await;
-    let r = c
-        .client
-        .reply()
-        .await
-        .expect("in-flight reply before close");
+    let r = c.client.disc_behind_one_in_flight().await;
     assert_eq!((r.cookie, r.error, r.data.len()), (read, 0, 4096));
     assert!(c.closed().await.is_ok());
 }
@@ -93,9 +88,7 @@ async fn shutdown_grace_bounds_a_client_that_stops_reading() {
     // A tiny pipe the client never reads: the writer blocks on the 1 MiB reply.
     let (mut client_end, server_end) = tokio::io::duplex(1024);
     let task = tokio::spawn(Arc::clone(&server).handle_connection(server_end, shutdown));
-    let mut client = Client::new(&mut client_end);
-    client.handshake().await;
-    client.go("", &[]).await;
+    let mut client = client_on_default_export(&mut client_end).await;
     client.send(Command::Read, 0, 0, 1 << 20, &[]).await;
     // In flight: its 1 MiB reply cannot fit the pipe, however the stop and the reply
     // interleave.
@@ -140,21 +133,11 @@ async fn serve_tcp_and_unix_then_shut_down(threads: bool) {
     let tcp_task = tokio::spawn(Arc::clone(&server).serve_tcp(tcp, shutdown.clone()));
     let unix_task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
 
-    let mut a = Client::new(
-        tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("connect tcp"),
-    );
-    a.handshake().await;
-    a.go("", &[]).await;
-    let mut b = Client::new(
-        tokio::net::UnixStream::connect(&sock)
-            .await
-            .expect("connect unix"),
-    );
-    b.handshake().await;
-    b.go("", &[]).await;
-    assert_eq!(a.call(Command::Write, 0, 0, 512, &[5; 512]).await.error, 0);
+    let tcp_stream = tokio::net::TcpStream::connect(addr).await;
+    let mut a = client_on_default_export(tcp_stream.expect("connect tcp")).await;
+    let unix_stream = tokio::net::UnixStream::connect(&sock).await;
+    let mut b = client_on_default_export(unix_stream.expect("connect unix")).await;
+    assert_eq!(a.write_at(0, &[5; 512]).await.error, 0);
     let r = b.call(Command::Read, 0, 0, 512, &[]).await;
     assert_eq!(r.data, vec![5; 512]);
     let r = a.call(Command::Read, 0, 0, 512, &[]).await;
@@ -243,14 +226,12 @@ async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
     let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
     let task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
     let connect = || async {
-        let mut c = Client::new(
+        client_on_default_export(
             tokio::net::UnixStream::connect(&sock)
                 .await
                 .expect("connect"),
-        );
-        c.handshake().await;
-        c.go("", &[]).await;
-        c
+        )
+        .await
     };
 
     // A probe: connect, close.
@@ -276,7 +257,7 @@ async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
         polite.call(Command::Read, 0, 4096, 512, &[]).await.data,
         vec![0; 512]
     );
-    polite.send(Command::Disc, 0, 0, 0, &[]).await;
+    polite.send_disc().await;
     assert!(polite.is_closed().await);
 
     let errors = || stats.ended_with_error.load(Ordering::SeqCst);

@@ -154,10 +154,7 @@ async fn an_idle_handshake_is_closed_at_its_deadline_while_others_work() {
     let opened = Instant::now();
     let mut other = l.client().await;
     let data = vec![7u8; 4096];
-    assert_eq!(
-        other.call(Command::Write, 0, 8192, 4096, &data).await.error,
-        0
-    );
+    assert_eq!(other.write_at(8192, &data).await.error, 0);
     let took = closed_within(&mut idle, Duration::from_secs(5))
         .await
         .expect("the idle handshake is closed");
@@ -243,9 +240,7 @@ async fn a_client_that_takes_no_replies_is_closed() {
     // A small pipe: the replies fill it and the server's writer waits.
     let (client, server_end) = tokio::io::duplex(64 << 10);
     let task = tokio::spawn(Arc::clone(&server).handle_connection(server_end, shutdown));
-    let mut c = Client::new(client);
-    c.handshake().await;
-    c.go("", &[]).await;
+    let mut c = client_on_default_export(client).await;
     for _ in 0..8 {
         c.send(Command::Read, 0, 0, 1 << 20, &[]).await;
     }
@@ -280,10 +275,7 @@ async fn a_write_over_the_maximum_is_refused_and_the_connection_survives() {
     assert_eq!((r.error, r.data), (0, vec![0u8; 4096]));
     assert_eq!(stats.requests_refused(RefusalReason::TooLarge), 1);
     // Out of range and to be refused: the payload is skipped as well.
-    let r = c
-        .client
-        .call(Command::Write, 0, SIZE as u64, 8192, &[1u8; 8192])
-        .await;
+    let r = c.client.write_at(SIZE as u64, &[1u8; 8192]).await;
     assert_eq!(r.error, ENOSPC);
     assert_eq!(c.client.call(Command::Read, 0, 0, 512, &[]).await.error, 0);
     assert_eq!(stats.requests_refused(RefusalReason::OutOfRange), 1);
@@ -320,7 +312,7 @@ async fn refused_requests_are_counted_and_logged_at_most_once_a_second() {
         .call(Command::Trim, CMD_FLAG_NO_HOLE, 0, 512, &[])
         .await;
     assert_eq!(r.error, EINVAL);
-    c.client.send(Command::Disc, 0, 0, 0, &[]).await;
+    c.client.send_disc().await;
     assert!(c.client.is_closed().await);
     c.server.await.expect("no panic").expect("clean end");
     assert_eq!(stats.requests_refused(RefusalReason::Misaligned), 50);

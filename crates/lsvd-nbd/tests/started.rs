@@ -163,20 +163,11 @@ async fn requests_started_in_a_burst_are_answered_after_one_unplug() {
 async fn a_dropped_completion_answers_eio_and_a_declined_request_runs_anyway() {
     let server = server();
     let mut c = connect_go(&server, true).await;
-    let r = c
-        .client
-        .call(Command::Write, 0, 8192, 4096, &[9; 4096])
-        .await;
+    let r = c.client.write_at(8192, &[9; 4096]).await;
     assert_eq!(r.error, EIO, "the device dropped it: {r:?}");
     assert!(r.message.contains("without answering"), "{r:?}");
     // The connection goes on.
-    assert_eq!(
-        c.client
-            .call(Command::Write, 0, 0, 4096, &[5; 4096])
-            .await
-            .error,
-        0
-    );
+    assert_eq!(c.client.write_at(0, &[5; 4096]).await.error, 0);
     assert_eq!(
         c.client.call(Command::Trim, 0, 0, 4096, &[]).await.error,
         0,
@@ -195,12 +186,7 @@ async fn requests_started_before_a_disconnect_still_run() {
     c.client
         .send(Command::Write, 0, 12288, 4096, &[3; 4096])
         .await;
-    c.client.send(Command::Disc, 0, 0, 0, &[]).await;
-    let reply = c
-        .client
-        .reply()
-        .await
-        .expect("the write's reply before the close");
+    let reply = c.client.disc_behind_one_in_flight().await;
     assert_eq!(reply.error, 0);
     c.server.await.expect("join").expect("clean end");
     let dev = &server.exports()[0].device;

@@ -150,17 +150,9 @@ impl TlsConn {
     /// STARTTLS, expecting ACK, then the stand-in handshake; the client's stream is
     /// scrambled from then on.
     async fn start_tls(&mut self) {
-        assert_eq!(
-            self.client.option(OPT_STARTTLS, &[]).await,
-            vec![(REP_ACK, vec![])]
-        );
+        self.client.option_acked(OPT_STARTTLS, &[]).await;
         self.client.stream.write_all(HELLO).await.expect("hello");
-        let mut reply = [0u8; 4];
-        self.client
-            .stream
-            .read_exact(&mut reply)
-            .await
-            .expect("hello reply");
+        let reply: [u8; 4] = self.client.read_exactly("hello reply").await;
         assert_eq!(&reply, HELLO_REPLY);
         self.client.stream.key = KEY;
     }
@@ -187,7 +179,7 @@ fn info_request(name: &str) -> Vec<u8> {
 /// Writes a block and reads it back on a connection in transmission.
 async fn write_read_back(client: &mut Client<Xor<DuplexStream>>) {
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
-    let r = client.call(Command::Write, 0, 8192, 4096, &data).await;
+    let r = client.write_at(8192, &data).await;
     assert_eq!(r.error, 0);
     let r = client.call(Command::Read, 0, 8192, 4096, &[]).await;
     assert_eq!(r.error, 0);
@@ -210,10 +202,7 @@ async fn required_refuses_every_plain_option_but_starttls_and_abort() {
         assert_eq!(replies.len(), 1, "option {option}: {replies:?}");
         assert_eq!(replies[0].0, REP_ERR_TLS_REQD, "option {option}");
     }
-    assert_eq!(
-        c.client.option(OPT_ABORT, &[]).await,
-        vec![(REP_ACK, vec![])]
-    );
+    c.client.option_acked(OPT_ABORT, &[]).await;
     c.closed().await.expect("abort is a clean end");
     let notices = notices_of(&c.notices);
     assert_eq!(
@@ -264,12 +253,7 @@ async fn required_serves_export_name_after_starttls() {
     c.client.handshake().await;
     c.start_tls().await;
     c.client.send_option(OPT_EXPORT_NAME, b"disk").await;
-    let mut reply = [0u8; 10];
-    c.client
-        .stream
-        .read_exact(&mut reply)
-        .await
-        .expect("export reply");
+    let reply: [u8; 10] = c.client.read_exactly("export reply").await;
     assert_eq!(
         u64::from_be_bytes(reply[..8].try_into().expect("8")),
         SIZE as u64
@@ -281,10 +265,7 @@ async fn required_serves_export_name_after_starttls() {
 async fn features_negotiated_before_tls_are_forgotten() {
     let mut c = connect_tls(TlsMode::Optional, false);
     c.client.handshake().await;
-    assert_eq!(
-        c.client.option(OPT_STRUCTURED_REPLY, &[]).await,
-        vec![(REP_ACK, vec![])]
-    );
+    c.client.option_acked(OPT_STRUCTURED_REPLY, &[]).await;
     c.start_tls().await;
     let data = meta_context_request("disk", &["base:allocation"]);
     assert_eq!(
@@ -310,10 +291,7 @@ async fn optional_serves_plain_clients_too() {
 async fn failed_handshake_ends_the_session_with_a_notice() {
     let mut c = connect_tls(TlsMode::Required, true);
     c.client.handshake().await;
-    assert_eq!(
-        c.client.option(OPT_STARTTLS, &[]).await,
-        vec![(REP_ACK, vec![])]
-    );
+    c.client.option_acked(OPT_STARTTLS, &[]).await;
     c.client.stream.write_all(HELLO).await.expect("hello");
     let err = c
         .closed()

@@ -43,7 +43,7 @@ async fn flush_trim_zeroes_cache() {
     let server = two_export_server();
     let mut c = connect_go(&server, true).await;
     let dev = &server.exports()[0].device.inner;
-    c.client.call(Command::Write, 0, 0, 8192, &[7; 8192]).await;
+    c.client.write_at(0, &[7; 8192]).await;
     assert_eq!(c.client.call(Command::Flush, 0, 0, 0, &[]).await.error, 0);
     assert_eq!(dev.flush_count(), 1);
     assert_eq!(
@@ -73,9 +73,7 @@ async fn flush_trim_zeroes_cache() {
 async fn block_status_base_allocation() {
     let server = two_export_server();
     let mut c = connect_go(&server, true).await;
-    c.client
-        .call(Command::Write, 0, 8192, 4096, &[1; 4096])
-        .await;
+    c.client.write_at(8192, &[1; 4096]).await;
     let r = c.client.call(Command::BlockStatus, 0, 0, 65536, &[]).await;
     assert_eq!(r.error, 0);
     let hole = STATE_HOLE | STATE_ZERO;
@@ -145,27 +143,17 @@ async fn validation_errors_keep_the_connection_usable() {
             }
         }
         // Refused writes still have their payload consumed.
-        assert_eq!(
-            c.client
-                .call(Command::Write, 0, end, 512, &[1; 512])
-                .await
-                .error,
-            ENOSPC
-        );
-        assert_eq!(
-            c.client
-                .call(Command::Write, 0, 1, 512, &[1; 512])
-                .await
-                .error,
-            EINVAL
-        );
-        assert_eq!(
-            c.client
-                .call(Command::Write, CMD_FLAG_NO_HOLE, 0, 512, &[1; 512])
-                .await
-                .error,
-            EINVAL
-        );
+        for (flags, offset, error) in [
+            (0, end, ENOSPC),
+            (0, 1, EINVAL),
+            (CMD_FLAG_NO_HOLE, 0, EINVAL),
+        ] {
+            let r = c
+                .client
+                .call(Command::Write, flags, offset, 512, &[1; 512])
+                .await;
+            assert_eq!(r.error, error, "WRITE flags {flags} at {offset}");
+        }
         // Without a negotiated context (simple mode) BLOCK_STATUS is refused.
         if !structured {
             assert_eq!(
@@ -204,21 +192,15 @@ async fn device_errors_are_mapped() {
             (io::ErrorKind::Other, EIO),
         ] {
             *dev.fail_with.lock().expect("lock") = Some(kind);
-            assert_eq!(
-                c.client.call(Command::Read, 0, 0, 512, &[]).await.error,
-                error
-            );
-            assert_eq!(
-                c.client
-                    .call(Command::Write, 0, 0, 512, &[1; 512])
-                    .await
-                    .error,
-                error
-            );
-            assert_eq!(
-                c.client.call(Command::Flush, 0, 0, 0, &[]).await.error,
-                error
-            );
+            let write_payload = [1; 512];
+            for (command, length, payload) in [
+                (Command::Read, 512, &[][..]),
+                (Command::Write, 512, &write_payload[..]),
+                (Command::Flush, 0, &[][..]),
+            ] {
+                let r = c.client.call(command, 0, 0, length, payload).await;
+                assert_eq!(r.error, error, "{command:?} failing with {kind:?}");
+            }
             if structured {
                 let r = c.client.call(Command::BlockStatus, 0, 0, 512, &[]).await;
                 assert_eq!(r.error, error);

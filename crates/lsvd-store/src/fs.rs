@@ -396,7 +396,9 @@ pub(crate) mod injected {
 /// Ranged reads up to this size are done inline, larger ones on the blocking pool.
 const INLINE_READ_BYTES: u64 = 256 << 10;
 
-async fn blocking<T: Send + 'static>(
+/// `f` on tokio's blocking pool (file system calls that may wait on the disk), its
+/// task failing counted as a transient store error. For the stores on local drives.
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
     tokio::task::spawn_blocking(f)
@@ -404,25 +406,31 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?
 }
 
+impl FsStore {
+    /// `op` on the blocking pool, given the store and `key` (both owned by the task).
+    fn blocking_on<T: Send + 'static>(
+        &self,
+        key: &str,
+        op: impl FnOnce(&FsStore, &str) -> StoreResult<T> + Send + 'static,
+    ) -> BoxFuture<'static, StoreResult<T>> {
+        let (this, key) = (self.clone(), key.to_string());
+        Box::pin(blocking(move || op(&this, &key)))
+    }
+}
+
 impl ObjectStore for FsStore {
     fn put(&self, key: &str, data: Bytes, mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        let key = key.to_string();
-        let this = self.clone();
-        Box::pin(blocking(move || this.put_sync(&key, &data, mode)))
+        self.blocking_on(key, move |s, key| s.put_sync(key, &data, mode))
     }
     fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        let this = self.clone();
-        Box::pin(blocking(move || this.get_range_sync(&key, None)))
+        self.blocking_on(key, |s, key| s.get_range_sync(key, None))
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
         // Small ranged reads of local files are cheaper inline than on the blocking pool;
         // large ones (GC reading its victims) would hold up a runtime thread serving
         // client I/O.
         if range.end.saturating_sub(range.start) > INLINE_READ_BYTES {
-            let key = key.to_string();
-            let this = self.clone();
-            return Box::pin(blocking(move || this.get_range_sync(&key, Some(range))));
+            return self.get_range_background(key, range);
         }
         let result = self.get_range_sync(key, Some(range));
         Box::pin(async move { result })
@@ -432,19 +440,13 @@ impl ObjectStore for FsStore {
         key: &str,
         range: Range<u64>,
     ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        let key = key.to_string();
-        let this = self.clone();
-        Box::pin(blocking(move || this.get_range_sync(&key, Some(range))))
+        self.blocking_on(key, move |s, key| s.get_range_sync(key, Some(range)))
     }
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        let prefix = prefix.to_string();
-        let this = self.clone();
-        Box::pin(blocking(move || this.list_sync(&prefix)))
+        self.blocking_on(prefix, |s, prefix| s.list_sync(prefix))
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        let key = key.to_string();
-        let this = self.clone();
-        Box::pin(blocking(move || this.delete_sync(&key)))
+        self.blocking_on(key, |s, key| s.delete_sync(key))
     }
     fn describe(&self) -> String {
         format!("file://{}", self.inner.root.display())
@@ -648,35 +650,24 @@ mod tests {
     async fn put_get_list_delete() {
         let dir = TempDir::new("fsstore");
         let s = FsStore::open(dir.path()).expect("open");
-        s.put(
-            "v/obj/0001.d",
-            Bytes::from_static(b"hello"),
-            PutMode::IfAbsent,
-        )
-        .await
-        .expect("put");
+        let key = "v/obj/0001.d";
+        s.put(key, Bytes::from_static(b"hello"), PutMode::IfAbsent)
+            .await
+            .expect("put");
         let again = s
-            .put(
-                "v/obj/0001.d",
-                Bytes::from_static(b"other"),
-                PutMode::IfAbsent,
-            )
+            .put(key, Bytes::from_static(b"other"), PutMode::IfAbsent)
             .await;
         assert_eq!(again.expect_err("exists").kind, ErrorKind::AlreadyExists);
-        assert_eq!(s.get("v/obj/0001.d").await.expect("get"), b"hello");
-        assert_eq!(
-            s.get_range("v/obj/0001.d", 1..3).await.expect("range"),
-            b"el"
-        );
-        s.put("v/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
-            .await
-            .expect("put");
-        s.put("w/meta", Bytes::from_static(b"m"), PutMode::Overwrite)
-            .await
-            .expect("put");
-        assert_eq!(list_keys(&s, "v/").await, vec!["v/meta", "v/obj/0001.d"]);
-        assert_eq!(list_keys(&s, "v/obj/").await, vec!["v/obj/0001.d"]);
-        assert_deleted_twice(&s, "v/obj/0001.d").await;
+        assert_eq!(s.get(key).await.expect("get"), b"hello");
+        assert_eq!(s.get_range(key, 1..3).await.expect("range"), b"el");
+        for meta in ["v/meta", "w/meta"] {
+            s.put(meta, Bytes::from_static(b"m"), PutMode::Overwrite)
+                .await
+                .expect("put");
+        }
+        assert_eq!(list_keys(&s, "v/").await, vec!["v/meta", key]);
+        assert_eq!(list_keys(&s, "v/obj/").await, vec![key]);
+        assert_deleted_twice(&s, key).await;
         assert!(
             s.put("../escape", Bytes::new(), PutMode::Overwrite)
                 .await

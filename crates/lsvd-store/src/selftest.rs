@@ -152,6 +152,26 @@ impl Run<'_> {
         }
     }
 
+    /// Passes `check` if a get of `key` (never written, or deleted) fails 'not found';
+    /// fails it with `when_found` if the get returned data, or with `should` and the
+    /// error if it failed otherwise.
+    async fn check_not_found(
+        &mut self,
+        check: &'static str,
+        key: &str,
+        when_found: String,
+        should: String,
+    ) -> Result<(), SelfTestError> {
+        match self.step(check, self.store.get(key)).await? {
+            Err(e) if e.is_not_found() => {
+                self.checks.push(check);
+                Ok(())
+            }
+            Ok(_) => Err(self.fail(check, when_found)),
+            Err(e) => Err(self.failed(&e, check, format!("{should}, but: {e}"))),
+        }
+    }
+
     /// Run one store operation with a deadline.
     async fn step<T>(
         &self,
@@ -280,22 +300,13 @@ async fn checks(
         Err(e) => return Err(run.failed(&e, CHECK_GET, format!("get of {probe} failed: {e}"))),
     }
     let missing = format!("{probe}.missing");
-    match run.step(CHECK_GET_MISSING, store.get(&missing)).await? {
-        Err(e) if e.is_not_found() => run.checks.push(CHECK_GET_MISSING),
-        Ok(_) => {
-            return Err(run.fail(
-                CHECK_GET_MISSING,
-                format!("get of {missing}, never written, returned data"),
-            ));
-        }
-        Err(e) => {
-            return Err(run.failed(
-                &e,
-                CHECK_GET_MISSING,
-                format!("get of {missing} should fail with 'not found', but: {e}"),
-            ));
-        }
-    }
+    run.check_not_found(
+        CHECK_GET_MISSING,
+        &missing,
+        format!("get of {missing}, never written, returned data"),
+        format!("get of {missing} should fail with 'not found'"),
+    )
+    .await?;
 
     // 4. Ranged reads: inside, clamped at the end, past the end.
     let len = first.len() as u64;
@@ -450,23 +461,13 @@ async fn checks(
             return Err(run.failed(&e, CHECK_DELETE, format!("delete {key}: {e}")));
         }
     }
-    match run.step(CHECK_DELETE, store.get(probe)).await? {
-        Err(e) if e.is_not_found() => run.checks.push(CHECK_DELETE),
-        Ok(_) => {
-            return Err(run.fail(
-                CHECK_DELETE,
-                format!("{probe} can still be read after delete"),
-            ));
-        }
-        Err(e) => {
-            return Err(run.failed(
-                &e,
-                CHECK_DELETE,
-                format!("get after delete should be 'not found', but: {e}"),
-            ));
-        }
-    }
-    Ok(())
+    run.check_not_found(
+        CHECK_DELETE,
+        probe,
+        format!("{probe} can still be read after delete"),
+        "get after delete should be 'not found'".into(),
+    )
+    .await
 }
 
 /// Await every future concurrently (no `futures` dependency for one call site).

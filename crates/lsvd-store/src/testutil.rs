@@ -1,5 +1,6 @@
 //! Helpers for unit tests: self-cleaning temporary directories, listing a store's
-//! keys, checking deletes.
+//! keys, checking reads and deletes, log objects whose bytes name their key, the
+//! directories of a mirrored chain.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +9,40 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub async fn list_keys(store: &dyn crate::ObjectStore, prefix: &str) -> Vec<String> {
     let entries = store.list(prefix).await.expect("list");
     entries.into_iter().map(|e| e.key).collect()
+}
+
+/// The key of data object `seq` of volume `v` (a log object: a chain places it on its
+/// tail).
+pub fn data_object_key(seq: u64) -> String {
+    format!("v/obj/{seq:016x}.d")
+}
+
+/// `len` bytes that repeat `key`: an object whose contents say which key it is.
+pub fn key_body(key: &str, len: usize) -> bytes::Bytes {
+    bytes::Bytes::from(key.bytes().cycle().take(len).collect::<Vec<u8>>())
+}
+
+/// Reads `key` whole from `store` and asserts it holds `want`.
+pub async fn assert_holds(store: &dyn crate::ObjectStore, key: &str, want: &[u8]) {
+    let got = store
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    assert!(got == want, "contents of {key}");
+}
+
+/// Two mirrored chain positions under `root`, `[[a, a2], [b, b2]]`, and the drive list
+/// of a `chain:` URL naming them (`A+A2,B+B2`, without options).
+pub fn mirrored_positions(root: &TempDir) -> (Vec<[PathBuf; 2]>, String) {
+    let pos: Vec<[PathBuf; 2]> = ["a", "b"]
+        .iter()
+        .map(|n| [root.path().join(n), root.path().join(format!("{n}2"))])
+        .collect();
+    let list: Vec<String> = pos
+        .iter()
+        .map(|[x, y]| format!("{}+{}", x.display(), y.display()))
+        .collect();
+    (pos, list.join(","))
 }
 
 /// Deletes `key` twice (deleting what is missing succeeds too) and asserts it is gone.

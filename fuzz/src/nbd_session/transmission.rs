@@ -3,8 +3,8 @@
 
 use lsvd_nbd::proto::consts::*;
 use lsvd_nbd::proto::transmission::{
-    CHUNK_HEADER_LEN, Command, RequestHeader, SIMPLE_REPLY_HEADER_LEN, parse_block_status,
-    parse_chunk_header, parse_error_chunk, parse_simple_reply,
+    Command, RequestHeader, parse_block_status, parse_chunk_header, parse_error_chunk,
+    parse_simple_reply,
 };
 use lsvd_nbd::server::{MAX_DISCARDED_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES};
 use tokio::io::DuplexStream;
@@ -129,6 +129,20 @@ pub(super) async fn requests(s: &mut DuplexStream, b: &mut Bytes<'_>, att: &mut 
     }
 }
 
+/// A whole `N`-byte reply header whose first four bytes, `magic`, were read already:
+/// reads the rest (panicking with `what` if the stream ends first).
+async fn header_after_magic<const N: usize>(
+    s: &mut DuplexStream,
+    magic: &[u8],
+    what: &str,
+) -> [u8; N] {
+    let rest = read_n(s, N - 4).await.expect(what);
+    let mut buf = [0u8; N];
+    buf[..4].copy_from_slice(magic);
+    buf[4..].copy_from_slice(&rest);
+    buf
+}
+
 /// Reads and checks the whole reply to `hdr`; whether it reported success.
 async fn reply(s: &mut DuplexStream, hdr: &RequestHeader, att: &Attached) -> bool {
     let what = hdr.command;
@@ -140,12 +154,7 @@ async fn reply(s: &mut DuplexStream, hdr: &RequestHeader, att: &Attached) -> boo
             .unwrap_or_else(|| panic!("no reply to {what:?}"));
         let magic_value = u32::from_be_bytes([magic[0], magic[1], magic[2], magic[3]]);
         if magic_value == SIMPLE_REPLY_MAGIC {
-            let rest = read_n(s, SIMPLE_REPLY_HEADER_LEN - 4)
-                .await
-                .expect("short simple reply");
-            let mut buf = [0u8; SIMPLE_REPLY_HEADER_LEN];
-            buf[..4].copy_from_slice(&magic);
-            buf[4..].copy_from_slice(&rest);
+            let buf = header_after_magic(s, &magic, "short simple reply").await;
             let (error, cookie) = parse_simple_reply(&buf).expect("simple reply parses");
             assert_eq!(cookie, hdr.cookie, "simple reply cookie");
             assert!(data_seen == 0, "simple reply after structured chunks");
@@ -169,12 +178,7 @@ async fn reply(s: &mut DuplexStream, hdr: &RequestHeader, att: &Attached) -> boo
             return true;
         }
         assert!(att.structured, "structured reply that was not negotiated");
-        let rest = read_n(s, CHUNK_HEADER_LEN - 4)
-            .await
-            .expect("short chunk header");
-        let mut buf = [0u8; CHUNK_HEADER_LEN];
-        buf[..4].copy_from_slice(&magic);
-        buf[4..].copy_from_slice(&rest);
+        let buf = header_after_magic(s, &magic, "short chunk header").await;
         let chunk = parse_chunk_header(&buf).expect("reply magic neither simple nor structured");
         assert_eq!(chunk.cookie, hdr.cookie, "chunk cookie");
         assert!(

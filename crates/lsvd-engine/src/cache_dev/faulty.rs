@@ -23,6 +23,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::CacheDevice;
+use lsvd_trace::synthetic::prng::SplitMix64;
 
 /// Sector size: the unit a torn write is applied in.
 const SECTOR: usize = 512;
@@ -81,18 +82,11 @@ pub struct FaultyCache {
 }
 
 /// A small deterministic generator (splitmix64), so a failure replays from its seed.
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.next_u64() % n.max(1)
     }
 }
 
@@ -237,7 +231,7 @@ impl FaultyCache {
 
     fn power_fail_locked(g: &mut Inner, seed: u64) -> (Vec<u8>, PowerFailReport) {
         g.failed = true;
-        let mut rng = Rng(seed ^ 0x5eed_cafe_f00d_d00d);
+        let mut rng = Rng(SplitMix64::new(seed ^ 0x5eed_cafe_f00d_d00d));
         let tear_any = rng.below(4) == 0;
         let mut image = g.durable.clone();
         let n = g.unsynced.len();

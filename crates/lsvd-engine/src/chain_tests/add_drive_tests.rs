@@ -5,24 +5,14 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
-
 use crate::test_support::create_and_open;
 use crate::{Volume, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::chain::add_drive::add_drive;
 use lsvd_store::chain::drives::{DriveSpec, parse_spec};
 use lsvd_store::chain::meta::{DriveRecord, read_drive_record, write_drive_record};
-use lsvd_store::testutil::TempDir;
+use lsvd_store::testutil::{TempDir, assert_holds, data_object_key as obj, key_body as body};
 use lsvd_store::{DynStore, PutMode, open_store};
-
-fn obj(seq: u64) -> String {
-    format!("v/obj/{seq:016x}.d")
-}
-
-fn body(key: &str, len: usize) -> Bytes {
-    Bytes::from(key.bytes().cycle().take(len).collect::<Vec<u8>>())
-}
 
 fn spec(url: &str) -> DriveSpec {
     parse_spec("chain", url.strip_prefix("chain:").expect("a chain URL")).expect("spec")
@@ -37,11 +27,27 @@ fn opened(url: &str) -> DynStore {
     open_store(url).unwrap_or_else(|e| panic!("open {url}: {e}"))
 }
 
+/// What a crash right after an add's first step leaves: `new_drive` holds the record
+/// of position `position` (the chain's last, one past `first_drive`'s record), and no
+/// other drive knows of it yet.
+fn leave_interrupted_add(first_drive: &Path, new_drive: &Path, position: u16) {
+    let r = read_drive_record(first_drive)
+        .expect("read")
+        .expect("record");
+    std::fs::create_dir_all(new_drive).expect("mkdir");
+    let record = DriveRecord {
+        generation: r.generation + 1,
+        drive_count: position + 1,
+        drive_index: position,
+        ..r
+    };
+    write_drive_record(new_drive, &record).expect("write");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_chain_takes_a_new_drive_and_puts_continue_on_it() {
     let root = TempDir::new("add-drive-full");
-    let d0 = root.path().join("d0");
-    let d1 = root.path().join("d1");
+    let [d0, d1] = ["d0", "d1"].map(|n| root.path().join(n));
     let old = url(&[&d0], "?drive_size=64K");
     let new = url(&[&d0, &d1], "?drive_size=64K");
     let size = 16 << 10;
@@ -92,19 +98,14 @@ async fn a_full_chain_takes_a_new_drive_and_puts_continue_on_it() {
     // After a restart every object reads back.
     let s = opened(&new);
     for key in &stored {
-        let got = s
-            .get(key)
-            .await
-            .unwrap_or_else(|e| panic!("get {key}: {e}"));
-        assert!(got == body(key, size), "contents of {key}");
+        assert_holds(&*s, key, &body(key, size)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_interrupted_after_the_new_drive_opens_either_way_and_finishes() {
     let root = TempDir::new("add-drive-interrupted");
-    let d0 = root.path().join("d0");
-    let d1 = root.path().join("d1");
+    let [d0, d1] = ["d0", "d1"].map(|n| root.path().join(n));
     let old = url(&[&d0], "");
     let key = obj(1);
     let s = opened(&old);
@@ -112,19 +113,7 @@ async fn an_add_interrupted_after_the_new_drive_opens_either_way_and_finishes() 
         .await
         .expect("put");
     drop(s);
-    // What a crash right after the new drive's record leaves.
-    let r = read_drive_record(&d0).expect("read").expect("record");
-    std::fs::create_dir_all(&d1).expect("mkdir");
-    write_drive_record(
-        &d1,
-        &DriveRecord {
-            generation: r.generation + 1,
-            drive_count: 2,
-            drive_index: 1,
-            ..r
-        },
-    )
-    .expect("write");
+    leave_interrupted_add(&d0, &d1, 1);
 
     // The old URL still opens the old chain.
     let s = opened(&old);
@@ -140,18 +129,7 @@ async fn an_add_interrupted_after_the_new_drive_opens_either_way_and_finishes() 
 
     // And the new URL alone finishes an add interrupted the same way.
     let d2 = root.path().join("d2");
-    let r = read_drive_record(&d0).expect("read").expect("record");
-    std::fs::create_dir_all(&d2).expect("mkdir");
-    write_drive_record(
-        &d2,
-        &DriveRecord {
-            generation: r.generation + 1,
-            drive_count: 3,
-            drive_index: 2,
-            ..r
-        },
-    )
-    .expect("write");
+    leave_interrupted_add(&d0, &d2, 2);
     let s = opened(&url(&[&d0, &d1, &d2], ""));
     assert!(s.get(&key).await.expect("get") == body(&key, 1000));
     drop(s);
@@ -189,12 +167,11 @@ fn add_drive_refuses_what_it_cannot_add() {
 /// back after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_spills_onto_an_added_drive() {
-    use super::copy_fallback_tests::{BLOCK, config, no_gc};
-    use crate::test_support::{open_v, settle, verify, write_run};
+    use super::copy_fallback_tests::{BLOCK, config};
+    use crate::test_support::{no_gc, open_v, settle, verify, write_run};
     const BLOCKS: u64 = 512;
     let root = TempDir::new("add-drive-volume");
-    let d0 = root.path().join("d0");
-    let d1 = root.path().join("d1");
+    let [d0, d1] = ["d0", "d1"].map(|n| root.path().join(n));
     let old = url(&[&d0], "?drive_size=1M");
     let new = url(&[&d0, &d1], "?drive_size=1M");
     let mut model = vec![0u64; BLOCKS as usize];

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use super::copy_fallback_tests::{BLOCK, config, first_data_object, flip_byte, mirrored, no_gc};
+use super::copy_fallback_tests::{BLOCK, config, first_data_object, flip_byte, mirrored};
 use crate::open_volume;
-use crate::test_support::{block_data, create_and_open, settle, verify};
+use crate::test_support::{block_data, create_and_open, no_gc, settle, verify};
 use lsvd_store::open_store;
 use lsvd_store::testutil::TempDir;
 

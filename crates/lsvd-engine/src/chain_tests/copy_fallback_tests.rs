@@ -13,12 +13,12 @@ use bytes::Bytes;
 use lsvd_core::format::object::{CHUNK_BYTES, decode_object_header};
 
 use crate::test_support::{
-    create_and_open, gc_config, open_v, settle, verify, wait_until, write_run,
+    create_and_open, gc_config, no_gc, open_v, settle, verify, wait_until, write_run,
 };
 use crate::{EngineConfig, Volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::chain::copy_check::copy_problems;
-use lsvd_store::testutil::TempDir;
+use lsvd_store::testutil::{TempDir, mirrored_positions};
 use lsvd_store::{DynStore, PutMode, open_store};
 
 pub(super) const BLOCK: u64 = 4096;
@@ -37,24 +37,10 @@ pub(super) fn config(gc: lsvd_core::gc::GcConfig) -> EngineConfig {
     }
 }
 
-pub(super) fn no_gc() -> lsvd_core::gc::GcConfig {
-    lsvd_core::gc::GcConfig {
-        start_utilization: 0.0,
-        ..Default::default()
-    }
-}
-
 /// A mirrored chain of two positions: `(store URL, [[first copy, mirror]; 2])`.
 pub(super) fn mirrored(root: &TempDir) -> (String, Vec<[PathBuf; 2]>) {
-    let pos: Vec<[PathBuf; 2]> = ["a", "b"]
-        .iter()
-        .map(|n| [root.path().join(n), root.path().join(format!("{n}2"))])
-        .collect();
-    let list: Vec<String> = pos
-        .iter()
-        .map(|[x, y]| format!("{}+{}", x.display(), y.display()))
-        .collect();
-    (format!("chain:{}", list.join(",")), pos)
+    let (pos, drives) = mirrored_positions(root);
+    (format!("chain:{drives}"), pos)
 }
 
 /// Write `writes` (first block, blocks, version) to a new volume "v", shut it down

@@ -21,7 +21,7 @@ fn key_of(mem: &MemStore, seq: u64) -> String {
 }
 use crate::fencing::volume_super::{WriteError, write};
 use crate::test_support::{
-    log_config, newest_super, open_v, poll_until, wait_drained, write_until_refused,
+    log_config, newest_super, no_gc, open_v, poll_until, wait_drained, write_until_refused,
 };
 use crate::{EngineConfig, Volume, create_volume, open_volume, read_meta};
 use lsvd_store::DynStore;
@@ -248,10 +248,7 @@ async fn objects_dead_at_the_newest_checkpoint_stay_for_the_fallback() {
     // checkpoint would be the one to leave them out).
     let rare = EngineConfig {
         checkpoint_every_objects: 1000,
-        gc: lsvd_core::gc::GcConfig {
-            start_utilization: 0.0,
-            ..Default::default()
-        },
+        gc: no_gc(),
         ..config()
     };
     let (vol, _) = open_v(&store, dir.path(), rare, "reopen").await;

@@ -128,14 +128,9 @@ fn assert_prefix_shape(got: &[u64], what: &str) {
 
 /// Runs of equal values, for messages.
 fn compress(v: &[u64]) -> Vec<(u64, usize)> {
-    let mut out: Vec<(u64, usize)> = Vec::new();
-    for &x in v {
-        match out.last_mut() {
-            Some((y, n)) if *y == x => *n += 1,
-            _ => out.push((x, 1)),
-        }
-    }
-    out
+    v.chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len()))
+        .collect()
 }
 
 async fn object_keys(store: &DynStore, name: &str) -> Vec<String> {
@@ -158,6 +153,18 @@ async fn source_volume(store: &DynStore, dir: &TempDir) -> Arc<Volume> {
     write_round(&vol, 3).await;
     vol.sync_to_store().await.expect("sync");
     vol
+}
+
+/// A new source store whose volume "v" (files in `dir`) has one round of writes in
+/// the store, the volume (open), and `older`: a replica of that state.
+async fn one_round_and_its_replica(dir: &TempDir) -> (DynStore, Arc<Volume>, DynStore) {
+    let source = mem("source");
+    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
+    write_round(&vol, 1).await;
+    vol.sync_to_store().await.expect("sync");
+    let older = mem("older");
+    replicate(&source, &older).await.expect("the older replica");
+    (source, vol, older)
 }
 
 /// Source and target stores, and the source volume of [`source_volume`] with its
@@ -260,13 +267,8 @@ async fn pass_stopped_after(
 /// or absent; a second run finishes without copying again what the first copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_at_any_point_is_a_prefix_and_resumes() {
-    let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped");
-    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
-    write_round(&vol, 1).await;
-    vol.sync_to_store().await.expect("sync");
-    let older = mem("older");
-    replicate(&source, &older).await.expect("the older replica");
+    let (source, vol, older) = one_round_and_its_replica(&dir).await;
     vol.create_snapshot("s").await.expect("snapshot");
     write_round(&vol, 2).await;
     write_round(&vol, 3).await;
@@ -1225,13 +1227,9 @@ async fn an_upload_landing_after_a_restart_is_not_copied_as_history() {
 /// superblock read as a lost superblock), and the next pass completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_stopped_after_the_source_restarted_opens_as_it_was() {
-    let source = mem("source");
     let dir = TempDir::new("engine-replicate-stopped-claim");
-    let (vol, _) = create_and_open(&source, "v", BLOCKS * BLOCK, dir.path(), config()).await;
-    write_round(&vol, 1).await;
+    let (source, vol, older) = one_round_and_its_replica(&dir).await;
     vol.shutdown().await.expect("shutdown");
-    let older = mem("older");
-    replicate(&source, &older).await.expect("the older replica");
     let (vol, report) = open_v(&source, dir.path(), config(), "reopen: a new claim").await;
     assert!(report.epoch > 1, "{report:?}");
     write_round(&vol, 2).await;

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::volume::Volume;
 use crate::write::writer::LogOp;
-use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, Result};
 use lsvd_core::size::format_size;
 
 /// What a resize did.
@@ -39,16 +39,8 @@ impl Volume {
     /// is refused (`BadInput`) unless `allow_shrink`; the data past the new end is
     /// then discarded. Returns once the new size is in the store.
     pub async fn resize(&self, new_size_bytes: u64, allow_shrink: bool) -> Result<Resized> {
+        self.refuse_on_snapshot("resize the volume")?;
         let shared = &self.shared;
-        if let Some(s) = &shared.snapshot {
-            return Err(Error::new(
-                ErrorKind::ReadOnly,
-                format!(
-                    "'{}@{s}' is a snapshot: resize the volume",
-                    shared.meta.name
-                ),
-            ));
-        }
         if new_size_bytes == 0 || !new_size_bytes.is_multiple_of(4096) {
             return Err(Error::bad_input(format!(
                 "volume size must be a positive multiple of 4096 bytes (got {new_size_bytes})"

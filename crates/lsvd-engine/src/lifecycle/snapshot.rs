@@ -239,16 +239,8 @@ impl Volume {
     /// claimed in the store.
     pub async fn create_snapshot(&self, name: &str) -> Result<SnapshotRecord> {
         validate_snapshot_name(name)?;
+        self.refuse_on_snapshot("take snapshots of the volume")?;
         let shared = &self.shared;
-        if let Some(s) = &shared.snapshot {
-            return Err(Error::new(
-                ErrorKind::ReadOnly,
-                format!(
-                    "'{}@{s}' is a snapshot: take snapshots of the volume",
-                    shared.meta.name
-                ),
-            ));
-        }
         let key = snapshot_key(&shared.meta.name, name);
         match shared.store.get(&key).await {
             Ok(_) => return Err(taken(&shared.meta.name, name)),

@@ -291,23 +291,24 @@ async fn recover(
     let mut records = RecordContinuity::new(state.last_record_seq());
     let mut broken: Option<(usize, String)> = None;
     for (i, step) in base.steps.iter().enumerate() {
-        let (seq, epoch) = match *step {
-            Step::Skip(seq) if parts.is_open() => {
-                return Err(corrupt(format!(
-                    "checkpoint {seq:016x} comes between the parts of a batch"
-                )));
+        // Nothing but a batch's own parts may come between them.
+        if parts.is_open() {
+            let passing = match *step {
+                Step::Skip(seq) => Some(format!("checkpoint {seq:016x} comes")),
+                Step::Jump(to) => Some(format!("the history jumps to {to:016x}")),
+                Step::Apply(..) => None,
+            };
+            if let Some(passing) = passing {
+                return Err(corrupt(format!("{passing} between the parts of a batch")));
             }
+        }
+        let (seq, epoch) = match *step {
             Step::Skip(seq) => {
                 state.skip_checkpoint(seq).map_err(|e| {
                     Error::with_source(ErrorKind::Corrupt, format!("checkpoint {seq:016x}"), e)
                 })?;
                 history_end = seq;
                 continue;
-            }
-            Step::Jump(to) if parts.is_open() => {
-                return Err(corrupt(format!(
-                    "the history jumps to {to:016x} between the parts of a batch"
-                )));
             }
             Step::Jump(to) => {
                 state.skip_to(to).map_err(|e| {

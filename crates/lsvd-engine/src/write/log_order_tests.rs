@@ -56,6 +56,20 @@ fn record_writes(cache: &FaultyCache) -> Seen {
     seen
 }
 
+/// A memory store holding a new volume "v" of 16 MiB.
+async fn store_with_a_volume() -> DynStore {
+    let store: DynStore = Arc::new(MemStore::new());
+    create_volume(&store, "v", 16 << 20).await.expect("create");
+    store
+}
+
+/// Crashes `vol` and returns the device the next process finds: what of `cache`
+/// survived the crash.
+fn crash_and_restart(vol: &Volume, cache: &FaultyCache) -> Arc<FaultyCache> {
+    vol.crash();
+    FaultyCache::from_image(cache.process_crash())
+}
+
 async fn open(store: &DynStore, cache: &Arc<FaultyCache>, in_flight: usize) -> Arc<Volume> {
     let c: Arc<dyn CacheDevice> = cache.clone();
     let (vol, _) = open_volume_on(store.clone(), "v", c, "faulty", config(in_flight))
@@ -68,8 +82,7 @@ async fn open(store: &DynStore, cache: &Arc<FaultyCache>, in_flight: usize) -> A
 /// the records before N only, and new records reuse N's place without exposing N+1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_record_after_a_torn_one_is_never_recovered() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 16 << 20).await.expect("create");
+    let store = store_with_a_volume().await;
     let cache = FaultyCache::new(CACHE_BYTES);
     let seen = record_writes(&cache);
     let vol = open(&store, &cache, 4).await;
@@ -113,10 +126,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         Some(torn_at),
         "the first new record reuses N's place"
     );
-    vol.crash();
-    let image = cache.process_crash();
-
-    let cache = FaultyCache::from_image(image);
+    let cache = crash_and_restart(&vol, &cache);
     let seen = record_writes(&cache);
     let vol = open(&store, &cache, 16).await;
     assert_eq!(read_block(&vol, 0).await, block(0, 1));
@@ -137,10 +147,7 @@ async fn a_whole_record_after_a_torn_one_is_never_recovered() {
         Some(n_plus_1_at),
         "the next record takes old N+1's place"
     );
-    vol.crash();
-    let image = cache.process_crash();
-
-    let cache = FaultyCache::from_image(image);
+    let cache = crash_and_restart(&vol, &cache);
     let vol = open(&store, &cache, 1).await;
     assert_eq!(read_block(&vol, 0).await, block(0, 1));
     assert_eq!(read_block(&vol, 1).await, vec![0u8; 4096]);
@@ -186,8 +193,7 @@ impl CacheDevice for GateCache {
 /// has landed. The later record does reach the device meanwhile (overlap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_are_answered_in_log_order() {
-    let store: DynStore = Arc::new(MemStore::new());
-    create_volume(&store, "v", 16 << 20).await.expect("create");
+    let store = store_with_a_volume().await;
     let faulty = FaultyCache::new(CACHE_BYTES);
     let seen = record_writes(&faulty);
     let gate = Arc::new(GateCache {

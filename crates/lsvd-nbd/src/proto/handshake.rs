@@ -6,7 +6,7 @@
 //! framing (IHAVEOPT magic, 64-bit reply magic) is entirely different.
 
 use super::consts::*;
-use super::{Cursor, ProtoError, len_u32, truncate_str};
+use super::{Cursor, ProtoError, len_u32, put_sized, truncate_str};
 use crate::BlockSizes;
 
 /// Bytes the server sends first: NBDMAGIC, IHAVEOPT, handshake flags.
@@ -29,10 +29,8 @@ pub fn encode_greeting() -> [u8; GREETING_LEN] {
 
 /// Client side: checks the greeting and returns the server's handshake flags.
 pub fn parse_greeting(buf: &[u8; GREETING_LEN]) -> Result<u16, ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u64("nbdmagic")? != NBDMAGIC || c.u64("ihaveopt")? != IHAVEOPT {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, NBDMAGIC.to_be_bytes())?;
+    c.magic(IHAVEOPT.to_be_bytes())?;
     c.u16("handshake flags")
 }
 
@@ -76,10 +74,7 @@ pub struct OptionHeader {
 }
 
 pub fn parse_option_header(buf: &[u8; OPTION_HEADER_LEN]) -> Result<OptionHeader, ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u64("ihaveopt")? != IHAVEOPT {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, IHAVEOPT.to_be_bytes())?;
     Ok(OptionHeader {
         option: c.u32("option")?,
         length: c.u32("length")?,
@@ -90,8 +85,7 @@ pub fn parse_option_header(buf: &[u8; OPTION_HEADER_LEN]) -> Result<OptionHeader
 pub fn encode_option(out: &mut Vec<u8>, option: u32, data: &[u8]) {
     out.extend_from_slice(&IHAVEOPT.to_be_bytes());
     out.extend_from_slice(&option.to_be_bytes());
-    out.extend_from_slice(&len_u32(data.len()).to_be_bytes());
-    out.extend_from_slice(data);
+    put_sized(out, data);
 }
 
 /// Client side: what a client sends after the greeting to go straight to `export`:
@@ -117,8 +111,7 @@ pub struct InfoRequest {
 
 impl InfoRequest {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&len_u32(self.name.len()).to_be_bytes());
-        out.extend_from_slice(self.name.as_bytes());
+        put_sized(out, self.name.as_bytes());
         out.extend_from_slice(
             &u16::try_from(self.requests.len())
                 .unwrap_or(u16::MAX)
@@ -139,12 +132,10 @@ pub struct MetaContextRequest {
 
 impl MetaContextRequest {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&len_u32(self.export_name.len()).to_be_bytes());
-        out.extend_from_slice(self.export_name.as_bytes());
+        put_sized(out, self.export_name.as_bytes());
         out.extend_from_slice(&len_u32(self.queries.len()).to_be_bytes());
         for q in &self.queries {
-            out.extend_from_slice(&len_u32(q.len()).to_be_bytes());
-            out.extend_from_slice(q.as_bytes());
+            put_sized(out, q.as_bytes());
         }
     }
 }
@@ -239,8 +230,7 @@ pub fn encode_option_reply(out: &mut Vec<u8>, option: u32, reply_type: u32, data
     out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
     out.extend_from_slice(&option.to_be_bytes());
     out.extend_from_slice(&reply_type.to_be_bytes());
-    out.extend_from_slice(&len_u32(data.len()).to_be_bytes());
-    out.extend_from_slice(data);
+    put_sized(out, data);
 }
 
 /// An error reply carrying a human-readable message (truncated to 4096 bytes).
@@ -258,8 +248,7 @@ pub fn encode_rep_server(out: &mut Vec<u8>, option: u32, name: &str, description
     let name = truncate_str(name, MAX_STRING_LEN);
     let description = truncate_str(description, MAX_STRING_LEN);
     let mut data = Vec::with_capacity(4 + name.len() + description.len());
-    data.extend_from_slice(&len_u32(name.len()).to_be_bytes());
-    data.extend_from_slice(name.as_bytes());
+    put_sized(&mut data, name.as_bytes());
     data.extend_from_slice(description.as_bytes());
     encode_option_reply(out, option, REP_SERVER, &data);
 }
@@ -373,10 +362,7 @@ pub struct OptionReplyHeader {
 pub fn parse_option_reply_header(
     buf: &[u8; OPTION_REPLY_HEADER_LEN],
 ) -> Result<OptionReplyHeader, ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u64("reply magic")? != OPTION_REPLY_MAGIC {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, OPTION_REPLY_MAGIC.to_be_bytes())?;
     Ok(OptionReplyHeader {
         option: c.u32("option")?,
         reply_type: c.u32("reply type")?,
@@ -620,12 +606,8 @@ mod tests {
             let _ = parse_option(option, &data);
             let _ = parse_info(&data);
             let _ = parse_meta_context(&data);
-            let mut hdr = [0u8; OPTION_HEADER_LEN];
-            hdr.copy_from_slice(&rng.bytes(OPTION_HEADER_LEN));
-            let _ = parse_option_header(&hdr);
-            let mut rhdr = [0u8; OPTION_REPLY_HEADER_LEN];
-            rhdr.copy_from_slice(&rng.bytes(OPTION_REPLY_HEADER_LEN));
-            let _ = parse_option_reply_header(&rhdr);
+            let _ = parse_option_header(&rng.array());
+            let _ = parse_option_reply_header(&rng.array());
             let _ = parse_client_flags([data.first().copied().unwrap_or(0), 0, 0, i as u8]);
         }
     }

@@ -52,6 +52,26 @@ impl<'a> Cursor<'a> {
         Cursor { buf }
     }
 
+    /// A cursor just past the magic number a message starts with, or
+    /// [`ProtoError::BadMagic`] if the message starts with anything else.
+    pub(crate) fn after_magic<const N: usize>(
+        buf: &'a [u8],
+        magic: [u8; N],
+    ) -> Result<Self, ProtoError> {
+        let mut c = Cursor::new(buf);
+        c.magic(magic)?;
+        Ok(c)
+    }
+
+    /// Reads a magic number (its big-endian bytes); anything but `expected` is
+    /// [`ProtoError::BadMagic`].
+    pub(crate) fn magic<const N: usize>(&mut self, expected: [u8; N]) -> Result<(), ProtoError> {
+        if self.array::<N>("magic")? != expected {
+            return Err(ProtoError::BadMagic);
+        }
+        Ok(())
+    }
+
     pub(crate) fn remaining(&self) -> usize {
         self.buf.len()
     }
@@ -105,6 +125,13 @@ pub(crate) fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// Appends `bytes` after their length as a big-endian u32: how NBD frames option data
+/// and the strings inside it.
+pub(crate) fn put_sized(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&len_u32(bytes.len()).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
 /// Shortens `s` to at most `max` bytes on a char boundary.
 pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -130,6 +157,11 @@ impl XorShift {
         x ^= x << 17;
         self.0 = x;
         x
+    }
+
+    /// `N` random bytes, as a fixed-size header buffer.
+    pub(crate) fn array<const N: usize>(&mut self) -> [u8; N] {
+        std::array::from_fn(|_| self.next_u64() as u8)
     }
 
     pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {

@@ -100,10 +100,7 @@ impl RequestHeader {
 /// Parses a request header. Only the magic is checked here; flags, command and range
 /// are validated by the server against the negotiated export.
 pub fn parse_request_header(buf: &[u8; REQUEST_HEADER_LEN]) -> Result<RequestHeader, ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u32("magic")? != REQUEST_MAGIC {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, REQUEST_MAGIC.to_be_bytes())?;
     Ok(RequestHeader {
         flags: c.u16("flags")?,
         command: Command::from_u16(c.u16("type")?),
@@ -122,10 +119,7 @@ pub fn encode_simple_reply(out: &mut Vec<u8>, error: u32, cookie: u64) {
 
 /// Client side: a simple reply header as (error, cookie).
 pub fn parse_simple_reply(buf: &[u8; SIMPLE_REPLY_HEADER_LEN]) -> Result<(u32, u64), ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u32("magic")? != SIMPLE_REPLY_MAGIC {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, SIMPLE_REPLY_MAGIC.to_be_bytes())?;
     Ok((c.u32("error")?, c.u64("cookie")?))
 }
 
@@ -150,10 +144,7 @@ impl ChunkHeader {
 
 /// Client side: parses a structured chunk header.
 pub fn parse_chunk_header(buf: &[u8; CHUNK_HEADER_LEN]) -> Result<ChunkHeader, ProtoError> {
-    let mut c = Cursor::new(buf);
-    if c.u32("magic")? != STRUCTURED_REPLY_MAGIC {
-        return Err(ProtoError::BadMagic);
-    }
+    let mut c = Cursor::after_magic(buf, STRUCTURED_REPLY_MAGIC.to_be_bytes())?;
     Ok(ChunkHeader {
         flags: c.u16("flags")?,
         reply_type: c.u16("type")?,
@@ -437,12 +428,8 @@ mod tests {
                 assert_eq!(h.encode(), hdr);
                 let _ = h.command.allowed_flags();
             }
-            let mut chdr = [0u8; CHUNK_HEADER_LEN];
-            chdr.copy_from_slice(&rng.bytes(CHUNK_HEADER_LEN));
-            let _ = parse_chunk_header(&chdr);
-            let mut shdr = [0u8; SIMPLE_REPLY_HEADER_LEN];
-            shdr.copy_from_slice(&rng.bytes(SIMPLE_REPLY_HEADER_LEN));
-            let _ = parse_simple_reply(&shdr);
+            let _ = parse_chunk_header(&rng.array());
+            let _ = parse_simple_reply(&rng.array());
             let len = rng.below(48) as usize;
             let data = rng.bytes(len);
             let _ = parse_block_status(&data);

@@ -128,7 +128,6 @@ where
             read = stream.read_exact(&mut hdr) => { read?; }
         }
         let hdr = parse_option_header(&hdr)?;
-        let mut out = Vec::new();
         if hdr.length > MAX_OPTION_BYTES {
             if hdr.option == OPT_EXPORT_NAME || hdr.length > MAX_OPTION_DISCARD_BYTES {
                 return Err(io::Error::new(
@@ -144,13 +143,7 @@ where
             if skipped != u64::from(hdr.length) {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
-            encode_option_error(
-                &mut out,
-                hdr.option,
-                REP_ERR_TOO_BIG,
-                "option data too long",
-            );
-            send(stream, &out).await?;
+            send_option_error(stream, hdr.option, REP_ERR_TOO_BIG, "option data too long").await?;
             continue;
         }
         let mut data = vec![0u8; hdr.length as usize];
@@ -172,13 +165,8 @@ where
                     "client asked for an export without TLS, which is required",
                 ));
             }
-            encode_option_error(
-                &mut out,
-                hdr.option,
-                REP_ERR_TLS_REQD,
-                "TLS is required: send NBD_OPT_STARTTLS first",
-            );
-            send(stream, &out).await?;
+            let message = "TLS is required: send NBD_OPT_STARTTLS first";
+            send_option_error(stream, hdr.option, REP_ERR_TLS_REQD, message).await?;
             continue;
         }
 
@@ -189,11 +177,11 @@ where
                 if hdr.option == OPT_SET_META_CONTEXT {
                     state.allocation_for = None;
                 }
-                encode_option_error(&mut out, hdr.option, REP_ERR_INVALID, &e.to_string());
-                send(stream, &out).await?;
+                send_option_error(stream, hdr.option, REP_ERR_INVALID, &e.to_string()).await?;
                 continue;
             }
         };
+        let mut out = Vec::new();
         let opt = hdr.option;
         match option {
             ClientOption::ExportName(name) => {
@@ -372,6 +360,18 @@ fn enter<D: BlockDevice>(exports: &[Export<D>], index: usize, state: &State) -> 
 async fn send<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
+}
+
+/// Answers `option` with the error reply `reply_type` and nothing else.
+async fn send_option_error<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    option: u32,
+    reply_type: u32,
+    message: &str,
+) -> io::Result<()> {
+    let mut out = Vec::new();
+    encode_option_error(&mut out, option, reply_type, message);
+    send(stream, &out).await
 }
 
 #[cfg(test)]

@@ -223,6 +223,15 @@ pub async fn connect_go<D: BlockDevice>(server: &Arc<Server<D>>, structured: boo
     conn
 }
 
+/// A client over `stream` that has greeted the server and gone to its default export,
+/// with simple replies.
+pub async fn client_on_default_export<S: AsyncRead + AsyncWrite + Unpin>(stream: S) -> Client<S> {
+    let mut client = Client::new(stream);
+    client.handshake().await;
+    client.go("", &[]).await;
+    client
+}
+
 /// One complete reply to a request.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reply {
@@ -300,9 +309,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         }
     }
 
+    /// Sends an option and asserts that its only reply is a bare ACK.
+    pub async fn option_acked(&mut self, option: u32, data: &[u8]) {
+        let replies = self.option(option, data).await;
+        assert_eq!(replies, vec![(REP_ACK, vec![])], "option {option}");
+    }
+
     pub async fn structured_and_meta(&mut self, export: &str) {
-        let r = self.option(OPT_STRUCTURED_REPLY, &[]).await;
-        assert_eq!(r, vec![(REP_ACK, vec![])]);
+        self.option_acked(OPT_STRUCTURED_REPLY, &[]).await;
         let data = meta_context_request(export, &["base:allocation"]);
         let r = self.option(OPT_SET_META_CONTEXT, &data).await;
         assert_eq!(r.len(), 2);
@@ -446,6 +460,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         let reply = self.reply().await.expect("reply");
         assert_eq!(reply.cookie, cookie);
         reply
+    }
+
+    /// A plain WRITE of `payload` at `offset`, waited for.
+    pub async fn write_at(&mut self, offset: u64, payload: &[u8]) -> Reply {
+        let length = u32::try_from(payload.len()).expect("payload fits a request");
+        self.call(Command::Write, 0, offset, length, payload).await
+    }
+
+    /// Reads the next `N` bytes the server sends, outside the request/reply framing
+    /// (the old-style export reply, a TLS hello).
+    pub async fn read_exactly<const N: usize>(&mut self, what: &str) -> [u8; N] {
+        let mut bytes = [0u8; N];
+        self.stream.read_exact(&mut bytes).await.expect(what);
+        bytes
+    }
+
+    /// Sends NBD_CMD_DISC: the server answers what is in flight, then closes.
+    pub async fn send_disc(&mut self) {
+        self.send(Command::Disc, 0, 0, 0, &[]).await;
+    }
+
+    /// Sends NBD_CMD_DISC behind the one request in flight and returns that request's
+    /// reply, which the server must send before it closes.
+    pub async fn disc_behind_one_in_flight(&mut self) -> Reply {
+        self.send_disc().await;
+        self.reply()
+            .await
+            .expect("the in-flight request's reply before the close")
     }
 
     /// True once the server has closed its end (reads EOF).

@@ -4,38 +4,25 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
-
 use super::copy_check::copy_problems;
 use super::meta::read_drive_record;
-use crate::testutil::TempDir;
+use crate::testutil::{TempDir, assert_holds, data_object_key, key_body, mirrored_positions};
 use crate::{ObjectStore, PutMode, open_store};
 use lsvd_core::error::ErrorKind;
 
 fn obj(seq: u64) -> String {
-    format!("v/obj/{seq:016x}.d")
+    data_object_key(seq)
 }
 
-fn body(key: &str, len: usize) -> Bytes {
-    Bytes::from(key.bytes().cycle().take(len).collect::<Vec<u8>>())
-}
-
-/// Positions of two copies each: (a, a2), (b, b2).
+/// Positions of two copies each: (a, a2), (b, b2), 64 KiB a drive.
 fn mirrored(root: &TempDir) -> (Vec<[PathBuf; 2]>, String) {
-    let pos: Vec<[PathBuf; 2]> = ["a", "b"]
-        .iter()
-        .map(|n| [root.path().join(n), root.path().join(format!("{n}2"))])
-        .collect();
-    let list: Vec<String> = pos
-        .iter()
-        .map(|[x, y]| format!("{}+{}", x.display(), y.display()))
-        .collect();
-    (pos, format!("chain:{}?drive_size=64K", list.join(",")))
+    let (pos, drives) = mirrored_positions(root);
+    (pos, format!("chain:{drives}?drive_size=64K"))
 }
 
 /// Puts object `seq` (see [`obj`]) of `len` bytes, if absent.
 async fn put_obj(s: &dyn ObjectStore, seq: u64, len: usize) -> crate::StoreResult<()> {
-    s.put(&obj(seq), body(&obj(seq), len), PutMode::IfAbsent)
+    s.put(&obj(seq), key_body(&obj(seq), len), PutMode::IfAbsent)
         .await
 }
 
@@ -51,11 +38,7 @@ fn has(dir: &Path, key: &str) -> bool {
 }
 
 async fn check(s: &dyn ObjectStore, key: &str, len: usize) {
-    let got = s
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get {key}: {e}"));
-    assert!(got == body(key, len), "contents of {key}");
+    assert_holds(s, key, &key_body(key, len)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,17 +63,17 @@ async fn puts_reach_both_copies_and_reads_repair_a_missing_one() {
     // A ranged read repairs too.
     std::fs::remove_file(pos[0][0].join(obj(2))).expect("lose");
     let r = s.get_range(&obj(2), 100..200).await.expect("range");
-    assert_eq!(r, body(&obj(2), size)[100..200]);
+    assert_eq!(r, key_body(&obj(2), size)[100..200]);
     assert!(has(&pos[0][0], &obj(2)), "repaired by a ranged read");
     // Lost from the second copy: a put-if-absent of the key (the uploader's retry)
     // is refused and makes sure of the copy.
     std::fs::remove_file(pos[0][1].join(obj(3))).expect("lose");
-    let e = s.put(&obj(3), body("x", 5), PutMode::IfAbsent).await;
+    let e = s.put(&obj(3), key_body("x", 5), PutMode::IfAbsent).await;
     assert_eq!(e.expect_err("taken").kind, ErrorKind::AlreadyExists);
     assert!(has(&pos[0][1], &obj(3)), "copied to the mirror");
     assert_eq!(
         std::fs::read(pos[0][1].join(obj(3))).expect("read"),
-        body(&obj(3), size)
+        key_body(&obj(3), size)
     );
     // Deletes reach both copies.
     s.delete(&obj(0)).await.expect("delete");
@@ -326,7 +309,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
         .expect("lands on the second copy");
     assert!(!has(&pos[0][0], &obj(3)) && has(&pos[0][1], &obj(3)));
     let e = s
-        .put(&obj(3), body("x", 5), PutMode::IfAbsent)
+        .put(&obj(3), key_body("x", 5), PutMode::IfAbsent)
         .await
         .expect_err("taken on the copy still serving");
     assert_eq!(e.kind, ErrorKind::AlreadyExists);
@@ -358,7 +341,7 @@ async fn no_room_on_either_copy_is_full_and_drops_neither() {
         fail_puts(dir, Some(libc::ENOSPC));
     }
     let e = s
-        .put(&obj(1), body(&obj(1), size), PutMode::IfAbsent)
+        .put(&obj(1), key_body(&obj(1), size), PutMode::IfAbsent)
         .await
         .expect_err("no room anywhere");
     assert_eq!(e.kind, ErrorKind::Full, "{e}");
@@ -440,7 +423,7 @@ async fn a_read_only_open_changes_nothing_on_any_drive() {
         check(&*s, &obj(seq), size).await;
     }
     let r = s.get_range(&obj(1), 10..20).await.expect("range");
-    assert_eq!(r, body(&obj(1), size)[10..20]);
+    assert_eq!(r, key_body(&obj(1), size)[10..20]);
     assert_eq!(s.list("v/").await.expect("list").len(), 6);
     assert_eq!(metric(&*s, "degraded_positions"), 1.0);
     // `lsvd check` reads each copy on its own, the one behind included.
@@ -457,11 +440,11 @@ async fn a_read_only_open_changes_nothing_on_any_drive() {
         "{problems:?}"
     );
     for e in [
-        s.put(&obj(9), body("x", 9), PutMode::IfAbsent)
+        s.put(&obj(9), key_body("x", 9), PutMode::IfAbsent)
             .await
             .expect_err("put"),
         s.delete(&obj(0)).await.expect_err("delete"),
-        s.repair_copies(&obj(1), body(&obj(1), size))
+        s.repair_copies(&obj(1), key_body(&obj(1), size))
             .await
             .expect_err("repair"),
     ] {
@@ -472,7 +455,7 @@ async fn a_read_only_open_changes_nothing_on_any_drive() {
     let chain = super::chain_store::ChainStore::open_mode(&spec, OpenMode::ReadOnly)
         .expect("open the chain read-only");
     let e = chain
-        .put(&obj(9), body("x", 9), PutMode::IfAbsent)
+        .put(&obj(9), key_body("x", 9), PutMode::IfAbsent)
         .await
         .expect_err("chain put");
     assert_eq!(e.kind, ErrorKind::ReadOnly, "{e}");

@@ -92,6 +92,29 @@ pub fn is_log_object(key: &str) -> bool {
         }
 }
 
+/// The three reads of [`ObjectStore`](crate::ObjectStore) (`get`, `get_range`,
+/// `get_range_background`) for a store of drives that answers each with its own
+/// `read(key: String, read: Read)`: the chained and the striped store, which must map
+/// each read to the same [`Read`](position::Read).
+macro_rules! reads_through_read {
+    () => {
+        fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+            Box::pin(self.read(key.to_string(), Read::Whole))
+        }
+        fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+            Box::pin(self.read(key.to_string(), Read::Range(range)))
+        }
+        fn get_range_background(
+            &self,
+            key: &str,
+            range: Range<u64>,
+        ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
+            Box::pin(self.read(key.to_string(), Read::Background(range)))
+        }
+    };
+}
+pub(crate) use reads_through_read;
+
 /// The drive record's name is not a key.
 fn reserved_key_error(key: &str) -> Error {
     Error::new(

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 
 use super::meta::{DRIVE_RECORD_NAME, DriveRecord, read_drive_record, write_drive_record};
-use crate::fs::{FsStore, valid_key};
+use crate::fs::{FsStore, blocking, valid_key};
 use crate::{CopyBytes, ListEntry, ObjectStore, PutMode, StoreMetric, StoreResult};
 use lsvd_core::error::{Error, ErrorKind, Result};
 
@@ -261,21 +261,27 @@ impl Drive {
         Ok(all)
     }
 
+    /// The live copies a write (`op`) of `key` goes to; refuses a bad key (the caller's
+    /// mistake, not a broken copy), a read-only open, and a position with no copy left.
+    fn live_to_write(&self, op: &str, key: &str) -> StoreResult<Vec<(&Copy, &FsStore)>> {
+        valid_key(key)?;
+        if self.read_only {
+            return Err(self.read_only_error(op, key));
+        }
+        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
+        if live.is_empty() {
+            return Err(self.no_copy());
+        }
+        Ok(live)
+    }
+
     /// Put on every live copy: the first that takes it decides put-if-absent, the
     /// others follow with overwrite. A key the deciding copy has already is made sure
     /// of on the others too. A copy without room is skipped and, once another copy has
     /// taken the object, dropped (the position degrades); if no copy has room the put
     /// fails `Full` and every copy stays in service.
     pub async fn put(&self, key: &str, data: Bytes, mode: PutMode) -> StoreResult<()> {
-        // A bad key is the caller's mistake, not a broken copy.
-        valid_key(key)?;
-        if self.read_only {
-            return Err(self.read_only_error("put", key));
-        }
-        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
-        if live.is_empty() {
-            return Err(self.no_copy());
-        }
+        let live = self.live_to_write("put", key)?;
         // Copies that answered Full, dropped only once another copy holds the object.
         let mut full: Vec<(&Copy, Error)> = Vec::new();
         let mut decided = None;
@@ -435,9 +441,7 @@ impl Drive {
             }
             let path = c.dir.join(key);
             let data = good.clone();
-            let result = tokio::task::spawn_blocking(move || rewrite_in_place(&path, &data))
-                .await
-                .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?;
+            let result = blocking(move || Ok(rewrite_in_place(&path, &data))).await?;
             match result {
                 Ok(true) => rewritten.push(c.dir.display().to_string()),
                 Ok(false) => {}
@@ -458,14 +462,7 @@ impl Drive {
 
     /// Delete from every live copy.
     pub async fn delete(&self, key: &str) -> StoreResult<()> {
-        valid_key(key)?;
-        if self.read_only {
-            return Err(self.read_only_error("delete", key));
-        }
-        let live: Vec<(&Copy, &FsStore)> = self.live().collect();
-        if live.is_empty() {
-            return Err(self.no_copy());
-        }
+        let live = self.live_to_write("delete", key)?;
         for (c, s) in live {
             match s.delete(key).await {
                 Ok(()) => {}

@@ -16,11 +16,11 @@ use super::meta::{DRIVE_RECORD_NAME, Layout};
 use super::open::open_drives;
 use super::position::{Drive, Read, mirror_metrics};
 use super::{home_drive, merge_listings, reserved_key_error};
-use crate::fs::valid_key;
+use crate::fs::{blocking, valid_key};
 use crate::{
     BoxFuture, CopyBytes, ListEntry, ObjectStore, OpenMode, PutMode, StoreMetric, StoreResult,
 };
-use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::error::{Error, Result};
 
 #[derive(Clone)]
 pub struct StripeStore {
@@ -68,27 +68,10 @@ impl ObjectStore for StripeStore {
         let key = key.to_string();
         Box::pin(async move { self.home(&key)?.put(&key, data, mode).await })
     }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Whole))
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Range(range)))
-    }
-    fn get_range_background(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Background(range)))
-    }
+    super::reads_through_read!();
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        let prefix = prefix.to_string();
-        let drives = self.drives.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || merge_listings(&drives, &prefix))
-                .await
-                .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?
-        })
+        let (drives, prefix) = (self.drives.clone(), prefix.to_string());
+        Box::pin(blocking(move || merge_listings(&drives, &prefix)))
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
         let key = key.to_string();

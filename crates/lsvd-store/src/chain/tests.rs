@@ -19,6 +19,15 @@ pub(super) fn dirs(root: &TempDir, n: usize) -> Vec<PathBuf> {
     (0..n).map(|i| root.path().join(format!("d{i}"))).collect()
 }
 
+/// A chain of three drives under a new temporary directory (`tag`), opened with
+/// `options`: the directory (kept while the test runs), the drives, the store.
+fn chain_of_three(tag: &str, options: &str) -> (TempDir, Vec<PathBuf>, ChainStore) {
+    let root = TempDir::new(tag);
+    let d = dirs(&root, 3);
+    let s = open_chain(&d, options);
+    (root, d, s)
+}
+
 pub(super) fn url(scheme: &str, dirs: &[PathBuf], options: &str) -> String {
     let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     format!("{scheme}:{}{options}", list.join(","))
@@ -69,11 +78,7 @@ pub(super) async fn put(s: &dyn ObjectStore, key: &str, len: usize) {
 }
 
 pub(super) async fn check(s: &dyn ObjectStore, key: &str, len: usize) {
-    let got = s
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get {key}: {e}"));
-    assert!(got == body(key, len), "contents of {key}");
+    crate::testutil::assert_holds(s, key, &body(key, len)).await;
 }
 
 /// Puts, gets, ranges, list order and deletes on a chain and a stripe; then both are
@@ -153,9 +158,7 @@ fn round_trip_and_reopen_on_chain_and_stripe() {
 /// a reopen, when another process wrote it on another drive, and under a race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_if_absent_holds_across_drives() {
-    let root = TempDir::new("chain-ifabsent");
-    let d = dirs(&root, 3);
-    let s = open_chain(&d, "?drive_size=4K");
+    let (_root, d, s) = chain_of_three("chain-ifabsent", "?drive_size=4K");
     put(&s, &obj(1, 'd'), 3000).await;
     put(&s, &obj(2, 'd'), 3000).await;
     assert_eq!(s.tail(), 1, "the second object did not fit drive 0");
@@ -215,9 +218,7 @@ async fn put_if_absent_holds_across_drives() {
 /// once the tail wraps round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tail_moves_when_a_drive_fills_and_wraps_to_freed_space() {
-    let root = TempDir::new("chain-tail");
-    let d = dirs(&root, 3);
-    let s = open_chain(&d, "?drive_size=64K");
+    let (_root, d, s) = chain_of_three("chain-tail", "?drive_size=64K");
     let size = 16 << 10;
     for seq in 0..12 {
         put(&s, &obj(seq, 'd'), size).await;
@@ -267,9 +268,7 @@ async fn gc_output_goes_to_the_body_unless_move_to_tail() {
         ("?drive_size=64K", true),
         ("?drive_size=64K&gc=move-to-tail", false),
     ] {
-        let root = TempDir::new("chain-gc");
-        let d = dirs(&root, 3);
-        let s = open_chain(&d, options);
+        let (_root, d, s) = chain_of_three("chain-gc", options);
         // Drive 0: objects 0..3 (full), tail on drive 1 with object 4.
         for seq in 0..5 {
             put(&s, &obj(seq, 'd'), 16 << 10).await;
@@ -433,9 +432,7 @@ pub(super) async fn keys_async(s: &dyn ObjectStore) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drive_full_before_its_size_is_passed_over() {
     use crate::fs::injected::fail_puts;
-    let root = TempDir::new("chain-enospc");
-    let d = dirs(&root, 3);
-    let s = open_chain(&d, "?drive_size=64K");
+    let (_root, d, s) = chain_of_three("chain-enospc", "?drive_size=64K");
     let size = 16 << 10;
     fail_puts(&d[0], Some(libc::ENOSPC));
     put(&s, &obj(0, 'd'), size).await;

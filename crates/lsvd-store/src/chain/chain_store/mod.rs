@@ -38,7 +38,7 @@ use super::meta::{DRIVE_RECORD_NAME, DriveRecord, Layout};
 use super::open::{open_drives, persist_tail};
 use super::position::{Drive, Read};
 use super::{home_drive, is_log_object, merge_listings, reserved_key_error};
-use crate::fs::valid_key;
+use crate::fs::{blocking, valid_key};
 use crate::{
     BoxFuture, CopyBytes, ListEntry, ObjectStore, OpenMode, Placement, PutMode, StoreMetric,
     StoreResult,

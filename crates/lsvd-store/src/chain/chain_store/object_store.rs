@@ -19,27 +19,12 @@ impl ObjectStore for ChainStore {
         let placement = placement.clone();
         Box::pin(self.put_inner(key, data, mode, placement))
     }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Whole))
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Range(range)))
-    }
-    fn get_range_background(
-        &self,
-        key: &str,
-        range: Range<u64>,
-    ) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        Box::pin(self.read(key.to_string(), Read::Background(range)))
-    }
+    crate::chain::reads_through_read!();
     fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        let prefix = prefix.to_string();
-        let this = self.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || merge_listings(&this.inner.drives, &prefix))
-                .await
-                .map_err(|e| Error::with_source(ErrorKind::Transient, "store task failed", e))?
-        })
+        let (this, prefix) = (self.clone(), prefix.to_string());
+        Box::pin(blocking(move || {
+            merge_listings(&this.inner.drives, &prefix)
+        }))
     }
     fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
         Box::pin(self.delete_inner(key.to_string()))
