@@ -11,6 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use lsvd_core::compression::Compression;
 use lsvd_core::format::VolumeId;
 use lsvd_core::format::cache_super::encode_cache_super;
 use lsvd_core::format::chain_drive::encode_drive_record;
@@ -19,12 +20,13 @@ use lsvd_core::format::clone_link::encode_clone_link;
 use lsvd_core::format::examples::{self, OBJECT_EXTENTS, RECORD_EXTENTS};
 use lsvd_core::format::log_index::encode_log_index;
 use lsvd_core::format::object::{
-    ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_object,
+    ExtentSource, ObjectExtent, ObjectKind, ObjectSpec, encode_compressed_object, encode_object,
 };
 use lsvd_core::format::record::encode_record;
 use lsvd_core::format::replica_status::{PassInProgress, ReplicaStatus, encode_replica_status};
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
+use lsvd_core::format::volume_settings::{VolumeSettings, encode_volume_settings};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
 use lsvd_fuzz::format_targets::fix_record;
 use lsvd_nbd::BlockSizes;
@@ -114,6 +116,16 @@ fn objects() {
         parts_after: 2,
         ..spec
     };
+    // Version 5: 72 KiB that compress (two chunks, the second short), with each codec.
+    let long_extents = [ObjectExtent {
+        lba: 64,
+        sectors: 144,
+        source: None,
+    }];
+    let long = ObjectSpec {
+        extents: &long_extents,
+        ..spec
+    };
     let seeds = [
         ("data", spec, pattern(17 * 512, 2)),
         ("gc", gc, pattern(2048, 5)),
@@ -123,6 +135,13 @@ fn objects() {
     ];
     for (name, spec, data) in &seeds {
         put("format_object", name, &[0], &encode_object(spec, data));
+    }
+    for (name, compression) in [
+        ("data-lz4", Compression::Lz4),
+        ("data-zstd", Compression::Zstd(3)),
+    ] {
+        let object = encode_compressed_object(&long, &pattern(144 * 512, 6), compression);
+        put("format_object", name, &[0], &object);
     }
     put("format_object", "generate", &[1], &pattern(96, 4));
 }
@@ -230,11 +249,19 @@ fn supers() {
             encode_replica_status(&status).expect("a valid status"),
         ),
         ("chain-drive", encode_drive_record(&drive)),
+        (
+            "volume-settings",
+            encode_volume_settings(&VolumeSettings {
+                volume: VolumeId([4; 16]),
+                compression: Compression::Zstd(3),
+                changed_unix_ms: 1_800_000_000_000,
+            }),
+        ),
     ];
     for (which, (name, bytes)) in (0u8..).zip(&seeds) {
         put("format_supers", name, &[0, which], bytes);
     }
-    for which in 0..7u8 {
+    for which in 0..8u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

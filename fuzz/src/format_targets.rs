@@ -9,9 +9,10 @@
 //!   one byte of the encoding, chosen by the input, is changed and the decoder (or the
 //!   data verification) must refuse it.
 
+use lsvd_core::compression::{Codec, Compression};
 use lsvd_core::format::object::{
     ExtentSource, ObjectExtent, ObjectHeader, ObjectKind, ObjectSpec, decode_object_header,
-    encode_object, peek_header_bytes,
+    encode_compressed_object, encode_object, peek_header_bytes,
 };
 use lsvd_core::format::record::{
     ExtentKind, RecordExtent, RecordHeader, decode_record_header, encode_header_prefix,
@@ -297,21 +298,53 @@ fn check_object_bytes(buf: &[u8]) {
         return;
     };
     assert_eq!(peek_header_bytes(buf), Ok(u64::from(h.header_bytes)));
-    assert_eq!(h.chunk_crcs.len() as u64, h.data_bytes.div_ceil(4096));
-    // Verification of any range must not panic, whatever the header says.
+    assert_eq!(
+        h.chunk_crcs.len() as u64,
+        h.data_bytes.div_ceil(h.chunk_bytes)
+    );
+    // Opening any range must not panic, whatever the header says.
     let total = h.total_bytes();
     let data_start = u64::from(h.header_bytes);
     let have = (buf.len() as u64).min(total);
-    let data = &buf[data_start as usize..have as usize];
-    let _ = h.verify_data(data_start, data);
-    if have == total && h.data_bytes <= 1 << 20 && h.verify_data(data_start, data).is_ok() {
-        let encoded = encode_object(&spec_of(&h), data);
+    let stored = buf[data_start as usize..have as usize].to_vec();
+    let opened = h.open_data(data_start, stored);
+    if have == total
+        && h.data_bytes <= 1 << 20
+        && let Ok(data) = opened
+    {
+        assert_eq!(
+            data.len() as u64,
+            h.data_bytes,
+            "a whole object opens whole"
+        );
+        // Written again with the object's own codec (raw chunks stay raw; a chunk the
+        // compressor shrinks may now be stored compressed): the same header but for
+        // the chunk table, and the same data once opened.
+        let compression = match h.codec {
+            Codec::None => Compression::None,
+            Codec::Lz4 => Compression::Lz4,
+            Codec::Zstd => Compression::Zstd(1),
+        };
+        let encoded = if h.stored_chunks.is_empty() {
+            encode_object(&spec_of(&h), &data)
+        } else {
+            encode_compressed_object(&spec_of(&h), &data, compression)
+        };
         let again = decode_object_header(&encoded).expect("re-encoded object decodes");
+        let reopened = again.open_whole(&encoded).expect("re-encoded object opens");
+        assert!(reopened == data, "re-encoded object opens to other data");
         // A header of a version before 4 is written again as version 4: a longer
         // fixed part, and the first record it says nothing of filled in.
         let mut want = h.clone();
         if want.first_record_seq.is_none() {
             want.first_record_seq = again.first_record_seq;
+            want.header_bytes = again.header_bytes;
+        }
+        if !h.stored_chunks.is_empty() {
+            want.chunk_crcs.clone_from(&again.chunk_crcs);
+            want.stored_chunks.clone_from(&again.stored_chunks);
+            want.codec = again.codec;
+            want.chunk_bytes = again.chunk_bytes;
             want.header_bytes = again.header_bytes;
         }
         assert_eq!(again, want, "re-encoded object decodes differently");
@@ -349,7 +382,19 @@ fn generate_object(b: &mut Bytes<'_>) {
     } else {
         sectors_total as usize * 512
     };
-    let data = b.exact(data_len);
+    let mut data = b.exact(data_len);
+    // Half the time data that compresses: a short run repeated.
+    if b.below(2) == 0 && !data.is_empty() {
+        let run = 1 + b.below(64) as usize;
+        for i in run..data.len() {
+            data[i] = data[i % run];
+        }
+    }
+    let compression = match b.below(3) {
+        0 => Compression::None,
+        1 => Compression::Lz4,
+        _ => Compression::Zstd(1),
+    };
     // Data objects sometimes resize the volume (a version 2 header).
     let volume_size_bytes =
         (kind == ObjectKind::Data && b.below(3) == 0).then(|| 4096 * (1 + b.u64() % (1 << 40)));
@@ -371,7 +416,7 @@ fn generate_object(b: &mut Bytes<'_>) {
         epoch: b.u64(),
         first_record_seq: last_record_seq.saturating_sub(b.u64() % 64),
     };
-    let buf = encode_object(&spec, &data);
+    let buf = encode_compressed_object(&spec, &data, compression);
     let h = decode_object_header(&buf).expect("encoded object decodes");
     assert_eq!(h.volume_size_bytes, volume_size_bytes);
     assert_eq!(h.parts_after, parts_after);
@@ -383,23 +428,24 @@ fn generate_object(b: &mut Bytes<'_>) {
     assert_eq!(h.data_bytes, data.len() as u64);
     assert_eq!(h.total_bytes(), buf.len() as u64);
     let start = u64::from(h.header_bytes);
-    h.verify_data(start, &buf[start as usize..])
-        .expect("encoded data verifies");
-    // A read of any range inside the data verifies through verifiable_range.
+    assert!(h.open_whole(&buf).expect("encoded data opens") == data);
+    // A read of any range inside the data opens through verifiable_range and
+    // stored_range to the bytes written.
     if !data.is_empty() {
         let off = u64::from(b.below(data_len as u32));
         let len = 1 + u64::from(b.below((data_len as u64 - off) as u32));
         let (s, e) = h.verifiable_range(start + off, len);
-        assert!(s <= start + off && start + off + len <= e && e <= h.total_bytes());
-        h.verify_data(s, &buf[s as usize..e as usize])
-            .expect("verifiable range verifies");
+        assert!(s <= start + off && start + off + len <= e && e <= start + h.data_bytes);
+        let (ss, se) = h.stored_range(s, e);
+        assert!(start <= ss && ss <= se && se <= h.total_bytes());
+        let opened = h
+            .open_data(s, buf[ss as usize..se as usize].to_vec())
+            .expect("verifiable range opens");
+        assert!(opened == data[(s - start) as usize..(e - start) as usize]);
     }
     let mut bad = buf.clone();
     if let Some(at) = corrupt(b, &mut bad, buf.len()) {
-        let ok = decode_object_header(&bad).and_then(|h| {
-            let start = u64::from(h.header_bytes) as usize;
-            h.verify_data(start as u64, bad.get(start..).unwrap_or(&[]))
-        });
+        let ok = decode_object_header(&bad).and_then(|h| h.open_whole(&bad));
         assert!(ok.is_err(), "corrupt byte {at} of an object went unnoticed");
     }
 }

@@ -3,6 +3,7 @@
 //! module's targets. Snapshot records, clone links, replica status records and chain
 //! drive records share the `format_supers` target.
 
+use lsvd_core::compression::Compression;
 use lsvd_core::format::cache_super::{CacheSuper, decode_cache_super, encode_cache_super};
 use lsvd_core::format::chain_drive::{
     DriveRecord, Layout, MAX_DRIVES, decode_drive_record, encode_drive_record,
@@ -24,6 +25,9 @@ use lsvd_core::format::replica_status::{
 };
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
+use lsvd_core::format::volume_settings::{
+    VolumeSettings, decode_volume_settings, encode_volume_settings,
+};
 use lsvd_core::format::volume_super::{
     NO_CHECKPOINT, VolumeSuper, decode_volume_super, encode_volume_super,
 };
@@ -191,7 +195,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 7 {
+    match which % 8 {
         0 => assert_reencodes(buf, "cache superblock", decode_cache_super, |s| {
             Ok(encode_cache_super(s))
         }),
@@ -219,13 +223,16 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
             }
         }
         4 => assert_reencodes(buf, "clone link", decode_clone_link, encode_clone_link),
+        7 => assert_reencodes(buf, "volume settings", decode_volume_settings, |s| {
+            Ok(encode_volume_settings(s))
+        }),
         _ => assert_reencodes(buf, "snapshot record", decode_snapshot, encode_snapshot),
     }
 }
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 7 {
+    match which % 8 {
         0 => fix::crc_at(buf, 12, 88),
         // The others, the chain drive record included: CRC at 12 over the whole record.
         _ => fix::crc_at(buf, 12, len),
@@ -233,7 +240,7 @@ fn fix_supers(which: u8, buf: &mut [u8]) {
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 7 {
+    let mut buf = match which % 8 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -397,6 +404,25 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             assert_eq!(decode_snapshot(&buf), Ok(r), "snapshot record round trip");
             buf
         }
+        7 => {
+            let compression = match b.below(3) {
+                0 => Compression::None,
+                1 => Compression::Lz4,
+                _ => Compression::Zstd(1 + b.below(19) as i32),
+            };
+            let settings = VolumeSettings {
+                volume: volume(b),
+                compression,
+                changed_unix_ms: b.u64(),
+            };
+            let buf = encode_volume_settings(&settings);
+            assert_eq!(
+                decode_volume_settings(&buf),
+                Ok(settings),
+                "volume settings round trip"
+            );
+            buf
+        }
         _ => {
             let raw = b.vec(300);
             let name = String::from_utf8_lossy(&raw);
@@ -419,19 +445,20 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(7) {
+    let within = if which.is_multiple_of(8) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 7 {
+        let rejected = match which % 8 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
             2 => decode_volume_meta(&buf).is_err(),
             4 => decode_clone_link(&buf).is_err(),
             5 => decode_replica_status(&buf).is_err(),
             6 => decode_drive_record(&buf).is_err(),
+            7 => decode_volume_settings(&buf).is_err(),
             _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
@@ -439,8 +466,8 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
 }
 
 /// Target `format_supers`: cache superblock, volume superblock, volume metadata,
-/// snapshot record, clone link, replica status, chain drive record. The second byte
-/// picks which (modulo 7, in that order).
+/// snapshot record, clone link, replica status, chain drive record, volume settings.
+/// The second byte picks which (modulo 8, in that order).
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {
