@@ -9,7 +9,9 @@
 # Jobs: 4 KiB write + fsync QD1; 4 KiB random write QD32; 4 KiB random read QD32 and
 # QD1 (after a sequential fill, so reads hit written data); 1 MiB sequential write
 # QD8; 4 KiB random write over 4 connections at QD8 each. LOCAL_AB_JOBS picks some
-# (space-separated names), LOCAL_AB_RUNTIME sets seconds per job (default 6).
+# (space-separated names), LOCAL_AB_RUNTIME sets seconds per job (default 6),
+# LOCAL_AB_FIO_ARGS adds fio options to every job and fill (e.g. `--refill_buffers` for
+# data that does not compress, `--refill_buffers --buffer_compress_percentage=50`).
 # Prints one line per run and the medians (IOPS, MB/s for the sequential write).
 set -u
 # shellcheck source=lib.sh
@@ -43,13 +45,14 @@ run_one() { # NAME BINARY ARGS JOB -> "NAME JOB VALUE"
   for _ in $(seq 1 300); do [ -S "$data/nbd.sock" ] && break; sleep 0.1; done
   local uri="nbd+unix:///vol?socket=$data/nbd.sock"
   if [[ $job == randread-* ]]; then
+    # shellcheck disable=SC2086
     fio --name=fill --ioengine=nbd "--uri=$uri" --rw=write --bs=1M --iodepth=8 \
-      --size=1G >/dev/null || exit 1
+      --size=1G ${LOCAL_AB_FIO_ARGS:-} >/dev/null || exit 1
   fi
-  # shellcheck disable=SC2046
+  # shellcheck disable=SC2046,SC2086
   fio --name=job --output-format=json --output="$tmp/fio.json" --ioengine=nbd \
     "--uri=$uri" --size=1G --time_based "--runtime=$runtime" --randrepeat=0 \
-    --norandommap --group_reporting $(job_args "$job") >/dev/null || exit 1
+    --norandommap --group_reporting $(job_args "$job") ${LOCAL_AB_FIO_ARGS:-} >/dev/null || exit 1
   kill -INT "$pid"; wait "$pid"
   rm -rf "$data"
   python3 - "$tmp/fio.json" "$name" "$job" <<'EOF'

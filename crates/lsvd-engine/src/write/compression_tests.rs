@@ -271,3 +271,47 @@ async fn bad_settings_refuse_the_open() {
     }
     assert_eq!(data_object_bytes(&mem), 0);
 }
+
+/// A compressed volume replicates as it is stored (objects copied and checked without
+/// being opened, checkpoints opened for their lists), and the replica reads back, served
+/// from the target store alone, at the compressed size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_volume_replicates_and_the_replica_reads_back() {
+    let mem = Arc::new(MemStore::new());
+    let source: DynStore = mem.clone();
+    let target_mem = Arc::new(MemStore::new());
+    let target: DynStore = target_mem.clone();
+    let dir = TempDir::new("compression-replicate");
+    let config = EngineConfig {
+        batch_size_bytes: 256 << 10,
+        batch_timeout_ms: 50,
+        log_size_bytes: 16 << 20,
+        read_cache_bytes: 0,
+        checkpoint_every_objects: 2,
+        compression: Some(Compression::Zstd(3)),
+        ..EngineConfig::default()
+    };
+    let (volume, _) = create_and_open(&source, "v", 256 * BLOCK, dir.path(), config.clone()).await;
+    let data: Vec<u8> = (0..256).flat_map(|b| block(b, false)).collect();
+    volume.write(0, data, false).await.expect("write");
+    volume.flush().await.expect("flush");
+    wait_drained(&volume).await;
+    volume.shutdown().await.expect("shutdown");
+    let (options, progress) = (
+        crate::ReplicateOptions::default(),
+        crate::ReplicateProgress::default(),
+    );
+    crate::replicate_once(&source, &target, "v", &options, &progress)
+        .await
+        .expect("replicate");
+    assert_eq!(data_object_bytes(&target_mem), data_object_bytes(&mem));
+    let dir2 = TempDir::new("compression-replica");
+    let (replica, _) = crate::open_volume(target, "v", dir2.path(), config)
+        .await
+        .expect("open the replica");
+    for b in 0..256 {
+        let got = replica.read(b * BLOCK, BLOCK).await.expect("read");
+        assert!(got == block(b, false), "replica block {b}");
+    }
+    replica.shutdown().await.expect("shutdown");
+}
