@@ -444,10 +444,7 @@ async fn drive(
     if let Some(c) = chaos {
         let _ = c.await;
     }
-    stats.add("ops_issued", out.issued);
-    stats.add("ops_acked", out.acked);
-    stats.add("store_points", out.barriers_ok);
-    stats.add("store_barriers_timed_out", out.barriers_failed);
+    out.count(stats);
     let image = slot
         .lock()
         .unwrap_or_else(|p| p.into_inner())
