@@ -136,6 +136,12 @@ fn failure(round: u32, ctx: &str, notes: &[String], hosts: &[Server; 2], what: S
     )
 }
 
+/// [`failure`] once the rounds are over.
+fn after_the_last_round(rounds: u32, ctx: &str, hosts: &[Server; 2], what: String) -> Failure {
+    let notes = ["after the last round".to_string()];
+    failure(rounds.saturating_sub(1), ctx, &notes, hosts, what)
+}
+
 /// Wait until the server printed `what`; an error if it exits or takes too long.
 async fn wait_for_log(host: &Server, what: &str, within: Duration) -> Result<(), String> {
     let printed_or_exited = || {
@@ -611,16 +617,9 @@ pub async fn episode(
                     "stopped host {} cleanly, deleted its data directory, restarted it",
                     HOSTS[s]
                 ));
-                match hosts[s].stop_within(PATIENCE).await {
-                    Ok(st) if st.success() => {}
-                    other => {
-                        return Err(fail(
-                            format!("clean stop of the new holder: {other:?}"),
-                            &notes,
-                            &hosts,
-                        ));
-                    }
-                }
+                stop_cleanly(&mut hosts[s], "the new holder")
+                    .await
+                    .map_err(|e| fail(e, &notes, &hosts))?;
                 let _ = std::fs::remove_dir_all(&hosts[s].data);
             } else {
                 notes.push(format!("SIGKILLed host {} and restarted it", HOSTS[s]));
@@ -659,26 +658,12 @@ pub async fn episode(
     // Clean stops; then each host's data directory in turn must serve exactly the
     // last state (the standby's holds a superseded session's write log).
     let (h, s) = (holder, 1 - holder);
-    let end = |what: String, hosts: &[Server; 2]| {
-        failure(
-            rounds.saturating_sub(1),
-            &ctx,
-            &["after the last round".to_string()],
-            hosts,
-            what,
-        )
-    };
+    let end = |what: String, hosts: &[Server; 2]| after_the_last_round(rounds, &ctx, hosts, what);
     disconnect(&conns).await;
     for i in [s, h] {
-        match hosts[i].stop_within(PATIENCE).await {
-            Ok(st) if st.success() => {}
-            other => {
-                return Err(end(
-                    format!("clean stop of host {}: {other:?}", HOSTS[i]),
-                    &hosts,
-                ));
-            }
-        }
+        stop_cleanly(&mut hosts[i], &format!("host {}", HOSTS[i]))
+            .await
+            .map_err(|e| end(e, &hosts))?;
     }
     note_gc(&hosts[h], &stats, &mut gc_seen, false);
     for i in [s, h] {
@@ -761,9 +746,15 @@ async fn serve_exactly(host: &mut Server, want: &[Content], stats: &Stats) -> Re
     disconnect(&conns).await;
     conns.clear();
     same?;
+    stop_cleanly(host, "the server").await
+}
+
+/// Stops `host` (`name` in the error): Err unless it exits successfully within
+/// [`PATIENCE`].
+async fn stop_cleanly(host: &mut Server, name: &str) -> Result<(), String> {
     match host.stop_within(PATIENCE).await {
         Ok(st) if st.success() => Ok(()),
-        other => Err(format!("clean stop: {other:?}")),
+        other => Err(format!("clean stop of {name}: {other:?}")),
     }
 }
 
@@ -1027,27 +1018,12 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         note_gc(&hosts[loser], &stats, &mut gc_seen, true);
         // A clean stop: the next race starts from a volume nobody holds.
         disconnect(&conns).await;
-        match hosts[loser].stop_within(PATIENCE).await {
-            Ok(st) if st.success() => {}
-            other => {
-                return Err(fail(
-                    format!("clean stop of host {}: {other:?}", HOSTS[loser]),
-                    &notes,
-                    &hosts,
-                ));
-            }
-        }
+        stop_cleanly(&mut hosts[loser], &format!("host {}", HOSTS[loser]))
+            .await
+            .map_err(|e| fail(e, &notes, &hosts))?;
     }
     // The last winner's data directory holds a superseded session's write log.
-    let end = |what: String, hosts: &[Server; 2]| {
-        failure(
-            rounds.saturating_sub(1),
-            &ctx,
-            &["after the last round".to_string()],
-            hosts,
-            what,
-        )
-    };
+    let end = |what: String, hosts: &[Server; 2]| after_the_last_round(rounds, &ctx, hosts, what);
     for i in 0..2 {
         serve_exactly(&mut hosts[i], &contents, &stats)
             .await
