@@ -240,20 +240,48 @@ print("storm ok")
     );
 }
 
+/// A 64 MiB `vol` served with `extra` flags and `--metrics` on a free port: the test's
+/// directory (removed on drop), the server and the metrics address.
+fn serve_with_metrics(test: &str, extra: &[&str]) -> (TempDir, Server, String) {
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "64M");
+    let metrics = format!("127.0.0.1:{}", free_tcp_port());
+    let mut args = vec!["vol", "--metrics", &metrics];
+    args.extend_from_slice(extra);
+    let server = lsvd.serve(&dir.join("nbd.sock"), &args);
+    (dir, server, metrics)
+}
+
+/// A 1 s timeout closed the watched connection `took` after it began (not early, not
+/// seconds late), `counter` counted it once, and the server logged `logged` (once the
+/// connection has ended, just after it closed).
+fn assert_closed_by_1s_timeout(
+    took: Duration,
+    metrics: &str,
+    counter: &str,
+    server: &Server,
+    logged: &str,
+) {
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "closed after {took:?}, timeout 1 s"
+    );
+    assert_eq!(sample(metrics, counter), 1.0, "{counter}");
+    assert!(
+        wait_until(Duration::from_secs(5), || server.log().contains(logged)),
+        "{}",
+        server.log()
+    );
+}
+
 /// `--handshake-timeout`: a peer that connects and says nothing is closed when its
 /// own deadline passes, while another client connects and works meanwhile; counted in
 /// the metrics and logged.
 #[test]
 fn an_idle_handshake_is_closed_while_another_client_works() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("hs_timeout");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let metrics = format!("127.0.0.1:{}", free_tcp_port());
-    let server = lsvd.serve(
-        &dir.join("nbd.sock"),
-        &["vol", "--handshake-timeout", "1s", "--metrics", &metrics],
-    );
+    let (_dir, server, metrics) = serve_with_metrics("hs_timeout", &["--handshake-timeout", "1s"]);
     let idle = watch_close(half_open(&server.socket), Instant::now());
     let opened = Instant::now();
     let out = nbdsh(
@@ -274,19 +302,8 @@ print("other client ok")
         took.as_secs_f64(),
         worked_after.as_secs_f64()
     );
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
-        "closed after {took:?}, deadline 1 s"
-    );
-    assert_eq!(sample(&metrics, "lsvd_nbd_handshake_timeouts_total"), 1.0);
-    // Logged once the connection has ended, just after it closed.
-    assert!(
-        wait_until(Duration::from_secs(5), || server
-            .log()
-            .contains("not done after 1000 ms")),
-        "{}",
-        server.log()
-    );
+    let counter = "lsvd_nbd_handshake_timeouts_total";
+    assert_closed_by_1s_timeout(took, &metrics, counter, &server, "not done after 1000 ms");
 }
 
 /// `--idle-timeout`: a connection in transmission that sends nothing is closed after
@@ -294,14 +311,7 @@ print("other client ok")
 #[test]
 fn an_idle_connection_is_closed_after_the_idle_timeout() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("idle_timeout");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let metrics = format!("127.0.0.1:{}", free_tcp_port());
-    let server = lsvd.serve(
-        &dir.join("nbd.sock"),
-        &["vol", "--idle-timeout", "1s", "--metrics", &metrics],
-    );
+    let (_dir, server, metrics) = serve_with_metrics("idle_timeout", &["--idle-timeout", "1s"]);
     let quiet = watch_close(in_transmission(&server.socket, "vol"), Instant::now());
     // Busy for 2 s, never quiet for a second.
     let out = nbdsh(
@@ -323,17 +333,13 @@ print("busy client ok")
         "idle connection closed {:.2} s after its handshake (--idle-timeout 1s)",
         took.as_secs_f64()
     );
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
-        "closed after {took:?}, idle timeout 1 s"
-    );
-    assert_eq!(sample(&metrics, "lsvd_nbd_idle_timeouts_total"), 1.0);
-    assert!(
-        wait_until(Duration::from_secs(5), || server
-            .log()
-            .contains("(the idle timeout): closed")),
-        "{}",
-        server.log()
+    let counter = "lsvd_nbd_idle_timeouts_total";
+    assert_closed_by_1s_timeout(
+        took,
+        &metrics,
+        counter,
+        &server,
+        "(the idle timeout): closed",
     );
 }
 
@@ -343,11 +349,7 @@ print("busy client ok")
 #[test]
 fn an_oversized_write_is_refused_counted_and_logged() {
     require_tools(&["nbdsh"]);
-    let dir = TempDir::new("oversized");
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "64M");
-    let metrics = format!("127.0.0.1:{}", free_tcp_port());
-    let server = lsvd.serve(&dir.join("nbd.sock"), &["vol", "--metrics", &metrics]);
+    let (_dir, server, metrics) = serve_with_metrics("oversized", &[]);
     let out = nbdsh(
         &server.uri("vol"),
         r#"

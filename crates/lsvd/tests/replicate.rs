@@ -59,6 +59,19 @@ fn script(body: &str) -> String {
     format!("BLOCKS = {BLOCKS}\n{body}")
 }
 
+/// `nbdsh` running the writer `body` on `server`'s `vol` until the file `stop` exists,
+/// its stdout (the last round written) piped.
+fn writer_command(body: &str, server: &Server, stop: &std::path::Path) -> std::process::Command {
+    let mut cmd = tool("nbdsh");
+    cmd.arg("-n")
+        .arg("-c")
+        .arg(format!("{NBDSH_PRELUDE}\n{}", script(body)))
+        .env("URI", server.uri("vol"))
+        .env("STOP", stop)
+        .stdout(Stdio::piped());
+    cmd
+}
+
 /// The rounds each block of `vol` holds, served from `lsvd` (a data dir of its own).
 fn served_versions(lsvd: &Lsvd, socket: &std::path::Path) -> Vec<u64> {
     let mut server = lsvd.serve(socket, &["vol"]);
@@ -139,13 +152,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
     );
     let target = store_url_for(&dir.join("replica"));
     let stop = dir.join("stop-writing");
-    let writer = tool("nbdsh")
-        .arg("-n")
-        .arg("-c")
-        .arg(format!("{NBDSH_PRELUDE}\n{}", script(WRITER)))
-        .env("URI", server.uri("vol"))
-        .env("STOP", &stop)
-        .stdout(Stdio::piped())
+    let writer = writer_command(WRITER, &server, &stop)
         .spawn()
         .expect("spawn the writer");
 
@@ -156,29 +163,9 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
         let_time_pass(Duration::from_millis(100 + rng.below(900)));
         follow.kill().expect("SIGKILL replicate --follow");
         let _ = follow.wait();
-        // Copy the replica as it is (a replication of the replica: serving the
-        // replica itself would make it a volume of its own) and read it.
-        let check = dir.join(format!("check-{point}"));
-        let reader = Lsvd {
-            data: check.join("d1"),
-            store: Some(target.clone()),
-        };
-        let copy_url = format!("file://{}", check.join("store").display());
-        let out = reader.run(&["replicate", "vol", "--to", &copy_url]);
-        if !out.status.success() {
-            let err = stderr(&out);
-            assert!(
-                err.contains("no volume 'vol'"),
-                "point {point}: {}",
-                show("replicate the replica", &out)
-            );
+        let Some(got) = replica_blocks(dir.path(), &target, &format!("k{point}")) else {
             continue;
-        }
-        let copy = Lsvd {
-            data: check.join("d2"),
-            store: Some(copy_url),
         };
-        let got = served_versions(&copy, &check.join("nbd.sock"));
         assert_prefix_shape(&got, &format!("kill point {point}"));
         prefixes += 1;
         eprintln!(
@@ -409,14 +396,8 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
             break;
         }
         let stop = dir.join(format!("stop-{crash}"));
-        let writer = tool("nbdsh")
-            .arg("-n")
-            .arg("-c")
-            .arg(format!("{NBDSH_PRELUDE}\n{}", script(VERSION_WRITER)))
-            .env("URI", server.uri("vol"))
-            .env("STOP", &stop)
+        let writer = writer_command(VERSION_WRITER, &server, &stop)
             .env("START", next_version.to_string())
-            .stdout(Stdio::piped())
             .spawn()
             .expect("spawn the writer");
         let_time_pass(Duration::from_millis(600 + rng.below(900)));

@@ -16,7 +16,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use common::pki::{Pki, nbds_uri};
 use common::*;
@@ -68,14 +68,23 @@ fn qemu_io(dir: &Path, port: u16, commands: &[&str]) -> Output {
     run_timeout(&mut cmd, SHORT)
 }
 
+/// `qemu-io` running `command` on `vol` over plain-text NBD at `port`.
+fn plain_qemu_io(port: u16, command: &str) -> Command {
+    let mut cmd = tool("qemu-io");
+    cmd.args([
+        "--image-opts",
+        &format!("driver=nbd,host=127.0.0.1,port={port},export=vol"),
+        "-c",
+        command,
+    ]);
+    cmd
+}
+
 #[test]
 fn tls_required_round_trips_and_refuses_strangers() {
     require_tools(TOOLS);
-    let dir = TempDir::new("tls_required");
+    let (dir, lsvd, socket) = new_volume("tls_required", "8M");
     let pki = Pki::new(&dir.subdir("pki"));
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "8M");
-    let socket = dir.join("nbd.sock");
     let mut server = serve_tls(&lsvd, &socket, &pki.serve_args());
     let port = tls_port(&server);
     let log = server.log();
@@ -108,15 +117,7 @@ fn tls_required_round_trips_and_refuses_strangers() {
         SHORT,
     );
     assert_refused(&plain, "plain nbdinfo");
-    let plain_qemu = run_timeout(
-        tool("qemu-io").args([
-            "--image-opts",
-            &format!("driver=nbd,host=127.0.0.1,port={port},export=vol"),
-            "-c",
-            "read 0 4k",
-        ]),
-        SHORT,
-    );
+    let plain_qemu = run_timeout(&mut plain_qemu_io(port, "read 0 4k"), SHORT);
     assert_refused(&plain_qemu, "plain qemu-io");
     // Clients without a certificate, or with one from another CA, are refused.
     for (what, client) in [
@@ -159,11 +160,8 @@ fn tls_required_round_trips_and_refuses_strangers() {
 #[test]
 fn tls_optional_serves_plain_and_tls_clients() {
     require_tools(TOOLS);
-    let dir = TempDir::new("tls_optional");
+    let (dir, lsvd, socket) = new_volume("tls_optional", "4M");
     let pki = Pki::new(&dir.subdir("pki"));
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "4M");
-    let socket = dir.join("nbd.sock");
     // No client CA: any client that completes the handshake is served.
     let args: Vec<String> = [
         "--tls-cert",
@@ -180,15 +178,7 @@ fn tls_optional_serves_plain_and_tls_clients() {
 
     let out = qemu_io(&pki.no_cert_dir, port, &["write -P 0x3c 0 64k"]);
     assert!(out.status.success(), "{}", show("qemu-io over TLS", &out));
-    let plain = run_ok(
-        tool("qemu-io").args([
-            "--image-opts",
-            &format!("driver=nbd,host=127.0.0.1,port={port},export=vol"),
-            "-c",
-            "read -P 0x3c 0 64k",
-        ]),
-        SHORT,
-    );
+    let plain = run_ok(&mut plain_qemu_io(port, "read -P 0x3c 0 64k"), SHORT);
     assert!(!stdout(&plain).contains("Pattern verification failed"));
     let size = run_ok(
         tool("nbdinfo")
@@ -226,11 +216,8 @@ fn serve_error(lsvd: &Lsvd, socket: &Path, args: &[&str]) -> String {
 #[test]
 fn plain_text_off_loopback_needs_insecure_and_bad_files_fail_the_start() {
     require_tools(&["openssl", "nbdinfo"]);
-    let dir = TempDir::new("tls_refusals");
+    let (dir, lsvd, socket) = new_volume("tls_refusals", "4M");
     let pki = Pki::new(&dir.subdir("pki"));
-    let lsvd = Lsvd::new(dir.join("data"));
-    lsvd.create("vol", "4M");
-    let socket = dir.join("nbd.sock");
     let cert = pki.server_cert.to_str().expect("utf-8");
     let key = pki.server_key.to_str().expect("utf-8");
 

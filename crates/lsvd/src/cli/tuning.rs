@@ -58,11 +58,7 @@ pub(super) fn resolve_tuning(
             },
             Err(e) => {
                 let why = format!("the first-start probe failed ({e}): using the defaults");
-                LoadedLayer {
-                    status: format!("unusable: {why}"),
-                    warning: Some(why),
-                    ..LoadedLayer::default()
-                }
+                LoadedLayer::unusable(why)
             }
         };
     }

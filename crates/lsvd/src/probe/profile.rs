@@ -326,25 +326,20 @@ mod tests {
 
     #[test]
     fn save_then_load() {
-        let dir = std::env::temp_dir().join(format!(
-            "lsvd-probe-profile-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        assert_eq!(load_profile(&dir).expect("missing is fine"), None);
+        let tmp = lsvd_store::testutil::TempDir::new("probe-profile");
+        let dir = tmp.path();
+        assert_eq!(load_profile(dir).expect("missing is fine"), None);
         let p = sample_profile();
-        let path = save_profile(&dir, &p).expect("save");
+        let path = save_profile(dir, &p).expect("save");
         assert_eq!(path, dir.join("probe-profile"));
-        assert_eq!(load_profile(&dir).expect("load"), Some(p));
+        assert_eq!(load_profile(dir).expect("load"), Some(p));
         let mut bytes = fs::read(&path).expect("read");
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
         fs::write(&path, &bytes).expect("write");
-        let e = load_profile(&dir).expect_err("corrupt");
+        let e = load_profile(dir).expect_err("corrupt");
         assert_eq!(e.kind, ErrorKind::Corrupt);
-        let left: Vec<_> = fs::read_dir(&dir).expect("list").collect();
+        let left: Vec<_> = fs::read_dir(dir).expect("list").collect();
         assert_eq!(left.len(), 1, "no temporary file left behind");
-        let _ = fs::remove_dir_all(&dir);
     }
 }

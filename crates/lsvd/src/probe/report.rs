@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::ProbeProfile;
+use super::measure::Rate;
 use lsvd_core::size::format_size;
 
 /// A report being written, a line at a time.
@@ -16,6 +17,20 @@ impl Lines {
     fn line(&mut self, s: String) {
         self.0.push_str(&s);
         self.0.push('\n');
+    }
+
+    /// The heading of a table of write rates: `key`'s column (`width` wide), IOPS, MB/s.
+    fn rate_heading(&mut self, key: &str, width: usize) {
+        self.line(format!("  {key:>width$}  {:>9}  {:>9}", "IOPS", "MB/s"));
+    }
+
+    /// A row of a table of write rates.
+    fn rate_row(&mut self, key: impl std::fmt::Display, width: usize, rate: &Rate) {
+        self.line(format!(
+            "  {key:>width$}  {:>9.0}  {:>9.1}",
+            rate.iops,
+            mb_per_sec(rate.bytes_per_sec)
+        ));
     }
 
     /// The last line: where the profile was saved (`None`: not, by request); the
@@ -56,15 +71,10 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
     out.line(String::new());
 
     out.line("write size sweep (random, QD1, offset a multiple of the size)".into());
-    out.line(format!("  {:>6}  {:>9}  {:>9}", "size B", "IOPS", "MB/s"));
+    out.rate_heading("size B", 6);
     for p in &m.write_sweep {
         match p.rate {
-            Some(r) => out.line(format!(
-                "  {:>6}  {:>9.0}  {:>9.1}",
-                p.size_bytes,
-                r.iops,
-                mb_per_sec(r.bytes_per_sec)
-            )),
+            Some(r) => out.rate_row(p.size_bytes, 6, &r),
             None => out.line(format!(
                 "  {:>6}  {:>9}  {:>9}",
                 p.size_bytes, "refused", "-"
@@ -96,26 +106,16 @@ pub fn render(profile: &ProbeProfile, saved: Option<&Path>) -> String {
     out.line(String::new());
 
     out.line("4 KiB random writes by queue depth (one thread per write)".into());
-    out.line(format!("  {:>4}  {:>9}  {:>9}", "QD", "IOPS", "MB/s"));
+    out.rate_heading("QD", 4);
     for p in &m.parallel_writes {
-        out.line(format!(
-            "  {:>4}  {:>9.0}  {:>9.1}",
-            p.queue_depth,
-            p.rate.iops,
-            mb_per_sec(p.rate.bytes_per_sec)
-        ));
+        out.rate_row(p.queue_depth, 4, &p.rate);
     }
     out.line(String::new());
 
     out.line("sequential writes (QD1)".into());
-    out.line(format!("  {:>8}  {:>9}  {:>9}", "size", "IOPS", "MB/s"));
+    out.rate_heading("size", 8);
     for p in &m.sequential_writes {
-        out.line(format!(
-            "  {:>8}  {:>9.0}  {:>9.1}",
-            format_size(u64::from(p.size_bytes)),
-            p.rate.iops,
-            mb_per_sec(p.rate.bytes_per_sec)
-        ));
+        out.rate_row(format_size(u64::from(p.size_bytes)), 8, &p.rate);
     }
     out.line(String::new());
 

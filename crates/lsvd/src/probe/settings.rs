@@ -282,6 +282,17 @@ pub struct LoadedLayer {
     pub warning: Option<String>,
 }
 
+impl LoadedLayer {
+    /// No layer: the profile cannot be used, `why` (the status and the warning).
+    pub fn unusable(why: String) -> LoadedLayer {
+        LoadedLayer {
+            status: format!("unusable: {why}"),
+            warning: Some(why),
+            ..LoadedLayer::default()
+        }
+    }
+}
+
 /// The device profile of `data_dir` as a layer. Never fails: no profile is an empty
 /// layer; a corrupt or unreadable one, or one measured under another directory, is an
 /// empty layer and a warning.
@@ -294,11 +305,7 @@ pub fn load_device_layer(data_dir: &Path) -> LoadedLayer {
         },
         Err(e) => {
             let why = format!("{e}: using the defaults (run `lsvd probe` again to replace it)");
-            LoadedLayer {
-                status: format!("unusable: {why}"),
-                warning: Some(why),
-                ..LoadedLayer::default()
-            }
+            LoadedLayer::unusable(why)
         }
         Ok(Some(p)) => {
             let here = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
@@ -311,11 +318,7 @@ pub fn load_device_layer(data_dir: &Path) -> LoadedLayer {
                     here.display(),
                     here.display()
                 );
-                return LoadedLayer {
-                    status: format!("unusable: {why}"),
-                    warning: Some(why),
-                    ..LoadedLayer::default()
-                };
+                return LoadedLayer::unusable(why);
             }
             LoadedLayer {
                 layer: device_layer(&p.decisions),
@@ -382,11 +385,7 @@ pub fn load_store_layer(data_dir: &Path, store_url: &str) -> LoadedLayer {
             let why = format!(
                 "{e}: using the defaults (run `lsvd probe --store {store_url}` to replace it)"
             );
-            LoadedLayer {
-                status: format!("unusable: {why}"),
-                warning: Some(why),
-                ..LoadedLayer::default()
-            }
+            LoadedLayer::unusable(why)
         }
         Ok(Some(p)) => LoadedLayer {
             layer: store_layer(&p.decisions),

@@ -541,13 +541,7 @@ pub(crate) mod tests {
         assert_eq!(m.put_sizes.len(), 1);
         assert!(m.put_sizes[0].puts >= MIN_PUTS as u64);
         assert_eq!(m.put_streams.len(), 2);
-        let left: Vec<String> = store
-            .list("")
-            .await
-            .expect("list")
-            .into_iter()
-            .map(|e| e.key)
-            .collect();
+        let left = lsvd_store::testutil::list_keys(&*store, "").await;
         assert_eq!(left, vec!["vol/meta".to_string()]);
     }
 }

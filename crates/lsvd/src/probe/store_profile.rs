@@ -138,24 +138,19 @@ mod tests {
 
     #[test]
     fn keyed_by_url() {
-        let dir = std::env::temp_dir().join(format!(
-            "lsvd-store-profile-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = lsvd_store::testutil::TempDir::new("store-profile");
+        let dir = tmp.path();
         let a = "file:///tmp/a";
         let b = "s3://bucket/b";
-        assert_ne!(store_profile_path(&dir, a), store_profile_path(&dir, b));
-        assert_eq!(load_store_profile(&dir, a).expect("none"), None);
+        assert_ne!(store_profile_path(dir, a), store_profile_path(dir, b));
+        assert_eq!(load_store_profile(dir, a).expect("none"), None);
         let p = sample_store_profile(a);
-        save_store_profile(&dir, &p).expect("save");
-        assert_eq!(load_store_profile(&dir, a).expect("load"), Some(p.clone()));
-        assert_eq!(load_store_profile(&dir, b).expect("other url"), None);
+        save_store_profile(dir, &p).expect("save");
+        assert_eq!(load_store_profile(dir, a).expect("load"), Some(p.clone()));
+        assert_eq!(load_store_profile(dir, b).expect("other url"), None);
         // A profile of another URL under this URL's name is refused.
-        std::fs::copy(store_profile_path(&dir, a), store_profile_path(&dir, b)).expect("copy");
-        let e = load_store_profile(&dir, b).expect_err("wrong url");
+        std::fs::copy(store_profile_path(dir, a), store_profile_path(dir, b)).expect("copy");
+        let e = load_store_profile(dir, b).expect_err("wrong url");
         assert_eq!(e.kind, ErrorKind::Corrupt);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -86,9 +86,11 @@ fn unique(tag: &str) -> String {
     format!("lsvd-it-{}-{n}-{clean}", std::process::id())
 }
 
-/// A directory under the system temp dir, removed (recursively) on drop.
+/// A directory under the system temp dir, removed (recursively) on drop unless
+/// `keep` is set (a failed run keeps it for post-mortems) or `LSVD_IT_KEEP` is.
 pub struct TempDir {
     path: PathBuf,
+    pub keep: bool,
 }
 
 impl TempDir {
@@ -96,7 +98,7 @@ impl TempDir {
         let path = std::env::temp_dir().join(unique(test));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path }
+        TempDir { path, keep: false }
     }
 
     pub fn path(&self) -> &Path {
@@ -117,7 +119,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        if std::env::var_os("LSVD_IT_KEEP").is_some() {
+        if self.keep || std::env::var_os("LSVD_IT_KEEP").is_some() {
             eprintln!("keeping {}", self.path.display());
             if let Some(url) = s3_prefix_url(&self.path) {
                 eprintln!("keeping {url}");

@@ -444,10 +444,7 @@ async fn drive(
     if let Some(c) = chaos {
         let _ = c.await;
     }
-    stats.add("ops_issued", out.issued);
-    stats.add("ops_acked", out.acked);
-    stats.add("store_points", out.barriers_ok);
-    stats.add("store_barriers_timed_out", out.barriers_failed);
+    out.count(stats);
     let image = slot
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -634,67 +631,23 @@ pub async fn episode(kind: Kind, seed: u64, rounds: u32, stats: Arc<Stats>) -> R
                 }
             }
         }
+        let mut state = Round {
+            base: &base,
+            plan,
+            config: &config,
+            rng: &mut rng,
+            nblocks,
+            inc: &mut inc,
+            contents: &mut contents,
+            ids: &ids,
+            stats: &stats,
+            notes: &mut notes,
+        };
         let r = match kind {
-            Kind::PowerLoss => {
-                power_loss_round(
-                    &base,
-                    plan,
-                    &config,
-                    &mut rng,
-                    nblocks,
-                    &mut inc,
-                    &mut contents,
-                    &ids,
-                    &stats,
-                    &mut notes,
-                )
-                .await
-            }
-            Kind::CacheLost => {
-                cache_lost_round(
-                    &base,
-                    plan,
-                    &config,
-                    &mut rng,
-                    nblocks,
-                    &mut inc,
-                    &mut contents,
-                    &ids,
-                    &stats,
-                    &mut notes,
-                )
-                .await
-            }
-            Kind::StoreFaults => {
-                store_faults_round(
-                    &base,
-                    plan,
-                    &config,
-                    &mut rng,
-                    nblocks,
-                    &mut inc,
-                    &mut contents,
-                    &ids,
-                    &stats,
-                    &mut notes,
-                )
-                .await
-            }
-            Kind::RecoveryCrash => {
-                recovery_crash_round(
-                    &base,
-                    plan,
-                    &config,
-                    &mut rng,
-                    nblocks,
-                    &mut inc,
-                    &mut contents,
-                    &ids,
-                    &stats,
-                    &mut notes,
-                )
-                .await
-            }
+            Kind::PowerLoss => power_loss_round(&mut state).await,
+            Kind::CacheLost => cache_lost_round(&mut state).await,
+            Kind::StoreFaults => store_faults_round(&mut state).await,
+            Kind::RecoveryCrash => recovery_crash_round(&mut state).await,
         };
         stats.add("crash_points", 1);
         if let Err(what) = r {
@@ -814,37 +767,101 @@ async fn check_snapshots(
     Ok(())
 }
 
-/// Open, read everything, judge; on success the new incarnation and contents replace
-/// the old.
-#[allow(clippy::too_many_arguments)]
-async fn recover_and_check(
-    base: &DynStore,
+/// What every round of an episode works on: the episode's store, fault plan and
+/// engine configuration, its random source, and the incarnation and contents that a
+/// round replaces with the ones it recovers (one struct, so the round functions and
+/// their helpers do not each take ten arguments).
+struct Round<'a> {
+    base: &'a DynStore,
     plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
-    cache: Arc<FaultyCache>,
-    crashed: &Crashed,
-    rule: Rule,
+    config: &'a EngineConfig,
+    rng: &'a mut Rng,
     nblocks: u64,
-    stats: &Stats,
-    label: &str,
-    notes: &mut Vec<String>,
-) -> Result<(Inc, Vec<Seen>), String> {
-    let (inc, rep) = open(base, plan, rng.next_u64(), cache, config)
-        .await
-        .map_err(|e| format!("{label}: recovery failed: {e}"))?;
-    notes.push(format!("{label}: {rep:?}"));
-    stats.add("log_records_replayed", rep.log_records_replayed);
-    stats.add("log_records_from_index", rep.log_records_from_index);
-    stats.add("objects_replayed", rep.objects_replayed);
-    stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
-    let seen = read_state(&inc.vol, nblocks)
-        .await
-        .map_err(|e| format!("{label}: reading the recovered disk failed: {e}"))?;
-    if let Err(what) = judge(&crashed.rec, &seen, rule, &crashed.out, stats, label) {
-        return Err(with_forensics(what, &crashed.image, base).await);
+    inc: &'a mut Inc,
+    contents: &'a mut Vec<Content>,
+    ids: &'a Arc<AtomicU64>,
+    stats: &'a Arc<Stats>,
+    notes: &'a mut Vec<String>,
+}
+
+impl Round<'_> {
+    /// Fails the round unless the store catches up with the write log within 60 s: a
+    /// round that may lose the cache needs the base contents in the store.
+    async fn wait_store_caught_up(&self) -> Result<(), String> {
+        if wait_drained(&self.inc.vol, Duration::from_secs(60)).await {
+            return Ok(());
+        }
+        Err(format!(
+            "the store did not catch up with the write log within 60 s before the round: {:?}",
+            self.inc.vol.status()
+        ))
     }
-    Ok((inc, seen))
+
+    /// [`drive`] on this round's incarnation: run a workload, then crash.
+    async fn drive(
+        &mut self,
+        barriers: u32,
+        mode: CrashMode,
+        arm_after_ios: Option<u64>,
+        outage: Option<bool>,
+    ) -> Crashed {
+        drive(
+            self.inc,
+            self.rng,
+            self.nblocks,
+            self.contents,
+            self.ids,
+            barriers,
+            mode,
+            arm_after_ios,
+            outage,
+            self.stats,
+            self.notes,
+        )
+        .await
+    }
+
+    /// Note what an open recovered and count it.
+    fn count_recovery(&mut self, label: &str, rep: &OpenReport) {
+        self.notes.push(format!("{label}: {rep:?}"));
+        self.stats
+            .add("log_records_replayed", rep.log_records_replayed);
+        self.stats
+            .add("log_records_from_index", rep.log_records_from_index);
+        self.stats.add("objects_replayed", rep.objects_replayed);
+        self.stats
+            .add("stranded_deleted", rep.stranded_deleted.len() as u64);
+    }
+
+    /// Open `store` (the round's, or a copy of it) on `cache`, read everything, judge
+    /// by `rule`: the new incarnation and what it read.
+    async fn recover(
+        &mut self,
+        store: &DynStore,
+        cache: Arc<FaultyCache>,
+        crashed: &Crashed,
+        rule: Rule,
+        label: &str,
+    ) -> Result<(Inc, Vec<Seen>), String> {
+        let (inc, rep) = open(store, self.plan, self.rng.next_u64(), cache, self.config)
+            .await
+            .map_err(|e| format!("{label}: recovery failed: {e}"))?;
+        self.count_recovery(label, &rep);
+        let seen = read_state(&inc.vol, self.nblocks)
+            .await
+            .map_err(|e| format!("{label}: reading the recovered disk failed: {e}"))?;
+        if let Err(what) = judge(&crashed.rec, &seen, rule, &crashed.out, self.stats, label) {
+            return Err(with_forensics(what, &crashed.image, store).await);
+        }
+        Ok((inc, seen))
+    }
+
+    /// The recovered incarnation and what it read become the next round's base.
+    fn advance(&mut self, new: Inc, seen: &[Seen]) -> Result<(), String> {
+        *self.inc = new;
+        *self.contents = next_base(seen)?;
+        Ok(())
+    }
 }
 
 /// Add what the crash image and the store hold for the first blocks named.
@@ -877,143 +894,61 @@ fn crash_mode(rng: &mut Rng, p_power: f64) -> CrashMode {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn power_loss_round(
-    base: &DynStore,
-    plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
-    nblocks: u64,
-    inc: &mut Inc,
-    contents: &mut Vec<Content>,
-    ids: &Arc<AtomicU64>,
-    stats: &Arc<Stats>,
-    notes: &mut Vec<String>,
-) -> Result<(), String> {
-    let mode = crash_mode(rng, 0.9);
-    let arm = rng.chance(0.3).then(|| rng.range(1, 3000));
-    notes.push(format!("crash mode {mode:?}"));
-    let crashed = drive(
-        inc, rng, nblocks, contents, ids, 0, mode, arm, None, stats, notes,
-    )
-    .await;
+async fn power_loss_round(r: &mut Round<'_>) -> Result<(), String> {
+    let mode = crash_mode(r.rng, 0.9);
+    let arm = r.rng.chance(0.3).then(|| r.rng.range(1, 3000));
+    r.notes.push(format!("crash mode {mode:?}"));
+    let crashed = r.drive(0, mode, arm, None).await;
     let cache = FaultyCache::from_image(crashed.image.clone());
-    let (new, seen) = recover_and_check(
-        base,
-        plan,
-        config,
-        rng,
-        cache,
-        &crashed,
-        Rule::CacheIntact,
-        nblocks,
-        stats,
-        "cache intact",
-        notes,
-    )
-    .await?;
-    *inc = new;
-    *contents = next_base(&seen)?;
-    Ok(())
+    let (new, seen) = r
+        .recover(r.base, cache, &crashed, Rule::CacheIntact, "cache intact")
+        .await?;
+    r.advance(new, &seen)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn cache_lost_round(
-    base: &DynStore,
-    plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
-    nblocks: u64,
-    inc: &mut Inc,
-    contents: &mut Vec<Content>,
-    ids: &Arc<AtomicU64>,
-    stats: &Arc<Stats>,
-    notes: &mut Vec<String>,
-) -> Result<(), String> {
-    if !wait_drained(&inc.vol, Duration::from_secs(60)).await {
-        return Err(format!(
-            "the store did not catch up with the write log within 60 s before the round: {:?}",
-            inc.vol.status()
-        ));
-    }
-    let mode = crash_mode(rng, 0.5);
-    notes.push(format!(
+async fn cache_lost_round(r: &mut Round<'_>) -> Result<(), String> {
+    r.wait_store_caught_up().await?;
+    let mode = crash_mode(r.rng, 0.5);
+    r.notes.push(format!(
         "crash mode {mode:?}, then the cache device is lost"
     ));
-    let barriers = rng.range(1, 3) as u32;
-    let crashed = drive(
-        inc, rng, nblocks, contents, ids, barriers, mode, None, None, stats, notes,
-    )
-    .await;
-    let (new, seen) = recover_and_check(
+    let barriers = r.rng.range(1, 3) as u32;
+    let crashed = r.drive(barriers, mode, None, None).await;
+    let cache = FaultyCache::new(LOG_BYTES);
+    let (new, seen) = r
+        .recover(r.base, cache, &crashed, Rule::CacheLost, "cache lost")
+        .await?;
+    r.advance(new, &seen)
+}
+
+async fn store_faults_round(r: &mut Round<'_>) -> Result<(), String> {
+    let Round {
         base,
         plan,
         config,
-        rng,
-        FaultyCache::new(LOG_BYTES),
-        &crashed,
-        Rule::CacheLost,
         nblocks,
         stats,
-        "cache lost",
-        notes,
-    )
-    .await?;
-    *inc = new;
-    *contents = next_base(&seen)?;
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn store_faults_round(
-    base: &DynStore,
-    plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
-    nblocks: u64,
-    inc: &mut Inc,
-    contents: &mut Vec<Content>,
-    ids: &Arc<AtomicU64>,
-    stats: &Arc<Stats>,
-    notes: &mut Vec<String>,
-) -> Result<(), String> {
+        ..
+    } = *r;
     // The store must hold the base contents, so the cache-lost judgement can use it.
-    if !wait_drained(&inc.vol, Duration::from_secs(60)).await {
-        return Err(format!(
-            "the store did not catch up with the write log within 60 s before the round: {:?}",
-            inc.vol.status()
-        ));
-    }
+    r.wait_store_caught_up().await?;
     let n0 = objects(base)
         .await
         .map_err(|e| format!("listing: {e}"))?
         .last()
         .map_or(0, |o| o.0);
-    let mode = crash_mode(rng, 0.3);
-    let long = rng.chance(0.25);
-    let barriers = rng.range(0, 2) as u32;
-    notes.push(format!(
+    let mode = crash_mode(r.rng, 0.3);
+    let long = r.rng.chance(0.25);
+    let barriers = r.rng.range(0, 2) as u32;
+    r.notes.push(format!(
         "crash mode {mode:?}, long outage {long}, newest object before the round {n0}"
     ));
-    let crashed = drive(
-        inc,
-        rng,
-        nblocks,
-        contents,
-        ids,
-        barriers,
-        mode,
-        None,
-        Some(long),
-        stats,
-        notes,
-    )
-    .await;
+    let crashed = r.drive(barriers, mode, None, Some(long)).await;
 
     // A lost newest object: an upload that "never landed", chosen among this round's.
     let mut lost = false;
     let mut expect_refusal = false;
-    if rng.chance(0.3) {
+    if r.rng.chance(0.3) {
         let objs = objects(base).await.map_err(|e| format!("listing: {e}"))?;
         // Only objects after the newest checkpoint: those are uploads the engine may
         // not have seen land. (A lost checkpoint after GC deleted its victims is data
@@ -1029,7 +964,7 @@ async fn store_faults_round(
             .filter(|o| o.0 > n0 && o.0 > newest_ckpt)
             .collect();
         if !newer.is_empty() {
-            let k = rng.range(1, newer.len().min(3) as u64) as usize;
+            let k = r.rng.range(1, newer.len().min(3) as u64) as usize;
             let gone: Vec<u64> = newer.iter().rev().take(k).map(|o| o.0).collect();
             for (_, key) in newer.iter().rev().take(k) {
                 base.delete(key).await.map_err(|e| format!("delete: {e}"))?;
@@ -1066,7 +1001,7 @@ async fn store_faults_round(
             .ok();
             expect_refusal = sb.is_some_and(|sb| sb.tail_seq > last + 1);
             stats.add("lost_newest_objects", gone.len() as u64);
-            notes.push(format!(
+            r.notes.push(format!(
                 "deleted newest objects {gone:?}; store now ends at record {last}; cache tail {:?}; strict mode must refuse: {expect_refusal}",
                 sb.map(|s| s.tail_seq)
             ));
@@ -1082,35 +1017,20 @@ async fn store_faults_round(
     } else {
         Rule::CacheLost
     };
-    let (b_inc, _) = recover_and_check(
-        &copy,
-        plan,
-        config,
-        rng,
-        FaultyCache::new(LOG_BYTES),
-        &crashed,
-        rule_b,
-        nblocks,
-        stats,
-        "cache also lost",
-        notes,
-    )
-    .await?;
+    let cache = FaultyCache::new(LOG_BYTES);
+    let (b_inc, _) = r
+        .recover(&copy, cache, &crashed, rule_b, "cache also lost")
+        .await?;
     b_inc.store.kill();
     b_inc.vol.crash();
     drop(b_inc);
 
     // (a) cache intact.
     let cache = FaultyCache::from_image(crashed.image.clone());
-    let strict = open(base, plan, rng.next_u64(), cache.clone(), config).await;
+    let strict = open(base, plan, r.rng.next_u64(), cache.clone(), config).await;
     let (new, rule) = match strict {
         Ok((new, rep)) => {
-            notes.push(format!("cache intact: {rep:?}"));
-            stats.add("log_records_replayed", rep.log_records_replayed);
-            stats.add("log_records_from_index", rep.log_records_from_index);
-            stats.add("log_records_from_index", rep.log_records_from_index);
-            stats.add("objects_replayed", rep.objects_replayed);
-            stats.add("stranded_deleted", rep.stranded_deleted.len() as u64);
+            r.count_recovery("cache intact", &rep);
             if expect_refusal {
                 return Err(format!(
                     "strict mode opened although records the write log had released are missing from the store ({rep:?})"
@@ -1120,19 +1040,19 @@ async fn store_faults_round(
         }
         Err(e) if expect_refusal => {
             stats.add("strict_refusals_as_expected", 1);
-            notes.push(format!("strict refused as it must: {e}"));
+            r.notes.push(format!("strict refused as it must: {e}"));
             let mut accept = config.clone();
             accept.recovery_mode = RecoveryMode::AcceptPrefix;
             let (new, rep) = open(
                 base,
                 plan,
-                rng.next_u64(),
+                r.rng.next_u64(),
                 FaultyCache::from_image(crashed.image.clone()),
                 &accept,
             )
             .await
             .map_err(|e| format!("accept-prefix recovery failed: {e}"))?;
-            notes.push(format!("accept-prefix: {rep:?}"));
+            r.notes.push(format!("accept-prefix: {rep:?}"));
             (new, Rule::PrefixOnly)
         }
         Err(e) => return Err(format!("cache intact: recovery failed: {e}")),
@@ -1150,42 +1070,23 @@ async fn store_faults_round(
     ) {
         return Err(with_forensics(what, &crashed.image, base).await);
     }
-    *inc = new;
-    *contents = next_base(&seen)?;
-    Ok(())
+    r.advance(new, &seen)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn recovery_crash_round(
-    base: &DynStore,
-    plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
-    nblocks: u64,
-    inc: &mut Inc,
-    contents: &mut Vec<Content>,
-    ids: &Arc<AtomicU64>,
-    stats: &Arc<Stats>,
-    notes: &mut Vec<String>,
-) -> Result<(), String> {
-    let cache_lost = rng.chance(0.3);
-    if cache_lost && !wait_drained(&inc.vol, Duration::from_secs(60)).await {
-        return Err(format!(
-            "the store did not catch up with the write log within 60 s before the round: {:?}",
-            inc.vol.status()
-        ));
+async fn recovery_crash_round(r: &mut Round<'_>) -> Result<(), String> {
+    let cache_lost = r.rng.chance(0.3);
+    if cache_lost {
+        r.wait_store_caught_up().await?;
     }
-    let mode = crash_mode(rng, 0.6);
-    notes.push(format!("crash mode {mode:?}, cache lost {cache_lost}"));
+    let mode = crash_mode(r.rng, 0.6);
+    r.notes
+        .push(format!("crash mode {mode:?}, cache lost {cache_lost}"));
     let barriers = if cache_lost {
-        rng.range(1, 2) as u32
+        r.rng.range(1, 2) as u32
     } else {
         0
     };
-    let crashed = drive(
-        inc, rng, nblocks, contents, ids, barriers, mode, None, None, stats, notes,
-    )
-    .await;
+    let crashed = r.drive(barriers, mode, None, None).await;
     let rule = if cache_lost {
         Rule::CacheLost
     } else {
@@ -1198,58 +1099,64 @@ async fn recovery_crash_round(
     } else {
         FaultyCache::from_image(crashed.image.clone())
     };
-    if rng.chance(0.5) {
-        let at = cache2.ios() + rng.range(1, 8);
-        cache2.arm_power_fail(at, rng.next_u64());
-        notes.push(format!("recovery 1: power fails at device I/O #{at}"));
+    if r.rng.chance(0.5) {
+        let at = cache2.ios() + r.rng.range(1, 8);
+        cache2.arm_power_fail(at, r.rng.next_u64());
+        r.notes
+            .push(format!("recovery 1: power fails at device I/O #{at}"));
     }
-    let store2 = Arc::new(FaultyStore::new(base.clone(), plan, rng.next_u64()));
-    if rng.chance(0.4) {
-        let n = rng.range(1, 5);
+    let store2 = Arc::new(FaultyStore::new(r.base.clone(), r.plan, r.rng.next_u64()));
+    if r.rng.chance(0.4) {
+        let n = r.rng.range(1, 5);
         store2.kill_after_mutations(n);
-        notes.push(format!("recovery 1: store client dies at mutation {n}"));
+        r.notes
+            .push(format!("recovery 1: store client dies at mutation {n}"));
     }
-    let mode2 = crash_mode(rng, 0.5);
+    let mode2 = crash_mode(r.rng, 0.5);
     let mut before: Option<Vec<Seen>> = None;
-    match open_with(store2.clone(), cache2.clone(), config).await {
+    match open_with(store2.clone(), cache2.clone(), r.config).await {
         Ok((vol2, rep)) => {
-            notes.push(format!("recovery 1: {rep:?}"));
+            r.notes.push(format!("recovery 1: {rep:?}"));
             let inc2 = Inc {
                 vol: vol2,
                 store: store2.clone(),
                 cache: cache2.clone(),
             };
-            if rng.chance(0.3) {
+            if r.rng.chance(0.3) {
                 // Read it all first: recovery 2 must then find exactly this.
-                if let Ok(seen) = read_state(&inc2.vol, nblocks).await
+                if let Ok(seen) = read_state(&inc2.vol, r.nblocks).await
                     && !cache2.is_failed()
                     && !store2.is_killed()
                 {
-                    judge(&crashed.rec, &seen, rule, &crashed.out, stats, "recovery 1")?;
+                    judge(
+                        &crashed.rec,
+                        &seen,
+                        rule,
+                        &crashed.out,
+                        r.stats,
+                        "recovery 1",
+                    )?;
                     before = Some(seen);
                 }
             }
-            let wait = *rng.pick(&[0, 0, 1, 5, 20, 100, 400]);
-            notes.push(format!("recovery 1 crashed after {wait} ms ({mode2:?})"));
+            let wait = *r.rng.pick(&[0, 0, 1, 5, 20, 100, 400]);
+            r.notes
+                .push(format!("recovery 1 crashed after {wait} ms ({mode2:?})"));
             if wait > 0 {
                 let_ms_pass(wait).await;
             }
             let image2 = crash(&inc2, mode2);
             cache2.fail();
             drop(inc2);
-            stats.add("recoveries_crashed_after_open", 1);
-            finish_second(
-                base, plan, config, rng, image2, cache_lost, &crashed, rule, before, nblocks, inc,
-                contents, stats, notes,
-            )
-            .await
+            r.stats.add("recoveries_crashed_after_open", 1);
+            finish_second(r, image2, cache_lost, &crashed, rule, before).await
         }
         Err(e) => {
             if !cache2.is_failed() && !store2.is_killed() {
                 return Err(format!("recovery 1 failed without an injected fault: {e}"));
             }
-            notes.push(format!("recovery 1 crashed inside open: {e}"));
-            stats.add("recoveries_crashed_inside_open", 1);
+            r.notes.push(format!("recovery 1 crashed inside open: {e}"));
+            r.stats.add("recoveries_crashed_inside_open", 1);
             store2.kill();
             let image2 = match cache2.take_failure() {
                 Some((img, _)) => img,
@@ -1258,54 +1165,31 @@ async fn recovery_crash_round(
                     CrashMode::Power(s) => cache2.power_fail(s).0,
                 },
             };
-            finish_second(
-                base, plan, config, rng, image2, cache_lost, &crashed, rule, before, nblocks, inc,
-                contents, stats, notes,
-            )
-            .await
+            finish_second(r, image2, cache_lost, &crashed, rule, before).await
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn finish_second(
-    base: &DynStore,
-    plan: FaultPlan,
-    config: &EngineConfig,
-    rng: &mut Rng,
+    r: &mut Round<'_>,
     image2: Vec<u8>,
     cache_lost: bool,
     crashed: &Crashed,
     rule: Rule,
     before: Option<Vec<Seen>>,
-    nblocks: u64,
-    inc: &mut Inc,
-    contents: &mut Vec<Content>,
-    stats: &Arc<Stats>,
-    notes: &mut Vec<String>,
 ) -> Result<(), String> {
     // With the cache lost, recovery 1 ran on a new (empty) device; recovery 2 gets what
     // recovery 1 left on it, or yet another new device.
-    let cache3 = if cache_lost && rng.chance(0.5) {
-        notes.push("recovery 2 on another new cache device".into());
+    let cache3 = if cache_lost && r.rng.chance(0.5) {
+        r.notes
+            .push("recovery 2 on another new cache device".into());
         FaultyCache::new(LOG_BYTES)
     } else {
         FaultyCache::from_image(image2)
     };
-    let (new, seen) = recover_and_check(
-        base,
-        plan,
-        config,
-        rng,
-        cache3,
-        crashed,
-        rule,
-        nblocks,
-        stats,
-        "recovery 2",
-        notes,
-    )
-    .await?;
+    let (new, seen) = r
+        .recover(r.base, cache3, crashed, rule, "recovery 2")
+        .await?;
     if let Some(b) = before {
         let diff: Vec<String> = b
             .iter()
@@ -1321,11 +1205,9 @@ async fn finish_second(
                 diff.join("\n  ")
             ));
         }
-        stats.add("repeatable_recovery_compared", 1);
+        r.stats.add("repeatable_recovery_compared", 1);
     }
-    *inc = new;
-    *contents = next_base(&seen)?;
-    Ok(())
+    r.advance(new, &seen)
 }
 
 #[cfg(test)]

@@ -12,44 +12,12 @@ pub mod stamp;
 pub mod takeover;
 pub mod workload;
 
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// A directory removed on drop (kept if the test fails, for post-mortems).
-pub struct TempDir {
-    path: PathBuf,
-    pub keep: bool,
-}
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "lsvd-oracle-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path, keep: false }
-    }
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_dir_all(&self.path);
-            // Under LSVD_TEST_STORE=s3, the process kinds' stores live under this
-            // dir's S3 prefix.
-            crate::common::remove_s3_prefix(&self.path);
-        }
-    }
-}
+/// The tests' temporary directory; an episode sets `keep` when it fails, for
+/// post-mortems.
+pub use crate::common::TempDir;
 
 fn parse_u64(s: &str) -> Option<u64> {
     let s = s.trim();

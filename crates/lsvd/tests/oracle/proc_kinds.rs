@@ -84,20 +84,12 @@ pub async fn episode(
             spec.store_barriers = rng.range(1, 2) as u32;
         }
         notes.push(format!("workload {spec:?}"));
-        let target = Target::Nbd {
-            conns: conns.clone(),
-            wlog: wlog.clone(),
-            syncer: None,
-        };
+        let target = Target::nbd(&conns, &wlog, None);
         let killer = Arc::new(server.killer());
-        let hooks = Hooks {
-            crash: {
-                let k = killer.clone();
-                Box::new(move || k())
-            },
-            env_crashed: Box::new(|| false),
-            diag: Box::new(|| "(a server process)".to_string()),
-        };
+        let hooks = Hooks::server_process({
+            let k = killer.clone();
+            move || k()
+        });
         let ctl = Arc::new(Control::default());
         let out = workload::run(target, spec, hist.clone(), ids.clone(), hooks, ctl).await;
         if !out.crashed {
@@ -111,14 +103,8 @@ pub async fn episode(
             c.disconnect().await;
         }
         drop(conns);
-        stats.add("ops_issued", out.issued);
-        stats.add("ops_acked", out.acked);
-        stats.add("store_points", out.barriers_ok);
-        stats.add("store_barriers_timed_out", out.barriers_failed);
-        notes.push(format!(
-            "run: {} issued, {} acked, killed by the ack trigger: {}",
-            out.issued, out.acked, out.crashed
-        ));
+        out.count(&stats);
+        notes.push(out.summary());
         let rule = match kind {
             ProcKind::Kill => Rule::CacheIntact,
             ProcKind::CacheDeleted => {
@@ -160,35 +146,21 @@ pub async fn episode(
             server.kill();
             stats.add("recoveries_killed", 1);
         }
-        conns = match server.start(nconns).await {
-            Ok(c) => c,
-            Err(e) => {
+        conns = server.start(nconns).await.map_err(|e| {
+            tmp.keep = true;
+            fail(
+                format!("restart after SIGKILL failed: {e}"),
+                &notes,
+                &server,
+            )
+        })?;
+        let seen = Target::nbd(&conns, &wlog, None)
+            .read_all(NBLOCKS)
+            .await
+            .map_err(|e| {
                 tmp.keep = true;
-                return Err(fail(
-                    format!("restart after SIGKILL failed: {e}"),
-                    &notes,
-                    &server,
-                ));
-            }
-        };
-        let seen = match (Target::Nbd {
-            conns: conns.clone(),
-            wlog: wlog.clone(),
-            syncer: None,
-        })
-        .read_all(NBLOCKS)
-        .await
-        {
-            Ok(seen) => seen,
-            Err(e) => {
-                tmp.keep = true;
-                return Err(fail(
-                    format!("reading the recovered disk: {e}"),
-                    &notes,
-                    &server,
-                ));
-            }
-        };
+                fail(format!("reading the recovered disk: {e}"), &notes, &server)
+            })?;
         let rec = hist.snapshot();
         stats.add("crash_points", 1);
         let what = format!("rule {rule:?} violated");
@@ -225,14 +197,10 @@ pub async fn episode(
         .start(1)
         .await
         .map_err(|e| end(format!("restart after a clean stop: {e}"), &server))?;
-    let seen = Target::Nbd {
-        conns: conns.clone(),
-        wlog: wlog.clone(),
-        syncer: None,
-    }
-    .read_all(NBLOCKS)
-    .await
-    .map_err(|e| end(format!("reading after a clean restart: {e}"), &server))?;
+    let seen = Target::nbd(&conns, &wlog, None)
+        .read_all(NBLOCKS)
+        .await
+        .map_err(|e| end(format!("reading after a clean restart: {e}"), &server))?;
     let diff: Vec<String> = seen
         .iter()
         .zip(&contents)

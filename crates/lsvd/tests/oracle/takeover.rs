@@ -38,7 +38,7 @@ use super::checker::{self, Rule};
 use super::history::{Content, History};
 use super::nbd::NbdConn;
 use super::proc_kinds::{note_gc, random_args, to_seen};
-use super::process::{Server, Syncer, VOLUME};
+use super::process::{Server, VOLUME};
 use super::rng::Rng;
 use super::stamp::{self, BLOCK, Seen};
 use super::workload::{self, Control, Hooks, Spec, Target};
@@ -136,6 +136,12 @@ fn failure(round: u32, ctx: &str, notes: &[String], hosts: &[Server; 2], what: S
     )
 }
 
+/// [`failure`] once the rounds are over.
+fn after_the_last_round(rounds: u32, ctx: &str, hosts: &[Server; 2], what: String) -> Failure {
+    let notes = ["after the last round".to_string()];
+    failure(rounds.saturating_sub(1), ctx, &notes, hosts, what)
+}
+
 /// Wait until the server printed `what`; an error if it exits or takes too long.
 async fn wait_for_log(host: &Server, what: &str, within: Duration) -> Result<(), String> {
     let printed_or_exited = || {
@@ -182,25 +188,40 @@ async fn answers(socket: &Path) -> bool {
 
 /// Read every block through `conns`.
 async fn read_disk(conns: &[Arc<NbdConn>], wlog: &Path) -> Result<Vec<Seen>, String> {
-    Target::Nbd {
-        conns: conns.to_vec(),
-        wlog: wlog.to_path_buf(),
-        syncer: None,
-    }
-    .read_all(NBLOCKS)
-    .await
-    .map_err(|e| e.to_string())
+    Target::nbd(conns, wlog, None)
+        .read_all(NBLOCKS)
+        .await
+        .map_err(|e| e.to_string())
 }
 
-/// Blocks whose contents differ from `want` (at most 10 listed).
-fn differences(seen: &[Seen], want: &[Content]) -> Vec<String> {
-    seen.iter()
+/// Err(`what` and the blocks whose contents differ from `want`, at most 10) unless
+/// `seen` is `want`.
+fn same_disk(seen: &[Seen], want: &[Content], what: &str) -> Result<(), String> {
+    let diff: Vec<String> = seen
+        .iter()
         .zip(want)
         .enumerate()
         .filter(|(_, (s, c))| **s != to_seen(**c))
         .take(10)
         .map(|(b, (s, c))| format!("block {b}: {s:?}, expected {c:?}"))
-        .collect()
+        .collect();
+    if diff.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{what}:\n  {}", diff.join("\n  ")))
+}
+
+/// Reads `host`'s disk through `conns`: Err (after `what`) unless it is `want`.
+async fn check_disk(
+    conns: &[Arc<NbdConn>],
+    host: &Server,
+    want: &[Content],
+    what: &str,
+) -> Result<(), String> {
+    let seen = read_disk(conns, &host.wlog())
+        .await
+        .map_err(|e| format!("{what}: reading it failed: {e}"))?;
+    same_disk(&seen, want, &format!("{what}: not the state it must serve"))
 }
 
 async fn disconnect(conns: &[Arc<NbdConn>]) {
@@ -235,46 +256,49 @@ fn all_threads_stopped(pid: u32) -> bool {
 /// each success before the crash is a store point (the tick taken just before the
 /// command: every write acknowledged before it is in the store). A success answered
 /// after the fence mark is a late success (a fenced holder claimed durability).
-async fn run_syncs(
-    syncer: Syncer,
-    hist: Arc<History>,
-    ctl: Arc<Control>,
+fn spawn_syncs(
+    host: &Server,
+    hist: &Arc<History>,
+    ctl: &Arc<Control>,
     mut rng: Rng,
     n: u32,
     horizon: u64,
-    stats: Arc<Stats>,
-) {
-    let mut at: Vec<u64> = (0..n).map(|_| rng.below(horizon)).collect();
-    at.sort_unstable();
-    for point in at {
-        if !ctl
-            .wait_for_acks(point, || ctl.crashed.load(Ordering::SeqCst))
-            .await
-        {
-            return;
+    stats: &Arc<Stats>,
+) -> tokio::task::JoinHandle<()> {
+    let (syncer, hist, ctl, stats) = (host.syncer(), hist.clone(), ctl.clone(), stats.clone());
+    tokio::spawn(async move {
+        let mut at: Vec<u64> = (0..n).map(|_| rng.below(horizon)).collect();
+        at.sort_unstable();
+        for point in at {
+            if !ctl
+                .wait_for_acks(point, || ctl.crashed.load(Ordering::SeqCst))
+                .await
+            {
+                return;
+            }
+            if ctl.crashed.load(Ordering::SeqCst) {
+                return;
+            }
+            let t = hist.now();
+            let ok = syncer.sync(Duration::from_secs(30)).await.unwrap_or(false);
+            let done = hist.now();
+            let mark = ctl.fence_mark.load(Ordering::SeqCst);
+            if ok && mark != 0 && done > mark {
+                ctl.late_successes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(format!(
+                        "lsvd sync (started t={t}) succeeded on the resumed holder (answered by t={done}, resumed t={mark})"
+                    ));
+            }
+            if ok && !ctl.crashed.load(Ordering::SeqCst) {
+                hist.store_point(t);
+                stats.add("syncs_ok", 1);
+            } else {
+                stats.add("syncs_failed_or_after_crash", 1);
+            }
         }
-        if ctl.crashed.load(Ordering::SeqCst) {
-            return;
-        }
-        let t = hist.now();
-        let ok = syncer.sync(Duration::from_secs(30)).await.unwrap_or(false);
-        let done = hist.now();
-        let mark = ctl.fence_mark.load(Ordering::SeqCst);
-        if ok && mark != 0 && done > mark {
-            ctl.late_successes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!(
-                    "lsvd sync (started t={t}) succeeded on the resumed holder (answered by t={done}, resumed t={mark})"
-                ));
-        }
-        if ok && !ctl.crashed.load(Ordering::SeqCst) {
-            hist.store_point(t);
-            stats.add("syncs_ok", 1);
-        } else {
-            stats.add("syncs_failed_or_after_crash", 1);
-        }
-    }
+    })
 }
 
 /// Requests on the resumed (fenced) holder's connections and on a new connection:
@@ -382,25 +406,10 @@ pub async fn episode(
             TakeoverKind::Kill => Box::new(hosts[h].killer()),
             TakeoverKind::Stop => Box::new(hosts[h].signaller(libc::SIGSTOP)),
         };
-        let hooks = Hooks {
-            crash,
-            env_crashed: Box::new(|| false),
-            diag: Box::new(|| "(a server process)".to_string()),
-        };
-        let sync_task = tokio::spawn(run_syncs(
-            hosts[h].syncer(),
-            hist.clone(),
-            ctl.clone(),
-            rng.fork(),
-            syncs,
-            horizon,
-            stats.clone(),
-        ));
-        let target = Target::Nbd {
-            conns: conns.clone(),
-            wlog: hosts[h].wlog(),
-            syncer: Some(hosts[h].syncer()),
-        };
+        let hooks = Hooks::server_process(crash);
+        let host = &hosts[h];
+        let sync_task = spawn_syncs(host, &hist, &ctl, rng.fork(), syncs, horizon, &stats);
+        let target = Target::nbd(&conns, &host.wlog(), Some(host.syncer()));
         let workload_task = tokio::spawn(workload::run(
             target,
             spec,
@@ -564,14 +573,8 @@ pub async fn episode(
         })?;
         disconnect(&conns).await;
         conns = new_conns;
-        stats.add("ops_issued", out.issued);
-        stats.add("ops_acked", out.acked);
-        stats.add("store_points", out.barriers_ok);
-        stats.add("store_barriers_timed_out", out.barriers_failed);
-        notes.push(format!(
-            "run: {} issued, {} acked, crash triggered by an ack: {}",
-            out.issued, out.acked, out.crashed
-        ));
+        out.count(&stats);
+        notes.push(out.summary());
         let rec = hist.snapshot();
         let unanswered = rec.ops.iter().filter(|o| o.acked().is_none()).count();
         stats.add("requests_unanswered_at_crash", unanswered as u64);
@@ -614,16 +617,9 @@ pub async fn episode(
                     "stopped host {} cleanly, deleted its data directory, restarted it",
                     HOSTS[s]
                 ));
-                match hosts[s].stop_within(PATIENCE).await {
-                    Ok(st) if st.success() => {}
-                    other => {
-                        return Err(fail(
-                            format!("clean stop of the new holder: {other:?}"),
-                            &notes,
-                            &hosts,
-                        ));
-                    }
-                }
+                stop_cleanly(&mut hosts[s], "the new holder")
+                    .await
+                    .map_err(|e| fail(e, &notes, &hosts))?;
                 let _ = std::fs::remove_dir_all(&hosts[s].data);
             } else {
                 notes.push(format!("SIGKILLed host {} and restarted it", HOSTS[s]));
@@ -633,20 +629,10 @@ pub async fn episode(
                 .start(nconns)
                 .await
                 .map_err(|e| fail(format!("restarting the new holder: {e}"), &notes, &hosts))?;
-            let again = read_disk(&conns, &hosts[s].wlog())
+            let what = "the new holder's disk after its own restart";
+            check_disk(&conns, &hosts[s], &contents, what)
                 .await
-                .map_err(|e| fail(format!("reading after the restart: {e}"), &notes, &hosts))?;
-            let diff = differences(&again, &contents);
-            if !diff.is_empty() {
-                return Err(fail(
-                    format!(
-                        "the new holder's disk changed across its own restart:\n  {}",
-                        diff.join("\n  ")
-                    ),
-                    &notes,
-                    &hosts,
-                ));
-            }
+                .map_err(|what| fail(what, &notes, &hosts))?;
             stats.add("new_holder_restarts_checked", 1);
         }
         note_gc(&hosts[s], &stats, &mut gc_seen, true);
@@ -672,26 +658,12 @@ pub async fn episode(
     // Clean stops; then each host's data directory in turn must serve exactly the
     // last state (the standby's holds a superseded session's write log).
     let (h, s) = (holder, 1 - holder);
-    let end = |what: String, hosts: &[Server; 2]| {
-        failure(
-            rounds.saturating_sub(1),
-            &ctx,
-            &["after the last round".to_string()],
-            hosts,
-            what,
-        )
-    };
+    let end = |what: String, hosts: &[Server; 2]| after_the_last_round(rounds, &ctx, hosts, what);
     disconnect(&conns).await;
     for i in [s, h] {
-        match hosts[i].stop_within(PATIENCE).await {
-            Ok(st) if st.success() => {}
-            other => {
-                return Err(end(
-                    format!("clean stop of host {}: {other:?}", HOSTS[i]),
-                    &hosts,
-                ));
-            }
-        }
+        stop_cleanly(&mut hosts[i], &format!("host {}", HOSTS[i]))
+            .await
+            .map_err(|e| end(e, &hosts))?;
     }
     note_gc(&hosts[h], &stats, &mut gc_seen, false);
     for i in [s, h] {
@@ -766,18 +738,23 @@ async fn serve_exactly(host: &mut Server, want: &[Content], stats: &Stats) -> Re
         }
     };
     let seen = read_disk(&conns, &host.wlog()).await?;
-    let diff = differences(&seen, want);
+    let same = same_disk(
+        &seen,
+        want,
+        "after clean stops the disk differs from the last state",
+    );
     disconnect(&conns).await;
     conns.clear();
-    if !diff.is_empty() {
-        return Err(format!(
-            "after clean stops the disk differs from the last state:\n  {}",
-            diff.join("\n  ")
-        ));
-    }
+    same?;
+    stop_cleanly(host, "the server").await
+}
+
+/// Stops `host` (`name` in the error): Err unless it exits successfully within
+/// [`PATIENCE`].
+async fn stop_cleanly(host: &mut Server, name: &str) -> Result<(), String> {
     match host.stop_within(PATIENCE).await {
         Ok(st) if st.success() => Ok(()),
-        other => Err(format!("clean stop: {other:?}")),
+        other => Err(format!("clean stop of {name}: {other:?}")),
     }
 }
 
@@ -946,20 +923,10 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
             .await
             .map_err(|e| fail(format!("connecting to the winner: {e}"), &notes, &hosts))?;
         // The volume was stopped cleanly: the winner serves exactly the last state.
-        let seen = read_disk(&conns, &hosts[winner].wlog())
+        let what = "the winner's disk after the clean stop";
+        check_disk(&conns, &hosts[winner], &contents, what)
             .await
-            .map_err(|e| fail(format!("reading the winner's disk: {e}"), &notes, &hosts))?;
-        let diff = differences(&seen, &contents);
-        if !diff.is_empty() {
-            return Err(fail(
-                format!(
-                    "the winner does not serve the state of the clean stop:\n  {}",
-                    diff.join("\n  ")
-                ),
-                &notes,
-                &hosts,
-            ));
-        }
+            .map_err(|what| fail(what, &notes, &hosts))?;
         // The workload on the winner, SIGKILLed at a random acknowledgement.
         let hist = Arc::new(History::new(contents.clone()));
         let mut spec = Spec::random(&mut rng, NBLOCKS);
@@ -971,28 +938,13 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         ));
         let ctl = Arc::new(Control::default());
         let killer = Arc::new(hosts[winner].killer());
-        let hooks = Hooks {
-            crash: {
-                let k = killer.clone();
-                Box::new(move || k())
-            },
-            env_crashed: Box::new(|| false),
-            diag: Box::new(|| "(a server process)".to_string()),
-        };
-        let sync_task = tokio::spawn(run_syncs(
-            hosts[winner].syncer(),
-            hist.clone(),
-            ctl.clone(),
-            rng.fork(),
-            syncs,
-            horizon,
-            stats.clone(),
-        ));
-        let target = Target::Nbd {
-            conns: conns.clone(),
-            wlog: hosts[winner].wlog(),
-            syncer: Some(hosts[winner].syncer()),
-        };
+        let hooks = Hooks::server_process({
+            let k = killer.clone();
+            move || k()
+        });
+        let host = &hosts[winner];
+        let sync_task = spawn_syncs(host, &hist, &ctl, rng.fork(), syncs, horizon, &stats);
+        let target = Target::nbd(&conns, &host.wlog(), Some(host.syncer()));
         let out = workload::run(target, spec, hist.clone(), ids.clone(), hooks, ctl.clone()).await;
         if !ctl.crashed.swap(true, Ordering::SeqCst) {
             let wait = rng.below(300);
@@ -1004,9 +956,7 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         hosts[winner].kill();
         let _ = sync_task.await;
         disconnect(&conns).await;
-        stats.add("ops_issued", out.issued);
-        stats.add("ops_acked", out.acked);
-        stats.add("store_points", out.barriers_ok);
+        out.count(&stats);
         // The loser takes over: a standby by itself, a plain loser restarted (it
         // waits for the winner's lease to lapse).
         let killed_at = Instant::now();
@@ -1068,27 +1018,12 @@ pub async fn race_episode(seed: u64, rounds: u32, stats: Arc<Stats>) -> Result<(
         note_gc(&hosts[loser], &stats, &mut gc_seen, true);
         // A clean stop: the next race starts from a volume nobody holds.
         disconnect(&conns).await;
-        match hosts[loser].stop_within(PATIENCE).await {
-            Ok(st) if st.success() => {}
-            other => {
-                return Err(fail(
-                    format!("clean stop of host {}: {other:?}", HOSTS[loser]),
-                    &notes,
-                    &hosts,
-                ));
-            }
-        }
+        stop_cleanly(&mut hosts[loser], &format!("host {}", HOSTS[loser]))
+            .await
+            .map_err(|e| fail(e, &notes, &hosts))?;
     }
     // The last winner's data directory holds a superseded session's write log.
-    let end = |what: String, hosts: &[Server; 2]| {
-        failure(
-            rounds.saturating_sub(1),
-            &ctx,
-            &["after the last round".to_string()],
-            hosts,
-            what,
-        )
-    };
+    let end = |what: String, hosts: &[Server; 2]| after_the_last_round(rounds, &ctx, hosts, what);
     for i in 0..2 {
         serve_exactly(&mut hosts[i], &contents, &stats)
             .await

@@ -12,7 +12,7 @@
 //! cache-lost rule relies on).
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -45,6 +45,19 @@ pub enum Target {
 }
 
 impl Target {
+    /// An `lsvd serve` process's disk through `conns` (see [`Target::Nbd`]).
+    pub fn nbd(
+        conns: &[Arc<NbdConn>],
+        wlog: &Path,
+        syncer: Option<super::process::Syncer>,
+    ) -> Target {
+        Target::Nbd {
+            conns: conns.to_vec(),
+            wlog: wlog.to_path_buf(),
+            syncer,
+        }
+    }
+
     fn conn(&self, worker: usize) -> Option<&NbdConn> {
         match self {
             Target::Vol(_) => None,
@@ -279,6 +292,18 @@ pub struct Hooks {
     pub diag: Box<dyn Fn() -> String + Send + Sync>,
 }
 
+impl Hooks {
+    /// The hooks for an `lsvd serve` process: `crash` (a signal to it) is the only way
+    /// it crashes, and it has nothing to say about itself in hang reports.
+    pub fn server_process(crash: impl Fn() + Send + Sync + 'static) -> Hooks {
+        Hooks {
+            crash: Box::new(crash),
+            env_crashed: Box::new(|| false),
+            diag: Box::new(|| "(a server process)".to_string()),
+        }
+    }
+}
+
 struct Shared {
     target: Target,
     spec: Spec,
@@ -347,6 +372,24 @@ pub struct RunOutcome {
     pub hangs: Vec<String>,
     pub barriers_ok: u64,
     pub barriers_failed: u64,
+}
+
+impl RunOutcome {
+    /// Adds the run's operations and store barriers to the episode's statistics.
+    pub fn count(&self, stats: &super::Stats) {
+        stats.add("ops_issued", self.issued);
+        stats.add("ops_acked", self.acked);
+        stats.add("store_points", self.barriers_ok);
+        stats.add("store_barriers_timed_out", self.barriers_failed);
+    }
+
+    /// The run in one line, for an episode's notes.
+    pub fn summary(&self) -> String {
+        format!(
+            "run: {} issued, {} acked, crashed by the ack trigger: {}",
+            self.issued, self.acked, self.crashed
+        )
+    }
 }
 
 /// Run the workload until it has issued `max_ops` operations or crashed. The crash hook
