@@ -61,6 +61,22 @@ fn stored_bytes(lsvd: &Lsvd) -> u64 {
         .unwrap_or_else(|| panic!("no store_listed_bytes in {info}"))
 }
 
+/// The bytes stored over `client_bytes` written, printed with `what`.
+fn stored_ratio(lsvd: &Lsvd, client_bytes: usize, what: &str) -> f64 {
+    let stored = stored_bytes(lsvd);
+    let ratio = stored as f64 / client_bytes as f64;
+    println!("{what}: {client_bytes} bytes stored as {stored} ({ratio:.4})");
+    ratio
+}
+
+/// A test's directory and an lsvd keeping its data there (nbdcopy required).
+fn fresh(test: &str) -> (TempDir, Lsvd) {
+    require_tools(&["nbdcopy"]);
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    (dir, lsvd)
+}
+
 /// Write `image` at the start of the volume with nbdcopy through a server started
 /// with `serve_args`, stop it cleanly (everything uploaded), then read the volume back
 /// through a new server and compare.
@@ -89,9 +105,7 @@ fn check_ok(lsvd: &Lsvd) {
 
 #[test]
 fn text_is_stored_in_half_its_size_and_reads_back() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("compression-text");
-    let lsvd = Lsvd::new(dir.join("data"));
+    let (dir, lsvd) = fresh("compression-text");
     lsvd.assert_stdout_mentions(&[(
         &["create", "vol", "--size", "16M", "--compression", "lz4"],
         &["compressed with lz4"],
@@ -99,17 +113,8 @@ fn text_is_stored_in_half_its_size_and_reads_back() {
     lsvd.assert_stdout_mentions(&[(&["config", "vol"], &["compression lz4"])]);
     let text = text_corpus(4 << 20);
     write_then_read_back(&dir, &lsvd, &text, &[]);
-    let stored = stored_bytes(&lsvd);
-    println!(
-        "lz4: {} bytes of text stored as {stored} ({:.3})",
-        text.len(),
-        stored as f64 / text.len() as f64
-    );
-    assert!(
-        stored * 2 <= text.len() as u64,
-        "{stored} bytes stored for {} bytes of text",
-        text.len()
-    );
+    let ratio = stored_ratio(&lsvd, text.len(), "lz4, text");
+    assert!(ratio <= 0.5, "text stored in {ratio} of its size");
     let info = lsvd.info_json("vol");
     assert_eq!(info["compression"], "lz4", "{info}");
     check_ok(&lsvd);
@@ -117,19 +122,15 @@ fn text_is_stored_in_half_its_size_and_reads_back() {
 
 #[test]
 fn random_data_costs_at_most_two_percent_more_than_raw() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("compression-random");
-    let lsvd = Lsvd::new(dir.join("data"));
+    let (dir, lsvd) = fresh("compression-random");
     lsvd.create("vol", "16M");
     let random = random_bytes(44, 8 << 20);
     // The server's flag wins over the volume's settings (none here).
     write_then_read_back(&dir, &lsvd, &random, &["--compression", "zstd:3"]);
-    let stored = stored_bytes(&lsvd);
-    println!("zstd: {} random bytes stored as {stored}", random.len());
+    let ratio = stored_ratio(&lsvd, random.len(), "zstd:3, random bytes");
     assert!(
-        stored as f64 <= random.len() as f64 * 1.02,
-        "{stored} bytes stored for {} random bytes",
-        random.len()
+        ratio <= 1.02,
+        "random bytes stored in {ratio} of their size"
     );
     check_ok(&lsvd);
 }
@@ -139,9 +140,7 @@ fn random_data_costs_at_most_two_percent_more_than_raw() {
 /// codec lsvd does not know (usage errors, exit 2).
 #[test]
 fn config_changes_compression_for_new_objects() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("compression-config");
-    let lsvd = Lsvd::new(dir.join("data"));
+    let (dir, lsvd) = fresh("compression-config");
     lsvd.create("vol", "16M");
     let text = text_corpus(2 << 20);
     write_then_read_back(&dir, &lsvd, &text, &[]);

@@ -250,14 +250,7 @@ impl ObjectHeader {
             let bytes = stored
                 .get(at..at + len as usize)
                 .ok_or_else(|| invalid(WHAT, "range does not end on a chunk boundary"))?;
-            let computed = crc32c::crc32c(bytes);
-            if computed != crc {
-                return Err(FormatError::BadChecksum {
-                    what: WHAT,
-                    stored: crc,
-                    computed,
-                });
-            }
+            check_chunk(bytes, crc)?;
             let plain = (self.data_bytes - c * self.chunk_bytes).min(self.chunk_bytes) as usize;
             if compressed {
                 let from = data.len();
@@ -277,14 +270,7 @@ impl ObjectHeader {
     /// decompressed: what reading a checkpoint's payload, or checking an object, needs.
     pub fn open_whole(&self, object: &[u8]) -> Result<Vec<u8>, FormatError> {
         if object.len() as u64 != self.total_bytes() {
-            return Err(invalid(
-                "object",
-                format!(
-                    "{} bytes, the header says {}",
-                    object.len(),
-                    self.total_bytes()
-                ),
-            ));
+            return Err(wrong_length("object", object.len(), self.total_bytes()));
         }
         let data_start = self.header_bytes as usize;
         self.open_data(data_start as u64, object[data_start..].to_vec())
@@ -297,26 +283,13 @@ impl ObjectHeader {
             return verify_chunks(0, self.data_bytes, &self.chunk_crcs, 0, payload);
         }
         if payload.len() as u64 != self.stored_data_bytes() {
-            return Err(invalid(
-                "object data",
-                format!(
-                    "{} stored bytes, the header says {}",
-                    payload.len(),
-                    self.stored_data_bytes()
-                ),
-            ));
+            let want = self.stored_data_bytes();
+            return Err(wrong_length("object data", payload.len(), want));
         }
         let mut at = 0usize;
         for (&e, &crc) in self.stored_chunks.iter().zip(&self.chunk_crcs) {
             let len = (e & !STORED_COMPRESSED) as usize;
-            let computed = crc32c::crc32c(&payload[at..at + len]);
-            if computed != crc {
-                return Err(FormatError::BadChecksum {
-                    what: "object data",
-                    stored: crc,
-                    computed,
-                });
-            }
+            check_chunk(&payload[at..at + len], crc)?;
             at += len;
         }
         Ok(())
@@ -362,6 +335,24 @@ impl ObjectHeader {
             bytes,
         )
     }
+}
+
+/// `have` bytes where the header says `want`.
+fn wrong_length(what: &'static str, have: usize, want: u64) -> FormatError {
+    invalid(what, format!("{have} bytes, the header says {want}"))
+}
+
+/// Check one chunk's bytes as stored against its CRC32C.
+fn check_chunk(bytes: &[u8], stored: u32) -> Result<(), FormatError> {
+    let computed = crc32c::crc32c(bytes);
+    if computed != stored {
+        return Err(FormatError::BadChecksum {
+            what: "object data",
+            stored,
+            computed,
+        });
+    }
+    Ok(())
 }
 
 /// Verify chunk checksums of a slice of a data section; shared with callers that keep

@@ -28,13 +28,9 @@ pub async fn read_settings(store: &DynStore, meta: &VolumeMeta) -> Result<Option
     let settings = decode_volume_settings(&bytes)
         .map_err(|e| Error::with_source(ErrorKind::Corrupt, key.clone(), e))?;
     if settings.volume != meta.volume {
-        return Err(Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "{key} belongs to volume id {}, not to {} (id {})",
-                settings.volume, meta.name, meta.volume
-            ),
-        ));
+        let (theirs, name, ours) = (settings.volume, &meta.name, meta.volume);
+        let why = format!("{key} belongs to volume id {theirs}, not to {name} (id {ours})");
+        return Err(Error::new(ErrorKind::Corrupt, why));
     }
     Ok(Some(settings))
 }
