@@ -1,6 +1,6 @@
 //! Helpers for unit tests: self-cleaning temporary directories, listing a store's
 //! keys, checking reads and deletes, log objects whose bytes name their key, the
-//! directories of a mirrored chain.
+//! directories of a mirrored chain, and the prefix check of the replication oracles.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,4 +145,39 @@ impl crate::layer::Layer for Hook {
             next().await
         })
     }
+}
+
+/// The length of the prefix of `writes` (block, version), applied to a volume never
+/// written, after which the blocks hold `state`; None when no prefix does (a mix of
+/// points, or a write that is not in `writes`). Versions are unique, so at most one
+/// prefix matches.
+pub fn prefix_len(writes: &[(u64, u64)], state: &[u64]) -> Option<usize> {
+    let mut now = vec![0u64; state.len()];
+    let mut differ = state.iter().filter(|&&v| v != 0).count();
+    if differ == 0 {
+        return Some(0);
+    }
+    for (i, &(b, v)) in writes.iter().enumerate() {
+        let b = b as usize;
+        let was = now[b] == state[b];
+        now[b] = v;
+        match (was, now[b] == state[b]) {
+            (true, false) => differ += 1,
+            (false, true) => differ -= 1,
+            _ => {}
+        }
+        if differ == 0 {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// The value of the store metric `name` (panics naming it if the store has none).
+pub fn store_metric(s: &dyn crate::ObjectStore, name: &str) -> f64 {
+    s.metrics()
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no store metric {name}"))
+        .value
 }

@@ -31,7 +31,8 @@ mod common;
 use bytes::Bytes;
 use common::store_checks::{
     check_list_and_delete, check_object_listing, check_overwrite, check_ranges, keys,
-    open_described, put_if_absent_race_has_one_winner, put_sample, sample, unique_store_url,
+    open_described, put_if_absent_race_has_one_winner, put_sample, sample, selftest_passes,
+    unique_store_url,
 };
 use common::{
     Lsvd, TempDir, assert_files_equal, env_nonempty, nbdcopy, require_tools, skip_loudly,
@@ -209,14 +210,8 @@ async fn az_selftest_passes() {
     let Some(url) = emulator_url("az", "az_selftest_passes", "selftest") else {
         return;
     };
-    let s = open_store(&url).expect("open");
-    let report = selftest::run(&*s).await.expect("self-test passes");
-    eprintln!("{report}");
     let bare = AzureStore::open(&url, &ClientSettings::default()).expect("open");
-    selftest::run_with(&bare, 16)
-        .await
-        .expect("self-test with 16 racers passes");
-    assert!(s.list("").await.expect("list").is_empty(), "probes removed");
+    selftest_passes(&url, &bare).await;
 }
 
 /// A missing container is a permanent error naming it, not "no such object".

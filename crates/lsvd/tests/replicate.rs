@@ -13,6 +13,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
+use lsvd_store::testutil::prefix_len;
+use lsvd_trace::synthetic::prng::Rng;
+
 use common::*;
 
 const BLOCKS: u64 = 1024; // 4 MiB of 4 KiB blocks
@@ -107,19 +110,6 @@ fn assert_prefix_shape(got: &[u64], what: &str) {
     }
 }
 
-/// A small deterministic generator (the kill points are seeded, so a failure repeats).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
-
 /// `lsvd replicate vol --to TARGET --follow` every 20 ms, its output in `log`.
 fn follow(lsvd: &Lsvd, target: &str, log: &std::path::Path) -> std::process::Child {
     let args = [
@@ -156,7 +146,7 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
         .spawn()
         .expect("spawn the writer");
 
-    let mut rng = Lcg(0x5eed_0014);
+    let mut rng = Rng::new(0x5eed_0014);
     let mut prefixes = 0;
     for point in 0..20 {
         let mut follow = follow(&lsvd, &target, &dir.join(format!("replicate-{point}.log")));
@@ -288,32 +278,6 @@ fn block_of_version(v: u64) -> u64 {
     (v * 2_654_435_761) % (1 << 32) % BLOCKS
 }
 
-/// The length of the prefix of `writes` (block, version), applied to blocks never
-/// written, after which the blocks hold `state`; None when no prefix does (a mix of
-/// points, or a write that is not in `writes`). Versions are unique, so at most one
-/// prefix matches.
-fn prefix_len(writes: &[(u64, u64)], state: &[u64]) -> Option<usize> {
-    let mut now = vec![0u64; state.len()];
-    let mut differ = state.iter().filter(|&&v| v != 0).count();
-    if differ == 0 {
-        return Some(0);
-    }
-    for (i, &(b, v)) in writes.iter().enumerate() {
-        let b = b as usize;
-        let was = now[b] == state[b];
-        now[b] = v;
-        match (was, now[b] == state[b]) {
-            (true, false) => differ += 1,
-            (false, true) => differ -= 1,
-            _ => {}
-        }
-        if differ == 0 {
-            return Some(i + 1);
-        }
-    }
-    None
-}
-
 /// The blocks of `vol` in the replica `target` as it is now, read from a copy of it
 /// (a replication of the replica into a store of its own, served from there: serving
 /// the replica itself would make it a volume of its own); None while it is no volume.
@@ -363,7 +327,7 @@ fn replicate_follow_while_the_server_is_killed_and_restarted_keeps_states_it_had
     let target = store_url_for(&dir.join("replica"));
     let mut follow = follow(&lsvd, &target, &dir.join("follow.log"));
 
-    let mut rng = Lcg(0x5eed_0040);
+    let mut rng = Rng::new(0x5eed_0040);
     // Every write acknowledged (and the one in flight at each kill), cut back at each
     // restart to what the restarted volume holds: at the end, the volume's history.
     let mut writes: Vec<(u64, u64)> = Vec::new();

@@ -22,23 +22,19 @@
 
 mod common;
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use common::store_checks::{
     check_list_and_delete, check_object_listing, check_overwrite, check_ranges, open_described,
-    put_if_absent_race_has_one_winner, put_sample, unique_store_url,
+    put_if_absent_race_has_one_winner, put_sample, selftest_passes, unique_store_url,
 };
 use common::{TempDir, env_nonempty, missing_s3_env, s3_required, skip_loudly};
 use lsvd_core::error::ErrorKind;
 use lsvd_engine::{EngineConfig, create_volume, open_volume};
-use lsvd_store::mem::MemStore;
 use lsvd_store::retry::RetryPolicy;
 use lsvd_store::s3::{S3Settings, S3Store, Secret};
-use lsvd_store::{
-    BoxFuture, DynStore, ListEntry, ObjectStore, PutMode, StoreResult, open_store, selftest,
-};
+use lsvd_store::{DynStore, PutMode, open_store, selftest};
 
 /// The test bucket, or `None` (after a loud message) when no server is configured.
 fn s3_bucket(test: &str) -> Option<String> {
@@ -148,52 +144,9 @@ async fn selftest_passes_on_the_server() {
     let Some(url) = s3_url("selftest_passes_on_the_server", "selftest") else {
         return;
     };
-    // Through open_store (retrying decorator) and on the bare store.
-    let s = open_store(&url).expect("open");
-    let report = selftest::run(&*s).await.expect("self-test passes");
-    eprintln!("{report}");
-    assert_eq!(report.checks.len(), 8);
     let bare = S3Store::open(&url, &S3Settings::default()).expect("open");
-    selftest::run_with(&bare, 16)
-        .await
-        .expect("self-test with 16 racers passes");
-    assert!(s.list("").await.expect("list").is_empty(), "probes removed");
-}
-
-/// A store that ignores put-if-absent, as Garage and s3s-fs do under races.
-struct IgnoresIfAbsent(MemStore);
-
-impl ObjectStore for IgnoresIfAbsent {
-    fn put(&self, key: &str, data: Bytes, _mode: PutMode) -> BoxFuture<'_, StoreResult<()>> {
-        self.0.put(key, data, PutMode::Overwrite)
-    }
-    fn get(&self, key: &str) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.0.get(key)
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
-        self.0.get_range(key, range)
-    }
-    fn list(&self, prefix: &str) -> BoxFuture<'_, StoreResult<Vec<ListEntry>>> {
-        self.0.list(prefix)
-    }
-    fn delete(&self, key: &str) -> BoxFuture<'_, StoreResult<()>> {
-        self.0.delete(key)
-    }
-    fn describe(&self) -> String {
-        "s3://no-conditional-writes (test double)".into()
-    }
-}
-
-#[tokio::test]
-async fn selftest_fails_when_put_if_absent_is_ignored() {
-    // Needs no server: always runs.
-    let store = IgnoresIfAbsent(MemStore::new());
-    let e = selftest::run(&store).await.expect_err("must refuse");
-    let msg = e.to_string();
-    assert!(msg.contains("s3://no-conditional-writes"), "{msg}");
-    assert!(msg.contains("put-if-absent"), "{msg}");
-    assert!(msg.contains("Refusing to start"), "{msg}");
-    assert!(store.0.snapshot().is_empty(), "probe cleaned up: {msg}");
+    let report = selftest_passes(&url, &bare).await;
+    assert_eq!(report.checks.len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,7 @@ use common::{
 };
 use lsvd_core::error::ErrorKind;
 use lsvd_store::s3::{S3Settings, S3Store, Secret};
+use lsvd_store::testutil::store_metric;
 use lsvd_store::{DynStore, ObjectStore, PutMode, open_store};
 
 fn obj(seq: u64) -> String {
@@ -45,14 +46,6 @@ fn data(seq: u64, len: usize) -> Bytes {
     (0..len)
         .map(|i| (i as u64).wrapping_mul(2_654_435_761).wrapping_add(seq) as u8)
         .collect()
-}
-
-fn metric(s: &dyn ObjectStore, name: &str) -> f64 {
-    s.metrics()
-        .iter()
-        .find(|m| m.name == name)
-        .unwrap_or_else(|| panic!("no store metric {name}"))
-        .value
 }
 
 fn skip(test: &str, why: &str) {
@@ -168,8 +161,8 @@ async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
             .await
             .expect("lands on the copy with room");
         assert!(a.join(obj(1)).is_file() && !b.join(obj(1)).is_file());
-        assert_eq!(metric(&*s, "degraded_positions"), 1.0);
-        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+        assert_eq!(store_metric(&*s, "degraded_positions"), 1.0);
+        assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 1.0);
         s.put(&obj(2), data(2, len), PutMode::IfAbsent)
             .await
             .expect("degraded put");
@@ -177,14 +170,14 @@ async fn a_mirror_copy_on_a_full_disk_degrades_until_it_has_room() {
     }
     {
         let s = open_store(&url).expect("opens degraded while the copy is full");
-        assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+        assert_eq!(store_metric(&*s, "degraded_positions"), 1.0);
         for seq in 1..3 {
             assert_eq!(s.get(&obj(seq)).await.expect("get"), data(seq, len));
         }
     }
     fs.free();
     let s = open_store(&url).expect("open brings the copy in step");
-    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 0.0);
     assert!(b.join(obj(1)).is_file() && b.join(obj(2)).is_file());
     assert!(!b.join(obj(0)).is_file(), "the delete it missed is applied");
     assert_eq!(s.get(&obj(2)).await.expect("get"), data(2, len));

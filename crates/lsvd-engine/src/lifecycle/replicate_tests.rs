@@ -14,8 +14,9 @@ use crate::{
 };
 use lsvd_core::error::ErrorKind;
 use lsvd_store::mem::MemStore;
-use lsvd_store::testutil::TempDir;
+use lsvd_store::testutil::{TempDir, prefix_len};
 use lsvd_store::{DynStore, PutMode};
+use lsvd_trace::synthetic::prng::Rng;
 
 /// A new run's pass replicating volume "v" from `source` to `target`.
 async fn replicate(
@@ -905,32 +906,6 @@ async fn a_pass_past_the_hold_or_keeping_too_much_is_not_waited_for() {
     }
 }
 
-/// The length of the prefix of `writes` (block, version), applied to a volume never
-/// written, after which the blocks hold `state`; None when no prefix does (a mix of
-/// points, or a write that is not in `writes`). Versions are unique, so at most one
-/// prefix matches.
-fn prefix_len(writes: &[(u64, u64)], state: &[u64]) -> Option<usize> {
-    let mut now = vec![0u64; state.len()];
-    let mut differ = state.iter().filter(|&&v| v != 0).count();
-    if differ == 0 {
-        return Some(0);
-    }
-    for (i, &(b, v)) in writes.iter().enumerate() {
-        let b = b as usize;
-        let was = now[b] == state[b];
-        now[b] = v;
-        match (was, now[b] == state[b]) {
-            (true, false) => differ += 1,
-            (false, true) => differ -= 1,
-            _ => {}
-        }
-        if differ == 0 {
-            return Some(i + 1);
-        }
-    }
-    None
-}
-
 /// What the crash test saw of one pass.
 struct Seen {
     what: String,
@@ -992,7 +967,7 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
     // the restarted source holds: at the end, the source's history.
     let mut writes: Vec<(u64, u64)> = Vec::new();
     let mut seen: Vec<Seen> = Vec::new();
-    let (mut version, mut rng) = (0u64, Lcg(0x5eed_0040));
+    let (mut version, mut rng) = (0u64, Rng::new(0x5eed_0040));
     let (mut stranded, mut mid_copy, mut restarts) = (0usize, 0u64, 0u32);
     let mut dir = TempDir::new("engine-replicate-crash");
     let mut running = None;
@@ -1106,19 +1081,6 @@ async fn a_source_crashing_and_restarting_mid_copy_leaves_states_the_source_had(
         "only {mid_copy} crashes came while a pass copied"
     );
     assert!(states >= CYCLES as usize, "only {states} passes finished");
-}
-
-/// A small deterministic generator (the crash test's blocks).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
 }
 
 /// An upload that lands after its writer died, and after the source's restart has

@@ -11,8 +11,6 @@
 //! ```
 
 pub(crate) mod apply;
-#[cfg(test)]
-mod compression_tests;
 pub mod log_index;
 #[cfg(test)]
 mod log_index_tests;

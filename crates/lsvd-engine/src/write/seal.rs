@@ -25,3 +25,8 @@ pub(crate) fn seal_object(
     let object = encode_compressed_object(spec, &buf.as_mut_slice()[header_len..], compression);
     DirectBuf::filled(object.len(), |v| v.extend_from_slice(&object))
 }
+
+// A volume that compresses, end to end (written, read, reopened, replicated).
+#[cfg(test)]
+#[path = "compression_tests.rs"]
+mod compression_tests;

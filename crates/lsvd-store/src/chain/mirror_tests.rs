@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::copy_check::copy_problems;
 use super::meta::read_drive_record;
-use crate::testutil::{TempDir, assert_holds, data_object_key, key_body, mirrored_positions};
+use crate::testutil::{
+    TempDir, assert_holds, data_object_key, key_body, mirrored_positions, store_metric,
+};
 use crate::{ObjectStore, PutMode, open_store};
 use lsvd_core::error::ErrorKind;
 
@@ -245,15 +247,6 @@ async fn copies_are_compared_byte_for_byte() {
     assert_eq!(problems.len(), 1, "{problems:?}");
 }
 
-/// The value of the store metric `name`.
-fn metric(s: &dyn ObjectStore, name: &str) -> f64 {
-    s.metrics()
-        .iter()
-        .find(|m| m.name == name)
-        .unwrap_or_else(|| panic!("no metric {name}"))
-        .value
-}
-
 /// A copy whose filesystem is full (ENOSPC, injected) is dropped once its mirror has
 /// taken the object: the put succeeds, the position serves from the other copy
 /// (counted, flagged in its record), and the next open with room brings the copy in
@@ -268,16 +261,16 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
     {
         let s = open_store(&url).expect("open");
         put_obj(&*s, 0, size).await.expect("put");
-        assert_eq!(metric(&*s, "degraded_positions"), 0.0);
-        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 0.0);
+        assert_eq!(store_metric(&*s, "degraded_positions"), 0.0);
+        assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 0.0);
         // The second copy fills up.
         fail_puts(&pos[0][1], Some(libc::ENOSPC));
         put_obj(&*s, 1, size)
             .await
             .expect("lands on the first copy");
         assert!(has(&pos[0][0], &obj(1)) && !has(&pos[0][1], &obj(1)));
-        assert_eq!(metric(&*s, "degraded_positions"), 1.0);
-        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+        assert_eq!(store_metric(&*s, "degraded_positions"), 1.0);
+        assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 1.0);
         let r = read_drive_record(&pos[0][0])
             .expect("read")
             .expect("record");
@@ -288,7 +281,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
         for seq in 1..3 {
             check(&*s, &obj(seq), size).await;
         }
-        assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+        assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 1.0);
         fail_puts(&pos[0][1], None);
     }
     // Room again: the open brings the copy in step (the put it missed copied, the
@@ -296,7 +289,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
     let s = open_store(&url).expect("open and rebuild");
     assert!(has(&pos[0][1], &obj(1)) && has(&pos[0][1], &obj(2)));
     assert!(!has(&pos[0][1], &obj(0)), "the delete it missed is applied");
-    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 0.0);
     for dir in &pos[0] {
         let r = read_drive_record(dir).expect("read").expect("record");
         assert!(!r.mirror_stale, "{}: in step again", dir.display());
@@ -314,7 +307,7 @@ async fn a_full_copy_degrades_and_its_mirror_takes_the_put() {
         .expect_err("taken on the copy still serving");
     assert_eq!(e.kind, ErrorKind::AlreadyExists);
     check(&*s, &obj(3), size).await;
-    assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 1.0);
     fail_puts(&pos[0][0], None);
 }
 
@@ -345,13 +338,13 @@ async fn no_room_on_either_copy_is_full_and_drops_neither() {
         .await
         .expect_err("no room anywhere");
     assert_eq!(e.kind, ErrorKind::Full, "{e}");
-    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
-    assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 0.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 0.0);
+    assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 0.0);
     for dir in pos.iter().flatten() {
         fail_puts(dir, None);
     }
     put_obj(&*s, 1, size).await.expect("room again");
-    assert_eq!(metric(&*s, "degraded_positions"), 0.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 0.0);
 }
 
 /// A copy that refuses this process (EACCES) is dropped like a failed one: `Denied`
@@ -366,7 +359,7 @@ async fn a_copy_that_refuses_writes_degrades() {
     put_obj(&*s, 0, 4096)
         .await
         .expect("lands on the first copy");
-    assert_eq!(metric(&*s, "mirror_copies_dropped_total"), 1.0);
+    assert_eq!(store_metric(&*s, "mirror_copies_dropped_total"), 1.0);
     fail_puts(&pos[0][1], None);
 }
 
@@ -425,7 +418,7 @@ async fn a_read_only_open_changes_nothing_on_any_drive() {
     let r = s.get_range(&obj(1), 10..20).await.expect("range");
     assert_eq!(r, key_body(&obj(1), size)[10..20]);
     assert_eq!(s.list("v/").await.expect("list").len(), 6);
-    assert_eq!(metric(&*s, "degraded_positions"), 1.0);
+    assert_eq!(store_metric(&*s, "degraded_positions"), 1.0);
     // `lsvd check` reads each copy on its own, the one behind included.
     let behind = pos[1][1].display().to_string();
     let on_b = obj(5);

@@ -177,3 +177,21 @@ pub async fn check_ranges(s: &dyn ObjectStore, key: &str, missing: &str) {
     }
     assert!(s.get(missing).await.expect_err("missing").is_not_found());
 }
+
+/// The store self-test at `url`: through `open_store` (the retrying decorator, whose
+/// report is printed and returned) and on `bare`, the store alone, with 16 racers for
+/// the put-if-absent race; either way its probes are removed.
+pub async fn selftest_passes(
+    url: &str,
+    bare: &dyn ObjectStore,
+) -> lsvd_store::selftest::SelfTestReport {
+    let s = lsvd_store::open_store(url).expect("open");
+    let report = lsvd_store::selftest::run(&*s)
+        .await
+        .expect("self-test passes");
+    eprintln!("{report}");
+    let racing = lsvd_store::selftest::run_with(bare, 16).await;
+    racing.expect("self-test with 16 racers passes");
+    assert!(s.list("").await.expect("list").is_empty(), "probes removed");
+    report
+}
