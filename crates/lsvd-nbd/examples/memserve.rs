@@ -42,7 +42,7 @@ async fn main() -> std::io::Result<()> {
         }
     });
     eprintln!("serving {size} bytes on {path}");
-    let result = server.serve_unix(listener, shutdown).await;
+    let result = server.serve(listener, shutdown).await;
     let _ = std::fs::remove_file(&path);
     result
 }

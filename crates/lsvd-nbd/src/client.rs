@@ -275,7 +275,7 @@ mod tests {
             device: Arc::new(MemDevice::new(1 << 20)),
         }]));
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(server.serve_unix(listener, rx));
+        let task = tokio::spawn(server.serve(listener, rx));
         let target = Target::Unix {
             path: path.display().to_string(),
             export: "m".into(),

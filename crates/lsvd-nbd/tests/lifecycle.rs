@@ -130,8 +130,8 @@ async fn serve_tcp_and_unix_then_shut_down(threads: bool) {
         .expect("bind tcp");
     let addr = tcp.local_addr().expect("addr");
     let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
-    let tcp_task = tokio::spawn(Arc::clone(&server).serve_tcp(tcp, shutdown.clone()));
-    let unix_task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
+    let tcp_task = tokio::spawn(Arc::clone(&server).serve(tcp, shutdown.clone()));
+    let unix_task = tokio::spawn(Arc::clone(&server).serve(unix, shutdown));
 
     let tcp_stream = tokio::net::TcpStream::connect(addr).await;
     let mut a = client_on_default_export(tcp_stream.expect("connect tcp")).await;
@@ -224,7 +224,7 @@ async fn hang_ups_mid_request_are_counted_and_reported_probes_are_not() {
     let stats = server.connection_stats();
     let (stop, shutdown) = watch::channel(false);
     let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
-    let task = tokio::spawn(Arc::clone(&server).serve_unix(unix, shutdown));
+    let task = tokio::spawn(Arc::clone(&server).serve(unix, shutdown));
     let connect = || async {
         client_on_default_export(
             tokio::net::UnixStream::connect(&sock)

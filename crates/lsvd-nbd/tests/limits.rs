@@ -44,7 +44,7 @@ impl Listening {
         let (dir, sock) = temp_socket(tag);
         let (stop, shutdown) = watch::channel(false);
         let unix = tokio::net::UnixListener::bind(&sock).expect("bind unix");
-        let task = tokio::spawn(Arc::clone(server).serve_unix(unix, shutdown));
+        let task = tokio::spawn(Arc::clone(server).serve(unix, shutdown));
         Listening {
             dir,
             sock,

@@ -181,3 +181,24 @@ pub fn store_metric(s: &dyn crate::ObjectStore, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no store metric {name}"))
         .value
 }
+
+/// Every entry under `dir`, recursively (an unreadable directory is passed over):
+/// each path, and whether it is a directory.
+pub fn entries_under(dir: &Path) -> Vec<(PathBuf, bool)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let is_dir = p.is_dir();
+            if is_dir {
+                todo.push(p.clone());
+            }
+            out.push((p, is_dir));
+        }
+    }
+    out
+}

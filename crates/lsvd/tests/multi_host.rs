@@ -28,7 +28,10 @@ use common::{Lsvd, Server, TempDir, files_under, nbdsh, require_tools, stderr, t
 
 const LEASE: &[&str] = &["--lease-timeout", "2s"];
 
+/// Two hosts (data directories `a` and `b` in a temporary directory named after
+/// `test`) on one store holding volume `v` of 64 MiB; the tests drive them with nbdsh.
 fn two_hosts(test: &str) -> (TempDir, Lsvd, Lsvd) {
+    require_tools(&["nbdsh"]);
     let tmp = TempDir::new(test);
     let store = tmp.subdir("store");
     let a = Lsvd::with_store(tmp.subdir("a"), &store);
@@ -136,7 +139,6 @@ fn a_second_server_of_a_live_volume_changes_nothing_and_names_the_holder() {
 
 #[test]
 fn a_standby_takes_over_a_clean_stop_at_once_with_every_acknowledged_write() {
-    require_tools(&["nbdsh"]);
     let (tmp, a, b) = two_hosts("mh-sigterm");
     let mut holder = a.serve(&tmp.join("a.sock"), &["v"]);
     // Acknowledged, flushed, never synced to the store: a clean stop uploads it.
@@ -169,7 +171,6 @@ fn a_standby_takes_over_a_clean_stop_at_once_with_every_acknowledged_write() {
 
 #[test]
 fn after_a_crash_the_standby_takes_over_when_the_lease_lapses_with_what_the_store_held() {
-    require_tools(&["nbdsh"]);
     let (tmp, a, b) = two_hosts("mh-sigkill");
     let mut args = vec!["v"];
     args.extend(LEASE);
@@ -206,7 +207,7 @@ assert h.pread(4096, 8192) == b'T' * 4096",
 
 #[test]
 fn a_paused_holder_is_fenced_after_a_takeover_and_its_client_gets_errors() {
-    require_tools(&["nbdsh", "python3"]);
+    require_tools(&["python3"]);
     let (tmp, a, b) = two_hosts("mh-sigstop");
     // Nothing is uploaded before the pause: what the client wrote is in the write
     // log only.

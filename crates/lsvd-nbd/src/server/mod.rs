@@ -554,24 +554,6 @@ impl<D: BlockDevice> Server<D> {
         }
     }
 
-    /// [`Server::serve`] for a TCP listener.
-    pub async fn serve_tcp(
-        self: Arc<Self>,
-        listener: TcpListener,
-        shutdown: watch::Receiver<bool>,
-    ) -> io::Result<()> {
-        self.serve(listener, shutdown).await
-    }
-
-    /// [`Server::serve`] for a Unix-domain listener.
-    pub async fn serve_unix(
-        self: Arc<Self>,
-        listener: UnixListener,
-        shutdown: watch::Receiver<bool>,
-    ) -> io::Result<()> {
-        self.serve(listener, shutdown).await
-    }
-
     /// Serves one client on `stream`: handshake, then transmission until the client
     /// disconnects, breaks the protocol, or `shutdown` becomes true (in-flight requests
     /// are finished and answered first). Returns the error that ended the connection, if

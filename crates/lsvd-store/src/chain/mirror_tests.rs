@@ -365,23 +365,17 @@ async fn a_copy_that_refuses_writes_degrades() {
 
 /// Every file under `dir` (path relative to it, bytes), in order; and the directories.
 fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
-            if p.is_dir() {
-                out.push((rel, Vec::new()));
-                stack.push(p);
+    let mut out: Vec<(PathBuf, Vec<u8>)> = crate::testutil::entries_under(dir)
+        .into_iter()
+        .map(|(p, is_dir)| {
+            let bytes = if is_dir {
+                Vec::new()
             } else {
-                out.push((rel, std::fs::read(&p).expect("read")));
-            }
-        }
-    }
+                std::fs::read(&p).expect("read")
+            };
+            (p.strip_prefix(dir).expect("under dir").to_path_buf(), bytes)
+        })
+        .collect();
     out.sort();
     out
 }

@@ -429,7 +429,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 print_tls_hints(&names, local, mode, args.tls_client_ca.is_some());
             }
             None => {
-                tasks.push(tokio::spawn(async move { s.serve_tcp(listener, rx).await }));
+                tasks.push(tokio::spawn(async move { s.serve(listener, rx).await }));
                 print_plain_hints(&names, local);
             }
         }
@@ -439,7 +439,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         let s = server.clone();
         let rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(
-            async move { s.serve_unix(listener, rx).await },
+            async move { s.serve(listener, rx).await },
         ));
         eprintln!(
             "lsvd: serving {} on unix socket {}",

@@ -983,22 +983,11 @@ pub fn write_random_image(path: &Path, seed: u64, size: u64, zero_every: u64) {
 
 /// Every file under `dir`, recursively.
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
+    let entries = lsvd_store::testutil::entries_under(dir).into_iter();
+    entries
+        .filter(|(_, is_dir)| !is_dir)
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// In `dir`: `image.raw`, `size` random bytes from `seed` with every 8th MiB zero
