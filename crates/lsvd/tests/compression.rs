@@ -118,6 +118,12 @@ fn text_is_stored_in_half_its_size_and_reads_back() {
     let info = lsvd.info_json("vol");
     assert_eq!(info["compression"], "lz4", "{info}");
     check_ok(&lsvd);
+    // A clone compresses as its base does.
+    lsvd.run_ok(&["snapshot", "create", "vol", "s1"]);
+    lsvd.assert_stdout_mentions(&[
+        (&["clone", "vol@s1", "copy"], &["compressed with lz4"]),
+        (&["config", "copy"], &["compression lz4"]),
+    ]);
 }
 
 #[test]

@@ -438,9 +438,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         let listener = bind_unix(path)?;
         let s = server.clone();
         let rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(
-            async move { s.serve(listener, rx).await },
-        ));
+        tasks.push(tokio::spawn(async move { s.serve(listener, rx).await }));
         eprintln!(
             "lsvd: serving {} on unix socket {}",
             names.join(", "),

@@ -126,8 +126,17 @@ pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
     };
     let store = super::admin::store(common)?;
     let meta = lsvd_engine::create_clone(&store, volume, snapshot, name).await?;
+    // The clone compresses as its base does (changed with `lsvd config` like any volume).
+    let base = lsvd_engine::read_meta(&store, volume).await?;
+    let compressed = match lsvd_engine::read_settings(&store, &base).await? {
+        Some(s) if !s.compression.is_none() => {
+            lsvd_engine::set_compression(&store, &meta, s.compression).await?;
+            format!(", compressed with {} as {volume} is", s.compression)
+        }
+        _ => String::new(),
+    };
     println!(
-        "created volume {name}: a writable clone of {volume}@{snapshot} (id {}); serve it with `lsvd serve {name}`",
+        "created volume {name}: a writable clone of {volume}@{snapshot} (id {}{compressed}); serve it with `lsvd serve {name}`",
         meta.volume
     );
     Ok(())
