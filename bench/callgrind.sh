@@ -9,7 +9,9 @@
 # --fsync-every K, a FLUSH after every K writes), stops it with SIGINT (which drains,
 # uploads everything and checkpoints), and prints (I(3N) - I(N)) / 2N: what one more
 # write costs in every thread of the process, uploads included. Startup, shutdown and
-# other fixed costs cancel out. Needs valgrind and fio (apt-get install valgrind fio).
+# other fixed costs cancel out. CALLGRIND_FIO_ARGS adds fio options (e.g.
+# `--refill_buffers` for data that does not compress). Needs valgrind and fio
+# (apt-get install valgrind fio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,7 +60,7 @@ count() {
     [[ "$fsync_every" -gt 0 ]] && sync=("--fsync=$fsync_every")
     fio --name=w --ioengine=nbd --uri="nbd+unix:///vol?socket=$dir/nbd.sock" \
         --rw=randwrite --bs=4k --iodepth="$qd" --number_ios="$n" --size=256M \
-        --randrepeat=1 --randseed=42 "${sync[@]}" --output=/dev/null
+        --randrepeat=1 --randseed=42 "${sync[@]}" ${CALLGRIND_FIO_ARGS:-} --output=/dev/null
     kill -INT "$pid"
     wait "$pid" || { cat "$dir/serve.log" >&2; exit 1; }
     # "summary: N" (or "totals: N") is the whole process's instruction count.

@@ -7,8 +7,42 @@
 //! persisted there, so [`Codec`] codes never change meaning. A compression level is a
 //! writer's choice only: a reader needs the codec, never the level.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
+
+thread_local! {
+    /// Each thread's zstd compression context and the level it is set to: making one
+    /// per chunk cost more than compressing the chunk.
+    static ZSTD_COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(None) };
+    /// Each thread's zstd decompression context.
+    static ZSTD_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { RefCell::new(None) };
+}
+
+/// Compress `src` into `out` (room for one byte less than `src`) with this thread's
+/// zstd context at `level`; the compressed length, or None if it did not fit.
+fn zstd_compress(level: i32, src: &[u8], out: &mut [u8]) -> Option<usize> {
+    ZSTD_COMPRESSOR.with_borrow_mut(|slot| {
+        if slot.as_ref().is_none_or(|(l, _)| *l != level) {
+            *slot = Some((level, zstd::bulk::Compressor::new(level).ok()?));
+        }
+        let (_, c) = slot.as_mut()?;
+        c.compress_to_buffer(src, out).ok()
+    })
+}
+
+/// Decompress `src` into `dst` with this thread's zstd context; the length written.
+fn zstd_decompress(src: &[u8], dst: &mut [u8]) -> Result<usize, String> {
+    ZSTD_DECOMPRESSOR.with_borrow_mut(|slot| {
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let d = slot.as_mut().ok_or("no zstd context")?;
+        d.decompress_to_buffer(src, dst).map_err(|e| e.to_string())
+    })
+}
 
 /// A codec as object headers name it (the level is not persisted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -119,12 +153,12 @@ pub fn compress_chunk(compression: Compression, src: &[u8], out: &mut Vec<u8>) -
             // Room for one byte less than the input: zstd fails (and we store the
             // chunk raw) when its output would not fit.
             out.resize(src.len().saturating_sub(1), 0);
-            match zstd::bulk::compress_to_buffer(src, out, level) {
-                Ok(n) => {
+            match zstd_compress(level, src, out) {
+                Some(n) => {
                     out.truncate(n);
                     true
                 }
-                Err(_) => false,
+                None => false,
             }
         }
     }
@@ -136,7 +170,7 @@ pub fn decompress_chunk(codec: Codec, src: &[u8], dst: &mut [u8]) -> Result<(), 
     let n = match codec {
         Codec::None => return Err("a chunk marked compressed in an object without a codec".into()),
         Codec::Lz4 => lz4_flex::block::decompress_into(src, dst).map_err(|e| e.to_string())?,
-        Codec::Zstd => zstd::bulk::decompress_to_buffer(src, dst).map_err(|e| e.to_string())?,
+        Codec::Zstd => zstd_decompress(src, dst)?,
     };
     if n != dst.len() {
         return Err(format!(
