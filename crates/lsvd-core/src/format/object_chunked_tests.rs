@@ -80,7 +80,7 @@ fn compressible_chunks_are_stored_compressed_and_read_back_by_range() {
         let flags: Vec<bool> = h.stored_chunks.iter().map(|e| e >> 31 == 1).collect();
         assert_eq!(flags, [true, false, true], "{compression}: noise stays raw");
         assert!(
-            h.stored_data_bytes() < 64 << 10 + 8 << 10,
+            h.stored_data_bytes() < (64 << 10) + (8 << 10),
             "{compression}: {} stored",
             h.stored_data_bytes()
         );
