@@ -225,3 +225,86 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
     verify_all(&base, &base_model, "base reopened").await;
     base.shutdown().await.expect("shutdown");
 }
+
+/// The base's GC after a snapshot that clones were made from: it compacts the base's
+/// objects (half of every block overwritten), and the clones, which still map the
+/// snapshot's data in those objects, read it back, live and reopened from the store
+/// alone, because the snapshot pins the objects GC emptied in the base's view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_base_gc_keeps_what_its_clones_read() {
+    use crate::lifecycle::snapshot_tests::{BLOCKS, config, stamp, versions, write_all};
+    let store: DynStore = Arc::new(MemStore::new());
+    let base_dir = TempDir::new("engine-clonegc-pinned-base");
+    let (base, _) =
+        create_and_open(&store, "base", BLOCKS * BLOCK, base_dir.path(), config()).await;
+    write_all(&base, 1).await;
+    base.create_snapshot("s").await.expect("snapshot");
+    let mut clones = Vec::new();
+    for name in ["c1", "c2"] {
+        create_clone(&store, "base", "s", name)
+            .await
+            .expect("clone");
+        let dir = TempDir::new(&format!("engine-clonegc-pinned-{name}"));
+        let (c, _) = open_volume(store.clone(), name, dir.path(), config())
+            .await
+            .unwrap_or_else(|e| panic!("open {name}: {e}"));
+        clones.push((name, c, dir));
+    }
+    // c1 writes block 0; the base overwrites its even blocks: every base object is
+    // half dead in the base's view, and its GC copies the odd blocks out of them.
+    clones[0]
+        .1
+        .write(0, stamp(0, 9), false)
+        .await
+        .expect("write");
+    for b in (0..BLOCKS).step_by(2) {
+        base.write(b * BLOCK, stamp(b, 2), false)
+            .await
+            .expect("write");
+    }
+    base.sync_to_store().await.expect("sync base");
+    wait_until("the base's GC to run", async || base.status().gc_passes > 0).await;
+    let base_want: Vec<u64> = (0..BLOCKS).map(|b| 2 - b % 2).collect();
+    let mut c1_want = vec![1; BLOCKS as usize];
+    c1_want[0] = 9;
+    let wants = [c1_want, vec![1; BLOCKS as usize]];
+    let mut all: Vec<&Volume> = clones.iter().map(|(_, c, _)| &**c).collect();
+    all.push(&base);
+    gc_quiescent(&all).await;
+    assert!(base.status().gc_moved_bytes > 0, "{:?}", base.status());
+    for ((name, c, _), want) in clones.iter().zip(&wants) {
+        assert_eq!(&versions(c).await, want, "{name} live");
+        assert_eq!(
+            c.status().gc_moved_bytes,
+            0,
+            "{name} copied its base's data"
+        );
+    }
+    assert_eq!(versions(&base).await, base_want, "base live");
+    drop(all);
+    for (name, c, _) in &clones {
+        c.shutdown()
+            .await
+            .unwrap_or_else(|e| panic!("shutdown {name}: {e}"));
+    }
+    base.shutdown().await.expect("shutdown base");
+    for ((name, _, _), want) in clones.iter().zip(&wants) {
+        let dir = TempDir::new(&format!("engine-clonegc-pinned-{name}-again"));
+        let (c, _) = open_volume(store.clone(), name, dir.path(), config())
+            .await
+            .unwrap_or_else(|e| panic!("reopen {name}: {e}"));
+        assert_eq!(&versions(&c).await, want, "{name} reopened");
+        c.shutdown().await.expect("shutdown");
+    }
+    let dir = TempDir::new("engine-clonegc-pinned-base-again");
+    let (base, _) = open_volume(store.clone(), "base", dir.path(), config())
+        .await
+        .expect("reopen base");
+    assert_eq!(versions(&base).await, base_want, "base reopened");
+    let e = base.delete_snapshot("s").await.expect_err("refused");
+    assert!(
+        e.to_string().contains("c1 (from base@s), c2 (from base@s)"),
+        "{e}"
+    );
+    base.shutdown().await.expect("shutdown");
+}
