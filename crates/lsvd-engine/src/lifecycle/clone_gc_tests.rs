@@ -178,6 +178,9 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
     gc_quiescent(&all).await;
     for (i, (name, c, _)) in clones.iter().enumerate() {
         verify_all(c, &models[i], &format!("{name} live")).await;
+        // GC is done with its own objects (and weighs nothing else).
+        let u = c.status().utilization;
+        assert!(u >= 0.95, "{name}: utilization {u} after GC");
     }
     verify_all(&base, &base_model, "base live").await;
     for (_, c, _) in &clones {
@@ -206,6 +209,12 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
         "the store holds {stored} bytes for {written} bytes of base and clones' own data \
          (ratio {ratio:.3}): clones copied their base's data"
     );
+
+    // `lsvd info` weighs what GC weighs.
+    for (name, _, _) in &clones {
+        let info = crate::inspect_volume(&store, name).await.expect("info");
+        assert!(info.utilization >= 0.95, "{name}: {info:?}");
+    }
 
     // Every volume again, from the store alone.
     drop(all);
