@@ -136,13 +136,15 @@ impl GcConfig {
     }
 }
 
-/// Live bytes over stored bytes (1.0 for an empty store).
+/// Live bytes over stored bytes of the objects the volume owns (1.0 for an empty
+/// store): a clone's GC weighs only its own objects, never the ancestors' it shares
+/// ([`StoreState::set_shared_below`]), which it can neither collect nor free.
 pub fn utilization(state: &StoreState) -> f64 {
-    let stored = state.stored_bytes();
+    let stored = state.owned_stored_bytes();
     if stored == 0 {
         1.0
     } else {
-        state.live_bytes() as f64 / stored as f64
+        state.owned_live_bytes() as f64 / stored as f64
     }
 }
 
@@ -180,8 +182,9 @@ pub fn client_object_fits(
     if !cfg.enabled() {
         return true;
     }
-    let limit = state.live_bytes() as f64 / cfg.start_utilization;
-    let stored = state.stored_bytes() as f64;
+    // A clone's own objects only: GC cannot shrink the ancestors' it shares.
+    let limit = state.owned_live_bytes() as f64 / cfg.start_utilization;
+    let stored = state.owned_stored_bytes() as f64;
     if pending_bytes == 0 && stored <= limit {
         return true;
     }
@@ -208,13 +211,15 @@ pub fn headroom_used(
     if headroom_bytes == 0 {
         return 1.0;
     }
-    let bound = state.live_bytes() as f64 / cfg.start_utilization + slack_bytes as f64;
-    let over = state.stored_bytes() as f64 + pending_bytes as f64 - bound;
+    let bound = state.owned_live_bytes() as f64 / cfg.start_utilization + slack_bytes as f64;
+    let over = state.owned_stored_bytes() as f64 + pending_bytes as f64 - bound;
     (over / headroom_bytes as f64).clamp(0.0, 1.0)
 }
 
 /// Choose victims for one pass. `now_seq` is the next object sequence number (the
-/// clock for ages); objects for which `busy` is true are skipped.
+/// clock for ages); objects for which `busy` is true are skipped, and so are the
+/// objects another volume owns ([`StoreState::is_shared`]: a clone's ancestors'),
+/// whose data a clone shares rather than copies.
 pub fn select_victims(
     state: &StoreState,
     cfg: &GcConfig,
@@ -237,7 +242,7 @@ pub fn select_victims_by_rate(
 ) -> Vec<u64> {
     let mut candidates: Vec<(f64, u64, u64)> = Vec::new(); // (sort key, seq, live)
     let mut empty = Vec::new();
-    for (&seq, o) in state.objects() {
+    for (&seq, o) in state.owned_objects() {
         if busy(seq)
             || state.applying_seq() == Some(seq)
             || o.live_bytes >= o.total_bytes.saturating_sub(o.header_bytes as u64)
@@ -509,6 +514,47 @@ mod tests {
         };
         assert_eq!(select_victims(&s, &cfg, 5, |_| false), vec![1, 2]);
         assert_eq!(select_victims(&s, &cfg, 5, |seq| seq == 1), vec![2]);
+    }
+
+    /// A clone whose ancestors own objects 1 and 2 (it starts at 3): its GC leaves
+    /// them alone however dead they are in its view, and weighs only its own objects.
+    #[test]
+    fn a_clone_collects_and_weighs_only_its_own_objects() {
+        let mut s = state_with_garbage();
+        s.set_shared_below(3);
+        assert!(s.is_shared(2) && !s.is_shared(3));
+        let all = GcConfig {
+            pass_bytes: 1 << 30,
+            ..GcConfig::default()
+        };
+        // Objects 3 and 4 are all live: nothing to collect, nothing to count against.
+        assert!(select_victims(&s, &all, 5, |_| false).is_empty());
+        assert_eq!(s.owned_live_bytes(), (720 + 400) * 512);
+        assert_eq!(
+            s.owned_stored_bytes(),
+            s.objects()[&3].total_bytes + s.objects()[&4].total_bytes
+        );
+        assert!(utilization(&s) > 0.95, "{}", utilization(&s));
+        assert!(!should_collect(&s, &all, false));
+        assert!(!should_collect(&s, &all, true));
+        // Client objects are held against the clone's own objects only.
+        assert!(client_object_fits(&s, &all, 0, 1 << 20, 0));
+        assert_eq!(headroom_used(&s, &all, 0, 0, 1 << 20), 0.0);
+        // Its own object 3 half overwritten: that one is collected, still not 1 or 2.
+        s.apply(&data(5, &[(0, 360)])).expect("apply");
+        assert!(should_collect(
+            &s,
+            &GcConfig {
+                start_utilization: 0.9,
+                stop_utilization: 0.95,
+                ..all
+            },
+            false
+        ));
+        assert_eq!(select_victims(&s, &all, 6, |_| false), vec![3]);
+        // Not a clone: the ancestors' objects would be the first victims.
+        s.set_shared_below(0);
+        assert_eq!(select_victims(&s, &all, 6, |_| false), vec![1, 3, 2]);
     }
 
     #[test]

@@ -118,6 +118,11 @@ pub struct StoreState {
     live_total_bytes: u64,
     /// Sum of `total_bytes` over `objects`.
     stored_total_bytes: u64,
+    /// Objects numbered below this belong to another volume: a clone's ancestors own
+    /// every object below the clone's start and keep it for their snapshot. GC neither
+    /// collects them nor counts them (see [`set_shared_below`](Self::set_shared_below)).
+    /// 0 for a volume that is not a clone.
+    shared_below_seq: u64,
 }
 
 /// Progress through an object being applied.
@@ -154,7 +159,62 @@ impl StoreState {
             applying: None,
             live_total_bytes: 0,
             stored_total_bytes: 0,
+            shared_below_seq: 0,
         }
+    }
+
+    /// The objects numbered below `seq` are another volume's (a clone's ancestors', up
+    /// to where the clone starts): this volume reads them but never collects them, so
+    /// GC planning ([`crate::gc`]) leaves them out of its victims and weighs only this
+    /// volume's own objects ([`owned_live_bytes`](Self::owned_live_bytes),
+    /// [`owned_stored_bytes`](Self::owned_stored_bytes)). Copying their live data into
+    /// the clone's own objects would free nothing (the ancestor's snapshot keeps them)
+    /// and store that data once per clone. Not persisted: the engine sets it from the
+    /// clone's lineage at every open.
+    pub fn set_shared_below(&mut self, seq: u64) {
+        self.shared_below_seq = seq;
+    }
+
+    /// Objects below this are another volume's ([`set_shared_below`](Self::set_shared_below)).
+    pub fn shared_below(&self) -> u64 {
+        self.shared_below_seq
+    }
+
+    /// Is object `seq` another volume's (below [`shared_below`](Self::shared_below))?
+    pub fn is_shared(&self, seq: u64) -> bool {
+        seq < self.shared_below_seq
+    }
+
+    /// Objects this volume owns (all of them unless it is a clone), by sequence number.
+    pub fn owned_objects(&self) -> impl Iterator<Item = (&u64, &ObjectInfo)> {
+        self.objects.range(self.shared_below_seq..)
+    }
+
+    /// Live bytes in the objects this volume owns: what GC can move.
+    pub fn owned_live_bytes(&self) -> u64 {
+        if self.shared_below_seq == 0 {
+            return self.live_bytes();
+        }
+        let shared: u64 = self
+            .objects
+            .range(..self.shared_below_seq)
+            .map(|(_, o)| o.live_bytes)
+            .sum();
+        self.live_bytes() - shared
+    }
+
+    /// [`stored_bytes`](Self::stored_bytes) of the objects this volume owns: what its
+    /// GC can free.
+    pub fn owned_stored_bytes(&self) -> u64 {
+        if self.shared_below_seq == 0 {
+            return self.stored_bytes();
+        }
+        let shared: u64 = self
+            .objects
+            .range(..self.shared_below_seq)
+            .map(|(_, o)| o.total_bytes)
+            .sum();
+        self.stored_bytes() - shared
     }
 
     pub fn map(&self) -> &ExtentMap<ObjLoc> {

@@ -284,7 +284,7 @@ async fn open_inner(
         .then(|| restored_heat(&meta, rec.state.volume_size_bytes, rec.heat.as_ref()));
     let newest_super = rec.superblock.clone();
     let history = rec.history.clone();
-    let store_state = rec.state.clone();
+    let mut store_state = rec.state.clone();
     let last_in_store = store_state.last_record_seq();
 
     // 2. The log side.
@@ -420,6 +420,8 @@ async fn open_inner(
     let mut log = LogSpace::new(log_start, log_end, log_first);
     let now_ns = lsvd_store::clock::now_ns(&*config.clock);
     let size_bytes = store_state.volume_size_bytes;
+    // A clone's GC collects only its own objects: its ancestors' stay shared.
+    store_state.set_shared_below(lineage.owned_from_seq());
     let pipeline = Pipeline::new(config.pipeline_config(), store_state, now_ns);
     let jitter_seed = config.jitter_seed.unwrap_or_else(random_session_id);
     let shared = Arc::new(Shared {

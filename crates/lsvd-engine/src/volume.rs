@@ -66,6 +66,9 @@ pub struct VolumeStatus {
     pub gc_superseded_bytes: u64,
     /// This session's GC reads served by the read cache (see `Stats`).
     pub gc_cache_read_bytes: u64,
+    /// Live bytes over stored bytes of the objects the volume owns: what GC weighs (a
+    /// clone's ancestors' objects, which `live_bytes` and `store_bytes` count, are left
+    /// out: `StoreState::set_shared_below`).
     pub utilization: f64,
     /// Why the volume failed (it takes no more writes), if it did.
     pub failure: Option<String>,

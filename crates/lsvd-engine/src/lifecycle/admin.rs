@@ -84,6 +84,8 @@ pub struct VolumeInfo {
     pub store_listed_bytes: u64,
     /// The compression the volume's settings give new objects (`none` without any).
     pub compression: String,
+    /// Live bytes over stored bytes of the objects the volume owns (what GC weighs: a
+    /// clone's ancestors' objects are left out, `StoreState::set_shared_below`).
     pub utilization: f64,
     pub objects: u64,
     pub checkpoint_seq: Option<u64>,
@@ -258,14 +260,13 @@ pub async fn inspect_volume(store: &DynStore, name: &str) -> Result<VolumeInfo> 
 /// One look at the volume `meta` describes.
 async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo> {
     let meta = meta.clone();
-    let rec = recover_store_view(store, &meta).await?;
+    let lineage = crate::lifecycle::lineage::load_lineage(store, &meta).await?;
+    let mut rec = recover_store_view(store, &meta).await?;
+    rec.state.set_shared_below(lineage.owned_from_seq());
     let s = &rec.state;
     let store_bytes = s.stored_bytes();
-    let utilization = if store_bytes == 0 {
-        1.0
-    } else {
-        s.live_bytes() as f64 / store_bytes as f64
-    };
+    // As GC weighs it: a clone's own objects only.
+    let utilization = lsvd_core::gc::utilization(s);
     let listed = store
         .list(&crate::keys::objects_prefix(&meta.name))
         .await
@@ -319,9 +320,7 @@ async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo>
             .into_iter()
             .map(|r| r.name)
             .collect(),
-        parent: crate::lifecycle::lineage::load_lineage(store, &meta)
-            .await?
-            .parent(),
+        parent: lineage.parent(),
         clones: crate::lifecycle::lineage::list_clones(store, &meta.name)
             .await?
             .into_iter()

@@ -9,7 +9,9 @@
 //! What differs is only *where an object lives*: [`Lineage`] maps every sequence
 //! number below the clone's start to the ancestor that owns it (for a clone of a
 //! clone, the grandparent below the parent's own start), and the clone never deletes
-//! an object it does not own (its GC still copies live data out of them).
+//! an object it does not own, nor does its GC collect one: GC weighs and collects only
+//! the clone's own objects (`StoreState::set_shared_below`), so the snapshot's data is
+//! stored once however many clones share it, and a clone costs only what it writes.
 //!
 //! The link (`lsvd_core::format::clone_link`) is stored twice: `<clone>/parent`, read
 //! at every open, and `<parent>/clones/<clone>`, which makes the parent refuse to

@@ -23,10 +23,15 @@ async fn write_half(volume: &Volume, odd: bool, version: u64) {
     }
 }
 
-/// Even blocks at `even`, odd blocks at `odd`.
-fn halves(even: u64, odd: u64) -> Vec<u64> {
+/// What the clone holds after its writes below: every fourth block (from 0) at 5, the
+/// other even blocks at 3, the odd blocks at `odd`.
+fn clone_versions(odd: u64) -> Vec<u64> {
     (0..BLOCKS)
-        .map(|b| if b % 2 == 0 { even } else { odd })
+        .map(|b| match b % 4 {
+            0 => 5,
+            2 => 3,
+            _ => odd,
+        })
         .collect()
 }
 
@@ -63,12 +68,15 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
         .await
         .expect("open clone");
     assert_eq!(versions(&c).await, vec![1; BLOCKS as usize]);
-    // The clone rewrites its even blocks twice: the parent's objects become half
-    // dead in its view, and its GC copies the odd blocks out of them; the base
-    // overwrites everything twice.
+    // The clone rewrites its even blocks, then half of them again: the parent's
+    // objects become half dead in its view, which its GC leaves alone (they are the
+    // parent's, kept by the snapshot), and its own objects half dead, which its GC
+    // compacts; the base overwrites everything twice.
     write_half(&c, false, 3).await;
     write_all(&base, 2).await;
-    write_half(&c, false, 5).await;
+    for b in (0..BLOCKS).step_by(4) {
+        c.write(b * BLOCK, stamp(b, 5), false).await.expect("write");
+    }
     write_all(&base, 4).await;
     c.sync_to_store().await.expect("sync clone");
     base.sync_to_store().await.expect("sync base");
@@ -76,13 +84,16 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
         c.status().gc_passes > 0
     })
     .await;
+    let status = c.status();
+    assert!(status.gc_passes > 0, "the clone's GC never ran: {status:?}");
+    // Only the clone's own data moved (a quarter of the blocks at most), none of the
+    // parent's odd blocks.
     assert!(
-        c.status().gc_passes > 0,
-        "the clone's GC never ran: {:?}",
-        c.status()
+        status.gc_moved_bytes <= BLOCKS / 4 * BLOCK,
+        "the clone's GC copied its parent's data: {status:?}"
     );
     c.sync_to_store().await.expect("sync clone");
-    assert_eq!(versions(&c).await, halves(5, 1), "clone");
+    assert_eq!(versions(&c).await, clone_versions(1), "clone");
     assert_eq!(versions(&base).await, vec![4; BLOCKS as usize], "base");
     let (snap, _) = open_snapshot(store.clone(), "base", "s", base_dir.path(), config())
         .await
@@ -110,7 +121,7 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     let (base, _) = open_volume(store.clone(), "base", base_dir.path(), config())
         .await
         .expect("reopen base");
-    assert_eq!(versions(&c).await, halves(5, 1), "clone after restart");
+    assert_eq!(versions(&c).await, clone_versions(1), "clone after restart");
     assert_eq!(
         versions(&base).await,
         vec![4; BLOCKS as usize],
@@ -127,12 +138,12 @@ async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
     let (d, _) = open_volume(store.clone(), "d", d_dir.path(), config())
         .await
         .expect("open d");
-    assert_eq!(versions(&d).await, halves(5, 1), "d");
+    assert_eq!(versions(&d).await, clone_versions(1), "d");
     d.write(0, stamp(0, 7), false).await.expect("write d");
-    let mut want = halves(5, 1);
+    let mut want = clone_versions(1);
     want[0] = 7;
     assert_eq!(versions(&d).await, want, "d after its write");
-    assert_eq!(versions(&c).await, halves(5, 6), "c unchanged by d");
+    assert_eq!(versions(&c).await, clone_versions(6), "c unchanged by d");
     d.shutdown().await.expect("shutdown d");
 
     // Deleting the clones releases what they held.

@@ -36,6 +36,11 @@ impl Lineage {
     pub fn owner(&self, seq: u64) -> Option<&Ancestor> {
         self.0.iter().find(|a| seq < a.below_seq)
     }
+    /// The first object the volume owns: every one below is an ancestor's (0 for a
+    /// volume that is not a clone).
+    pub fn owned_from_seq(&self) -> u64 {
+        self.0.last().map_or(0, |a| a.below_seq)
+    }
     /// The parent (the newest ancestor) as `name@snapshot`.
     pub fn parent(&self) -> Option<String> {
         self.0.last().map(|a| format!("{}@{}", a.name, a.snapshot))

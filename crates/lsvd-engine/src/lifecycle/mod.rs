@@ -5,6 +5,8 @@
 pub(crate) mod admin;
 pub(crate) mod clone;
 #[cfg(test)]
+mod clone_gc_tests;
+#[cfg(test)]
 mod clone_tests;
 pub(crate) mod delete;
 #[cfg(test)]
