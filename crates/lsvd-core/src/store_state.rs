@@ -192,29 +192,19 @@ impl StoreState {
 
     /// Live bytes in the objects this volume owns: what GC can move.
     pub fn owned_live_bytes(&self) -> u64 {
-        if self.shared_below_seq == 0 {
-            return self.live_bytes();
-        }
-        let shared: u64 = self
-            .objects
-            .range(..self.shared_below_seq)
-            .map(|(_, o)| o.live_bytes)
-            .sum();
-        self.live_bytes() - shared
+        self.live_bytes() - self.shared_sum(|o| o.live_bytes)
     }
 
     /// [`stored_bytes`](Self::stored_bytes) of the objects this volume owns: what its
     /// GC can free.
     pub fn owned_stored_bytes(&self) -> u64 {
-        if self.shared_below_seq == 0 {
-            return self.stored_bytes();
-        }
-        let shared: u64 = self
-            .objects
-            .range(..self.shared_below_seq)
-            .map(|(_, o)| o.total_bytes)
-            .sum();
-        self.stored_bytes() - shared
+        self.stored_bytes() - self.shared_sum(|o| o.total_bytes)
+    }
+
+    /// `bytes` summed over the objects another volume owns (none but in a clone).
+    fn shared_sum(&self, bytes: impl Fn(&ObjectInfo) -> u64) -> u64 {
+        let shared = self.objects.range(..self.shared_below_seq);
+        shared.map(|(_, o)| bytes(o)).sum()
     }
 
     pub fn map(&self) -> &ExtentMap<ObjLoc> {

@@ -7,7 +7,7 @@ use lsvd_core::gc::GcPolicy;
 
 use crate::test_support::{
     block_data, create_and_open, gc_config, no_gc, open_behind_faults, open_v, pause, poll_until,
-    verify, verify_from_store_alone, wait_for_uploads, write_next_versions,
+    verify, verify_from_store_alone, verify_runs, wait_for_uploads, write_next_versions,
 };
 use crate::{EngineConfig, Volume, open_volume};
 use lsvd_store::DynStore;
@@ -181,31 +181,6 @@ async fn write_version(
     }
 }
 
-/// Read every block (64 at a time) and compare with the model.
-async fn verify_all(volume: &Volume, model: &[u64]) {
-    const CHUNK: usize = 64;
-    for (c, versions) in model.chunks(CHUNK).enumerate() {
-        let first = (c * CHUNK) as u64;
-        let got = volume
-            .read(first * BLOCK, versions.len() as u64 * BLOCK)
-            .await
-            .expect("read");
-        for (i, &version) in versions.iter().enumerate() {
-            let b = first + i as u64;
-            let want = if version == 0 {
-                vec![0u8; BLOCK as usize]
-            } else {
-                block_data(b, version)
-            };
-            let at = i * BLOCK as usize;
-            assert!(
-                got[at..at + BLOCK as usize] == want[..],
-                "block {b}: expected version {version}"
-            );
-        }
-    }
-}
-
 /// Fill, overwrite, verify, and check the store bound at every sample: after each
 /// MiB of client writes in the random phase, the data and GC objects in the store
 /// must not exceed live/gc_start + two batches.
@@ -340,13 +315,13 @@ async fn overwrite_run(spec: &OverwriteSpec) -> OverwriteReport {
     sample(written, true);
     let end = volume.status();
     assert!(end.gc_passes > start.gc_passes, "GC ran: {end:?}");
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     volume.shutdown().await.expect("shutdown");
     if spec.reopen {
         let dir2 = TempDir::new("engine-overwrite-reopen");
         let (volume, report) = open_v(&store, dir2.path(), spec.config.clone(), "reopen").await;
         assert!(report.checkpoint_clean);
-        verify_all(&volume, &model).await;
+        verify_runs(&volume, &model, "the volume").await;
         volume.shutdown().await.expect("shutdown");
     }
     let client_bytes = end.client_write_bytes - start.client_write_bytes;
@@ -536,7 +511,7 @@ async fn client_objects_wait_while_gc_is_behind_and_go_up_at_shutdown() {
         .await
         .expect("reopen from the store alone");
     assert!(report.checkpoint_clean);
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     volume.shutdown().await.expect("shutdown");
 }
 
@@ -676,7 +651,7 @@ async fn gc_moves_data_at_its_minimum_rate_while_clients_read() {
         },
     )
     .await;
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     shutdown_ticking(volume, &clock).await;
 }
 
@@ -695,7 +670,7 @@ async fn gc_runs_unpaced_once_clients_are_idle() {
         moved as f64 > allowed,
         "GC moved {moved} bytes in {elapsed:?} of clock time; paced it could move {allowed}"
     );
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     shutdown_ticking(volume, &clock).await;
 }
 
@@ -1037,7 +1012,7 @@ async fn gc_reads_live_data_from_the_read_cache() {
     volume.flush().await.expect("flush");
     wait_for_uploads(&volume).await;
     // Clients read everything (from the store: the log space was freed by uploads).
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     assert!(volume.status().read_cache_entries > 0);
     // Overwrite every other block: every filled object is half live.
     write_version(&volume, &mut model, (0..blocks).step_by(2), 2).await;
@@ -1066,15 +1041,10 @@ async fn gc_reads_live_data_from_the_read_cache() {
         s.gc_cache_read_bytes, s.gc_moved_bytes,
         "all live data came from the read cache: {s:?}"
     );
-    verify_all(&volume, &model).await;
+    verify_runs(&volume, &model, "the volume").await;
     volume.shutdown().await.expect("shutdown");
     // And from the store alone.
-    let dir2 = TempDir::new("engine-gc-cache-reopen");
-    let (volume, _) = open_volume(store, "v", dir2.path(), config())
-        .await
-        .expect("reopen from the store alone");
-    verify_all(&volume, &model).await;
-    volume.shutdown().await.expect("shutdown");
+    verify_from_store_alone(store, "engine-gc-cache-reopen", config(), &model).await;
 }
 
 /// Uploaded data admitted to the read cache is read back without a single GET, and
@@ -1106,7 +1076,7 @@ async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
         })
         .await;
         let gets = volume.stats().store_gets.load(Relaxed);
-        verify_all(&volume, &model).await;
+        verify_runs(&volume, &model, "the volume").await;
         let after = volume.stats().store_gets.load(Relaxed);
         match admit {
             Admission::Always => assert_eq!(after, gets, "reads of admitted data GET nothing"),
@@ -1126,7 +1096,7 @@ async fn uploaded_data_is_read_from_the_read_cache_even_after_a_crash() {
         let (volume, _) = open_v(&store, dir.path(), cfg, "reopen").await;
         assert!(volume.status().read_cache_entries > 0);
         let gets = volume.stats().store_gets.load(Relaxed);
-        verify_all(&volume, &model).await;
+        verify_runs(&volume, &model, "the volume").await;
         assert_eq!(
             volume.stats().store_gets.load(Relaxed),
             gets,

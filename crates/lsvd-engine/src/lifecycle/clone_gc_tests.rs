@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::test_support::{block_data, create_and_open, wait_until};
+use crate::test_support::{block_data, create_and_open, verify_runs, wait_until};
 use crate::{EngineConfig, Volume, create_clone, open_volume};
 use lsvd_core::error::ErrorKind;
 use lsvd_store::DynStore;
@@ -44,27 +44,6 @@ async fn write_blocks(volume: &Volume, first: u64, versions: &[u64]) {
         .write(first * BLOCK, data, false)
         .await
         .unwrap_or_else(|e| panic!("write at block {first}: {e}"));
-}
-
-/// Reads all of `volume` (1 MiB at a time) and checks every block against `model`
-/// (the version each block holds, [`block_data`]).
-async fn verify_all(volume: &Volume, model: &[u64], what: &str) {
-    const RUN: usize = 256;
-    for (i, versions) in model.chunks(RUN).enumerate() {
-        let first = (i * RUN) as u64;
-        let got = volume
-            .read(first * BLOCK, versions.len() as u64 * BLOCK)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: read at block {first}: {e}"));
-        for (j, &v) in versions.iter().enumerate() {
-            let b = first + j as u64;
-            let block = &got[j * BLOCK as usize..(j + 1) * BLOCK as usize];
-            assert!(
-                block == block_data(b, v).as_slice(),
-                "{what}: block {b} is not version {v}"
-            );
-        }
-    }
 }
 
 /// Waits until no volume has uploads pending or a GC pass in flight, and none has
@@ -177,12 +156,12 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
     all.push(&base);
     gc_quiescent(&all).await;
     for (i, (name, c, _)) in clones.iter().enumerate() {
-        verify_all(c, &models[i], &format!("{name} live")).await;
+        verify_runs(c, &models[i], &format!("{name} live")).await;
         // GC is done with its own objects (and weighs nothing else).
         let u = c.status().utilization;
         assert!(u >= 0.95, "{name}: utilization {u} after GC");
     }
-    verify_all(&base, &base_model, "base live").await;
+    verify_runs(&base, &base_model, "base live").await;
     for (_, c, _) in &clones {
         c.shutdown().await.expect("shutdown clone");
     }
@@ -224,14 +203,14 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
         let (c, _) = open_volume(store.clone(), name, dir.path(), config())
             .await
             .unwrap_or_else(|e| panic!("reopen {name}: {e}"));
-        verify_all(&c, &models[i], &format!("{name} reopened")).await;
+        verify_runs(&c, &models[i], &format!("{name} reopened")).await;
         c.shutdown().await.expect("shutdown");
     }
     let dir = TempDir::new("engine-clonegc-base-again");
     let (base, _) = open_volume(store.clone(), "base", dir.path(), config())
         .await
         .expect("reopen base");
-    verify_all(&base, &base_model, "base reopened").await;
+    verify_runs(&base, &base_model, "base reopened").await;
     base.shutdown().await.expect("shutdown");
 }
 
@@ -241,13 +220,9 @@ async fn clones_of_one_snapshot_share_its_data_after_gc() {
 /// alone, because the snapshot pins the objects GC emptied in the base's view.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_gc_keeps_what_its_clones_read() {
-    use crate::lifecycle::snapshot_tests::{BLOCKS, config, stamp, versions, write_all};
-    let store: DynStore = Arc::new(MemStore::new());
+    use crate::lifecycle::snapshot_tests::{BLOCKS, config, stamp, versions};
     let base_dir = TempDir::new("engine-clonegc-pinned-base");
-    let (base, _) =
-        create_and_open(&store, "base", BLOCKS * BLOCK, base_dir.path(), config()).await;
-    write_all(&base, 1).await;
-    base.create_snapshot("s").await.expect("snapshot");
+    let (store, base) = super::clone_tests::base_with_snapshot(&base_dir).await;
     let mut clones = Vec::new();
     for name in ["c1", "c2"] {
         create_clone(&store, "base", "s", name)

@@ -45,14 +45,20 @@ async fn delete_whole(store: &DynStore, name: &str) {
         .unwrap_or_else(|e| panic!("delete {name}: {e}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
+/// A memory store with volume "base" of [`BLOCKS`] blocks, every block written at
+/// version 1, and its snapshot "s"; the base stays open with its files in `dir`.
+pub(super) async fn base_with_snapshot(dir: &TempDir) -> (DynStore, Arc<Volume>) {
     let store: DynStore = Arc::new(MemStore::new());
-    let base_dir = TempDir::new("engine-clone-base");
-    let (base, _) =
-        create_and_open(&store, "base", BLOCKS * BLOCK, base_dir.path(), config()).await;
+    let (base, _) = create_and_open(&store, "base", BLOCKS * BLOCK, dir.path(), config()).await;
     write_all(&base, 1).await;
     base.create_snapshot("s").await.expect("snapshot");
+    (store, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_are_isolated_both_ways_and_keep_their_parents_data() {
+    let base_dir = TempDir::new("engine-clone-base");
+    let (store, base) = base_with_snapshot(&base_dir).await;
     create_clone(&store, "base", "s", "c").await.expect("clone");
     assert_kind(
         create_clone(&store, "base", "s", "c").await,
