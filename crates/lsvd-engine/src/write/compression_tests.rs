@@ -245,11 +245,17 @@ async fn a_compressed_volume_replicates_and_the_replica_reads_back() {
     let (source_mem, target_mem) = (Arc::new(MemStore::new()), Arc::new(MemStore::new()));
     let (source, target): (DynStore, DynStore) = (source_mem.clone(), target_mem.clone());
     let dir = TempDir::new("compression-replicate");
+    // Compressed as the volume's settings say: the replica gets them too.
+    let meta = crate::create_volume(&source, "v", 256 * BLOCK).await;
+    let meta = meta.expect("create");
+    let settings = crate::set_compression(&source, &meta, Compression::Zstd(3)).await;
+    let settings = settings.expect("set");
     let zstd = EngineConfig {
         checkpoint_every_objects: 2,
-        ..config(Some(Compression::Zstd(3)))
+        ..config(None)
     };
-    let (volume, _) = create_and_open(&source, "v", 256 * BLOCK, dir.path(), zstd.clone()).await;
+    let opened = crate::open_volume(source.clone(), "v", dir.path(), zstd.clone()).await;
+    let (volume, _) = opened.expect("open");
     write_blocks(&volume, 0..256, false).await;
     volume.shutdown().await.expect("shutdown");
     let options = crate::ReplicateOptions::default();
@@ -260,6 +266,13 @@ async fn a_compressed_volume_replicates_and_the_replica_reads_back() {
         data_object_bytes(&target_mem),
         data_object_bytes(&source_mem)
     );
+    assert!(
+        data_object_bytes(&source_mem) * 4 < 256 * BLOCK,
+        "compressed"
+    );
+    let replica_meta = crate::read_meta(&target, "v").await.expect("replica meta");
+    let replica_settings = crate::read_settings(&target, &replica_meta).await;
+    assert_eq!(replica_settings.expect("read"), Some(settings));
     let dir2 = TempDir::new("compression-replica");
     let (replica, _) = crate::open_volume(target, "v", dir2.path(), zstd)
         .await

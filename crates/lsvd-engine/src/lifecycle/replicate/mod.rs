@@ -74,7 +74,8 @@ use lsvd_core::history::Owner;
 
 use crate::fencing::volume_super::read_newest;
 use crate::keys::{
-    meta_key, object_key, objects_prefix, parse_object_name, replica_of_key, super_key,
+    meta_key, object_key, objects_prefix, parse_object_name, replica_of_key, settings_key,
+    super_key,
 };
 use crate::lifecycle::lineage::{clones_prefix, load_lineage, parent_key};
 use crate::recovery::store_recovery::recover_store_as_of;
@@ -598,8 +599,10 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
             .map_err(|e| e.context("writing the replica's status record"))?;
     }
 
-    // 6. The metadata (and a clone's links): now the replica is a volume.
+    // 6. The metadata (and a clone's links): now the replica is a volume; its settings
+    // as they are now (`lsvd config` changes them, so they are overwritten).
     copy_key(source, target, &meta_key(name)).await?;
+    copy_settings(source, target, name).await?;
     if let Some(parent) = lineage.0.last() {
         copy_key(source, target, &parent_key(name)).await?;
         copy_key(
@@ -622,4 +625,17 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         }
     }
     Ok(report)
+}
+
+/// Copy volume `name`'s settings (none: nothing to copy), replacing the replica's.
+async fn copy_settings(source: &DynStore, target: &DynStore, name: &str) -> Result<()> {
+    let key = settings_key(name);
+    match source.get(&key).await {
+        Ok(bytes) => target
+            .put(&key, Bytes::from(bytes), PutMode::Overwrite)
+            .await
+            .map_err(|e| e.context(format!("writing {key}"))),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e.context(format!("reading {key}"))),
+    }
 }
