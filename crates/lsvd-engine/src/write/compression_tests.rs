@@ -84,15 +84,18 @@ async fn write_and_read_back(compression: Compression, noise: bool, blocks: u64)
     let mem = Arc::new(MemStore::new());
     let store: DynStore = mem.clone();
     let dir = TempDir::new("engine-compression");
+    // Uploads admitted to the read cache (as on a remote store): what is admitted must
+    // be the data as written, not the chunks as stored.
     let cached = EngineConfig {
         batch_size_bytes: 1 << 20,
         read_cache_bytes: 8 << 20,
+        read_cache_admit: crate::config::Admission::Always,
         ..config(Some(compression))
     };
     let (volume, _) = create_and_open(&store, "v", blocks * BLOCK, dir.path(), cached).await;
     write_blocks(&volume, 0..blocks, noise).await;
-    // Twice: the first reads fill the read cache, the second hit it. (The log was
-    // drained, so neither read comes from the write log.)
+    // Twice (the log was drained, so neither read comes from the write log): the
+    // admitted chunks, then the cache again.
     let what = format!("{compression}");
     read_blocks(&volume, 0..blocks, noise, &format!("{what} from the store")).await;
     read_blocks(&volume, 0..blocks, noise, &format!("{what} from the cache")).await;

@@ -181,7 +181,8 @@ fn placement_of(shared: &Shared, header: &ObjectHeader) -> Placement {
 }
 
 /// Copy an uploaded object's data into the read cache, a chunk at a time, in the
-/// background; skipped (and counted) when too many admissions are already pending.
+/// background (decompressed when it is stored compressed); skipped (and counted) when
+/// too many admissions are already pending.
 fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
     use crate::read::cache::READ_CACHE_CHUNK_BYTES;
     use crate::shared::MAX_PENDING_ADMISSIONS;
@@ -197,7 +198,20 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
     let s = shared.clone();
     tokio::task::spawn_blocking(move || {
         if let Some(rc) = &s.read_cache {
-            let data = &bytes[header.header_bytes as usize..];
+            // The cache holds data as extents see it: compressed chunks are opened
+            // first (the uploader checked this object decodes; a failure skips it).
+            let opened;
+            let data = if header.stored_chunks.is_empty() {
+                &bytes[header.header_bytes as usize..]
+            } else {
+                match header.open_whole(&bytes) {
+                    Ok(d) => {
+                        opened = d;
+                        &opened[..]
+                    }
+                    Err(_) => &[][..],
+                }
+            };
             for (chunk, piece) in data.chunks(READ_CACHE_CHUNK_BYTES as usize).enumerate() {
                 let obj = crate::read::cache::CacheObject::new(header.seq, header.epoch);
                 rc.admit(obj, chunk as u64, piece);
