@@ -241,12 +241,16 @@ impl ObjectHeader {
         let mut c = rel / self.chunk_bytes;
         let mut data = Vec::with_capacity(stored.len());
         let mut at = 0usize;
+        // `stored` begins at chunk c: walk the table from there (looking each chunk up
+        // from the start, `stored_chunk`, would be quadratic for a whole checkpoint).
         while at < stored.len() {
-            let (_, len, compressed) = self.stored_chunk(c);
-            let crc = *self
-                .chunk_crcs
+            let (entry, crc) = self
+                .stored_chunks
                 .get(c as usize)
+                .zip(self.chunk_crcs.get(c as usize))
                 .ok_or_else(|| invalid(WHAT, "range past end of object"))?;
+            let (len, compressed) = (entry & !STORED_COMPRESSED, entry & STORED_COMPRESSED != 0);
+            let crc = *crc;
             let bytes = stored
                 .get(at..at + len as usize)
                 .ok_or_else(|| invalid(WHAT, "range does not end on a chunk boundary"))?;
@@ -382,14 +386,7 @@ pub fn verify_chunks(
         let stored = *chunk_crcs
             .get(idx)
             .ok_or_else(|| invalid(WHAT, "chunk index out of range"))?;
-        let computed = crc32c::crc32c(chunk);
-        if stored != computed {
-            return Err(FormatError::BadChecksum {
-                what: WHAT,
-                stored,
-                computed,
-            });
-        }
+        check_chunk(chunk, stored)?;
     }
     Ok(())
 }
