@@ -109,19 +109,8 @@ pub async fn create_clone(
         from = state.checkpoint_extents(lba, usize::MAX, &mut checkpoint.extents);
     }
     let payload = encode_checkpoint(&checkpoint);
-    let spec = ObjectSpec {
-        kind: ObjectKind::Checkpoint,
-        volume: meta.volume,
-        seq,
-        last_record_seq: state.last_record_seq(),
-        extents: &[],
-        trims: &[],
-        volume_size_bytes: None,
-        parts_after: 0,
-        // Written before the clone is ever claimed: the first claim's epoch follows.
-        epoch: 0,
-        first_record_seq: state.last_record_seq() + 1,
-    };
+    // Written before the clone is ever claimed (epoch 0): the first claim's follows.
+    let spec = ObjectSpec::checkpoint(meta.volume, seq, state.last_record_seq(), 0);
     let key = object_key(name, seq, 0, ObjectKind::Checkpoint);
     store
         .put(

@@ -92,18 +92,7 @@ impl CheckpointSnapshot {
             );
         }
         let payload = encode_checkpoint(&self.checkpoint);
-        let spec = ObjectSpec {
-            kind: ObjectKind::Checkpoint,
-            volume: self.volume,
-            seq: self.seq,
-            last_record_seq: self.last_record_seq,
-            extents: &[],
-            trims: &[],
-            volume_size_bytes: None,
-            parts_after: 0,
-            epoch: self.epoch,
-            first_record_seq: self.last_record_seq + 1,
-        };
+        let spec = ObjectSpec::checkpoint(self.volume, self.seq, self.last_record_seq, self.epoch);
         Ok(encode_compressed_object(&spec, &payload, self.compression))
     }
 }
