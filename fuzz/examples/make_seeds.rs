@@ -24,7 +24,9 @@ use lsvd_core::format::object::{
 };
 use lsvd_core::format::record::encode_record;
 use lsvd_core::format::replica_status::{PassInProgress, ReplicaStatus, encode_replica_status};
+use lsvd_core::format::sealed::encode_sealed_header;
 use lsvd_core::format::snapshot::{SnapshotRecord, encode_snapshot};
+use lsvd_core::format::volume_keys::{CIPHER_AES256_GCM, VolumeKeys, encode_volume_keys};
 use lsvd_core::format::volume_meta::{VolumeMeta, encode_volume_meta};
 use lsvd_core::format::volume_settings::{VolumeSettings, encode_volume_settings};
 use lsvd_core::format::volume_super::{VolumeSuper, encode_volume_super};
@@ -199,6 +201,7 @@ fn supers() {
         size_bytes: 16 << 30,
         created_unix_secs: 1_800_000_000,
         name: "disk0".into(),
+        encrypted: false,
     };
     let snap = SnapshotRecord {
         volume: VolumeId([9; 16]),
@@ -257,11 +260,21 @@ fn supers() {
                 changed_unix_ms: 1_800_000_000_000,
             }),
         ),
+        (
+            "volume-keys",
+            encode_volume_keys(&VolumeKeys {
+                cipher: CIPHER_AES256_GCM,
+                key_id: [1; 8],
+                nonce: [2; 12],
+                wrapped_key: [3; 48],
+            }),
+        ),
+        ("sealed-header", encode_sealed_header()),
     ];
     for (which, (name, bytes)) in (0u8..).zip(&seeds) {
         put("format_supers", name, &[0, which], bytes);
     }
-    for which in 0..8u8 {
+    for which in 0..10u8 {
         put(
             "format_supers",
             &format!("generate-{which}"),

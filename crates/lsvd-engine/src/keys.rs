@@ -3,6 +3,7 @@
 //! ```text
 //! <volume>/meta                     volume metadata (put-if-absent, written once)
 //! <volume>/settings                 volume settings (overwritten by `lsvd config`)
+//! <volume>/keys                     an encrypted volume's wrapped data key
 //! <volume>/obj/<seq:016x>.<epoch:016x>.d   data object
 //! <volume>/obj/<seq:016x>.<epoch:016x>.g   GC output object
 //! <volume>/obj/<seq:016x>.<epoch:016x>.c   checkpoint object
@@ -60,6 +61,10 @@ pub fn snapshots_prefix(volume: &str) -> String {
 
 pub fn snapshot_key(volume: &str, snapshot: &str) -> String {
     format!("{volume}/snap/{snapshot}")
+}
+
+pub fn keys_key(volume: &str) -> String {
+    format!("{volume}/keys")
 }
 
 pub fn settings_key(volume: &str) -> String {

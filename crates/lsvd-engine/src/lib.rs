@@ -54,11 +54,12 @@ pub mod write;
 pub use config::{EngineConfig, MIN_LOG_SIZE_BYTES, RecoveryMode};
 pub use fencing::volume_super::read_newest as newest_volume_super;
 pub use lifecycle::admin::{
-    LOOKS, ReplicaInfo, VolumeInfo, create_volume, current_size_bytes, held_now, inspect_volume,
-    list_volumes, list_volumes_and_leftovers, look_again, now_unix_ms,
+    LOOKS, ReplicaInfo, VolumeInfo, create_volume, create_volume_with, current_size_bytes,
+    held_now, inspect_volume, list_volumes, list_volumes_and_leftovers, look_again, now_unix_ms,
 };
 pub use lifecycle::clone::create_clone;
 pub use lifecycle::delete::{DeletePlan, delete_volume, plan_delete};
+pub use lifecycle::encryption::{rotate_key, unlock, unlock_pair, unlock_volume};
 pub use lifecycle::lineage::load_lineage;
 pub use lifecycle::lineage::{list_clones, refuse_if_cloned};
 pub use lifecycle::rename::{Renamed, rename_volume};

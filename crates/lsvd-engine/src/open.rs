@@ -135,9 +135,11 @@ async fn open_files_and_volume(
     let log_path = data_dir.join(format!("{stem}.wlog"));
     let log_size =
         config.log_size_bytes.max(MIN_LOG_SIZE_BYTES) / LOG_ALIGN_BYTES * LOG_ALIGN_BYTES;
-    // Check the volume exists, and that this process may claim it, before making a
-    // log file for it.
+    // Check the volume exists, that its objects can be read (an encrypted volume's
+    // store is unlocked), and that this process may claim it, before making a log
+    // file for it.
     let meta = read_meta(&store, name).await?;
+    crate::lifecycle::encryption::require_unlocked(&store, &meta)?;
     let acquired = match &snapshot {
         Some(_) => None,
         None => {
@@ -206,6 +208,7 @@ async fn open_inner(
 ) -> Result<(Arc<Volume>, OpenReport)> {
     // 0. May this process claim the volume? (Reading only.)
     let meta = read_meta(&store, name).await?;
+    crate::lifecycle::encryption::require_unlocked(&store, &meta)?;
     let mut config = config;
     if config.compression.is_none() {
         let settings = crate::lifecycle::settings::read_settings(&store, &meta).await?;

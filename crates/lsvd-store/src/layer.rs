@@ -227,6 +227,9 @@ impl<L: Layer> ObjectStore for Layered<L> {
     fn is_local(&self) -> bool {
         self.inner.is_local()
     }
+    fn seals_objects(&self) -> bool {
+        self.inner.seals_objects()
+    }
     fn admit_uploads_to_cache(&self) -> bool {
         self.inner.admit_uploads_to_cache()
     }

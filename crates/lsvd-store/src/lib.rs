@@ -26,6 +26,7 @@ pub mod read_only;
 pub mod retry;
 pub mod s3;
 pub mod s3_credentials;
+pub mod sealed;
 pub mod selftest;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
@@ -123,6 +124,12 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// though local, so reads of fresh data stay off the drive taking the writes.
     fn admit_uploads_to_cache(&self) -> bool {
         !self.is_local()
+    }
+    /// True if the store seals what it holds under `<volume>/obj/` (an encrypted
+    /// volume's [`sealed::SealedStore`]): the engine refuses to open an encrypted
+    /// volume over a store that does not, so no plaintext object is ever written to it.
+    fn seals_objects(&self) -> bool {
+        false
     }
     /// The store's own counters and gauges, for `lsvd serve --metrics` and `lsvd info`
     /// (none for most stores).

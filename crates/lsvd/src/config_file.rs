@@ -807,9 +807,20 @@ pub struct Common {
     pub data: PathBuf,
     pub store: String,
     pub file: LsvdConfig,
+    /// The key file that unlocks encrypted volumes (`--key-file`, `LSVD_KEY_FILE`).
+    pub key_file: Option<PathBuf>,
 }
 
 impl Common {
+    /// The user key from the key file, if one was given (read each time: it is never
+    /// kept longer than the command that needs it).
+    pub fn user_key(&self) -> Result<Option<lsvd_store::sealed::UserKey>> {
+        self.key_file
+            .as_deref()
+            .map(lsvd_store::sealed::UserKey::from_file)
+            .transpose()
+    }
+
     pub fn store_url(&self) -> String {
         self.store.clone()
     }

@@ -23,7 +23,13 @@ use lsvd_core::format::record::{
 use lsvd_core::format::replica_status::{
     PassInProgress, ReplicaStatus, cut_peer, decode_replica_status, encode_replica_status,
 };
+use lsvd_core::format::sealed::{
+    decode_sealed_header, encode_sealed_header, plain_len, sealed_len, segments_for, split_segments,
+};
 use lsvd_core::format::snapshot::{SnapshotRecord, decode_snapshot, encode_snapshot};
+use lsvd_core::format::volume_keys::{
+    CIPHER_AES256_GCM, VolumeKeys, decode_volume_keys, encode_volume_keys,
+};
 use lsvd_core::format::volume_meta::{VolumeMeta, decode_volume_meta, encode_volume_meta};
 use lsvd_core::format::volume_settings::{
     VolumeSettings, decode_volume_settings, encode_volume_settings,
@@ -195,7 +201,7 @@ pub fn log_index(data: &[u8]) {
 // superblocks and volume metadata
 
 fn check_supers_bytes(which: u8, buf: &[u8]) {
-    match which % 8 {
+    match which % 10 {
         0 => assert_reencodes(buf, "cache superblock", decode_cache_super, |s| {
             Ok(encode_cache_super(s))
         }),
@@ -226,21 +232,52 @@ fn check_supers_bytes(which: u8, buf: &[u8]) {
         7 => assert_reencodes(buf, "volume settings", decode_volume_settings, |s| {
             Ok(encode_volume_settings(s))
         }),
+        8 => assert_reencodes(buf, "volume key record", decode_volume_keys, |k| {
+            Ok(encode_volume_keys(k))
+        }),
+        9 => check_sealed_layout(buf),
         _ => assert_reencodes(buf, "snapshot record", decode_snapshot, encode_snapshot),
+    }
+}
+
+/// The sealed-object envelope: its header re-encodes, and the layout arithmetic on
+/// any stored size and range neither panics nor disagrees with itself.
+fn check_sealed_layout(buf: &[u8]) {
+    if decode_sealed_header(buf).is_ok() {
+        assert_eq!(
+            buf[..16],
+            encode_sealed_header()[..],
+            "sealed header re-encodes differently"
+        );
+    }
+    let stored = buf.len() as u64 * 1000 + u64::from(buf.first().copied().unwrap_or(0));
+    if let Some(plain) = plain_len(stored) {
+        assert_eq!(sealed_len(plain), stored, "sealed lengths do not invert");
+    }
+    let _ = split_segments(buf);
+    if let [a, b, ..] = buf {
+        let start = u64::from(*a) * 977;
+        let range = start..start + u64::from(*b) * 131;
+        let (first, fetch) = segments_for(&range);
+        assert!(
+            first * 4096 <= range.start && fetch.start < fetch.end,
+            "{range:?}"
+        );
     }
 }
 
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
-    match which % 8 {
+    match which % 10 {
         0 => fix::crc_at(buf, 12, 88),
+        9 => fix::crc_at(buf, 12, len.min(16)),
         // The others, the chain drive record included: CRC at 12 over the whole record.
         _ => fix::crc_at(buf, 12, len),
     }
 }
 
 fn generate_supers(which: u8, b: &mut Bytes<'_>) {
-    let mut buf = match which % 8 {
+    let mut buf = match which % 10 {
         0 => {
             let s = CacheSuper {
                 clean: b.bool(),
@@ -404,6 +441,22 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             assert_eq!(decode_snapshot(&buf), Ok(r), "snapshot record round trip");
             buf
         }
+        8 => {
+            let k = VolumeKeys {
+                cipher: CIPHER_AES256_GCM,
+                key_id: b.array(),
+                nonce: b.array(),
+                wrapped_key: b.array(),
+            };
+            let buf = encode_volume_keys(&k);
+            assert_eq!(
+                decode_volume_keys(&buf),
+                Ok(k),
+                "volume key record round trip"
+            );
+            buf
+        }
+        9 => encode_sealed_header(),
         7 => {
             let compression = match b.below(3) {
                 0 => Compression::None,
@@ -435,6 +488,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 size_bytes: b.u64(),
                 created_unix_secs: b.u64(),
                 name: name[..end].to_owned(),
+                encrypted: b.u8() & 1 == 1,
             };
             let buf = encode_volume_meta(&m);
             assert_eq!(
@@ -445,13 +499,13 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             buf
         }
     };
-    let within = if which.is_multiple_of(8) {
+    let within = if which.is_multiple_of(10) {
         88
     } else {
         buf.len()
     };
     if let Some(at) = corrupt(b, &mut buf, within) {
-        let rejected = match which % 8 {
+        let rejected = match which % 10 {
             0 => decode_cache_super(&buf).is_err(),
             1 => decode_volume_super(&buf).is_err(),
             2 => decode_volume_meta(&buf).is_err(),
@@ -459,6 +513,8 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
             5 => decode_replica_status(&buf).is_err(),
             6 => decode_drive_record(&buf).is_err(),
             7 => decode_volume_settings(&buf).is_err(),
+            8 => decode_volume_keys(&buf).is_err(),
+            9 => decode_sealed_header(&buf).is_err(),
             _ => decode_snapshot(&buf).is_err(),
         };
         assert!(rejected, "corrupt byte {at} unnoticed");
@@ -466,8 +522,9 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
 }
 
 /// Target `format_supers`: cache superblock, volume superblock, volume metadata,
-/// snapshot record, clone link, replica status, chain drive record, volume settings.
-/// The second byte picks which (modulo 8, in that order).
+/// snapshot record, clone link, replica status, chain drive record, volume settings,
+/// volume key record, sealed-object envelope. The second byte picks which (modulo 10,
+/// in that order).
 pub fn supers(data: &[u8]) {
     let (generate, rest) = split_mode(data);
     let (which, rest) = match rest.split_first() {

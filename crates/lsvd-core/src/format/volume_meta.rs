@@ -1,13 +1,14 @@
 //! Volume metadata: the first object of a volume, written once with put-if-absent.
 //!
-//! It fixes what never changes: the volume's id and size and its creation time. Its
-//! existence in the store is what makes a volume exist.
+//! It fixes what never changes: the volume's id and size, its creation time, and
+//! whether it is encrypted. Its existence in the store is what makes a volume exist.
 //!
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDVOL\0"
-//!      8    2 version (1)
-//!     10    2 reserved (0)
+//!      8    2 version (1, or 2 when a flag is set)
+//!     10    2 version 1: reserved (ignored); version 2: flags (bit 0: encrypted,
+//!             `<volume>/keys` holds its key; other bits refused)
 //!     12    4 crc32c over the whole structure (this field zero)
 //!     16   16 volume id
 //!     32    8 size in bytes
@@ -20,6 +21,10 @@ use super::{FormatError, Reader, VolumeId, Writer, check_crc, invalid};
 
 pub const VOLUME_MAGIC: &[u8; 8] = b"LSVDVOL\0";
 pub const VOLUME_VERSION: u16 = 1;
+/// The version of metadata with flags (an encrypted volume's): binaries that predate
+/// encryption refuse it instead of writing plaintext into an encrypted volume.
+pub const VOLUME_VERSION_FLAGS: u16 = 2;
+const FLAG_ENCRYPTED: u16 = 1;
 const CRC_AT: usize = 12;
 /// Longest name, in bytes (the length field could say more).
 const MAX_NAME_BYTES: usize = 255;
@@ -30,6 +35,8 @@ pub struct VolumeMeta {
     pub size_bytes: u64,
     pub created_unix_secs: u64,
     pub name: String,
+    /// Objects are sealed with the data key in `<volume>/keys` (format/sealed.rs).
+    pub encrypted: bool,
 }
 
 pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
@@ -39,7 +46,10 @@ pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
         "volume names are validated to at most 255 bytes"
     );
     let mut w = Writer::with_capacity(50 + name.len());
-    w.head(VOLUME_MAGIC, VOLUME_VERSION, 0);
+    match m.encrypted {
+        false => w.head(VOLUME_MAGIC, VOLUME_VERSION, 0),
+        true => w.head(VOLUME_MAGIC, VOLUME_VERSION_FLAGS, FLAG_ENCRYPTED),
+    }
     w.bytes(&m.volume.0);
     w.u64s(&[m.size_bytes, m.created_unix_secs]);
     w.u16(name.len() as u16);
@@ -50,7 +60,19 @@ pub fn encode_volume_meta(m: &VolumeMeta) -> Vec<u8> {
 pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
     const WHAT: &str = "volume metadata";
     let mut r = Reader::new(buf, WHAT);
-    let (_reserved, stored) = r.head(VOLUME_MAGIC, VOLUME_VERSION)?;
+    let version = r.magic(VOLUME_MAGIC)?;
+    let (flags, stored) = (r.u16()?, r.u32()?);
+    let encrypted = match version {
+        VOLUME_VERSION => false, // the field was reserved; never read
+        VOLUME_VERSION_FLAGS if flags & !FLAG_ENCRYPTED == 0 => flags & FLAG_ENCRYPTED != 0,
+        VOLUME_VERSION_FLAGS => return Err(invalid(WHAT, format!("unknown flags {flags:#06x}"))),
+        version => {
+            return Err(FormatError::UnsupportedVersion {
+                what: WHAT,
+                version,
+            });
+        }
+    };
     let volume = VolumeId(r.array()?);
     let [size_bytes, created_unix_secs] = r.u64s()?;
     let n = r.u16()? as usize;
@@ -71,6 +93,7 @@ pub fn decode_volume_meta(buf: &[u8]) -> Result<VolumeMeta, FormatError> {
         size_bytes,
         created_unix_secs,
         name,
+        encrypted,
     })
 }
 
@@ -104,6 +127,7 @@ mod tests {
             size_bytes: 1 << 30,
             created_unix_secs: 1,
             name: "n".repeat(255),
+            encrypted: false,
         };
         assert_eq!(decode_volume_meta(&encode_volume_meta(&m)), Ok(m));
     }
@@ -115,11 +139,26 @@ mod tests {
             size_bytes: 16 << 30,
             created_unix_secs: 1_800_000_000,
             name: "disk0".into(),
+            encrypted: false,
         };
         let buf = encode_volume_meta(&m);
         assert_eq!(buf.len(), 55);
         assert_eq!(&buf[..8], VOLUME_MAGIC);
         assert_eq!(decode_volume_meta(&buf).expect("decodes"), m);
         assert_each_flip_refused(&buf, 0..buf.len(), 0x80, decode_volume_meta);
+        // Encrypted: version 2 with the flag; a plain volume's bytes are unchanged.
+        let enc = VolumeMeta {
+            encrypted: true,
+            ..m.clone()
+        };
+        let ebuf = encode_volume_meta(&enc);
+        assert_eq!((ebuf[8], ebuf[10]), (2, 1));
+        assert_eq!(decode_volume_meta(&ebuf).expect("decodes"), enc);
+        assert_each_flip_refused(&ebuf, 0..ebuf.len(), 0x80, decode_volume_meta);
+        // Version 1's reserved field is ignored, as it always was.
+        let mut old = buf.clone();
+        old[10] = 1;
+        crate::format::test_support::refit_crc(&mut old, CRC_AT);
+        assert_eq!(decode_volume_meta(&old).expect("decodes"), m);
     }
 }

@@ -28,6 +28,17 @@ use lsvd_store::DynStore;
 /// Create a new volume in the store. Fails with `AlreadyExists` if one of that name
 /// exists, `BadInput` for a bad name or size.
 pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Result<VolumeMeta> {
+    create_volume_with(store, name, size_bytes, None).await
+}
+
+/// [`create_volume`], encrypted when `encrypt_with` gives the user's key: the key
+/// record (a new random data key wrapped under it) is written before the metadata.
+pub async fn create_volume_with(
+    store: &DynStore,
+    name: &str,
+    size_bytes: u64,
+    encrypt_with: Option<&lsvd_store::sealed::UserKey>,
+) -> Result<VolumeMeta> {
     validate_volume_name(name)?;
     if size_bytes == 0 || !size_bytes.is_multiple_of(4096) {
         return Err(Error::bad_input(format!(
@@ -39,6 +50,7 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
         size_bytes,
         created_unix_secs: lsvd_store::clock::unix_ms_now() / 1000,
         name: name.to_string(),
+        encrypted: encrypt_with.is_some(),
     };
     // A deleted volume of this name leaves its tombstone (removed here); any other
     // keys without metadata are not ours to start a volume among.
@@ -66,6 +78,9 @@ pub async fn create_volume(store: &DynStore, name: &str, size_bytes: u64) -> Res
                 .map_err(|err| err.context(format!("cannot remove tombstone {}", e.key)))?;
         }
     }
+    if let Some(user) = encrypt_with {
+        crate::lifecycle::encryption::write_new_keys(store, name, user).await?;
+    }
     write_meta(store, &meta).await?;
     Ok(meta)
 }
@@ -84,6 +99,8 @@ pub struct VolumeInfo {
     pub store_listed_bytes: u64,
     /// The compression the volume's settings give new objects (`none` without any).
     pub compression: String,
+    /// Objects are sealed with the data key in `<volume>/keys` (`lsvd create --encrypt`).
+    pub encrypted: bool,
     /// Live bytes over stored bytes of the objects the volume owns (what GC weighs: a
     /// clone's ancestors' objects are left out, `StoreState::set_shared_below`).
     pub utilization: f64,
@@ -292,6 +309,7 @@ async fn inspect_meta(store: &DynStore, meta: &VolumeMeta) -> Result<VolumeInfo>
         store_bytes,
         store_listed_bytes,
         compression: compression.to_string(),
+        encrypted: meta.encrypted,
         utilization,
         objects: s.objects().len() as u64,
         checkpoint_seq: rec.checkpoint_seq,

@@ -54,6 +54,7 @@ pub async fn create_clone(
 ) -> Result<VolumeMeta> {
     validate_volume_name(name)?;
     let parent_meta = read_meta(store, parent).await?;
+    crate::lifecycle::encryption::require_unlocked(store, &parent_meta)?;
     if is_being_deleted(store, &parent_meta).await? {
         return Err(crate::fencing::volume_super::being_deleted(parent));
     }
@@ -81,6 +82,8 @@ pub async fn create_clone(
         size_bytes: state.volume_size_bytes,
         created_unix_secs: lsvd_store::clock::unix_ms_now() / 1000,
         name: name.to_string(),
+        // A clone keeps its base's data key (it reads the base's objects).
+        encrypted: parent_meta.encrypted,
     };
     let link = CloneLink {
         parent: parent.to_string(),
@@ -100,6 +103,9 @@ pub async fn create_clone(
             .put(&key, link_bytes.clone(), PutMode::IfAbsent)
             .await
             .map_err(|e| e.context(format!("cannot write {key}")))?;
+    }
+    if meta.encrypted {
+        crate::lifecycle::encryption::copy_keys(store, parent, name).await?;
     }
     // The first checkpoint: the snapshot's state, numbered where the clone starts.
     let seq = state.next_object_seq();

@@ -11,6 +11,7 @@ mod clone_tests;
 pub(crate) mod delete;
 #[cfg(test)]
 mod delete_tests;
+pub mod encryption;
 pub mod lineage;
 pub(crate) mod rename;
 #[cfg(test)]

@@ -166,6 +166,7 @@ async fn recover(
     superblock: Option<lsvd_core::format::volume_super::VolumeSuper>,
     vanishing: Vanishing,
 ) -> Result<StoreRecovery> {
+    crate::lifecycle::encryption::require_unlocked(store, meta)?;
     let name = &meta.name;
     let listing = store
         .list(&objects_prefix(name))

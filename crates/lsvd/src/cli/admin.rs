@@ -26,6 +26,15 @@ pub(super) fn store_read_only(common: &Common) -> Result<DynStore> {
     common.open_store_read_only()
 }
 
+/// The store through which volume `name`'s objects read and write in the clear: the
+/// store itself for a plain volume, for an encrypted one the store unlocked with the
+/// key file (`--key-file` or `LSVD_KEY_FILE`); `Denied` without it or with a wrong
+/// one. Called before anything is written.
+pub(super) async fn unlocked(common: &Common, store: &DynStore, name: &str) -> Result<DynStore> {
+    let (volume, _) = lsvd_engine::split_export_name(name);
+    lsvd_engine::unlock_volume(store, volume, common.user_key()?.as_ref()).await
+}
+
 /// `lsvd selftest`: run the store self-test and say how it went.
 pub async fn selftest(common: &Common) -> Result<()> {
     let store = store(common)?;
@@ -70,6 +79,7 @@ pub async fn create(
     name: &str,
     size: &str,
     compression: Option<Compression>,
+    encrypt: bool,
 ) -> Result<()> {
     let size_bytes = parse_size(size)?;
     if size_bytes == 0 || size_bytes % 4096 != 0 {
@@ -77,8 +87,18 @@ pub async fn create(
             "--size {size}: must be a positive multiple of 4K"
         )));
     }
+    let user_key = match (encrypt, common.user_key()?) {
+        (true, None) => {
+            return Err(Error::bad_input(
+                "--encrypt needs the key that will unlock the volume: --key-file PATH (or \
+                 LSVD_KEY_FILE); make one with: head -c 32 /dev/urandom > vol.key",
+            ));
+        }
+        (true, key) => key,
+        (false, _) => None,
+    };
     let store = store(common)?;
-    let meta = lsvd_engine::create_volume(&store, name, size_bytes).await?;
+    let meta = lsvd_engine::create_volume_with(&store, name, size_bytes, user_key.as_ref()).await?;
     // After the metadata: settings written first could land on a volume of the same
     // name that another create made meanwhile.
     let compressed = match compression {
@@ -88,11 +108,33 @@ pub async fn create(
         }
         _ => String::new(),
     };
+    let encrypted = match &user_key {
+        Some(k) => format!(", encrypted (unlocked by {})", k.source()),
+        None => String::new(),
+    };
     println!(
-        "created volume {name}: {} (id {}) in {}{compressed}",
+        "created volume {name}: {} (id {}) in {}{compressed}{encrypted}",
         format_size(size_bytes),
         meta.volume,
         store.describe()
+    );
+    Ok(())
+}
+
+/// `lsvd key rotate NAME --new-key-file NEW` (the current key from `--key-file`).
+pub async fn rotate_key(common: &Common, name: &str, new_key_file: &std::path::Path) -> Result<()> {
+    let Some(old) = common.user_key()? else {
+        return Err(Error::bad_input(format!(
+            "lsvd key rotate {name}: give the current key with --key-file (or LSVD_KEY_FILE)"
+        )));
+    };
+    let new = lsvd_store::sealed::UserKey::from_file(new_key_file)?;
+    let store = store(common)?;
+    lsvd_engine::rotate_key(&store, name, &old, &new).await?;
+    println!(
+        "{name}: now unlocked by {} (no longer by {}); clones of it keep their own key",
+        new.source(),
+        old.source()
     );
     Ok(())
 }
@@ -200,7 +242,7 @@ pub async fn info(
     json: bool,
     tuning: &super::TuningArgs,
 ) -> Result<()> {
-    let store = store_read_only(common)?;
+    let store = unlocked(common, &store_read_only(common)?, name).await?;
     let info = lsvd_engine::inspect_volume(&store, name).await?;
     let resolved =
         super::tuning::resolve_tuning(common, tuning, super::tuning::ProfileUse::LoadOnly)?;
@@ -238,6 +280,13 @@ pub async fn info(
         format_size(info.store_listed_bytes)
     );
     println!("compression:   {}", info.compression);
+    println!(
+        "encryption:    {}",
+        match info.encrypted {
+            true => "AES-256-GCM (objects sealed; data key wrapped in the key record)",
+            false => "none",
+        }
+    );
     println!("utilization:   {:.1}%", info.utilization * 100.0);
     println!("objects:       {}", info.objects);
     println!("map extents:   {}", info.map_extents);

@@ -69,6 +69,7 @@ struct Memo {
 /// Problems found are a `Corrupt` error (after each is printed).
 pub async fn check(common: &Common, name: &str) -> Result<()> {
     let store = super::admin::store_read_only(common)?;
+    let store = super::admin::unlocked(common, &store, name).await?;
     let meta = read_meta(&store, name).await?;
     println!(
         "checking volume {name} ({} at creation) in {}",

@@ -50,6 +50,7 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
         }
         InspectWhat::Object { name, seq } => {
             let store = super::admin::store_read_only(common)?;
+            let store = super::admin::unlocked(common, &store, &name).await?;
             let seq = parse_seq(&seq)?;
             let (key, bytes) = lsvd_engine::look_again(
                 &format!("lsvd inspect object {name} {seq:016x}"),

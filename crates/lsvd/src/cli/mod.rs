@@ -73,6 +73,11 @@ pub struct CommonArgs {
     /// `store` from the config file, else file://<DATA>/store.
     #[arg(long, global = true, env = "LSVD_STORE")]
     pub store: Option<String>,
+    /// Key file of encrypted volumes: 32 random bytes (make one with
+    /// `head -c 32 /dev/urandom > vol.key`, keep it safe and apart from the store). It
+    /// unlocks the volume's data key; without it an encrypted volume cannot be read.
+    #[arg(long, global = true, env = "LSVD_KEY_FILE", value_name = "PATH")]
+    pub key_file: Option<PathBuf>,
 }
 
 impl CommonArgs {
@@ -88,11 +93,33 @@ impl CommonArgs {
         }
         let data = file.data_dir(self.data.as_deref());
         let store = file.store_url(self.store.as_deref(), &data);
-        Ok(Common { data, store, file })
+        Ok(Common {
+            data,
+            store,
+            file,
+            key_file: self.key_file,
+        })
     }
 }
 
 pub use crate::config_file::Common;
+
+/// `lsvd key ...`.
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// Change the key file that unlocks an encrypted volume: its data key is wrapped
+    /// again under the new key (one small record rewritten; no data is). Give the
+    /// current key with --key-file. Afterwards only the new key unlocks the volume; a
+    /// server already running keeps working. Clones keep the key they had. Example:
+    /// lsvd key rotate disk0 --key-file old.key --new-key-file new.key
+    Rotate {
+        /// The volume.
+        name: String,
+        /// The new key file (32 random bytes: head -c 32 /dev/urandom > new.key).
+        #[arg(long, value_name = "PATH")]
+        new_key_file: PathBuf,
+    },
+}
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -108,6 +135,11 @@ pub enum Command {
         /// settings; change it later with `lsvd config`.
         #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
         compression: Option<lsvd_core::compression::Compression>,
+        /// Encrypt what the volume stores (AES-256-GCM): client data and maps in every
+        /// object. Needs --key-file (the key that unlocks it; every command that reads
+        /// the volume's data then needs it too). Fixed at creation.
+        #[arg(long)]
+        encrypt: bool,
     },
     /// Show or change a volume's settings, kept in the store beside it so that every
     /// server of the volume uses them. A change applies from the next time a server
@@ -121,6 +153,9 @@ pub enum Command {
         #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
         compression: Option<lsvd_core::compression::Compression>,
     },
+    /// Manage the key of an encrypted volume.
+    #[command(subcommand)]
+    Key(KeyCommand),
     /// Delete a volume: its objects, checkpoints and metadata in the store, and its
     /// write log and read cache in the data directory. Data not yet uploaded is lost
     /// with it. Stop a server using this data directory first; a server elsewhere that
@@ -625,7 +660,11 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 name,
                 size,
                 compression,
-            } => admin::create(&common, &name, &size, compression).await,
+                encrypt,
+            } => admin::create(&common, &name, &size, compression, encrypt).await,
+            Command::Key(KeyCommand::Rotate { name, new_key_file }) => {
+                admin::rotate_key(&common, &name, &new_key_file).await
+            }
             Command::Config { name, compression } => {
                 admin::config(&common, &name, compression).await
             }

@@ -70,6 +70,11 @@ pub async fn run(common: &Common, args: ReplicateArgs) -> Result<()> {
     }
     let source = common.open_store()?;
     let target = common.file.open_store(&args.to)?;
+    // An encrypted volume's objects are read opened and sealed again in the replica
+    // with the same data key: the key file is needed, the replica stays encrypted.
+    let meta = lsvd_engine::read_meta(&source, &args.volume).await?;
+    let (source, target) =
+        lsvd_engine::unlock_pair(&source, &target, &meta, common.user_key()?.as_ref()).await?;
     let options = ReplicateOptions { jobs: args.jobs };
     if !args.follow {
         let started = Instant::now();

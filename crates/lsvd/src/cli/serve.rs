@@ -298,8 +298,12 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     let mut volumes: Vec<Arc<Volume>> = Vec::new();
     let mut exports = Vec::new();
     for name in &names {
-        let opened = match lsvd_engine::split_export_name(name) {
-            (volume, Some(snapshot)) => {
+        // Each volume's own store: an encrypted one's is unlocked with the key file
+        // (refused here, before anything is written, without it).
+        let unlocked = super::admin::unlocked(common, &store, name).await;
+        let opened = match (unlocked, lsvd_engine::split_export_name(name)) {
+            (Err(e), _) => Err(e),
+            (Ok(store), (volume, Some(snapshot))) => {
                 lsvd_engine::open_snapshot(
                     store.clone(),
                     volume,
@@ -309,7 +313,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                 )
                 .await
             }
-            (volume, None) if args.standby => {
+            (Ok(store), (volume, None)) if args.standby => {
                 eprintln!(
                     "lsvd: standing by for {volume}: it is served here once its server stops or its lease lapses"
                 );
@@ -344,8 +348,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
                     }
                 }
             }
-            (volume, None) => {
-                lsvd_engine::open_volume(store.clone(), volume, &common.data, config.clone()).await
+            (Ok(store), (volume, None)) => {
+                lsvd_engine::open_volume(store, volume, &common.data, config.clone()).await
             }
         };
         let (volume, report) = match opened {

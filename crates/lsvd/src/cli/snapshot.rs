@@ -125,6 +125,7 @@ pub async fn clone(common: &Common, source: &str, name: &str) -> Result<()> {
         )));
     };
     let store = super::admin::store(common)?;
+    let store = super::admin::unlocked(common, &store, volume).await?;
     let meta = lsvd_engine::create_clone(&store, volume, snapshot, name).await?;
     // The clone compresses as its base does (changed with `lsvd config` like any volume).
     let base = lsvd_engine::read_meta(&store, volume).await?;
@@ -226,6 +227,7 @@ pub(super) async fn with_volume<T>(
 ) -> Result<T> {
     let _lock = super::serve::lock_data_dir(&common.data)?;
     let store = super::admin::store(common)?;
+    let store = super::admin::unlocked(common, &store, volume).await?;
     let log_path = common.data.join(format!("{volume}.wlog"));
     // Opening the volume claims it: a server elsewhere would be fenced out. A volume
     // not stopped cleanly, whose write log is not here, is served (or was last served)

@@ -74,8 +74,8 @@ use lsvd_core::history::Owner;
 
 use crate::fencing::volume_super::read_newest;
 use crate::keys::{
-    meta_key, object_key, objects_prefix, parse_object_name, replica_of_key, settings_key,
-    super_key,
+    keys_key, meta_key, object_key, objects_prefix, parse_object_name, replica_of_key,
+    settings_key, super_key,
 };
 use crate::lifecycle::lineage::{clones_prefix, load_lineage, parent_key};
 use crate::recovery::store_recovery::recover_store_as_of;
@@ -420,6 +420,10 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         ..
     } = *job;
     let meta = read_meta(source, name).await?;
+    // An encrypted volume's objects are copied opened and sealed again with the same
+    // data key (`lifecycle::encryption::unlock_pair`).
+    crate::lifecycle::encryption::require_unlocked(source, &meta)?;
+    crate::lifecycle::encryption::require_unlocked(target, &meta)?;
     let lineage = load_lineage(source, &meta).await?;
     check_target_identity(target, &meta).await?;
     check_not_served(source, target, &meta).await?;
@@ -600,9 +604,11 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
     }
 
     // 6. The metadata (and a clone's links): now the replica is a volume; its settings
-    // as they are now (`lsvd config` changes them, so they are overwritten).
+    // and an encrypted volume's key record as they are now (`lsvd config` and `lsvd
+    // key rotate` change them, so they are overwritten), the key record first.
+    copy_replaced(source, target, &keys_key(name)).await?;
     copy_key(source, target, &meta_key(name)).await?;
-    copy_settings(source, target, name).await?;
+    copy_replaced(source, target, &settings_key(name)).await?;
     if let Some(parent) = lineage.0.last() {
         copy_key(source, target, &parent_key(name)).await?;
         copy_key(
@@ -627,12 +633,11 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
     Ok(report)
 }
 
-/// Copy volume `name`'s settings (none: nothing to copy), replacing the replica's.
-async fn copy_settings(source: &DynStore, target: &DynStore, name: &str) -> Result<()> {
-    let key = settings_key(name);
-    match source.get(&key).await {
+/// Copy `key` (none: nothing to copy), replacing the replica's.
+async fn copy_replaced(source: &DynStore, target: &DynStore, key: &str) -> Result<()> {
+    match source.get(key).await {
         Ok(bytes) => target
-            .put(&key, Bytes::from(bytes), PutMode::Overwrite)
+            .put(key, Bytes::from(bytes), PutMode::Overwrite)
             .await
             .map_err(|e| e.context(format!("writing {key}"))),
         Err(e) if e.is_not_found() => Ok(()),
