@@ -12,6 +12,8 @@
 # (space-separated names), LOCAL_AB_RUNTIME sets seconds per job (default 6),
 # LOCAL_AB_FIO_ARGS adds fio options to every job and fill (e.g. `--refill_buffers` for
 # data that does not compress, `--refill_buffers --buffer_compress_percentage=50`).
+# A build whose serve args give `--key-file K` serves an encrypted volume (created
+# with `--encrypt --key-file K`).
 # Prints one line per run and the medians (IOPS, MB/s for the sequential write).
 set -u
 # shellcheck source=lib.sh
@@ -36,8 +38,11 @@ job_args() { # JOB -> fio arguments
 }
 
 run_one() { # NAME BINARY ARGS JOB -> "NAME JOB VALUE"
-  local name=$1 bin=$2 args=$3 job=$4 data="$tmp/data.$RANDOM"
-  "$bin" --data "$data" create vol --size 2G >/dev/null || exit 1
+  local name=$1 bin=$2 args=$3 job=$4 data="$tmp/data.$RANDOM" encrypt=()
+  if [[ " $args " =~ " --key-file "([^ ]+)" " ]]; then
+    encrypt=(--encrypt --key-file "${BASH_REMATCH[1]}")
+  fi
+  "$bin" --data "$data" create vol --size 2G "${encrypt[@]}" >/dev/null || exit 1
   # shellcheck disable=SC2086
   "$bin" --data "$data" serve vol --socket "$data/nbd.sock" --log-size 2G \
     --read-cache-size 512M --no-probe $args >"$data/server.log" 2>&1 &

@@ -1097,3 +1097,30 @@ fn info_shows_the_hylog_write_frequencies_the_checkpoint_carries() {
     server.stop_clean();
     assert!(lsvd.info_json("vol")["heat"].is_null());
 }
+
+/// `lsvd info vol | head -3` once panicked ("failed printing to stdout: Broken pipe",
+/// exit 101, a backtrace on stderr) when `head` had gone. Output to a closed pipe now
+/// ends the command quietly with 141, as SIGPIPE ends other tools.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let dir = TempDir::new("cli-closed-pipe");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    for args in [
+        &["info", "vol"][..],
+        &["list"],
+        &["snapshot", "list", "vol"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = lsvd
+            .cmd(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run lsvd");
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "lsvd {args:?}: {err}");
+        assert_eq!(out.status.code(), Some(141), "lsvd {args:?}: {err}");
+    }
+}
