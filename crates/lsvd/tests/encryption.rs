@@ -323,11 +323,27 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
     // The clone kept its own record: still the old key.
     assert_reads(&dir, &lsvd, "copy", &old, &changed);
     // A replica stays encrypted, with the volume's key record; it reads the same.
-    let replica_dir = dir.join("replica-store");
-    let target = store_url_for(&replica_dir);
-    lsvd.run_ok(&["replicate", "vol", "--to", &target, "--key-file", arg(&new)]);
-    let replica = Lsvd::with_store(dir.join("replica-data"), &replica_dir);
-    assert_nothing_in_the_clear(&replica, "vol", &image);
-    assert_reads(&dir, &replica, "vol", &new, &image);
-    assert_refused(&replica, &["check", "vol"], "vol", "is encrypted");
+    // Without the key the objects are copied as stored (sealed); with it they are
+    // opened, checked and sealed again.
+    for (target, with_key) in [("replica-sealed", false), ("replica-keyed", true)] {
+        let replica_dir = dir.join(target);
+        let url = store_url_for(&replica_dir);
+        let mut args = vec!["replicate", "vol", "--to", url.as_str()];
+        if with_key {
+            args.extend(["--key-file", arg(&new)]);
+        }
+        lsvd.run_ok(&args);
+        let replica = Lsvd::with_store(dir.join(format!("{target}-data")), &replica_dir);
+        assert_nothing_in_the_clear(&replica, "vol", &image);
+        let source_objects = stored(&lsvd, "vol/obj/");
+        let copied = stored(&replica, "vol/obj/");
+        assert!(!copied.is_empty());
+        for (key, bytes) in &copied {
+            let same = source_objects.get(key) == Some(bytes);
+            assert_eq!(same, !with_key, "{target}: {key} copied as stored: {same}");
+        }
+        assert_refused(&replica, &["check", "vol"], "vol", "is encrypted");
+        lsvd.run_ok(&["check", "vol", "--store", &url, "--key-file", arg(&new)]);
+        assert_reads(&dir, &replica, "vol", &new, &image);
+    }
 }

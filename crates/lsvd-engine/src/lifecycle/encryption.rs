@@ -31,6 +31,12 @@ pub fn require_unlocked(store: &DynStore, meta: &VolumeMeta) -> Result<()> {
     Ok(())
 }
 
+/// True if volume `meta`'s objects read through `store` are sealed bytes this process
+/// cannot open (an encrypted volume, no key): what `lsvd replicate` copies as stored.
+pub(crate) fn opaque(store: &DynStore, meta: &VolumeMeta) -> bool {
+    meta.encrypted && !store.seals_objects()
+}
+
 fn locked(meta: &VolumeMeta) -> Error {
     Error::new(
         ErrorKind::Denied,
@@ -58,20 +64,19 @@ pub async fn unlock(
     Ok(Arc::new(SealedStore::new(store.clone(), &data_key)))
 }
 
-/// [`unlock`] for `lsvd replicate`: the source store and the replica's, both sealing
-/// with volume `meta`'s data key (the replica gets the same key record, so the same
-/// user key unlocks it).
+/// [`unlock`] for `lsvd replicate`: with the user's key, the source store and the
+/// replica's, both sealing with volume `meta`'s data key (the replica gets the same
+/// key record, so the same user key unlocks it), and the pass checks everything it
+/// copies; without it, both stores as they are: objects are copied sealed, as stored,
+/// and checked by name, size and envelope only (`replicate`, "Without the key").
 pub async fn unlock_pair(
     source: &DynStore,
     target: &DynStore,
     meta: &VolumeMeta,
     user: Option<&UserKey>,
 ) -> Result<(DynStore, DynStore)> {
-    if !meta.encrypted {
+    let Some(user) = user.filter(|_| meta.encrypted) else {
         return Ok((source.clone(), target.clone()));
-    }
-    let Some(user) = user else {
-        return Err(locked(meta));
     };
     let data_key = DataKey::unwrap(&read_keys(source, &meta.name).await?, user, &meta.name)?;
     let seal = |s: &DynStore| -> DynStore { Arc::new(SealedStore::new(s.clone(), &data_key)) };

@@ -63,7 +63,10 @@ pub(super) async fn check_target_identity(target: &DynStore, meta: &VolumeMeta) 
     }
     // No metadata yet: an earlier pass that did not finish, or someone else's keys.
     let dst = list_objects(target, &meta.name).await?;
-    if let Some((&(seq, epoch), &(kind, _))) = dst.iter().next() {
+    // (A sealed object's header cannot be read without the key: not checked then.)
+    if let Some((&(seq, epoch), &(kind, _))) = dst.iter().next()
+        && !crate::lifecycle::encryption::opaque(target, meta)
+    {
         let key = object_key(&meta.name, seq, epoch, kind);
         let header = crate::recovery::store_recovery::read_header(target, &key).await?;
         if header.volume != meta.volume {

@@ -38,6 +38,13 @@
 //! and removed what was not its history) restarts the pass from a new listing.
 //! `--follow` runs passes in a loop.
 //!
+//! An encrypted volume replicates without its key: its objects are then copied sealed,
+//! as stored, checked by envelope, name and size (`get_verified`); what a sealed
+//! checkpoint lists is taken to be every object below it (`listed_objects`), and the
+//! replica is checked by name before the superblock is copied (`Recovered::by_name`:
+//! the checkpoint, then the history's run after it without a gap), since it cannot be
+//! recovered. With the key both stores seal, and a pass is a plain volume's.
+//!
 //! The replica is never written by anything else: a superblock generation there that
 //! the source did not write (someone served the replica) stops replication with
 //! `Conflict`.
@@ -421,9 +428,13 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
     } = *job;
     let meta = read_meta(source, name).await?;
     // An encrypted volume's objects are copied opened and sealed again with the same
-    // data key (`lifecycle::encryption::unlock_pair`).
-    crate::lifecycle::encryption::require_unlocked(source, &meta)?;
-    crate::lifecycle::encryption::require_unlocked(target, &meta)?;
+    // data key, or without the key as stored (`lifecycle::encryption::unlock_pair`).
+    let opaque = crate::lifecycle::encryption::opaque(source, &meta);
+    if opaque != crate::lifecycle::encryption::opaque(target, &meta) {
+        return Err(PassError::Failed(Error::bad_input(format!(
+            "volume '{name}' is encrypted: give both stores its key, or neither"
+        ))));
+    }
     let lineage = load_lineage(source, &meta).await?;
     check_target_identity(target, &meta).await?;
     check_not_served(source, target, &meta).await?;
@@ -549,7 +560,7 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
             Some(b) => b.clone(),
             None => get_verified(source, &meta, c.0, c.1, ObjectKind::Checkpoint).await?,
         };
-        let listed = listed_objects(&meta, &lineage, c.0, c.1, &bytes)?;
+        let listed = listed_objects(&meta, &lineage, c, &bytes, opaque.then_some(&src))?;
         if let Some(missing) = listed.iter().find(|&&s| !plan.holds(s)) {
             return Err(raced(format!(
                 "checkpoint {key} lists object {:016x} (epoch {}), which the source no longer holds",
@@ -570,10 +581,15 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
     // 5. The superblock, once the replica recovers, by the source's superblock (which
     // epoch owns which number), without a violation (no gap before what it promises,
     // write-log records continuing object to object) at least as far as it promises.
-    let rec = recover_store_as_of(target, &meta, sb.clone()).await?;
-    report.replica_next_seq = rec.state.next_object_seq();
+    // Without the key (sealed objects copied as stored) the replica is checked by
+    // name: the checkpoint, and the history's run after it without a gap.
+    let rec = match opaque {
+        false => Recovered::of(&recover_store_as_of(target, &meta, sb.clone()).await?),
+        true => Recovered::by_name(&list_objects(target, name).await?, sb.as_ref()),
+    };
+    report.replica_next_seq = rec.next_seq;
     if let Some((sb, sb_bytes)) = &newest {
-        if let Some(why) = &rec.superblock_violation {
+        if let Some(why) = &rec.violation {
             return Err(raced(format!(
                 "the copy does not recover as superblock generation {} says ({why})",
                 sb.generation
@@ -631,6 +647,41 @@ async fn pass(job: &Job<'_>, registered: &mut bool) -> std::result::Result<PassR
         }
     }
     Ok(report)
+}
+
+/// What step 5 learns of the replica: where it recovers from and to.
+struct Recovered {
+    checkpoint_seq: Option<u64>,
+    next_seq: u64,
+    violation: Option<String>,
+}
+
+impl Recovered {
+    fn of(rec: &crate::recovery::store_recovery::StoreRecovery) -> Self {
+        Recovered {
+            checkpoint_seq: rec.checkpoint_seq,
+            next_seq: rec.state.next_object_seq(),
+            violation: rec.superblock_violation.clone(),
+        }
+    }
+
+    /// The replica as its names say, for sealed objects that cannot be opened: the
+    /// superblock's checkpoint if the replica holds it, then the history's objects
+    /// after it up to the first gap.
+    fn by_name(dst: &Listing, sb: Option<&VolumeSuper>) -> Self {
+        let history = sb.map_or_else(lsvd_core::history::History::legacy, |s| s.history.clone());
+        let checkpoint = sb
+            .and_then(|s| s.newest_checkpoint)
+            .map(|c| (c, history.epoch_of(c).unwrap_or(0)))
+            .filter(|c| dst.contains_key(c));
+        let from = checkpoint.map_or(1, |c| c.0 + 1);
+        let run = plan::history_run(&history, dst, from, None).unwrap_or_default();
+        Recovered {
+            checkpoint_seq: checkpoint.map(|c| c.0),
+            next_seq: run.last().map_or(from, |o| o.0 + 1),
+            violation: None,
+        }
+    }
 }
 
 /// Copy `key` (none: nothing to copy), replacing the replica's.

@@ -41,7 +41,7 @@ impl Plan {
 /// The history's objects from `from` up to (not including) `through` (None: as far
 /// as the listing goes without a gap), by the epochs `history` gives: never past a
 /// gap, never an object of another epoch than the owner of its number.
-fn history_run(
+pub(super) fn history_run(
     history: &History,
     src: &Listing,
     from: u64,
@@ -105,7 +105,8 @@ pub(super) async fn plan_pass(
     let listed_by =
         async |plan: &mut Plan, c: (u64, u64)| -> std::result::Result<Vec<(u64, u64)>, PassError> {
             let bytes = get_verified(source, meta, c.0, c.1, ObjectKind::Checkpoint).await?;
-            let listed = listed_objects(meta, lineage, c.0, c.1, &bytes)?;
+            let opaque = crate::lifecycle::encryption::opaque(source, meta).then_some(src);
+            let listed = listed_objects(meta, lineage, c, &bytes, opaque)?;
             plan.fetched.insert(c, bytes);
             Ok(listed)
         };
@@ -175,14 +176,25 @@ pub(super) async fn plan_pass(
 }
 
 /// The volume's own objects (not its ancestors') that checkpoint `c` lists; `bytes`
-/// is the whole checkpoint object, already verified by [`get_verified`].
+/// is the whole checkpoint object, already verified by [`get_verified`]. A sealed
+/// checkpoint read without the key (`opaque`: the listing) cannot be decoded: then
+/// every data and GC object of the listing below `c`, a superset of what it lists.
 pub(super) fn listed_objects(
     meta: &VolumeMeta,
     lineage: &Lineage,
-    c: u64,
-    epoch: u64,
+    (c, epoch): (u64, u64),
     bytes: &[u8],
+    opaque: Option<&Listing>,
 ) -> Result<Vec<(u64, u64)>> {
+    if let Some(src) = opaque {
+        return Ok(src
+            .range(..(c, 0))
+            .filter(|(o, (kind, _))| {
+                *kind != ObjectKind::Checkpoint && lineage.owner(o.0).is_none()
+            })
+            .map(|(&o, _)| o)
+            .collect());
+    }
     let key = object_key(&meta.name, c, epoch, ObjectKind::Checkpoint);
     let corrupt = |why: String| Error::new(ErrorKind::Corrupt, format!("checkpoint {key} {why}"));
     let header = decode_object_header(bytes).map_err(|e| corrupt(format!("is corrupt ({e})")))?;
