@@ -46,7 +46,12 @@ trap 'exit 130' INT TERM HUP
 count() {
     local n=$1 dir="$scratch/run-$1"
     mkdir -p "$dir"
-    "$lsvd" --data "$dir/data" create vol --size 1G >/dev/null
+    # Serve args with `--key-file K`: the volume is created encrypted with that key.
+    local encrypt=() i
+    for ((i = 0; i + 1 < ${#serve_args[@]}; i++)); do
+        [[ ${serve_args[i]} == --key-file ]] && encrypt=(--encrypt --key-file "${serve_args[i + 1]}")
+    done
+    "$lsvd" --data "$dir/data" create vol --size 1G "${encrypt[@]}" >/dev/null
     valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
         "$lsvd" --data "$dir/data" serve vol --socket "$dir/nbd.sock" --no-probe "${serve_args[@]}" \
         >"$dir/serve.log" 2>&1 &

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test entry point: install the test tools, check formatting and lints,
 # run every test once (the crash oracle's process and power-loss kinds twice, the
-# second time on a mirrored chain store), fuzz every parser briefly (scripts/fuzz.sh),
+# second time on a mirrored chain store, and its process kinds on an encrypted,
+# compressed volume), fuzz every parser briefly (scripts/fuzz.sh),
 # then run the end-to-end tests again against a real S3 server (scripts/test-s3.sh),
 # and the GCS and Azure stores against their emulators (scripts/test-cloud.sh).
 set -euo pipefail
@@ -27,6 +28,11 @@ start=$SECONDS
 LSVD_TEST_STORE=chain LSVD_ORACLE_POINTS=20 \
     cargo test -p lsvd --locked --test crash_oracle -- process_ power_loss
 echo "test: the chain-store oracle pass took $((SECONDS - start)) s" >&2
+# The process and takeover kinds again on an encrypted, lz4-compressed volume (short).
+start=$SECONDS
+LSVD_ORACLE_ENCRYPT=1 LSVD_ORACLE_COMPRESSION=lz4 LSVD_ORACLE_POINTS=10 \
+    cargo test -p lsvd --locked --test crash_oracle -- process_ takeover_sigkill
+echo "test: the encrypted, compressed oracle pass took $((SECONDS - start)) s" >&2
 # Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
 # (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).
 start=$SECONDS

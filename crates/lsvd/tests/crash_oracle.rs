@@ -118,6 +118,14 @@
 //! (sometimes a local directory) store behind the fault-injecting `FaultyStore`,
 //! whatever the variable says.
 //!
+//! # Encrypted and compressed volumes
+//!
+//! `LSVD_ORACLE_ENCRYPT=1` creates the process kinds' volume with `--encrypt` (every
+//! command gets a key file through `LSVD_KEY_FILE`), and `LSVD_ORACLE_COMPRESSION=C`
+//! with `--compression C`: sealing and compression sit where objects enter the store,
+//! and these runs show that recovery, GC and takeover keep the prefix rule across
+//! them. scripts/test.sh runs the process and takeover kinds once both ways (short).
+//!
 //! # Seeds and replay
 //!
 //! Every choice comes from a seed. A failure prints the crash kind, the episode seed,

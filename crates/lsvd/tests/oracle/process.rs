@@ -84,16 +84,56 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_lsvd")
 }
 
+/// The key file every command gets when the oracle runs on an encrypted volume
+/// (`LSVD_ORACLE_ENCRYPT=1`): 32 bytes, made once per test process.
+fn oracle_key_file() -> Option<&'static Path> {
+    static KEY: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let on = std::env::var("LSVD_ORACLE_ENCRYPT").is_ok_and(|v| v == "1");
+        on.then(|| {
+            let path = std::env::temp_dir().join(format!("lsvd-oracle-{}.key", std::process::id()));
+            std::fs::write(&path, crate::common::random_bytes(0x6b65_79, 32))
+                .expect("write the oracle's key file");
+            path
+        })
+    })
+    .as_deref()
+}
+
+/// `lsvd`, with the oracle's key file when it runs encrypted.
+fn lsvd_command() -> Command {
+    let mut c = Command::new(bin());
+    c.env_remove("LSVD_KEY_FILE");
+    if let Some(key) = oracle_key_file() {
+        c.env("LSVD_KEY_FILE", key);
+    }
+    c
+}
+
+/// What `lsvd create` adds for the volume the oracle crashes: `--encrypt` under
+/// `LSVD_ORACLE_ENCRYPT=1`, `--compression C` under `LSVD_ORACLE_COMPRESSION=C`.
+fn create_flags() -> Vec<String> {
+    let mut flags = Vec::new();
+    if oracle_key_file().is_some() {
+        flags.push("--encrypt".to_string());
+    }
+    if let Ok(c) = std::env::var("LSVD_ORACLE_COMPRESSION") {
+        flags.extend(["--compression".to_string(), c]);
+    }
+    flags
+}
+
 impl Server {
     /// Create the volume (`size` like "16M") in a fresh data directory.
     pub fn create(data: &Path, store: &Path, size: &str, args: ServerArgs) -> io::Result<Server> {
         let store_url = crate::common::store_url_for(store);
-        let out = Command::new(bin())
+        let out = lsvd_command()
             .arg("--data")
             .arg(data)
             .arg("--store")
             .arg(&store_url)
             .args(["create", VOLUME, "--size", size])
+            .args(create_flags())
             .env("LSVD_LOG", "warn")
             .output()?;
         if !out.status.success() {
@@ -101,6 +141,20 @@ impl Server {
                 "lsvd create failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             )));
+        }
+        // What was asked for is what the volume is (a run meant to be encrypted that
+        // is not would pass without showing anything).
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            said.contains("encrypted"),
+            oracle_key_file().is_some(),
+            "lsvd create: {said}"
+        );
+        if let Ok(c) = std::env::var("LSVD_ORACLE_COMPRESSION") {
+            assert!(
+                said.contains(&format!("compressed with {c}")),
+                "lsvd create: {said}"
+            );
         }
         Ok(Server::attach(data, store, args, ""))
     }
@@ -178,7 +232,7 @@ impl Server {
     /// GC passes and bytes moved over the volume's life, from the newest checkpoint in
     /// the store (`lsvd info`; best effort while the server runs).
     pub fn lifetime_gc(&self) -> Option<(u64, u64)> {
-        let out = Command::new(bin())
+        let out = lsvd_command()
             .arg("--data")
             .arg(&self.data)
             .arg("--store")
@@ -220,7 +274,7 @@ impl Server {
         } else {
             self.args.gc_start + 0.08
         };
-        let child = Command::new(bin())
+        let child = lsvd_command()
             .arg("--data")
             .arg(&self.data)
             .arg("--store")
@@ -363,7 +417,7 @@ impl Syncer {
     /// the server acknowledged before the command is in the store, Ok(false) when the
     /// command failed or took too long.
     pub async fn sync(&self, within: Duration) -> io::Result<bool> {
-        let mut child = Command::new(bin())
+        let mut child = lsvd_command()
             .arg("--data")
             .arg(&self.data)
             .arg("--store")
