@@ -99,6 +99,21 @@ fn assert_nothing_in_the_clear(lsvd: &Lsvd, volume: &str, image: &[u8]) {
     }
 }
 
+/// A test's directory, an lsvd keeping its data there, and key files made from
+/// `seeds`; volume `vol` (16M) is created encrypted with the first.
+fn encrypted_vol(test: &str, seeds: &[u64]) -> (TempDir, Lsvd, Vec<PathBuf>) {
+    require_tools(&["nbdcopy"]);
+    let dir = TempDir::new(test);
+    let lsvd = Lsvd::new(dir.join("data"));
+    let keys: Vec<PathBuf> = seeds
+        .iter()
+        .map(|&s| key_file(&dir, &format!("{s}.key"), s))
+        .collect();
+    let create = ["create", "vol", "--size", "16M", "--encrypt", "--key-file"];
+    lsvd.assert_stdout_mentions(&[(&[&create[..], &[arg(&keys[0])]].concat(), &["encrypted"])]);
+    (dir, lsvd, keys)
+}
+
 fn arg(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
@@ -148,22 +163,8 @@ fn assert_refused(lsvd: &Lsvd, args: &[&str], volume: &str, why: &str) {
 
 #[test]
 fn encrypted_volume_stores_nothing_in_the_clear_and_reads_back() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("encryption-clear");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let key = key_file(&dir, "vol.key", 1);
-    lsvd.assert_stdout_mentions(&[(
-        &[
-            "create",
-            "vol",
-            "--size",
-            "16M",
-            "--encrypt",
-            "--key-file",
-            arg(&key),
-        ],
-        &["encrypted"],
-    )]);
+    let (dir, lsvd, keys) = encrypted_vol("encryption-clear", &[1]);
+    let key = &keys[0];
     let image = image();
     write_and_read_back(&dir, &lsvd, "vol", &key, &image);
     assert_nothing_in_the_clear(&lsvd, "vol", &image);
@@ -183,20 +184,8 @@ fn encrypted_volume_stores_nothing_in_the_clear_and_reads_back() {
 
 #[test]
 fn no_key_or_a_wrong_key_is_refused_and_nothing_is_written() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("encryption-refused");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let key = key_file(&dir, "vol.key", 2);
-    let wrong = key_file(&dir, "wrong.key", 3);
-    lsvd.run_ok(&[
-        "create",
-        "vol",
-        "--size",
-        "16M",
-        "--encrypt",
-        "--key-file",
-        arg(&key),
-    ]);
+    let (dir, lsvd, keys) = encrypted_vol("encryption-refused", &[2, 3]);
+    let (key, wrong) = (&keys[0], &keys[1]);
     write_and_read_back(&dir, &lsvd, "vol", &key, &image());
     let before = stored(&lsvd, "vol/");
     // Another host (a fresh data directory) tries without the key, then a wrong one.
@@ -273,20 +262,8 @@ fn no_key_or_a_wrong_key_is_refused_and_nothing_is_written() {
 
 #[test]
 fn rotation_snapshots_clones_and_replicas_keep_working() {
-    require_tools(&["nbdcopy"]);
-    let dir = TempDir::new("encryption-life");
-    let lsvd = Lsvd::new(dir.join("data"));
-    let old = key_file(&dir, "old.key", 4);
-    let new = key_file(&dir, "new.key", 5);
-    lsvd.run_ok(&[
-        "create",
-        "vol",
-        "--size",
-        "16M",
-        "--encrypt",
-        "--key-file",
-        arg(&old),
-    ]);
+    let (dir, lsvd, keys) = encrypted_vol("encryption-life", &[4, 5]);
+    let (old, new) = (&keys[0], &keys[1]);
     let image = image();
     write_and_read_back(&dir, &lsvd, "vol", &old, &image);
     // A snapshot and a clone of it, made with the key; the clone keeps the base's key.

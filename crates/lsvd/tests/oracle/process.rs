@@ -92,7 +92,7 @@ fn oracle_key_file() -> Option<&'static Path> {
         let on = std::env::var("LSVD_ORACLE_ENCRYPT").is_ok_and(|v| v == "1");
         on.then(|| {
             let path = std::env::temp_dir().join(format!("lsvd-oracle-{}.key", std::process::id()));
-            std::fs::write(&path, crate::common::random_bytes(0x6b65_79, 32))
+            std::fs::write(&path, crate::common::random_bytes(0x006b_6579, 32))
                 .expect("write the oracle's key file");
             path
         })
