@@ -166,19 +166,19 @@ fn encrypted_volume_stores_nothing_in_the_clear_and_reads_back() {
     let (dir, lsvd, keys) = encrypted_vol("encryption-clear", &[1]);
     let key = &keys[0];
     let image = image();
-    write_and_read_back(&dir, &lsvd, "vol", &key, &image);
+    write_and_read_back(&dir, &lsvd, "vol", key, &image);
     assert_nothing_in_the_clear(&lsvd, "vol", &image);
-    let out = lsvd.run_ok(&["check", "vol", "--key-file", arg(&key)]);
+    let out = lsvd.run_ok(&["check", "vol", "--key-file", arg(key)]);
     assert!(out.status.success(), "{}", show("check", &out));
     let info = lsvd
-        .cmd(["info", "vol", "--json", "--key-file", arg(&key)])
+        .cmd(["info", "vol", "--json", "--key-file", arg(key)])
         .output();
     let info: serde_json::Value =
         serde_json::from_slice(&info.expect("info").stdout).expect("info --json");
     assert_eq!(info["encrypted"], true, "{info}");
     // Compression and encryption together: compressed, then sealed.
     lsvd.run_ok(&["config", "vol", "--compression", "lz4"]);
-    write_and_read_back(&dir, &lsvd, "vol", &key, &image);
+    write_and_read_back(&dir, &lsvd, "vol", key, &image);
     assert_nothing_in_the_clear(&lsvd, "vol", &image);
 }
 
@@ -186,7 +186,7 @@ fn encrypted_volume_stores_nothing_in_the_clear_and_reads_back() {
 fn no_key_or_a_wrong_key_is_refused_and_nothing_is_written() {
     let (dir, lsvd, keys) = encrypted_vol("encryption-refused", &[2, 3]);
     let (key, wrong) = (&keys[0], &keys[1]);
-    write_and_read_back(&dir, &lsvd, "vol", &key, &image());
+    write_and_read_back(&dir, &lsvd, "vol", key, &image());
     let before = stored(&lsvd, "vol/");
     // Another host (a fresh data directory) tries without the key, then a wrong one.
     let other = Lsvd {
@@ -212,13 +212,13 @@ fn no_key_or_a_wrong_key_is_refused_and_nothing_is_written() {
                 "--socket",
                 s,
                 "--key-file",
-                arg(&wrong),
+                arg(wrong),
             ],
             "does not unlock it",
         ),
         (vec!["check", "vol"], "is encrypted"),
         (
-            vec!["info", "vol", "--key-file", arg(&wrong)],
+            vec!["info", "vol", "--key-file", arg(wrong)],
             "does not unlock it",
         ),
         (vec!["snapshot", "create", "vol", "s1"], "is encrypted"),
@@ -265,13 +265,13 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
     let (dir, lsvd, keys) = encrypted_vol("encryption-life", &[4, 5]);
     let (old, new) = (&keys[0], &keys[1]);
     let image = image();
-    write_and_read_back(&dir, &lsvd, "vol", &old, &image);
+    write_and_read_back(&dir, &lsvd, "vol", old, &image);
     // A snapshot and a clone of it, made with the key; the clone keeps the base's key.
-    lsvd.run_ok(&["snapshot", "create", "vol", "s1", "--key-file", arg(&old)]);
-    lsvd.run_ok(&["clone", "vol@s1", "copy", "--key-file", arg(&old)]);
+    lsvd.run_ok(&["snapshot", "create", "vol", "s1", "--key-file", arg(old)]);
+    lsvd.run_ok(&["clone", "vol@s1", "copy", "--key-file", arg(old)]);
     let mut changed = image.clone();
     changed[..MARKER.len()].copy_from_slice(&MARKER.to_ascii_uppercase());
-    write_and_read_back(&dir, &lsvd, "copy", &old, &changed);
+    write_and_read_back(&dir, &lsvd, "copy", old, &changed);
     assert_nothing_in_the_clear(&lsvd, "copy", &image);
     // Rotation: the new key unlocks the volume, the old one no longer does; the data
     // is not rewritten (the objects are byte for byte the same).
@@ -282,23 +282,23 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
             "rotate",
             "vol",
             "--key-file",
-            arg(&old),
+            arg(old),
             "--new-key-file",
-            arg(&new),
+            arg(new),
         ],
         &["now unlocked by"],
     )]);
     assert!(stored(&lsvd, "vol/obj/").into_iter().collect::<Vec<_>>() == objects_before);
     assert_refused(
         &lsvd,
-        &["check", "vol", "--key-file", arg(&old)],
+        &["check", "vol", "--key-file", arg(old)],
         "vol",
         "does not unlock it",
     );
-    lsvd.run_ok(&["check", "vol", "--key-file", arg(&new)]);
-    assert_reads(&dir, &lsvd, "vol", &new, &image);
+    lsvd.run_ok(&["check", "vol", "--key-file", arg(new)]);
+    assert_reads(&dir, &lsvd, "vol", new, &image);
     // The clone kept its own record: still the old key.
-    assert_reads(&dir, &lsvd, "copy", &old, &changed);
+    assert_reads(&dir, &lsvd, "copy", old, &changed);
     // A replica stays encrypted, with the volume's key record; it reads the same.
     // Without the key the objects are copied as stored (sealed); with it they are
     // opened, checked and sealed again.
@@ -307,7 +307,7 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
         let url = store_url_for(&replica_dir);
         let mut args = vec!["replicate", "vol", "--to", url.as_str()];
         if with_key {
-            args.extend(["--key-file", arg(&new)]);
+            args.extend(["--key-file", arg(new)]);
         }
         lsvd.run_ok(&args);
         let replica = Lsvd::with_store(dir.join(format!("{target}-data")), &replica_dir);
@@ -320,7 +320,7 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
             assert_eq!(same, !with_key, "{target}: {key} copied as stored: {same}");
         }
         assert_refused(&replica, &["check", "vol"], "vol", "is encrypted");
-        lsvd.run_ok(&["check", "vol", "--store", &url, "--key-file", arg(&new)]);
-        assert_reads(&dir, &replica, "vol", &new, &image);
+        lsvd.run_ok(&["check", "vol", "--store", &url, "--key-file", arg(new)]);
+        assert_reads(&dir, &replica, "vol", new, &image);
     }
 }
