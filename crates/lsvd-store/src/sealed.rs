@@ -353,34 +353,55 @@ impl SealedStore {
         }
     }
 
-    fn seal_body(&self, key: &str, data: Bytes) -> Result<Bytes> {
-        match object_name(key) {
-            Some(name) => Ok(Bytes::from(self.cipher.seal(name, &data)?)),
-            None => Ok(data),
+    async fn seal_body(&self, key: &str, data: Bytes) -> Result<Bytes> {
+        if object_name(key).is_none() {
+            return Ok(data);
         }
+        let (cipher, key) = (self.cipher.clone(), key.to_string());
+        off_runtime(data.len(), move || {
+            let name = object_name(&key).expect("checked above");
+            Ok(Bytes::from(cipher.seal(name, &data)?))
+        })
+        .await
     }
 
-    fn open_whole(&self, key: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
-        let Some(name) = object_name(key) else {
+    async fn open_whole(&self, key: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        if object_name(key).is_none() {
             return Ok(bytes);
-        };
+        }
         decode_sealed_header(&bytes).map_err(|e| {
             Error::new(
                 ErrorKind::Corrupt,
                 format!("object {key} is not sealed ({e}); was it written without encryption?"),
             )
         })?;
-        self.cipher
-            .open(key, name, 0, &bytes[SEALED_HEADER_BYTES as usize..])
+        self.open_segments(key, 0, bytes, SEALED_HEADER_BYTES as usize)
+            .await
+    }
+
+    /// Open the whole segments in `stored[from..]`, the first of them segment `first`.
+    async fn open_segments(
+        &self,
+        key: &str,
+        first: u64,
+        stored: Vec<u8>,
+        from: usize,
+    ) -> Result<Vec<u8>> {
+        let (cipher, key) = (self.cipher.clone(), key.to_string());
+        off_runtime(stored.len(), move || {
+            let name = object_name(&key).expect("an object's key");
+            cipher.open(&key, name, first, stored.get(from..).unwrap_or_default())
+        })
+        .await
     }
 
     async fn ranged(&self, key: &str, range: Range<u64>, background: bool) -> Result<Vec<u8>> {
-        let Some(name) = object_name(key) else {
+        if object_name(key).is_none() {
             return match background {
                 true => self.inner.get_range_background(key, range).await,
                 false => self.inner.get_range(key, range).await,
             };
-        };
+        }
         if range.is_empty() {
             return Ok(Vec::new());
         }
@@ -389,8 +410,24 @@ impl SealedStore {
             true => self.inner.get_range_background(key, stored).await?,
             false => self.inner.get_range(key, stored).await?,
         };
-        let plain = self.cipher.open(key, name, first, &bytes)?;
+        let plain = self.open_segments(key, first, bytes, 0).await?;
         Ok(slice_of(plain, first, &range))
+    }
+}
+
+/// Sealing or opening more than this runs on the blocking pool, as the local store's
+/// large reads do: AES-GCM over a whole object takes milliseconds, which a runtime
+/// thread (serving leases, uploads, the async API) must not spend. A client's 4 KiB
+/// read opens one or two segments inline.
+const INLINE_CRYPTO_BYTES: usize = 256 << 10;
+
+async fn off_runtime<T: Send + 'static>(
+    len: usize,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match len <= INLINE_CRYPTO_BYTES {
+        true => f(),
+        false => crate::fs::blocking(f).await,
     }
 }
 
@@ -416,7 +453,7 @@ impl ObjectStore for SealedStore {
     ) -> BoxFuture<'_, StoreResult<()>> {
         let (key, placement) = (key.to_string(), placement.clone());
         Box::pin(async move {
-            let body = self.seal_body(&key, data)?;
+            let body = self.seal_body(&key, data).await?;
             self.inner.put_placed(&key, body, mode, &placement).await
         })
     }
@@ -424,7 +461,7 @@ impl ObjectStore for SealedStore {
         let key = key.to_string();
         Box::pin(async move {
             let bytes = self.inner.get(&key).await?;
-            self.open_whole(&key, bytes)
+            self.open_whole(&key, bytes).await
         })
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> BoxFuture<'_, StoreResult<Vec<u8>>> {
@@ -502,7 +539,7 @@ impl ObjectStore for SealedStore {
     fn repair_copies(&self, key: &str, good: Bytes) -> BoxFuture<'_, StoreResult<Vec<String>>> {
         let key = key.to_string();
         Box::pin(async move {
-            let body = self.seal_body(&key, good)?;
+            let body = self.seal_body(&key, good).await?;
             self.inner.repair_copies(&key, body).await
         })
     }
@@ -513,7 +550,7 @@ impl ObjectStore for SealedStore {
         let key = key.to_string();
         Box::pin(async move {
             let bytes = self.inner.get_copy(&key, copy).await?;
-            self.open_whole(&key, bytes)
+            self.open_whole(&key, bytes).await
         })
     }
 }

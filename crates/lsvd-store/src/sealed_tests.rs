@@ -22,7 +22,8 @@ const KEY: &str = "vol/obj/0000000000000001.0000000000000002.d";
 async fn objects_are_sealed_and_every_range_reads_back() {
     let inner: DynStore = Arc::new(MemStore::new());
     let store = sealed_over(inner.clone());
-    for n in [1usize, 4095, 4096, 4097, 3 * 4096 + 100] {
+    // 1 MiB + 5: sealed and opened on the blocking pool (past INLINE_CRYPTO_BYTES).
+    for n in [1usize, 4095, 4096, 4097, 3 * 4096 + 100, (1 << 20) + 5] {
         let plain = pattern(n);
         store
             .put(KEY, Bytes::from(plain.clone()), PutMode::Overwrite)

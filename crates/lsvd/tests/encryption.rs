@@ -258,6 +258,18 @@ fn no_key_or_a_wrong_key_is_refused_and_nothing_is_written() {
         show("create --encrypt", &out)
     );
     assert!(stored(&lsvd, "v2/").is_empty());
+    // What needs no key (docs/SEMANTICS.md): list, snapshot list, rename, delete.
+    other.run_ok(&["list"]);
+    other.run_ok(&["snapshot", "list", "vol"]);
+    other.run_ok(&["rename", "vol", "moved"]);
+    other.run_ok(&["check", "moved", "--key-file", arg(key)]);
+    other.run_ok(&["delete", "moved", "--yes"]);
+    assert!(
+        stored(&lsvd, "moved/")
+            .keys()
+            .all(|k| !k.contains("/obj/") && !k.ends_with("/keys")),
+        "delete left objects or the key record"
+    );
 }
 
 #[test]
@@ -273,8 +285,11 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
     changed[..MARKER.len()].copy_from_slice(&MARKER.to_ascii_uppercase());
     write_and_read_back(&dir, &lsvd, "copy", old, &changed);
     assert_nothing_in_the_clear(&lsvd, "copy", &image);
-    // Rotation: the new key unlocks the volume, the old one no longer does; the data
-    // is not rewritten (the objects are byte for byte the same).
+    // Rotation, while a server started with the old key serves the volume: the new
+    // key unlocks it, the old one no longer does; no object is rewritten; the server
+    // (it holds the unwrapped data key) goes on writing, and the new key reads that.
+    let socket = dir.join("rotating.sock");
+    let mut server = lsvd.serve(&socket, &["vol", "--key-file", arg(old)]);
     let objects_before: Vec<_> = stored(&lsvd, "vol/obj/").into_iter().collect();
     lsvd.assert_stdout_mentions(&[(
         &[
@@ -289,6 +304,10 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
         &["now unlocked by"],
     )]);
     assert!(stored(&lsvd, "vol/obj/").into_iter().collect::<Vec<_>>() == objects_before);
+    let src = dir.join("changed.in");
+    std::fs::write(&src, &changed).expect("write the image file");
+    nbdcopy(arg(&src), &server.uri("vol"));
+    server.stop_clean();
     assert_refused(
         &lsvd,
         &["check", "vol", "--key-file", arg(old)],
@@ -296,7 +315,7 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
         "does not unlock it",
     );
     lsvd.run_ok(&["check", "vol", "--key-file", arg(new)]);
-    assert_reads(&dir, &lsvd, "vol", new, &image);
+    assert_reads(&dir, &lsvd, "vol", new, &changed);
     // The clone kept its own record: still the old key.
     assert_reads(&dir, &lsvd, "copy", old, &changed);
     // A replica stays encrypted, with the volume's key record; it reads the same.
@@ -321,6 +340,6 @@ fn rotation_snapshots_clones_and_replicas_keep_working() {
         }
         assert_refused(&replica, &["check", "vol"], "vol", "is encrypted");
         lsvd.run_ok(&["check", "vol", "--store", &url, "--key-file", arg(new)]);
-        assert_reads(&dir, &replica, "vol", new, &image);
+        assert_reads(&dir, &replica, "vol", new, &changed);
     }
 }

@@ -25,7 +25,7 @@ const GIVE_KEY: &str = "give its key file with --key-file PATH (or LSVD_KEY_FILE
 /// Refuse to go on with encrypted volume `meta` over a store that does not seal its
 /// objects (every path that reads or writes objects checks this).
 pub fn require_unlocked(store: &DynStore, meta: &VolumeMeta) -> Result<()> {
-    if meta.encrypted && !store.seals_objects() {
+    if opaque(store, meta) {
         return Err(locked(meta));
     }
     Ok(())
@@ -59,8 +59,7 @@ pub async fn unlock(
     let Some(user) = user else {
         return Err(locked(meta));
     };
-    let record = read_keys(store, &meta.name).await?;
-    let data_key = DataKey::unwrap(&record, user, &meta.name)?;
+    let data_key = data_key(store, meta, user).await?;
     Ok(Arc::new(SealedStore::new(store.clone(), &data_key)))
 }
 
@@ -78,7 +77,7 @@ pub async fn unlock_pair(
     let Some(user) = user.filter(|_| meta.encrypted) else {
         return Ok((source.clone(), target.clone()));
     };
-    let data_key = DataKey::unwrap(&read_keys(source, &meta.name).await?, user, &meta.name)?;
+    let data_key = data_key(source, meta, user).await?;
     let seal = |s: &DynStore| -> DynStore { Arc::new(SealedStore::new(s.clone(), &data_key)) };
     Ok((seal(source), seal(target)))
 }
@@ -91,6 +90,11 @@ pub async fn unlock_volume(
 ) -> Result<DynStore> {
     let meta = read_meta(store, name).await?;
     unlock(store, &meta, user).await
+}
+
+/// Volume `meta`'s data key, unwrapped with `user` (`Denied` for another key).
+async fn data_key(store: &DynStore, meta: &VolumeMeta, user: &UserKey) -> Result<DataKey> {
+    DataKey::unwrap(&read_keys(store, &meta.name).await?, user, &meta.name)
 }
 
 async fn read_keys(store: &DynStore, name: &str) -> Result<VolumeKeys> {
