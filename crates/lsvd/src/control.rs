@@ -225,6 +225,13 @@ async fn handle(request: Request, volumes: &[Arc<Volume>]) -> Reply {
             ..Reply::ok()
         }),
     };
+    // As the NBD server does before each batch of answers: a success decided under
+    // the lease is not sent once another host took the volume over (a pause between
+    // the work and this answer; found by the crash oracle's takeover_sigstop).
+    let result = match result {
+        Ok(reply) => v.answerable().await.map(|()| reply),
+        Err(e) => Err(e),
+    };
     result.unwrap_or_else(|e| Reply::of_error(&e))
 }
 

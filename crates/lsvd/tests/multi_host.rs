@@ -24,7 +24,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Lsvd, Server, TempDir, files_under, nbdsh, require_tools, stderr, tool};
+use common::{Lsvd, Server, TempDir, files_under, nbdsh, require_tools, stderr, stdout, tool};
 
 const LEASE: &[&str] = &["--lease-timeout", "2s"];
 
@@ -203,6 +203,59 @@ fn after_a_crash_the_standby_takes_over_when_the_lease_lapses_with_what_the_stor
 assert h.pread(4096, 8192) == b'T' * 4096",
     );
     back.stop_clean();
+}
+
+/// `lsvd sync` is a claim of durability, so a fenced holder must never answer it with
+/// success. Here the request reaches the holder while it is paused across a takeover.
+/// (`takeover_sigstop` found the narrower case, episode seed 0x232de0e9569247fe,
+/// crash point 3: a sync whose work ended just before the pause was answered with
+/// success after the resume, since the control socket sent its answer without asking
+/// the lease as the NBD server does; fixed in `control::handle`.)
+#[test]
+fn a_sync_sent_to_a_paused_holder_fails_once_it_resumes_after_a_takeover() {
+    let (tmp, a, b) = two_hosts("mh-sync-paused");
+    let mut holder = a.serve(&tmp.join("a.sock"), &{
+        let mut args = vec!["v"];
+        args.extend(LEASE);
+        args
+    });
+    nbdsh(
+        &holder.uri("v"),
+        "h = connect()\nh.pwrite(b'p' * 4096, 0)\nh.flush()",
+    );
+    // Everything is in the store: a sync now has nothing left to upload.
+    a.run_ok(&["sync", "v"]);
+    let mut standby = start_standby(&b, &tmp.join("b.sock"));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(holder.pid(), libc::SIGSTOP) }, 0);
+    wait_serving(&mut standby, Duration::from_secs(30));
+    // The request waits in the paused holder's control socket.
+    let sync = a
+        .cmd(["sync", "v"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lsvd sync");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(holder.pid(), libc::SIGCONT) }, 0);
+    let out = sync.wait_with_output().expect("lsvd sync ends");
+    assert!(
+        !out.status.success(),
+        "the fenced holder answered lsvd sync with success: {}\n{}",
+        stdout(&out),
+        holder.log()
+    );
+    assert!(
+        common::wait_until(Duration::from_secs(30), || !holder.is_running()),
+        "the fenced holder kept running\n{}",
+        holder.log()
+    );
+    nbdsh(
+        &standby.uri("v"),
+        "h = connect()\nassert h.pread(4096, 0) == b'p' * 4096",
+    );
+    standby.stop_clean();
 }
 
 #[test]
