@@ -43,6 +43,16 @@ pub struct EngineConfig {
     /// --compression`, `lsvd config`), no compression without settings; `Some`:
     /// this, whatever they say (`lsvd serve --compression`).
     pub compression: Option<lsvd_core::compression::Compression>,
+    /// The mode of the write log and read cache: `Some(true)` encrypted (`lsvd serve
+    /// --encrypt-local`; needs [`local_keys`](Self::local_keys)), `Some(false)` in
+    /// the clear (`lsvd serve` without it). Files in the other mode are made anew if
+    /// they were closed cleanly, else keep theirs until a clean stop. `None` (other
+    /// commands, the default): files keep their mode; new ones are in the clear
+    /// (`crate::local_encryption`).
+    pub encrypt_local: Option<bool>,
+    /// The keys of this volume's local files: an encrypted volume's, derived from its
+    /// data key (`lifecycle::encryption::local_keys`); None for a plain volume.
+    pub local_keys: Option<std::sync::Arc<lsvd_store::xts::LocalKeys>>,
     /// Most bytes fetched ahead of a sequential reader, and in flight for read-ahead
     /// at once. None (the default): 4 MiB when the store is remote, none when it is
     /// local (its objects are on local disk already). `Some(0)` disables it.
@@ -156,6 +166,8 @@ impl Default for EngineConfig {
             read_cache_bytes: 1 << 30,
             read_fetch_bytes: 64 << 10,
             compression: None,
+            encrypt_local: None,
+            local_keys: None,
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,

@@ -36,6 +36,7 @@ mod fault_metrics_tests;
 pub mod fencing;
 pub mod keys;
 pub mod lifecycle;
+pub mod local_encryption;
 mod locks;
 pub mod maintenance;
 pub(crate) mod open;
@@ -59,7 +60,7 @@ pub use lifecycle::admin::{
 };
 pub use lifecycle::clone::create_clone;
 pub use lifecycle::delete::{DeletePlan, delete_volume, plan_delete};
-pub use lifecycle::encryption::{rotate_key, unlock, unlock_pair, unlock_volume};
+pub use lifecycle::encryption::{local_keys, rotate_key, unlock, unlock_pair, unlock_volume};
 pub use lifecycle::lineage::load_lineage;
 pub use lifecycle::lineage::{list_clones, refuse_if_cloned};
 pub use lifecycle::rename::{Renamed, rename_volume};

@@ -140,13 +140,31 @@ async fn open_files_and_volume(
     // file for it.
     let meta = read_meta(&store, name).await?;
     crate::lifecycle::encryption::require_unlocked(&store, &meta)?;
+    let existing_log = log_session_of(&log_path, &meta);
+    let local = crate::local_encryption::plan(&log_path, &meta, existing_log.as_ref(), &config)?;
     let acquired = match &snapshot {
         Some(_) => None,
-        None => {
-            let own = log_session_of(&log_path, &meta);
-            Some(acquire(&store, &meta, own, &config.lease, &*config.clock).await?)
-        }
+        None => Some(acquire(&store, &meta, existing_log, &config.lease, &*config.clock).await?),
     };
+    if local.remake {
+        // Closed cleanly: nothing in these files is needed (`local_encryption`).
+        for file in [
+            log_path.clone(),
+            data_dir.join(format!("{stem}.rcache")),
+            data_dir.join(format!("{stem}.rcache.slots")),
+        ] {
+            match std::fs::remove_file(&file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(Error::local_io(
+                        format!("cannot remove {} to make it anew", file.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
     // Writing a large log takes a moment: say why the first start waits.
     if !log_path.exists() && log_size >= 256 << 20 {
         lsvd_store::log::info(&format!(
@@ -164,6 +182,7 @@ async fn open_files_and_volume(
             &stem,
             config.read_cache_bytes,
             meta.volume,
+            local.keys.as_deref(),
         )?)
     } else {
         None
@@ -171,9 +190,10 @@ async fn open_files_and_volume(
     let (volume, mut report) = open_inner(
         store,
         name,
-        Arc::new(file),
+        local.write_log(Arc::new(file)),
         &cache_name,
         read_cache,
+        local.key_id(),
         config,
         snapshot,
         acquired,
@@ -192,7 +212,10 @@ pub async fn open_volume_on(
     cache_name: &str,
     config: EngineConfig,
 ) -> Result<(Arc<Volume>, OpenReport)> {
-    open_inner(store, name, cache, cache_name, None, config, None, None).await
+    open_inner(
+        store, name, cache, cache_name, None, None, config, None, None,
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -202,6 +225,7 @@ async fn open_inner(
     cache: Arc<dyn CacheDevice>,
     cache_name: &str,
     read_cache: Option<ReadCache>,
+    local_key_id: Option<[u8; 8]>,
     config: EngineConfig,
     snapshot: Option<lsvd_core::format::snapshot::SnapshotRecord>,
     acquired: Option<Acquired>,
@@ -434,6 +458,7 @@ async fn open_inner(
         resizing: tokio::sync::Mutex::new(()),
         store: store.clone(),
         cache: cache.clone(),
+        local_key_id,
         stats: Stats::default(),
         state: Mutex::new(State {
             log_map: LogMap::new(),
@@ -559,6 +584,7 @@ async fn open_inner(
         // still the one the log had (written again once the claim lands, below).
         claimed_epoch: existing.map_or(0, |sb| sb.claimed_epoch),
         claimed_session: existing.map_or(0, |sb| sb.claimed_session),
+        local_key_id,
     };
     let slot = (generation % 2) * CACHE_SUPER_BYTES as u64;
     let write_failed = |e| {

@@ -318,6 +318,9 @@ pub(crate) struct Shared {
     pub(crate) layout: CacheLayout,
     /// This open's write-log index epoch (in every cache superblock it writes).
     pub(crate) index_epoch: u64,
+    /// The write log is encrypted with the local key of this id (`--encrypt-local`;
+    /// in every cache superblock written).
+    pub(crate) local_key_id: Option<[u8; 8]>,
     /// State of the upload retries' jitter (seeded: `EngineConfig::jitter_seed`).
     pub(crate) jitter: Mutex<lsvd_trace::synthetic::prng::Rng>,
     /// The runtime the volume was opened on. Tasks the volume starts on behalf of a

@@ -30,6 +30,7 @@ pub mod sealed;
 pub mod selftest;
 #[cfg(any(test, feature = "testutil"))]
 pub mod testutil;
+pub mod xts;
 
 use std::future::Future;
 use std::ops::Range;

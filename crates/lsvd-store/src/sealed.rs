@@ -37,6 +37,7 @@ use lsvd_core::format::sealed::{
 };
 use lsvd_core::format::volume_keys::{CIPHER_AES256_GCM, VolumeKeys};
 
+use crate::xts::{LocalKeys, XtsKey};
 use crate::{
     BoxFuture, CopyBytes, DynStore, ListEntry, ObjectStore, Placement, PutMode, StoreMetric,
     StoreResult,
@@ -46,6 +47,7 @@ const KEY_BYTES: usize = 32;
 const WRAP_AAD: &[u8] = b"lsvd volume keys v1";
 const KEY_ID_LABEL: &[u8] = b"lsvd key id v1";
 const OBJECT_KEY_SALT: &[u8] = b"lsvd object key v1";
+const LOCAL_KEY_SALT: &[u8] = b"lsvd local key v1";
 /// Derived object keys kept for reuse (each is an HKDF and an AES key schedule).
 const KEY_CACHE_ENTRIES: usize = 4096;
 
@@ -154,6 +156,39 @@ impl DataKey {
             wrapped_key: sealed
                 .try_into()
                 .expect("a 32-byte key and a 16-byte tag make 48 bytes"),
+        })
+    }
+
+    /// The keys of this volume's local files (`--encrypt-local`): HKDF-SHA256 of the
+    /// data key, one per file, so they stay the same across key rotations
+    /// (docs/format/local-encryption.md).
+    pub fn local_keys(&self) -> Result<LocalKeys> {
+        struct Len(usize);
+        impl hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, LOCAL_KEY_SALT).extract(&self.0);
+        let derive = |label: &[u8], out: &mut [u8]| {
+            prk.expand(&[label], Len(out.len()))
+                .and_then(|okm| okm.fill(out))
+                .map_err(|_| Error::new(ErrorKind::LocalIo, "deriving a local key failed"))
+        };
+        let xts = |label: &[u8]| -> Result<Arc<XtsKey>> {
+            let mut k = [0u8; 64];
+            derive(label, &mut k)?;
+            let key = XtsKey::new(&k);
+            k.fill(0);
+            key.map(Arc::new)
+        };
+        let mut id = [0u8; 8];
+        derive(b"id", &mut id)?;
+        Ok(LocalKeys {
+            id,
+            write_log: xts(b"wlog")?,
+            read_cache: xts(b"rcache")?,
+            slot_table: xts(b"rcache.slots")?,
         })
     }
 

@@ -291,6 +291,7 @@ fn generate_supers(which: u8, b: &mut Bytes<'_>) {
                 index_epoch: b.u64(),
                 claimed_epoch: b.u64(),
                 claimed_session: b.u64(),
+                local_key_id: b.bool().then(|| b.u64().to_le_bytes()),
             };
             let buf = encode_cache_super(&s);
             let in_bounds = s.log_start <= s.tail_offset

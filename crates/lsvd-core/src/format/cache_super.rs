@@ -7,9 +7,12 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDCSB\0"
-//!      8    2 version (2; version 1 is still read)
-//!     10    2 flags: bit 0 = closed cleanly
-//!     12    4 crc32c over bytes 0..104 (0..88 in version 1) with this field zero
+//!      8    2 version (3 for a write log encrypted with --encrypt-local, else 2;
+//!             version 1 is still read)
+//!     10    2 flags: bit 0 = closed cleanly; bit 1 = everything after the two
+//!             superblocks is encrypted (version 3 only)
+//!     12    4 crc32c over bytes 0..112 (0..104 in version 2, 0..88 in version 1)
+//!             with this field zero
 //!     16   16 volume id
 //!     32    8 generation
 //!     40    8 cache file size in bytes
@@ -23,7 +26,13 @@
 //!             session made that landed (version 2; 0 in version 1: unknown)
 //!     96    8 claimed session: the session id of that claim (version 2; version 1:
 //!             the index epoch, which was the session then)
+//!    104    8 local key id (version 3): which key encrypts the log
+//!             (docs/format/local-encryption.md)
 //! ```
+//!
+//! A plain log is written as version 2, byte for byte as before, so older builds
+//! still read it; an encrypted one is version 3, which they refuse rather than
+//! misread its records as torn.
 //!
 //! Why two sessions: an open writes this superblock with its new session (the index
 //! epoch) before it claims the volume, and again once the claim has landed. A crash
@@ -35,9 +44,12 @@
 use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 
 pub const CACHE_SUPER_MAGIC: &[u8; 8] = b"LSVDCSB\0";
-pub const CACHE_SUPER_VERSION: u16 = 2;
+pub const CACHE_SUPER_VERSION: u16 = 3;
 pub const CACHE_SUPER_BYTES: usize = 4096;
+const ENCODED_BYTES_V3: usize = 112;
 const ENCODED_BYTES: usize = 104;
+const FLAG_CLEAN: u16 = 1;
+const FLAG_ENCRYPTED: u16 = 2;
 const ENCODED_BYTES_V1: usize = 88;
 const CRC_AT: usize = 12;
 
@@ -58,6 +70,9 @@ pub struct CacheSuper {
     pub claimed_epoch: u64,
     /// The session id of that claim (the index epoch of the open that made it).
     pub claimed_session: u64,
+    /// Some: everything after the superblocks is encrypted (`--encrypt-local`) with
+    /// the local key of this id.
+    pub local_key_id: Option<[u8; 8]>,
 }
 
 impl CacheSuper {
@@ -71,11 +86,12 @@ impl CacheSuper {
 /// Encode into a full 4 KiB block.
 pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     let mut w = Writer::with_capacity(CACHE_SUPER_BYTES);
-    w.head(
-        CACHE_SUPER_MAGIC,
-        CACHE_SUPER_VERSION,
-        if s.clean { 1 } else { 0 },
-    );
+    let clean = if s.clean { FLAG_CLEAN } else { 0 };
+    let (version, flags) = match s.local_key_id {
+        Some(_) => (CACHE_SUPER_VERSION, clean | FLAG_ENCRYPTED),
+        None => (2, clean),
+    };
+    w.head(CACHE_SUPER_MAGIC, version, flags);
     w.bytes(&s.volume.0);
     w.u64s(&[
         s.generation,
@@ -88,9 +104,12 @@ pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
         s.claimed_epoch,
         s.claimed_session,
     ]);
+    if let Some(id) = s.local_key_id {
+        w.bytes(&id);
+    }
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
-    w.zeros(CACHE_SUPER_BYTES - ENCODED_BYTES);
+    w.zeros(CACHE_SUPER_BYTES - w.buf.len());
     w.buf
 }
 
@@ -110,21 +129,35 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         WHAT,
     ) {
         Ok(()) => CACHE_SUPER_VERSION,
-        Err(FormatError::UnsupportedVersion { version: 1, .. }) => 1,
+        Err(FormatError::UnsupportedVersion {
+            version: v @ (1 | 2),
+            ..
+        }) => v,
         Err(e) => return Err(e),
     };
-    let body = &buf[..if version == 1 {
-        ENCODED_BYTES_V1
-    } else {
-        ENCODED_BYTES
-    }];
+    let used = match version {
+        1 => ENCODED_BYTES_V1,
+        2 => ENCODED_BYTES,
+        _ => ENCODED_BYTES_V3,
+    };
+    if buf.len() < used {
+        return Err(FormatError::Truncated {
+            what: WHAT,
+            need: used,
+            have: buf.len(),
+        });
+    }
+    let body = &buf[..used];
     let mut r = Reader::new(body, WHAT);
     r.take(10)?;
     let flags = r.u16()?;
     let stored = r.u32()?;
     check_crc(WHAT, body, CRC_AT, stored)?;
+    if (version == 3) != (flags & FLAG_ENCRYPTED != 0) {
+        return Err(invalid(WHAT, "version and encryption flag disagree"));
+    }
     let mut s = CacheSuper {
-        clean: flags & 1 != 0,
+        clean: flags & FLAG_CLEAN != 0,
         volume: VolumeId(r.array()?),
         generation: r.u64()?,
         file_bytes: r.u64()?,
@@ -135,12 +168,16 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         index_epoch: r.u64()?,
         claimed_epoch: 0,
         claimed_session: 0,
+        local_key_id: None,
     };
     if version == 1 {
         s.claimed_session = s.index_epoch;
     } else {
         s.claimed_epoch = r.u64()?;
         s.claimed_session = r.u64()?;
+    }
+    if version == 3 {
+        s.local_key_id = Some(r.array()?);
     }
     if !(s.log_start <= s.tail_offset && s.tail_offset < s.log_end && s.log_end <= s.file_bytes) {
         return Err(invalid(WHAT, "log region or tail out of bounds"));
@@ -178,6 +215,29 @@ mod tests {
         assert_eq!(&a[96..104], &8u64.to_le_bytes());
         assert!(a[104..].iter().all(|&b| b == 0));
         assert_each_flip_refused(&a, 0..104, 0x10, decode_cache_super);
+    }
+
+    /// An encrypted log's superblock is version 3 with its key id; a plain one stays
+    /// version 2 (above).
+    #[test]
+    fn an_encrypted_log_is_version_3_with_its_key_id() {
+        let sb = CacheSuper {
+            local_key_id: Some(*b"keyid-01"),
+            ..sample(6)
+        };
+        let a = encode_cache_super(&sb);
+        assert_eq!(&a[..12], b"LSVDCSB\0\x03\x00\x02\x00");
+        assert_eq!(&a[104..112], b"keyid-01");
+        assert!(a[112..].iter().all(|&b| b == 0));
+        assert_eq!(decode_cache_super(&a).expect("decodes"), sb);
+        assert_each_flip_refused(&a, 0..112, 0x10, decode_cache_super);
+        // The flag without version 3 (or the reverse) is refused.
+        let mut v2 = encode_cache_super(&sample(6));
+        v2[10] |= 2;
+        v2[CRC_AT..CRC_AT + 4].fill(0);
+        let crc = crc32c::crc32c(&v2[..104]);
+        v2[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(decode_cache_super(&v2).is_err());
     }
 
     /// A version 1 superblock (88 bytes checked) as builds before epochs wrote it.

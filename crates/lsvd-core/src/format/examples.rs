@@ -114,6 +114,7 @@ pub fn cache_super(generation: u64) -> CacheSuper {
         index_epoch: 9,
         claimed_epoch: 3,
         claimed_session: 8,
+        local_key_id: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! simulated power failure. Positional I/O only; `sync` is `fdatasync`, and
 //! `write_durable_at` makes one small write durable without the rest of the file.
 
+pub mod encrypted;
 pub mod faulty;
 
 use std::fs::{File, OpenOptions};

@@ -14,6 +14,7 @@ use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::format::volume_keys::{VolumeKeys, decode_volume_keys, encode_volume_keys};
 use lsvd_core::format::volume_meta::VolumeMeta;
 use lsvd_store::sealed::{DataKey, SealedStore, UserKey};
+use lsvd_store::xts::LocalKeys;
 use lsvd_store::{DynStore, PutMode};
 
 use crate::keys::keys_key;
@@ -90,6 +91,23 @@ pub async fn unlock_volume(
 ) -> Result<DynStore> {
     let meta = read_meta(store, name).await?;
     unlock(store, &meta, user).await
+}
+
+/// The keys of volume `name`'s local files for `--encrypt-local`, derived from its
+/// data key (so a key rotation leaves them as they are); None for a plain volume or
+/// without `user`.
+pub async fn local_keys(
+    store: &DynStore,
+    name: &str,
+    user: Option<&UserKey>,
+) -> Result<Option<Arc<LocalKeys>>> {
+    let meta = read_meta(store, name).await?;
+    let Some(user) = user.filter(|_| meta.encrypted) else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(
+        data_key(store, &meta, user).await?.local_keys()?,
+    )))
 }
 
 /// Volume `meta`'s data key, unwrapped with `user` (`Denied` for another key).

@@ -42,6 +42,7 @@ pub(crate) fn persist_tail(shared: &Shared, through: u64, clean: bool) {
             tail_offset,
             tail_seq,
             index_epoch: shared.index_epoch,
+            local_key_id: shared.local_key_id,
             claimed_epoch: shared.epoch(),
             claimed_session: if shared
                 .volume_claimed

@@ -35,6 +35,17 @@ pub(super) async fn unlocked(common: &Common, store: &DynStore, name: &str) -> R
     lsvd_engine::unlock_volume(store, volume, common.user_key()?.as_ref()).await
 }
 
+/// The keys of volume `name`'s local files (`--encrypt-local`), for an encrypted
+/// volume given its key file; None otherwise.
+pub(super) async fn local_keys(
+    common: &Common,
+    store: &DynStore,
+    name: &str,
+) -> Result<Option<std::sync::Arc<lsvd_store::xts::LocalKeys>>> {
+    let (volume, _) = lsvd_engine::split_export_name(name);
+    lsvd_engine::local_keys(store, volume, common.user_key()?.as_ref()).await
+}
+
 /// `lsvd selftest`: run the store self-test and say how it went.
 pub async fn selftest(common: &Common) -> Result<()> {
     let store = store(common)?;

@@ -127,7 +127,10 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
                 "  write log: {} not checked: {holder} on this data directory holds the volume and is writing it (stop it to check the log)",
                 log.display()
             ),
-            _ => check_log(common, name, &meta, last, &mut problems),
+            _ => {
+                let keys = super::admin::local_keys(common, &store, name).await?;
+                check_log(common, name, &meta, keys.as_deref(), last, &mut problems)
+            }
         }
     }
 
@@ -508,6 +511,7 @@ fn check_log(
     common: &Common,
     name: &str,
     meta: &VolumeMeta,
+    keys: Option<&lsvd_store::xts::LocalKeys>,
     last_in_store: u64,
     problems: &mut Vec<String>,
 ) {
@@ -548,9 +552,22 @@ fn check_log(
         ));
         return;
     }
-    let chain = scan_log(&file, &sb);
+    let file = match lsvd_engine::local_encryption::readable_write_log(
+        std::sync::Arc::new(file),
+        &sb,
+        keys,
+        &path,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            problems.push(e.message);
+            return;
+        }
+    };
+    let file = &*file;
+    let chain = scan_log(file, &sb);
     let (index, index_problems) =
-        lsvd_engine::write::log_index::check_against_chain(&file, &sb, &chain);
+        lsvd_engine::write::log_index::check_against_chain(file, &sb, &chain);
     if let Some(i) = &index {
         println!(
             "  write-log index: generation {}, {} records",
@@ -560,7 +577,7 @@ fn check_log(
     }
     problems.extend(index_problems);
     problems.extend(corrupt_records(
-        &file,
+        file,
         &sb,
         &chain,
         index.as_ref(),

@@ -215,8 +215,23 @@ pub async fn inspect(common: &Common, what: InspectWhat) -> Result<()> {
                 .map_err(read_failed)?;
             let sb = lsvd_core::format::cache_super::newest_cache_super(&a, &b)
                 .map_err(|e| corrupt("", e))?;
-            let chain = scan_log(&file, &sb);
-            match lsvd_engine::write::log_index::check_against_chain(&file, &sb, &chain) {
+            // An encrypted log (`--encrypt-local`) reads with the volume's keys.
+            let keys = match sb.local_key_id {
+                Some(_) => {
+                    let store = super::admin::store_read_only(common)?;
+                    super::admin::local_keys(common, &store, &name).await?
+                }
+                None => None,
+            };
+            let file = lsvd_engine::local_encryption::readable_write_log(
+                std::sync::Arc::new(file),
+                &sb,
+                keys.as_deref(),
+                &path,
+            )?;
+            let file = &*file;
+            let chain = scan_log(file, &sb);
+            match lsvd_engine::write::log_index::check_against_chain(file, &sb, &chain) {
                 (Some(i), problems) => println!(
                     "write-log index: generation {}, {} records (seq {}..={}){}",
                     i.generation,

@@ -509,6 +509,16 @@ pub struct EngineArgs {
     /// --compression`, none by default). Chunks that do not shrink are stored raw.
     #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
     pub compression: Option<lsvd_core::compression::Compression>,
+    /// Encrypt this data directory's files too: the write log (client data not yet
+    /// uploaded, and its index) and the read cache (copies of object data, and its
+    /// table), with XTS-AES-256 under keys derived from the volume's data key. Needs
+    /// an encrypted volume (`lsvd create --encrypt`) and its --key-file. Without it
+    /// they hold client data in the clear (docs/SEMANTICS.md, "Encryption at rest").
+    /// Files in the other mode are made anew as asked if they were closed cleanly,
+    /// else keep their mode until the first start after a clean stop. Example:
+    /// lsvd serve vm1 --key-file vm1.key --encrypt-local
+    #[arg(long)]
+    pub encrypt_local: bool,
     /// How long GC keeps what a replication pass under way (`lsvd replicate`) still
     /// has to copy, counted from the pass's start: old checkpoints and objects it
     /// emptied are deleted only once no pass registered in the store needs them, or
@@ -620,6 +630,7 @@ impl EngineArgs {
             replica_hold_ms,
             replica_hold_max_bytes,
             compression: self.compression,
+            encrypt_local: Some(self.encrypt_local),
             ..EngineConfig::default()
         };
         tuning.apply(&mut config);

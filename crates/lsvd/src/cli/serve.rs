@@ -300,7 +300,20 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     for name in &names {
         // Each volume's own store: an encrypted one's is unlocked with the key file
         // (refused here, before anything is written, without it).
-        let unlocked = super::admin::unlocked(common, &store, name).await;
+        let unlocked = match super::admin::unlocked(common, &store, name).await {
+            Ok(s) => super::admin::local_keys(common, &store, name)
+                .await
+                .map(|keys| (s, keys)),
+            Err(e) => Err(e),
+        };
+        let (unlocked, config) = match unlocked {
+            Ok((s, keys)) => {
+                let mut config = config.clone();
+                config.local_keys = keys;
+                (Ok(s), config)
+            }
+            Err(e) => (Err(e), config.clone()),
+        };
         let opened = match (unlocked, lsvd_engine::split_export_name(name)) {
             (Err(e), _) => Err(e),
             (Ok(store), (volume, Some(snapshot))) => {

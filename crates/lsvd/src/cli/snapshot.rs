@@ -255,6 +255,8 @@ pub(super) async fn with_volume<T>(
         read_cache_bytes: 0,
         // Never from under a live server: one that renews its lease is refused.
         lease: lsvd_engine::fencing::lease::LeaseConfig::for_command("lsvd command"),
+        // A write log encrypted by `serve --encrypt-local` is read and kept so.
+        local_keys: super::admin::local_keys(common, &store, volume).await?,
         ..EngineConfig::default()
     };
     let (vol, report) = lsvd_engine::open_volume(store, volume, &common.data, config).await?;

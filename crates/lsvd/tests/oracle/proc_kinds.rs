@@ -69,7 +69,15 @@ pub async fn episode(
         if kind == ProcKind::CacheDeleted {
             // The store must hold the base contents.
             let drained = || log_drained(&wlog).unwrap_or(false);
-            if !wait_until_async(Duration::from_secs(60), drained).await {
+            let caught_up = if super::process::encrypting() {
+                matches!(
+                    server.syncer().sync(Duration::from_secs(60)).await,
+                    Ok(true)
+                )
+            } else {
+                wait_until_async(Duration::from_secs(60), drained).await
+            };
+            if !caught_up {
                 tmp.keep = true;
                 return Err(fail(
                     "the store did not catch up with the write log within 60 s".into(),
@@ -84,7 +92,8 @@ pub async fn episode(
             spec.store_barriers = rng.range(1, 2) as u32;
         }
         notes.push(format!("workload {spec:?}"));
-        let target = Target::nbd(&conns, &wlog, None);
+        let syncer = super::process::encrypting().then(|| server.syncer());
+        let target = Target::nbd(&conns, &wlog, syncer);
         let killer = Arc::new(server.killer());
         let hooks = Hooks::server_process({
             let k = killer.clone();

@@ -29,6 +29,13 @@ pub fn log_drained(wlog: &Path) -> io::Result<bool> {
     f.read_exact_at(&mut b, CACHE_SUPER_BYTES as u64)?;
     let sb = newest_cache_super(&a, &b)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    if sb.local_key_id.is_some() {
+        // Its records cannot be read here (`--encrypt-local`): ask `lsvd sync`.
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "an encrypted write log: use a Syncer",
+        ));
+    }
     for at in [sb.tail_offset, sb.log_start] {
         let mut h = vec![0u8; LOG_ALIGN_BYTES as usize];
         if f.read_exact_at(&mut h, at).is_err() {
@@ -108,6 +115,13 @@ fn lsvd_command() -> Command {
         c.env("LSVD_KEY_FILE", key);
     }
     c
+}
+
+/// Does the oracle run encrypted (`LSVD_ORACLE_ENCRYPT=1`)? Its servers then encrypt
+/// their write log and read cache too (`--encrypt-local`), and store barriers are
+/// `lsvd sync` (the log's records cannot be read from outside).
+pub fn encrypting() -> bool {
+    oracle_key_file().is_some()
 }
 
 /// What `lsvd create` adds for the volume the oracle crashes: `--encrypt` under
@@ -296,6 +310,7 @@ impl Server {
             .args(["--gc-headroom", &self.args.gc_headroom])
             .args(&self.extra)
             .args(flags)
+            .args(encrypting().then_some("--encrypt-local"))
             .env("LSVD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

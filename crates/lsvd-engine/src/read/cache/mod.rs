@@ -486,14 +486,17 @@ impl ReadCache {
 
 /// Open the read cache of volume `name` under `data_dir`: `<name>.rcache` (the slots,
 /// `size_bytes` rounded down to whole chunks) and `<name>.rcache.slots` (their table).
-/// The index file of older builds, `<name>.rcache.map`, is removed.
+/// The index file of older builds, `<name>.rcache.map`, is removed. With `keys`, both
+/// files are encrypted (`--encrypt-local`).
 pub(crate) fn open_files(
     data_dir: &Path,
     name: &str,
     size_bytes: u64,
     volume: VolumeId,
+    keys: Option<&lsvd_store::xts::LocalKeys>,
 ) -> lsvd_core::error::Result<ReadCache> {
-    use crate::cache_dev::FileCache;
+    use crate::cache_dev::encrypted::EncryptedDevice;
+    use crate::cache_dev::{CacheDevice, FileCache};
     use lsvd_core::error::Error;
     let path = data_dir.join(format!("{name}.rcache"));
     let size = size_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
@@ -509,6 +512,23 @@ pub(crate) fn open_files(
             )
         })?;
     let _ = std::fs::remove_file(data_dir.join(format!("{name}.rcache.map")));
-    ReadCache::open(Arc::new(slots), Arc::new(table), volume)
+    // Encrypted whole (`--encrypt-local`): a table in the other mode reads as a
+    // foreign header and is started afresh.
+    let (slots, table): (Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) = match keys {
+        Some(k) => (
+            Arc::new(EncryptedDevice::new(
+                Arc::new(slots),
+                k.read_cache.clone(),
+                0,
+            )),
+            Arc::new(EncryptedDevice::new(
+                Arc::new(table),
+                k.slot_table.clone(),
+                0,
+            )),
+        ),
+        None => (Arc::new(slots), Arc::new(table)),
+    };
+    ReadCache::open(slots, table, volume)
         .map_err(|e| Error::local_io(format!("cannot read {}", table_path.display()), e))
 }
