@@ -409,9 +409,13 @@ fn encrypt_local_keeps_the_write_log_and_read_cache_out_of_the_clear() {
         show("check", &out)
     );
 
-    // Recovery replays the encrypted records; everything reads back.
-    let mut server = lsvd.serve(&socket, &serve);
+    // Recovery replays the encrypted records; everything reads back. Once uploaded
+    // and released from the log (`lsvd sync`, `--log-free-target all`), reads go
+    // through the read cache.
+    let release = ["--log-free-target", "all"];
+    let mut server = lsvd.serve(&socket, &[&serve[..], &release[..]].concat());
     assert!(server.log().contains("recovered vol"), "{}", server.log());
+    lsvd.run_ok(&["sync", "vol"]);
     nbdcopy(&server.uri("vol"), arg(&back));
     server.stop_clean();
     let read = std::fs::read(&back).expect("read back");
