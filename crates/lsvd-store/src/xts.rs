@@ -12,11 +12,14 @@
 //! do: authenticate. The formats' own CRC32C catch accidents, not an attacker who can
 //! write the local disk (docs/format/local-encryption.md).
 //!
-//! aws-lc-rs has no public XTS, so it is built here from AES-256 block encryption
-//! (ECB over whole blocks, the one primitive XTS needs): data units of 512 bytes,
-//! unit number = byte offset / 512, tweak `T = AES(k2, unit as u128 little-endian)`,
-//! block `j` of the unit: `C = AES(k1, P xor T·αʲ) xor T·αʲ` in GF(2¹²⁸). The unit
-//! test checks IEEE 1619's vector 10.
+//! Data units of 512 bytes, unit number = byte offset / 512, tweak
+//! `T = AES(k2, unit as u128 little-endian)`, block `j` of the unit:
+//! `C = AES(k1, P xor T·αʲ) xor T·αʲ` in GF(2¹²⁸). Whole units go through aws-lc's own
+//! XTS (its AES-NI code, through aws-lc-sys: aws-lc-rs does not wrap XTS); the part
+//! of a unit at either edge of a request (a read of part of a record, a slot-table
+//! entry) through the same construction built here from AES-256 block encryption,
+//! which can start at any block of a unit. The unit tests check IEEE 1619's vector 10
+//! and that both paths agree.
 
 use aws_lc_rs::cipher::{
     AES_256, DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
@@ -33,6 +36,14 @@ pub struct XtsKey {
     encrypt: EncryptingKey,
     decrypt: DecryptingKey,
     tweak: EncryptingKey,
+    /// Both keys, for aws-lc's XTS (zeroed on drop).
+    raw: [u8; 64],
+}
+
+impl Drop for XtsKey {
+    fn drop(&mut self) {
+        self.raw.fill(0);
+    }
 }
 
 impl std::fmt::Debug for XtsKey {
@@ -68,6 +79,7 @@ impl XtsKey {
             encrypt: EncryptingKey::ecb(unbound(k1)?).map_err(|_| cipher_error())?,
             decrypt: DecryptingKey::ecb(unbound(k1)?).map_err(|_| cipher_error())?,
             tweak: EncryptingKey::ecb(unbound(k2)?).map_err(|_| cipher_error())?,
+            raw: *key,
         })
     }
 
@@ -90,6 +102,25 @@ impl XtsKey {
                 buf.len()
             )));
         }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        // Whole units in the middle through aws-lc's XTS; the edges block by block.
+        let end = offset + buf.len() as u64;
+        let first_whole = offset.div_ceil(XTS_UNIT_BYTES) * XTS_UNIT_BYTES;
+        let last_whole = end / XTS_UNIT_BYTES * XTS_UNIT_BYTES;
+        if first_whole < last_whole {
+            let (head, rest) = buf.split_at_mut((first_whole - offset) as usize);
+            let (middle, tail) = rest.split_at_mut((last_whole - first_whole) as usize);
+            self.blocks(head, offset, encrypt)?;
+            units::apply(&self.raw, middle, first_whole / XTS_UNIT_BYTES, encrypt)?;
+            return self.blocks(tail, last_whole, encrypt);
+        }
+        self.blocks(buf, offset, encrypt)
+    }
+
+    /// The block-by-block path: any whole 16-byte blocks.
+    fn blocks(&self, buf: &mut [u8], offset: u64, encrypt: bool) -> Result<()> {
         if buf.is_empty() {
             return Ok(());
         }
@@ -138,6 +169,88 @@ impl XtsKey {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whole data units through aws-lc's `EVP_aes_256_xts` (FFI: aws-lc-rs does not wrap
+/// it).
+mod units {
+    use std::os::raw::c_int;
+
+    use aws_lc_sys::{
+        EVP_CIPHER_CTX, EVP_CIPHER_CTX_free, EVP_CIPHER_CTX_new, EVP_DecryptInit_ex,
+        EVP_DecryptUpdate, EVP_EncryptInit_ex, EVP_EncryptUpdate, EVP_aes_256_xts,
+    };
+
+    use super::{XTS_UNIT_BYTES, cipher_error};
+    use lsvd_core::error::Result;
+
+    /// An owned cipher context, freed on drop.
+    struct Ctx(*mut EVP_CIPHER_CTX);
+
+    impl Drop for Ctx {
+        fn drop(&mut self) {
+            // SAFETY: made by EVP_CIPHER_CTX_new, freed once (also frees its key
+            // schedule, which aws-lc clears).
+            unsafe { EVP_CIPHER_CTX_free(self.0) }
+        }
+    }
+
+    /// En- or decrypt `buf` (whole units) in place; its first unit is number
+    /// `first_unit`.
+    pub(super) fn apply(
+        key: &[u8; 64],
+        buf: &mut [u8],
+        first_unit: u64,
+        encrypt: bool,
+    ) -> Result<()> {
+        debug_assert!((buf.len() as u64).is_multiple_of(XTS_UNIT_BYTES));
+        // SAFETY: plain constructor; null is checked.
+        let ctx = Ctx(unsafe { EVP_CIPHER_CTX_new() });
+        if ctx.0.is_null() {
+            return Err(cipher_error());
+        }
+        let init = |key: *const u8, iv: *const u8| -> c_int {
+            // SAFETY: `ctx` is live; the cipher is given with the key (first call) and
+            // left null after (only the IV changes); `key` is 64 bytes and `iv` 16, or
+            // null.
+            unsafe {
+                let cipher = if key.is_null() {
+                    std::ptr::null()
+                } else {
+                    EVP_aes_256_xts()
+                };
+                if encrypt {
+                    EVP_EncryptInit_ex(ctx.0, cipher, std::ptr::null_mut(), key, iv)
+                } else {
+                    EVP_DecryptInit_ex(ctx.0, cipher, std::ptr::null_mut(), key, iv)
+                }
+            }
+        };
+        if init(key.as_ptr(), std::ptr::null()) != 1 {
+            return Err(cipher_error());
+        }
+        for (i, unit) in buf.chunks_exact_mut(XTS_UNIT_BYTES as usize).enumerate() {
+            let iv = u128::from(first_unit + i as u64).to_le_bytes();
+            if init(std::ptr::null(), iv.as_ptr()) != 1 {
+                return Err(cipher_error());
+            }
+            let mut out_len: c_int = 0;
+            let ptr = unit.as_mut_ptr();
+            // SAFETY: in place (input and output the same 512 bytes, which EVP
+            // allows); `out_len` is a valid int.
+            let ok = unsafe {
+                if encrypt {
+                    EVP_EncryptUpdate(ctx.0, ptr, &mut out_len, ptr, XTS_UNIT_BYTES as c_int)
+                } else {
+                    EVP_DecryptUpdate(ctx.0, ptr, &mut out_len, ptr, XTS_UNIT_BYTES as c_int)
+                }
+            };
+            if ok != 1 || out_len != XTS_UNIT_BYTES as c_int {
+                return Err(cipher_error());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -216,6 +329,10 @@ mod tests {
                 .expect("decrypt");
             assert_eq!(part, plain[start..start + len], "{start}+{len}");
         }
+        // The block path alone gives the same bytes as the whole-unit path.
+        let mut by_blocks = plain.clone();
+        key.blocks(&mut by_blocks, base, true).expect("encrypt");
+        assert_eq!(by_blocks, sealed);
         // The same bytes elsewhere encrypt differently.
         let mut moved = plain.clone();
         key.encrypt(&mut moved, base + 512).expect("encrypt");

@@ -409,12 +409,17 @@ fn encrypt_local_keeps_the_write_log_and_read_cache_out_of_the_clear() {
         show("check", &out)
     );
 
-    // Recovery replays the encrypted records; everything reads back. Once uploaded
-    // and released from the log (`lsvd sync`, `--log-free-target all`), reads go
-    // through the read cache.
-    let release = ["--log-free-target", "all"];
-    let mut server = lsvd.serve(&socket, &[&serve[..], &release[..]].concat());
-    assert!(server.log().contains("recovered vol"), "{}", server.log());
+    // Recovery replays the encrypted records; everything reads back. The start has
+    // no --encrypt-local, but the log was not closed cleanly: it stays encrypted (a
+    // warning says so). Once uploaded and released from the log (`lsvd sync`,
+    // `--log-free-target all`), reads go through the read cache.
+    let release = ["vol", "--key-file", key, "--log-free-target", "all"];
+    let mut server = lsvd.serve(&socket, &release);
+    assert!(
+        server.log().contains("recovered vol") && server.log().contains("stays encrypted"),
+        "{}",
+        server.log()
+    );
     lsvd.run_ok(&["sync", "vol"]);
     nbdcopy(&server.uri("vol"), arg(&back));
     server.stop_clean();
@@ -444,8 +449,23 @@ fn encrypt_local_keeps_the_write_log_and_read_cache_out_of_the_clear() {
             .any(|(f, hits)| f.ends_with(".wlog") && *hits == 2),
         "a plain write log holds the image in the clear: {files:?}"
     );
-    let mut server = lsvd.serve(&socket, &["vol", "--key-file", key]);
+    // The other way: a plain log left by a crash stays plain under --encrypt-local
+    // until a clean stop, and its records are replayed.
+    let mut server = lsvd.serve(&socket, &serve);
+    assert!(
+        server.log().contains("recovered vol") && server.log().contains("stays in the clear"),
+        "{}",
+        server.log()
+    );
+    nbdcopy(&server.uri("vol"), arg(&back));
     server.stop_clean();
+    let read = std::fs::read(&back).expect("read back");
+    assert!(read[..image.len()] == *image, "the image reads back");
+    let mut server = lsvd.serve(&socket, &serve);
+    assert!(server.log().contains("made anew"), "{}", server.log());
+    server.stop_clean();
+    let files = local_files_in_the_clear(&lsvd, &image);
+    assert!(files.iter().all(|(_, hits)| *hits == 0), "{files:?}");
 
     // A plain volume has nothing to derive local keys from: refused, one line.
     lsvd.run_ok(&["create", "plain", "--size", "16M"]);
