@@ -47,7 +47,13 @@ run_one() { # NAME BINARY ARGS JOB -> "NAME JOB VALUE"
   "$bin" --data "$data" serve vol --socket "$data/nbd.sock" --log-size 2G \
     --read-cache-size 512M --no-probe $args >"$data/server.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 300); do [ -S "$data/nbd.sock" ] && break; sleep 0.1; done
+  # Making a 2 GiB write log takes half a minute on a slow disk: wait up to 3 minutes,
+  # and not at all for a server that exited.
+  for _ in $(seq 1 1800); do
+    [ -S "$data/nbd.sock" ] && break
+    kill -0 "$pid" 2>/dev/null || { echo "$name: lsvd serve exited: $(tail -2 "$data/server.log")" >&2; exit 1; }
+    sleep 0.1
+  done
   local uri="nbd+unix:///vol?socket=$data/nbd.sock"
   if [[ $job == randread-* ]]; then
     # shellcheck disable=SC2086
