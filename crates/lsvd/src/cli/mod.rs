@@ -7,7 +7,9 @@ mod delete;
 mod duration;
 #[cfg(test)]
 mod engine_args_tests;
+mod image;
 mod inspect;
+mod progress;
 mod rename;
 mod replicate;
 mod serve;
@@ -156,6 +158,43 @@ pub enum Command {
     /// Manage the key of an encrypted volume.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Write a volume, or a snapshot of it, as a raw image: to a file (made sparse:
+    /// ranges never written, and zero blocks, are holes), a block device, or `-`
+    /// (standard output, every byte). A snapshot is read beside a server that serves
+    /// its volume; a volume itself must not be served (take a snapshot of a served
+    /// one). Memory stays at 1 MiB whatever the size. Example: lsvd export disk0@daily
+    /// disk0.img
+    Export {
+        /// VOL or VOL@SNAP.
+        source: String,
+        /// The image file (must not exist), a block device, or `-`.
+        output: String,
+        /// No progress lines and no summary.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Make a new volume from a raw image: a file (the volume's size is the file's,
+    /// rounded up to 4 KiB, unless --size says more) or `-` (standard input; --size
+    /// needed). Blocks of zeros are not written, so a sparse image stays sparse in the
+    /// store. Example: lsvd import disk0.img disk1
+    Import {
+        /// The image file, or `-`.
+        input: String,
+        /// The new volume's name.
+        name: String,
+        /// The volume's size (at least the image's), e.g. 20G.
+        #[arg(long)]
+        size: Option<String>,
+        /// As for `lsvd create`.
+        #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+        compression: Option<lsvd_core::compression::Compression>,
+        /// As for `lsvd create` (needs --key-file).
+        #[arg(long)]
+        encrypt: bool,
+        /// No progress lines and no summary.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Delete a volume: its objects, checkpoints and metadata in the store, and its
     /// write log and read cache in the data directory. Data not yet uploaded is lost
     /// with it. Stop a server using this data directory first; a server elsewhere that
@@ -680,6 +719,30 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 admin::config(&common, &name, compression).await
             }
             Command::Delete { name, yes } => delete::delete(&common, &name, yes).await,
+            Command::Export {
+                source,
+                output,
+                quiet,
+            } => image::export(&common, &source, &output, quiet).await,
+            Command::Import {
+                input,
+                name,
+                size,
+                compression,
+                encrypt,
+                quiet,
+            } => {
+                image::import(
+                    &common,
+                    &input,
+                    &name,
+                    size.as_deref(),
+                    compression,
+                    encrypt,
+                    quiet,
+                )
+                .await
+            }
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
             Command::Clone { source, name } => snapshot::clone(&common, &source, &name).await,

@@ -1,0 +1,321 @@
+//! `lsvd export` and `lsvd import`: a volume (or snapshot) to a raw image and back.
+//!
+//! Why here and this way: a raw image is what every other tool reads (qemu-img, dd,
+//! another lsvd), so it is the way out of lsvd and the way in. Both stream a chunk at
+//! a time (memory stays at one chunk whatever the size), and both keep holes holes:
+//! export asks the volume's map which ranges were ever written and reads only those
+//! (a file gets a hole for the rest; a pipe gets zeros), import writes only the 4 KiB
+//! blocks that are not all zero, into a volume that was never written.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use lsvd_core::error::{Error, ErrorKind, Result};
+use lsvd_core::size::format_size;
+use lsvd_engine::{EngineConfig, Volume};
+
+use super::Common;
+use super::progress::Progress;
+
+/// Bytes read or written at a time.
+const CHUNK_BYTES: u64 = 1 << 20;
+const BLOCK_BYTES: usize = 4096;
+
+/// Where an export goes.
+enum Sink {
+    /// A file or block device: holes are skipped (the file is made sparse).
+    File(File),
+    /// Standard output: every byte is written, zeros included.
+    Stdout(std::io::Stdout),
+}
+
+impl Sink {
+    /// Refuse an existing regular file (before anything is opened).
+    fn check(out: &str) -> Result<()> {
+        if out != "-" && std::fs::metadata(out).is_ok_and(|m| m.is_file()) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{out} exists: remove it first, or export to another name"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn open(out: &str) -> Result<Sink> {
+        Sink::check(out)?;
+        if out == "-" {
+            return Ok(Sink::Stdout(std::io::stdout()));
+        }
+        let path = Path::new(out);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::local_io(format!("cannot create {out}"), e))?;
+        Ok(Sink::File(file))
+    }
+
+    fn write(&mut self, data: &[u8], offset: u64) -> Result<()> {
+        match self {
+            Sink::File(f) => f.write_all_at(data, offset),
+            Sink::Stdout(s) => s.lock().write_all(data),
+        }
+        .map_err(|e| Error::local_io("cannot write the image", e))
+    }
+
+    /// `len` bytes of zeros at `offset`: nothing for a file (a hole, or the device's
+    /// own bytes past what is written: see `finish`), zeros for a pipe.
+    fn zeros(&mut self, len: u64, offset: u64) -> Result<()> {
+        match self {
+            Sink::File(_) => Ok(()),
+            Sink::Stdout(_) => self.write(&vec![0u8; len as usize], offset),
+        }
+    }
+
+    /// A regular file gets its full size (the holes at its end); a device keeps its.
+    fn finish(&mut self, size_bytes: u64) -> Result<()> {
+        let done = match self {
+            Sink::File(f) => {
+                let meta = f.metadata();
+                if meta.as_ref().is_ok_and(|m| m.is_file()) {
+                    f.set_len(size_bytes).and_then(|()| f.sync_all())
+                } else {
+                    f.sync_all()
+                }
+            }
+            Sink::Stdout(s) => s.lock().flush(),
+        };
+        done.map_err(|e| Error::local_io("cannot finish the image", e))
+    }
+}
+
+/// `lsvd export VOL[@SNAP] OUT`.
+pub async fn export(common: &Common, source: &str, out: &str, quiet: bool) -> Result<()> {
+    let (volume, snapshot) = lsvd_engine::split_export_name(source);
+    lsvd_engine::keys::validate_volume_name(volume)?;
+    Sink::check(out)?;
+    match snapshot {
+        // A snapshot never changes: it is read beside a server that serves the volume,
+        // from a data directory of its own (removed afterwards).
+        Some(snap) => {
+            let store = super::admin::store(common)?;
+            let unlocked = super::admin::unlocked(common, &store, source).await?;
+            let scratch = common
+                .data
+                .join(format!(".export-{}-{}", std::process::id(), source));
+            let config = EngineConfig {
+                log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
+                read_cache_bytes: 0,
+                ..EngineConfig::default()
+            };
+            let opened = lsvd_engine::open_snapshot(unlocked, volume, snap, &scratch, config).await;
+            let result = match opened {
+                Ok((vol, _)) => {
+                    let copied = copy_out(&vol, out, source, quiet).await;
+                    let _ = vol.shutdown().await;
+                    copied
+                }
+                Err(e) => Err(e),
+            };
+            let _ = std::fs::remove_dir_all(&scratch);
+            result
+        }
+        None => {
+            super::snapshot::with_volume(common, volume, async |vol| {
+                copy_out(vol, out, source, quiet).await
+            })
+            .await
+        }
+    }
+}
+
+/// Write `vol` to `out` (made only now that the volume is open).
+async fn copy_out(vol: &Volume, out: &str, what: &str, quiet: bool) -> Result<()> {
+    let mut sink = Sink::open(out)?;
+    let sink = &mut sink;
+    let size = vol.size_bytes();
+    let mut progress = Progress::new(format!("export {what}"), size, quiet);
+    let mut data_bytes = 0u64;
+    let mut at = 0u64;
+    while at < size {
+        let len = CHUNK_BYTES.min(size - at);
+        let written = vol.allocation(at, len)?.iter().any(|&(_, a)| a);
+        if !written {
+            sink.zeros(len, at)?;
+        } else {
+            let data = vol.read(at, len).await?;
+            // Blocks written but zero (or zeroed) stay holes in a file too.
+            for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
+                let offset = at + (i * BLOCK_BYTES) as u64;
+                if block.iter().all(|&b| b == 0) {
+                    sink.zeros(block.len() as u64, offset)?;
+                } else {
+                    sink.write(block, offset)?;
+                    data_bytes += block.len() as u64;
+                }
+            }
+        }
+        at += len;
+        progress.update(at);
+    }
+    sink.finish(size)?;
+    progress.finish(
+        size,
+        &format!(
+            "{} exported, {} of it data (the rest reads as zeros)",
+            format_size(size),
+            format_size(data_bytes)
+        ),
+    );
+    Ok(())
+}
+
+/// `lsvd import IN NAME`: a new volume `name` holding the raw image `input` (a file,
+/// or `-` for standard input, which needs `size`).
+pub async fn import(
+    common: &Common,
+    input: &str,
+    name: &str,
+    size: Option<&str>,
+    compression: Option<lsvd_core::compression::Compression>,
+    encrypt: bool,
+    quiet: bool,
+) -> Result<()> {
+    lsvd_engine::keys::validate_volume_name(name)?;
+    let (mut reader, input_bytes): (Box<dyn Read + Send>, Option<u64>) = if input == "-" {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let f =
+            File::open(input).map_err(|e| Error::local_io(format!("cannot open {input}"), e))?;
+        let len = f
+            .metadata()
+            .map_err(|e| Error::local_io(format!("cannot stat {input}"), e))?
+            .len();
+        (Box::new(f), Some(len))
+    };
+    let size_bytes = match (size, input_bytes) {
+        (Some(s), _) => lsvd_core::size::parse_size(s)?,
+        (None, Some(len)) => len.div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64,
+        (None, None) => {
+            return Err(Error::bad_input(
+                "importing from standard input needs --size (the volume's size)",
+            ));
+        }
+    };
+    if let Some(len) = input_bytes
+        && len > size_bytes
+    {
+        return Err(Error::bad_input(format!(
+            "{input} is {} but --size is {}: give a size at least as large",
+            format_size(len),
+            format_size(size_bytes)
+        )));
+    }
+    super::admin::create(common, name, &size_bytes.to_string(), compression, encrypt).await?;
+    let what = format!("import {name}");
+    let copied = super::snapshot::with_volume(common, name, async |vol| {
+        copy_in(vol, &mut reader, size_bytes, &what, quiet).await
+    })
+    .await;
+    copied.map_err(|e| {
+        Error::new(
+            e.kind,
+            format!(
+                "{}; volume '{name}' was created and holds part of the image: delete it \
+                 (lsvd delete {name} --yes) and import again",
+                e.message
+            ),
+        )
+    })
+}
+
+async fn copy_in(
+    vol: &Volume,
+    reader: &mut (dyn Read + Send),
+    size_bytes: u64,
+    what: &str,
+    quiet: bool,
+) -> Result<()> {
+    let mut progress = Progress::new(what, size_bytes, quiet);
+    let mut buf = vec![0u8; CHUNK_BYTES as usize];
+    let (mut at, mut data_bytes) = (0u64, 0u64);
+    loop {
+        let n = read_full(reader, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if at + n as u64 > size_bytes {
+            return Err(Error::bad_input(format!(
+                "the input is longer than --size {}",
+                format_size(size_bytes)
+            )));
+        }
+        // A short last block is padded with zeros (the volume is whole blocks).
+        let padded = n.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        buf[n..padded].fill(0);
+        // Runs of blocks that are not all zero, written as one request each.
+        let mut i = 0;
+        while i < padded {
+            let zero = |b: &[u8]| b.iter().all(|&x| x == 0);
+            if zero(&buf[i..i + BLOCK_BYTES]) {
+                i += BLOCK_BYTES;
+                continue;
+            }
+            let start = i;
+            while i < padded && !zero(&buf[i..i + BLOCK_BYTES]) {
+                i += BLOCK_BYTES;
+            }
+            wait_for_log_room(vol).await;
+            vol.write(at + start as u64, buf[start..i].to_vec(), false)
+                .await?;
+            data_bytes += (i - start) as u64;
+        }
+        at += n as u64;
+        progress.update(at);
+        if n < buf.len() {
+            break;
+        }
+    }
+    vol.flush().await?;
+    progress.finish(
+        at,
+        &format!(
+            "{} read, {} of it data written (zero blocks skipped)",
+            format_size(at),
+            format_size(data_bytes)
+        ),
+    );
+    Ok(())
+}
+
+/// Keep room for two more chunks in the write log: an import writes faster than
+/// objects upload, and a write that found the log full would wait and warn, as a
+/// client of a busy server does (the bulk copy paces itself instead).
+async fn wait_for_log_room(vol: &Volume) {
+    use lsvd_store::clock::Clock;
+    let clock = lsvd_store::clock::SystemClock::new();
+    loop {
+        let s = vol.status();
+        if s.log_used_bytes + 2 * CHUNK_BYTES <= s.log_capacity_bytes || s.failure.is_some() {
+            return;
+        }
+        clock.sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// Fill `buf` from `reader` (short only at the end of the input).
+fn read_full(reader: &mut (dyn Read + Send), buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match reader.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::local_io("cannot read the image", e)),
+        }
+    }
+    Ok(n)
+}
