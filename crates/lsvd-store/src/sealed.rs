@@ -159,10 +159,11 @@ impl DataKey {
         })
     }
 
-    /// The keys of this volume's local files (`--encrypt-local`): HKDF-SHA256 of the
-    /// data key, one per file, so they stay the same across key rotations
+    /// The keys of volume `volume_id`'s local files (`--encrypt-local`): HKDF-SHA256
+    /// of the data key with the file and the volume id (a clone shares its base's
+    /// data key, not its local keys), so they stay the same across key rotations
     /// (docs/format/local-encryption.md).
-    pub fn local_keys(&self) -> Result<LocalKeys> {
+    pub fn local_keys(&self, volume_id: &[u8; 16]) -> Result<LocalKeys> {
         struct Len(usize);
         impl hkdf::KeyType for Len {
             fn len(&self) -> usize {
@@ -171,7 +172,7 @@ impl DataKey {
         }
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, LOCAL_KEY_SALT).extract(&self.0);
         let derive = |label: &[u8], out: &mut [u8]| {
-            prk.expand(&[label], Len(out.len()))
+            prk.expand(&[label, &volume_id[..]], Len(out.len()))
                 .and_then(|okm| okm.fill(out))
                 .map_err(|_| Error::new(ErrorKind::LocalIo, "deriving a local key failed"))
         };

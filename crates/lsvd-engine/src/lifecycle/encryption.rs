@@ -106,7 +106,9 @@ pub async fn local_keys(
         return Ok(None);
     };
     Ok(Some(Arc::new(
-        data_key(store, &meta, user).await?.local_keys()?,
+        data_key(store, &meta, user)
+            .await?
+            .local_keys(&meta.volume.0)?,
     )))
 }
 
