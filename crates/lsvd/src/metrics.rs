@@ -651,4 +651,59 @@ mod tests {
             v.shutdown().await.expect("shutdown");
         }
     }
+
+    /// Every metric contrib/grafana/lsvd.json names is one lsvd exports: a renamed
+    /// metric fails here rather than leaving an empty panel.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dashboard_names_only_exported_metrics() {
+        let store: DynStore = Arc::new(MemStore::new());
+        let dir = TempDir::new("metrics-dashboard");
+        create_volume(&store, "v", 1 << 20).await.expect("create");
+        let config = EngineConfig {
+            log_size_bytes: 4 << 20,
+            ..EngineConfig::default()
+        };
+        let (v, _) = open_volume(store.clone(), "v", dir.path(), config)
+            .await
+            .expect("open");
+        let text = render(std::slice::from_ref(&v))
+            + &render_connections(&ConnectionStats::default())
+            + &render_store(&*store);
+        v.shutdown().await.expect("shutdown");
+        let exported: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../../contrib/grafana/lsvd.json"))
+                .expect("the dashboard is JSON");
+        let mut queries = vec![
+            dashboard["templating"]["list"][1]["query"]
+                .as_str()
+                .expect("the volume variable's query")
+                .to_string(),
+        ];
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().expect("targets") {
+                queries.push(target["expr"].as_str().expect("an expression").to_string());
+            }
+        }
+        let mut named = std::collections::BTreeSet::new();
+        for q in &queries {
+            for (at, _) in q.match_indices("lsvd_") {
+                let name: String = q[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                named.insert(name);
+            }
+        }
+        assert!(named.len() >= 20, "the dashboard names {named:?}");
+        let missing: Vec<_> = named
+            .iter()
+            .filter(|n| !exported.contains(n.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "not exported: {missing:?}");
+    }
 }
