@@ -36,14 +36,19 @@ impl LocalPlan {
     /// `dev` (the write log file) as the engine uses it.
     pub fn write_log(&self, dev: Arc<dyn CacheDevice>) -> Arc<dyn CacheDevice> {
         match &self.keys {
-            Some(k) => Arc::new(EncryptedDevice::new(
-                dev,
-                k.write_log.clone(),
-                2 * CACHE_SUPER_BYTES as u64,
-            )),
+            Some(k) => encrypted_write_log(dev, k),
             None => dev,
         }
     }
+}
+
+/// The write log `dev` read and written through `keys`, its superblocks plain.
+fn encrypted_write_log(dev: Arc<dyn CacheDevice>, keys: &LocalKeys) -> Arc<dyn CacheDevice> {
+    Arc::new(EncryptedDevice::new(
+        dev,
+        keys.write_log.clone(),
+        2 * CACHE_SUPER_BYTES as u64,
+    ))
 }
 
 /// Decide the mode of the local files of volume `meta`, given the write log's
@@ -164,10 +169,85 @@ pub fn readable_write_log(
                 path.display()
             ),
         )),
-        Some(k) => Ok(Arc::new(EncryptedDevice::new(
-            file,
-            k.write_log.clone(),
-            2 * CACHE_SUPER_BYTES as u64,
-        ))),
+        Some(k) => Ok(encrypted_write_log(file, k)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lsvd_core::format::examples::cache_super;
+    use lsvd_core::format::volume_meta::VolumeMeta;
+
+    fn meta() -> VolumeMeta {
+        VolumeMeta {
+            volume: lsvd_core::VolumeId([3; 16]),
+            size_bytes: 1 << 30,
+            created_unix_secs: 0,
+            name: "v".into(),
+            encrypted: true,
+        }
+    }
+
+    fn config(asked: Option<bool>, keys: Option<Arc<LocalKeys>>) -> EngineConfig {
+        EngineConfig {
+            encrypt_local: asked,
+            local_keys: keys,
+            ..EngineConfig::default()
+        }
+    }
+
+    /// Every branch of the mode decision: what a log left in either mode, clean or
+    /// not, becomes under each flag, and the refusals (no keys, another key).
+    #[test]
+    fn the_files_mode_wins_until_a_clean_stop_and_wrong_keys_are_refused() {
+        let data_key = lsvd_store::sealed::DataKey::random().expect("key");
+        let keys = Arc::new(data_key.local_keys(&[3; 16]).expect("keys"));
+        let other = Arc::new(data_key.local_keys(&[4; 16]).expect("keys"));
+        let path = Path::new("v.wlog");
+        let plain = cache_super(1);
+        let encrypted = CacheSuper {
+            local_key_id: Some(keys.id),
+            ..cache_super(1)
+        };
+        let clean = |sb: &CacheSuper| CacheSuper { clean: true, ..*sb };
+        let decide = |sb: Option<&CacheSuper>, asked, k: &Option<Arc<LocalKeys>>| {
+            plan(path, &meta(), sb, &config(asked, k.clone()))
+                .map(|p| (p.key_id().is_some(), p.remake))
+        };
+        let k = Some(keys.clone());
+        // New files: as asked; other commands (None) make them plain.
+        assert_eq!(decide(None, Some(true), &k).expect("new"), (true, false));
+        assert_eq!(decide(None, None, &k).expect("new"), (false, false));
+        // Left by a crash: the file's mode, whatever is asked.
+        assert_eq!(
+            decide(Some(&plain), Some(true), &k).expect("crash"),
+            (false, false)
+        );
+        assert_eq!(
+            decide(Some(&encrypted), Some(false), &k).expect("crash"),
+            (true, false)
+        );
+        assert_eq!(
+            decide(Some(&encrypted), None, &k).expect("keep"),
+            (true, false)
+        );
+        // Closed cleanly: made anew as asked.
+        assert_eq!(
+            decide(Some(&clean(&plain)), Some(true), &k).expect("clean"),
+            (true, true)
+        );
+        assert_eq!(
+            decide(Some(&clean(&encrypted)), Some(false), &k).expect("clean"),
+            (false, true)
+        );
+        // Refusals: the flag on a plain volume, an encrypted log without keys or
+        // with another volume's.
+        let e = decide(None, Some(true), &None).expect_err("no keys");
+        assert_eq!(e.kind, ErrorKind::BadInput);
+        let e = decide(Some(&encrypted), None, &None).expect_err("no keys");
+        assert_eq!(e.kind, ErrorKind::Denied);
+        let e = decide(Some(&encrypted), Some(true), &Some(other)).expect_err("other key");
+        assert_eq!(e.kind, ErrorKind::Corrupt);
     }
 }
