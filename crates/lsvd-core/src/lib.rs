@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod batcher;
+pub mod changes;
 pub mod compression;
 pub mod error;
 pub mod extent_map;

@@ -58,6 +58,7 @@ pub use lifecycle::admin::{
     LOOKS, ReplicaInfo, VolumeInfo, create_volume, create_volume_with, current_size_bytes,
     held_now, inspect_volume, list_volumes, list_volumes_and_leftovers, look_again, now_unix_ms,
 };
+pub use lifecycle::changes::ChangeBase;
 pub use lifecycle::clone::create_clone;
 pub use lifecycle::delete::{DeletePlan, delete_volume, plan_delete};
 pub use lifecycle::encryption::{local_keys, rotate_key, unlock, unlock_pair, unlock_volume};
@@ -72,6 +73,7 @@ pub use lifecycle::settings::{read_settings, set_compression};
 pub use lifecycle::snapshot::{
     list_snapshots, read_snapshot, split_export_name, validate_snapshot_name,
 };
+pub use lsvd_core::changes::Change;
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
 pub use shared::{LogPos, Stats};
 pub use store_meta::{is_being_deleted, read_meta};

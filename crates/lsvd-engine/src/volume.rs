@@ -146,7 +146,7 @@ impl Volume {
     }
 
     /// A misaligned request or one past the end is `BadInput`.
-    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         let size = self.size_bytes();
         if !offset.is_multiple_of(SECTOR_BYTES) || !len.is_multiple_of(SECTOR_BYTES) {
             return Err(Error::bad_input("request not aligned to 512 bytes"));

@@ -9,6 +9,7 @@ pub mod cache_super;
 pub mod chain_drive;
 pub mod checkpoint;
 pub mod clone_link;
+pub mod diff;
 pub mod examples;
 pub mod keyed_hash;
 pub mod log_index;

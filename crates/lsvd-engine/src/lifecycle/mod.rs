@@ -3,6 +3,9 @@
 //! and their `lineage`, resize, rename, delete, and replication to another store.
 
 pub(crate) mod admin;
+pub mod changes;
+#[cfg(test)]
+mod changes_tests;
 pub(crate) mod clone;
 #[cfg(test)]
 mod clone_gc_tests;
