@@ -20,7 +20,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 
 CARGO_AFL_VERSION=0.18.2
-TARGETS=(format_record format_object format_checkpoint format_log_index format_supers
+TARGETS=(format_record format_object format_checkpoint format_log_index format_supers format_diff
     nbd_proto nbd_session nbd_volume trace_parse)
 seconds=8
 long=0

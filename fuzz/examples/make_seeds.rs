@@ -17,6 +17,7 @@ use lsvd_core::format::cache_super::encode_cache_super;
 use lsvd_core::format::chain_drive::encode_drive_record;
 use lsvd_core::format::checkpoint::encode_checkpoint;
 use lsvd_core::format::clone_link::encode_clone_link;
+use lsvd_core::format::diff::{DiffHeader, DiffRecord, encode_diff};
 use lsvd_core::format::examples::{self, OBJECT_EXTENTS, RECORD_EXTENTS};
 use lsvd_core::format::log_index::encode_log_index;
 use lsvd_core::format::object::{
@@ -55,6 +56,50 @@ fn put(target: &str, name: &str, mode: &[u8], bytes: &[u8]) {
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| seed.wrapping_add((i * 7) as u8)).collect()
+}
+
+/// Diff streams: from a base and from nothing, empty and with data and zero records;
+/// and generator inputs.
+fn diffs() {
+    let header = |from: Option<&str>| DiffHeader {
+        volume: VolumeId([3; 16]),
+        size_bytes: 1 << 20,
+        created_unix_ms: 1_700_000_000_000,
+        from_snapshot: from.map(str::to_string),
+        from_through_seq: if from.is_some() { 4 } else { 0 },
+        to_snapshot: "daily".to_string(),
+        to_through_seq: 9,
+    };
+    let records = vec![
+        DiffRecord::Data {
+            offset: 4096,
+            data: pattern(4096, 1),
+        },
+        DiffRecord::Zeros {
+            offset: 65536,
+            length: 65536,
+        },
+        DiffRecord::Data {
+            offset: 1 << 19,
+            data: pattern(512, 2),
+        },
+    ];
+    for (name, from, recs) in [
+        ("from-base", Some("weekly"), records.clone()),
+        ("from-nothing", None, records),
+        ("empty", Some("weekly"), vec![]),
+    ] {
+        let bytes = encode_diff(&header(from), &recs).expect("encode a diff");
+        put("format_diff", name, &[0], &bytes);
+    }
+    for i in 0..4u8 {
+        put(
+            "format_diff",
+            &format!("generate-{i}"),
+            &[1],
+            &pattern(600, i * 31),
+        );
+    }
 }
 
 fn records() {
@@ -602,6 +647,7 @@ fn main() {
     checkpoints();
     log_indexes();
     supers();
+    diffs();
     proto(&captures);
     sessions("nbd_session", &captures);
     sessions("nbd_volume", &captures);

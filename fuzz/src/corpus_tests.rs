@@ -7,7 +7,8 @@ use std::path::Path;
 
 type Check = fn(&[u8]);
 
-const TARGETS: [(&str, Check); 9] = [
+const TARGETS: [(&str, Check); 10] = [
+    ("format_diff", crate::format_targets::diff),
     ("format_record", crate::format_targets::record),
     ("format_object", crate::format_targets::object),
     ("format_checkpoint", crate::format_targets::checkpoint),

@@ -465,5 +465,7 @@ pub fn object(data: &[u8]) {
     );
 }
 
+mod diff;
 mod metadata;
+pub use diff::diff;
 pub use metadata::{checkpoint, log_index, supers};

@@ -92,6 +92,11 @@ impl Sink {
     }
 }
 
+/// Refuse to write over an existing regular file `out`.
+pub(super) fn refuse_existing(out: &str) -> Result<()> {
+    Sink::check(out)
+}
+
 /// `lsvd export VOL[@SNAP] OUT`.
 pub async fn export(common: &Common, source: &str, out: &str, quiet: bool) -> Result<()> {
     let (volume, snapshot) = lsvd_engine::split_export_name(source);
@@ -294,7 +299,7 @@ async fn copy_in(
 /// Keep room for two more chunks in the write log: an import writes faster than
 /// objects upload, and a write that found the log full would wait and warn, as a
 /// client of a busy server does (the bulk copy paces itself instead).
-async fn wait_for_log_room(vol: &Volume) {
+pub(super) async fn wait_for_log_room(vol: &Volume) {
     use lsvd_store::clock::Clock;
     let clock = lsvd_store::clock::SystemClock::new();
     loop {

@@ -4,6 +4,7 @@ mod admin;
 mod chain;
 mod check;
 mod delete;
+mod diff;
 mod duration;
 #[cfg(test)]
 mod engine_args_tests;
@@ -189,6 +190,44 @@ pub enum Command {
         #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
         compression: Option<lsvd_core::compression::Compression>,
         /// As for `lsvd create` (needs --key-file).
+        #[arg(long)]
+        encrypt: bool,
+        /// No progress lines and no summary.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Write what changed between two snapshots of a volume (or everything in one, without
+    /// --from-snap) as a diff stream: data runs and zeroed runs, each checksummed. Reads
+    /// only the changed data, beside a server that serves the volume. Apply it elsewhere
+    /// with `lsvd import-diff`. Example: lsvd export-diff disk0@tue --from-snap mon
+    /// tue.diff
+    ExportDiff {
+        /// VOL@SNAP: the snapshot the diff brings a volume to.
+        source: String,
+        /// The older snapshot of the same volume the diff starts from (default: the
+        /// empty volume, so the diff holds every block written).
+        #[arg(long, value_name = "BASE")]
+        from_snap: Option<String>,
+        /// The diff file (must not exist) or `-`.
+        output: String,
+        /// No progress lines and no summary.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Apply a diff from `lsvd export-diff`, then take the diff's snapshot: on a
+    /// volume whose newest snapshot is the diff's base and that was not written since,
+    /// or (a diff without a base) on a new volume, which it creates. A chain of diffs
+    /// applied in order restores every snapshot. Refuses, changing nothing, a volume
+    /// the diff does not fit. Example: lsvd import-diff tue.diff disk0-copy
+    ImportDiff {
+        /// The diff file, or `-`.
+        input: String,
+        /// The volume to apply it to.
+        name: String,
+        /// For a volume this creates: as for `lsvd create`.
+        #[arg(long, value_name = "CODEC", value_parser = parse_compression)]
+        compression: Option<lsvd_core::compression::Compression>,
+        /// For a volume this creates: as for `lsvd create` (needs --key-file).
         #[arg(long)]
         encrypt: bool,
         /// No progress lines and no summary.
@@ -743,6 +782,19 @@ pub fn run(cli: Cli) -> Result<(), Error> {
                 )
                 .await
             }
+            Command::ExportDiff {
+                source,
+                from_snap,
+                output,
+                quiet,
+            } => diff::export_diff(&common, &source, from_snap.as_deref(), &output, quiet).await,
+            Command::ImportDiff {
+                input,
+                name,
+                compression,
+                encrypt,
+                quiet,
+            } => diff::import_diff(&common, &input, &name, compression, encrypt, quiet).await,
             Command::Sync { name } => admin::sync(&common, &name).await,
             Command::Snapshot(c) => snapshot::run(&common, c).await,
             Command::Clone { source, name } => snapshot::clone(&common, &source, &name).await,
