@@ -33,6 +33,7 @@ use lsvd_core::format::object::{ObjectHeader, ObjectKind, decode_object_header};
 use lsvd_core::format::volume_meta::VolumeMeta;
 
 use super::Common;
+use super::progress::Progress;
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::size::format_size;
 use lsvd_engine::cache_dev::{CacheDevice, FileCache};
@@ -67,7 +68,7 @@ struct Memo {
 }
 
 /// Problems found are a `Corrupt` error (after each is printed).
-pub async fn check(common: &Common, name: &str) -> Result<()> {
+pub async fn check(common: &Common, name: &str, quiet: bool) -> Result<()> {
     let store = super::admin::store_read_only(common)?;
     let store = super::admin::unlocked(common, &store, name).await?;
     let meta = read_meta(&store, name).await?;
@@ -80,7 +81,7 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
     let mut pause = std::time::Duration::from_millis(50);
     let mut looks = 1;
     let found = loop {
-        let look = look_at(&store, &meta, &mut memo).await?;
+        let look = look_at(&store, &meta, &mut memo, quiet).await?;
         let again = match (&look.changed, &look.holder) {
             (Some(why), _) => Some(why.clone()),
             (None, Some(holder)) if !look.problems.is_empty() => Some(format!(
@@ -151,7 +152,12 @@ pub async fn check(common: &Common, name: &str) -> Result<()> {
 /// One look at the store: the map as recovery rebuilds it, then every object listed
 /// after it (each copy), then the map against the objects. Errors only for what fails
 /// the whole check (the clone links cannot be read).
-async fn look_at(store: &DynStore, meta: &VolumeMeta, memo: &mut Memo) -> Result<Look> {
+async fn look_at(
+    store: &DynStore,
+    meta: &VolumeMeta,
+    memo: &mut Memo,
+    quiet: bool,
+) -> Result<Look> {
     let name = &meta.name;
     let mut look = Look::default();
 
@@ -202,7 +208,12 @@ async fn look_at(store: &DynStore, meta: &VolumeMeta, memo: &mut Memo) -> Result
     let mut verified = BTreeSet::new();
     let mut vanished = BTreeSet::new();
     let mut bad_copies = 0usize;
+    let total_bytes = listing.iter().map(|e| e.size_bytes).sum();
+    let mut progress = Progress::new(format!("check {name}"), total_bytes, quiet);
+    let mut done_bytes = 0u64;
     for entry in &listing {
+        done_bytes += entry.size_bytes;
+        progress.update(done_bytes);
         let Some(ObjectName { seq, epoch, kind }) = parse_object_name(&entry.key) else {
             look.problems
                 .push(format!("{}: unexpected object name", entry.key));
@@ -267,6 +278,7 @@ async fn look_at(store: &DynStore, meta: &VolumeMeta, memo: &mut Memo) -> Result
             verified.insert((seq, epoch));
         }
     }
+    progress.clear();
     if bad_copies > 0 {
         look.lines.push(format!(
             "  object copies: {bad_copies} missing or failing their checks"

@@ -315,8 +315,14 @@ pub enum Command {
         #[command(flatten)]
         tuning: TuningArgs,
     },
-    /// Verify every checksum and map invariant of a volume (reads all its objects).
-    Check { name: String },
+    /// Verify every checksum and map invariant of a volume (reads all its objects,
+    /// showing how far it is on stderr).
+    Check {
+        name: String,
+        /// No progress lines (the report is still printed).
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Administer a store of several local drives (--store chain:...): repair mirror
     /// copies, add a drive. Offline: stop the servers using the chain first.
     #[command(subcommand)]
@@ -810,7 +816,7 @@ pub fn run(cli: Cli) -> Result<(), Error> {
             Command::Info { name, json, tuning } => {
                 admin::info(&common, &name, json, &tuning).await
             }
-            Command::Check { name } => check::check(&common, &name).await,
+            Command::Check { name, quiet } => check::check(&common, &name, quiet).await,
             Command::Chain(c) => chain::run(&common, c).await,
             Command::Inspect(what) => inspect::inspect(&common, what).await,
             Command::Replay(args) => crate::replay::run(args).await,

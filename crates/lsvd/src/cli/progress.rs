@@ -63,6 +63,20 @@ impl Progress {
         let _ = err.flush();
     }
 
+    /// The total changed (a listing finished, say).
+    pub fn set_total(&mut self, total_bytes: u64) {
+        self.total_bytes = total_bytes;
+    }
+
+    /// Erase the redrawn line (a terminal), for a command whose summary goes to stdout.
+    pub fn clear(&self) {
+        if !self.quiet && self.terminal {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+
     /// The last line: `summary` (what was done, in the caller's words) and the rate.
     pub fn finish(&self, done_bytes: u64, summary: &str) {
         if self.quiet {

@@ -12,10 +12,11 @@
     reason = "`lsvd replicate` paces its passes and reports their rates in real time"
 )]
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use super::progress::Progress;
 
 use clap::Args;
 
@@ -39,6 +40,9 @@ pub struct ReplicateArgs {
     /// a prefix, and the next run resumes it).
     #[arg(long)]
     pub follow: bool,
+    /// No progress lines (the summary of each pass is still printed).
+    #[arg(long)]
+    pub quiet: bool,
     /// With --follow: milliseconds from the end of one pass to the start of the next.
     #[arg(long, default_value_t = 2000, value_name = "MS")]
     pub interval_ms: u64,
@@ -79,7 +83,8 @@ pub async fn run(common: &Common, args: ReplicateArgs) -> Result<()> {
     if !args.follow {
         let started = Instant::now();
         let run = ReplicateRun::default();
-        let report = pass_with_progress(&source, &target, &args.volume, &options, &run).await?;
+        let report =
+            pass_with_progress(&source, &target, &args.volume, &options, &run, args.quiet).await?;
         print_pass(&args.volume, &target, &report, started.elapsed());
         return Ok(());
     }
@@ -121,7 +126,7 @@ async fn follow(
     let run = ReplicateRun::default();
     loop {
         let pass_started = Instant::now();
-        let pass = pass_with_progress(source, target, &args.volume, options, &run);
+        let pass = pass_with_progress(source, target, &args.volume, options, &run, args.quiet);
         let report = tokio::select! {
             r = pass => r,
             _ = &mut interrupted => break,
@@ -163,46 +168,34 @@ async fn follow(
     Ok(())
 }
 
-/// One pass, with a progress line on stderr when it is a terminal.
+/// One pass, with progress on stderr (see `progress.rs`) unless `--quiet`.
 async fn pass_with_progress(
     source: &DynStore,
     target: &DynStore,
     volume: &str,
     options: &ReplicateOptions,
     run: &ReplicateRun,
+    quiet: bool,
 ) -> Result<PassReport> {
     let progress = Arc::new(ReplicateProgress::default());
-    let ticker = std::io::stderr().is_terminal().then(|| {
+    let ticker = {
         let progress = progress.clone();
+        let mut shown = Progress::new(format!("replicate {volume}"), 0, quiet);
         tokio::spawn(async move {
-            let started = Instant::now();
             loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                eprint!("\r{}", progress_line(&progress, started.elapsed()));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let total = progress.bytes_total.load(Ordering::Relaxed);
+                if total > 0 {
+                    shown.set_total(total);
+                    shown.update(progress.bytes_done.load(Ordering::Relaxed));
+                }
             }
         })
-    });
+    };
     let result = lsvd_engine::replicate_pass(source, target, volume, options, run, &progress).await;
-    if let Some(t) = ticker {
-        t.abort();
-        if progress.objects_total.load(Ordering::Relaxed) > 0 {
-            eprintln!();
-        }
-    }
+    ticker.abort();
+    Progress::new("", 0, quiet).clear();
     result
-}
-
-fn progress_line(progress: &ReplicateProgress, elapsed: Duration) -> String {
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    let done = progress.bytes_done.load(Ordering::Relaxed);
-    format!(
-        "copying: {}/{} objects, {:.1}/{:.1} MiB, {:.1} MB/s   ",
-        progress.objects_done.load(Ordering::Relaxed),
-        progress.objects_total.load(Ordering::Relaxed),
-        mib(done),
-        mib(progress.bytes_total.load(Ordering::Relaxed)),
-        done as f64 / elapsed.as_secs_f64().max(1e-3) / 1e6
-    )
 }
 
 fn print_pass(volume: &str, target: &DynStore, report: &PassReport, took: Duration) {
