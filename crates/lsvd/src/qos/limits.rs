@@ -141,9 +141,15 @@ pub fn parse_burst(key: &str, v: &NumberOrText) -> Result<Duration> {
             Ok(Duration::from_secs_f64(*f))
         }
         NumberOrText::Float(_) => Err(bad()),
-        NumberOrText::Text(s) => {
-            Ok(crate::cli::duration::parse_duration(key, s)?.unwrap_or(Duration::ZERO))
-        }
+        // Seconds as text (a flag's value): as the number.
+        NumberOrText::Text(s) if s.trim().parse::<f64>().is_ok() => parse_burst(
+            key,
+            &NumberOrText::Float(s.trim().parse().map_err(|_| bad())?),
+        ),
+        // `0` and `off` are no burst.
+        NumberOrText::Text(s) => crate::cli::duration::parse_duration(key, s)
+            .map(|d| d.unwrap_or(Duration::ZERO))
+            .map_err(|_| bad()),
     }
 }
 
@@ -276,6 +282,8 @@ mod tests {
         }
         assert_eq!(Limits::default().burst_ns(), 1_000_000_000);
         assert_eq!(burst_arg("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(burst_arg("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(burst_arg("off"), Ok(Duration::ZERO));
         assert!(burst_arg("soon").is_err() && size_arg("lots").is_err());
         for bad in [
             "limit_bps = \"lots\"",
