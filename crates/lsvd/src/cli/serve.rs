@@ -304,9 +304,6 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         .iter()
         .map(|name| {
             let qos = crate::qos::limits::for_export(&qos_defaults, &common.file.volumes, name)?;
-            if qos.any() {
-                eprintln!("lsvd: {name}: QoS {}", qos.describe());
-            }
             Ok(crate::qos::Throttle::new(name, &qos, qos_clock.0.clone()))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -515,6 +512,15 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             None
         }
     };
+    // Said once serving, as the settings below.
+    for t in throttles.iter().filter(|t| t.is_limited()) {
+        eprintln!("lsvd: {}: QoS {}", t.export(), t.limits().describe());
+    }
+    for table in crate::qos::limits::unmatched(&common.file.volumes, &names) {
+        lsvd_store::log::info(&format!(
+            "config file: [volumes.{table}] names no volume this server serves (ignored)"
+        ));
+    }
     tokio::spawn(crate::qos::reload::on_sighup(
         hangup,
         common.file_path.clone(),

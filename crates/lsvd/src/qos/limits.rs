@@ -200,6 +200,23 @@ pub fn for_export(
     }
 }
 
+/// The `[volumes.NAME]` tables that apply to none of `exports` (a misspelt name, or a
+/// volume another server serves): worth a line, since a typo would go unlimited.
+pub fn unmatched<'a>(
+    volumes: &'a BTreeMap<String, VolumeSection>,
+    exports: &[String],
+) -> Vec<&'a str> {
+    volumes
+        .keys()
+        .filter(|table| {
+            !exports
+                .iter()
+                .any(|e| e == *table || lsvd_engine::split_export_name(e).0 == table.as_str())
+        })
+        .map(String::as_str)
+        .collect()
+}
+
 /// `lsvd serve`'s limits: defaults for every volume it serves.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LimitArgs {
@@ -339,5 +356,8 @@ mod tests {
             "limit_iops 500, limit_bps 100.0 MiB/s (burst 1s)"
         );
         assert_eq!(Limits::default().describe(), "no limits");
+        let served = ["slow@snap1".to_string(), "free".to_string()];
+        assert_eq!(unmatched(&volumes, &served), Vec::<&str>::new());
+        assert_eq!(unmatched(&volumes, &served[1..]), vec!["slow"]);
     }
 }
