@@ -85,6 +85,21 @@
 //! batch_size = "8M"             # 4K..1G; store profile
 //! uploads = 4                   # 1..256; store profile
 //! read_fetch = "64K"            # whole 64K chunks, 64K..16M; store profile
+//!
+//! [volumes.disk0]
+//! # QoS limits of one volume `lsvd serve` serves (docs/SEMANTICS.md, "QoS limits"):
+//! # each key set here wins over its `lsvd serve --limit-*` flag for this volume;
+//! # 0 is no limit. Requests over a limit wait, never fail. SIGHUP to the server
+//! # reloads these tables (and nothing else in the file). A snapshot export VOL@SNAP
+//! # takes [volumes."VOL@SNAP"], else [volumes.VOL].
+//! limit_iops = 500              # reads + writes per second (TRIM, WRITE_ZEROES: 1 each)
+//! limit_read_iops = 400
+//! limit_write_iops = 200
+//! limit_bps = "100M"            # bytes read + written per second (a size or a number)
+//! limit_read_bps = "80M"
+//! limit_write_bps = 52428800
+//! limit_burst = "1s"            # what an idle volume may spend at once, as a time at
+//!                               # each rate (seconds, "500ms"; 0: none). Default 1s.
 //! ```
 
 use std::fmt;
@@ -148,6 +163,16 @@ race_writers = 8
 # batch_size = "8M"
 # uploads = 4
 # read_fetch = "64K"
+
+# QoS limits of volume disk0 (0: none); SIGHUP reloads them.
+[volumes.disk0]
+# limit_iops = 500
+# limit_read_iops = 400
+# limit_write_iops = 200
+# limit_bps = "100M"
+# limit_read_bps = "80M"
+# limit_write_bps = "50M"
+# limit_burst = "1s"
 "#;
 
 /// A string that is never printed, even when deserialization fails on it.
@@ -220,6 +245,9 @@ pub struct LsvdConfig {
     pub selftest: SelfTestSection,
     #[serde(default)]
     pub tuning: TuningSection,
+    /// `[volumes.NAME]`: per-volume QoS limits (crate::qos).
+    #[serde(default)]
+    pub volumes: std::collections::BTreeMap<String, crate::qos::VolumeSection>,
     /// Things the operator should hear about (e.g. a secret in a world-readable file).
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -367,6 +395,7 @@ impl LsvdConfig {
         cfg.s3_settings()?;
         cfg.retry_policy()?;
         cfg.tuning_layer()?;
+        crate::qos::limits::validate(&cfg.volumes)?;
         Ok(cfg)
     }
 
@@ -689,6 +718,8 @@ mod tests {
             ),
             ("[selftest]\non_start = \"yes\"", "line 2"),
             ("store = \"\"", "empty"),
+            ("[volumes.v]\nlimit_iop = 5", "unknown field"),
+            ("[volumes.v]\nlimit_bps = \"fast\"", "[volumes.v]"),
         ] {
             let e = LsvdConfig::parse(text, Path::new("")).expect_err(text);
             assert!(e.to_string().contains(needle), "{text:?}: {e}");
@@ -809,6 +840,8 @@ pub struct Common {
     pub file: LsvdConfig,
     /// The key file that unlocks encrypted volumes (`--key-file`, `LSVD_KEY_FILE`).
     pub key_file: Option<PathBuf>,
+    /// Where `file` was read from (`--config`), for a reload (SIGHUP).
+    pub file_path: Option<PathBuf>,
 }
 
 impl Common {

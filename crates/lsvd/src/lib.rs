@@ -15,5 +15,6 @@ mod json_out;
 pub mod metrics;
 pub mod nbd_device;
 pub mod probe;
+pub mod qos;
 pub mod replay;
 pub mod tls;

@@ -515,10 +515,12 @@ pub async fn serve(
     volumes: Vec<Arc<Volume>>,
     connections: Arc<ConnectionStats>,
     store: lsvd_store::DynStore,
+    throttles: Vec<Arc<crate::qos::Throttle>>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let render = move || {
         let mut body = render(&volumes);
+        body.push_str(&crate::qos::throttle::render(&throttles));
         body.push_str(&render_connections(&connections));
         body.push_str(&render_store(store.as_ref()));
         body
@@ -666,7 +668,13 @@ mod tests {
         let (v, _) = open_volume(store.clone(), "v", dir.path(), config)
             .await
             .expect("open");
+        let throttle = crate::qos::Throttle::new(
+            "v",
+            &Default::default(),
+            Arc::new(lsvd_store::clock::SystemClock::new()),
+        );
         let text = render(std::slice::from_ref(&v))
+            + &crate::qos::throttle::render(&[throttle])
             + &render_connections(&ConnectionStats::default())
             + &render_store(&*store);
         v.shutdown().await.expect("shutdown");

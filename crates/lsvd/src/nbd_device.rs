@@ -19,6 +19,13 @@
 //! the number of connections and requests; a BLOCK_STATUS walks the map in windows
 //! and stops at a reply's worth of extents. READ and WRITE are bounded by the maximum request size
 //! and the server's payload budget (lsvd_nbd's `Limits`).
+//!
+//! QoS limits (crate::qos) are applied here, before a request reaches the engine:
+//! READ, WRITE, TRIM and WRITE_ZEROES wait in [`Throttle::admit`] (FLUSH, CACHE and
+//! BLOCK_STATUS are not counted). While a limit is set, `start` declines them so they
+//! take the async path, where they can wait. Waiting requests hold their NBD
+//! in-flight permits (lsvd_nbd's `Limits::max_in_flight`, `max_in_flight_bytes`), so
+//! what waits is bounded as what runs is.
 
 use std::future::Future;
 use std::io;
@@ -32,6 +39,8 @@ use lsvd_nbd::{
 use tokio::sync::Semaphore;
 
 use lsvd_engine::Volume;
+
+use crate::qos::{Direction, Throttle};
 
 /// Largest request we accept; clients learn it from NBD_INFO_BLOCK_SIZE.
 pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
@@ -59,6 +68,8 @@ pub struct NbdVolume {
     pieces: Arc<Semaphore>,
     /// Lines saying why reads (and CACHE, BLOCK_STATUS) failed.
     failures: Arc<FailureLog>,
+    /// The export's QoS limits, if the server applies any.
+    throttle: Option<Arc<Throttle>>,
 }
 
 /// Why a request failed, for the log: the client sees only an errno. At most a line a
@@ -119,8 +130,27 @@ impl NbdVolume {
                 export: volume.export_name(),
                 limiter: Mutex::default(),
             }),
+            throttle: None,
             volume,
         }
+    }
+
+    /// Requests wait for `throttle`'s limits before they reach the volume.
+    pub fn with_throttle(mut self, throttle: Arc<Throttle>) -> Self {
+        self.throttle = Some(throttle);
+        self
+    }
+
+    /// Wait until a request of `bytes` in direction `dir` is within the limits.
+    async fn admit(&self, dir: Direction, bytes: u64) {
+        if let Some(t) = &self.throttle {
+            t.admit(dir, bytes).await;
+        }
+    }
+
+    /// Must data requests take the async path, to wait for a limit?
+    fn throttled(&self) -> bool {
+        self.throttle.as_ref().is_some_and(|t| t.is_limited())
     }
 
     /// Run `work` on the engine's runtime: here if this is one of its threads,
@@ -164,6 +194,7 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn read(&self, offset: u64, length: u32) -> io::Result<Vec<u8>> {
+        self.admit(Direction::Read, u64::from(length)).await;
         let what = move || format!("read of {length} bytes at {offset}");
         // Local data (the log, the read cache) is read right here, on any thread.
         if let Some(r) = self.volume.read_local(offset, length as u64) {
@@ -179,6 +210,7 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
+        self.admit(Direction::Write, data.len() as u64).await;
         self.on_engine(move |volume| async move { Ok(volume.write(offset, data, fua).await?) })
             .await
     }
@@ -189,6 +221,7 @@ impl BlockDevice for NbdVolume {
     }
 
     async fn trim(&self, offset: u64, length: u32, fua: bool) -> io::Result<()> {
+        self.admit(Direction::Write, 0).await;
         self.on_engine(move |volume| async move {
             Ok(volume.write_zeroes(offset, length as u64, fua).await?)
         })
@@ -202,6 +235,7 @@ impl BlockDevice for NbdVolume {
             fua,
             no_hole,
         } = request;
+        self.admit(Direction::Write, 0).await;
         let pieces = Arc::clone(&self.pieces);
         self.on_engine(move |volume| async move {
             if !no_hole {
@@ -289,9 +323,13 @@ impl BlockDevice for NbdVolume {
     /// Writes, flushes and trims are queued for the next `unplug`, which appends them
     /// as one group commit (`lsvd_engine::write::started`) and answers the client when it retires.
     /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
-    /// the task path.
+    /// the task path, and so does every data request while a QoS limit is set (to
+    /// wait there; a FLUSH is not limited).
     fn start(&self, op: StartOp, done: Completion) -> Result<(), (StartOp, Completion)> {
         if let StartOp::WriteZeroes(ZeroRequest { no_hole: true, .. }) = op {
+            return Err((op, done));
+        }
+        if !matches!(op, StartOp::Flush) && self.throttled() {
             return Err((op, done));
         }
         let answer: lsvd_engine::Answer = Box::new(move |r: lsvd_core::error::Result<()>| {

@@ -5,7 +5,7 @@ mod chain;
 mod check;
 mod delete;
 mod diff;
-mod duration;
+pub(crate) mod duration;
 #[cfg(test)]
 mod engine_args_tests;
 mod image;
@@ -101,6 +101,7 @@ impl CommonArgs {
             store,
             file,
             key_file: self.key_file,
+            file_path: self.config,
         })
     }
 }
@@ -443,6 +444,8 @@ pub struct ServeArgs {
     /// kernel nbd device, nbdfuse); qemu reconnects by itself.
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub idle_timeout: String,
+    #[command(flatten)]
+    pub limits: crate::qos::LimitArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

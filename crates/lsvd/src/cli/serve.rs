@@ -221,6 +221,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     // Flags are checked before anything is measured or locked.
     args.engine.to_config()?;
     let limits = nbd_limits(&args)?;
+    let qos_defaults = args.limits.limits();
     let listen = match (&args.listen, &args.socket) {
         (Some(l), _) => Some(l.clone()),
         (None, Some(_)) => None,
@@ -272,6 +273,8 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         }
     }
     let mut signals = StopSignals::catch();
+    // Caught from here on too (SIGHUP would otherwise stop the process).
+    let hangup = crate::qos::reload::catch_sighup();
     let mut names = args.names.clone();
     if names.is_empty() {
         names.push(DEFAULT_VOLUME.to_string());
@@ -295,9 +298,19 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         }
     }
 
+    // QoS limits (crate::qos): settled before anything is opened.
+    let qos_clock = lsvd_store::clock::SharedClock::default();
+    let throttles = names
+        .iter()
+        .map(|name| {
+            let qos = crate::qos::limits::for_export(&qos_defaults, &common.file.volumes, name)?;
+            Ok(crate::qos::Throttle::new(name, &qos, qos_clock.0.clone()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+
     let mut volumes: Vec<Arc<Volume>> = Vec::new();
     let mut exports = Vec::new();
-    for name in &names {
+    for (name, throttle) in names.iter().zip(&throttles) {
         // Each volume's own store: an encrypted one's is unlocked with the key file
         // (refused here, before anything is written, without it).
         let unlocked = match super::admin::unlocked(common, &store, name).await {
@@ -405,10 +418,11 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             );
         }
         let log_capacity = volume.status().log_capacity_bytes;
+        let device = NbdVolume::new(volume.clone(), log_capacity).with_throttle(throttle.clone());
         exports.push(Export {
             name: name.clone(),
             description: format!("lsvd volume {name}"),
-            device: Arc::new(NbdVolume::new(volume.clone(), log_capacity)),
+            device: Arc::new(device),
         });
         volumes.push(volume);
     }
@@ -482,6 +496,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             volumes.clone(),
             server.connection_stats(),
             store.clone(),
+            throttles.clone(),
             shutdown_rx.clone(),
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
@@ -497,6 +512,22 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             None
         }
     };
+    // Said once serving, as the settings below.
+    for t in throttles.iter().filter(|t| t.is_limited()) {
+        eprintln!("lsvd: {}: QoS {}", t.export(), t.limits().describe());
+    }
+    for table in crate::qos::limits::unmatched(&common.file.volumes, &names) {
+        lsvd_store::log::info(&format!(
+            "config file: [volumes.{table}] names no volume this server serves (ignored)"
+        ));
+    }
+    tokio::spawn(crate::qos::reload::on_sighup(
+        hangup,
+        common.file_path.clone(),
+        qos_defaults,
+        throttles,
+        shutdown_rx.clone(),
+    ));
     // Said once serving, so that a failed start stays one error line.
     eprintln!("{}", settings_line(&resolved.tuning));
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
