@@ -2,27 +2,44 @@
 //!
 //! Two layers, kept apart so the protocol can be tested without sockets:
 //! - `proto`: sans-I/O parsing and encoding of the handshake and transmission phases
-//!   (fixed newstyle, structured replies, `base:allocation` meta context).
+//!   (fixed newstyle, structured replies, meta contexts).
 //! - `server`: a tokio connection loop that drives `proto` and dispatches commands to a
 //!   [`BlockDevice`], many requests in flight, replies out of order.
 //! - `mem_device`: an in-memory [`BlockDevice`], the reference implementation of the trait,
 //!   used by the tests and the `memserve` example.
+//!
+//! Meta contexts: the server answers `base:allocation` from [`BlockDevice::block_status`]
+//! itself. A device may offer more contexts ([`BlockDevice::meta_contexts`],
+//! [`BlockDevice::meta_context_status`]): lsvd offers `qemu:dirty-bitmap:SNAP`, the blocks
+//! written since snapshot SNAP, as qemu-nbd does with `-B`, so backup tools that speak NBD
+//! (`nbdinfo --map=qemu:dirty-bitmap:SNAP`, libnbd's block status, qemu) read only what
+//! changed. The server keeps the protocol's rules (which queries list or select what,
+//! context ids, one reply chunk per selected context, bounded replies); the device only
+//! names its contexts and answers for one of them, so a device that offers none needs
+//! nothing (the defaults).
 // Tests may still sleep and read the system clock; the rule holds for the code they test.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 use std::future::Future;
 use std::io;
 
-/// One extent of a BLOCK_STATUS answer for `base:allocation`.
+/// One extent of a BLOCK_STATUS answer: for `base:allocation`, or for any other meta
+/// context (its flags then mean what that context defines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AllocationExtent {
     pub length_bytes: u32,
-    /// NBD_STATE_HOLE (1) and/or NBD_STATE_ZERO (2).
+    /// `base:allocation`: NBD_STATE_HOLE (1) and/or NBD_STATE_ZERO (2);
+    /// `qemu:dirty-bitmap:*`: NBD_STATE_DIRTY (1).
     pub flags: u32,
 }
 
 pub const STATE_HOLE: u32 = 1;
 pub const STATE_ZERO: u32 = 2;
+/// `qemu:dirty-bitmap:*`: the extent changed since the bitmap's start (bit 0).
+pub const STATE_DIRTY: u32 = 1;
+
+/// Prefix of the qemu dirty-bitmap meta contexts (`qemu:dirty-bitmap:NAME`).
+pub const DIRTY_BITMAP_PREFIX: &str = "qemu:dirty-bitmap:";
 
 /// A WRITE_ZEROES request: the range to zero and the client's flags for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +99,36 @@ pub trait BlockDevice: Send + Sync + 'static {
         offset: u64,
         length: u32,
     ) -> impl Future<Output = io::Result<Vec<AllocationExtent>>> + Send;
+    /// Meta contexts the device offers besides `base:allocation` (which the server
+    /// answers from [`BlockDevice::block_status`]) whose names start with `prefix`:
+    /// every one for `""`. Full names (`qemu:dirty-bitmap:SNAP`), each at most 4096
+    /// bytes; the server lists at most [`server::MAX_LISTED_CONTEXTS`] of them and keeps
+    /// only exact matches when the client asked for a name rather than a namespace.
+    /// Called during the handshake, for `NBD_OPT_LIST_META_CONTEXT` and for
+    /// `NBD_OPT_SET_META_CONTEXT` (a name the device does not return is not selected;
+    /// a device may get ready to answer for a name it returns, e.g. load what it
+    /// compares against). The default offers none.
+    fn meta_contexts(&self, prefix: &str) -> impl Future<Output = io::Result<Vec<String>>> + Send {
+        let _ = prefix;
+        std::future::ready(Ok(Vec::new()))
+    }
+    /// Status of `[offset, offset+length)` in the meta context `name` (one that
+    /// [`BlockDevice::meta_contexts`] returned and the client selected), with that
+    /// context's flags (for `qemu:dirty-bitmap:*`, [`STATE_DIRTY`]). As for
+    /// `block_status`: extents must cover a non-empty prefix of the range, in order;
+    /// the server cuts the answer to the range and to a reply's worth of extents.
+    fn meta_context_status(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u32,
+    ) -> impl Future<Output = io::Result<Vec<AllocationExtent>>> + Send {
+        let _ = (name, offset, length);
+        std::future::ready(Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the device offers no such meta context",
+        )))
+    }
     /// NBD_CMD_CACHE: a hint to prefetch; may do nothing.
     fn cache(&self, offset: u64, length: u32) -> impl Future<Output = io::Result<()>> + Send;
     /// Take a WRITE, FLUSH, TRIM or WRITE_ZEROES without a task of its own: the device

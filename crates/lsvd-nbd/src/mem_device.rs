@@ -4,14 +4,20 @@
 //! clients) without a real disk, and so implementers of the trait have a small, complete
 //! example of its contract: bounds checks, FUA/flush, trim, write-zeroes and
 //! `base:allocation` block status. It tracks allocation per 4 KiB granule.
+//!
+//! It also keeps dirty bitmaps, the simplest form of a device's own meta contexts:
+//! [`MemDevice::start_dirty_bitmap`] starts one, every write, trim or zeroing marks the
+//! granules it touches in each, and the device offers each as the meta context
+//! `qemu:dirty-bitmap:NAME` (as qemu-nbd does with `-B NAME`), so the server's side of
+//! meta contexts is tested without lsvd's snapshots.
 
 use std::io;
 use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::{
-    AllocationExtent, BlockDevice, BlockSizes, Completion, STATE_HOLE, STATE_ZERO, StartOp,
-    ZeroRequest,
+    AllocationExtent, BlockDevice, BlockSizes, Completion, DIRTY_BITMAP_PREFIX, STATE_DIRTY,
+    STATE_HOLE, STATE_ZERO, StartOp, ZeroRequest,
 };
 
 /// Allocation is tracked in units of this many bytes.
@@ -29,6 +35,20 @@ struct State {
     /// One entry per granule; false means a hole that reads as zeroes.
     allocated: Vec<bool>,
     flushes: u64,
+    /// Dirty bitmaps by name: one entry per granule, true once something changed it.
+    bitmaps: Vec<(String, Vec<bool>)>,
+}
+
+impl State {
+    /// Marks the granules `r` touches in every dirty bitmap.
+    fn dirty(&mut self, r: &Range<usize>) {
+        if r.is_empty() {
+            return;
+        }
+        for (_, bits) in &mut self.bitmaps {
+            bits[r.start / GRANULE..=(r.end - 1) / GRANULE].fill(true);
+        }
+    }
 }
 
 impl MemDevice {
@@ -53,6 +73,7 @@ impl MemDevice {
                 data: vec![0; size],
                 allocated: vec![false; size.div_ceil(GRANULE)],
                 flushes: 0,
+                bitmaps: Vec::new(),
             }),
         }
     }
@@ -65,6 +86,18 @@ impl MemDevice {
     /// How many flushes (explicit or via FUA) have happened.
     pub fn flush_count(&self) -> u64 {
         self.lock().flushes
+    }
+
+    /// Starts the dirty bitmap `name` (offered as `qemu:dirty-bitmap:NAME`), all
+    /// clean: from now on it marks every granule a write, trim or zeroing touches. An
+    /// existing bitmap of that name starts over.
+    pub fn start_dirty_bitmap(&self, name: &str) {
+        let mut st = self.lock();
+        let clean = vec![false; self.size.div_ceil(GRANULE)];
+        match st.bitmaps.iter_mut().find(|(n, _)| n == name) {
+            Some((_, bits)) => *bits = clean,
+            None => st.bitmaps.push((name.to_string(), clean)),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -90,6 +123,7 @@ impl MemDevice {
         let r = self.range(offset, length)?;
         let mut st = self.lock();
         st.data[r.clone()].copy_from_slice(&data);
+        st.dirty(&r);
         if !r.is_empty() {
             for g in r.start / GRANULE..=(r.end - 1) / GRANULE {
                 st.allocated[g] = true;
@@ -134,6 +168,7 @@ impl MemDevice {
     fn zero(&self, r: Range<usize>, keep_allocated: bool) {
         let mut st = self.lock();
         st.data[r.clone()].fill(0);
+        st.dirty(&r);
         if !keep_allocated {
             let first_full = r.start.div_ceil(GRANULE);
             let end_full = if r.end == self.size {
@@ -234,6 +269,49 @@ impl BlockDevice for MemDevice {
     async fn cache(&self, offset: u64, length: u32) -> io::Result<()> {
         self.range(offset, length).map(|_| ())
     }
+
+    async fn meta_contexts(&self, prefix: &str) -> io::Result<Vec<String>> {
+        Ok(self
+            .lock()
+            .bitmaps
+            .iter()
+            .map(|(name, _)| format!("{DIRTY_BITMAP_PREFIX}{name}"))
+            .filter(|context| context.starts_with(prefix))
+            .collect())
+    }
+
+    /// Granule by granule, merged: [`STATE_DIRTY`] where the bitmap is set.
+    async fn meta_context_status(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u32,
+    ) -> io::Result<Vec<AllocationExtent>> {
+        let r = self.range(offset, length)?;
+        let st = self.lock();
+        let bits = name
+            .strip_prefix(DIRTY_BITMAP_PREFIX)
+            .and_then(|bitmap| st.bitmaps.iter().find(|(n, _)| n == bitmap))
+            .map(|(_, bits)| bits)
+            .ok_or_else(|| invalid("no such meta context"))?;
+        let mut extents: Vec<AllocationExtent> = Vec::new();
+        let mut pos = r.start;
+        while pos < r.end {
+            let g = pos / GRANULE;
+            let end = ((g + 1) * GRANULE).min(r.end);
+            let flags = if bits[g] { STATE_DIRTY } else { 0 };
+            let len = (end - pos) as u32; // at most GRANULE
+            match extents.last_mut() {
+                Some(last) if last.flags == flags => last.length_bytes += len,
+                _ => extents.push(AllocationExtent {
+                    length_bytes: len,
+                    flags,
+                }),
+            }
+            pos = end;
+        }
+        Ok(extents)
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +377,79 @@ mod tests {
             assert_eq!(d.flush_count(), 1);
             assert!(d.read(16384, 1).await.is_err());
             assert!(d.read(u64::MAX, 1).await.is_err());
+        });
+    }
+
+    /// A bitmap marks what changed after it started, by granule: writes, trims and
+    /// zeroing alike; starting it again cleans it; other bitmaps go on.
+    #[test]
+    fn dirty_bitmaps_mark_what_changed_since_they_started() {
+        block_on(async {
+            let d = MemDevice::new(8 * GRANULE);
+            let g = GRANULE as u64;
+            d.write(0, vec![1; 2 * GRANULE], false)
+                .await
+                .expect("write");
+            assert!(d.meta_contexts("").await.expect("list").is_empty());
+            d.start_dirty_bitmap("a");
+            d.write(g + 512, vec![2; 512], false).await.expect("write");
+            d.trim(3 * g, GRANULE as u32, false).await.expect("trim");
+            d.start_dirty_bitmap("b");
+            d.write_zeroes(ZeroRequest {
+                offset: 6 * g,
+                length: GRANULE as u32,
+                fua: false,
+                no_hole: true,
+            })
+            .await
+            .expect("zero");
+            let ext = |granules: u32, flags| AllocationExtent {
+                length_bytes: granules * GRANULE as u32,
+                flags,
+            };
+            let all = 8 * GRANULE as u32;
+            assert_eq!(
+                d.meta_context_status("qemu:dirty-bitmap:a", 0, all)
+                    .await
+                    .expect("status"),
+                vec![
+                    ext(1, 0),
+                    ext(1, STATE_DIRTY),
+                    ext(1, 0),
+                    ext(1, STATE_DIRTY),
+                    ext(2, 0),
+                    ext(1, STATE_DIRTY),
+                    ext(1, 0),
+                ]
+            );
+            assert_eq!(
+                d.meta_context_status("qemu:dirty-bitmap:b", 0, all)
+                    .await
+                    .expect("status"),
+                vec![ext(6, 0), ext(1, STATE_DIRTY), ext(1, 0)]
+            );
+            assert_eq!(
+                d.meta_contexts("qemu:dirty-bitmap:").await.expect("list"),
+                vec!["qemu:dirty-bitmap:a", "qemu:dirty-bitmap:b"]
+            );
+            assert!(d.meta_contexts("qemu:x").await.expect("list").is_empty());
+            d.start_dirty_bitmap("a");
+            assert_eq!(
+                d.meta_context_status("qemu:dirty-bitmap:a", 0, all)
+                    .await
+                    .expect("status"),
+                vec![ext(8, 0)]
+            );
+            assert!(
+                d.meta_context_status("qemu:dirty-bitmap:c", 0, all)
+                    .await
+                    .is_err()
+            );
+            assert!(
+                d.meta_context_status("qemu:dirty-bitmap:a", 0, all + 1)
+                    .await
+                    .is_err()
+            );
         });
     }
 }

@@ -130,6 +130,21 @@ pub const MAX_DISCARDED_PAYLOAD_BYTES: usize = 64 << 20;
 /// 512 KiB of reply at most, counted in the payload budget like a read.
 pub const MAX_REPLY_EXTENTS: usize = 64 << 10;
 
+/// Most meta contexts one `NBD_OPT_LIST_META_CONTEXT` answers with (a device may offer
+/// many, e.g. one per snapshot): at most about 4 MiB of replies.
+pub const MAX_LISTED_CONTEXTS: usize = 1024;
+
+/// Most meta contexts of the device's one `NBD_OPT_SET_META_CONTEXT` selects (besides
+/// `base:allocation`); further ones are not selected. A BLOCK_STATUS answers one chunk
+/// per selected context, each up to [`MAX_REPLY_EXTENTS`] extents, all reserved from
+/// the payload budget: 9 chunks stay far below the smallest budget allowed.
+pub const MAX_SELECTED_CONTEXTS: usize = 8;
+
+/// Most queries of one `NBD_OPT_{LIST,SET}_META_CONTEXT` the server looks up (each may
+/// ask the device, which may ask its store); more are refused with
+/// `NBD_REP_ERR_TOO_BIG`. Clients send one per context they want.
+pub const MAX_META_QUERIES: usize = 32;
+
 /// Longest option data read during the handshake. Longer options up to
 /// [`MAX_OPTION_DISCARD_BYTES`] are skipped and answered with `NBD_REP_ERR_TOO_BIG`;
 /// anything longer closes the connection.

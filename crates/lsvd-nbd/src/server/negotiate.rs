@@ -3,24 +3,25 @@
 //! or leaves.
 //!
 //! It owns the per-connection negotiation state (structured replies, selected metadata
-//! context, whether TLS is up) and turns it into the [`ExportParams`] the transmission
+//! contexts, whether TLS is up) and turns it into the [`ExportParams`] the transmission
 //! phase runs with. With a TLS policy it also enforces the spec's FORCEDTLS rules and
 //! upgrades the stream in place at `NBD_OPT_STARTTLS` (see `tls.rs`).
 
 use std::io;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::request::{ExportParams, sanitize_block_sizes};
+use super::request::{ExportParams, MetaContexts, sanitize_block_sizes};
 use super::tls::{TlsMode, Upgrade};
-use super::{Export, MAX_OPTION_BYTES, MAX_OPTION_DISCARD_BYTES, Notices, shutdown_requested};
+use super::{
+    Export, MAX_LISTED_CONTEXTS, MAX_META_QUERIES, MAX_OPTION_BYTES, MAX_OPTION_DISCARD_BYTES,
+    MAX_SELECTED_CONTEXTS, Notices, shutdown_requested,
+};
 use crate::BlockDevice;
 use crate::proto::consts::*;
 use crate::proto::handshake::*;
-
-/// Context id reported by `NBD_OPT_SET_META_CONTEXT` for `base:allocation`.
-pub(crate) const ALLOCATION_CONTEXT_ID: u32 = 1;
 
 /// The result of a successful handshake.
 pub(crate) struct Negotiated {
@@ -52,9 +53,8 @@ struct State {
     /// A refusal for lack of TLS was already reported for this connection.
     refusal_noted: bool,
     structured: bool,
-    /// Export index for which `base:allocation` was selected by the last
-    /// `NBD_OPT_SET_META_CONTEXT`.
-    allocation_for: Option<usize>,
+    /// The export the last `NBD_OPT_SET_META_CONTEXT` named, and what it selected.
+    selected: Option<(usize, Arc<MetaContexts>)>,
 }
 
 /// Transmission flags advertised for `device`.
@@ -175,7 +175,7 @@ where
             Err(e) if hdr.option == OPT_EXPORT_NAME => return Err(e.into()),
             Err(e) => {
                 if hdr.option == OPT_SET_META_CONTEXT {
-                    state.allocation_for = None;
+                    state.selected = None;
                 }
                 send_option_error(stream, hdr.option, REP_ERR_INVALID, &e.to_string()).await?;
                 continue;
@@ -266,7 +266,7 @@ where
                 let set = opt == OPT_SET_META_CONTEXT;
                 if set {
                     // Setting replaces the previous selection even when it fails.
-                    state.allocation_for = None;
+                    state.selected = None;
                 }
                 if !state.structured {
                     encode_option_error(
@@ -276,14 +276,33 @@ where
                         "negotiate structured replies first",
                     );
                 } else if let Some(index) = find_export(exports, &req.export_name) {
-                    if meta_context_matches(&req.queries, set) {
-                        let id = if set { ALLOCATION_CONTEXT_ID } else { 0 };
-                        encode_meta_context(&mut out, opt, id, META_CONTEXT_BASE_ALLOCATION);
+                    if req.queries.len() > MAX_META_QUERIES {
+                        encode_option_error(
+                            &mut out,
+                            opt,
+                            REP_ERR_TOO_BIG,
+                            "too many meta context queries",
+                        );
+                    } else {
+                        let device = &*exports[index].device;
+                        let found = find_contexts(device, &req.queries, set, peer).await;
                         if set {
-                            state.allocation_for = Some(index);
+                            for (id, name) in found.ids() {
+                                let name = name.unwrap_or(META_CONTEXT_BASE_ALLOCATION);
+                                encode_meta_context(&mut out, opt, id, name);
+                            }
+                            state.selected = Some((index, Arc::new(found)));
+                        } else {
+                            // Listed contexts carry no id (the spec: zero).
+                            if found.allocation {
+                                encode_meta_context(&mut out, opt, 0, META_CONTEXT_BASE_ALLOCATION);
+                            }
+                            for name in &found.device {
+                                encode_meta_context(&mut out, opt, 0, name);
+                            }
                         }
+                        encode_option_reply(&mut out, opt, REP_ACK, &[]);
                     }
-                    encode_option_reply(&mut out, opt, REP_ACK, &[]);
                 } else {
                     encode_option_error(&mut out, opt, REP_ERR_UNKNOWN, "unknown export");
                 }
@@ -303,15 +322,77 @@ fn tls_required_first<S>(tls: Option<&dyn Upgrade<S>>, state: &State, option: u3
     required && !state.tls && option != OPT_STARTTLS && option != OPT_ABORT
 }
 
-/// Whether `base:allocation` is selected by `queries`. Listing with no queries lists
-/// everything, and `base:` is a wildcard for listing only; setting needs the full name.
-fn meta_context_matches(queries: &[String], set: bool) -> bool {
-    if !set && queries.is_empty() {
-        return true;
+/// What `queries` list (`set` false) or select (`set` true) on `device`, by the
+/// spec's rules: listing with no queries lists everything; a query of a namespace
+/// (`base:`, `qemu:`) or of a name's start ending in `:` (`qemu:dirty-bitmap:`) lists
+/// every context under it, but selects nothing; otherwise only the exact name counts.
+/// Unknown names are not errors: they match nothing. A device that fails to say what
+/// it offers offers nothing this time (the failure goes to the server's notices).
+async fn find_contexts<D: BlockDevice>(
+    device: &D,
+    queries: &[String],
+    set: bool,
+    peer: &Peer<'_>,
+) -> MetaContexts {
+    let mut found = MetaContexts::default();
+    let limit = if set {
+        MAX_SELECTED_CONTEXTS
+    } else {
+        MAX_LISTED_CONTEXTS
+    };
+    let add = |found: &mut MetaContexts, name: String| {
+        if found.device.len() < limit
+            && name.len() <= MAX_STRING_LEN
+            && name != META_CONTEXT_BASE_ALLOCATION
+            && !found.device.contains(&name)
+        {
+            found.device.push(name);
+        }
+    };
+    let lookups: Vec<(&str, bool)> = if queries.is_empty() {
+        if set {
+            return found;
+        }
+        found.allocation = true;
+        vec![("", true)]
+    } else {
+        let mut lookups = Vec::new();
+        for q in queries {
+            let wildcard = q.ends_with(':');
+            if q == META_CONTEXT_BASE_ALLOCATION || (!set && q == "base:") {
+                found.allocation = true;
+            } else if q.starts_with("base:") || !q.contains(':') || (set && wildcard) {
+                // Nothing else in the spec's namespace; not a name; a wildcard that
+                // only lists.
+            } else if !lookups.contains(&(q.as_str(), wildcard)) {
+                lookups.push((q.as_str(), wildcard));
+            }
+        }
+        lookups
+    };
+    for (query, wildcard) in lookups {
+        let names = match device.meta_contexts(query).await {
+            Ok(names) => names,
+            Err(e) => {
+                peer.note(&format!(
+                    "meta contexts for {query:?} asked by {}: the device failed to list them: {e}",
+                    peer.name
+                ));
+                continue;
+            }
+        };
+        for name in names {
+            let matches = if wildcard {
+                name.starts_with(query)
+            } else {
+                name == query
+            };
+            if matches {
+                add(&mut found, name);
+            }
+        }
     }
-    queries
-        .iter()
-        .any(|q| q == META_CONTEXT_BASE_ALLOCATION || (!set && q == "base:"))
+    found
 }
 
 fn info_replies<D: BlockDevice>(
@@ -351,7 +432,12 @@ fn enter<D: BlockDevice>(exports: &[Export<D>], index: usize, state: &State) -> 
             size: device.size_bytes(),
             sizes: sanitize_block_sizes(device.block_sizes()),
             structured: state.structured,
-            allocation_context: state.structured && state.allocation_for == Some(index),
+            contexts: match &state.selected {
+                Some((export, contexts)) if state.structured && *export == index => {
+                    Arc::clone(contexts)
+                }
+                _ => Arc::default(),
+            },
             read_only: device.read_only(),
         },
     }
@@ -378,17 +464,103 @@ async fn send_option_error<S: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
 
+    use crate::mem_device::MemDevice;
+
+    fn found(device: &MemDevice, queries: &[&str], set: bool) -> MetaContexts {
+        let queries: Vec<String> = queries.iter().map(|s| s.to_string()).collect();
+        let peer = Peer {
+            name: "test",
+            notices: None,
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(find_contexts(device, &queries, set, &peer))
+    }
+
+    fn contexts(allocation: bool, device: &[&str]) -> MetaContexts {
+        MetaContexts {
+            allocation,
+            device: device.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
     #[test]
     fn meta_context_queries() {
-        let q = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(meta_context_matches(&q(&[]), false));
-        assert!(!meta_context_matches(&q(&[]), true));
-        assert!(meta_context_matches(&q(&["base:"]), false));
-        assert!(!meta_context_matches(&q(&["base:"]), true));
-        assert!(meta_context_matches(
-            &q(&["x-foo:bar", "base:allocation"]),
-            true
-        ));
-        assert!(!meta_context_matches(&q(&["qemu:dirty-bitmap:a"]), false));
+        let d = MemDevice::new(1 << 20);
+        assert_eq!(found(&d, &[], false), contexts(true, &[]));
+        assert_eq!(found(&d, &[], true), contexts(false, &[]));
+        assert_eq!(found(&d, &["base:"], false), contexts(true, &[]));
+        assert_eq!(found(&d, &["base:"], true), contexts(false, &[]));
+        assert_eq!(
+            found(&d, &["x-foo:bar", "base:allocation"], true),
+            contexts(true, &[])
+        );
+        assert_eq!(
+            found(&d, &["qemu:dirty-bitmap:a"], false),
+            contexts(false, &[])
+        );
+    }
+
+    /// The device's contexts: every one listed by no query, by their namespace or a
+    /// name's start ending in `:`; selected only by their exact names; unknown names
+    /// match nothing; each once, whatever the queries.
+    #[test]
+    fn device_contexts_are_listed_by_prefix_and_selected_by_name() {
+        let d = MemDevice::new(1 << 20);
+        d.start_dirty_bitmap("s1");
+        d.start_dirty_bitmap("s2");
+        let both = ["qemu:dirty-bitmap:s1", "qemu:dirty-bitmap:s2"];
+        assert_eq!(found(&d, &[], false), contexts(true, &both));
+        for wildcard in ["qemu:", "qemu:dirty-bitmap:"] {
+            assert_eq!(found(&d, &[wildcard], false), contexts(false, &both));
+            assert_eq!(found(&d, &[wildcard], true), contexts(false, &[]));
+            assert_eq!(
+                found(&d, &[wildcard, wildcard, "qemu:dirty-bitmap:s1"], false),
+                contexts(false, &both)
+            );
+        }
+        for set in [false, true] {
+            assert_eq!(
+                found(
+                    &d,
+                    &[
+                        "qemu:dirty-bitmap:s2",
+                        "base:allocation",
+                        "qemu:dirty-bitmap:s2"
+                    ],
+                    set
+                ),
+                contexts(true, &["qemu:dirty-bitmap:s2"])
+            );
+            for nothing in [
+                "qemu:dirty-bitmap:s",
+                "qemu:dirty-bitmap:s3",
+                "qemu",
+                "qemu:d",
+            ] {
+                assert_eq!(
+                    found(&d, &[nothing], set),
+                    contexts(false, &[]),
+                    "{nothing}"
+                );
+            }
+        }
+    }
+
+    /// However many contexts the device offers, a SET selects a bounded number of
+    /// them and a LIST lists a bounded number.
+    #[test]
+    fn selections_and_listings_are_bounded() {
+        let d = MemDevice::new(1 << 20);
+        for i in 0..MAX_LISTED_CONTEXTS + 3 {
+            d.start_dirty_bitmap(&format!("s{i}"));
+        }
+        assert_eq!(found(&d, &[], false).device.len(), MAX_LISTED_CONTEXTS);
+        let names: Vec<String> = (0..MAX_META_QUERIES)
+            .map(|i| format!("qemu:dirty-bitmap:s{i}"))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(found(&d, &names, true).device.len(), MAX_SELECTED_CONTEXTS);
     }
 }

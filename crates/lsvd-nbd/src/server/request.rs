@@ -4,21 +4,57 @@
 //! context — is unit-tested directly; the device then only ever sees requests that satisfy
 //! the contract documented on [`crate::BlockDevice`].
 
+use std::sync::Arc;
+
 use crate::proto::consts::*;
 use crate::proto::transmission::{Command, RequestHeader};
 use crate::{BlockSizes, ZeroRequest};
 
 use super::{MAX_PAYLOAD_BYTES, RefusalReason};
 
+/// Context id of `base:allocation` (`NBD_OPT_SET_META_CONTEXT` reports it).
+pub(crate) const ALLOCATION_CONTEXT_ID: u32 = 1;
+
+/// Context id of the first of the device's selected contexts; the next ones follow.
+pub(crate) const FIRST_DEVICE_CONTEXT_ID: u32 = 2;
+
+/// The meta contexts a session selected for its export: a BLOCK_STATUS answers one
+/// chunk for each, in this order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MetaContexts {
+    /// `base:allocation`, answered from `BlockDevice::block_status`.
+    pub allocation: bool,
+    /// The device's contexts (`BlockDevice::meta_context_status`), in the order
+    /// selected, at most `MAX_SELECTED_CONTEXTS`.
+    pub device: Vec<String>,
+}
+
+impl MetaContexts {
+    pub fn count(&self) -> usize {
+        usize::from(self.allocation) + self.device.len()
+    }
+
+    /// `(context id, name)` of each selected context; `None` names `base:allocation`.
+    pub fn ids(&self) -> impl Iterator<Item = (u32, Option<&str>)> {
+        let allocation = self
+            .allocation
+            .then_some((ALLOCATION_CONTEXT_ID, None::<&str>));
+        let device = (FIRST_DEVICE_CONTEXT_ID..)
+            .zip(self.device.iter())
+            .map(|(id, name)| (id, Some(name.as_str())));
+        allocation.into_iter().chain(device)
+    }
+}
+
 /// What the transmission phase needs to know about the negotiated export and session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExportParams {
     pub size: u64,
     /// Advertised (and enforced) block sizes, already sanitised.
     pub sizes: BlockSizes,
     pub structured: bool,
-    /// `base:allocation` was selected for this export, so BLOCK_STATUS is allowed.
-    pub allocation_context: bool,
+    /// The meta contexts selected for this export; BLOCK_STATUS is allowed if any.
+    pub contexts: Arc<MetaContexts>,
     /// The export is read-only: WRITE, TRIM and WRITE_ZEROES get EPERM.
     pub read_only: bool,
 }
@@ -126,7 +162,7 @@ pub(crate) fn validate(hdr: &RequestHeader, p: &ExportParams) -> Result<Op, Reje
     {
         return Err(reject(EPERM, "the export is read-only"));
     }
-    if hdr.command == Command::BlockStatus && !p.allocation_context {
+    if hdr.command == Command::BlockStatus && p.contexts.count() == 0 {
         return Err(reject(EINVAL, "no metadata context was negotiated"));
     }
     if matches!(hdr.command, Command::Read | Command::Write) && length > p.sizes.maximum_bytes {
@@ -202,7 +238,10 @@ mod tests {
                 maximum_bytes: 65536,
             },
             structured: true,
-            allocation_context: true,
+            contexts: Arc::new(MetaContexts {
+                allocation: true,
+                device: Vec::new(),
+            }),
             read_only: false,
         }
     }
@@ -315,7 +354,7 @@ mod tests {
         assert_eq!(err(hdr(Command::Read, 0, 0, 65536 + 512)), Err(EINVAL));
         assert_eq!(err(hdr(Command::BlockStatus, 0, 0, 0)), Err(EINVAL));
         let no_ctx = ExportParams {
-            allocation_context: false,
+            contexts: Arc::default(),
             ..p
         };
         assert!(validate(&hdr(Command::BlockStatus, 0, 0, 512), &no_ctx).is_err());
@@ -343,7 +382,7 @@ mod tests {
         );
         let ro = ExportParams {
             read_only: true,
-            ..p
+            ..p.clone()
         };
         assert_eq!(
             reason(hdr(Command::Trim, 0, 0, 512), &ro),

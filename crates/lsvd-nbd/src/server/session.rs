@@ -35,9 +35,8 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 
-use super::negotiate::ALLOCATION_CONTEXT_ID;
 use super::reply::{Budget, Completion, Reply, StartOp, error_reply, read_reply, result_reply};
-use super::request::{ExportParams, Op, Rejection, validate};
+use super::request::{ExportParams, MetaContexts, Op, Rejection, validate};
 use super::{
     ConnectionStats, Limits, MAX_DISCARDED_PAYLOAD_BYTES, MAX_REPLY_EXTENTS, NoticeLimiter,
     Notices, shutdown_requested,
@@ -127,15 +126,22 @@ fn errno_name(error: u32) -> &'static str {
 }
 
 /// Bytes of a BLOCK_STATUS reply to `length` bytes of an export with blocks of
-/// `minimum_bytes`: one 8-byte descriptor per block at most, [`MAX_REPLY_EXTENTS`] at
-/// most, plus the chunk header and context id. Reserved from the payload budget.
-fn block_status_reply_bytes(length: u32, minimum_bytes: u32, req_one: bool) -> u32 {
+/// `minimum_bytes`, for `contexts` selected contexts: per context one 8-byte descriptor
+/// per block at most, [`MAX_REPLY_EXTENTS`] at most, plus the chunk header and context
+/// id. Reserved from the payload budget.
+fn block_status_reply_bytes(
+    length: u32,
+    minimum_bytes: u32,
+    req_one: bool,
+    contexts: usize,
+) -> u32 {
     let extents = if req_one {
         1
     } else {
         (length.div_ceil(minimum_bytes.max(1)) as usize).clamp(1, MAX_REPLY_EXTENTS)
     };
-    (CHUNK_HEADER_LEN + 4 + 8 * extents) as u32
+    // At most 1 + MAX_SELECTED_CONTEXTS contexts of 512 KiB each: far from overflowing.
+    ((CHUNK_HEADER_LEN + 4 + 8 * extents) * contexts.max(1)) as u32
 }
 
 /// Read a WRITE's payload of `len` bytes into a buffer that is not zeroed first (the
@@ -461,8 +467,12 @@ impl<D: BlockDevice> Conn<D> {
                 Op::BlockStatus {
                     length, req_one, ..
                 } => {
-                    let reply_bytes =
-                        block_status_reply_bytes(length, self.params.sizes.minimum_bytes, req_one);
+                    let reply_bytes = block_status_reply_bytes(
+                        length,
+                        self.params.sizes.minimum_bytes,
+                        req_one,
+                        self.params.contexts.count(),
+                    );
                     let Some(permit) = self.take_budget(reply_bytes, shutdown).await else {
                         return End::Drain;
                     };
@@ -510,8 +520,16 @@ impl<D: BlockDevice> Conn<D> {
             let device = Arc::clone(&self.device);
             let tx = self.tx.clone();
             let size = self.params.size;
+            let contexts = Arc::clone(&self.params.contexts);
             tokio::spawn(async move {
-                let mut reply = execute(&*device, op, hdr.cookie, structured, size, payload).await;
+                let request = Request {
+                    op,
+                    cookie: hdr.cookie,
+                    structured,
+                    size,
+                    contexts: &contexts,
+                };
+                let mut reply = execute(&*device, request, payload).await;
                 reply.budget = budget;
                 // If the writer is gone the client is too; nothing to do with the reply.
                 let _ = tx.send(reply).await;
@@ -647,15 +665,26 @@ async fn idle_fired(idle: &mut Option<Pin<Box<Sleep>>>) {
     }
 }
 
-/// Runs one validated request against the device and builds its reply.
-async fn execute<D: BlockDevice>(
-    device: &D,
+/// One validated request, with what its reply depends on.
+struct Request<'a> {
     op: Op,
     cookie: u64,
     structured: bool,
+    /// The export's size.
     size: u64,
-    payload: Vec<u8>,
-) -> Reply {
+    /// The meta contexts a BLOCK_STATUS answers for.
+    contexts: &'a MetaContexts,
+}
+
+/// Runs one validated request against the device and builds its reply.
+async fn execute<D: BlockDevice>(device: &D, request: Request<'_>, payload: Vec<u8>) -> Reply {
+    let Request {
+        op,
+        cookie,
+        structured,
+        size,
+        contexts,
+    } = request;
     let result = match op {
         Op::Read { offset, length } => {
             return match device.read(offset, length).await {
@@ -671,28 +700,40 @@ async fn execute<D: BlockDevice>(
             length,
             req_one,
         } => {
-            return match device.block_status(offset, length).await {
-                Ok(extents) => {
-                    match clamp_extents(extents, length, req_one, size.saturating_sub(offset)) {
-                        Some(extents) => {
-                            let mut header = Vec::with_capacity(24 + 8 * extents.len());
-                            encode_block_status_chunk(
-                                &mut header,
-                                cookie,
-                                ALLOCATION_CONTEXT_ID,
-                                &extents,
-                                true,
-                            );
-                            Reply {
-                                header,
-                                data: Vec::new(),
-                                budget: None,
-                            }
-                        }
-                        None => error_reply(cookie, structured, EIO, "device returned no extents"),
+            let to_end = size.saturating_sub(offset);
+            let mut header = Vec::new();
+            let count = contexts.count();
+            // One chunk per selected context, in order; the last one ends the reply.
+            // A context that fails fails the whole request (nothing was sent yet).
+            for (i, (id, name)) in contexts.ids().enumerate() {
+                let (answer, known_flags) = match name {
+                    None => (
+                        device.block_status(offset, length).await,
+                        STATE_HOLE | STATE_ZERO,
+                    ),
+                    // The device defines its contexts' flags.
+                    Some(name) => (
+                        device.meta_context_status(name, offset, length).await,
+                        u32::MAX,
+                    ),
+                };
+                let extents = match answer {
+                    Ok(extents) => extents,
+                    Err(e) => {
+                        return error_reply(cookie, structured, error_code(&e), &e.to_string());
                     }
-                }
-                Err(e) => error_reply(cookie, structured, error_code(&e), &e.to_string()),
+                };
+                let Some(extents) = clamp_extents(extents, length, req_one, to_end, known_flags)
+                else {
+                    return error_reply(cookie, structured, EIO, "device returned no extents");
+                };
+                header.reserve(CHUNK_HEADER_LEN + 4 + 8 * extents.len());
+                encode_block_status_chunk(&mut header, cookie, id, &extents, i + 1 == count);
+            }
+            return Reply {
+                header,
+                data: Vec::new(),
+                budget: None,
             };
         }
         Op::Write { offset, fua } => {
@@ -762,14 +803,16 @@ fn unstart(start: StartOp) -> (Op, Vec<u8>) {
     }
 }
 
-/// Makes a device's extent list valid for the wire: no empty extents, known flag bits
-/// only, no more extents than needed to cover `length`, nothing past `length` (nor past
-/// `to_end`, the distance to the export end), exactly one extent for REQ_ONE.
+/// Makes a device's extent list valid for the wire: no empty extents, flag bits of
+/// `known_flags` only, no more extents than needed to cover `length`, nothing past
+/// `length` (nor past `to_end`, the distance to the export end), exactly one extent for
+/// REQ_ONE, at most [`MAX_REPLY_EXTENTS`].
 fn clamp_extents(
     extents: Vec<AllocationExtent>,
     length: u32,
     req_one: bool,
     to_end: u64,
+    known_flags: u32,
 ) -> Option<Vec<AllocationExtent>> {
     let limit = u64::from(length).min(to_end);
     let max_count = if req_one {
@@ -790,7 +833,7 @@ fn clamp_extents(
         covered += len;
         out.push(AllocationExtent {
             length_bytes: len as u32,
-            flags: e.flags & (STATE_HOLE | STATE_ZERO),
+            flags: e.flags & known_flags,
         });
     }
     if out.is_empty() { None } else { Some(out) }
@@ -939,45 +982,63 @@ mod tests {
 
     #[test]
     fn extents_are_clamped() {
-        assert_eq!(clamp_extents(vec![], 10, false, 100), None);
-        assert_eq!(clamp_extents(vec![ext(0, 1)], 10, false, 100), None);
+        assert_eq!(clamp_extents(vec![], 10, false, 100, 3), None);
+        assert_eq!(clamp_extents(vec![ext(0, 1)], 10, false, 100, 3), None);
         assert_eq!(
             clamp_extents(
                 vec![ext(4, 1), ext(0, 0), ext(100, 0xff), ext(5, 2)],
                 10,
                 false,
-                100
+                100,
+                3
             ),
             Some(vec![ext(4, 1), ext(6, 3)])
         );
         assert_eq!(
-            clamp_extents(vec![ext(4, 1), ext(4, 0)], 10, true, 100),
+            clamp_extents(vec![ext(4, 1), ext(4, 0)], 10, true, 100, 3),
             Some(vec![ext(4, 1)])
         );
         assert_eq!(
-            clamp_extents(vec![ext(40, 1)], 10, true, 100),
+            clamp_extents(vec![ext(40, 1)], 10, true, 100, 3),
             Some(vec![ext(10, 1)])
         );
         assert_eq!(
-            clamp_extents(vec![ext(40, 1)], 10, false, 3),
+            clamp_extents(vec![ext(40, 1)], 10, false, 3, 3),
             Some(vec![ext(3, 1)])
         );
         // No more than a reply's worth, however many the device returned.
         let many = vec![ext(1, 1); MAX_REPLY_EXTENTS + 5];
-        let clamped = clamp_extents(many, u32::MAX, false, u64::MAX).expect("extents");
+        let clamped = clamp_extents(many, u32::MAX, false, u64::MAX, 3).expect("extents");
         assert_eq!(clamped.len(), MAX_REPLY_EXTENTS);
+        // A device context's flags are the device's.
+        assert_eq!(
+            clamp_extents(vec![ext(4, 0xff)], 10, false, 100, u32::MAX),
+            Some(vec![ext(4, 0xff)])
+        );
     }
 
     #[test]
     fn block_status_replies_reserve_their_size_at_most() {
         let header = (CHUNK_HEADER_LEN + 4) as u32;
-        assert_eq!(block_status_reply_bytes(4096, 512, false), header + 8 * 8);
-        assert_eq!(block_status_reply_bytes(u32::MAX, 512, true), header + 8);
         assert_eq!(
-            block_status_reply_bytes(u32::MAX, 1, false),
+            block_status_reply_bytes(4096, 512, false, 1),
+            header + 8 * 8
+        );
+        assert_eq!(block_status_reply_bytes(u32::MAX, 512, true, 1), header + 8);
+        assert_eq!(
+            block_status_reply_bytes(u32::MAX, 1, false, 1),
             header + 8 * MAX_REPLY_EXTENTS as u32
         );
-        assert_eq!(block_status_reply_bytes(0, 0, false), header + 8);
+        assert_eq!(block_status_reply_bytes(0, 0, false, 0), header + 8);
+        // One chunk per selected context, the most a session may select included.
+        assert_eq!(
+            block_status_reply_bytes(4096, 512, false, 2),
+            2 * (header + 8 * 8)
+        );
+        let most = 1 + super::super::MAX_SELECTED_CONTEXTS;
+        let bytes = block_status_reply_bytes(u32::MAX, 1, false, most);
+        assert_eq!(bytes, most as u32 * (header + 8 * MAX_REPLY_EXTENTS as u32));
+        assert!(bytes as usize <= super::super::MAX_PAYLOAD_BYTES);
     }
 
     #[test]

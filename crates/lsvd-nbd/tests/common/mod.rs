@@ -102,6 +102,19 @@ impl BlockDevice for TestDevice {
         self.check()?;
         self.inner.cache(offset, length).await
     }
+    async fn meta_contexts(&self, prefix: &str) -> io::Result<Vec<String>> {
+        self.check()?;
+        self.inner.meta_contexts(prefix).await
+    }
+    async fn meta_context_status(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u32,
+    ) -> io::Result<Vec<AllocationExtent>> {
+        self.check()?;
+        self.inner.meta_context_status(name, offset, length).await
+    }
 }
 
 pub fn export(name: &str, device: TestDevice) -> Export<TestDevice> {
@@ -238,7 +251,10 @@ pub struct Reply {
     pub cookie: u64,
     pub error: u32,
     pub data: Vec<u8>,
+    /// The `base:allocation` chunk's extents (context id 1).
     pub extents: Vec<AllocationExtent>,
+    /// Every BLOCK_STATUS chunk, in the order received: (context id, extents).
+    pub contexts: Vec<(u32, Vec<AllocationExtent>)>,
     pub message: String,
     pub structured: bool,
 }
@@ -430,8 +446,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
                 REPLY_TYPE_OFFSET_DATA => entry.data.extend_from_slice(&payload[8..]),
                 REPLY_TYPE_BLOCK_STATUS => {
                     let (id, extents) = parse_block_status(&payload)?;
-                    assert_eq!(id, 1);
-                    entry.extents = extents;
+                    if id == 1 {
+                        entry.extents = extents.clone();
+                    }
+                    entry.contexts.push((id, extents));
                 }
                 REPLY_TYPE_ERROR => {
                     let (error, message) = parse_error_chunk(&payload)?;
