@@ -101,7 +101,8 @@ pub trait BlockDevice: Send + Sync + 'static {
     ) -> impl Future<Output = io::Result<Vec<AllocationExtent>>> + Send;
     /// Meta contexts the device offers besides `base:allocation` (which the server
     /// answers from [`BlockDevice::block_status`]) whose names start with `prefix`:
-    /// every one for `""`. Full names (`qemu:dirty-bitmap:SNAP`), each at most 4096
+    /// every one for `""`; a device may answer a `prefix` that is a full name with
+    /// that name alone (lsvd does, without listing every snapshot). Full names (`qemu:dirty-bitmap:SNAP`), each at most 4096
     /// bytes; the server lists at most [`server::MAX_LISTED_CONTEXTS`] of them and keeps
     /// only exact matches when the client asked for a name rather than a namespace.
     /// Called during the handshake, for `NBD_OPT_LIST_META_CONTEXT` and for
