@@ -26,6 +26,11 @@
 //! take the async path, where they can wait. Waiting requests hold their NBD
 //! in-flight permits (lsvd_nbd's `Limits::max_in_flight`, `max_in_flight_bytes`), so
 //! what waits is bounded as what runs is.
+//!
+//! Besides `base:allocation`, a volume offers the meta contexts
+//! `qemu:dirty-bitmap:SNAP`, one per snapshot: what changed since it (`dirty`).
+
+mod dirty;
 
 use std::future::Future;
 use std::io;
@@ -70,6 +75,8 @@ pub struct NbdVolume {
     failures: Arc<FailureLog>,
     /// The export's QoS limits, if the server applies any.
     throttle: Option<Arc<Throttle>>,
+    /// The snapshots connections compare with (`qemu:dirty-bitmap:SNAP`).
+    dirty: Arc<dirty::DirtyBitmaps>,
 }
 
 /// Why a request failed, for the log: the client sees only an errno. At most a line a
@@ -131,6 +138,7 @@ impl NbdVolume {
                 limiter: Mutex::default(),
             }),
             throttle: None,
+            dirty: Arc::default(),
             volume,
         }
     }
@@ -320,6 +328,41 @@ impl BlockDevice for NbdVolume {
         .await
     }
 
+    /// `qemu:dirty-bitmap:SNAP` for the volume's snapshots (`dirty`).
+    async fn meta_contexts(&self, prefix: &str) -> io::Result<Vec<String>> {
+        let dirty = Arc::clone(&self.dirty);
+        let prefix = prefix.to_string();
+        self.on_engine(move |volume| async move { Ok(dirty.contexts(&volume, &prefix).await?) })
+            .await
+    }
+
+    /// STATE_DIRTY where written since the snapshot, a window at a time (`dirty`).
+    async fn meta_context_status(
+        &self,
+        name: &str,
+        offset: u64,
+        length: u32,
+    ) -> io::Result<Vec<AllocationExtent>> {
+        let Some(snapshot) = dirty::DirtyBitmaps::snapshot(name) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no such meta context",
+            ));
+        };
+        let snapshot = snapshot.to_string();
+        let dirty = Arc::clone(&self.dirty);
+        let failures = Arc::clone(&self.failures);
+        self.on_engine(move |volume| async move {
+            let answer = async {
+                let base = dirty.base(&volume, &snapshot).await?;
+                dirty::status(&volume, &base, offset, length).await
+            };
+            let what = || format!("dirty status since {snapshot} of {length} bytes at {offset}");
+            failures.check(what, answer.await).0
+        })
+        .await
+    }
+
     /// Writes, flushes and trims are queued for the next `unplug`, which appends them
     /// as one group commit (`lsvd_engine::write::started`) and answers the client when it retires.
     /// A WRITE_ZEROES that must stay allocated writes real zeros in pieces: it takes
@@ -385,6 +428,7 @@ impl BlockDevice for NbdVolume {
 mod tests {
     use super::*;
     use lsvd_engine::{EngineConfig, create_volume, open_volume};
+    use lsvd_nbd::STATE_DIRTY;
     use lsvd_store::DynStore;
     use lsvd_store::mem::MemStore;
     use lsvd_store::testutil::TempDir;
@@ -466,6 +510,81 @@ mod tests {
         ];
         want.last_mut().expect("extents").length_bytes -= 512;
         assert_eq!(got, want);
+        dev.volume.shutdown().await.expect("shutdown");
+    }
+
+    /// `qemu:dirty-bitmap:SNAP`: offered per snapshot (listed by the prefix, one by
+    /// its name, none for an unknown one or another namespace); dirty where written or
+    /// discarded since the snapshot (a discard of what the snapshot held as a hole is
+    /// not a change); a snapshot taken again under the same name is compared with anew
+    /// once selected again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dirty_bitmaps_report_what_changed_since_a_snapshot() {
+        let dir = TempDir::new("nbd-device-dirty");
+        let dev = device(&dir, 64 * MIB).await;
+        dev.write(0, vec![1u8; 2 * MIB as usize], false)
+            .await
+            .expect("write");
+        dev.volume.create_snapshot("s1").await.expect("snapshot");
+        dev.write(4 * MIB, vec![2u8; 4096], false)
+            .await
+            .expect("write");
+        dev.trim(MIB, MIB as u32, false).await.expect("trim");
+        dev.trim(8 * MIB, MIB as u32, false)
+            .await
+            .expect("trim a hole");
+        let s1 = "qemu:dirty-bitmap:s1";
+        assert_eq!(
+            dev.meta_contexts("qemu:dirty-bitmap:").await.expect("list"),
+            vec![s1]
+        );
+        assert_eq!(dev.meta_contexts("qemu:").await.expect("list"), vec![s1]);
+        assert_eq!(dev.meta_contexts(s1).await.expect("select"), vec![s1]);
+        for none in [
+            "qemu:dirty-bitmap:s2",
+            "base:",
+            "x-other:",
+            "qemu:allocation-depth",
+        ] {
+            assert!(
+                dev.meta_contexts(none).await.expect("list").is_empty(),
+                "{none}"
+            );
+        }
+        let ext = |length_bytes: u64, flags| AllocationExtent {
+            length_bytes: length_bytes as u32,
+            flags,
+        };
+        let status = |name: &'static str, len: u64| {
+            let dev = &dev;
+            async move {
+                dev.meta_context_status(name, 0, len as u32)
+                    .await
+                    .expect("status")
+            }
+        };
+        assert_eq!(
+            status(s1, 64 * MIB).await,
+            vec![
+                ext(MIB, 0),
+                ext(MIB, STATE_DIRTY),
+                ext(2 * MIB, 0),
+                ext(4096, STATE_DIRTY),
+                ext(60 * MIB - 4096, 0),
+            ]
+        );
+        assert!(
+            dev.meta_context_status("qemu:dirty-bitmap:nope", 0, 4096)
+                .await
+                .is_err()
+        );
+        dev.volume.delete_snapshot("s1").await.expect("delete");
+        dev.volume
+            .create_snapshot("s1")
+            .await
+            .expect("snapshot again");
+        assert_eq!(dev.meta_contexts(s1).await.expect("select"), vec![s1]);
+        assert_eq!(status(s1, 64 * MIB).await, vec![ext(64 * MIB, 0)]);
         dev.volume.shutdown().await.expect("shutdown");
     }
 
