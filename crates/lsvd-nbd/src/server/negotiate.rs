@@ -371,6 +371,10 @@ async fn find_contexts<D: BlockDevice>(
         lookups
     };
     for (query, wildcard) in lookups {
+        if found.device.len() >= limit {
+            // Nothing more would be taken: do not make the device look.
+            break;
+        }
         let names = match device.meta_contexts(query).await {
             Ok(names) => names,
             Err(e) => {
