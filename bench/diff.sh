@@ -14,7 +14,8 @@
 set -euo pipefail
 bin=${1:-target/release/lsvd}; size=${2:-16G}; changed_mib=${3:-64}
 tmp=$(mktemp -d /tmp/lsvd-diffbench.XXXXXX)
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+pid=""
+trap 'set +e; [ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 data=$tmp/data; sock=$tmp/nbd.sock
 "$bin" --data "$data" create vol --size "$size" >/dev/null
 "$bin" --data "$data" serve vol --socket "$sock" 2>"$tmp/serve.log" &

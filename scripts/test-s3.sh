@@ -36,7 +36,7 @@ start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
     --test s3_store --test store_faults --test cli --test nbd_clients --test persistence --test ext4 \
-    --test integrity --test probe_settings --test replicate --test compression --test encryption --test image --test diff
+    --test integrity --test probe_settings --test replicate --test compression --test encryption --test image --test diff --test dirty_bitmaps
 LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_
 echo "test-s3: the S3 pass took $((SECONDS - start)) s" >&2

@@ -65,7 +65,7 @@ fn an_image_goes_in_and_comes_out_the_same_and_holes_stay_holes() {
 
     let out = lsvd.run_ok(&["import", arg(&img), "vol"]);
     assert!(
-        stderr(&out).contains("data written (zero blocks skipped)"),
+        stderr(&out).contains("data written (zero blocks and holes skipped)"),
         "{}",
         show("import", &out)
     );
@@ -207,4 +207,43 @@ fn a_snapshot_exports_beside_the_server_of_its_volume() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
     server.stop_clean();
+}
+
+#[test]
+fn holes_are_skipped_and_data_after_them_and_a_short_last_block_arrive() {
+    let dir = TempDir::new("image-holes");
+    let lsvd = Lsvd::new(dir.join("data"));
+    // 1 GiB of hole, then 4 KiB + 100 bytes of data ending the file.
+    let img = dir.join("tail.img");
+    let len = (1u64 << 30) + 4096 + 100;
+    let tail = random_bytes(9, 4096 + 100);
+    let f = std::fs::File::create(&img).expect("create");
+    f.set_len(len).expect("size");
+    f.write_all_at(&tail, 1 << 30).expect("write");
+    drop(f);
+    let out = lsvd.run_ok(&["import", arg(&img), "tail"]);
+    assert!(
+        stderr(&out).contains("8.0 KiB of it data written"),
+        "{}",
+        show("import", &out)
+    );
+    let back = dir.join("back.img");
+    lsvd.run_ok(&["export", "tail", arg(&back), "--quiet"]);
+    let f = std::fs::File::open(&back).expect("open");
+    assert_eq!(f.metadata().expect("stat").len(), len.div_ceil(4096) * 4096);
+    let mut got = vec![0u8; 8192];
+    f.read_exact_at(&mut got, 1 << 30).expect("read");
+    assert_eq!(&got[..tail.len()], &tail[..]);
+    assert!(got[tail.len()..].iter().all(|&b| b == 0));
+    // A file that is all hole makes an empty volume.
+    let empty = dir.join("empty.img");
+    std::fs::File::create(&empty)
+        .and_then(|f| f.set_len(64 * MIB))
+        .expect("make a hole");
+    let out = lsvd.run_ok(&["import", arg(&empty), "empty"]);
+    assert!(
+        stderr(&out).contains("0 B of it data written"),
+        "{}",
+        show("import", &out)
+    );
 }

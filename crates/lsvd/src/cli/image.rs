@@ -190,8 +190,8 @@ pub async fn import(
     quiet: bool,
 ) -> Result<()> {
     lsvd_engine::keys::validate_volume_name(name)?;
-    let (mut reader, input_bytes): (Box<dyn Read + Send>, Option<u64>) = if input == "-" {
-        (Box::new(std::io::stdin()), None)
+    let (mut source, input_bytes) = if input == "-" {
+        (Source::Stream(Box::new(std::io::stdin()), 0), None)
     } else {
         let f =
             File::open(input).map_err(|e| Error::local_io(format!("cannot open {input}"), e))?;
@@ -199,7 +199,15 @@ pub async fn import(
             .metadata()
             .map_err(|e| Error::local_io(format!("cannot stat {input}"), e))?
             .len();
-        (Box::new(f), Some(len))
+        (
+            Source::File {
+                file: f,
+                len,
+                at: 0,
+                data_end: 0,
+            },
+            Some(len),
+        )
     };
     let size_bytes = match (size, input_bytes) {
         (Some(s), _) => lsvd_core::size::parse_size(s)?,
@@ -222,7 +230,7 @@ pub async fn import(
     super::admin::create(common, name, &size_bytes.to_string(), compression, encrypt).await?;
     let what = format!("import {name}");
     let copied = super::snapshot::with_volume(common, name, async |vol| {
-        copy_in(vol, &mut reader, size_bytes, &what, quiet).await
+        copy_in(vol, &mut source, size_bytes, &what, quiet).await
     })
     .await;
     copied.map_err(|e| {
@@ -239,19 +247,15 @@ pub async fn import(
 
 async fn copy_in(
     vol: &Volume,
-    reader: &mut (dyn Read + Send),
+    source: &mut Source,
     size_bytes: u64,
     what: &str,
     quiet: bool,
 ) -> Result<()> {
     let mut progress = Progress::new(what, size_bytes, quiet);
     let mut buf = vec![0u8; CHUNK_BYTES as usize];
-    let (mut at, mut data_bytes) = (0u64, 0u64);
-    loop {
-        let n = read_full(reader, &mut buf)?;
-        if n == 0 {
-            break;
-        }
+    let (mut end, mut data_bytes) = (0u64, 0u64);
+    while let Some((at, n)) = source.next_chunk(&mut buf)? {
         if at + n as u64 > size_bytes {
             return Err(Error::bad_input(format!(
                 "the input is longer than --size {}",
@@ -278,22 +282,112 @@ async fn copy_in(
                 .await?;
             data_bytes += (i - start) as u64;
         }
-        at += n as u64;
-        progress.update(at);
-        if n < buf.len() {
-            break;
-        }
+        end = at + n as u64;
+        progress.update(end);
     }
+    let read = source.len().unwrap_or(end);
     vol.flush().await?;
     progress.finish(
-        at,
+        read,
         &format!(
-            "{} read, {} of it data written (zero blocks skipped)",
-            format_size(at),
+            "{} read, {} of it data written (zero blocks and holes skipped)",
+            format_size(read),
             format_size(data_bytes)
         ),
     );
     Ok(())
+}
+
+/// Where an import reads from.
+enum Source {
+    /// Standard input: read front to back; the offset reached.
+    Stream(Box<dyn Read + Send>, u64),
+    /// A file: only its data is read, its holes skipped (`SEEK_DATA`/`SEEK_HOLE`;
+    /// where the file system cannot say, all of it is data).
+    File {
+        file: File,
+        len: u64,
+        /// The next byte to read.
+        at: u64,
+        /// Where the data run being read ends (a hole or the end of the file).
+        data_end: u64,
+    },
+}
+
+impl Source {
+    fn len(&self) -> Option<u64> {
+        match self {
+            Source::Stream(..) => None,
+            Source::File { len, .. } => Some(*len),
+        }
+    }
+
+    /// The next chunk of the input: its offset and how many bytes of `buf` it filled
+    /// (whole 4 KiB blocks, except at the end of the input); `None` at the end.
+    fn next_chunk(&mut self, buf: &mut [u8]) -> Result<Option<(u64, usize)>> {
+        match self {
+            Source::Stream(reader, at) => {
+                let n = read_full(reader.as_mut(), buf)?;
+                let chunk = (n > 0).then_some((*at, n));
+                *at += n as u64;
+                Ok(chunk)
+            }
+            Source::File {
+                file,
+                len,
+                at,
+                data_end,
+            } => {
+                if *at >= *data_end {
+                    let Some((start, end)) = next_data(file, *at, *len) else {
+                        return Ok(None);
+                    };
+                    (*at, *data_end) = (start, end);
+                }
+                let n = (buf.len() as u64).min(*data_end - *at) as usize;
+                file.read_exact_at(&mut buf[..n], *at)
+                    .map_err(|e| Error::local_io("cannot read the image", e))?;
+                let chunk = (*at, n);
+                *at += n as u64;
+                Ok(Some(chunk))
+            }
+        }
+    }
+}
+
+/// The next run of data in `file` at or after `from` (4 KiB aligned, `from` is),
+/// as (start, end): the file system's data runs widened to whole blocks, the whole
+/// rest of the file where it cannot say. `None` past the last data.
+fn next_data(file: &File, from: u64, len: u64) -> Option<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    if from >= len {
+        return None;
+    }
+    let fd = file.as_raw_fd();
+    let block = BLOCK_BYTES as u64;
+    // SAFETY: lseek on a descriptor this function borrows; no memory is passed.
+    let data = unsafe { libc::lseek(fd, from as libc::off_t, libc::SEEK_DATA) };
+    if data < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            // No data at or after `from`.
+            Some(libc::ENXIO) => None,
+            // SEEK_DATA not supported here: read everything.
+            _ => Some((from, len)),
+        };
+    }
+    let start = (data as u64 / block * block).max(from);
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+    let end = if hole < 0 {
+        len
+    } else {
+        (hole as u64).div_ceil(block).saturating_mul(block).min(len)
+    };
+    Some(if end > start {
+        (start, end)
+    } else {
+        (start, len)
+    })
 }
 
 /// Keep room for two more chunks in the write log: an import writes faster than
