@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use lsvd_nbd::server::request_stats::{LATENCY_BUCKETS_SECS, RequestStats};
 use lsvd_nbd::{ConnectionStats, RefusalReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -492,6 +493,46 @@ pub fn render_connections(stats: &ConnectionStats) -> String {
     out
 }
 
+/// Each export's NBD requests by op: a histogram of the time from a request's header
+/// read to its reply queued for the client (its `_count` is the request count).
+pub fn render_requests(exports: &[(String, Arc<RequestStats>)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP lsvd_nbd_request_seconds NBD requests answered, by export and op, and the \
+         time from each request's arrival to its reply (this process)."
+    );
+    let _ = writeln!(out, "# TYPE lsvd_nbd_request_seconds histogram");
+    for (name, stats) in exports {
+        let volume = name.replace('\\', "\\\\").replace('"', "\\\"");
+        for k in stats.kinds() {
+            let labels = format!("volume=\"{volume}\",op=\"{}\"", k.kind);
+            for (bound, n) in LATENCY_BUCKETS_SECS.iter().zip(k.cumulative) {
+                let _ = writeln!(
+                    out,
+                    "lsvd_nbd_request_seconds_bucket{{{labels},le=\"{bound}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "lsvd_nbd_request_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+                k.count
+            );
+            let _ = writeln!(
+                out,
+                "lsvd_nbd_request_seconds_sum{{{labels}}} {}",
+                k.sum_secs
+            );
+            let _ = writeln!(
+                out,
+                "lsvd_nbd_request_seconds_count{{{labels}}} {}",
+                k.count
+            );
+        }
+    }
+    out
+}
+
 /// The store's own metrics (`ObjectStore::metrics`: the chain's tail reads and
 /// degraded mirrors), as `lsvd_store_*` labelled with the store's description.
 pub fn render_store(store: &dyn lsvd_store::ObjectStore) -> String {
@@ -516,11 +557,13 @@ pub async fn serve(
     connections: Arc<ConnectionStats>,
     store: lsvd_store::DynStore,
     throttles: Vec<Arc<crate::qos::Throttle>>,
+    requests: Vec<(String, Arc<RequestStats>)>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let render = move || {
         let mut body = render(&volumes);
         body.push_str(&crate::qos::throttle::render(&throttles));
+        body.push_str(&render_requests(&requests));
         body.push_str(&render_connections(&connections));
         body.push_str(&render_store(store.as_ref()));
         body
@@ -675,13 +718,25 @@ mod tests {
         );
         let text = render(std::slice::from_ref(&v))
             + &crate::qos::throttle::render(&[throttle])
+            + &render_requests(&[("v".to_string(), Arc::default())])
             + &render_connections(&ConnectionStats::default())
             + &render_store(&*store);
         v.shutdown().await.expect("shutdown");
-        let exported: std::collections::BTreeSet<&str> = text
+        // A histogram is queried by its series: NAME_bucket, NAME_sum, NAME_count.
+        let exported: std::collections::BTreeSet<String> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split_whitespace().next())
+            .flat_map(|l| {
+                let mut words = l.split_whitespace();
+                let name = words.next().unwrap_or_default().to_string();
+                match words.next() {
+                    Some("histogram") => ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .map(|s| format!("{name}{s}"))
+                        .collect(),
+                    _ => vec![name],
+                }
+            })
             .collect();
         let dashboard: serde_json::Value =
             serde_json::from_str(include_str!("../../../contrib/grafana/lsvd.json"))

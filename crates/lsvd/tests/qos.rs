@@ -108,6 +108,26 @@ fn limit_iops_holds_one_volume_and_spares_its_neighbour() {
     };
     assert!(waited("slow") > 1.0, "slow waited {}", waited("slow"));
     assert_eq!(waited("free"), 0.0);
+    // The request metrics count what fio sent, and a request's time includes its
+    // wait for the limit.
+    let requests = |volume: &str, series: &str| {
+        sample(
+            &metrics,
+            &format!("lsvd_nbd_request_seconds_{series}{{volume=\"{volume}\",op=\"write\"}}"),
+        )
+    };
+    let count = requests("slow", "count");
+    assert!(
+        count >= 0.9 * slow * 6.0,
+        "slow: {count} writes counted, fio saw {slow:.0}/s"
+    );
+    assert!(requests("free", "count") >= 0.9 * free * 6.0);
+    assert!(
+        requests("slow", "sum") >= waited("slow"),
+        "slow: {} s answering writes, {} s of it throttled",
+        requests("slow", "sum"),
+        waited("slow")
+    );
     assert_eq!(
         sample(
             &metrics,

@@ -32,6 +32,7 @@
 mod negotiate;
 pub(crate) mod reply;
 mod request;
+pub mod request_stats;
 mod session;
 mod threads;
 pub mod tls;
@@ -338,6 +339,8 @@ pub struct Server<D: BlockDevice> {
     limits: Limits,
     notices: Option<Notices>,
     stats: Arc<ConnectionStats>,
+    /// Each export's request counts and latencies, in `exports` order.
+    requests: Vec<Arc<request_stats::RequestStats>>,
     /// [`Limits::max_server_in_flight_bytes`], shared by every connection.
     server_budget: Arc<Semaphore>,
     /// Lines about clients turned away, at most one a second.
@@ -372,6 +375,7 @@ impl<D: BlockDevice> Server<D> {
             ..limits
         };
         Server {
+            requests: exports.iter().map(|_| Arc::default()).collect(),
             exports,
             limits,
             notices: None,
@@ -422,6 +426,15 @@ impl<D: BlockDevice> Server<D> {
     /// The connection counters of [`Server::serve`].
     pub fn connection_stats(&self) -> Arc<ConnectionStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// Each export's request counts and latencies (name, numbers), in export order.
+    pub fn request_stats(&self) -> Vec<(String, Arc<request_stats::RequestStats>)> {
+        self.exports
+            .iter()
+            .zip(&self.requests)
+            .map(|(e, r)| (e.name.clone(), Arc::clone(r)))
+            .collect()
     }
 
     pub fn exports(&self) -> &[Export<D>] {
@@ -675,6 +688,11 @@ impl<D: BlockDevice> Server<D> {
             limits: self.limits,
             busy_poll,
             stats: Arc::clone(&self.stats),
+            requests: self
+                .requests
+                .get(negotiated.export)
+                .map(Arc::clone)
+                .unwrap_or_default(),
             server_budget: Arc::clone(&self.server_budget),
             notices: self.notices.clone(),
             peer: peer_name.to_string(),

@@ -97,6 +97,21 @@ pub(crate) fn result_reply(cookie: u64, structured: bool, result: &io::Result<()
     }
 }
 
+/// When a request came in, to count it in its export's numbers once answered.
+#[derive(Clone)]
+pub(crate) struct Timing {
+    pub(crate) stats: std::sync::Arc<super::request_stats::RequestStats>,
+    pub(crate) kind: usize,
+    pub(crate) received: std::time::Instant,
+}
+
+impl Timing {
+    /// The request is answered now.
+    pub(crate) fn done(&self) {
+        self.stats.record(self.kind, self.received.elapsed());
+    }
+}
+
 /// A request a device may take with [`crate::BlockDevice::start`]: the commands that
 /// carry no reply data. Lengths are non-zero; the server answers empty ones itself.
 #[derive(Debug)]
@@ -124,6 +139,8 @@ pub enum StartOp {
 /// waiting for a reply that will not come.
 pub struct Completion {
     cookie: u64,
+    /// Counted in the export's request numbers when answered.
+    timing: Option<Timing>,
     structured: bool,
     replies: mpsc::Sender<Reply>,
     budget: Option<Budget>,
@@ -144,11 +161,12 @@ impl Completion {
         cookie: u64,
         structured: bool,
         replies: mpsc::Sender<Reply>,
-        budget: Option<Budget>,
-        in_flight: OwnedSemaphorePermit,
+        (budget, in_flight): (Option<Budget>, OwnedSemaphorePermit),
+        timing: Option<Timing>,
     ) -> Self {
         Completion {
             cookie,
+            timing,
             structured,
             replies,
             budget,
@@ -175,6 +193,9 @@ impl Completion {
 
     fn answer(&mut self, result: &io::Result<()>) {
         self.answered = true;
+        if let Some(t) = self.timing.take() {
+            t.done();
+        }
         let mut reply = result_reply(self.cookie, self.structured, result);
         reply.budget = self.budget.take();
         let in_flight = self.in_flight.take();

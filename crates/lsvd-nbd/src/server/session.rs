@@ -35,7 +35,9 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 
-use super::reply::{Budget, Completion, Reply, StartOp, error_reply, read_reply, result_reply};
+use super::reply::{
+    Budget, Completion, Reply, StartOp, Timing, error_reply, read_reply, result_reply,
+};
 use super::request::{ExportParams, MetaContexts, Op, Rejection, validate};
 use super::{
     ConnectionStats, Limits, MAX_DISCARDED_PAYLOAD_BYTES, MAX_REPLY_EXTENTS, NoticeLimiter,
@@ -184,6 +186,8 @@ pub(crate) struct Context {
     /// `Server::with_busy_poll`, connection threads only).
     pub busy_poll: Duration,
     pub stats: Arc<ConnectionStats>,
+    /// The export's request counts and latencies.
+    pub requests: Arc<super::request_stats::RequestStats>,
     /// `Limits::max_server_in_flight_bytes`, shared by the server's connections.
     pub server_budget: Arc<Semaphore>,
     pub notices: Option<Notices>,
@@ -364,6 +368,7 @@ impl<D: BlockDevice> Conn<D> {
                 Ok(hdr) => hdr,
                 Err(e) => return End::Abort(e.into()),
             };
+            let received = Instant::now();
             if hdr.command == Command::Disc {
                 return End::Drain;
             }
@@ -498,11 +503,21 @@ impl<D: BlockDevice> Conn<D> {
                 }
             };
             let structured = self.params.structured;
+            let timing = Timing {
+                stats: Arc::clone(&self.context.requests),
+                kind: super::request_stats::kind_of(&op),
+                received,
+            };
             // Writes, flushes and trims the device takes with a completion need no task.
             let (op, payload, budget, in_flight) = match startable(op, payload) {
                 Ok(start) => {
-                    let done =
-                        Completion::new(hdr.cookie, structured, self.tx.clone(), budget, in_flight);
+                    let done = Completion::new(
+                        hdr.cookie,
+                        structured,
+                        self.tx.clone(),
+                        (budget, in_flight),
+                        Some(timing.clone()),
+                    );
                     match self.device.start(start, done) {
                         Ok(()) => {
                             self.started.store(true, Ordering::Relaxed);
@@ -530,6 +545,7 @@ impl<D: BlockDevice> Conn<D> {
                     contexts: &contexts,
                 };
                 let mut reply = execute(&*device, request, payload).await;
+                timing.done();
                 reply.budget = budget;
                 // If the writer is gone the client is too; nothing to do with the reply.
                 let _ = tx.send(reply).await;

@@ -497,6 +497,7 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             server.connection_stats(),
             store.clone(),
             throttles.clone(),
+            server.request_stats(),
             shutdown_rx.clone(),
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
