@@ -23,7 +23,11 @@ use lsvd_core::format::snapshot::decode_snapshot;
 use lsvd_core::format::volume_meta::decode_volume_meta;
 use lsvd_core::format::volume_super::decode_volume_super;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::Common;
+use super::progress::Progress;
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_engine::keys::{parse_object_name, parse_super_name};
 use lsvd_store::chain::add_drive::add_drive;
@@ -48,7 +52,11 @@ pub enum ChainCommand {
     ///
     /// Example: lsvd --store chain:/mnt/d0/lsvd+/mnt/m0/lsvd,/mnt/d1/lsvd+/mnt/m1/lsvd chain rebuild
     #[command(verbatim_doc_comment)]
-    Rebuild,
+    Rebuild {
+        /// No progress lines (the report is still printed).
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Add a drive at the end of a chain: the chain grows by one position, and client
     /// writes move onto it when the drives before it are full.
     ///
@@ -73,7 +81,7 @@ pub enum ChainCommand {
 
 pub async fn run(common: &Common, command: ChainCommand) -> Result<()> {
     match command {
-        ChainCommand::Rebuild => rebuild_command(common).await,
+        ChainCommand::Rebuild { quiet } => rebuild_command(common, quiet).await,
         ChainCommand::AddDrive { drive } => add_drive_command(common, &drive).await,
     }
 }
@@ -133,7 +141,7 @@ fn drive_store(url: &str, stripe_too: bool) -> Result<(Layout, DriveSpec)> {
     )))
 }
 
-async fn rebuild_command(common: &Common) -> Result<()> {
+async fn rebuild_command(common: &Common, quiet: bool) -> Result<()> {
     let _lock = super::serve::lock_for_offline(common, "rebuild the chain's copies")?;
     let (layout, spec) = drive_store(&common.store, true)?;
     if spec.dirs.iter().all(|copies| copies.len() < 2) {
@@ -143,9 +151,32 @@ async fn rebuild_command(common: &Common) -> Result<()> {
         );
         return Ok(());
     }
-    let report = tokio::task::spawn_blocking(move || rebuild(&spec, layout, &verify_key))
+    // Progress: the bytes of every file compared so far (the total is not known up
+    // front: the copies are listed a drive at a time).
+    let compared = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let compared = compared.clone();
+        let mut shown = Progress::new("chain rebuild", 0, quiet);
+        tokio::spawn(async move {
+            use lsvd_store::clock::{Clock, SystemClock};
+            let clock = SystemClock::new();
+            loop {
+                clock.sleep(std::time::Duration::from_millis(200)).await;
+                shown.update(compared.load(Ordering::Relaxed));
+            }
+        })
+    };
+    let counted = compared.clone();
+    let verify = move |key: &str, bytes: &[u8]| {
+        counted.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        verify_key(key, bytes)
+    };
+    let report = tokio::task::spawn_blocking(move || rebuild(&spec, layout, &verify))
         .await
-        .map_err(|e| Error::with_source(ErrorKind::Transient, "rebuild task failed", e))??;
+        .map_err(|e| Error::with_source(ErrorKind::Transient, "rebuild task failed", e));
+    ticker.abort();
+    Progress::new("", 0, quiet).clear();
+    let report = report??;
     for line in &report.repaired {
         println!("repaired: {line}");
     }

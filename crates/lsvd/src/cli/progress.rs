@@ -100,6 +100,15 @@ impl Progress {
     fn line(&self, done_bytes: u64, elapsed: Duration) -> String {
         let secs = elapsed.as_secs_f64().max(1e-3);
         let rate = done_bytes as f64 / secs;
+        if self.total_bytes == 0 {
+            // How much there is is not known: how far and how fast only.
+            return format!(
+                "lsvd: {}: {} so far, {}/s",
+                self.what,
+                format_size(done_bytes),
+                format_size(rate as u64)
+            );
+        }
         let left = self.total_bytes.saturating_sub(done_bytes);
         let eta = if rate > 0.0 {
             format!("{:.0} s left", left as f64 / rate)
@@ -130,5 +139,8 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("512.0 MiB/s, 6 s left"), "{line}");
+        let unknown = Progress::new("chain rebuild", 0, false);
+        let line = unknown.line(3 << 20, Duration::from_secs(2));
+        assert_eq!(line, "lsvd: chain rebuild: 3.0 MiB so far, 1.5 MiB/s");
     }
 }
