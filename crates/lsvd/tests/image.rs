@@ -175,8 +175,29 @@ fn a_snapshot_exports_beside_the_server_of_its_volume() {
         &server.uri("vol"),
         "h = connect()\nh.pwrite(b'A' * 65536, 20 << 20)\nh.pwrite(b'A' * 4096, 0)\nh.flush()",
     );
+    // What an export killed mid-way left: its process is gone, so the next export
+    // removes it (a live one's is kept: this test's own process stands for one).
+    let dead = {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("run true");
+        let pid = child.id();
+        child.wait().expect("wait for true");
+        pid
+    };
+    let stale = lsvd.data.join(format!(".export-{dead}-vol@s1"));
+    let live = lsvd
+        .data
+        .join(format!(".export-{}-vol@s1", std::process::id()));
+    for d in [&stale, &live] {
+        std::fs::create_dir_all(d).expect("make a scratch dir");
+        std::fs::write(d.join("vol@s1.wlog"), b"left").expect("write in it");
+    }
     let snap = dir.join("s1.img");
     let out = lsvd.run_ok(&["export", "vol@s1", arg(&snap)]);
+    assert!(!stale.exists(), "a dead export's scratch dir was left");
+    assert!(live.exists(), "a live export's scratch dir was removed");
+    std::fs::remove_dir_all(&live).expect("remove");
     assert!(
         stderr(&out).contains("exported"),
         "{}",

@@ -64,9 +64,7 @@ pub async fn export_diff(
     let record = lsvd_engine::read_snapshot(&unlocked, &meta, snap).await?;
     // A snapshot never changes: it is read beside a server that serves the volume,
     // from a data directory of its own (removed afterwards).
-    let scratch = common
-        .data
-        .join(format!(".export-diff-{}-{source}", std::process::id()));
+    let scratch = super::image::scratch_dir(&common.data, &format!("diff-{source}"));
     let config = EngineConfig {
         log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
         read_cache_bytes: 0,

@@ -92,6 +92,40 @@ impl Sink {
     }
 }
 
+/// The scratch directory a snapshot export opens its snapshot in: `data/.export-PID-WHAT`,
+/// removed when it ends. One left by an export that was killed (its process gone) is
+/// removed first.
+pub(super) fn scratch_dir(data: &Path, what: &str) -> std::path::PathBuf {
+    remove_stale_scratch(data);
+    data.join(format!(".export-{}-{what}", std::process::id()))
+}
+
+/// Remove `.export-PID-*` directories under `data` whose process no longer runs.
+fn remove_stale_scratch(data: &Path) {
+    let Ok(entries) = std::fs::read_dir(data) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(".export-")) else {
+            continue;
+        };
+        let Some(pid) = rest
+            .split_once('-')
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+            .filter(|&pid| pid > 0)
+        else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 sends nothing; it only asks whether `pid` exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Refuse to write over an existing regular file `out`.
 pub(super) fn refuse_existing(out: &str) -> Result<()> {
     Sink::check(out)
@@ -108,9 +142,7 @@ pub async fn export(common: &Common, source: &str, out: &str, quiet: bool) -> Re
         Some(snap) => {
             let store = super::admin::store(common)?;
             let unlocked = super::admin::unlocked(common, &store, source).await?;
-            let scratch = common
-                .data
-                .join(format!(".export-{}-{}", std::process::id(), source));
+            let scratch = scratch_dir(&common.data, source);
             let config = EngineConfig {
                 log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
                 read_cache_bytes: 0,
