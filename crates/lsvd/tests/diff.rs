@@ -239,6 +239,27 @@ fn a_diff_that_does_not_fit_or_is_damaged_changes_nothing() {
         "a refused export-diff leaves no file"
     );
     server.stop_clean();
+    // A full disk under the output: one line, exit 1.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("open /dev/full");
+    let out = lsvd
+        .cmd(["export-diff", "src@b", "--from-snap", "a", "-"])
+        .stdout(full)
+        .output()
+        .expect("export-diff to /dev/full");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        show("to a full disk", &out)
+    );
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "{}",
+        show("to a full disk", &out)
+    );
 
     // The step diff on a volume that does not exist, or that has no snapshot 'a'.
     let dst = Lsvd::new(dir.join("dst-data"));
@@ -297,6 +318,29 @@ fn a_diff_that_does_not_fit_or_is_damaged_changes_nothing() {
         stderr(&out).contains("not a whole lsvd diff"),
         "{}",
         show("cut", &out)
+    );
+    // From standard input a cut is found only where it is: here after the data, so
+    // the volume holds part of the diff (the error says so) and the diff no longer fits.
+    let piped = Lsvd::new(dir.join("piped-data"));
+    piped.run_ok(&["import-diff", arg(&whole), "dst", "--quiet"]);
+    let bytes = std::fs::read(&step).expect("read");
+    std::fs::write(&bad, &bytes[..bytes.len() - 24]).expect("write");
+    let out = piped
+        .cmd(["import-diff", "-", "dst"])
+        .stdin(std::fs::File::open(&bad).expect("open"))
+        .output()
+        .expect("import-diff from stdin");
+    assert!(!out.status.success(), "{}", show("cut stdin", &out));
+    assert!(
+        stderr(&out).contains("now holds part of the diff"),
+        "{}",
+        show("cut stdin", &out)
+    );
+    let out = piped.run(&["import-diff", arg(&step), "dst"]);
+    assert!(
+        stderr(&out).contains("was written since its snapshot 'a'"),
+        "{}",
+        show("after a cut stdin", &out)
     );
     // Nothing was applied: the good diff still fits, and brings 'b'.
     fresh.run_ok(&["import-diff", arg(&step), "dst", "--quiet"]);
