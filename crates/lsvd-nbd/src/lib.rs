@@ -33,6 +33,21 @@ pub struct AllocationExtent {
     pub flags: u32,
 }
 
+/// Append `length_bytes` with `flags` to a BLOCK_STATUS answer, merged into the last
+/// extent when its flags are the same (lengths saturate: the server cuts an answer to
+/// the request's length anyway).
+pub fn push_extent(extents: &mut Vec<AllocationExtent>, length_bytes: u32, flags: u32) {
+    match extents.last_mut() {
+        Some(last) if last.flags == flags => {
+            last.length_bytes = last.length_bytes.saturating_add(length_bytes);
+        }
+        _ => extents.push(AllocationExtent {
+            length_bytes,
+            flags,
+        }),
+    }
+}
+
 pub const STATE_HOLE: u32 = 1;
 pub const STATE_ZERO: u32 = 2;
 /// `qemu:dirty-bitmap:*`: the extent changed since the bitmap's start (bit 0).

@@ -254,13 +254,7 @@ impl BlockDevice for MemDevice {
                 0
             };
             let len = (end - pos) as u32; // at most GRANULE
-            match extents.last_mut() {
-                Some(last) if last.flags == flags => last.length_bytes += len,
-                _ => extents.push(AllocationExtent {
-                    length_bytes: len,
-                    flags,
-                }),
-            }
+            crate::push_extent(&mut extents, len, flags);
             pos = end;
         }
         Ok(extents)
@@ -301,13 +295,7 @@ impl BlockDevice for MemDevice {
             let end = ((g + 1) * GRANULE).min(r.end);
             let flags = if bits[g] { STATE_DIRTY } else { 0 };
             let len = (end - pos) as u32; // at most GRANULE
-            match extents.last_mut() {
-                Some(last) if last.flags == flags => last.length_bytes += len,
-                _ => extents.push(AllocationExtent {
-                    length_bytes: len,
-                    flags,
-                }),
-            }
+            crate::push_extent(&mut extents, len, flags);
             pos = end;
         }
         Ok(extents)

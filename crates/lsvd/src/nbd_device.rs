@@ -289,13 +289,7 @@ impl BlockDevice for NbdVolume {
                     STATE_HOLE | STATE_ZERO
                 };
                 // Lengths add up to at most `length`, a u32.
-                match extents.last_mut() {
-                    Some(last) if last.flags == flags => last.length_bytes += bytes as u32,
-                    _ => extents.push(AllocationExtent {
-                        length_bytes: bytes as u32,
-                        flags,
-                    }),
-                }
+                lsvd_nbd::push_extent(&mut extents, bytes as u32, flags);
             }
             at += n;
         }

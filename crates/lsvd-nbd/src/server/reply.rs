@@ -98,7 +98,6 @@ pub(crate) fn result_reply(cookie: u64, structured: bool, result: &io::Result<()
 }
 
 /// When a request came in, to count it in its export's numbers once answered.
-#[derive(Clone)]
 pub(crate) struct Timing {
     pub(crate) stats: std::sync::Arc<super::request_stats::RequestStats>,
     pub(crate) kind: usize,
@@ -177,13 +176,13 @@ impl Completion {
 
     /// A request the device declined: the server runs it on a task, under the same
     /// bounds.
-    pub(crate) fn into_permits(mut self) -> (Option<Budget>, OwnedSemaphorePermit) {
+    pub(crate) fn into_permits(mut self) -> (Option<Budget>, OwnedSemaphorePermit, Option<Timing>) {
         self.answered = true;
         let in_flight = self
             .in_flight
             .take()
             .expect("a completion holds its in-flight permit until it answers");
-        (self.budget.take(), in_flight)
+        (self.budget.take(), in_flight, self.timing.take())
     }
 
     /// Answer the request with `result`.

@@ -509,14 +509,14 @@ impl<D: BlockDevice> Conn<D> {
                 received,
             };
             // Writes, flushes and trims the device takes with a completion need no task.
-            let (op, payload, budget, in_flight) = match startable(op, payload) {
+            let (op, payload, budget, in_flight, timing) = match startable(op, payload) {
                 Ok(start) => {
                     let done = Completion::new(
                         hdr.cookie,
                         structured,
                         self.tx.clone(),
                         (budget, in_flight),
-                        Some(timing.clone()),
+                        Some(timing),
                     );
                     match self.device.start(start, done) {
                         Ok(()) => {
@@ -525,12 +525,12 @@ impl<D: BlockDevice> Conn<D> {
                         }
                         Err((start, done)) => {
                             let (op, payload) = unstart(start);
-                            let (budget, in_flight) = done.into_permits();
-                            (op, payload, budget, in_flight)
+                            let (budget, in_flight, timing) = done.into_permits();
+                            (op, payload, budget, in_flight, timing)
                         }
                     }
                 }
-                Err((op, payload)) => (op, payload, budget, in_flight),
+                Err((op, payload)) => (op, payload, budget, in_flight, Some(timing)),
             };
             let device = Arc::clone(&self.device);
             let tx = self.tx.clone();
@@ -545,7 +545,9 @@ impl<D: BlockDevice> Conn<D> {
                     contexts: &contexts,
                 };
                 let mut reply = execute(&*device, request, payload).await;
-                timing.done();
+                if let Some(t) = timing {
+                    t.done();
+                }
                 reply.budget = budget;
                 // If the writer is gone the client is too; nothing to do with the reply.
                 let _ = tx.send(reply).await;

@@ -119,15 +119,7 @@ pub(super) async fn status(
             // Runs add up to `n`, and the extents to at most `length`, a u32 (the
             // server cuts anything longer).
             let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
-            match extents.last_mut() {
-                Some(last) if last.flags == flags => {
-                    last.length_bytes = last.length_bytes.saturating_add(bytes);
-                }
-                _ => extents.push(AllocationExtent {
-                    length_bytes: bytes,
-                    flags,
-                }),
-            }
+            lsvd_nbd::push_extent(&mut extents, bytes, flags);
         }
         at += n;
     }
