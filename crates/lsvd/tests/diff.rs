@@ -355,3 +355,46 @@ fn a_diff_that_does_not_fit_or_is_damaged_changes_nothing() {
     );
     assert!(got[65536..MIB as usize].iter().all(|&b| b == 0));
 }
+
+/// A diff file on a filesystem that fills up: one line (exit 1), and no half diff
+/// left to be found (SEMANTICS: "a failed export-diff removes the partial file").
+#[test]
+fn an_export_diff_that_fills_its_disk_leaves_no_file() {
+    require_tools(&["nbdsh"]);
+    let test = "an_export_diff_that_fills_its_disk_leaves_no_file";
+    let dir = TempDir::new("diff-full-disk");
+    let Some(fs) = SmallTmpfs::mount(&dir.join("fs"), 1, test) else {
+        return;
+    };
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("src", "64M");
+    let mut server = lsvd.serve(&dir.join("src.sock"), &["src"]);
+    let payload = dir.join("payload");
+    std::fs::write(&payload, random_bytes(7, 4 * MIB as usize)).expect("write");
+    nbdsh(
+        &server.uri("src"),
+        &format!(
+            "h = connect()\nh.pwrite(open('{}', 'rb').read(), 0)\nh.flush()",
+            payload.display()
+        ),
+    );
+    lsvd.run_ok(&["snapshot", "create", "src", "s"]);
+    server.stop_clean();
+    let out_file = fs.path().join("s.diff");
+    let out = lsvd.run(&["export-diff", "src@s", arg(&out_file)]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        show("to a full disk", &out)
+    );
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "{}",
+        show("to a full disk", &out)
+    );
+    assert!(
+        !out_file.exists(),
+        "a partial diff was left on the full disk"
+    );
+}

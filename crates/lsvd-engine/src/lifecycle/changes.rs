@@ -17,6 +17,7 @@ use lsvd_core::changes::{Baseline, Change, Now, Written};
 use lsvd_core::error::{Error, ErrorKind, Result};
 use lsvd_core::extent_map::{ExtentMap, Piece};
 use lsvd_core::format::object::{ObjectExtent, ObjectKind};
+use lsvd_core::format::snapshot::SnapshotRecord;
 use lsvd_core::log_map::LogLoc;
 use lsvd_core::store_state::ObjLoc;
 
@@ -70,14 +71,13 @@ impl Volume {
             });
         };
         let record = read_snapshot(&shared.store, &shared.meta, snap).await?;
-        if let Some(own) = &shared.snapshot {
-            let own = read_snapshot(&shared.store, &shared.meta, own).await?;
-            if own.through_seq < record.through_seq {
-                return Err(Error::bad_input(format!(
-                    "snapshot '{snap}' is newer than '{}': compare a snapshot with an older one",
-                    own.name
-                )));
-            }
+        if let Some(own) = self.snapshot_record().await?
+            && own.through_seq < record.through_seq
+        {
+            return Err(Error::bad_input(format!(
+                "snapshot '{snap}' is newer than '{}': compare a snapshot with an older one",
+                own.name
+            )));
         }
         let state = snapshot_state(&shared.store, &shared.meta, &record).await?;
         let mapped = ExtentMap::from_sorted(state.map().iter().map(|p| Piece {
@@ -128,6 +128,16 @@ impl Volume {
             .into_iter()
             .map(|(sectors, c)| (sectors * SECTOR_BYTES, c))
             .collect())
+    }
+
+    /// The record of the snapshot this handle reads (`None` for the volume itself).
+    pub async fn snapshot_record(&self) -> Result<Option<SnapshotRecord>> {
+        match &self.shared.snapshot {
+            Some(name) => Ok(Some(
+                read_snapshot(&self.shared.store, &self.shared.meta, name).await?,
+            )),
+            None => Ok(None),
+        }
     }
 
     /// The names of this volume's snapshots, oldest first.

@@ -19,7 +19,7 @@ use lsvd_core::format::diff::{
     DiffDecoder, DiffEncoder, DiffHeader, DiffRecord, encode_diff_header,
 };
 use lsvd_core::size::format_size;
-use lsvd_engine::{Change, ChangeBase, EngineConfig, Volume};
+use lsvd_engine::{Change, ChangeBase, Volume};
 
 use super::Common;
 use super::progress::Progress;
@@ -58,52 +58,30 @@ pub async fn export_diff(
         lsvd_engine::validate_snapshot_name(base)?;
     }
     super::image::refuse_existing(out)?;
-    let store = super::admin::store(common)?;
-    let unlocked = super::admin::unlocked(common, &store, source).await?;
-    let meta = lsvd_engine::read_meta(&unlocked, volume).await?;
-    let record = lsvd_engine::read_snapshot(&unlocked, &meta, snap).await?;
-    // A snapshot never changes: it is read beside a server that serves the volume,
-    // from a data directory of its own (removed afterwards).
-    let scratch = super::image::scratch_dir(&common.data, &format!("diff-{source}"));
-    let config = EngineConfig {
-        log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
-        read_cache_bytes: 0,
-        ..EngineConfig::default()
-    };
-    let opened = lsvd_engine::open_snapshot(unlocked, volume, snap, &scratch, config).await;
-    let result = match opened {
-        Ok((vol, _)) => {
-            let written = async {
-                let base = vol.change_base(from).await?;
-                let header = DiffHeader {
-                    volume: meta.volume,
-                    size_bytes: vol.size_bytes(),
-                    created_unix_ms: lsvd_engine::now_unix_ms(),
-                    from_snapshot: from.map(str::to_string),
-                    from_through_seq: if from.is_some() {
-                        base.through_seq()
-                    } else {
-                        0
-                    },
-                    to_snapshot: snap.to_string(),
-                    to_through_seq: record.through_seq,
-                };
-                write_diff(&vol, &base, &header, out, quiet).await
-            }
-            .await;
-            let _ = vol.shutdown().await;
-            written
-        }
-        Err(e) => Err(e),
-    };
-    let _ = std::fs::remove_dir_all(&scratch);
-    if result.is_err() && out != "-" {
-        // Half a diff is no diff: do not leave one to be found.
-        let _ = std::fs::remove_file(out);
-    }
-    result
+    let what = format!("diff-{source}");
+    super::image::with_snapshot(common, volume, snap, &what, async |vol| {
+        let base = vol.change_base(from).await?;
+        let to_through_seq = vol.snapshot_record().await?.map_or(0, |r| r.through_seq);
+        let header = DiffHeader {
+            volume: vol.meta().volume,
+            size_bytes: vol.size_bytes(),
+            created_unix_ms: lsvd_engine::now_unix_ms(),
+            from_snapshot: from.map(str::to_string),
+            from_through_seq: if from.is_some() {
+                base.through_seq()
+            } else {
+                0
+            },
+            to_snapshot: snap.to_string(),
+            to_through_seq,
+        };
+        write_diff(vol, &base, &header, out, quiet).await
+    })
+    .await
 }
 
+/// Write the diff to `out`; a file this made is removed again if it fails (half a
+/// diff is no diff: do not leave one to be found).
 async fn write_diff(
     vol: &Volume,
     base: &ChangeBase,
@@ -122,6 +100,21 @@ async fn write_diff(
                 .map_err(|e| Error::local_io(format!("cannot create {out}"), e))?,
         )
     };
+    let written = write_records(vol, base, header, out, sink, quiet).await;
+    if written.is_err() && out != "-" {
+        let _ = std::fs::remove_file(out);
+    }
+    written
+}
+
+async fn write_records(
+    vol: &Volume,
+    base: &ChangeBase,
+    header: &DiffHeader,
+    out: &str,
+    sink: Box<dyn Write>,
+    quiet: bool,
+) -> Result<()> {
     let mut sink = BufWriter::with_capacity(RECORD_BYTES as usize, sink);
     let put = |sink: &mut BufWriter<Box<dyn Write>>, bytes: &[u8]| {
         sink.write_all(bytes)

@@ -140,25 +140,10 @@ pub async fn export(common: &Common, source: &str, out: &str, quiet: bool) -> Re
         // A snapshot never changes: it is read beside a server that serves the volume,
         // from a data directory of its own (removed afterwards).
         Some(snap) => {
-            let store = super::admin::store(common)?;
-            let unlocked = super::admin::unlocked(common, &store, source).await?;
-            let scratch = scratch_dir(&common.data, source);
-            let config = EngineConfig {
-                log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
-                read_cache_bytes: 0,
-                ..EngineConfig::default()
-            };
-            let opened = lsvd_engine::open_snapshot(unlocked, volume, snap, &scratch, config).await;
-            let result = match opened {
-                Ok((vol, _)) => {
-                    let copied = copy_out(&vol, out, source, quiet).await;
-                    let _ = vol.shutdown().await;
-                    copied
-                }
-                Err(e) => Err(e),
-            };
-            let _ = std::fs::remove_dir_all(&scratch);
-            result
+            with_snapshot(common, volume, snap, source, async |vol| {
+                copy_out(vol, out, source, quiet).await
+            })
+            .await
         }
         None => {
             super::snapshot::with_volume(common, volume, async |vol| {
@@ -167,6 +152,37 @@ pub async fn export(common: &Common, source: &str, out: &str, quiet: bool) -> Re
             .await
         }
     }
+}
+
+/// Open snapshot `snap` of `volume` read-only and run `f` on it. A snapshot never
+/// changes, so it is read beside a server that serves the volume, from a scratch data
+/// directory of its own (`what` names it), removed afterwards.
+pub(super) async fn with_snapshot<T>(
+    common: &Common,
+    volume: &str,
+    snap: &str,
+    what: &str,
+    f: impl AsyncFnOnce(&Volume) -> Result<T>,
+) -> Result<T> {
+    let store = super::admin::store(common)?;
+    let unlocked = super::admin::unlocked(common, &store, volume).await?;
+    let scratch = scratch_dir(&common.data, what);
+    let config = EngineConfig {
+        log_size_bytes: lsvd_engine::MIN_LOG_SIZE_BYTES,
+        read_cache_bytes: 0,
+        ..EngineConfig::default()
+    };
+    let opened = lsvd_engine::open_snapshot(unlocked, volume, snap, &scratch, config).await;
+    let result = match opened {
+        Ok((vol, _)) => {
+            let done = f(&vol).await;
+            let _ = vol.shutdown().await;
+            done
+        }
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
 }
 
 /// Write `vol` to `out` (made only now that the volume is open).
