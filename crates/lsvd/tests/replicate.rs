@@ -138,6 +138,10 @@ fn replicate_follow_killed_at_seeded_points_leaves_prefixes() {
             "50",
             "--checkpoint-every",
             "4",
+            // A copy of the replica names this server as the volume's holder: serving
+            // it (`replica_blocks`) waits this long for the lease to lapse.
+            "--lease-timeout",
+            "1s",
         ],
     );
     let target = store_url_for(&dir.join("replica"));
