@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's test entry point: install the test tools, check formatting and lints,
-# run every test once (the crash oracle's process and power-loss kinds twice, the
-# second time on a mirrored chain store, and its process kinds on an encrypted,
-# compressed volume), fuzz every parser briefly (scripts/fuzz.sh),
-# then run the end-to-end tests again against a real S3 server (scripts/test-s3.sh),
-# and the GCS and Azure stores against their emulators (scripts/test-cloud.sh).
+# run every test once (`cargo test --workspace`), then, side by side: the crash
+# oracle's process and power-loss kinds on a mirrored chain store and its process
+# kinds on an encrypted, compressed volume, the end-to-end tests against a real S3
+# server (scripts/test-s3.sh), the GCS and Azure stores against their emulators
+# (scripts/test-cloud.sh), and a short fuzz run of every parser (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,21 +22,55 @@ start=$SECONDS
 # own versitygw: required, not skipped, since install-test-deps.sh built it.
 LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
 echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
-# The crash oracle's process and power-loss kinds again with every volume on a
-# mirrored chain of three small drives (`chain:` store, LSVD_TEST_STORE=chain).
+# The passes after it mostly wait on processes (servers killed and restarted, leases
+# lapsing, emulators answering), so they run side by side, each into its own log,
+# printed whole when it ends: the oracle's kinds on other stores, the S3 pass, the
+# cloud emulators, and the short fuzz run (its build is the one CPU-heavy part).
+logs=target/ci-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+names=()
+pids=()
+side() {
+    local name=$1
+    shift
+    "$@" >"$logs/$name.log" 2>&1 &
+    pids+=($!)
+    names+=("$name")
+}
+oracle_passes() {
+    local start=$SECONDS
+    # The crash oracle's process and power-loss kinds again with every volume on a
+    # mirrored chain of three small drives (`chain:` store, LSVD_TEST_STORE=chain).
+    LSVD_TEST_STORE=chain LSVD_ORACLE_POINTS=20 \
+        cargo test -p lsvd --locked --test crash_oracle -- process_ power_loss
+    echo "test: the chain-store oracle pass took $((SECONDS - start)) s" >&2
+    # The process and takeover kinds again on an encrypted, lz4-compressed volume.
+    start=$SECONDS
+    LSVD_ORACLE_ENCRYPT=1 LSVD_ORACLE_COMPRESSION=lz4 LSVD_ORACLE_POINTS=10 \
+        cargo test -p lsvd --locked --test crash_oracle -- process_ takeover_sigkill
+    echo "test: the encrypted, compressed oracle pass took $((SECONDS - start)) s" >&2
+}
 start=$SECONDS
-LSVD_TEST_STORE=chain LSVD_ORACLE_POINTS=20 \
-    cargo test -p lsvd --locked --test crash_oracle -- process_ power_loss
-echo "test: the chain-store oracle pass took $((SECONDS - start)) s" >&2
-# The process and takeover kinds again on an encrypted, lz4-compressed volume (short).
-start=$SECONDS
-LSVD_ORACLE_ENCRYPT=1 LSVD_ORACLE_COMPRESSION=lz4 LSVD_ORACLE_POINTS=10 \
-    cargo test -p lsvd --locked --test crash_oracle -- process_ takeover_sigkill
-echo "test: the encrypted, compressed oracle pass took $((SECONDS - start)) s" >&2
+side oracle oracle_passes
+side s3 bash scripts/test-s3.sh
+side cloud bash scripts/test-cloud.sh
 # Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
 # (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).
-start=$SECONDS
-bash scripts/fuzz.sh
-echo "test: short fuzz run took $((SECONDS - start)) s" >&2
-bash scripts/test-s3.sh
-bash scripts/test-cloud.sh
+side fuzz bash scripts/fuzz.sh
+failed=()
+for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then
+        status=passed
+    else
+        status=FAILED
+        failed+=("${names[$i]}")
+    fi
+    echo "==== test: the ${names[$i]} pass $status; its log ($logs/${names[$i]}.log):" >&2
+    cat "$logs/${names[$i]}.log" >&2
+done
+echo "test: the side-by-side passes took $((SECONDS - start)) s" >&2
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "test: FAILED: ${failed[*]}" >&2
+    exit 1
+fi
