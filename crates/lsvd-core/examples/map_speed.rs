@@ -6,6 +6,9 @@
 //!
 //! `cargo run --release -p lsvd-core --example map_speed`
 
+// A benchmark of this process's CPU time: real time is the point.
+#![allow(clippy::disallowed_methods)]
+
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -6,19 +6,20 @@
 //! every displaced piece is reported to a callback so callers can keep live-byte
 //! accounting exact.
 //!
-//! Layout (issue 45: the store map of a large volume holds millions of extents, and
-//! its memory is most of a volume's). Extents are kept sorted in chunks of up to
-//! [`CHUNK`] entries, themselves in a `BTreeMap` keyed by each chunk's first LBA. A
-//! chunk packs its entries into four `u32` columns when it can (a [`Packed`] chunk,
-//! 16 bytes an extent): the start as an offset from a per-chunk LBA base, the length,
-//! and the location's two parts ([`Location::to_parts`], e.g. an object sequence
-//! number as an offset from a per-chunk base, and a byte offset in the object).
-//! Whatever does not fit (an extent longer than `u32::MAX` sectors, sequence numbers
-//! more than `u32::MAX` apart in one chunk, offsets of 4 GiB or more, a location type
-//! without parts) turns that chunk into a plain `Vec` of full-width entries, so every
-//! `u64` value still round-trips and nothing about the map's behaviour changes. A
-//! per-extent `BTreeMap` cost about 50 bytes an extent; chunks cost about 24
-//! (`examples/map_memory.rs`), and a lookup walks a tree of 40 times fewer nodes.
+//! Layout (issue 45: the store map of a large volume holds millions of extents).
+//! Extents are kept sorted in chunks of up to `CHUNK` (64) entries, themselves in a
+//! `BTreeMap` keyed by each chunk's first LBA. A chunk packs its entries into four
+//! `u32` columns when it can (a `Packed` chunk, 16 bytes an extent): the start as an
+//! offset from a per-chunk LBA base, the length, and the location's two parts
+//! ([`Location::to_parts`], e.g. an object sequence number as an offset from a
+//! per-chunk base, and a byte offset in the object). Whatever does not fit (an
+//! extent longer than `u32::MAX` sectors, sequence numbers more than `u32::MAX` apart
+//! in one chunk, offsets of 4 GiB or more, a location type without parts) turns that
+//! chunk into a plain `Vec` of full-width entries, so every `u64` value still
+//! round-trips and nothing about the map's behaviour changes. A per-extent
+//! `BTreeMap` cost about 50 bytes an extent; chunks cost about 25
+//! (`examples/map_memory.rs`), and a lookup walks a tree of about 40 times fewer
+//! nodes, then searches one chunk's starts.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -315,8 +316,8 @@ pub struct ExtentMap<L> {
 /// As the one-entry-per-extent map printed itself: start -> (sectors, location).
 impl<L: Location> std::fmt::Debug for ExtentMap<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        struct Entries<'a, L>(&'a ExtentMap<L>);
-        impl<L: Location> std::fmt::Debug for Entries<'_, L> {
+        struct List<'a, L>(&'a ExtentMap<L>);
+        impl<L: Location> std::fmt::Debug for List<'_, L> {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_map()
                     .entries(self.0.entries_from(0).map(|(s, l, loc)| (s, (l, loc))))
@@ -324,7 +325,7 @@ impl<L: Location> std::fmt::Debug for ExtentMap<L> {
             }
         }
         f.debug_struct("ExtentMap")
-            .field("entries", &Entries(self))
+            .field("entries", &List(self))
             .field("mapped_sectors", &self.mapped_sectors)
             .finish()
     }
@@ -1168,7 +1169,7 @@ mod tests {
                 }
                 _ => {
                     let lba = high + next() % (1 << 36);
-                    let len = if next() % 2 == 0 {
+                    let len = if next().is_multiple_of(2) {
                         1 + next() % 64
                     } else {
                         1 + next() % (1 << 34)
@@ -1176,7 +1177,7 @@ mod tests {
                     (high, lba, len)
                 }
             };
-            let rel = (next() % 3 == 0).then_some(lba - region);
+            let rel = next().is_multiple_of(3).then_some(lba - region);
             let loc = L::make(&mut next, rel, len);
             match next() % 8 {
                 0..=3 => {
@@ -1200,7 +1201,7 @@ mod tests {
                         len,
                         |l| {
                             seen_a.push(*l);
-                            (seen_a.len() + salt) % 3 != 0
+                            !(seen_a.len() + salt).is_multiple_of(3)
                         },
                         |p| a.push(p),
                     );
@@ -1209,7 +1210,7 @@ mod tests {
                         len,
                         |l| {
                             seen_b.push(*l);
-                            (seen_b.len() + salt) % 3 != 0
+                            !(seen_b.len() + salt).is_multiple_of(3)
                         },
                         |p| b.push(p),
                     );
@@ -1221,12 +1222,16 @@ mod tests {
                     // made up), as relocations do.
                     let at = lba + next() % len;
                     let expected = match r.lookup(at, 1)[0].location {
-                        Some(l) if next() % 4 != 0 => l,
+                        Some(l) if !next().is_multiple_of(4) => l,
                         _ => L::make(&mut next, None, len),
                     };
                     let from = next() % (at - lba + 1);
                     let span = (len - from).min(1 + next() % 64);
-                    let expected = if next() % 2 == 0 { expected } else { loc };
+                    let expected = if next().is_multiple_of(2) {
+                        expected
+                    } else {
+                        loc
+                    };
                     let new = L::make(&mut next, None, span);
                     let (mut a, mut b) = (Vec::new(), Vec::new());
                     let na = m.replace_if_at(lba + from, span, expected, new, |p| a.push(p));
