@@ -252,11 +252,19 @@ impl<L: Location> Chunk<L> {
     /// Replace entry `i` (its start stays in order).
     #[inline]
     fn set(&mut self, i: usize, e: Entry<L>) {
-        if let Chunk::Packed(p) = self
-            && let Some(cols) = p.encode(e.0, e.1, e.2)
-        {
-            p.put(i, cols);
-            return;
+        match self {
+            Chunk::Packed(p) => {
+                if let Some(cols) = p.encode(e.0, e.1, e.2) {
+                    p.put(i, cols);
+                    return;
+                }
+            }
+            Chunk::Plain(v) => {
+                v[i] = e;
+                // What did not pack may have been the entry replaced.
+                self.repack();
+                return;
+            }
         }
         let mut v = self.take_entries();
         v[i] = e;
@@ -265,11 +273,18 @@ impl<L: Location> Chunk<L> {
 
     /// Insert `e` at `i` (in order); the chunk must not be full.
     fn insert(&mut self, i: usize, e: Entry<L>) {
-        if let Chunk::Packed(p) = self
-            && let Some(cols) = p.encode(e.0, e.1, e.2)
-        {
-            p.insert(i, cols);
-            return;
+        match self {
+            Chunk::Packed(p) => {
+                if let Some(cols) = p.encode(e.0, e.1, e.2) {
+                    p.insert(i, cols);
+                    return;
+                }
+            }
+            Chunk::Plain(v) => {
+                // Entries that do not pack still do not with one more.
+                v.insert(i, e);
+                return;
+            }
         }
         let mut v = self.take_entries();
         v.insert(i, e);
