@@ -34,6 +34,16 @@ impl Location for ObjLoc {
             offset: self.offset + sectors * SECTOR_BYTES,
         }
     }
+
+    /// (object sequence number, byte offset): the store map keeps both as `u32`
+    /// where they fit (sequence numbers as offsets from a per-chunk base).
+    fn to_parts(&self) -> Option<(u64, u64)> {
+        Some((self.object_seq, self.offset))
+    }
+
+    fn from_parts(object_seq: u64, offset: u64) -> Option<Self> {
+        Some(ObjLoc { object_seq, offset })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
