@@ -747,11 +747,23 @@ impl Server {
         self.child.as_ref().expect("server running").id() as i32
     }
 
-    /// Panics (showing the log) unless the server has printed every one of `needles`.
+    /// Panics (showing the log) unless the server prints every one of `needles`
+    /// within 20 s. It binds its socket before it prints its startup lines, so a
+    /// loaded machine can show a ready server with a log still empty.
     pub fn assert_log_mentions(&self, needles: &[&str]) {
-        let log = self.log();
-        let missing: Vec<&&str> = needles.iter().filter(|n| !log.contains(*n)).collect();
-        assert!(missing.is_empty(), "the log lacks {missing:?}:\n{log}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log();
+            let missing: Vec<&&str> = needles.iter().filter(|n| !log.contains(*n)).collect();
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the log lacks {missing:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Everything the server printed so far.
