@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The project's test entry point: install the test tools, check formatting and lints,
-# run every test once (`cargo test --workspace`, with a short fuzz run of every
-# parser beside it, scripts/fuzz.sh), then, side by side: the crash
+# run every test once (`cargo test --workspace`), then, side by side: the crash
 # oracle's process and power-loss kinds on a mirrored chain store and its process
 # kinds on an encrypted, compressed volume, the end-to-end tests against a real S3
-# server (scripts/test-s3.sh), and the GCS and Azure stores against their emulators
-# (scripts/test-cloud.sh).
+# server (scripts/test-s3.sh), the GCS and Azure stores against their emulators
+# (scripts/test-cloud.sh), and a short fuzz run of every parser (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +17,15 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 (cd fuzz && cargo clippy --all-targets --locked --target-dir ../target/fuzz-lint -- -D warnings)
 echo "test: fmt and clippy took $((SECONDS - start)) s" >&2
-# Passes that run beside others go into their own logs, printed whole when they end.
+start=$SECONDS
+# The fault soak (crates/lsvd/tests/soak.rs, docs/soak.md) runs here, once, with its
+# own versitygw: required, not skipped, since install-test-deps.sh built it.
+LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
+echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
+# The passes after it mostly wait on processes (servers killed and restarted, leases
+# lapsing, emulators answering), so they run side by side, each into its own log,
+# printed whole when it ends: the oracle's kinds on other stores, the S3 pass, the
+# cloud emulators, and the short fuzz run (its build is the one CPU-heavy part).
 logs=target/ci-logs
 rm -rf "$logs"
 mkdir -p "$logs"
@@ -31,23 +38,6 @@ side() {
     pids+=($!)
     names+=("$name")
 }
-# A step that fails ends the run: stop what still runs beside it.
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
-start=$SECONDS
-cargo test --workspace --locked --no-run
-echo "test: building the tests took $((SECONDS - start)) s" >&2
-# Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
-# (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`). Its instrumented build
-# (its own target dir) uses the CPU the tests below leave idle while they wait.
-side fuzz bash scripts/fuzz.sh
-start=$SECONDS
-# The fault soak (crates/lsvd/tests/soak.rs, docs/soak.md) runs here, once, with its
-# own versitygw: required, not skipped, since install-test-deps.sh built it.
-LSVD_SOAK_REQUIRE=1 cargo test --workspace --locked
-echo "test: cargo test --workspace took $((SECONDS - start)) s" >&2
-# The passes after it mostly wait on processes (servers killed and restarted, leases
-# lapsing, emulators answering), so they run side by side: the oracle's kinds on
-# other stores, the S3 pass and the cloud emulators.
 oracle_passes() {
     local start=$SECONDS
     # The crash oracle's process and power-loss kinds again with every volume on a
@@ -65,6 +55,9 @@ start=$SECONDS
 side oracle oracle_passes
 side s3 bash scripts/test-s3.sh
 side cloud bash scripts/test-cloud.sh
+# Coverage-guided fuzzing, short: every target for a few seconds from its seed corpus
+# (docs/fuzzing.md; the long run is `scripts/fuzz.sh --long`).
+side fuzz bash scripts/fuzz.sh
 failed=()
 for i in "${!pids[@]}"; do
     if wait "${pids[$i]}"; then
