@@ -217,6 +217,18 @@ impl BlockDevice for NbdVolume {
         .await
     }
 
+    /// Local data (the log, the read cache) is read on the connection's thread
+    /// without a task; a read that needs the store, or waits for a QoS limit, takes
+    /// the task path (`read`).
+    fn read_now(&self, offset: u64, length: u32) -> Option<io::Result<Vec<u8>>> {
+        if self.throttled() {
+            return None;
+        }
+        let r = self.volume.read_local(offset, length as u64)?;
+        let what = move || format!("read of {length} bytes at {offset}");
+        Some(self.failures.check(what, r).0)
+    }
+
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> io::Result<()> {
         self.admit(Direction::Write, data.len() as u64).await;
         self.on_engine(move |volume| async move { Ok(volume.write(offset, data, fua).await?) })

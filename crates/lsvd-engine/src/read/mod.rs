@@ -130,7 +130,10 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
         }
     }
     let mut buf = vec![0u8; (sectors * SECTOR_BYTES) as usize];
-    let mut log_seqs = Vec::new();
+    // The lowest and highest log record read from: `LogSpace::holds` is a range
+    // check (oldest record held ≤ seq ≤ newest), so every record read is held if
+    // these two are. A Vec of every record read was an allocation per read.
+    let mut log_seqs: Option<(u64, u64)> = None;
     let mut chunk_hits = 0;
     for p in pieces {
         let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
@@ -141,7 +144,9 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
                 if let Err(e) = shared.cache.read_at(dst, offset) {
                     return Some(Err(Error::local_io("write-log read failed", e)));
                 }
-                log_seqs.push(record_seq);
+                log_seqs = Some(log_seqs.map_or((record_seq, record_seq), |(lo, hi)| {
+                    (lo.min(record_seq), hi.max(record_seq))
+                }));
             }
             Source::Object {
                 seq,
@@ -162,7 +167,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
     }
     {
         let st = shared.lock();
-        if !log_seqs.iter().all(|&seq| st.log.holds(seq)) {
+        if !log_seqs.is_none_or(|(lo, hi)| st.log.holds(lo) && st.log.holds(hi)) {
             return None;
         }
     }

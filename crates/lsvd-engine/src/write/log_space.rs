@@ -137,7 +137,8 @@ impl LogSpace {
             .sum()
     }
 
-    /// Is record `seq` still held (not freed)?
+    /// Is record `seq` still held (not freed)? A range check, which `read_local`
+    /// relies on: true for every seq between two that are held.
     pub fn holds(&self, seq: u64) -> bool {
         self.records.front().is_some_and(|r| r.seq <= seq)
             && self.records.back().is_some_and(|r| r.seq >= seq)

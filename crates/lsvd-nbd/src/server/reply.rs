@@ -26,46 +26,89 @@ pub(crate) struct Budget {
 
 /// One reply, ready for the writer: `header` then `data` go out back to back.
 pub(crate) struct Reply {
-    pub(crate) header: Vec<u8>,
+    pub(crate) header: Header,
     pub(crate) data: Vec<u8>,
     /// Payload budget held until the data has been written.
     pub(crate) budget: Option<Budget>,
 }
 
+/// A reply's header. The replies of successful writes and reads, nearly every reply,
+/// are kept as the few numbers they are made of and encoded by the writer straight
+/// into its batch: a header `Vec` per reply was one heap allocation per request.
+/// Errors and BLOCK_STATUS chunks, whose size varies, come encoded.
+pub(crate) enum Header {
+    /// A simple reply without error: success of a request without reply data, and of
+    /// a READ on a session without structured replies (the data follows).
+    Done { cookie: u64 },
+    /// The one `NBD_REPLY_TYPE_OFFSET_DATA` chunk (flag DONE) of a READ of
+    /// `data_len` bytes at `offset`, `data_len` between 1 and `u32::MAX - 8`.
+    OffsetData { cookie: u64, offset: u64 },
+    /// Encoded already.
+    Encoded(Vec<u8>),
+}
+
+impl Header {
+    /// The request's cookie. An encoded header has it at bytes 8..16, in a simple
+    /// reply and a structured chunk alike.
+    pub(crate) fn cookie(&self) -> u64 {
+        match self {
+            Header::Done { cookie } | Header::OffsetData { cookie, .. } => *cookie,
+            Header::Encoded(bytes) => bytes
+                .get(8..16)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_be_bytes),
+        }
+    }
+
+    /// Append the header of a reply carrying `data_len` bytes of data to `out`.
+    pub(crate) fn encode(&self, data_len: usize, out: &mut Vec<u8>) {
+        match self {
+            // A simple reply is allowed for payload-less success even with structured
+            // replies.
+            Header::Done { cookie } => encode_simple_reply(out, 0, *cookie),
+            Header::OffsetData { cookie, offset } => {
+                // `read_reply` checked the length.
+                let encoded = encode_offset_data_header(out, *cookie, *offset, data_len, true);
+                debug_assert!(encoded.is_ok(), "read_reply checks the length");
+            }
+            Header::Encoded(bytes) => out.extend_from_slice(bytes),
+        }
+    }
+}
+
 /// `reply` turned into the error `e` (its errno, EIO for most): the same cookie, no
-/// data. Replies are encoded already; the cookie sits at bytes 8..16 of a simple reply
-/// and of a structured chunk alike.
+/// data.
 pub(crate) fn refused(reply: &Reply, structured: bool, e: &io::Error) -> Reply {
-    let cookie = reply
-        .header
-        .get(8..16)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_be_bytes);
-    error_reply(cookie, structured, error_code(e), &e.to_string())
+    error_reply(
+        reply.header.cookie(),
+        structured,
+        error_code(e),
+        &e.to_string(),
+    )
 }
 
 /// The reply to a request without payload that succeeded.
 pub(crate) fn done_reply(cookie: u64) -> Reply {
-    let mut header = Vec::with_capacity(SIMPLE_REPLY_HEADER_LEN);
-    // A simple reply is allowed for payload-less success even with structured replies.
-    encode_simple_reply(&mut header, 0, cookie);
     Reply {
-        header,
+        header: Header::Done { cookie },
         data: Vec::new(),
         budget: None,
     }
 }
 
 pub(crate) fn read_reply(cookie: u64, structured: bool, offset: u64, data: Vec<u8>) -> Reply {
-    let mut header = Vec::with_capacity(CHUNK_HEADER_LEN + 8);
-    if !structured {
-        encode_simple_reply(&mut header, 0, cookie);
+    let header = if !structured {
+        Header::Done { cookie }
     } else if data.is_empty() {
         // OFFSET_DATA must carry at least one byte.
+        let mut header = Vec::with_capacity(CHUNK_HEADER_LEN);
         encode_none_chunk(&mut header, cookie);
-    } else if encode_offset_data_header(&mut header, cookie, offset, data.len(), true).is_err() {
+        Header::Encoded(header)
+    } else if u32::try_from(data.len()).is_ok_and(|n| n.checked_add(8).is_some()) {
+        Header::OffsetData { cookie, offset }
+    } else {
         return error_reply(cookie, structured, EOVERFLOW, "read too large");
-    }
+    };
     Reply {
         header,
         data,
@@ -83,7 +126,7 @@ pub(crate) fn error_reply(cookie: u64, structured: bool, error: u32, message: &s
         encode_simple_reply(&mut header, error, cookie);
     }
     Reply {
-        header,
+        header: Header::Encoded(header),
         data: Vec::new(),
         budget: None,
     }

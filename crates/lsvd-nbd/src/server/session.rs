@@ -1,7 +1,9 @@
 //! The transmission phase of one connection.
 //!
 //! A reader loop parses requests and spawns one task per command, so many requests are
-//! in flight and replies go out in completion order. A single writer task owns the write
+//! in flight and replies go out in completion order; requests the device takes without
+//! a task (`BlockDevice::start` for writes, `BlockDevice::read_now` for reads it
+//! answers at once) skip the task and its allocation. A single writer task owns the write
 //! half and drains a bounded reply queue. Bounds: a semaphore caps requests in flight, a
 //! second one caps READ/WRITE payload and BLOCK_STATUS reply bytes held (released only
 //! once a read's data has been handed to the socket), a third, the server's, caps the
@@ -31,12 +33,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
-use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 
 use super::reply::{
-    Budget, Completion, Reply, StartOp, Timing, error_reply, read_reply, result_reply,
+    Budget, Completion, Header, Reply, StartOp, Timing, error_reply, read_reply, result_reply,
 };
 use super::request::{ExportParams, MetaContexts, Op, Rejection, validate};
 use super::{
@@ -508,6 +510,40 @@ impl<D: BlockDevice> Conn<D> {
                 kind: super::request_stats::kind_of(&op),
                 received,
             };
+            // A READ the device answers now needs no task. Writes started before it
+            // are run first: as on a task (which runs once the reader waits, after its
+            // `unplug`), a read sees every write received before it.
+            if let Op::Read { offset, length } = op {
+                self.unplug();
+                if let Some(result) = self.device.read_now(offset, length) {
+                    let mut reply = match result {
+                        Ok(data) if data.len() == length as usize => {
+                            read_reply(hdr.cookie, structured, offset, data)
+                        }
+                        Ok(_) => {
+                            error_reply(hdr.cookie, structured, EIO, "device returned a short read")
+                        }
+                        Err(e) => {
+                            error_reply(hdr.cookie, structured, error_code(&e), &e.to_string())
+                        }
+                    };
+                    timing.done();
+                    reply.budget = budget;
+                    match self.tx.try_send(reply) {
+                        Ok(()) => {}
+                        Err(TrySendError::Closed(_)) => return End::WriterGone,
+                        // More replies queued than requests may be in flight: error
+                        // replies to refused requests crowd the queue. Wait, as for those.
+                        Err(TrySendError::Full(reply)) => {
+                            if self.tx.send(reply).await.is_err() {
+                                return End::WriterGone;
+                            }
+                        }
+                    }
+                    drop(in_flight);
+                    continue;
+                }
+            }
             // Writes, flushes and trims the device takes with a completion need no task.
             let (op, payload, budget, in_flight, timing) = match startable(op, payload) {
                 Ok(start) => {
@@ -749,7 +785,7 @@ async fn execute<D: BlockDevice>(device: &D, request: Request<'_>, payload: Vec<
                 encode_block_status_chunk(&mut header, cookie, id, &extents, i + 1 == count);
             }
             return Reply {
-                header,
+                header: Header::Encoded(header),
                 data: Vec::new(),
                 budget: None,
             };
@@ -903,7 +939,7 @@ async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
             out.send().await?;
             out.send_alone(reply).await?;
         } else {
-            out.batch.extend_from_slice(&reply.header);
+            reply.header.encode(reply.data.len(), &mut out.batch);
             out.batch.extend_from_slice(&reply.data);
             out.held.push(reply);
             if out.batch.len() >= BATCH_BYTES {
@@ -954,7 +990,7 @@ impl<W: AsyncWrite + Unpin, D: BlockDevice, S: Fn() -> String> ReplyBatch<'_, W,
             self.batch.clear();
             for reply in self.held.iter() {
                 let refused = super::reply::refused(reply, self.structured, &e);
-                self.batch.extend_from_slice(&refused.header);
+                refused.header.encode(0, &mut self.batch);
             }
         }
         within(
@@ -976,7 +1012,11 @@ impl<W: AsyncWrite + Unpin, D: BlockDevice, S: Fn() -> String> ReplyBatch<'_, W,
             Err(e) => super::reply::refused(&reply, self.structured, &e),
         };
         let (limit, stalled) = (self.stall_limit, &self.stalled);
-        within(limit, self.writer.write_all(&reply.header), stalled).await?;
+        // The batch is empty: it holds the header.
+        reply.header.encode(reply.data.len(), &mut self.batch);
+        let sent = within(limit, self.writer.write_all(&self.batch), stalled).await;
+        self.batch.clear();
+        sent?;
         within(limit, self.writer.write_all(&reply.data), stalled).await
     }
 
