@@ -194,6 +194,15 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn answerable(&self) -> impl Future<Output = io::Result<()>> + Send {
         std::future::ready(Ok(()))
     }
+    /// [`BlockDevice::answerable`] without waiting: true only when it would answer Ok
+    /// at once. Asked right before every write to the socket while a reply is being
+    /// sent (a reply larger than the socket's buffer takes several, with waits for the
+    /// client between them); false makes the server wait for `answerable`, and end
+    /// the connection if that fails, since half a reply cannot be taken back. The
+    /// default always allows.
+    fn may_answer_now(&self) -> bool {
+        true
+    }
 }
 
 pub mod client;

@@ -416,6 +416,11 @@ impl BlockDevice for NbdVolume {
         }
     }
 
+    /// The lease, checked right before each write of answers to the socket.
+    fn may_answer_now(&self) -> bool {
+        self.volume.may_answer_now()
+    }
+
     /// The lease, checked as each answer is sent: a server paused after it finished a
     /// request must not answer it once another has taken the volume over.
     fn answerable(&self) -> impl Future<Output = io::Result<()>> + Send {

@@ -31,6 +31,7 @@
 
 mod negotiate;
 pub(crate) mod reply;
+mod reply_writer;
 mod request;
 pub mod request_stats;
 mod session;

@@ -30,10 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::io::{
-    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
-};
-use tokio::sync::mpsc::error::{TryRecvError, TrySendError};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 
@@ -83,7 +81,7 @@ async fn discard<R: AsyncBufRead + Unpin>(reader: &mut R, mut len: usize) -> io:
 /// `work`, failing with `TimedOut` (saying `what`) if it takes longer than `limit`.
 /// Work that is done at once never touches a timer (the common case for a reply
 /// written into the writer's buffer).
-async fn within<T>(
+pub(super) async fn within<T>(
     limit: Option<Duration>,
     work: impl Future<Output = io::Result<T>>,
     what: impl FnOnce() -> String,
@@ -214,7 +212,7 @@ where
     // header (and small payload) that has arrived, instead of two syscalls per request.
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
     let (tx, rx) = mpsc::channel(limits.reply_queue);
-    let mut writer = tokio::spawn(write_replies(
+    let mut writer = tokio::spawn(super::reply_writer::write_replies(
         rx,
         writer,
         limits.idle_timeout,
@@ -891,140 +889,6 @@ fn clamp_extents(
         });
     }
     if out.is_empty() { None } else { Some(out) }
-}
-
-/// The writer task: writes replies in queue order into a buffer and hands the buffer to
-/// the socket only when no more replies are ready, so that bursts of small replies share
-/// one syscall. When the queue looks empty it first yields once: the tasks whose
-/// completions arrived together (one group commit answers many writes) then queue their
-/// replies before the flush, instead of each reply costing its own `send`. A client
-/// that takes no reply for `stall_limit` (the idle timeout) ends the connection: its
-/// replies hold payload budget the server's other clients share.
-///
-/// Right before a batch goes to the socket the device is asked whether it may answer
-/// at all ([`BlockDevice::answerable`]); if not, every reply of the batch goes out as
-/// that error instead. Asked then, not when each request finished: a process paused
-/// in between (lsvd's lease lapsed and another host took the volume over) must not
-/// send answers decided before the pause once it runs again.
-async fn write_replies<W: AsyncWrite + Unpin, D: BlockDevice>(
-    mut rx: mpsc::Receiver<Reply>,
-    writer: W,
-    stall_limit: Option<Duration>,
-    stats: Arc<ConnectionStats>,
-    (device, structured): (Arc<D>, bool),
-) -> io::Result<()> {
-    /// A batch is sent once it holds this much; a reply with more data than this goes
-    /// out on its own, without being copied into the batch.
-    const BATCH_BYTES: usize = 64 << 10;
-    let stalled = || {
-        stats.idle_timeouts.fetch_add(1, Ordering::Relaxed);
-        format!(
-            "the client took no reply for {} ms (the idle timeout): closed",
-            stall_limit.unwrap_or_default().as_millis()
-        )
-    };
-    let mut out = ReplyBatch {
-        writer,
-        batch: Vec::with_capacity(BATCH_BYTES),
-        held: Vec::new(),
-        device: &*device,
-        structured,
-        stall_limit,
-        stalled,
-    };
-    let mut next = rx.recv().await;
-    while let Some(reply) = next {
-        if reply.data.len() > BATCH_BYTES {
-            // Large data: what is batched first, then this reply on its own.
-            out.send().await?;
-            out.send_alone(reply).await?;
-        } else {
-            reply.header.encode(reply.data.len(), &mut out.batch);
-            out.batch.extend_from_slice(&reply.data);
-            out.held.push(reply);
-            if out.batch.len() >= BATCH_BYTES {
-                out.send().await?;
-            }
-        }
-        next = match rx.try_recv() {
-            Ok(reply) => Some(reply),
-            Err(TryRecvError::Disconnected) => None,
-            Err(TryRecvError::Empty) => {
-                tokio::task::yield_now().await;
-                match rx.try_recv() {
-                    Ok(reply) => Some(reply),
-                    Err(TryRecvError::Disconnected) => None,
-                    Err(TryRecvError::Empty) => {
-                        out.send_and_flush().await?;
-                        rx.recv().await
-                    }
-                }
-            }
-        };
-    }
-    out.send_and_flush().await?;
-    out.writer.shutdown().await
-}
-
-/// The writer task's socket with the replies batched for it: `batch` holds the encoded
-/// `held` replies (their budgets are released once it is sent).
-struct ReplyBatch<'a, W, D, S> {
-    writer: W,
-    batch: Vec<u8>,
-    held: Vec<Reply>,
-    device: &'a D,
-    structured: bool,
-    stall_limit: Option<Duration>,
-    /// Counts an idle timeout and says what happened.
-    stalled: S,
-}
-
-impl<W: AsyncWrite + Unpin, D: BlockDevice, S: Fn() -> String> ReplyBatch<'_, W, D, S> {
-    /// Send the batched replies, or, if the device may not answer now, each of them as
-    /// that error.
-    async fn send(&mut self) -> io::Result<()> {
-        if self.held.is_empty() {
-            return Ok(());
-        }
-        if let Err(e) = self.device.answerable().await {
-            self.batch.clear();
-            for reply in self.held.iter() {
-                let refused = super::reply::refused(reply, self.structured, &e);
-                refused.header.encode(0, &mut self.batch);
-            }
-        }
-        within(
-            self.stall_limit,
-            self.writer.write_all(&self.batch),
-            &self.stalled,
-        )
-        .await?;
-        self.batch.clear();
-        self.held.clear();
-        Ok(())
-    }
-
-    /// Send `reply` on its own, without copying its data into the batch (which must be
-    /// empty).
-    async fn send_alone(&mut self, reply: Reply) -> io::Result<()> {
-        let reply = match self.device.answerable().await {
-            Ok(()) => reply,
-            Err(e) => super::reply::refused(&reply, self.structured, &e),
-        };
-        let (limit, stalled) = (self.stall_limit, &self.stalled);
-        // The batch is empty: it holds the header.
-        reply.header.encode(reply.data.len(), &mut self.batch);
-        let sent = within(limit, self.writer.write_all(&self.batch), stalled).await;
-        self.batch.clear();
-        sent?;
-        within(limit, self.writer.write_all(&reply.data), stalled).await
-    }
-
-    /// Send the batch and flush the socket: nothing more is ready for now.
-    async fn send_and_flush(&mut self) -> io::Result<()> {
-        self.send().await?;
-        within(self.stall_limit, self.writer.flush(), &self.stalled).await
-    }
 }
 
 #[cfg(test)]
