@@ -29,6 +29,7 @@
     reason = "accept backoff and handshake limiter, on tokio's clock"
 )]
 
+mod deadline;
 mod negotiate;
 pub(crate) mod reply;
 mod reply_writer;

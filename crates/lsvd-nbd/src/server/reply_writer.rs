@@ -24,8 +24,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc::{self, error::TryRecvError};
 
 use super::ConnectionStats;
+use super::deadline::within;
 use super::reply::{Reply, refused};
-use super::session::within;
 use crate::BlockDevice;
 
 /// A batch is sent once it holds this much; a reply with more data than this goes out
@@ -308,20 +308,23 @@ mod tests {
         }
     }
 
-    /// Regression test for the window `takeover_sigstop` found (episode seed
-    /// 0xf5e17413e8054a5c, crash point 1: "READ blocks 100..157 succeeded (answered
-    /// t=1777, resumed t=1776)"): a 232 KiB READ reply, checked once before its first
-    /// byte, waited for room in the socket; the holder was paused there, and once
-    /// resumed after the takeover it sent the rest, so the client got a whole success
-    /// from a fenced server. Now each write asks again, and the connection ends.
-    #[tokio::test]
-    async fn a_reply_cut_off_by_a_lost_lease_is_never_completed() {
+    /// A writer task replying through a socket of `buffer_bytes` to the returned client
+    /// end, for a device that may answer or not.
+    #[allow(clippy::type_complexity)]
+    fn writer_to_client(
+        may_answer: bool,
+        buffer_bytes: usize,
+    ) -> (
+        Arc<Gated>,
+        mpsc::Sender<Reply>,
+        tokio::io::DuplexStream,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
         let device = Arc::new(Gated {
             inner: MemDevice::new(1 << 20),
-            may_answer: AtomicBool::new(true),
+            may_answer: AtomicBool::new(may_answer),
         });
-        // A socket buffer far smaller than the reply.
-        let (mut client, server) = tokio::io::duplex(16 << 10);
+        let (client, server) = tokio::io::duplex(buffer_bytes);
         let (tx, rx) = mpsc::channel(4);
         let writer = tokio::spawn(write_replies(
             rx,
@@ -330,6 +333,19 @@ mod tests {
             Arc::new(ConnectionStats::default()),
             (device.clone(), false),
         ));
+        (device, tx, client, writer)
+    }
+
+    /// Regression test for the window `takeover_sigstop` found (episode seed
+    /// 0xf5e17413e8054a5c, crash point 1: "READ blocks 100..157 succeeded (answered
+    /// t=1777, resumed t=1776)"): a 232 KiB READ reply, checked once before its first
+    /// byte, waited for room in the socket; the holder was paused there, and once
+    /// resumed after the takeover it sent the rest, so the client got a whole success
+    /// from a fenced server. Now each write asks again, and the connection ends.
+    #[tokio::test]
+    async fn a_reply_cut_off_by_a_lost_lease_is_never_completed() {
+        // A socket buffer far smaller than the reply.
+        let (device, tx, mut client, writer) = writer_to_client(true, 16 << 10);
         let data = vec![7u8; 232 << 10];
         let reply_bytes = 16 + data.len();
         tx.send(read_reply(42, false, 0, data))
@@ -362,19 +378,7 @@ mod tests {
     /// queued become those refusals.
     #[tokio::test]
     async fn replies_queued_when_the_lease_is_gone_are_refused() {
-        let device = Arc::new(Gated {
-            inner: MemDevice::new(1 << 20),
-            may_answer: AtomicBool::new(false),
-        });
-        let (mut client, server) = tokio::io::duplex(1 << 20);
-        let (tx, rx) = mpsc::channel(4);
-        let writer = tokio::spawn(write_replies(
-            rx,
-            server,
-            None,
-            Arc::new(ConnectionStats::default()),
-            (device.clone(), false),
-        ));
+        let (_device, tx, mut client, writer) = writer_to_client(false, 1 << 20);
         tx.send(read_reply(7, false, 0, vec![1u8; 4096]))
             .await
             .expect("queue");

@@ -22,7 +22,6 @@
     reason = "deadlines of real sockets, on tokio's clock"
 )]
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +34,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 
+use super::deadline::within;
 use super::reply::{
     Budget, Completion, Header, Reply, StartOp, Timing, error_reply, read_reply, result_reply,
 };
@@ -76,26 +76,6 @@ async fn discard<R: AsyncBufRead + Unpin>(reader: &mut R, mut len: usize) -> io:
         len -= n;
     }
     Ok(())
-}
-
-/// `work`, failing with `TimedOut` (saying `what`) if it takes longer than `limit`.
-/// Work that is done at once never touches a timer (the common case for a reply
-/// written into the writer's buffer).
-pub(super) async fn within<T>(
-    limit: Option<Duration>,
-    work: impl Future<Output = io::Result<T>>,
-    what: impl FnOnce() -> String,
-) -> io::Result<T> {
-    let mut work = std::pin::pin!(work);
-    let Some(limit) = limit else {
-        return work.await;
-    };
-    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
-        return r;
-    }
-    tokio::time::timeout(limit, work)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, what())))
 }
 
 /// The name of `command` in log lines.
