@@ -15,9 +15,9 @@ use lsvd_core::format::object::{
     encode_compressed_object, encode_object, peek_header_bytes,
 };
 use lsvd_core::format::record::{
-    ExtentKind, RecordExtent, RecordHeader, decode_record_header, encode_header_prefix,
-    encode_record, encode_record_parts, record_bytes_for, record_data_hash, record_data_hash_v2,
-    verify_record,
+    ExtentKind, RECORD_VERSION, RecordExtent, RecordHeader, decode_record_header,
+    encode_header_prefix, encode_record, encode_record_parts, record_bytes_for, record_data_hash,
+    record_data_hash_v2, verify_record,
 };
 use lsvd_core::format::{FormatError, VolumeId};
 
@@ -171,7 +171,13 @@ pub fn fix_record(buf: &mut [u8]) {
     if let Some(hash) = hash {
         buf[56..64].copy_from_slice(&hash.to_le_bytes());
     }
-    fix::crc_at(buf, 48, end);
+    // From version 5 on the CRC covers the header only.
+    let crc_end = if version >= 5 {
+        header_bytes as usize
+    } else {
+        end
+    };
+    fix::crc_at(buf, 48, crc_end);
 }
 
 fn check_record_bytes(buf: &[u8], fixed: bool) {
@@ -196,7 +202,7 @@ fn check_record_bytes(buf: &[u8], fixed: bool) {
     if fixed {
         assert_eq!(verified, Ok(()), "record with fixed checksums fails");
     }
-    if verified.is_ok() && h.version == 4 {
+    if verified.is_ok() && h.version == RECORD_VERSION {
         let data = &buf[h.header_bytes as usize..end];
         let encoded = encode_record(h.volume, h.seq, h.prev_crc, &h.extents, data);
         assert_eq!(encoded.len() as u64, h.total_bytes(), "record size");

@@ -6,26 +6,29 @@
 //! sectors that kept an older block which ends in its own CRC32C. A record torn
 //! anywhere fails validation and ends the log at recovery.
 //!
-//! Version 4, written now, packs records to 512 bytes: a 4 KiB write costs 4.5 KiB of
-//! log, not 8 KiB (versions 1-3 padded header and data to 4096 bytes each). The data
-//! hash is XXH3-64 (versions 3 and 4), seeded from the record's identity (see
-//! [`record_hash_seed`]). Version 2 used a hash written in this project
-//! ([`super::keyed_hash`]) and version 1 had none. Versions 1-3 are still read and
-//! verified as they were, so a log left by an older build recovers.
+//! Version 4 packs records to 512 bytes: a 4 KiB write costs 4.5 KiB of log, not 8 KiB
+//! (versions 1-3 padded header and data to 4096 bytes each). The data hash is XXH3-64
+//! (versions 3 to 5), seeded from the record's identity (see [`record_hash_seed`]).
+//! Version 2 used a hash written in this project ([`super::keyed_hash`]) and version 1
+//! had none. Version 5, written now, has version 4's layout, but its CRC32C covers the
+//! header only (the data hash, which it includes, covers the data): the data is hashed
+//! once, not twice, on the write path. Versions 1-4 are still read and verified as
+//! they were, so a log left by an older build recovers.
 //!
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDREC\0"
-//!      8    2 version (4; versions 1-3 are still read)
+//!      8    2 version (5; versions 1-4 are still read)
 //!     10    2 flags (0)
 //!     12    4 header_bytes (multiple of 512; of 4096 in versions 1-3)
 //!     16   16 volume id
 //!     32    8 sequence number
 //!     40    4 extent count
 //!     44    4 data sectors (sum of data extents)
-//!     48    4 crc32c over header (this field zero) then data
+//!     48    4 crc32c over the header (this field zero); in versions 1-4 continued
+//!             over the data
 //!     52    4 crc32c of the previous record in the log (0 for the first)
-//!     56    8 data hash: XXH3-64 seeded by the record's key (versions 3, 4),
+//!     56    8 data hash: XXH3-64 seeded by the record's key (versions 3-5),
 //!             keyed_hash64 (version 2), reserved 0 (version 1)
 //!     64 16*n extents: lba u64, sectors u32, kind u32 (0 data, 1 zero)
 //! ```
@@ -33,10 +36,14 @@
 use super::{FormatError, Reader, SECTOR_BYTES, VolumeId, Writer, align_up, invalid};
 
 pub const RECORD_MAGIC: &[u8; 8] = b"LSVDREC\0";
-/// Version written: records packed to 512 bytes, the data hash XXH3-64. Versions 1 (no
-/// data hash), 2 ([`super::keyed_hash`]) and 3 (XXH3, 4096-byte padding) are still
-/// accepted on read, so a log left by an older build recovers.
-pub const RECORD_VERSION: u16 = 4;
+/// Version written: records packed to 512 bytes, the CRC32C over the header only, the
+/// data covered by the XXH3-64 data hash (which the header, and so the CRC, holds).
+/// Versions 1 (no data hash), 2 ([`super::keyed_hash`]), 3 (XXH3, 4096-byte padding)
+/// and 4 (as 5, the CRC continued over the data) are still accepted on read, so a log
+/// left by an older build recovers.
+pub const RECORD_VERSION: u16 = 5;
+/// Version 4: as version 5, but the CRC32C continues over the data.
+const RECORD_VERSION_V4: u16 = 4;
 /// Version 3: as version 4, but header and data padded to 4096 bytes.
 const RECORD_VERSION_V3: u16 = 3;
 /// Version 2: the data hash is [`super::keyed_hash::keyed_hash64`].
@@ -51,7 +58,7 @@ pub const RECORD_ALIGN_BYTES: u64 = 512;
 
 /// The boundary records of `version` are padded to.
 fn align_of(version: u16) -> u64 {
-    if version >= RECORD_VERSION {
+    if version >= RECORD_VERSION_V4 {
         RECORD_ALIGN_BYTES
     } else {
         LOG_ALIGN_BYTES
@@ -61,6 +68,16 @@ fn align_of(version: u16) -> u64 {
 /// Is `version` one this build reads?
 fn known_version(version: u16) -> bool {
     (RECORD_VERSION_V1..=RECORD_VERSION).contains(&version)
+}
+
+/// The bytes of a record of `version` its CRC32C covers, of the `header_bytes + data`
+/// a record holds: the header alone from version 5 on (the data hash covers the data).
+fn crc_covered_bytes(version: u16, header_bytes: usize, data_bytes: usize) -> usize {
+    if version >= RECORD_VERSION {
+        header_bytes
+    } else {
+        header_bytes + data_bytes
+    }
 }
 const FIXED_BYTES: usize = 64;
 const EXTENT_BYTES: usize = 16;
@@ -210,7 +227,7 @@ pub fn encode_record_parts(
     encode_parts_as(RECORD_VERSION, volume, seq, prev_crc, extents, parts)
 }
 
-/// [`encode_record`] in the layout of `version` (1 to 4). Only [`RECORD_VERSION`]
+/// [`encode_record`] in the layout of `version` (1 to 5). Only [`RECORD_VERSION`]
 /// is written in production; tests build the older layouts with it, to check they
 /// are still read.
 pub(super) fn encode_record_as(
@@ -268,7 +285,8 @@ fn encode_parts_as(
     }
     header.data_hash = data_hash_for(version, volume, seq, prev_crc, &w.buf[header_bytes..]);
     w.buf[DATA_HASH_AT..DATA_HASH_AT + 8].copy_from_slice(&header.data_hash.to_le_bytes());
-    header.crc = crc32c::crc32c(&w.buf);
+    let covered = crc_covered_bytes(version, header_bytes, data_len as usize);
+    header.crc = crc32c::crc32c(&w.buf[..covered]);
     w.put_u32_at(CRC_AT, header.crc);
     w.zeros(total - w.buf.len());
     (w.buf, header)
@@ -378,9 +396,16 @@ pub fn decode_record_header(buf: &[u8]) -> Result<RecordHeader, FormatError> {
 }
 
 /// Verify the CRC and the data hash of a whole record (`buf` holds at least header +
-/// data). The header's version says which hash: XXH3 (version 3), keyed_hash64
-/// (version 2) or none (version 1).
+/// data). The header's version says what the CRC covers (the header alone from
+/// version 5 on) and which hash: XXH3 (versions 3-5), keyed_hash64 (version 2) or none
+/// (version 1).
 pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatError> {
+    if !known_version(header.version) {
+        return Err(FormatError::UnsupportedVersion {
+            what: "write-log record",
+            version: header.version,
+        });
+    }
     let end = header.header_bytes as usize + header.data_bytes() as usize;
     if buf.len() < end {
         return Err(FormatError::Truncated {
@@ -389,9 +414,11 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
             have: buf.len(),
         });
     }
+    let header_bytes = header.header_bytes as usize;
+    let covered = crc_covered_bytes(header.version, header_bytes, end - header_bytes);
     let computed = crc32c::crc32c_append(
-        super::crc_with_hole(&buf[..header.header_bytes as usize], CRC_AT),
-        &buf[header.header_bytes as usize..end],
+        super::crc_with_hole(&buf[..header_bytes], CRC_AT),
+        &buf[header_bytes..covered],
     );
     if computed != header.crc {
         return Err(FormatError::BadChecksum {
@@ -404,7 +431,7 @@ pub fn verify_record(header: &RecordHeader, buf: &[u8]) -> Result<(), FormatErro
     let computed = match header.version {
         RECORD_VERSION_V1 => return Ok(()),
         RECORD_VERSION_V2 => record_data_hash_v2(header.volume, header.seq, header.prev_crc, data),
-        RECORD_VERSION_V3 | RECORD_VERSION => {
+        RECORD_VERSION_V3 | RECORD_VERSION_V4 | RECORD_VERSION => {
             record_data_hash(header.volume, header.seq, header.prev_crc, data)
         }
         version => {
@@ -578,10 +605,54 @@ mod tests {
     // Pinned: the version-4 sample's CRC and data hash (the data hash is version 3's).
     const GOLDEN_V4_CRC: u32 = 0xb578_df84;
     const GOLDEN_V4_LEN: usize = 1024;
+    // Pinned: the version-5 sample's CRC (over its 512-byte header only).
+    const GOLDEN_V5_CRC: u32 = 0x25cc_f599;
+
+    #[test]
+    fn golden_v5_sample() {
+        let buf = sample_as(RECORD_VERSION);
+        assert_eq!(RECORD_VERSION, 5);
+        assert_eq!(buf.len(), GOLDEN_V4_LEN, "version 4's layout");
+        let (crc, hash) = crc_and_hash(&buf);
+        assert_eq!(
+            hash, GOLDEN_V3_DATA_HASH,
+            "the same data hash as versions 3 and 4"
+        );
+        // The CRC is over the header alone, with the CRC field zero.
+        let mut header = buf[..512].to_vec();
+        header[CRC_AT..CRC_AT + 4].fill(0);
+        assert_eq!(crc, crc32c::crc32c(&header));
+        assert_eq!(crc, GOLDEN_V5_CRC, "crc {crc:#010x}");
+        // The bytes differ from version 4's only in the version and the CRC.
+        let v4 = sample_as(RECORD_VERSION_V4);
+        assert_eq!(&buf[10..CRC_AT], &v4[10..CRC_AT]);
+        assert_eq!(&buf[CRC_AT + 4..], &v4[CRC_AT + 4..]);
+    }
+
+    /// Version 5's CRC does not reach the data: a changed data byte is caught by the
+    /// data hash alone, and a changed header byte (the hash field included) by the CRC.
+    #[test]
+    fn version_5_checks_the_header_by_crc_and_the_data_by_hash() {
+        let buf = sample_as(RECORD_VERSION);
+        let h = decode_record_header(&buf).expect("decodes");
+        verify_record(&h, &buf).expect("verifies");
+        for pos in [512, 512 + 255, 1023] {
+            let mut bad = buf.clone();
+            bad[pos] ^= 0x01;
+            let err = verify_record(&h, &bad).expect_err("the hash catches the flip");
+            assert!(is_data_hash_mismatch(&err), "at {pos}: {err}");
+        }
+        for pos in [8, 40, DATA_HASH_AT, DATA_HASH_AT + 7, 64, 100, 511] {
+            let mut bad = buf.clone();
+            bad[pos] ^= 0x01;
+            let err = decode_record_header(&bad).and_then(|h| verify_record(&h, &bad));
+            assert!(err.is_err(), "a flip at {pos} passed");
+        }
+    }
 
     #[test]
     fn golden_v4_sample() {
-        let buf = sample_as(RECORD_VERSION);
+        let buf = sample_as(RECORD_VERSION_V4);
         assert_eq!(buf.len(), GOLDEN_V4_LEN);
         let (crc, hash) = crc_and_hash(&buf);
         assert_eq!(hash, GOLDEN_V3_DATA_HASH, "the same data hash as version 3");
@@ -755,7 +826,7 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_refused() {
-        for version in [0u16, 5, 0xFFFF] {
+        for version in [0u16, RECORD_VERSION + 1, 0xFFFF] {
             let mut buf = sample();
             buf[8..10].copy_from_slice(&version.to_le_bytes());
             assert_eq!(
@@ -790,17 +861,25 @@ mod tests {
             sectors: 8,
             kind: ExtentKind::Data,
         }];
-        for version in [RECORD_VERSION_V2, RECORD_VERSION_V3] {
+        for version in [
+            RECORD_VERSION_V2,
+            RECORD_VERSION_V3,
+            RECORD_VERSION_V4,
+            RECORD_VERSION,
+        ] {
             let mut torn =
                 encode_record_as(version, VolumeId([1; 16]), 7, 0, &extents, &block(0xAA));
             let n = torn.len();
             torn[n - 4096..].copy_from_slice(&block(0x55));
             let h = decode_record_header(&torn).expect("header landed");
             assert_eq!(h.version, version);
-            // CRC32C alone is blind to this tear; the data hash is not.
+            // CRC32C alone is blind to this tear (from version 5 on it does not even
+            // cover the data); the data hash is not.
+            let header_bytes = h.header_bytes as usize;
+            let covered = crc_covered_bytes(version, header_bytes, 4096);
             let crc = crc32c::crc32c_append(
-                super::super::crc_with_hole(&torn[..4096], CRC_AT),
-                &torn[4096..],
+                super::super::crc_with_hole(&torn[..header_bytes], CRC_AT),
+                &torn[header_bytes..covered],
             );
             assert_eq!(crc, h.crc, "premise: the CRC still matches (v{version})");
             let err = verify_record(&h, &torn).expect_err("torn record rejected");
@@ -810,7 +889,13 @@ mod tests {
 
     #[test]
     fn header_prefix_is_the_on_disk_header() {
-        for version in [RECORD_VERSION_V1, RECORD_VERSION_V2, RECORD_VERSION_V3] {
+        for version in [
+            RECORD_VERSION_V1,
+            RECORD_VERSION_V2,
+            RECORD_VERSION_V3,
+            RECORD_VERSION_V4,
+            RECORD_VERSION,
+        ] {
             let buf = sample_as(version);
             let h = decode_record_header(&buf).expect("decodes");
             let prefix = encode_header_prefix(&h);
@@ -822,12 +907,17 @@ mod tests {
 
     #[test]
     fn any_flipped_bit_is_detected() {
-        let buf = sample();
-        for pos in (0..4096 + 512).step_by(37) {
-            let mut bad = buf.clone();
-            bad[pos] ^= 0x10;
-            let ok = decode_record_header(&bad).and_then(|h| verify_record(&h, &bad).map(|_| h));
-            assert!(ok.is_err(), "flip at {pos} not detected");
+        for version in [RECORD_VERSION_V3, RECORD_VERSION_V4, RECORD_VERSION] {
+            let buf = sample_as(version);
+            let h = decode_record_header(&buf).expect("decodes");
+            let end = h.header_bytes as usize + h.data_bytes() as usize;
+            for pos in (0..end).step_by(37) {
+                let mut bad = buf.clone();
+                bad[pos] ^= 0x10;
+                let ok =
+                    decode_record_header(&bad).and_then(|h| verify_record(&h, &bad).map(|_| h));
+                assert!(ok.is_err(), "v{version}: flip at {pos} not detected");
+            }
         }
     }
 
