@@ -11,6 +11,7 @@
 //! ```
 
 pub(crate) mod apply;
+mod by_record;
 pub mod log_index;
 #[cfg(test)]
 mod log_index_tests;

@@ -24,6 +24,7 @@ use crate::cache_dev::CacheDevice;
 use crate::maintenance::checkpoint;
 use crate::recovery::log_scan::{CorruptRecord, VerifyError, read_verified};
 use crate::shared::{LogPos, Shared};
+use crate::write::by_record::group_by_record;
 use crate::write::put::upload_object;
 use crate::write::seal::seal_object;
 use lsvd_store::clock::timeout;
@@ -112,18 +113,19 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
     let volume = shared.meta.volume;
     // The headers of the records the batch takes data from, as they were written, and
     // the records themselves where they are still in memory.
+    let piece_records: Vec<u64> = batch
+        .extents
+        .iter()
+        .map(|p| p.location.record_seq)
+        .collect();
+    let by_record = group_by_record(&piece_records);
     let records: Result<Vec<Taken>, u64> = {
         let st = shared.lock();
         // (Under the state lock: a panic here poisons it.)
         shared.panic_point("upload");
-        let mut seqs: Vec<u64> = batch
-            .extents
+        by_record
+            .seqs
             .iter()
-            .map(|p| p.location.record_seq)
-            .collect();
-        seqs.sort_unstable();
-        seqs.dedup();
-        seqs.iter()
             .map(|&s| {
                 st.log_headers
                     .binary_search_by_key(&s, |(_, h)| h.seq)
@@ -171,7 +173,8 @@ async fn upload_data(shared: Arc<Shared>, seq: u64, batch: Batch<LogPos>) {
         let header_len = object_header_len(&spec, data_bytes);
         let total = header_len + data_bytes as usize;
         let (cache, count) = (task.cache.as_ref(), &task.stats.log_records_read_back);
-        let buf = assemble(&batch, &records, header_len, total, cache, count)?;
+        let pieces = &by_record.order;
+        let buf = assemble(&batch, pieces, &records, header_len, total, cache, count)?;
         Ok(seal_object(&spec, buf, header_len, compression))
     })
     .await;
@@ -225,8 +228,11 @@ fn piece_at(
 /// memory as written (its bytes are the ones clients sent, so they need no check),
 /// otherwise read back from the log into one reused buffer and verified first. Each
 /// piece is copied to its place in an [`Assembly`], so the buffer is not zeroed first.
+/// `pieces` are the batch's piece indexes grouped by record, in the order of `records`
+/// ([`group_by_record`]).
 fn assemble(
     batch: &Batch<LogPos>,
+    pieces: &[usize],
     records: &[Taken],
     header_len: usize,
     total: usize,
@@ -236,9 +242,6 @@ fn assemble(
     let piece_bytes = |p: &Piece<LogPos>| (p.sectors * SECTOR_BYTES) as usize;
     let mut object = Assembly::new(total, header_len, batch.extents.iter().map(piece_bytes))
         .ok_or_else(|| assembly_error("its pieces do not add up to the object's size"))?;
-    // Piece indexes, grouped by record.
-    let mut pieces: Vec<usize> = (0..batch.extents.len()).collect();
-    pieces.sort_unstable_by_key(|&i| batch.extents[i].location.record_seq);
     let mut read_back = Vec::new();
     let mut next = 0;
     for (offset, header, kept) in records {
