@@ -8,6 +8,7 @@
 pub mod cache_super;
 pub mod chain_drive;
 pub mod checkpoint;
+pub mod chunk_crc;
 pub mod clone_link;
 pub mod diff;
 pub mod examples;

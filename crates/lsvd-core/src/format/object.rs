@@ -377,18 +377,24 @@ pub fn verify_chunks(
         return Err(invalid(WHAT, "range past end of object"));
     }
     let first_chunk = (rel / CHUNK_BYTES) as usize;
-    for (i, chunk) in bytes.chunks(CHUNK_BYTES as usize).enumerate() {
-        let idx = first_chunk + i;
-        let is_last_of_object = rel + (i as u64 + 1) * CHUNK_BYTES >= data_bytes;
-        if chunk.len() as u64 != CHUNK_BYTES && !is_last_of_object {
-            return Err(invalid(WHAT, "range does not end on a chunk boundary"));
-        }
-        let stored = *chunk_crcs
-            .get(idx)
-            .ok_or_else(|| invalid(WHAT, "chunk index out of range"))?;
-        check_chunk(chunk, stored)?;
+    let chunks = bytes.len().div_ceil(CHUNK_BYTES as usize);
+    let ends_short = !(bytes.len() as u64).is_multiple_of(CHUNK_BYTES);
+    if ends_short && rel + bytes.len() as u64 != data_bytes {
+        return Err(invalid(WHAT, "range does not end on a chunk boundary"));
     }
-    Ok(())
+    let stored = chunk_crcs
+        .get(first_chunk..first_chunk + chunks)
+        .ok_or_else(|| invalid(WHAT, "chunk index out of range"))?;
+    // All chunks' CRCs in one pass, three chunks at a time.
+    let computed = super::chunk_crc::chunk_crcs(bytes, CHUNK_BYTES as usize);
+    match stored.iter().zip(&computed).find(|(s, c)| s != c) {
+        Some((&stored, &computed)) => Err(FormatError::BadChecksum {
+            what: WHAT,
+            stored,
+            computed,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Everything needed to encode an object, except the derived fields.
@@ -495,10 +501,7 @@ pub fn header_without_data(
 /// Encode the header for `spec` whose data section is `data` (version 4: every 4 KiB
 /// chunk raw).
 pub fn encode_object_header(spec: &ObjectSpec<'_>, data: &[u8]) -> Vec<u8> {
-    let crcs: Vec<u32> = data
-        .chunks(CHUNK_BYTES as usize)
-        .map(crc32c::crc32c)
-        .collect();
+    let crcs = super::chunk_crc::chunk_crcs(data, CHUNK_BYTES as usize);
     encode_header(spec, data.len() as u64, &ChunkTable::Raw(&crcs))
 }
 
