@@ -23,6 +23,7 @@ pub mod volume_keys;
 pub mod volume_meta;
 pub mod volume_settings;
 pub mod volume_super;
+pub mod xxh3_avx2;
 
 #[cfg(test)]
 pub(crate) mod test_support;

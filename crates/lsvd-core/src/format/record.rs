@@ -152,7 +152,7 @@ pub fn record_hash_seed(volume: VolumeId, seq: u64, prev_crc: u32) -> u64 {
 /// The data hash a version-3 record stores: XXH3-64 of the data bytes (padding
 /// excluded), seeded with [`record_hash_seed`].
 pub fn record_data_hash(volume: VolumeId, seq: u64, prev_crc: u32, data: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(data, record_hash_seed(volume, seq, prev_crc))
+    super::xxh3_avx2::xxh3_64_with_seed(data, record_hash_seed(volume, seq, prev_crc))
 }
 
 /// The keyed hash a version-2 record stores over its data: keyed by the record's

@@ -31,9 +31,10 @@ pub(super) fn file_bytes(slots: u64) -> u64 {
     HEADER_BYTES + slots * ENTRY_BYTES
 }
 
-/// The hash of one block of cached data.
+/// The hash of one block of cached data: XXH3-64 (seed 0 is the unseeded hash), on
+/// 32-byte lanes where the CPU has AVX2.
 pub(super) fn block_hash(block: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(block)
+    lsvd_core::format::xxh3_avx2::xxh3_64_with_seed(block, 0)
 }
 
 /// What one slot holds.
