@@ -97,27 +97,31 @@ mod avx2 {
     /// Where the secret of the last stripe starts, counted back from the end.
     const LAST_STRIPE_SECRET_BACK: usize = STRIPE_BYTES + 7;
 
-    /// 32 bytes of `bytes` from `at`, unaligned.
+    type Stripe = [u8; STRIPE_BYTES];
+
+    /// Lane `lane` (0 or 1: 32 bytes each) of a stripe, unaligned.
     #[target_feature(enable = "avx2")]
-    fn load(bytes: &[u8], at: usize) -> __m256i {
-        let lane: &[u8; 32] = bytes[at..at + 32].try_into().expect("32 bytes");
-        // SAFETY: `lane` is 32 readable bytes; the load has no alignment requirement.
-        unsafe { _mm256_loadu_si256(lane.as_ptr().cast()) }
+    fn lane_of(stripe: &Stripe, lane: usize) -> __m256i {
+        let half: &[u8; 32] = stripe[32 * lane..32 * lane + 32]
+            .try_into()
+            .expect("a stripe is two lanes");
+        // SAFETY: `half` is 32 readable bytes; the load has no alignment requirement.
+        unsafe { _mm256_loadu_si256(half.as_ptr().cast()) }
     }
 
-    /// One 64-byte stripe into the accumulators, with the secret from `secret_at`.
+    /// The 64 bytes of secret that stripe `stripe` of a block is keyed with.
+    fn stripe_key(secret: &[u8; SECRET_BYTES], at: usize) -> &Stripe {
+        secret[at..at + STRIPE_BYTES]
+            .try_into()
+            .expect("stripe keys lie inside the secret")
+    }
+
+    /// One 64-byte stripe into the accumulators.
     #[target_feature(enable = "avx2")]
-    fn accumulate(
-        acc: &mut [__m256i; 2],
-        input: &[u8],
-        at: usize,
-        secret: &[u8],
-        secret_at: usize,
-    ) {
+    fn accumulate(acc: &mut [__m256i; 2], stripe: &Stripe, key: &Stripe) {
         for (i, lane) in acc.iter_mut().enumerate() {
-            let data = load(input, at + 32 * i);
-            let key = load(secret, secret_at + 32 * i);
-            let data_key = _mm256_xor_si256(data, key);
+            let data = lane_of(stripe, i);
+            let data_key = _mm256_xor_si256(data, lane_of(key, i));
             // (data_key & 0xffffffff) * (data_key >> 32) in each 64-bit word ...
             let product = _mm256_mul_epu32(data_key, _mm256_srli_epi64::<32>(data_key));
             // ... plus the data with the two words of each 128-bit half swapped.
@@ -126,13 +130,13 @@ mod avx2 {
         }
     }
 
-    /// After each block: acc = (acc ^ (acc >> 47) ^ secret) * PRIME32_1.
+    /// After each block: acc = (acc ^ (acc >> 47) ^ key) * PRIME32_1.
     #[target_feature(enable = "avx2")]
-    fn scramble(acc: &mut [__m256i; 2], secret: &[u8]) {
+    fn scramble(acc: &mut [__m256i; 2], key: &Stripe) {
         let prime = _mm256_set1_epi32(PRIME32_1 as i32);
         for (i, lane) in acc.iter_mut().enumerate() {
             let mixed = _mm256_xor_si256(*lane, _mm256_srli_epi64::<47>(*lane));
-            let keyed = _mm256_xor_si256(mixed, load(secret, SECRET_BYTES - STRIPE_BYTES + 32 * i));
+            let keyed = _mm256_xor_si256(mixed, lane_of(key, i));
             let low = _mm256_mul_epu32(keyed, prime);
             let high = _mm256_mul_epu32(_mm256_srli_epi64::<32>(keyed), prime);
             *lane = _mm256_add_epi64(low, _mm256_slli_epi64::<32>(high));
@@ -143,62 +147,42 @@ mod avx2 {
     #[target_feature(enable = "avx2")]
     pub(super) fn long_hash(input: &[u8], secret: &[u8; SECRET_BYTES]) -> u64 {
         debug_assert!(input.len() > MID_SIZE_MAX);
-        let initial: [u64; 8] = [
+        let i = [
             PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
+        ]
+        .map(|w| w as i64);
+        let mut acc = [
+            _mm256_setr_epi64x(i[0], i[1], i[2], i[3]),
+            _mm256_setr_epi64x(i[4], i[5], i[6], i[7]),
         ];
-        let initial: [__m256i; 2] = [
-            _mm256_setr_epi64x(
-                initial[0] as i64,
-                initial[1] as i64,
-                initial[2] as i64,
-                initial[3] as i64,
-            ),
-            _mm256_setr_epi64x(
-                initial[4] as i64,
-                initial[5] as i64,
-                initial[6] as i64,
-                initial[7] as i64,
-            ),
-        ];
-        let mut acc = initial;
+        let keys: [&Stripe; STRIPES_PER_BLOCK] = std::array::from_fn(|s| stripe_key(secret, 8 * s));
+        let scramble_key = stripe_key(secret, SECRET_BYTES - STRIPE_BYTES);
+        // Whole blocks, but never the input's last byte: that belongs to the last block.
         let blocks = (input.len() - 1) / BLOCK_BYTES;
-        for block in 0..blocks {
-            for stripe in 0..STRIPES_PER_BLOCK {
-                accumulate(
-                    &mut acc,
-                    input,
-                    block * BLOCK_BYTES + stripe * STRIPE_BYTES,
-                    secret,
-                    stripe * 8,
-                );
+        let (whole, last) = input.split_at(blocks * BLOCK_BYTES);
+        for block in whole.chunks_exact(BLOCK_BYTES) {
+            let (stripes, _) = block.as_chunks::<STRIPE_BYTES>();
+            for (stripe, key) in stripes.iter().zip(keys) {
+                accumulate(&mut acc, stripe, key);
             }
-            scramble(&mut acc, secret);
+            scramble(&mut acc, scramble_key);
         }
-        // The last, partial block; its last stripe is always the input's last 64 bytes.
-        let start = blocks * BLOCK_BYTES;
-        let stripes = (input.len() - 1 - start) / STRIPE_BYTES;
-        for stripe in 0..stripes {
-            accumulate(
-                &mut acc,
-                input,
-                start + stripe * STRIPE_BYTES,
-                secret,
-                stripe * 8,
-            );
+        // The last, partial block (never a stripe that holds the last byte), then the
+        // input's last 64 bytes as a stripe of their own.
+        let (stripes, _) = last[..last.len() - 1].as_chunks::<STRIPE_BYTES>();
+        for (stripe, key) in stripes.iter().zip(keys) {
+            accumulate(&mut acc, stripe, key);
         }
-        let last_secret = SECRET_BYTES - LAST_STRIPE_SECRET_BACK;
-        accumulate(
-            &mut acc,
-            input,
-            input.len() - STRIPE_BYTES,
-            secret,
-            last_secret,
-        );
+        let tail: &Stripe = input[input.len() - STRIPE_BYTES..]
+            .try_into()
+            .expect("the input is longer than a stripe");
+        let last_key = stripe_key(secret, SECRET_BYTES - LAST_STRIPE_SECRET_BACK);
+        accumulate(&mut acc, tail, last_key);
         let mut words = [0u64; 8];
-        for (i, lane) in acc.iter().enumerate() {
-            let out: &mut [u64; 4] = (&mut words[4 * i..4 * i + 4]).try_into().expect("4 words");
+        for (out, lane) in words.chunks_exact_mut(4).zip(acc) {
+            let out: &mut [u64; 4] = out.try_into().expect("4 words");
             // SAFETY: `out` is 32 writable bytes; the store has no alignment requirement.
-            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), *lane) };
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), lane) };
         }
         merge_accumulators(&words, secret, input.len())
     }
