@@ -9,7 +9,7 @@
 # queue depth DEPTH, default 32). Around each phase it reads every thread's user and
 # system CPU time from /proc/PID/task/*/stat; the write phase ends with `lsvd sync`, so
 # the uploads of what it wrote count too. Prints CPU µs per request for the whole
-# process and per thread group (nbd connection threads, the log writer, its I/O
+# process (split into user and system time) and per thread group (nbd connection threads, the log writer, its I/O
 # threads, the tokio runtime: uploads, GC, reads from objects), and fio's own CPU per
 # request beside it (client and server share this machine's cores). This VM has no
 # hardware counters (`perf stat -e instructions` is not supported): for instruction
@@ -49,6 +49,8 @@ import sys
 stat = open(sys.argv[1] + "/stat").read()
 fields = stat[stat.rindex(")") + 2:].split()
 print("all", "process", int(fields[11]) + int(fields[12]))
+print("user", "process", int(fields[11]))
+print("system", "process", int(fields[12]))
 PY
     for t in /proc/$pid/task/*; do
         python3 - "$t" <<'PY' 2>/dev/null || true
@@ -89,7 +91,7 @@ def group(comm):
 total = after["all"][1] - before["all"][1]
 groups = {}
 for tid, (comm, ticks) in after.items():
-    if tid == "all":
+    if tid in ("all", "user", "system"):
         continue
     d = ticks - before.get(tid, (comm, 0))[1]
     groups[group(comm)] = groups.get(group(comm), 0) + d
@@ -98,7 +100,9 @@ us = lambda ticks: ticks / hz * 1e6 / n
 job = json.load(open(sys.argv[6]))["jobs"][0]
 fio_us = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000 * 1e6 / n
 iops = job["write" if "write" in name else "read"]["iops"]
-print(f"{name}: {n} requests, {iops:,.0f} IOPS; lsvd {us(total):.2f} µs CPU per request; fio {fio_us:.2f} µs")
+user, system = (after[k][1] - before[k][1] for k in ("user", "system"))
+print(f"{name}: {n} requests, {iops:,.0f} IOPS; lsvd {us(total):.2f} µs CPU per request "
+      f"(user {us(user):.2f}, system {us(system):.2f}); fio {fio_us:.2f} µs")
 for g, t in sorted(groups.items(), key=lambda kv: -kv[1]):
     if t:
         print(f"    {g:<44} {us(t):6.2f} µs")
