@@ -7,10 +7,9 @@
 //! ```text
 //! offset size field
 //!      0    8 magic "LSVDCSB\0"
-//!      8    2 version (3 for a write log encrypted with --encrypt-local, else 2;
-//!             version 1 is still read)
+//!      8    2 version (4; versions 1-3 are still read)
 //!     10    2 flags: bit 0 = closed cleanly; bit 1 = everything after the two
-//!             superblocks is encrypted (version 3 only)
+//!             superblocks is encrypted (always set in version 3, never in 1-2)
 //!     12    4 crc32c over bytes 0..112 (0..104 in version 2, 0..88 in version 1)
 //!             with this field zero
 //!     16   16 volume id
@@ -26,13 +25,15 @@
 //!             session made that landed (version 2; 0 in version 1: unknown)
 //!     96    8 claimed session: the session id of that claim (version 2; version 1:
 //!             the index epoch, which was the session then)
-//!    104    8 local key id (version 3): which key encrypts the log
-//!             (docs/format/local-encryption.md)
+//!    104    8 local key id (versions 3, 4): which key encrypts the log
+//!             (docs/format/local-encryption.md); zero in a plain log
 //! ```
 //!
-//! A plain log is written as version 2, byte for byte as before, so older builds
-//! still read it; an encrypted one is version 3, which they refuse rather than
-//! misread its records as torn.
+//! Version 4 is written for every log: the write log may hold records of version 5
+//! (CRC32C over the header only), which builds before it cannot verify. They read
+//! cache superblocks of versions up to 3 and refuse version 4, rather than take the
+//! first version-5 record for a torn one and end the log there, dropping every
+//! acknowledged write after it. Version 3 (encrypted logs) was introduced the same way.
 //!
 //! Why two sessions: an open writes this superblock with its new session (the index
 //! epoch) before it claims the volume, and again once the claim has landed. A crash
@@ -44,8 +45,12 @@
 use super::{FormatError, Reader, VolumeId, Writer, check_crc, expect_magic_version, invalid};
 
 pub const CACHE_SUPER_MAGIC: &[u8; 8] = b"LSVDCSB\0";
-pub const CACHE_SUPER_VERSION: u16 = 3;
+pub const CACHE_SUPER_VERSION: u16 = 4;
+/// Version 3: an encrypted log (version 4's layout, the flag always set) whose records
+/// are of version 4 or older.
+const CACHE_SUPER_VERSION_V3: u16 = 3;
 pub const CACHE_SUPER_BYTES: usize = 4096;
+/// Bytes checked in versions 3 and 4.
 const ENCODED_BYTES_V3: usize = 112;
 const ENCODED_BYTES: usize = 104;
 const FLAG_CLEAN: u16 = 1;
@@ -87,11 +92,11 @@ impl CacheSuper {
 pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
     let mut w = Writer::with_capacity(CACHE_SUPER_BYTES);
     let clean = if s.clean { FLAG_CLEAN } else { 0 };
-    let (version, flags) = match s.local_key_id {
-        Some(_) => (CACHE_SUPER_VERSION, clean | FLAG_ENCRYPTED),
-        None => (2, clean),
+    let flags = match s.local_key_id {
+        Some(_) => clean | FLAG_ENCRYPTED,
+        None => clean,
     };
-    w.head(CACHE_SUPER_MAGIC, version, flags);
+    w.head(CACHE_SUPER_MAGIC, CACHE_SUPER_VERSION, flags);
     w.bytes(&s.volume.0);
     w.u64s(&[
         s.generation,
@@ -104,9 +109,7 @@ pub fn encode_cache_super(s: &CacheSuper) -> Vec<u8> {
         s.claimed_epoch,
         s.claimed_session,
     ]);
-    if let Some(id) = s.local_key_id {
-        w.bytes(&id);
-    }
+    w.bytes(&s.local_key_id.unwrap_or_default());
     let crc = crc32c::crc32c(&w.buf);
     w.put_u32_at(CRC_AT, crc);
     w.zeros(CACHE_SUPER_BYTES - w.buf.len());
@@ -130,7 +133,7 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
     ) {
         Ok(()) => CACHE_SUPER_VERSION,
         Err(FormatError::UnsupportedVersion {
-            version: v @ (1 | 2),
+            version: v @ (1..=3),
             ..
         }) => v,
         Err(e) => return Err(e),
@@ -153,7 +156,13 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
     let flags = r.u16()?;
     let stored = r.u32()?;
     check_crc(WHAT, body, CRC_AT, stored)?;
-    if (version == 3) != (flags & FLAG_ENCRYPTED != 0) {
+    let encrypted = flags & FLAG_ENCRYPTED != 0;
+    let flag_allowed = match version {
+        1 | 2 => !encrypted,
+        CACHE_SUPER_VERSION_V3 => encrypted,
+        _ => true,
+    };
+    if !flag_allowed {
         return Err(invalid(WHAT, "version and encryption flag disagree"));
     }
     let mut s = CacheSuper {
@@ -176,8 +185,13 @@ pub fn decode_cache_super(buf: &[u8]) -> Result<CacheSuper, FormatError> {
         s.claimed_epoch = r.u64()?;
         s.claimed_session = r.u64()?;
     }
-    if version == 3 {
-        s.local_key_id = Some(r.array()?);
+    if version >= CACHE_SUPER_VERSION_V3 {
+        let id: [u8; 8] = r.array()?;
+        if encrypted {
+            s.local_key_id = Some(id);
+        } else if id != [0; 8] {
+            return Err(invalid(WHAT, "a plain log with a local key id"));
+        }
     }
     if !(s.log_start <= s.tail_offset && s.tail_offset < s.log_end && s.log_end <= s.file_bytes) {
         return Err(invalid(WHAT, "log region or tail out of bounds"));
@@ -210,45 +224,74 @@ mod tests {
         torn[40] ^= 1;
         assert_eq!(newest_cache_super(&a, &torn).expect("valid").generation, 4);
         assert!(newest_cache_super(&torn, &torn).is_err());
-        assert_eq!(&a[..10], b"LSVDCSB\0\x02\x00");
+        // Version 4, whether or not the log is encrypted: builds that cannot verify
+        // version-5 records refuse it.
+        assert_eq!(&a[..10], b"LSVDCSB\0\x04\x00");
         assert_eq!(&a[88..96], &3u64.to_le_bytes());
         assert_eq!(&a[96..104], &8u64.to_le_bytes());
-        assert!(a[104..].iter().all(|&b| b == 0));
-        assert_each_flip_refused(&a, 0..104, 0x10, decode_cache_super);
+        assert!(a[104..].iter().all(|&b| b == 0), "no key id, no flag");
+        assert_each_flip_refused(&a, 0..112, 0x10, decode_cache_super);
     }
 
-    /// An encrypted log's superblock is version 3 with its key id; a plain one stays
-    /// version 2 (above).
+    /// `buf` relabelled `version` with its CRC refitted over the first `checked` bytes.
+    fn relabel(buf: &[u8], version: u16, checked: usize) -> Vec<u8> {
+        let mut b = buf.to_vec();
+        b[8..10].copy_from_slice(&version.to_le_bytes());
+        b[checked..].fill(0);
+        b[CRC_AT..CRC_AT + 4].fill(0);
+        let crc = crc32c::crc32c(&b[..checked]);
+        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// An encrypted log's superblock carries the flag and its key id.
     #[test]
-    fn an_encrypted_log_is_version_3_with_its_key_id() {
+    fn an_encrypted_log_carries_the_flag_and_its_key_id() {
         let sb = CacheSuper {
             local_key_id: Some(*b"keyid-01"),
             ..sample(6)
         };
         let a = encode_cache_super(&sb);
-        assert_eq!(&a[..12], b"LSVDCSB\0\x03\x00\x02\x00");
+        assert_eq!(&a[..12], b"LSVDCSB\0\x04\x00\x02\x00");
         assert_eq!(&a[104..112], b"keyid-01");
         assert!(a[112..].iter().all(|&b| b == 0));
         assert_eq!(decode_cache_super(&a).expect("decodes"), sb);
         assert_each_flip_refused(&a, 0..112, 0x10, decode_cache_super);
-        // The flag without version 3 (or the reverse) is refused.
-        let mut v2 = encode_cache_super(&sample(6));
-        v2[10] |= 2;
-        v2[CRC_AT..CRC_AT + 4].fill(0);
-        let crc = crc32c::crc32c(&v2[..104]);
-        v2[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-        assert!(decode_cache_super(&v2).is_err());
+        // A plain log naming a key is refused.
+        let mut plain = encode_cache_super(&sample(6));
+        plain[104] = 1;
+        assert!(decode_cache_super(&relabel(&plain, 4, 112)).is_err());
+    }
+
+    /// Superblocks of versions 2 (plain) and 3 (encrypted), as the builds before
+    /// version 4 wrote them, still read; the flag must agree with those versions.
+    #[test]
+    fn versions_2_and_3_still_read() {
+        let plain = encode_cache_super(&sample(6));
+        let v2 = relabel(&plain, 2, 104);
+        assert_eq!(decode_cache_super(&v2).expect("v2 decodes"), sample(6));
+        let sb = CacheSuper {
+            local_key_id: Some(*b"keyid-02"),
+            ..sample(6)
+        };
+        let v3 = relabel(&encode_cache_super(&sb), 3, 112);
+        assert_eq!(decode_cache_super(&v3).expect("v3 decodes"), sb);
+        // The flag in version 2, or version 3 without it, is refused.
+        let mut flagged = v2.clone();
+        flagged[10] |= 2;
+        assert!(decode_cache_super(&relabel(&flagged, 2, 104)).is_err());
+        assert!(decode_cache_super(&relabel(&plain, 3, 112)).is_err());
+        // A version this build does not know is refused.
+        assert!(matches!(
+            decode_cache_super(&relabel(&plain, 5, 112)),
+            Err(FormatError::UnsupportedVersion { version: 5, .. })
+        ));
     }
 
     /// A version 1 superblock (88 bytes checked) as builds before epochs wrote it.
     #[test]
     fn version_1_still_reads_with_an_unknown_epoch() {
-        let mut v1 = encode_cache_super(&sample(7));
-        v1[8] = 1;
-        v1[88..104].fill(0);
-        v1[CRC_AT..CRC_AT + 4].fill(0);
-        let crc = crc32c::crc32c(&v1[..88]);
-        v1[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let v1 = relabel(&encode_cache_super(&sample(7)), 1, 88);
         let sb = decode_cache_super(&v1).expect("decodes");
         assert_eq!(
             sb,
