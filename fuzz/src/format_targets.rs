@@ -272,11 +272,39 @@ fn generate_record(b: &mut Bytes<'_>) {
     }
 }
 
-/// Target `format_record`: write-log record headers and their verification.
+/// Target `format_record`: write-log record headers and their verification; and
+/// lsvd's own hash kernels against their references on the same bytes.
 pub fn record(data: &[u8]) {
     format_target(data, generate_record, check_record_bytes, |fixed| {
         fix_record(fixed)
     });
+    check_hash_kernels(data);
+}
+
+/// The record's XXH3-64 (`format::xxh3_avx2`, AVX2 where the CPU has it) equals the
+/// `xxhash-rust` crate's, and the object's chunk CRC32Cs (`format::chunk_crc`, three
+/// chunks at a time) equal the `crc32c` crate's one chunk at a time, for any bytes,
+/// seed and chunk size.
+fn check_hash_kernels(data: &[u8]) {
+    let (head, bytes) = data.split_at(data.len().min(9));
+    let mut seed = [0u8; 8];
+    seed[..head.len().min(8)].copy_from_slice(&head[..head.len().min(8)]);
+    let seed = u64::from_le_bytes(seed);
+    assert_eq!(
+        lsvd_core::format::xxh3_avx2::xxh3_64_with_seed(bytes, seed),
+        xxhash_rust::xxh3::xxh3_64_with_seed(bytes, seed),
+        "XXH3 of {} bytes, seed {seed:#x}",
+        bytes.len()
+    );
+    // Chunks of 8 to 2048 bytes (multiples of 8 take the three-at-once path).
+    let chunk_bytes = 8 * (1 + usize::from(head.get(8).copied().unwrap_or(0)));
+    let reference: Vec<u32> = bytes.chunks(chunk_bytes).map(crc32c::crc32c).collect();
+    assert_eq!(
+        lsvd_core::format::chunk_crc::chunk_crcs(bytes, chunk_bytes),
+        reference,
+        "chunk CRCs of {} bytes in chunks of {chunk_bytes}",
+        bytes.len()
+    );
 }
 
 // ---------------------------------------------------------------------------------

@@ -269,7 +269,15 @@ fn check_sealed_layout(buf: &[u8]) {
 fn fix_supers(which: u8, buf: &mut [u8]) {
     let len = buf.len();
     match which % 10 {
-        0 => fix::crc_at(buf, 12, 88),
+        // The cache superblock's CRC covers 88 bytes in version 1, 104 in 2, 112 after.
+        0 => {
+            let checked = match buf.get(8..10) {
+                Some([1, 0]) => 88,
+                Some([2, 0]) => 104,
+                _ => 112,
+            };
+            fix::crc_at(buf, 12, checked)
+        }
         9 => fix::crc_at(buf, 12, len.min(16)),
         // The others, the chain drive record included: CRC at 12 over the whole record.
         _ => fix::crc_at(buf, 12, len),
