@@ -210,3 +210,42 @@ async fn a_write_log_of_another_volume_is_a_conflict() {
     let says = "belongs to another volume";
     assert_open_fails(&store, "w", &dir, ErrorKind::Conflict, says).await;
 }
+
+/// A write log whose cache superblock is of a newer version than this build reads is
+/// refused with an error naming the version, and left as it was: never taken for an
+/// empty log (or one that ends early), which would drop the writes it holds. This is
+/// what keeps builds before version-5 records off logs that hold them
+/// (docs/SEMANTICS.md, "After a crash with the cache intact").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_log_of_a_newer_format_is_refused_and_left_alone() {
+    use lsvd_core::format::cache_super::{CACHE_SUPER_BYTES, CACHE_SUPER_VERSION};
+    let (dir, _mem, store) = setup("kinds-newer-log").await;
+    let (vol, _) = open_v(&store, dir.path(), config(), "open").await;
+    vol.write(0, vec![7; 4096], true).await.expect("write");
+    vol.shutdown().await.expect("shutdown");
+    drop(vol);
+    let path = dir.path().join("v.wlog");
+    let original = std::fs::read(&path).expect("read log");
+    // Both superblock copies relabelled one version on, their CRCs (over 112 bytes)
+    // refitted: what a newer build would leave.
+    let mut newer = original.clone();
+    for at in [0, CACHE_SUPER_BYTES] {
+        let sb = &mut newer[at..at + 112];
+        sb[8..10].copy_from_slice(&(CACHE_SUPER_VERSION + 1).to_le_bytes());
+        sb[12..16].fill(0);
+        let crc = crc32c::crc32c(sb);
+        sb[12..16].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(&path, &newer).expect("write log");
+    let says = format!("unsupported format version {}", CACHE_SUPER_VERSION + 1);
+    assert_open_fails(&store, "v", &dir, ErrorKind::Corrupt, &says).await;
+    assert!(
+        std::fs::read(&path).expect("read log") == newer,
+        "a refused log is not rewritten"
+    );
+    // Put back as this build wrote it, the log opens and the data is there.
+    std::fs::write(&path, &original).expect("restore log");
+    let (vol, _) = open_v(&store, dir.path(), config(), "reopen").await;
+    assert_eq!(vol.read(0, 4096).await.expect("read"), vec![7; 4096]);
+    vol.shutdown().await.expect("shutdown");
+}
