@@ -12,8 +12,15 @@
 
 /// The CRC32C of each `chunk_bytes` piece of `data` (the last one may be shorter).
 pub fn chunk_crcs(data: &[u8], chunk_bytes: usize) -> Vec<u32> {
-    assert!(chunk_bytes > 0, "chunks of zero bytes");
     let mut out = Vec::with_capacity(data.len().div_ceil(chunk_bytes));
+    for_each_chunk_crc(data, chunk_bytes, |crc| out.push(crc));
+    out
+}
+
+/// [`chunk_crcs`] handed to `each` in chunk order, without a vector: what a read's
+/// verification uses, so that it allocates nothing.
+pub fn for_each_chunk_crc(data: &[u8], chunk_bytes: usize, mut each: impl FnMut(u32)) {
+    assert!(chunk_bytes > 0, "chunks of zero bytes");
     let mut rest = data;
     #[cfg(target_arch = "x86_64")]
     if chunk_bytes.is_multiple_of(8) && std::arch::is_x86_feature_detected!("sse4.2") {
@@ -24,12 +31,12 @@ pub fn chunk_crcs(data: &[u8], chunk_bytes: usize) -> Vec<u32> {
             let (b, c) = bc.split_at(chunk_bytes);
             // SAFETY: the CPU has SSE 4.2 (detected just above), the only feature
             // `three_at_once` is compiled for.
-            out.extend_from_slice(&unsafe { x86::three_at_once(a, b, c) });
+            let crcs = unsafe { x86::three_at_once(a, b, c) };
+            crcs.into_iter().for_each(&mut each);
         }
         rest = tail;
     }
-    out.extend(rest.chunks(chunk_bytes).map(crc32c::crc32c));
-    out
+    rest.chunks(chunk_bytes).map(crc32c::crc32c).for_each(each);
 }
 
 #[cfg(target_arch = "x86_64")]

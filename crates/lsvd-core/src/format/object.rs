@@ -385,10 +385,19 @@ pub fn verify_chunks(
     let stored = chunk_crcs
         .get(first_chunk..first_chunk + chunks)
         .ok_or_else(|| invalid(WHAT, "chunk index out of range"))?;
-    // All chunks' CRCs in one pass, three chunks at a time.
-    let computed = super::chunk_crc::chunk_crcs(bytes, CHUNK_BYTES as usize);
-    match stored.iter().zip(&computed).find(|(s, c)| s != c) {
-        Some((&stored, &computed)) => Err(FormatError::BadChecksum {
+    // All chunks' CRCs in one pass, three chunks at a time; the first mismatch fails.
+    let mut expected = stored.iter();
+    let mut mismatch = None;
+    super::chunk_crc::for_each_chunk_crc(bytes, CHUNK_BYTES as usize, |computed| {
+        if let Some(&stored) = expected.next()
+            && stored != computed
+            && mismatch.is_none()
+        {
+            mismatch = Some((stored, computed));
+        }
+    });
+    match mismatch {
+        Some((stored, computed)) => Err(FormatError::BadChecksum {
             what: WHAT,
             stored,
             computed,

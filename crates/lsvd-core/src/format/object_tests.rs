@@ -347,3 +347,51 @@ fn garbage_never_panics() {
         let _ = decode_object_header(&buf);
     }
 }
+
+/// A ranged verification of a data section: aligned ranges pass (the object's short
+/// last chunk included), a range that ends short of a chunk anywhere but at the
+/// object's end is refused, and a damaged chunk fails with its stored and computed
+/// CRCs, whichever of a triple (the CRCs are computed three chunks at a time) it is.
+#[test]
+fn ranged_verification_checks_every_chunk_and_the_range_edges() {
+    let chunk = CHUNK_BYTES as usize;
+    let data: Vec<u8> = (0..7 * chunk + 512).map(|i| (i * 7 % 251) as u8).collect();
+    let crcs: Vec<u32> = data.chunks(chunk).map(crc32c::crc32c).collect();
+    let len = data.len() as u64;
+    let header_bytes = 200;
+    let at = |c: usize| header_bytes + (c * chunk) as u64;
+    verify_chunks(header_bytes, len, &crcs, at(0), &data).expect("the whole section");
+    verify_chunks(header_bytes, len, &crcs, at(2), &data[2 * chunk..6 * chunk])
+        .expect("a middle range");
+    verify_chunks(header_bytes, len, &crcs, at(5), &data[5 * chunk..])
+        .expect("the short last chunk");
+    let short = verify_chunks(header_bytes, len, &crcs, at(1), &data[chunk..3 * chunk - 8]);
+    assert!(
+        short.is_err(),
+        "a range ending mid-chunk inside the object passed"
+    );
+    let off_chunk = verify_chunks(
+        header_bytes,
+        len,
+        &crcs,
+        at(1) + 8,
+        &data[chunk + 8..2 * chunk + 8],
+    );
+    assert!(off_chunk.is_err(), "an unaligned start passed");
+    for bad_chunk in [0, 1, 2, 3, 7] {
+        let mut bad = data.clone();
+        bad[bad_chunk * chunk + 3] ^= 0x40;
+        let e = verify_chunks(header_bytes, len, &crcs, at(0), &bad).expect_err("damage passed");
+        let computed =
+            crc32c::crc32c(&bad[bad_chunk * chunk..((bad_chunk + 1) * chunk).min(bad.len())]);
+        assert_eq!(
+            e,
+            FormatError::BadChecksum {
+                what: "object data",
+                stored: crcs[bad_chunk],
+                computed,
+            },
+            "chunk {bad_chunk}"
+        );
+    }
+}
