@@ -355,9 +355,15 @@ impl StoreState {
         // Work done in this step: extents and trim slices applied, map entries displaced.
         let work = std::cell::Cell::new(0usize);
         let lost = std::cell::Cell::new(0u64);
+        // Bytes of this object displaced by its own later extents (a header whose
+        // extents overlap: never one lsvd writes, but a header is input): counted
+        // against what this step gains, since its live bytes are added at the end.
+        let lost_to_itself = std::cell::Cell::new(0u64);
         let mut drop_live = |p: Piece<ObjLoc>| {
             work.set(work.get() + 1);
-            if let Some(o) = objects.get_mut(&p.location.object_seq) {
+            if p.location.object_seq == h.seq {
+                lost_to_itself.set(lost_to_itself.get() + p.sectors * SECTOR_BYTES);
+            } else if let Some(o) = objects.get_mut(&p.location.object_seq) {
                 o.live_bytes -= p.sectors * SECTOR_BYTES;
                 lost.set(lost.get() + p.sectors * SECTOR_BYTES);
             }
@@ -418,6 +424,9 @@ impl StoreState {
             }
         }
         self.live_total_bytes -= lost.get();
+        // An extent displaces at most what it covers, so this step's own losses are
+        // within what it gained.
+        let gained = gained.saturating_sub(lost_to_itself.get());
         if let Some(o) = self.objects.get_mut(&h.seq) {
             o.live_bytes += gained;
             self.live_total_bytes += gained;
