@@ -3,7 +3,8 @@
 //! GC runs with hysteresis: it starts when the store's utilization (live bytes over
 //! stored bytes) falls below `start_utilization` and keeps going until it rises above
 //! `stop_utilization`. Each pass picks victims by policy, up to a budget of live bytes
-//! to copy, and lists their live extents in LBA order. Relocated data goes into GC
+//! to copy, and lists their live extents in LBA order (from the victims' headers:
+//! [`crate::gc_plan`]). Relocated data goes into GC
 //! objects of its own (never mixed with fresh client writes: cold data stays with cold
 //! data), and each relocated extent carries its source so it applies only where the
 //! map still points there. The live engine and the simulator both use this module.
@@ -289,7 +290,9 @@ pub struct Relocation {
     pub source: ObjLoc,
 }
 
-/// Live extents of `victims`, in LBA order.
+/// Live extents of `victims`, in LBA order, by a scan of the whole map: the reference
+/// that [`crate::gc_plan`], which the engine and the simulator plan passes with, is
+/// checked against.
 pub fn live_extents(state: &StoreState, victims: &BTreeSet<u64>) -> Vec<Relocation> {
     state
         .map()
@@ -301,32 +304,6 @@ pub fn live_extents(state: &StoreState, victims: &BTreeSet<u64>) -> Vec<Relocati
             source: p.location,
         })
         .collect()
-}
-
-/// [`live_extents`] within `[lba, lba + sectors)`; an extent crossing an edge is cut
-/// there (its source advanced). The engine plans a pass in such pieces, letting go of
-/// its state lock in between: a piece that is stale by the time it is applied is
-/// simply not applied (GC objects apply only where the map still points at their
-/// source), and nothing can start pointing into a victim.
-pub fn live_extents_in(
-    state: &StoreState,
-    victims: &BTreeSet<u64>,
-    lba: u64,
-    sectors: u64,
-) -> Vec<Relocation> {
-    let mut out = Vec::new();
-    state.map().for_each_in(lba, sectors, |p| {
-        if let Some(source) = p.location
-            && victims.contains(&source.object_seq)
-        {
-            out.push(Relocation {
-                lba: p.lba,
-                sectors: p.sectors,
-                source,
-            });
-        }
-    });
-    out
 }
 
 /// Split relocations into GC objects of at most `object_bytes` of data each (an
@@ -651,32 +628,6 @@ mod tests {
             ..cfg
         };
         assert_eq!(headroom_used(&s, &off, 0, slack, headroom), 0.0);
-    }
-
-    #[test]
-    fn live_extents_in_pieces_cover_the_same_data() {
-        let s = state_with_garbage();
-        let victims: BTreeSet<u64> = [1, 2, 3].into_iter().collect();
-        let per_sector = |rel: &[Relocation]| -> Vec<(u64, u64, u64)> {
-            rel.iter()
-                .flat_map(|r| {
-                    (0..r.sectors).map(move |i| {
-                        let src = r.source.advance_sectors(i);
-                        (r.lba + i, src.object_seq, src.offset)
-                    })
-                })
-                .collect()
-        };
-        let whole = live_extents(&s, &victims);
-        for chunk in [1u64, 7, 100, 1 << 20] {
-            let mut pieces = Vec::new();
-            let mut lba = 0;
-            while lba < 4000 {
-                pieces.extend(live_extents_in(&s, &victims, lba, chunk));
-                lba += chunk;
-            }
-            assert_eq!(per_sector(&pieces), per_sector(&whole), "chunk {chunk}");
-        }
     }
 
     #[test]

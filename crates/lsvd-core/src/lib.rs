@@ -15,6 +15,7 @@ pub mod error;
 pub mod extent_map;
 pub mod format;
 pub mod gc;
+pub mod gc_plan;
 pub mod heat;
 pub mod history;
 pub mod hylog;

@@ -21,7 +21,8 @@
 //!    then deletes the objects it leaves out and keeps the newest two checkpoints, as
 //!    the engine does once it is durable.
 //! 3. Then GC, while the pipeline allows a pass ([`Pipeline::gc_plan`], with the
-//!    engine's hysteresis): [`gc::live_extents`], [`gc::group_relocations`] at the
+//!    engine's hysteresis): the victims' live extents from their headers
+//!    ([`gc_plan`]), [`gc::group_relocations`] at the
 //!    batch size, one GC object per group from [`gc::gc_object_header`], numbered and
 //!    queued by the pipeline with the checkpoint that closes the pass, and uploaded as
 //!    above. The engine runs GC in the background, paced, so its passes interleave
@@ -40,7 +41,7 @@
 //! 512-byte sectors. With a fixed volume size, a request that does not fit entirely is
 //! counted as out of range and skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::OnceLock;
 
 use lsvd_core::batcher::Batch;
@@ -49,8 +50,11 @@ use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::checkpoint::{
     Checkpoint, CheckpointExtent, CheckpointObject, encode_checkpoint,
 };
-use lsvd_core::format::object::{ObjectHeader, ObjectKind, header_bytes_for, header_without_data};
+use lsvd_core::format::object::{
+    ObjectExtent, ObjectHeader, ObjectKind, header_bytes_for, header_without_data,
+};
 use lsvd_core::gc::{self, GcConfig};
+use lsvd_core::gc_plan;
 use lsvd_core::heat::HeatTracker;
 use lsvd_core::hylog::{self, HotChoice, RegionClasses};
 use lsvd_core::live_rates::LiveWriteRates;
@@ -295,6 +299,10 @@ pub struct VolumeSim {
     /// The latest GC pass's hot-fraction choice, and the sum over passes.
     hot_choice: Option<HotChoice>,
     hot_fraction_sum: f64,
+    /// Each stored data and GC object's extents with their byte offsets, as its header
+    /// lists them: GC plans a pass from its victims' (`lsvd_core::gc_plan`), as the
+    /// engine does. Objects deleted since are dropped before each pass.
+    extents_of: HashMap<u64, Vec<(ObjectExtent, u64)>>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -402,6 +410,7 @@ impl VolumeSim {
                 .then(|| HeatTracker::new(cfg.volume_size_bytes)),
             hot_choice: None,
             hot_fraction_sum: 0.0,
+            extents_of: HashMap::new(),
         }
     }
 
@@ -584,7 +593,7 @@ impl VolumeSim {
             let Some(pass) = self.pipeline.gc_plan_with_rates(rates.as_ref()) else {
                 break;
             };
-            let relocations = gc::live_extents(self.state(), &pass.victims);
+            let relocations = self.live_extents_of(&pass.victims);
             let choice = self
                 .heat
                 .as_ref()
@@ -648,6 +657,29 @@ impl VolumeSim {
 
     /// Upload and apply everything the pipeline hands out, in order. Returns the
     /// number of data objects.
+    /// The live extents of a pass's victims, planned from their headers' extents.
+    fn live_extents_of(&mut self, victims: &BTreeSet<u64>) -> Vec<gc::Relocation> {
+        let objects = self.pipeline.store().objects();
+        if self.extents_of.len() > objects.len() + 64 {
+            self.extents_of.retain(|seq, _| objects.contains_key(seq));
+        }
+        let mut relocations = Vec::new();
+        for v in victims {
+            let extents = self
+                .extents_of
+                .get(v)
+                .expect("every data and GC object the simulator stored has its extents kept");
+            gc_plan::live_extents_of_object(
+                self.pipeline.store(),
+                *v,
+                extents.iter().copied(),
+                &mut relocations,
+            );
+        }
+        gc_plan::in_lba_order(&mut relocations);
+        relocations
+    }
+
     fn upload_all(&mut self) -> usize {
         let mut data_objects = 0;
         while let Some(u) = self.pipeline.next_upload(true) {
@@ -655,6 +687,7 @@ impl VolumeSim {
                 Upload::Data { seq, batch } => {
                     data_objects += 1;
                     let h = data_header(seq, &batch);
+                    self.extents_of.insert(seq, h.extent_offsets().collect());
                     self.counters.coalesced_bytes += batch.client_bytes - batch.data_bytes;
                     self.counters.data_objects += 1;
                     self.counters.data_object_bytes += h.total_bytes();
@@ -663,6 +696,8 @@ impl VolumeSim {
                     self.note_peak();
                 }
                 Upload::Gc { seq, object } => {
+                    self.extents_of
+                        .insert(seq, object.extent_offsets().collect());
                     self.counters.gc_objects += 1;
                     self.counters.gc_object_bytes += object.total_bytes();
                     self.counters.gc_bytes_moved += object.data_bytes;

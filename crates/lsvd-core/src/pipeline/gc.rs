@@ -2,7 +2,7 @@
 //! its objects join the sequence.
 //!
 //! A pass goes: [`Pipeline::gc_plan`] (victims, marked busy) → the driver reads their
-//! live data ([`crate::gc::live_extents`]) → [`Pipeline::gc_reserve`] (numbers for its
+//! live data ([`crate::gc_plan`]) → [`Pipeline::gc_reserve`] (numbers for its
 //! objects and its closing checkpoint; client batches wait unnumbered meanwhile) → the
 //! driver builds the objects → [`Pipeline::gc_queue`] → uploads → the closing
 //! checkpoint leaves the victims out and is finished

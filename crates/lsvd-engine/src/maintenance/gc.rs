@@ -4,8 +4,9 @@
 //! (`Pipeline::gc_plan`: utilization below the start threshold, with hysteresis; one
 //! pass at a time; with no GC headroom, none while more than `gc_max_backlog` objects
 //! wait for upload). This task does the
-//! pass's I/O: it reads the victims' live extents (from the read cache where clients
-//! read them recently, the rest with verified ranged GETs), lays them out in LBA order
+//! pass's I/O: it plans the pass from the victims' own headers (`lsvd_core::gc_plan`),
+//! reads their live extents (from the read cache where clients read them recently,
+//! the rest with verified ranged GETs), lays them out in LBA order
 //! into GC objects (apart from client data), and hands them to the pipeline, which
 //! numbers them, queues them in sequence order with a checkpoint after them, and ends
 //! the pass when that checkpoint is finished (the victims hold no live data once the GC
@@ -34,16 +35,15 @@
 //! batch) slows clients to what GC cleans: the store holds at most live/gc-start + one
 //! batch + one GC pass, however fast clients write.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, object_header_len};
-use lsvd_core::gc::{
-    HeatClass, Relocation, gc_object_extents, group_relocations_by_class, live_extents_in,
-};
+use lsvd_core::gc::{HeatClass, Relocation, gc_object_extents, group_relocations_by_class};
+use lsvd_core::gc_plan::{in_lba_order, live_extents_of_object};
 use lsvd_core::live_rates::LiveWriteRates;
 
 use crate::read;
@@ -55,10 +55,14 @@ use lsvd_store::direct_buf::DirectBuf;
 /// Live extents of one victim closer than this are fetched with one GET.
 const RUN_GAP_BYTES: u64 = 256 << 10;
 
-/// GC plans a pass over this many sectors (16 MiB of the volume) at a time: on a volume
-/// of random 4 KiB writes, a few thousand map extents, a fraction of a millisecond of
-/// holding the state lock.
-const PLAN_SLICE_SECTORS: u64 = (16 << 20) / SECTOR_BYTES;
+/// GC looks up this many of a victim's extents at a time under the state lock (a
+/// fraction of a millisecond on a volume of random 4 KiB writes).
+const PLAN_EXTENTS: usize = 2048;
+
+/// Under hylog, the live data's write rates are measured over this many sectors (16
+/// MiB of the volume) at a time: a few thousand map extents, a fraction of a
+/// millisecond of holding the state lock.
+const RATE_SLICE_SECTORS: u64 = (16 << 20) / SECTOR_BYTES;
 
 /// Largest ranged GET of a victim (a run of live extents is split there; an extent
 /// larger than this is read whole).
@@ -248,28 +252,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 .collect();
             (pass.victims, kinds)
         };
-        // Their live extents, a slice of the volume at a time: a whole map (~260,000
-        // extents for 1 GiB of random 4 KiB writes) is milliseconds of holding the
-        // lock every client write takes.
-        let volume_sectors = shared.size_bytes.load(Ordering::Acquire) / SECTOR_BYTES;
-        let mut relocations = Vec::new();
-        let mut lba = 0;
-        while lba < volume_sectors {
-            let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
-            relocations.extend(live_extents_in(
-                shared.lock().pipeline.store(),
-                &victims,
-                lba,
-                n,
-            ));
-            lba += n;
-            tokio::task::yield_now().await;
-        }
-        let Some(groups) = group_off_runtime(&shared, relocations).await else {
-            shared.lock().pipeline.gc_abandon();
-            continue;
-        };
-        match run_pass(&shared, groups, &kinds, &mut pacer).await {
+        match pass(&shared, &victims, &kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
@@ -316,6 +299,62 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
+/// One pass over `victims`: plan its live extents, group them into GC objects, copy
+/// them. Returns the bytes moved, or None if GC must stop meanwhile (nothing queued).
+async fn pass(
+    shared: &Arc<Shared>,
+    victims: &BTreeSet<u64>,
+    kinds: &BTreeMap<u64, (ObjectTag, u64)>,
+    pacer: &mut Pacer,
+) -> lsvd_core::error::Result<Option<u64>> {
+    let Some(relocations) = plan(shared, victims, kinds, pacer).await? else {
+        return Ok(None);
+    };
+    let Some(groups) = group_off_runtime(shared, relocations).await else {
+        return Ok(None);
+    };
+    run_pass(shared, groups, kinds, pacer).await
+}
+
+/// The victims' live extents in LBA order, planned from their headers
+/// (`lsvd_core::gc_plan`): each header comes from the header cache or a verified GET
+/// (which the pass's reads of the same object then find cached), and its extents are
+/// looked up in the map [`PLAN_EXTENTS`] at a time, letting go of the state lock in
+/// between. That costs map lookups for the victims' extents only, where a scan of the
+/// whole map costs ~260,000 steps for 1 GiB of random 4 KiB writes however little is
+/// collected. A piece that is stale by the time it is applied is simply not applied
+/// (GC objects apply only where the map still points at their source), and nothing
+/// can start pointing into a victim. None if GC must stop meanwhile.
+async fn plan(
+    shared: &Shared,
+    victims: &BTreeSet<u64>,
+    kinds: &BTreeMap<u64, (ObjectTag, u64)>,
+    pacer: &mut Pacer,
+) -> lsvd_core::error::Result<Option<Vec<Relocation>>> {
+    let mut relocations = Vec::new();
+    for &victim in victims {
+        let Some(&(tag, header_bytes)) = kinds.get(&victim) else {
+            continue;
+        };
+        if stopping(shared) || !pace(shared, pacer, header_bytes).await {
+            return Ok(None);
+        }
+        let header = read::header_background(shared, victim, tag).await?;
+        let mut extents = header.extent_offsets().peekable();
+        while extents.peek().is_some() {
+            live_extents_of_object(
+                shared.lock().pipeline.store(),
+                victim,
+                extents.by_ref().take(PLAN_EXTENTS),
+                &mut relocations,
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+    in_lba_order(&mut relocations);
+    Ok(Some(relocations))
+}
+
 /// Under hylog while it separates, when a pass is about to start: the write rate of
 /// every object's live data (`lsvd_core::live_rates`, the simulator measures the
 /// same), which orders the pass's victims. Measured a slice of the volume at a time,
@@ -329,7 +368,7 @@ async fn write_rates(shared: &Shared) -> Option<LiveWriteRates> {
     let mut rates = LiveWriteRates::default();
     let mut lba = 0;
     while lba < volume_sectors {
-        let n = PLAN_SLICE_SECTORS.min(volume_sectors - lba);
+        let n = RATE_SLICE_SECTORS.min(volume_sectors - lba);
         {
             let st = shared.lock();
             let heat = st.heat.as_ref()?;

@@ -24,7 +24,9 @@ use crate::read::cache::CacheObject;
 use crate::shared::{ObjectTag, Shared};
 use lsvd_core::error::{Error, ErrorKind, Result};
 
-pub(crate) use object::{CachedObjectReader, read_object_background, remember_header};
+pub(crate) use object::{
+    CachedObjectReader, header_background, read_object_background, remember_header,
+};
 
 #[derive(Debug, Clone, Copy)]
 enum Source {

@@ -226,6 +226,18 @@ pub(super) fn read_cached(rc: &ReadCache, obj: CacheObject, rel: u64, dst: &mut 
     (at - rel) as usize
 }
 
+/// Object `seq`'s header for GC's plan: from the header cache, or fetched through the
+/// store's background path and checked like any header (the pass's verified GETs of
+/// the same object then find it cached).
+pub(crate) async fn header_background(
+    shared: &Shared,
+    seq: u64,
+    tag: ObjectTag,
+) -> Result<Arc<ObjectHeader>> {
+    let key = shared.object_key(seq, tag.epoch, tag.kind);
+    object_header(shared, &key, CacheObject::new(seq, tag.epoch), true).await
+}
+
 /// Bytes `[from, to)` of an object, bypassing the read cache (GC's bulk reads of cold
 /// data). Everything but the GET's own await runs off the runtime's threads: the
 /// store's background path, then checksum verification and trimming on the blocking
