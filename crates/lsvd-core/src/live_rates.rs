@@ -185,6 +185,7 @@ mod tests {
                 stop_utilization: 0.95,
                 policy,
                 pass_bytes: 400 * 512,
+                defrag_hole_bytes: 0,
             },
             gc_max_backlog: 2,
             gc_headroom_bytes: 0,

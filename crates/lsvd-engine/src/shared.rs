@@ -122,6 +122,9 @@ pub struct Stats {
     pub gc_superseded_bytes: AtomicU64,
     /// Bytes of victims' live data GC took from the read cache instead of a GET.
     pub gc_cache_read_bytes: AtomicU64,
+    /// Bytes defragmenting GC planned to move from outside its victims, to plug the
+    /// gaps between what it moves (`GcConfig::defrag_hole_bytes`).
+    pub gc_defrag_bytes: AtomicU64,
     pub objects_deleted: AtomicU64,
     /// Deletes of dead objects the store refused or failed (each retried later).
     pub object_deletes_failed: AtomicU64,

@@ -66,6 +66,8 @@ pub struct VolumeStatus {
     pub gc_superseded_bytes: u64,
     /// This session's GC reads served by the read cache (see `Stats`).
     pub gc_cache_read_bytes: u64,
+    /// This session's bytes moved by defragmenting GC to plug gaps (see `Stats`).
+    pub gc_defrag_bytes: u64,
     /// Live bytes over stored bytes of the objects the volume owns: what GC weighs (a
     /// clone's ancestors' objects, which `live_bytes` and `store_bytes` count, are left
     /// out: `StoreState::set_shared_below`).
@@ -456,6 +458,7 @@ impl Volume {
             gc_pass_in_flight: st.pipeline.gc_pass_in_flight(),
             gc_superseded_bytes: stats.gc_superseded_bytes.load(Ordering::Relaxed),
             gc_cache_read_bytes: stats.gc_cache_read_bytes.load(Ordering::Relaxed),
+            gc_defrag_bytes: stats.gc_defrag_bytes.load(Ordering::Relaxed),
             utilization: lsvd_core::gc::utilization(store),
             read_cache_hits: self
                 .shared

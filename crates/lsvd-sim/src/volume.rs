@@ -677,6 +677,12 @@ impl VolumeSim {
             );
         }
         gc_plan::in_lba_order(&mut relocations);
+        gc_plan::plug_holes(
+            self.pipeline.store(),
+            &mut relocations,
+            self.cfg.gc.defrag_hole_bytes,
+            self.cfg.gc.pass_bytes,
+        );
         relocations
     }
 

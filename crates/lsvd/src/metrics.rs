@@ -171,6 +171,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         &|_, s| s.gc_cache_read_bytes as f64,
     );
     metric(
+        "gc_defrag_bytes_total",
+        "counter",
+        "Bytes defragmenting GC (--gc-defrag-hole) planned to move to plug gaps between the extents it moves (this process).",
+        &|_, s| s.gc_defrag_bytes as f64,
+    );
+    metric(
         "read_cache_hits_total",
         "counter",
         "Read-cache chunk hits.",

@@ -274,6 +274,7 @@ fn two_hosts_with_short_lease(
         gc_policy: "greedy".into(),
         log_free_target: "all".into(),
         gc_headroom: "auto".into(),
+        gc_defrag_hole: "0".into(),
     };
     let lease = vec!["--lease-timeout".to_string(), "1s".to_string()];
     let mut a = Server::create(&tmp.path().join("a"), &store, "16M", args.clone())

@@ -292,6 +292,7 @@ fn eager_gc() -> GcConfig {
         stop_utilization: 0.95,
         policy: GcPolicy::Greedy,
         pass_bytes: 1 << 20,
+        defrag_hole_bytes: 0,
     }
 }
 
@@ -461,6 +462,7 @@ fn client_batches_are_held_when_gc_falls_behind_and_released_when_it_stalls() {
         stop_utilization: 0.9999,
         policy: GcPolicy::Greedy,
         pass_bytes: 1 << 20,
+        defrag_hole_bytes: 0,
     };
     let mut p = pipeline(tiny);
     let mut record = 0;

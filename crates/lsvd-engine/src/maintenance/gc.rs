@@ -43,7 +43,7 @@ use std::time::Duration;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, object_header_len};
 use lsvd_core::gc::{HeatClass, Relocation, gc_object_extents, group_relocations_by_class};
-use lsvd_core::gc_plan::{in_lba_order, live_extents_of_object};
+use lsvd_core::gc_plan::{hole_between, hole_budget_sectors, in_lba_order, live_extents_of_object};
 use lsvd_core::live_rates::LiveWriteRates;
 
 use crate::read;
@@ -252,7 +252,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 .collect();
             (pass.victims, kinds)
         };
-        match pass(&shared, &victims, &kinds, &mut pacer).await {
+        match pass(&shared, &victims, kinds, &mut pacer).await {
             // Writes stopped (or the volume failed) during the pass: nothing queued.
             Ok(None) => shared.lock().pipeline.gc_abandon(),
             Ok(Some(moved)) => {
@@ -304,16 +304,71 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 async fn pass(
     shared: &Arc<Shared>,
     victims: &BTreeSet<u64>,
-    kinds: &BTreeMap<u64, (ObjectTag, u64)>,
+    mut kinds: BTreeMap<u64, (ObjectTag, u64)>,
     pacer: &mut Pacer,
 ) -> lsvd_core::error::Result<Option<u64>> {
-    let Some(relocations) = plan(shared, victims, kinds, pacer).await? else {
+    let Some(mut relocations) = plan(shared, victims, &kinds, pacer).await? else {
         return Ok(None);
     };
+    plug_holes(shared, &mut relocations, &mut kinds).await;
     let Some(groups) = group_off_runtime(shared, relocations).await else {
         return Ok(None);
     };
-    run_pass(shared, groups, kinds, pacer).await
+    run_pass(shared, groups, &kinds, pacer).await
+}
+
+/// Defragmenting GC (`GcConfig::defrag_hole_bytes`, off by default): the gaps of at
+/// most that size between the planned relocations, where the store maps them whole
+/// and the pass's budget (`GcConfig::pass_bytes`, which bounds the store) has room,
+/// are relocated too (`lsvd_core::gc_plan::hole_between`), [`PLAN_EXTENTS`] pairs
+/// at a time under the state lock. Their objects join `kinds`, for the reads.
+async fn plug_holes(
+    shared: &Shared,
+    relocations: &mut Vec<Relocation>,
+    kinds: &mut BTreeMap<u64, (ObjectTag, u64)>,
+) {
+    let max_hole_sectors = shared.config.gc.defrag_hole_bytes / SECTOR_BYTES;
+    if max_hole_sectors == 0 || relocations.len() < 2 {
+        return;
+    }
+    let mut budget = hole_budget_sectors(relocations, shared.config.gc.pass_bytes);
+    let mut holes = Vec::new();
+    let mut next = 1;
+    while next < relocations.len() {
+        let end = (next + PLAN_EXTENTS).min(relocations.len());
+        {
+            let st = shared.lock();
+            let store = st.pipeline.store();
+            let from = holes.len();
+            for i in next..end {
+                let (a, b) = (&relocations[i - 1], &relocations[i]);
+                if b.lba.saturating_sub(a.lba + a.sectors) > budget {
+                    continue;
+                }
+                let before = holes.len();
+                hole_between(store, a, b, max_hole_sectors, &mut holes);
+                budget -= holes[before..].iter().map(|h| h.sectors).sum::<u64>();
+            }
+            for h in &holes[from..] {
+                let seq = h.source.object_seq;
+                if let Some(o) = store.objects().get(&seq) {
+                    kinds
+                        .entry(seq)
+                        .or_insert((ObjectTag::of(o), u64::from(o.header_bytes)));
+                }
+            }
+        }
+        next = end;
+        tokio::task::yield_now().await;
+    }
+    if !holes.is_empty() {
+        shared.stats.gc_defrag_bytes.fetch_add(
+            holes.iter().map(|h| h.sectors * SECTOR_BYTES).sum(),
+            Ordering::Relaxed,
+        );
+        relocations.extend(holes);
+        in_lba_order(relocations);
+    }
 }
 
 /// The victims' live extents in LBA order, planned from their headers

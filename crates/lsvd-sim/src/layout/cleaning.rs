@@ -49,6 +49,7 @@ pub fn measure(setup: Setup, disk_u: f64) -> Result<Measured> {
         // One segment of live data per pass, as an LFS cleaner reclaims a few
         // segments at a time: a large pass overshoots the band.
         pass_bytes: setup.segment_bytes,
+        defrag_hole_bytes: 0,
     };
     gc.validate().map_err(lsvd_core::error::Error::bad_input)?;
     let cfg = SimConfig {

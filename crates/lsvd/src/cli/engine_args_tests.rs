@@ -37,3 +37,13 @@ fn gc_headroom_defaults_to_a_quarter_of_the_write_log() {
     assert_eq!(e.kind, ErrorKind::BadInput);
     assert!(e.to_string().contains("--gc-headroom"), "{e}");
 }
+
+#[test]
+fn gc_defrag_hole_is_off_by_default_and_takes_a_size() {
+    assert_eq!(config(&[]).expect("defaults").gc.defrag_hole_bytes, 0);
+    let c = config(&["--gc-defrag-hole", "8K"]).expect("8K");
+    assert_eq!(c.gc.defrag_hole_bytes, 8 << 10);
+    let e = config(&["--gc-defrag-hole", "wide"]).expect_err("not a size");
+    assert_eq!(e.kind, ErrorKind::BadInput);
+    assert!(e.to_string().contains("--gc-defrag-hole"), "{e}");
+}

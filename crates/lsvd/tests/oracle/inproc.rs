@@ -224,7 +224,8 @@ fn random_config(rng: &mut Rng, kind: Kind) -> EngineConfig {
 }
 
 /// Garbage collection: mostly on and eager (small volumes, many overwrites), so GC
-/// relocation races client writes and crashes land mid-pass. `eager`: start at 0.9
+/// relocation races client writes and crashes land mid-pass; defragmenting in half
+/// the episodes. `eager`: start at 0.9
 /// instead of 0.5 in a quarter of the episodes, where GC then runs almost all the time
 /// (0.5 is seldom reached within an episode). `store_faults` keeps 0.5: its slow,
 /// failing PUTs make constant GC cost too much time.
@@ -239,6 +240,9 @@ pub fn random_gc(rng: &mut Rng, eager: bool) -> GcConfig {
         stop_utilization: if start == 0.0 { 0.75 } else { start + 0.08 },
         policy: *rng.pick(&[GcPolicy::Greedy, GcPolicy::CostBenefit, GcPolicy::HyLog]),
         pass_bytes: *rng.pick(&[256 << 10, 1 << 20, 4 << 20]),
+        // Defragmenting GC in half the episodes: plugged gaps are other objects' data,
+        // relocated with the victims' and subject to the same races.
+        defrag_hole_bytes: *rng.pick(&[0, 0, 4 << 10, 8 << 10, 64 << 10, 0]),
     }
 }
 

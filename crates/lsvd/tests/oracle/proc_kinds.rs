@@ -252,6 +252,8 @@ pub fn random_args(rng: &mut Rng) -> ServerArgs {
         // Client objects wait for GC as soon as it falls behind, or GC runs beside
         // them, paced by how much of the headroom (a quarter of the 16 MiB log) is used.
         gc_headroom: rng.pick(&["0", "auto"]).to_string(),
+        // Defragmenting GC (plugged gaps copied from other objects) or not.
+        gc_defrag_hole: rng.pick(&["0", "8K"]).to_string(),
     }
 }
 

@@ -67,6 +67,8 @@ pub struct ServerArgs {
     pub log_free_target: String,
     /// `--gc-headroom`.
     pub gc_headroom: String,
+    /// `--gc-defrag-hole`.
+    pub gc_defrag_hole: String,
 }
 
 pub struct Server {
@@ -308,6 +310,7 @@ impl Server {
             .args(["--gc-policy", &self.args.gc_policy])
             .args(["--log-free-target", &self.args.log_free_target])
             .args(["--gc-headroom", &self.args.gc_headroom])
+            .args(["--gc-defrag-hole", &self.args.gc_defrag_hole])
             .args(&self.extra)
             .args(flags)
             .args(encrypting().then_some("--encrypt-local"))
