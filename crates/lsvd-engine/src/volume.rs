@@ -83,8 +83,11 @@ pub struct VolumeStatus {
     /// read-ahead), and of those, bytes of chunks a client then read.
     pub read_prefetch_bytes: u64,
     pub read_prefetch_hit_bytes: u64,
-    /// Bytes read-ahead fetched for sequential readers.
+    /// Bytes read-ahead fetched for sequential readers: by LBA, and by place in an
+    /// object (temporal read-ahead, also counted here).
     pub read_ahead_bytes: u64,
+    /// Of those, bytes temporal read-ahead fetched: the next data of objects.
+    pub read_ahead_temporal_bytes: u64,
 }
 
 /// The lease of an open volume (`engine::lease`), for metrics.
@@ -484,6 +487,7 @@ impl Volume {
             read_prefetch_bytes: rc_counter(|r| &r.prefetched_bytes),
             read_prefetch_hit_bytes: rc_counter(|r| &r.prefetch_hit_bytes),
             read_ahead_bytes: rc_counter(|r| &r.read_ahead_bytes),
+            read_ahead_temporal_bytes: rc_counter(|r| &r.temporal_ahead_bytes),
         }
     }
 

@@ -210,8 +210,14 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
     metric(
         "read_ahead_bytes_total",
         "counter",
-        "Bytes fetched ahead of sequential readers (--read-ahead).",
+        "Bytes fetched ahead of sequential readers (--read-ahead): by LBA, and by place in an object (temporal).",
         &|_, s| s.read_ahead_bytes as f64,
+    );
+    metric(
+        "read_ahead_temporal_bytes_total",
+        "counter",
+        "Of read_ahead_bytes_total, bytes fetched ahead of readers walking an object's data in the order it was written.",
+        &|_, s| s.read_ahead_temporal_bytes as f64,
     );
     metric(
         "client_read_bytes_total",

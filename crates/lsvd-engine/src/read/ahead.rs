@@ -5,6 +5,10 @@
 //! chunks the window maps to, adjacent chunks of one object in one GET, on a task of
 //! its own.
 //!
+//! Temporal read-ahead (the LSVD paper's "what was written together"): consecutive
+//! reads landing in one object, whatever their LBAs, fetch the rest of that object
+//! ahead of the reader ([`observe_object`], detection in `read_cache::walk`).
+//!
 //! Bounded: the bytes of windows being fetched never exceed the read-ahead size, and a
 //! window is only asked for when a read advances its stream. Fetched chunks go in as
 //! prefetched: they never evict data clients read recently.
@@ -57,6 +61,54 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
     });
 }
 
+/// A client read that `source` served (any source: only object data is noted). If it
+/// continues a run of reads in one object (`read_cache::walk`), start fetching the
+/// object's chunks ahead of it (those not cached and not being fetched).
+pub(super) fn observe_object(shared: &Arc<Shared>, source: &Source) {
+    let &Source::Object {
+        seq,
+        tag,
+        data_start,
+        data_end,
+        offset,
+    } = source
+    else {
+        return;
+    };
+    let Some(rc) = &shared.read_cache else { return };
+    let max_bytes = read_ahead_bytes(shared);
+    if max_bytes == 0 || data_start == 0 || offset < data_start || offset >= data_end {
+        return;
+    }
+    let chunk = (offset - data_start) / READ_CACHE_CHUNK_BYTES;
+    let chunks = (data_end - data_start).div_ceil(READ_CACHE_CHUNK_BYTES);
+    let window = {
+        let in_flight = rc.ahead_in_flight_bytes.load(Ordering::Relaxed);
+        let room = max_bytes.saturating_sub(in_flight) / READ_CACHE_CHUNK_BYTES;
+        rc.object_walk()
+            .observe(seq, tag.epoch, chunk, chunks, room)
+    };
+    let Some((first, last)) = window else { return };
+    let bytes = (last - first + 1) * READ_CACHE_CHUNK_BYTES;
+    rc.ahead_in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
+    let guard = InFlightBytes {
+        shared: shared.clone(),
+        bytes,
+    };
+    shared.runtime.spawn(async move {
+        let shared = guard.shared.clone();
+        if let Some(rc) = &shared.read_cache
+            && !shared.is_failed()
+            && let Ok(fetched) = object::prefetch_chunks(&shared, rc, seq, tag, first, last).await
+        {
+            rc.read_ahead_bytes.fetch_add(fetched, Ordering::Relaxed);
+            rc.temporal_ahead_bytes
+                .fetch_add(fetched, Ordering::Relaxed);
+        }
+        drop(guard);
+    });
+}
+
 /// Gives the window's bytes back to the in-flight bound however its task ends.
 struct InFlightBytes {
     shared: Arc<Shared>,
@@ -94,6 +146,7 @@ async fn fetch_window(shared: &Arc<Shared>, lba: u64, sectors: u64) {
                 tag,
                 data_start,
                 offset,
+                ..
             } if data_start > 0 && offset >= data_start => {
                 let rel = offset - data_start;
                 Some(Run {

@@ -40,6 +40,8 @@ enum Source {
         tag: ObjectTag,
         /// Where the object's data section starts (its header's size).
         data_start: u64,
+        /// Where it ends (the header and the uncompressed data section).
+        data_end: u64,
         offset: u64,
     },
 }
@@ -76,7 +78,7 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
                     let source = match q.location {
                         None => Source::Zero,
                         Some(loc) => {
-                            let (tag, data_start) =
+                            let (tag, data_start, data_end) =
                                 st.pipeline.store().objects().get(&loc.object_seq).map_or(
                                     (
                                         ObjectTag {
@@ -84,13 +86,17 @@ fn plan(shared: &Shared, lba: u64, sectors: u64) -> Vec<Piece> {
                                             epoch: 0,
                                         },
                                         0,
+                                        0,
                                     ),
-                                    |o| (ObjectTag::of(o), u64::from(o.header_bytes)),
+                                    |o| {
+                                        (ObjectTag::of(o), u64::from(o.header_bytes), o.total_bytes)
+                                    },
                                 );
                             Source::Object {
                                 seq: loc.object_seq,
                                 tag,
                                 data_start,
+                                data_end,
                                 offset: loc.offset,
                             }
                         }
@@ -121,6 +127,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
             tag,
             data_start,
             offset,
+            ..
         } = p.source
         {
             let rc = shared.read_cache.as_ref()?;
@@ -137,7 +144,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
     // these two are. A Vec of every record read was an allocation per read.
     let mut log_seqs: Option<(u64, u64)> = None;
     let mut chunk_hits = 0;
-    for p in pieces {
+    for p in &pieces {
         let dst = &mut buf[p.buf_offset..p.buf_offset + p.bytes];
         match p.source {
             // The buffer starts zeroed.
@@ -155,6 +162,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
                 tag,
                 data_start,
                 offset,
+                ..
             } => {
                 let rc = shared.read_cache.as_ref()?;
                 let rel = object::data_rel(offset, data_start)?;
@@ -174,6 +182,9 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
         }
     }
     ahead::observe(shared, lba, sectors);
+    for p in &pieces {
+        ahead::observe_object(shared, &p.source);
+    }
     if let Some(rc) = &shared.read_cache {
         rc.hits.fetch_add(chunk_hits, Ordering::Relaxed);
     }
@@ -194,7 +205,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
     // planned again, so a slow object read cannot make a read start over forever while
     // uploads keep freeing the log records it also reads from.
     let mut todo = vec![(lba, sectors)];
-    for _attempt in 0..READ_PLAN_ATTEMPTS {
+    for attempt in 0..READ_PLAN_ATTEMPTS {
         let mut again: Vec<(u64, u64)> = Vec::new();
         let mut log_pieces: Vec<(u64, u64, u64, u64)> = Vec::new(); // (lba, sectors, seq, offset)
         let mut object_pieces: Vec<ObjectPiece> = Vec::new();
@@ -202,6 +213,9 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
             for p in plan(shared, l, n) {
                 let p_lba = l + p.buf_offset as u64 / SECTOR_BYTES;
                 let p_sectors = p.bytes as u64 / SECTOR_BYTES;
+                if attempt == 0 {
+                    ahead::observe_object(shared, &p.source);
+                }
                 match p.source {
                     Source::Zero => {
                         let at = ((p_lba - lba) * SECTOR_BYTES) as usize;
@@ -215,6 +229,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
                         tag,
                         data_start,
                         offset,
+                        ..
                     } => object_pieces.push(ObjectPiece {
                         lba: p_lba,
                         sectors: p_sectors,

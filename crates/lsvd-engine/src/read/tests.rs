@@ -313,3 +313,66 @@ fn chunk_spans_cover_exactly_the_chunks_a_range_touches() {
     assert_eq!(data_rel(4095, 4096), None, "in the header");
     assert_eq!(data_rel(100, 0), None, "data start not known");
 }
+
+/// Temporal read-ahead: 4 KiB blocks written to scattered LBAs and read back in the
+/// order they were written (no LBA stream at all; an object lays its batch out by LBA,
+/// so the reads jump around in it) have the rest of their object fetched ahead of the
+/// reader once a run of reads lands in it. Without read-ahead every 64 KiB chunk costs
+/// the reader a miss; with it, only the first reads in each object do. Data compared
+/// on every read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporal_read_ahead_follows_a_reader_in_write_order_across_scattered_lbas() {
+    const BLOCK: u64 = 4 * KIB;
+    let size = 64 * MIB;
+    let blocks = 1024u64;
+    // Block i of the write order goes to a scattered LBA: multiplying by an odd
+    // number permutes the volume's blocks.
+    let lba_of = |i: u64| (i * 2_654_435_761) % (size / BLOCK) * BLOCK;
+    let mut misses_by_ahead = Vec::new();
+    for ahead in [0, 4 * MIB] {
+        let dir = TempDir::new("read-temporal");
+        let mem: DynStore = Arc::new(MemStore::new());
+        let faulty = Arc::new(FaultyStore::new(mem, FaultPlan::default(), 1));
+        let store: DynStore = faulty.clone();
+        let (v, _) = create_and_open(&store, "v", size, dir.path(), config(64 * KIB, 0)).await;
+        for i in 0..blocks {
+            let at = lba_of(i);
+            v.write(at, pattern(at, BLOCK, 1), false)
+                .await
+                .expect("write");
+        }
+        v.shutdown().await.expect("shutdown");
+        let cold = dir.path().join("cold");
+        std::fs::create_dir_all(&cold).expect("mkdir");
+        let (v, _) = open_v(&store, &cold, config(64 * KIB, ahead), "reopen").await;
+        // GETs that take as long as a remote store's, so that a reader waits for its
+        // misses (and a fetch ahead of it is under way before it gets there).
+        faulty.set_get_delay_ms(5);
+        let misses0 = v.status().read_cache_misses;
+        for i in 0..blocks {
+            let at = lba_of(i);
+            let got = v.read(at, BLOCK).await.expect("read");
+            assert!(got == pattern(at, BLOCK, 1), "data at {at}");
+        }
+        wait_read_ahead_landed(&v, "temporal read-ahead").await;
+        let s = v.status();
+        if ahead == 0 {
+            assert_eq!(s.read_ahead_temporal_bytes, 0);
+        } else {
+            assert!(s.read_ahead_temporal_bytes > 0, "{s:?}");
+            assert_eq!(
+                s.read_ahead_bytes, s.read_ahead_temporal_bytes,
+                "no LBA stream"
+            );
+        }
+        misses_by_ahead.push(s.read_cache_misses - misses0);
+        v.shutdown().await.expect("shutdown");
+    }
+    let (without, with) = (misses_by_ahead[0], misses_by_ahead[1]);
+    println!("chunk misses in write order: {without} without read-ahead, {with} with");
+    assert!(
+        without >= blocks * BLOCK / (64 * KIB),
+        "a miss per chunk: {without}"
+    );
+    assert!(with * 4 <= without, "{with} misses with read-ahead");
+}

@@ -524,8 +524,10 @@ pub struct EngineArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub read_cache_admit: String,
     /// Fetch this far ahead of a sequential reader, in the background (at most this
-    /// much in flight; 0 disables it). `auto`: 4M when the store is remote, 0 when it
-    /// is local.
+    /// much in flight; 0 disables it). Also ahead of a reader going back over data
+    /// that was written together, whatever its LBAs (several reads in a row landing in
+    /// one object): the rest of that object. `auto`: 4M when the store is remote, 0
+    /// when it is local.
     #[arg(long, default_value = "auto")]
     pub read_ahead: String,
     /// Start garbage collection when live/stored bytes falls below this (0 disables GC).

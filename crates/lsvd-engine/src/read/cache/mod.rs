@@ -40,6 +40,7 @@ mod slot_table;
 pub(crate) mod streams;
 #[cfg(test)]
 mod tests;
+pub(crate) mod walk;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -270,10 +271,14 @@ pub(crate) struct ReadCache {
     pub prefetch_hit_bytes: AtomicU64,
     /// Sequential readers seen lately (read-ahead).
     streams: Mutex<streams::Streams>,
+    /// The object the latest reads landed in (temporal read-ahead).
+    object_walk: Mutex<walk::ObjectWalk>,
     /// Bytes of read-ahead windows being fetched (bounded by the read-ahead size).
     pub(crate) ahead_in_flight_bytes: AtomicU64,
     /// Bytes read-ahead fetched.
     pub read_ahead_bytes: AtomicU64,
+    /// Of those, bytes temporal read-ahead fetched (the next data of an object).
+    pub temporal_ahead_bytes: AtomicU64,
 }
 
 impl ReadCache {
@@ -307,8 +312,10 @@ impl ReadCache {
             prefetched_bytes: AtomicU64::new(0),
             prefetch_hit_bytes: AtomicU64::new(0),
             streams: Default::default(),
+            object_walk: Default::default(),
             ahead_in_flight_bytes: AtomicU64::new(0),
             read_ahead_bytes: AtomicU64::new(0),
+            temporal_ahead_bytes: AtomicU64::new(0),
         })
     }
 
@@ -319,6 +326,11 @@ impl ReadCache {
     /// The sequential-stream table (read-ahead).
     pub(crate) fn streams(&self) -> std::sync::MutexGuard<'_, streams::Streams> {
         self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The object the latest reads landed in (temporal read-ahead).
+    pub(crate) fn object_walk(&self) -> std::sync::MutexGuard<'_, walk::ObjectWalk> {
+        self.object_walk.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn contains(&self, obj: CacheObject, chunk: u64) -> bool {
