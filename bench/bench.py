@@ -291,6 +291,8 @@ def main():
     runtime = 3 if a.quick else 15
     size = "256M" if a.quick else "1G"
     vol_size = "2G" if a.quick else "4G"
+    if a.dir:
+        os.makedirs(a.dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="lsvd-bench-", dir=a.dir or "/var/tmp")
     os.makedirs(a.out, exist_ok=True)
     results = {}

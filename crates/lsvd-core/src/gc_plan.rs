@@ -116,37 +116,65 @@ pub fn hole_between(
     true
 }
 
-/// Sectors a pass may still add by plugging holes, within `pass_bytes` (the pass's
-/// budget, which bounds the store: `GcConfig::pass_bytes`): what the planned
-/// relocations leave of it.
-pub fn hole_budget_sectors(relocations: &[Relocation], pass_bytes: u64) -> u64 {
-    let planned: u64 = relocations.iter().map(|r| r.sectors).sum();
-    (pass_bytes / SECTOR_BYTES).saturating_sub(planned)
+/// Plugs holes pair after pair of a pass's relocations within the pass's budget: the
+/// one step [`plug_holes`] and the engine's walk (a slice at a time, letting go of its
+/// lock) share.
+#[derive(Debug, Clone, Copy)]
+pub struct HolePlugger {
+    max_hole_sectors: u64,
+    /// Sectors the pass may still add: `GcConfig::pass_bytes` (which bounds the store)
+    /// less what its relocations already move.
+    budget_sectors: u64,
+}
+
+impl HolePlugger {
+    /// For a pass of `relocations` with a budget of `pass_bytes`; None if
+    /// `max_hole_bytes` turns plugging off.
+    pub fn new(relocations: &[Relocation], max_hole_bytes: u64, pass_bytes: u64) -> Option<Self> {
+        let max_hole_sectors = max_hole_bytes / SECTOR_BYTES;
+        if max_hole_sectors == 0 {
+            return None;
+        }
+        let planned: u64 = relocations.iter().map(|r| r.sectors).sum();
+        Some(HolePlugger {
+            max_hole_sectors,
+            budget_sectors: (pass_bytes / SECTOR_BYTES).saturating_sub(planned),
+        })
+    }
+
+    /// [`hole_between`] `a` and `b` if the gap fits what is left of the budget.
+    pub fn plug(
+        &mut self,
+        state: &StoreState,
+        a: &Relocation,
+        b: &Relocation,
+        holes: &mut Vec<Relocation>,
+    ) -> bool {
+        let gap = b.lba.saturating_sub(a.lba + a.sectors);
+        if gap > self.budget_sectors || !hole_between(state, a, b, self.max_hole_sectors, holes) {
+            return false;
+        }
+        self.budget_sectors -= gap;
+        true
+    }
 }
 
 /// [`hole_between`] over every neighbouring pair of `relocations` (in LBA order, as
-/// planned), in LBA order while the holes fit in the pass's budget
-/// ([`hole_budget_sectors`]): the list with the holes' pieces added, in LBA order and
-/// joined. `max_hole_bytes` 0 leaves it as it is.
+/// planned), while the holes fit in the pass's budget ([`HolePlugger`]): the list with
+/// the holes' pieces added, in LBA order and joined. `max_hole_bytes` 0 leaves it as
+/// it is.
 pub fn plug_holes(
     state: &StoreState,
     relocations: &mut Vec<Relocation>,
     max_hole_bytes: u64,
     pass_bytes: u64,
 ) {
-    let max_hole_sectors = max_hole_bytes / SECTOR_BYTES;
-    if max_hole_sectors == 0 {
+    let Some(mut plugger) = HolePlugger::new(relocations, max_hole_bytes, pass_bytes) else {
         return;
-    }
-    let mut budget = hole_budget_sectors(relocations, pass_bytes);
+    };
     let mut holes = Vec::new();
     for w in relocations.windows(2) {
-        if w[1].lba.saturating_sub(w[0].lba + w[0].sectors) > budget {
-            continue;
-        }
-        let from = holes.len();
-        hole_between(state, &w[0], &w[1], max_hole_sectors, &mut holes);
-        budget -= holes[from..].iter().map(|h| h.sectors).sum::<u64>();
+        plugger.plug(state, &w[0], &w[1], &mut holes);
     }
     if !holes.is_empty() {
         relocations.extend(holes);

@@ -43,7 +43,7 @@ use std::time::Duration;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::format::object::{ObjectKind, ObjectSpec, object_header_len};
 use lsvd_core::gc::{HeatClass, Relocation, gc_object_extents, group_relocations_by_class};
-use lsvd_core::gc_plan::{hole_between, hole_budget_sectors, in_lba_order, live_extents_of_object};
+use lsvd_core::gc_plan::{HolePlugger, in_lba_order, live_extents_of_object};
 use lsvd_core::live_rates::LiveWriteRates;
 
 use crate::read;
@@ -320,18 +320,18 @@ async fn pass(
 /// Defragmenting GC (`GcConfig::defrag_hole_bytes`, off by default): the gaps of at
 /// most that size between the planned relocations, where the store maps them whole
 /// and the pass's budget (`GcConfig::pass_bytes`, which bounds the store) has room,
-/// are relocated too (`lsvd_core::gc_plan::hole_between`), [`PLAN_EXTENTS`] pairs
+/// are relocated too (`lsvd_core::gc_plan::HolePlugger`), [`PLAN_EXTENTS`] pairs
 /// at a time under the state lock. Their objects join `kinds`, for the reads.
 async fn plug_holes(
     shared: &Shared,
     relocations: &mut Vec<Relocation>,
     kinds: &mut BTreeMap<u64, (ObjectTag, u64)>,
 ) {
-    let max_hole_sectors = shared.config.gc.defrag_hole_bytes / SECTOR_BYTES;
-    if max_hole_sectors == 0 || relocations.len() < 2 {
+    let gc = shared.config.gc;
+    let Some(mut plugger) = HolePlugger::new(relocations, gc.defrag_hole_bytes, gc.pass_bytes)
+    else {
         return;
-    }
-    let mut budget = hole_budget_sectors(relocations, shared.config.gc.pass_bytes);
+    };
     let mut holes = Vec::new();
     let mut next = 1;
     while next < relocations.len() {
@@ -341,13 +341,7 @@ async fn plug_holes(
             let store = st.pipeline.store();
             let from = holes.len();
             for i in next..end {
-                let (a, b) = (&relocations[i - 1], &relocations[i]);
-                if b.lba.saturating_sub(a.lba + a.sectors) > budget {
-                    continue;
-                }
-                let before = holes.len();
-                hole_between(store, a, b, max_hole_sectors, &mut holes);
-                budget -= holes[before..].iter().map(|h| h.sectors).sum::<u64>();
+                plugger.plug(store, &relocations[i - 1], &relocations[i], &mut holes);
             }
             for h in &holes[from..] {
                 let seq = h.source.object_seq;
@@ -413,8 +407,8 @@ async fn plan(
 /// Under hylog while it separates, when a pass is about to start: the write rate of
 /// every object's live data (`lsvd_core::live_rates`, the simulator measures the
 /// same), which orders the pass's victims. Measured a slice of the volume at a time,
-/// like the pass's live extents, letting go of the lock in between: the map may
-/// change meanwhile, which only makes the ranking a little stale. None otherwise.
+/// letting go of the lock in between: the map may change meanwhile, which only makes
+/// the ranking a little stale. None otherwise.
 async fn write_rates(shared: &Shared) -> Option<LiveWriteRates> {
     if !shared.lock().pipeline.gc_wants_write_rates() {
         return None;
