@@ -14,18 +14,10 @@ from fresh volumes (4 GiB each by default, so that GC seldom runs).
 
 Not part of CI (a measurement, minutes long). See bench/README.md.
 """
-import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import lsvd_settled, scrape, start, stop_proc, wait_or_kill  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from bench import free_port, lsvd_settled, scrape, start, stop_proc, wait_or_kill  # noqa: E402
 
 
 def run(lsvd, n, runtime, size, scratch):

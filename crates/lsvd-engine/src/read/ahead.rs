@@ -48,15 +48,26 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
             .observe(lba, sectors, max_bytes / SECTOR_BYTES, room, end)
     };
     let Some((from, len)) = window else { return };
-    let bytes = len * SECTOR_BYTES;
+    spawn_counted(shared, len * SECTOR_BYTES, move |shared| async move {
+        fetch_window(&shared, from, len).await;
+    });
+}
+
+/// Run `fetch` on the engine's runtime with `bytes` counted in the read-ahead's
+/// in-flight bound until it ends, however it ends.
+fn spawn_counted<F, Fut>(shared: &Arc<Shared>, bytes: u64, fetch: F)
+where
+    F: FnOnce(Arc<Shared>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Some(rc) = &shared.read_cache else { return };
     rc.ahead_in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
     let guard = InFlightBytes {
         shared: shared.clone(),
         bytes,
     };
     shared.runtime.spawn(async move {
-        let shared = guard.shared.clone();
-        fetch_window(&shared, from, len).await;
+        fetch(guard.shared.clone()).await;
         drop(guard);
     });
 }
@@ -64,7 +75,7 @@ pub(super) fn observe(shared: &Arc<Shared>, lba: u64, sectors: u64) {
 /// A client read that `source` served (any source: only object data is noted). If it
 /// continues a run of reads in one object (`read_cache::walk`), start fetching the
 /// object's chunks ahead of it (those not cached and not being fetched).
-pub(super) fn observe_object(shared: &Arc<Shared>, source: &Source) {
+pub(super) fn observe_object(shared: &Arc<Shared>, source: &Source, bytes: u64) {
     let &Source::Object {
         seq,
         tag,
@@ -80,23 +91,20 @@ pub(super) fn observe_object(shared: &Arc<Shared>, source: &Source) {
     if max_bytes == 0 || data_start == 0 || offset < data_start || offset >= data_end {
         return;
     }
-    let chunk = (offset - data_start) / READ_CACHE_CHUNK_BYTES;
+    let rel = offset - data_start;
+    let read = (
+        rel / READ_CACHE_CHUNK_BYTES,
+        (rel + bytes.max(1) - 1) / READ_CACHE_CHUNK_BYTES,
+    );
     let chunks = (data_end - data_start).div_ceil(READ_CACHE_CHUNK_BYTES);
     let window = {
         let in_flight = rc.ahead_in_flight_bytes.load(Ordering::Relaxed);
         let room = max_bytes.saturating_sub(in_flight) / READ_CACHE_CHUNK_BYTES;
-        rc.object_walk()
-            .observe(seq, tag.epoch, chunk, chunks, room)
+        rc.object_walk().observe(seq, tag.epoch, read, chunks, room)
     };
     let Some((first, last)) = window else { return };
     let bytes = (last - first + 1) * READ_CACHE_CHUNK_BYTES;
-    rc.ahead_in_flight_bytes.fetch_add(bytes, Ordering::Relaxed);
-    let guard = InFlightBytes {
-        shared: shared.clone(),
-        bytes,
-    };
-    shared.runtime.spawn(async move {
-        let shared = guard.shared.clone();
+    spawn_counted(shared, bytes, move |shared| async move {
         if let Some(rc) = &shared.read_cache
             && !shared.is_failed()
             && let Ok(fetched) = object::prefetch_chunks(&shared, rc, seq, tag, first, last).await
@@ -105,7 +113,6 @@ pub(super) fn observe_object(shared: &Arc<Shared>, source: &Source) {
             rc.temporal_ahead_bytes
                 .fetch_add(fetched, Ordering::Relaxed);
         }
-        drop(guard);
     });
 }
 

@@ -183,7 +183,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
     }
     ahead::observe(shared, lba, sectors);
     for p in &pieces {
-        ahead::observe_object(shared, &p.source);
+        ahead::observe_object(shared, &p.source, p.bytes as u64);
     }
     if let Some(rc) = &shared.read_cache {
         rc.hits.fetch_add(chunk_hits, Ordering::Relaxed);
@@ -214,7 +214,7 @@ pub(crate) async fn read(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Result
                 let p_lba = l + p.buf_offset as u64 / SECTOR_BYTES;
                 let p_sectors = p.bytes as u64 / SECTOR_BYTES;
                 if attempt == 0 {
-                    ahead::observe_object(shared, &p.source);
+                    ahead::observe_object(shared, &p.source, p.bytes as u64);
                 }
                 match p.source {
                     Source::Zero => {
