@@ -14,6 +14,8 @@
 #                 profiles driving serve and info
 #   replicate     `lsvd replicate --follow` killed at seeded points (prefixes), a full
 #                 copy serving the source's bytes (source and replica both in S3)
+#   shared_read_cache  a clone and a snapshot export read what their base cached, with
+#                 no GET (one read cache per serve)
 #   crash_oracle  the process-level kinds (process_sigkill, process_cache_deleted),
 #                 LSVD_S3_ORACLE_POINTS crash points each (default 20)
 #
@@ -36,7 +38,8 @@ start=$SECONDS
 export LSVD_TEST_STORE=s3
 cargo test -p lsvd --locked \
     --test s3_store --test store_faults --test cli --test nbd_clients --test persistence --test ext4 \
-    --test integrity --test probe_settings --test replicate --test compression --test encryption --test image --test diff --test dirty_bitmaps
+    --test integrity --test probe_settings --test replicate --test compression --test encryption --test image --test diff --test dirty_bitmaps \
+    --test shared_read_cache
 LSVD_ORACLE_POINTS="${LSVD_S3_ORACLE_POINTS:-20}" \
     cargo test -p lsvd --locked --test crash_oracle process_
 echo "test-s3: the S3 pass took $((SECONDS - start)) s" >&2

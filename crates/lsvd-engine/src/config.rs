@@ -33,6 +33,12 @@ pub struct EngineConfig {
     pub gc: lsvd_core::gc::GcConfig,
     /// Size of the read-cache file (0 disables it). Default: 1 GiB.
     pub read_cache_bytes: u64,
+    /// One read cache shared by every volume opened with it (`lsvd serve` opens one
+    /// per process, `read_cache_bytes` big): chunks are keyed by the object's owner,
+    /// so a clone hits its base's cached data. None (the default): each volume opens
+    /// a cache of its own, `<volume>.rcache`. A volume whose local files are
+    /// encrypted ([`local_keys`](Self::local_keys)) always keeps its own.
+    pub host_read_cache: Option<std::sync::Arc<crate::read::cache::HostReadCache>>,
     /// Bytes fetched from the store by one read miss (whole read-cache chunks, at least
     /// one). Default: 64 KiB. `lsvd probe --store` measures what the store rewards.
     pub read_fetch_bytes: u64,
@@ -168,6 +174,7 @@ impl Default for EngineConfig {
             compression: None,
             encrypt_local: None,
             local_keys: None,
+            host_read_cache: None,
             read_ahead_bytes: None,
             read_cache_admit: Admission::Auto,
             gc_min_rate_bytes: 16 << 20,

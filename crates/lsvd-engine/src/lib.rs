@@ -75,6 +75,7 @@ pub use lifecycle::snapshot::{
 };
 pub use lsvd_core::changes::Change;
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
+pub use read::cache::HostReadCache;
 pub use shared::{LogPos, Stats};
 pub use store_meta::{is_being_deleted, read_meta};
 pub use volume::{Answer, LeaseStatus, Volume, VolumeStatus};

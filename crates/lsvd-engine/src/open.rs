@@ -176,7 +176,17 @@ async fn open_files_and_volume(
     let (file, created) = FileCache::open_or_create_written(&log_path, log_size)
         .map_err(|e| Error::local_io(format!("cannot open write log {}", log_path.display()), e))?;
     let cache_name = log_path.display().to_string();
-    let read_cache = if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
+    let read_cache = if let (Some(host), None) = (&config.host_read_cache, &local.keys) {
+        // The process's shared cache: a cache file of this volume's own, left by an
+        // older build or another setting, is only space now.
+        for file in [
+            data_dir.join(format!("{stem}.rcache")),
+            data_dir.join(format!("{stem}.rcache.slots")),
+        ] {
+            let _ = std::fs::remove_file(file);
+        }
+        Some(ReadCache::for_volume(host.clone(), meta.volume))
+    } else if config.read_cache_bytes >= READ_CACHE_CHUNK_BYTES {
         Some(read_cache::open_files(
             data_dir,
             &stem,

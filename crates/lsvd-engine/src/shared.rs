@@ -89,6 +89,9 @@ pub struct Stats {
     pub store_puts: AtomicU64,
     pub store_put_retries: AtomicU64,
     pub store_gets: AtomicU64,
+    /// Bytes those GETs returned (object data and headers, for reads, read-ahead and
+    /// GC; copies fetched from a chain's other drives are not counted).
+    pub store_get_bytes: AtomicU64,
     /// GETs that failed after the store client's own retries.
     pub store_get_failures: AtomicU64,
     /// Reads whose first copy failed its checksums and that a store's other copy
@@ -358,6 +361,12 @@ impl Shared {
         self.lineage
             .owner(seq)
             .map_or(self.meta.volume, |a| a.volume)
+    }
+
+    /// How the read cache names object `seq` of `epoch`: by its owner, so a clone
+    /// and its base (and a snapshot export) share cached chunks.
+    pub(crate) fn cache_object(&self, seq: u64, epoch: u64) -> crate::read::cache::CacheObject {
+        crate::read::cache::CacheObject::new(self.volume_of(seq), seq, epoch)
     }
 
     /// Does this volume own object `seq` (may it delete it)? A clone shares its

@@ -26,7 +26,7 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
                 let _ = writeln!(
                     out,
                     "lsvd_{name}{{volume=\"{}\"}} {}",
-                    v.meta().name,
+                    v.export_name(),
                     values(v, status)
                 );
             }
@@ -187,6 +187,13 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "counter",
         "Read-cache chunk misses.",
         &|_, s| s.read_cache_misses as f64,
+    );
+    metric(
+        "read_cache_chunks",
+        "gauge",
+        "Read-cache chunks (64 KiB) charged to this volume: what its reads, uploads and \
+         read-ahead cached, of the cache the server's volumes share.",
+        &|_, s| s.read_cache_entries as f64,
     );
     metric(
         "read_cache_admitted_chunks_total",
@@ -375,6 +382,12 @@ pub fn render(volumes: &[Arc<Volume>]) -> String {
         "counter",
         "Ranged GETs issued.",
         &|v, _| v.stats().store_gets.load(Ordering::Relaxed) as f64,
+    );
+    metric(
+        "store_get_bytes_total",
+        "counter",
+        "Bytes returned by those GETs (object data and headers).",
+        &|v, _| v.stats().store_get_bytes.load(Ordering::Relaxed) as f64,
     );
     metric(
         "store_full",

@@ -46,8 +46,8 @@ fn volumes_on_a_chain_and_a_stripe_survive_losing_the_local_cache() {
         nbdsh(&server.uri("vol"), CHECK);
         lsvd.run_ok(&["sync", "vol"]);
         server.kill9();
-        for ext in ["wlog", "rcache", "rcache.slots"] {
-            let _ = std::fs::remove_file(dir.join("data").join(format!("vol.{ext}")));
+        for file in ["vol.wlog", "@host.rcache", "@host.rcache.slots"] {
+            let _ = std::fs::remove_file(dir.join("data").join(file));
         }
         let mut server = lsvd.serve(&socket, &args);
         nbdsh(&server.uri("vol"), CHECK);

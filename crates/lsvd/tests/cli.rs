@@ -636,8 +636,8 @@ fn sync_puts_what_a_server_acknowledged_into_the_store() {
     lsvd.assert_stdout_mentions(&[(&["sync", "vol"], &["is in the store"])]);
     // Lose the server and its whole cache: the store alone has the data.
     server.kill9();
-    for ext in ["wlog", "rcache", "rcache.slots"] {
-        let _ = std::fs::remove_file(dir.join("data").join(format!("vol.{ext}")));
+    for file in ["vol.wlog", "@host.rcache", "@host.rcache.slots"] {
+        let _ = std::fs::remove_file(dir.join("data").join(file));
     }
     let mut server = lsvd.serve(&socket, &args);
     nbdsh(

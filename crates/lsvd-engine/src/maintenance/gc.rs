@@ -513,7 +513,7 @@ async fn run_pass(
         // (paced like a GET: it is I/O on the local SSD) and GET only the rest.
         if shared.read_cache.is_some() {
             let mut uncached = Vec::with_capacity(idxs.len());
-            let obj = crate::read::cache::CacheObject::new(victim, tag.epoch);
+            let obj = shared.cache_object(victim, tag.epoch);
             let cached = read::CachedObjectReader::new(obj, header_bytes);
             for i in idxs {
                 let r = &relocations[i];

@@ -12,6 +12,8 @@ pub(crate) mod cache;
 mod copies;
 mod object;
 #[cfg(test)]
+mod shared_cache_tests;
+#[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
@@ -20,7 +22,6 @@ use std::sync::atomic::Ordering;
 use lsvd_core::format::SECTOR_BYTES;
 use lsvd_core::log_map::LogLoc;
 
-use crate::read::cache::CacheObject;
 use crate::shared::{ObjectTag, Shared};
 use lsvd_core::error::{Error, ErrorKind, Result};
 
@@ -132,7 +133,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
         {
             let rc = shared.read_cache.as_ref()?;
             let rel = object::data_rel(offset, data_start)?;
-            let obj = CacheObject::new(seq, tag.epoch);
+            let obj = shared.cache_object(seq, tag.epoch);
             if !object::all_cached(rc, obj, rel, p.bytes as u64) {
                 return None;
             }
@@ -167,7 +168,7 @@ pub(crate) fn read_local(shared: &Arc<Shared>, lba: u64, sectors: u64) -> Option
                 let rc = shared.read_cache.as_ref()?;
                 let rel = object::data_rel(offset, data_start)?;
                 // Evicted since the check above (rare): the long way after all.
-                let obj = CacheObject::new(seq, tag.epoch);
+                let obj = shared.cache_object(seq, tag.epoch);
                 if object::read_cached(rc, obj, rel, dst) < dst.len() {
                     return None;
                 }

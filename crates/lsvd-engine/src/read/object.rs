@@ -46,18 +46,27 @@ pub(crate) fn remember_header(shared: &Shared, h: Arc<ObjectHeader>) {
     cache.insert(h.seq, h);
 }
 
-/// Bytes `range` of `key`, through the store's background path for GC's reads.
-fn get_range<'a>(
-    shared: &'a Shared,
+/// Bytes `range` of `key` (through the store's background path for GC's and
+/// read-ahead's reads), counted in `store_gets` and `store_get_bytes`.
+async fn get_range(
+    shared: &Shared,
     key: &str,
     range: std::ops::Range<u64>,
     background: bool,
-) -> lsvd_store::BoxFuture<'a, lsvd_store::StoreResult<Vec<u8>>> {
-    if background {
-        shared.store.get_range_background(key, range)
+) -> lsvd_store::StoreResult<Vec<u8>> {
+    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
+    let got = if background {
+        shared.store.get_range_background(key, range).await
     } else {
-        shared.store.get_range(key, range)
+        shared.store.get_range(key, range).await
+    };
+    if let Ok(bytes) = &got {
+        shared
+            .stats
+            .store_get_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
     }
+    got
 }
 
 /// The in-flight table's key for an object's header (no data chunk has this index).
@@ -122,13 +131,11 @@ async fn object_header(
 async fn fetch_header(shared: &Shared, key: &str, background: bool) -> Result<ObjectHeader> {
     let store_err = |e| store_read_error(shared, key, e);
     let bad = |e| corrupt(key, e);
-    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
     let mut buf = get_range(shared, key, 0..HEADER_PROBE_BYTES, background)
         .await
         .map_err(store_err)?;
     let need = peek_header_bytes(&buf).map_err(bad)?;
     if need > buf.len() as u64 {
-        shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
         let rest = get_range(shared, key, buf.len() as u64..need, background)
             .await
             .map_err(store_err)?;
@@ -155,7 +162,7 @@ pub(crate) async fn read_object(
     if let Some(rc) = &shared.read_cache
         && let Some(rel) = data_rel(offset, data_start)
     {
-        done = read_cached(rc, CacheObject::new(seq, tag.epoch), rel, dst);
+        done = read_cached(rc, shared.cache_object(seq, tag.epoch), rel, dst);
         let chunks = chunks_spanned(rel, done as u64);
         rc.hits.fetch_add(chunks, Ordering::Relaxed);
         if done == dst.len() {
@@ -165,7 +172,7 @@ pub(crate) async fn read_object(
     let offset = offset + done as u64;
     let dst = &mut dst[done..];
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    let header = object_header(shared, &key, CacheObject::new(seq, tag.epoch), false).await?;
+    let header = object_header(shared, &key, shared.cache_object(seq, tag.epoch), false).await?;
     match &shared.read_cache {
         Some(rc) => read_via_cache(shared, rc, &key, &header, offset, dst, want_last).await,
         None => {
@@ -235,7 +242,7 @@ pub(crate) async fn header_background(
     tag: ObjectTag,
 ) -> Result<Arc<ObjectHeader>> {
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    object_header(shared, &key, CacheObject::new(seq, tag.epoch), true).await
+    object_header(shared, &key, shared.cache_object(seq, tag.epoch), true).await
 }
 
 /// Bytes `[from, to)` of an object, bypassing the read cache (GC's bulk reads of cold
@@ -250,13 +257,10 @@ pub(crate) async fn read_object_background(
     to: u64,
 ) -> Result<Vec<u8>> {
     let key = shared.object_key(seq, tag.epoch, tag.kind);
-    let header = object_header(shared, &key, CacheObject::new(seq, tag.epoch), true).await?;
+    let header = object_header(shared, &key, shared.cache_object(seq, tag.epoch), true).await?;
     let (start, end) = header.verifiable_range(from, to - from);
     let (stored_start, stored_end) = header.stored_range(start, end);
-    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-    let bytes = shared
-        .store
-        .get_range_background(&key, stored_start..stored_end)
+    let bytes = get_range(shared, &key, stored_start..stored_end, true)
         .await
         .map_err(|e| store_read_error(shared, &key, e))?;
     let trim = move |bytes: Vec<u8>| {
@@ -321,10 +325,7 @@ async fn fetch_verified(
     end: u64,
 ) -> Result<Vec<u8>> {
     let (stored_start, stored_end) = header.stored_range(start, end);
-    shared.stats.store_gets.fetch_add(1, Ordering::Relaxed);
-    let bytes = shared
-        .store
-        .get_range(key, stored_start..stored_end)
+    let bytes = get_range(shared, key, stored_start..stored_end, false)
         .await
         .map_err(|e| store_read_error(shared, key, e))?;
     match super::copies::open_fetched(key, header, start, end, bytes) {
@@ -363,7 +364,7 @@ async fn read_via_cache(
     dst: &mut [u8],
     want_last: u64,
 ) -> Result<()> {
-    let obj = CacheObject::new(header.seq, header.epoch);
+    let obj = shared.cache_object(header.seq, header.epoch);
     let data_start = header.header_bytes as u64;
     let rel_start = offset - data_start;
     let rel_end = rel_start + dst.len() as u64;
@@ -459,7 +460,7 @@ pub(super) async fn prefetch_chunks(
     first: u64,
     last: u64,
 ) -> Result<u64> {
-    let obj = CacheObject::new(seq, tag.epoch);
+    let obj = shared.cache_object(seq, tag.epoch);
     // All there already: not even the header is needed.
     if (first..=last).all(|c| rc.contains(obj, c)) {
         return Ok(0);

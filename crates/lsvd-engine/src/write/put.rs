@@ -213,7 +213,7 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
                 }
             };
             for (chunk, piece) in data.chunks(READ_CACHE_CHUNK_BYTES as usize).enumerate() {
-                let obj = crate::read::cache::CacheObject::new(header.seq, header.epoch);
+                let obj = s.cache_object(header.seq, header.epoch);
                 rc.admit(obj, chunk as u64, piece);
             }
         }

@@ -514,7 +514,12 @@ pub struct EngineArgs {
     /// from the longest recoverable prefix and says what was dropped.
     #[arg(long, default_value = "strict", value_parser = ["strict", "accept-prefix"])]
     pub recovery_mode: String,
-    /// Size of each volume's read-cache file on local disk (0 disables it).
+    /// Size of the read cache on local disk (0 disables it). `serve` keeps one cache
+    /// for all the volumes it serves (`@host.rcache` in the data directory), fair
+    /// between them: a volume holding no more than its share (size / volumes served)
+    /// keeps it whatever the others read. A clone reading its base's data, or a
+    /// snapshot export, hits what the base cached. With `--encrypt-local`, or for an
+    /// encrypted volume, each such volume has a cache this size of its own.
     #[arg(long, default_value = "1G")]
     pub read_cache_size: String,
     /// Copy each uploaded object's data into the read cache, so reading recently

@@ -258,6 +258,13 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         tokio::task::block_in_place(|| resolve_tuning(common, &args.engine.tuning, use_))?;
     let mut config = args.engine.to_config_tuned(&resolved.tuning)?;
     config.discard_superseded_log = args.discard_superseded_log || args.standby;
+    // One read cache for every volume served (a clone hits its base's chunks), unless
+    // local files are encrypted: then each volume keeps its own, under its own keys.
+    if config.encrypt_local != Some(true) {
+        config.host_read_cache = tokio::task::block_in_place(|| {
+            lsvd_engine::HostReadCache::open_files(&common.data, config.read_cache_bytes)
+        })?;
+    }
     config.lease.holder =
         lsvd_engine::fencing::lease::describe_this_process(&match (&listen, &args.socket) {
             (Some(l), _) => format!("lsvd serve on {l}"),

@@ -101,19 +101,23 @@ impl Drop for Claim {
 mod tests {
     use super::*;
 
+    fn obj(seq: u64) -> CacheObject {
+        CacheObject::new(lsvd_core::VolumeId([1; 16]), seq, 0)
+    }
+
     #[tokio::test]
     async fn a_claim_blocks_others_until_dropped() {
         let t = Arc::new(InFlight::default());
-        let ClaimResult::Claimed(a) = t.claim(CacheObject::new(1, 0), 2, 9, |c| c == 6) else {
+        let ClaimResult::Claimed(a) = t.claim(obj(1), 2, 9, |c| c == 6) else {
             panic!("first claim");
         };
         assert_eq!((a.first, a.last), (2, 5), "stops before the cached chunk 6");
         // Another object, or chunks past the claim, are free.
         assert!(matches!(
-            t.claim(CacheObject::new(2, 0), 2, 2, |_| false),
+            t.claim(obj(2), 2, 2, |_| false),
             ClaimResult::Claimed(_)
         ));
-        let ClaimResult::Claimed(b) = t.claim(CacheObject::new(1, 0), 0, 9, |_| false) else {
+        let ClaimResult::Claimed(b) = t.claim(obj(1), 0, 9, |_| false) else {
             panic!("chunk 0 is free");
         };
         assert_eq!(
@@ -121,14 +125,14 @@ mod tests {
             (0, 1),
             "stops before the chunks in flight"
         );
-        let ClaimResult::Busy(rx) = t.claim(CacheObject::new(1, 0), 3, 3, |_| false) else {
+        let ClaimResult::Busy(rx) = t.claim(obj(1), 3, 3, |_| false) else {
             panic!("chunk 3 is in flight");
         };
         let waiter = tokio::spawn(wait(rx));
         drop(a);
         waiter.await.expect("woken when the claim ends");
         assert!(matches!(
-            t.claim(CacheObject::new(1, 0), 3, 3, |_| false),
+            t.claim(obj(1), 3, 3, |_| false),
             ClaimResult::Claimed(_)
         ));
         drop(b);

@@ -26,6 +26,13 @@
 //! cached chunk can never hold a stale version of a block: a newer write points the
 //! map at a different object and the old chunk is simply not consulted again.
 //!
+//! One cache ([`HostReadCache`]) can serve many volumes (`lsvd serve` shares one
+//! between all it serves, as the LSVD paper shares one cache SSD per host); each volume
+//! uses it through its own [`ReadCache`]. An object is named by its owner's volume id,
+//! so a clone reading its base's objects, or a snapshot export, hits the base's chunks.
+//! Each slot is charged to the volume whose read put it there; a volume holding no
+//! more than its share is not evicted by the others ([`index`]).
+//!
 //! Every slot is described by an entry in a slot table beside the cache file
 //! ([`slot_table`]; format: docs/format/read-cache.md): the chunk it holds and an
 //! XXH3-64 hash of each of its 4 KiB blocks. An insert writes the slot, then its entry;
@@ -35,6 +42,7 @@
 //! writes was lost) fails its hashes and is dropped on first use. Nothing needs the
 //! object's header on a hit.
 
+mod index;
 pub(crate) mod inflight;
 mod slot_table;
 pub(crate) mod streams;
@@ -42,7 +50,6 @@ pub(crate) mod streams;
 mod tests;
 pub(crate) mod walk;
 
-use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -52,214 +59,136 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use lsvd_core::VolumeId;
 
 use crate::cache_dev::CacheDevice;
-use slot_table::{BLOCK_BYTES, BLOCKS_PER_SLOT, Entry, SlotTable};
+use index::{Index, Key, NOBODY, PutMode, ReaderIx, SlotState};
+use slot_table::{BLOCK_BYTES, Entry, SlotTable};
 
 pub const READ_CACHE_CHUNK_BYTES: u64 = 64 << 10;
 
-/// Which object a cached chunk belongs to: its sequence number and the epoch it was
-/// written under (both in its name), so no two objects ever share an entry, whatever
-/// a crash or a superseded writer left in the store.
+/// Which object a cached chunk belongs to: the volume that wrote it, its sequence
+/// number and the epoch it was written under (the last two in its name), so no two
+/// objects ever share an entry, whatever a crash or a superseded writer left in the
+/// store. The volume is the object's owner, not the reader: a clone reading its base's
+/// object, or a snapshot export, finds the chunks the base cached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct CacheObject {
+    pub volume: VolumeId,
     pub seq: u64,
     pub epoch: u64,
 }
 
 impl CacheObject {
-    pub(crate) fn new(seq: u64, epoch: u64) -> CacheObject {
-        CacheObject { seq, epoch }
+    pub(crate) fn new(volume: VolumeId, seq: u64, epoch: u64) -> CacheObject {
+        CacheObject { volume, seq, epoch }
     }
 }
 
-type Key = (CacheObject, u64); // (object, chunk index)
-
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    key: Key,
-    len: u32,
-    hashes: [u64; BLOCKS_PER_SLOT],
-    referenced: bool,
-    /// Written by upload admission or prefetch and not read since.
-    admitted: bool,
-    /// Prefetched and not read since (counted as a prefetch hit when first read).
-    prefetched: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum SlotState {
-    Free,
-    /// Being written by one insert: nobody else may pick it.
-    Writing,
-    Used(Slot),
-}
-
-#[derive(Debug, Default)]
-struct Index {
-    map: HashMap<Key, u32>,
-    slots: Vec<SlotState>,
-    /// Every `Free` slot, once each: a slot leaves `Free` only by being taken from here.
-    free: Vec<u32>,
-    hand: usize,
-    /// Admitted slots, oldest first: (slot, key), pruned lazily (a slot that was read,
-    /// evicted or reused since no longer matches) and compacted when stale entries
-    /// outnumber the slots, so it stays bounded.
-    admitted: VecDeque<(u32, Key)>,
-    admitted_count: usize,
-}
-
-/// How far admission looks past the CLOCK hand for a chunk nobody read recently.
-const ADMIT_SCAN_SLOTS: usize = 64;
-
-impl Index {
-    /// An index of `slot_count` free slots.
-    fn with_slots(slot_count: usize) -> Index {
-        Index {
-            slots: vec![SlotState::Free; slot_count],
-            free: (0..slot_count as u32).rev().collect(),
-            ..Index::default()
-        }
-    }
-
-    /// Drop slot `s`'s chunk from the index; the slot is the caller's to fill (it is
-    /// neither free nor used until the caller says).
-    fn take(&mut self, s: usize) {
-        if let SlotState::Used(old) = self.slots[s] {
-            self.map.remove(&old.key);
-            if old.admitted {
-                self.admitted_count -= 1;
-            }
-        }
-        self.slots[s] = SlotState::Writing;
-    }
-
-    /// Drop slot `s`'s chunk from the index and free the slot.
-    fn evict(&mut self, s: usize) {
-        if let SlotState::Used(_) = self.slots[s] {
-            self.take(s);
-            self.release(s);
-        }
-    }
-
-    /// Slot `s`, taken and not filled, is free again.
-    fn release(&mut self, s: usize) {
-        self.slots[s] = SlotState::Free;
-        self.free.push(s as u32);
-    }
-
-    /// A free slot, if any.
-    fn pop_free(&mut self) -> Option<usize> {
-        let s = self.free.pop()? as usize;
-        debug_assert!(matches!(self.slots[s], SlotState::Free));
-        self.slots[s] = SlotState::Writing;
-        Some(s)
-    }
-
-    /// A slot for a chunk a client read: a free one, or CLOCK's victim.
-    fn victim_for_read(&mut self) -> Option<usize> {
-        if let Some(s) = self.pop_free() {
-            return Some(s);
-        }
-        let n = self.slots.len();
-        for _ in 0..2 * n {
-            let h = self.hand;
-            self.hand = (h + 1) % n;
-            match &mut self.slots[h] {
-                SlotState::Used(s) if s.referenced => s.referenced = false,
-                SlotState::Used(_) => {
-                    self.take(h);
-                    return Some(h);
-                }
-                SlotState::Free | SlotState::Writing => {}
-            }
-        }
-        None
-    }
-
-    /// A slot for an uploaded or prefetched chunk: a free slot; else, past the
-    /// admission cap, the oldest admitted chunk; else one holding nothing read
-    /// recently, found without clearing anyone's reference bit (admission must not age
-    /// read data).
-    fn victim_for_admission(&mut self) -> Option<usize> {
-        if let Some(s) = self.pop_free() {
-            return Some(s);
-        }
-        let n = self.slots.len();
-        if self.admitted_count >= n / 2 {
-            return self.oldest_admitted();
-        }
-        for i in 0..ADMIT_SCAN_SLOTS.min(n) {
-            let h = (self.hand + i) % n;
-            // Read data nobody touched since the hand last passed; admitted chunks go
-            // oldest first (below), not by position.
-            if matches!(self.slots[h], SlotState::Used(s) if !s.referenced && !s.admitted) {
-                self.take(h);
-                self.hand = (h + 1) % n;
-                return Some(h);
-            }
-        }
-        self.oldest_admitted()
-    }
-
-    fn oldest_admitted(&mut self) -> Option<usize> {
-        while let Some((slot, key)) = self.admitted.pop_front() {
-            if let SlotState::Used(s) = self.slots[slot as usize]
-                && s.admitted
-                && s.key == key
-            {
-                self.take(slot as usize);
-                return Some(slot as usize);
-            }
-        }
-        None
-    }
-
-    /// Drop the stale entries of the admitted queue once they outnumber the slots.
-    fn compact_admitted(&mut self) {
-        if self.admitted.len() <= self.slots.len() + self.admitted_count {
-            return;
-        }
-        let slots = &self.slots;
-        self.admitted.retain(|&(slot, key)| {
-            matches!(slots[slot as usize], SlotState::Used(s) if s.admitted && s.key == key)
-        });
-    }
-
-    fn place(&mut self, slot: usize, entry: &Entry, mode: PutMode) {
-        let key = (entry.object, entry.chunk);
-        let admitted = mode != PutMode::Read;
-        self.slots[slot] = SlotState::Used(Slot {
-            key,
-            len: entry.len,
-            hashes: entry.hashes,
-            referenced: false,
-            admitted,
-            prefetched: mode == PutMode::Prefetch,
-        });
-        self.map.insert(key, slot as u32);
-        if admitted {
-            self.admitted.push_back((slot as u32, key));
-            self.admitted_count += 1;
-            self.compact_admitted();
-        }
-    }
-}
-
-/// Why a chunk is put in the cache, which decides what it may evict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PutMode {
-    /// A client asked for it: CLOCK.
-    Read,
-    /// Uploaded data: admission rules.
-    Admit,
-    /// Fetched ahead of any client: admission rules, and counted when first read.
-    Prefetch,
-}
-
-pub(crate) struct ReadCache {
+/// The cache's slots, their table and index, and the chunks being fetched: one per
+/// host (`lsvd serve` shares it between every volume it serves), or one per volume
+/// (a volume with local encryption, engine tests). Volumes use it through their own
+/// [`ReadCache`].
+pub struct HostReadCache {
     dev: Arc<dyn CacheDevice>,
     table: SlotTable,
     index: Mutex<Index>,
-    /// Chunks being fetched now (concurrent misses share one GET).
+    /// Chunks being fetched now (concurrent misses share one GET, whichever volumes
+    /// they come from).
+    inflight: Arc<inflight::InFlight>,
+}
+
+impl std::fmt::Debug for HostReadCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostReadCache")
+            .field("slots", &self.slot_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostReadCache {
+    /// A cache of `dev`'s slots described by the slot table on `table_dev`: warm with
+    /// whatever the table holds (a table of another size or version starts empty).
+    pub(crate) fn open(
+        dev: Arc<dyn CacheDevice>,
+        table_dev: Arc<dyn CacheDevice>,
+    ) -> io::Result<Self> {
+        let slot_count = (dev.size_bytes() / READ_CACHE_CHUNK_BYTES) as usize;
+        let (table, entries) = SlotTable::open(table_dev, slot_count)?;
+        let mut index = Index::with_slots(slot_count);
+        let mut placed = vec![false; slot_count];
+        for (slot, entry) in entries {
+            if !index.map.contains_key(&(entry.object, entry.chunk)) {
+                index.place(slot, &entry, PutMode::Read, NOBODY);
+                placed[slot] = true;
+            }
+        }
+        index.free.retain(|&s| !placed[s as usize]);
+        Ok(HostReadCache {
+            dev,
+            table,
+            index: Mutex::new(index),
+            inflight: Default::default(),
+        })
+    }
+
+    /// The cache every volume of this process shares: `@host.rcache` and
+    /// `@host.rcache.slots` under `data_dir`, `size_bytes` rounded down to whole chunks
+    /// (None below one chunk: no cache). The data directory's lock (`lsvd serve`)
+    /// keeps other processes out.
+    pub fn open_files(
+        data_dir: &Path,
+        size_bytes: u64,
+    ) -> lsvd_core::error::Result<Option<Arc<Self>>> {
+        if size_bytes < READ_CACHE_CHUNK_BYTES {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            lsvd_core::error::Error::local_io(format!("cannot create {}", data_dir.display()), e)
+        })?;
+        let (slots, table) = open_cache_files(data_dir, HOST_CACHE_STEM, size_bytes)?;
+        let table_path = data_dir.join(format!("{HOST_CACHE_STEM}.rcache.slots"));
+        HostReadCache::open(Arc::new(slots), Arc::new(table))
+            .map(|c| Some(Arc::new(c)))
+            .map_err(|e| {
+                lsvd_core::error::Error::local_io(
+                    format!("cannot read {}", table_path.display()),
+                    e,
+                )
+            })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    /// Chunks cached, for all volumes.
+    pub fn entries(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Make the cached data and its table durable (clean shutdown: not needed for
+    /// correctness, only so a warm restart finds as much as possible).
+    pub fn sync(&self) -> io::Result<()> {
+        self.dev.sync()?;
+        self.table.sync()
+    }
+}
+
+/// The file stem of the cache `lsvd serve` shares between its volumes: no volume
+/// (names are not empty) or snapshot export (`name@snapshot`) has it.
+pub const HOST_CACHE_STEM: &str = "@host";
+
+/// One volume's use of a [`HostReadCache`]: its key space is the whole cache (chunks
+/// are keyed by the object's owner, so a clone hits its base's chunks), its counters,
+/// read-ahead state and fairness share are its own.
+pub(crate) struct ReadCache {
+    host: Arc<HostReadCache>,
+    /// The volume reading through this handle.
+    volume: VolumeId,
+    reader: ReaderIx,
+    /// Chunks being fetched now (the host's table).
     pub(crate) inflight: Arc<inflight::InFlight>,
     pub hits: AtomicU64,
     pub misses: AtomicU64,
@@ -281,31 +210,21 @@ pub(crate) struct ReadCache {
     pub temporal_ahead_bytes: AtomicU64,
 }
 
+impl Drop for ReadCache {
+    fn drop(&mut self) {
+        self.host.lock().unregister(self.reader);
+    }
+}
+
 impl ReadCache {
-    /// A cache of `dev`'s slots described by the slot table on `table_dev`: warm with
-    /// whatever the table holds for `volume` (a table of another volume, or of another
-    /// size, starts empty).
-    pub fn open(
-        dev: Arc<dyn CacheDevice>,
-        table_dev: Arc<dyn CacheDevice>,
-        volume: VolumeId,
-    ) -> io::Result<Self> {
-        let slot_count = (dev.size_bytes() / READ_CACHE_CHUNK_BYTES) as usize;
-        let (table, entries) = SlotTable::open(table_dev, volume, slot_count)?;
-        let mut index = Index::with_slots(slot_count);
-        let mut placed = vec![false; slot_count];
-        for (slot, entry) in entries {
-            if !index.map.contains_key(&(entry.object, entry.chunk)) {
-                index.place(slot, &entry, PutMode::Read);
-                placed[slot] = true;
-            }
-        }
-        index.free.retain(|&s| !placed[s as usize]);
-        Ok(ReadCache {
-            dev,
-            table,
-            index: Mutex::new(index),
-            inflight: Default::default(),
+    /// `volume`'s use of `host`.
+    pub(crate) fn for_volume(host: Arc<HostReadCache>, volume: VolumeId) -> ReadCache {
+        let reader = host.lock().register(volume);
+        ReadCache {
+            inflight: host.inflight.clone(),
+            host,
+            volume,
+            reader,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             admitted_chunks: AtomicU64::new(0),
@@ -316,11 +235,21 @@ impl ReadCache {
             ahead_in_flight_bytes: AtomicU64::new(0),
             read_ahead_bytes: AtomicU64::new(0),
             temporal_ahead_bytes: AtomicU64::new(0),
-        })
+        }
+    }
+
+    /// A cache of `volume`'s own on `dev`, described by the slot table on `table_dev`.
+    pub fn open(
+        dev: Arc<dyn CacheDevice>,
+        table_dev: Arc<dyn CacheDevice>,
+        volume: VolumeId,
+    ) -> io::Result<Self> {
+        let host = HostReadCache::open(dev, table_dev)?;
+        Ok(ReadCache::for_volume(Arc::new(host), volume))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
+        self.host.lock()
     }
 
     /// The sequential-stream table (read-ahead).
@@ -337,8 +266,13 @@ impl ReadCache {
         self.lock().map.contains_key(&(obj, chunk))
     }
 
+    /// Chunks charged to this volume (what its reads, uploads and prefetches put in the
+    /// cache, and what a warm restart found of its own objects).
     pub fn entries(&self) -> usize {
-        self.lock().map.len()
+        let idx = self.lock();
+        idx.readers
+            .get(usize::from(self.reader))
+            .map_or(0, |r| r.held as usize)
     }
 
     /// Bytes `[from, to)` of chunk `chunk` of object `obj` (offsets within the chunk),
@@ -375,7 +309,7 @@ impl ReadCache {
         let end = (last as u64 * BLOCK_BYTES).min(len);
         let mut buf = vec![0u8; (end - start) as usize];
         let at = slot as u64 * READ_CACHE_CHUNK_BYTES + start;
-        let intact = self.dev.read_at(&mut buf, at).is_ok()
+        let intact = self.host.dev.read_at(&mut buf, at).is_ok()
             && buf
                 .chunks(BLOCK_BYTES as usize)
                 .zip(&hashes[first..last])
@@ -436,9 +370,9 @@ impl ReadCache {
             }
             // The victim comes back `Writing`: nobody else may pick it.
             let victim = if mode == PutMode::Read {
-                idx.victim_for_read()
+                idx.victim_for_read(self.reader)
             } else {
-                idx.victim_for_admission()
+                idx.victim_for_admission(self.reader)
             };
             let Some(v) = victim else { return false };
             v
@@ -447,13 +381,14 @@ impl ReadCache {
         // The slot, then its entry: a crash between the two leaves a slot whose
         // hashes do not match, which the next read of it drops.
         let written = self
+            .host
             .dev
             .write_at(data, slot as u64 * READ_CACHE_CHUNK_BYTES)
-            .and_then(|()| self.table.write(slot, &entry));
+            .and_then(|()| self.host.table.write(slot, &entry));
         let mut idx = self.lock();
         match written {
             Ok(()) if !idx.map.contains_key(&(obj, chunk)) => {
-                idx.place(slot, &entry, mode);
+                idx.place(slot, &entry, mode, self.reader);
                 true
             }
             _ => {
@@ -463,15 +398,15 @@ impl ReadCache {
         }
     }
 
-    /// Drop every chunk of object `seq` (of any epoch: it was deleted). With `durably`,
-    /// their table entries are cleared and synced too.
+    /// Drop every chunk of this volume's object `seq` (of any epoch: it was deleted).
+    /// With `durably`, their table entries are cleared and synced too.
     pub fn forget_object(&self, seq: u64, durably: bool) -> io::Result<()> {
         let slots: Vec<u32> = {
             let mut idx = self.lock();
             let slots: Vec<u32> = idx
                 .map
                 .iter()
-                .filter(|(k, _)| k.0.seq == seq)
+                .filter(|(k, _)| k.0.seq == seq && k.0.volume == self.volume)
                 .map(|(_, &s)| s)
                 .collect();
             for &s in &slots {
@@ -481,9 +416,9 @@ impl ReadCache {
         };
         if durably && !slots.is_empty() {
             for s in slots {
-                self.table.clear(s as usize)?;
+                self.host.table.clear(s as usize)?;
             }
-            self.table.sync()?;
+            self.host.table.sync()?;
         }
         Ok(())
     }
@@ -491,15 +426,40 @@ impl ReadCache {
     /// Make the cached data and its table durable (clean shutdown: not needed for
     /// correctness, only so a warm restart finds as much as possible).
     pub fn sync(&self) -> io::Result<()> {
-        self.dev.sync()?;
-        self.table.sync()
+        self.host.sync()
     }
 }
 
-/// Open the read cache of volume `name` under `data_dir`: `<name>.rcache` (the slots,
-/// `size_bytes` rounded down to whole chunks) and `<name>.rcache.slots` (their table).
-/// The index file of older builds, `<name>.rcache.map`, is removed. With `keys`, both
-/// files are encrypted (`--encrypt-local`).
+/// The slot file `<stem>.rcache` (`size_bytes` rounded down to whole chunks) and its
+/// table `<stem>.rcache.slots` under `data_dir`, made if missing. The index file of
+/// older builds, `<stem>.rcache.map`, is removed.
+fn open_cache_files(
+    data_dir: &Path,
+    stem: &str,
+    size_bytes: u64,
+) -> lsvd_core::error::Result<(crate::cache_dev::FileCache, crate::cache_dev::FileCache)> {
+    use crate::cache_dev::FileCache;
+    use lsvd_core::error::Error;
+    let path = data_dir.join(format!("{stem}.rcache"));
+    let size = size_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
+    let (slots, _) = FileCache::open_or_create(&path, size)
+        .map_err(|e| Error::local_io(format!("cannot open read cache {}", path.display()), e))?;
+    let slot_count = size / READ_CACHE_CHUNK_BYTES;
+    let table_path = data_dir.join(format!("{stem}.rcache.slots"));
+    let (table, _) = FileCache::open_or_create(&table_path, slot_table::file_bytes(slot_count))
+        .map_err(|e| {
+            Error::local_io(
+                format!("cannot open read cache {}", table_path.display()),
+                e,
+            )
+        })?;
+    let _ = std::fs::remove_file(data_dir.join(format!("{stem}.rcache.map")));
+    Ok((slots, table))
+}
+
+/// Open volume `name`'s cache of its own under `data_dir`: `<name>.rcache` and
+/// `<name>.rcache.slots` ([`open_cache_files`]). With `keys`, both files are encrypted
+/// (`--encrypt-local`).
 pub(crate) fn open_files(
     data_dir: &Path,
     name: &str,
@@ -508,22 +468,7 @@ pub(crate) fn open_files(
     keys: Option<&lsvd_store::xts::LocalKeys>,
 ) -> lsvd_core::error::Result<ReadCache> {
     use crate::cache_dev::encrypted::EncryptedDevice;
-    use crate::cache_dev::{CacheDevice, FileCache};
-    use lsvd_core::error::Error;
-    let path = data_dir.join(format!("{name}.rcache"));
-    let size = size_bytes / READ_CACHE_CHUNK_BYTES * READ_CACHE_CHUNK_BYTES;
-    let (slots, _) = FileCache::open_or_create(&path, size)
-        .map_err(|e| Error::local_io(format!("cannot open read cache {}", path.display()), e))?;
-    let slot_count = size / READ_CACHE_CHUNK_BYTES;
-    let table_path = data_dir.join(format!("{name}.rcache.slots"));
-    let (table, _) = FileCache::open_or_create(&table_path, slot_table::file_bytes(slot_count))
-        .map_err(|e| {
-            Error::local_io(
-                format!("cannot open read cache {}", table_path.display()),
-                e,
-            )
-        })?;
-    let _ = std::fs::remove_file(data_dir.join(format!("{name}.rcache.map")));
+    let (slots, table) = open_cache_files(data_dir, name, size_bytes)?;
     // Encrypted whole (`--encrypt-local`): a table in the other mode reads as a
     // foreign header and is started afresh.
     let (slots, table): (Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) = match keys {
@@ -541,6 +486,13 @@ pub(crate) fn open_files(
         ),
         None => (Arc::new(slots), Arc::new(table)),
     };
-    ReadCache::open(slots, table, volume)
-        .map_err(|e| Error::local_io(format!("cannot read {}", table_path.display()), e))
+    ReadCache::open(slots, table, volume).map_err(|e| {
+        lsvd_core::error::Error::local_io(
+            format!(
+                "cannot read {}",
+                data_dir.join(format!("{name}.rcache.slots")).display()
+            ),
+            e,
+        )
+    })
 }

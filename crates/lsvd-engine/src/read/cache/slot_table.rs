@@ -1,5 +1,6 @@
-//! The read cache's slot table (`<volume>.rcache.slots`): for every slot of the cache
-//! file, which chunk of which object it holds and a hash of each of its 4 KiB blocks.
+//! The read cache's slot table (`@host.rcache.slots`, or `<volume>.rcache.slots` for a
+//! volume with a cache of its own): for every slot of the cache file, which chunk of
+//! which volume's object it holds and a hash of each of its 4 KiB blocks.
 //! Written entry by entry as chunks are cached, read whole at open. Format:
 //! docs/format/read-cache.md.
 
@@ -17,14 +18,17 @@ pub(super) const BLOCK_BYTES: u64 = 4096;
 pub(super) const BLOCKS_PER_SLOT: usize = (READ_CACHE_CHUNK_BYTES / BLOCK_BYTES) as usize;
 
 const MAGIC: &[u8; 8] = b"LSVDRCS\0";
-/// Version 2 names each chunk's object by sequence number and epoch; a table of
-/// version 1 (sequence number only) is started afresh.
-const VERSION: u16 = 2;
+/// Version 3 names each chunk's object by its volume, sequence number and epoch (so
+/// volumes can share a cache, and a clone finds its base's chunks); tables of versions
+/// 1 and 2 (one volume's, without the volume in each entry) are started afresh.
+const VERSION: u16 = 3;
 const HEADER_BYTES: u64 = 4096;
 /// Bytes of the header the checksum covers (the rest of its block is zero).
 const HEADER_USED_BYTES: usize = 48;
-const ENTRY_BYTES: u64 = 160;
-const ENTRY_CRC_AT: usize = 152;
+const ENTRY_BYTES: u64 = 192;
+const ENTRY_CRC_AT: usize = 168;
+/// Where the entry's fields after the volume id start.
+const AFTER_VOLUME: usize = 16;
 
 /// Bytes of the table file for `slots` slots.
 pub(super) fn file_bytes(slots: u64) -> u64 {
@@ -62,37 +66,37 @@ impl Entry {
         }
     }
 
-    fn encode(&self, volume: VolumeId, slot: usize) -> [u8; ENTRY_BYTES as usize] {
+    fn encode(&self, table: TableId, slot: usize) -> [u8; ENTRY_BYTES as usize] {
         let mut b = [0u8; ENTRY_BYTES as usize];
-        b[0..8].copy_from_slice(&self.object.seq.to_le_bytes());
-        b[8..16].copy_from_slice(&self.object.epoch.to_le_bytes());
-        b[16..20].copy_from_slice(&self.len.to_le_bytes());
-        b[20..24].copy_from_slice(&(self.chunk as u32).to_le_bytes());
+        b[0..16].copy_from_slice(&self.object.volume.0);
+        let f = &mut b[AFTER_VOLUME..];
+        f[0..8].copy_from_slice(&self.object.seq.to_le_bytes());
+        f[8..16].copy_from_slice(&self.object.epoch.to_le_bytes());
+        f[16..20].copy_from_slice(&self.len.to_le_bytes());
+        f[20..24].copy_from_slice(&(self.chunk as u32).to_le_bytes());
         for (i, h) in self.hashes.iter().enumerate() {
-            b[24 + 8 * i..32 + 8 * i].copy_from_slice(&h.to_le_bytes());
+            f[24 + 8 * i..32 + 8 * i].copy_from_slice(&h.to_le_bytes());
         }
-        let crc = entry_crc(volume, slot, &b);
+        let crc = entry_crc(table, slot, &b);
         b[ENTRY_CRC_AT..ENTRY_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     /// The entry of `slot` in `b`, if it describes a chunk and its checksum holds.
-    fn decode(volume: VolumeId, slot: usize, b: &[u8]) -> Option<Entry> {
+    fn decode(table: TableId, slot: usize, b: &[u8]) -> Option<Entry> {
+        if u32_at(b, ENTRY_CRC_AT) != entry_crc(table, slot, b) {
+            return None;
+        }
+        let mut volume = VolumeId::default();
+        volume.0.copy_from_slice(&b[0..16]);
+        let b = &b[AFTER_VOLUME..];
         let u64_at = |at: usize| {
             let mut x = [0u8; 8];
             x.copy_from_slice(&b[at..at + 8]);
             u64::from_le_bytes(x)
         };
-        let u32_at = |at: usize| {
-            let mut x = [0u8; 4];
-            x.copy_from_slice(&b[at..at + 4]);
-            u32::from_le_bytes(x)
-        };
-        let len = u32_at(16);
+        let len = u32_at(b, 16);
         if len == 0 || u64::from(len) > READ_CACHE_CHUNK_BYTES {
-            return None;
-        }
-        if u32_at(ENTRY_CRC_AT) != entry_crc(volume, slot, b) {
             return None;
         }
         let mut hashes = [0u64; BLOCKS_PER_SLOT];
@@ -100,26 +104,38 @@ impl Entry {
             *h = u64_at(24 + 8 * i);
         }
         Some(Entry {
-            object: CacheObject::new(u64_at(0), u64_at(8)),
-            chunk: u64::from(u32_at(20)),
+            object: CacheObject::new(volume, u64_at(0), u64_at(8)),
+            chunk: u64::from(u32_at(b, 20)),
             len,
             hashes,
         })
     }
 }
 
-/// CRC32C of the volume id, the slot number, then the entry's first 152 bytes: an
-/// entry copied to another slot's place, or left from another volume's cache, fails.
-fn entry_crc(volume: VolumeId, slot: usize, b: &[u8]) -> u32 {
-    let seed = crc32c::crc32c_append(crc32c::crc32c(&volume.0), &(slot as u32).to_le_bytes());
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+
+/// A random identity given to a table when it is made: entries carry it in their
+/// checksum, so an entry of an earlier table in the same file is never taken as one of
+/// this table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TableId(pub [u8; 16]);
+
+/// CRC32C of the table id, the slot number, then the entry's first 168 bytes: an entry
+/// copied to another slot's place, or left from an earlier table, fails.
+fn entry_crc(table: TableId, slot: usize, b: &[u8]) -> u32 {
+    let seed = crc32c::crc32c_append(crc32c::crc32c(&table.0), &(slot as u32).to_le_bytes());
     crc32c::crc32c_append(seed, &b[..ENTRY_CRC_AT])
 }
 
-fn encode_header(volume: VolumeId, slots: u64) -> Vec<u8> {
+fn encode_header(table: TableId, slots: u64) -> Vec<u8> {
     let mut b = vec![0u8; HEADER_BYTES as usize];
     b[0..8].copy_from_slice(MAGIC);
     b[8..10].copy_from_slice(&VERSION.to_le_bytes());
-    b[16..32].copy_from_slice(&volume.0);
+    b[16..32].copy_from_slice(&table.0);
     b[32..40].copy_from_slice(&READ_CACHE_CHUNK_BYTES.to_le_bytes());
     b[40..48].copy_from_slice(&slots.to_le_bytes());
     let crc = crc32c::crc32c(&b[..HEADER_USED_BYTES]);
@@ -127,54 +143,62 @@ fn encode_header(volume: VolumeId, slots: u64) -> Vec<u8> {
     b
 }
 
-/// Does `b` (the header block) describe a table of `volume` with `slots` slots?
-fn header_matches(b: &[u8], volume: VolumeId, slots: u64) -> bool {
+/// The table's id, if `b` (the header block) describes a table of this version with
+/// `slots` slots.
+fn header_matches(b: &[u8], slots: u64) -> Option<TableId> {
     if b.len() < HEADER_USED_BYTES {
-        return false;
+        return None;
     }
     let mut zeroed = b[..HEADER_USED_BYTES].to_vec();
     zeroed[12..16].copy_from_slice(&[0; 4]);
-    b[0..8] == MAGIC[..]
+    (b[0..8] == MAGIC[..]
         && b[8..10] == VERSION.to_le_bytes()
         && b[12..16] == crc32c::crc32c(&zeroed).to_le_bytes()
-        && b[16..32] == volume.0
         && b[32..40] == READ_CACHE_CHUNK_BYTES.to_le_bytes()
-        && b[40..48] == slots.to_le_bytes()
+        && b[40..48] == slots.to_le_bytes())
+    .then(|| {
+        let mut id = TableId([0; 16]);
+        id.0.copy_from_slice(&b[16..32]);
+        id
+    })
 }
 
 pub(super) struct SlotTable {
     dev: Arc<dyn CacheDevice>,
-    volume: VolumeId,
+    id: TableId,
 }
 
 impl SlotTable {
-    /// The table on `dev` for `slots` slots of `volume`, with the entries it holds. A
-    /// table of another volume, size or version is started afresh (empty).
+    /// The table on `dev` for `slots` slots, with the entries it holds. A table of
+    /// another size or version is started afresh (empty, under a new id).
     pub(super) fn open(
         dev: Arc<dyn CacheDevice>,
-        volume: VolumeId,
         slots: usize,
     ) -> io::Result<(SlotTable, Vec<(usize, Entry)>)> {
-        let table = SlotTable { dev, volume };
         let mut header = vec![0u8; HEADER_BYTES as usize];
-        let readable = table.dev.size_bytes() >= file_bytes(slots as u64)
-            && table.dev.read_at(&mut header, 0).is_ok();
-        if !readable || !header_matches(&header, volume, slots as u64) {
-            table.reset(volume, slots)?;
+        let readable =
+            dev.size_bytes() >= file_bytes(slots as u64) && dev.read_at(&mut header, 0).is_ok();
+        let Some(id) = header_matches(&header, slots as u64).filter(|_| readable) else {
+            let table = SlotTable {
+                dev,
+                id: TableId(lsvd_store::clock::random_id_bytes()),
+            };
+            table.reset(slots)?;
             return Ok((table, Vec::new()));
-        }
+        };
+        let table = SlotTable { dev, id };
         let mut all = vec![0u8; slots * ENTRY_BYTES as usize];
         table.dev.read_at(&mut all, HEADER_BYTES)?;
         let entries = all
             .chunks(ENTRY_BYTES as usize)
             .enumerate()
-            .filter_map(|(slot, b)| Entry::decode(volume, slot, b).map(|e| (slot, e)))
+            .filter_map(|(slot, b)| Entry::decode(id, slot, b).map(|e| (slot, e)))
             .collect();
         Ok((table, entries))
     }
 
     /// An empty table: every entry zero, then the header.
-    fn reset(&self, volume: VolumeId, slots: usize) -> io::Result<()> {
+    fn reset(&self, slots: usize) -> io::Result<()> {
         let zeros = vec![0u8; 1 << 20];
         let end = file_bytes(slots as u64);
         let mut at = HEADER_BYTES;
@@ -184,13 +208,14 @@ impl SlotTable {
             at += n as u64;
         }
         self.dev.sync()?;
-        self.dev.write_at(&encode_header(volume, slots as u64), 0)?;
+        self.dev
+            .write_at(&encode_header(self.id, slots as u64), 0)?;
         self.dev.sync()
     }
 
     pub(super) fn write(&self, slot: usize, entry: &Entry) -> io::Result<()> {
         self.dev.write_at(
-            &entry.encode(self.volume, slot),
+            &entry.encode(self.id, slot),
             HEADER_BYTES + slot as u64 * ENTRY_BYTES,
         )
     }
@@ -214,31 +239,32 @@ mod tests {
     #[test]
     fn entries_round_trip_and_any_damage_or_move_is_refused() {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let e = Entry::describe(CacheObject::new(7, 0), 3, &data);
+        let e = Entry::describe(CacheObject::new(VolumeId([9; 16]), 7, 0), 3, &data);
         assert_eq!(e.len, 10_000);
         assert_eq!(e.hashes[2], block_hash(&data[8192..]));
         assert_eq!(e.hashes[3], 0);
-        let vol = VolumeId([4; 16]);
-        let b = e.encode(vol, 5);
-        assert_eq!(Entry::decode(vol, 5, &b), Some(e));
-        assert_eq!(Entry::decode(vol, 6, &b), None, "moved to another slot");
+        let table = TableId([4; 16]);
+        let b = e.encode(table, 5);
+        assert_eq!(Entry::decode(table, 5, &b), Some(e));
+        assert_eq!(Entry::decode(table, 6, &b), None, "moved to another slot");
         assert_eq!(
-            Entry::decode(VolumeId([5; 16]), 5, &b),
+            Entry::decode(TableId([5; 16]), 5, &b),
             None,
-            "another volume's"
+            "an earlier table's"
         );
         for i in 0..ENTRY_CRC_AT + 4 {
             let mut bad = b;
             bad[i] ^= 1;
-            assert_eq!(Entry::decode(vol, 5, &bad), None, "flipped byte {i}");
+            assert_eq!(Entry::decode(table, 5, &bad), None, "flipped byte {i}");
         }
-        assert_eq!(Entry::decode(vol, 0, &[0u8; ENTRY_BYTES as usize]), None);
+        assert_eq!(Entry::decode(table, 0, &[0u8; ENTRY_BYTES as usize]), None);
     }
 
     #[test]
     fn golden_header_and_entry_bytes() {
-        let h = encode_header(VolumeId([1; 16]), 2);
+        let h = encode_header(TableId([1; 16]), 2);
         assert_eq!(&h[..8], b"LSVDRCS\0");
+        assert_eq!(h[8..10], [3, 0], "version 3");
         assert_eq!(
             h[12..16],
             crc32c::crc32c(&{
@@ -248,19 +274,28 @@ mod tests {
             })
             .to_le_bytes()
         );
-        assert!(header_matches(&h, VolumeId([1; 16]), 2));
-        assert!(!header_matches(&h, VolumeId([2; 16]), 2));
-        assert!(!header_matches(&h, VolumeId([1; 16]), 3));
-        let e = Entry::describe(CacheObject::new(1, 0), 0, &[0xab; 4096]);
-        let b = e.encode(VolumeId([1; 16]), 0);
-        // seq 1, chunk 0, length 4096, then the hash of the one block.
+        assert_eq!(header_matches(&h, 2), Some(TableId([1; 16])));
+        assert_eq!(header_matches(&h, 3), None, "another slot count");
+        let mut v2 = h.clone();
+        v2[8] = 2;
+        assert_eq!(header_matches(&v2, 2), None, "version 2 is started afresh");
+        let e = Entry::describe(CacheObject::new(VolumeId([7; 16]), 1, 2), 0, &[0xab; 4096]);
+        let b = e.encode(TableId([1; 16]), 0);
+        // The owner's volume id, seq 1, epoch 2, length 4096, chunk 0, then the hash
+        // of the one block.
+        assert_eq!(b[0..16], [7; 16]);
         assert_eq!(
-            b[0..24],
+            b[16..40],
             [
-                1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0
+                1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0
             ]
         );
-        assert_eq!(b[24..32], block_hash(&[0xab; 4096]).to_le_bytes());
-        assert!(b[32..ENTRY_CRC_AT].iter().all(|&x| x == 0));
+        assert_eq!(b[40..48], block_hash(&[0xab; 4096]).to_le_bytes());
+        assert!(b[48..ENTRY_CRC_AT].iter().all(|&x| x == 0));
+        assert_eq!(
+            b[ENTRY_CRC_AT..ENTRY_CRC_AT + 4],
+            entry_crc(TableId([1; 16]), 0, &b).to_le_bytes()
+        );
+        assert!(b[ENTRY_CRC_AT + 4..].iter().all(|&x| x == 0), "reserved");
     }
 }

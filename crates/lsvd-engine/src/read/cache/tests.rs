@@ -18,9 +18,12 @@ const CHUNK: u64 = READ_CACHE_CHUNK_BYTES;
 /// (object seq, chunk) of an object of epoch 0, as these tests name chunks.
 type Key = (u64, u64);
 
-/// Object `seq` of epoch 0.
+/// The volume whose objects these tests cache.
+const OWNER: VolumeId = VolumeId([5; 16]);
+
+/// Object `seq` of epoch 0 of volume [`OWNER`].
 fn o(seq: u64) -> CacheObject {
-    CacheObject::new(seq, 0)
+    CacheObject::new(OWNER, seq, 0)
 }
 
 fn devices(dir: &TempDir, slots: u64) -> (Arc<dyn CacheDevice>, Arc<dyn CacheDevice>) {
@@ -102,9 +105,14 @@ fn hits_partial_reads_eviction_and_warm_restart() {
     let warm = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     assert_eq!(warm.entries(), entries);
     assert_eq!(whole(&warm, (1, 2)), Some(chunk((1, 2))));
-    // A table of another volume starts empty.
+    drop(warm);
+    // Another volume opening the table finds the chunks by their owner (a clone of
+    // volume 5 reads them), but none is charged to it.
     let other = ReadCache::open(dev, table, VolumeId([6; 16])).expect("open");
     assert_eq!(other.entries(), 0);
+    assert_eq!(whole(&other, (1, 2)), Some(chunk((1, 2))));
+    let not_its = CacheObject::new(VolumeId([6; 16]), 1, 0);
+    assert!(!other.contains(not_its, 2), "keyed by owner, not reader");
 }
 
 #[test]
@@ -254,7 +262,7 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
             })
         };
         let (dev, table) = (lossy(dev, 0), lossy(table, 1));
-        let vol = VolumeId([7; 16]);
+        let vol = OWNER;
         let mut rng = Rng::new(seed);
         let mut rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
         let (mut reopened, mut hits_after) = (0, 0);
@@ -295,7 +303,7 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
 #[test]
 fn forgetting_durably_survives_a_reopen() {
     let (_dir, dev, table) = devices_in("rcache-forget", 4);
-    let vol = VolumeId([8; 16]);
+    let vol = OWNER;
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     rc.insert(o(5), 0, &chunk((5, 0)));
     rc.insert(o(6), 0, &chunk((6, 0)));
@@ -313,7 +321,7 @@ fn forgetting_durably_survives_a_reopen() {
 fn the_index_keeps_its_entries_consistent() {
     // Everything the map names is a used slot with that key; the counters agree.
     let (_dir, dev, table) = devices_in("rcache-consistent", 8);
-    let vol = VolumeId([9; 16]);
+    let vol = OWNER;
     let rc = ReadCache::open(dev, table, vol).expect("open");
     let mut rng = Rng::new(3);
     for i in 0..3000u64 {
@@ -368,10 +376,10 @@ fn the_index_keeps_its_entries_consistent() {
 #[test]
 fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
     let (_dir, data, table) = devices_in("rcache-epoch", 8);
-    let vol = VolumeId([3; 16]);
+    let vol = OWNER;
     let rc = ReadCache::open(data.clone(), table.clone(), vol).expect("open");
-    let old = CacheObject::new(7, 1);
-    let new = CacheObject::new(7, 2);
+    let old = CacheObject::new(vol, 7, 1);
+    let new = CacheObject::new(vol, 7, 2);
     rc.insert(old, 0, &chunk((7, 0)));
     assert!(rc.contains(old, 0));
     assert!(!rc.contains(new, 0), "same number, other epoch");
@@ -385,4 +393,144 @@ fn a_chunk_of_another_epoch_under_the_same_number_is_never_a_hit() {
         rc.get(old, 0, 0, 4096),
         Some(chunk((7, 0))[..4096].to_vec())
     );
+}
+
+/// Volumes `vols` using one host cache of `slots` chunks (in a new directory, returned
+/// to keep it).
+fn shared_cache(
+    tag: &str,
+    slots: u64,
+    vols: &[u8],
+) -> (TempDir, Arc<HostReadCache>, Vec<ReadCache>) {
+    let (dir, dev, table) = devices_in(tag, slots);
+    let host = Arc::new(HostReadCache::open(dev, table).expect("open"));
+    let handles = vols
+        .iter()
+        .map(|&v| ReadCache::for_volume(host.clone(), VolumeId([v; 16])))
+        .collect();
+    (dir, host, handles)
+}
+
+#[test]
+fn volumes_sharing_a_cache_hit_each_others_chunks_by_owner() {
+    let (_dir, host, rcs) = shared_cache("rcache-shared", 8, &[5, 6]);
+    let (base, clone) = (&rcs[0], &rcs[1]);
+    // The base reads two chunks of its object; the clone, reading the same object (its
+    // ancestor's), hits them without a fetch.
+    base.insert(o(1), 0, &chunk((1, 0)));
+    base.insert(o(1), 1, &chunk((1, 1)));
+    assert_eq!(whole(clone, (1, 1)), Some(chunk((1, 1))));
+    // The clone's own object 1 is another object.
+    let its_own = CacheObject::new(VolumeId([6; 16]), 1, 0);
+    assert_eq!(clone.get(its_own, 0, 0, CHUNK), None);
+    clone.insert(its_own, 0, &chunk((9, 0)));
+    assert_eq!(whole(base, (1, 0)), Some(chunk((1, 0))), "not displaced");
+    assert_eq!(clone.get(its_own, 0, 0, CHUNK), Some(chunk((9, 0))));
+    assert_eq!((base.entries(), clone.entries(), host.entries()), (2, 1, 3));
+    // Forgetting a deleted object drops only the forgetter's own.
+    clone.forget_object(1, false).expect("forget");
+    assert!(!clone.contains(its_own, 0));
+    assert!(clone.contains(o(1), 0), "the base's object 1 stays");
+}
+
+#[test]
+fn one_volume_scanning_cannot_evict_another_below_its_share() {
+    let (_dir, host, mut rcs) = shared_cache("rcache-fair", 16, &[5, 6]);
+    let theirs = |seq: u64| CacheObject::new(VolumeId([6; 16]), seq, 0);
+    // Volume 5 reads 8 chunks (its share of 16 slots between 2 volumes) and then goes
+    // quiet; volume 6 scans 200 chunks nobody reads twice.
+    read_chunks(&rcs[0], 8);
+    for i in 0..200 {
+        rcs[1].insert(theirs(100 + i / 8), i % 8, &chunk((100, i)));
+    }
+    for i in 0..8 {
+        assert!(
+            whole(&rcs[0], (1, i)).is_some(),
+            "chunk {i} of the quiet volume"
+        );
+    }
+    assert_eq!(rcs[0].entries(), 8);
+    assert_eq!(rcs[1].entries(), 8, "the scanner recycles its own share");
+    // Past its share a volume is fair game: a third volume's share is 16/3, so the
+    // scanner takes from the quiet one down to that.
+    let third = ReadCache::for_volume(host.clone(), VolumeId([7; 16]));
+    for i in 0..40 {
+        rcs[1].insert(theirs(300 + i / 8), i % 8, &chunk((300, i)));
+    }
+    assert!(rcs[0].entries() >= 5, "{} left", rcs[0].entries());
+    assert!(rcs[0].entries() < 8, "above its share, it gave way");
+    // A volume that closes leaves its chunks to anyone: the scanner takes them all.
+    drop(third);
+    rcs.remove(0);
+    for i in 0..64 {
+        rcs[0].insert(theirs(500 + i / 8), i % 8, &chunk((500, i)));
+    }
+    assert_eq!(rcs[0].entries(), 16);
+    assert_eq!(host.entries(), 16);
+}
+
+#[test]
+fn a_volume_alone_uses_the_whole_cache_and_reclaims_its_chunks_after_a_restart() {
+    let (_dir, dev, table) = devices_in("rcache-adopt", 8);
+    let host = Arc::new(HostReadCache::open(dev.clone(), table.clone()).expect("open"));
+    let a = ReadCache::for_volume(host.clone(), OWNER);
+    for i in 0..8 {
+        a.insert(o(2), i, &chunk((2, i)));
+    }
+    assert_eq!(a.entries(), 8, "no share applies to a volume alone");
+    drop((a, host));
+    // After a restart the chunks are nobody's until their owner opens.
+    let host = Arc::new(HostReadCache::open(dev, table).expect("reopen"));
+    let other = ReadCache::for_volume(host.clone(), VolumeId([6; 16]));
+    assert_eq!((other.entries(), host.entries()), (0, 8));
+    let a = ReadCache::for_volume(host.clone(), OWNER);
+    assert_eq!(
+        a.entries(),
+        8,
+        "its own objects' chunks are charged to it again"
+    );
+    assert_eq!(whole(&other, (2, 3)), Some(chunk((2, 3))));
+}
+
+#[test]
+fn a_shared_index_keeps_its_charges_consistent_as_volumes_come_and_go() {
+    let (_dir, host, mut rcs) = shared_cache("rcache-charges", 12, &[1, 2, 3]);
+    let mut rng = Rng::new(11);
+    for _ in 0..4000 {
+        let who = rng.below(3) as usize;
+        let owner = VolumeId([1 + rng.below(3) as u8; 16]);
+        let obj = CacheObject::new(owner, rng.below(4), 0);
+        let c = rng.below(6);
+        let data = chunk((obj.seq << 8 | u64::from(owner.0[0]), c));
+        match rng.below(100) {
+            0..=39 => rcs[who].insert(obj, c, &data),
+            40..=59 => rcs[who].admit(obj, c, &data),
+            60..=69 => {
+                rcs[who].prefetch(obj, c, &data);
+            }
+            70..=89 => {
+                if let Some(got) = rcs[who].get(obj, c, 0, CHUNK) {
+                    assert_eq!(got, data);
+                }
+            }
+            90..=95 => rcs[who].forget_object(obj.seq, false).expect("forget"),
+            _ => {
+                let v = VolumeId([1 + who as u8; 16]);
+                rcs[who] = ReadCache::for_volume(host.clone(), v);
+            }
+        }
+        let idx = host.lock();
+        let mut held = vec![0u32; idx.readers.len()];
+        for s in &idx.slots {
+            if let SlotState::Used(s) = s {
+                held[usize::from(s.reader)] += 1;
+                assert!(s.reader == NOBODY || idx.readers[usize::from(s.reader)].active);
+            }
+        }
+        let counted: Vec<u32> = idx.readers.iter().map(|r| r.held).collect();
+        assert_eq!(held, counted);
+        assert_eq!(idx.active_readers, 3);
+        assert_eq!(idx.readers.iter().filter(|r| r.active).count(), 3);
+        assert!(idx.readers.len() <= 5, "reader slots are reused");
+    }
 }
