@@ -75,7 +75,7 @@ pub use lifecycle::snapshot::{
 };
 pub use lsvd_core::changes::Change;
 pub use open::{OpenReport, open_snapshot, open_volume, open_volume_on};
-pub use read::cache::HostReadCache;
+pub use read::cache::{HOST_CACHE_STEM, HostReadCache, READ_CACHE_CHUNK_BYTES};
 pub use shared::{LogPos, Stats};
 pub use store_meta::{is_being_deleted, read_meta};
 pub use volume::{Answer, LeaseStatus, Volume, VolumeStatus};

@@ -29,32 +29,41 @@ fn a_clone_and_a_snapshot_read_their_bases_cached_chunks_without_a_get() {
     let addr = format!("127.0.0.1:{}", free_tcp_port());
     let mut server = reader.serve(
         &dir.join("r.sock"),
-        &["base", "c", "base@s", "--metrics", &addr],
+        &[
+            "base",
+            "c",
+            "base@s",
+            "--metrics",
+            &addr,
+            "--read-cache-size",
+            "256M",
+        ],
     );
     assert!(
         wait_until(SHORT, || fetch_metrics(&addr).is_some()),
         "no metrics\n{}",
         server.log()
     );
-    let counters = |vol: &str| {
-        let m = |name| metric(&addr, name, vol).unwrap_or_else(|| panic!("no {name} for {vol}"));
+    server.assert_log_mentions(&["@host.rcache (256.0 MiB), shared by 3 exports; 0 chunks warm"]);
+    let counters = |addr: &str, vol: &str| {
+        let m = |name| metric(addr, name, vol).unwrap_or_else(|| panic!("no {name} for {vol}"));
         (m("store_gets_total"), m("read_cache_misses_total"))
     };
-    let base_before = counters("base");
+    let base_before = counters(&addr, "base");
     nbdcopy(&server.uri("base"), readback.to_str().expect("path"));
     assert_files_equal(&image, &readback);
-    let base_after = counters("base");
+    let base_after = counters(&addr, "base");
     assert!(
         base_after.0 > base_before.0 && base_after.1 > base_before.1,
         "the base reads from the store: {base_before:?} -> {base_after:?}"
     );
     for export in ["c", "base@s"] {
-        let before = counters(export);
+        let before = counters(&addr, export);
         std::fs::remove_file(&readback).expect("rm readback");
         nbdcopy(&server.uri(export), readback.to_str().expect("path"));
         assert_files_equal(&image, &readback);
         assert_eq!(
-            counters(export),
+            counters(&addr, export),
             before,
             "{export}: GETs and misses while reading data its base cached"
         );
@@ -83,5 +92,27 @@ fn a_clone_and_a_snapshot_read_their_bases_cached_chunks_without_a_get() {
             "{own}: no cache of a volume's own"
         );
     }
+    server.stop_clean();
+
+    // Restarted with the clone alone: the cache is warm with its base's chunks, which
+    // it reads without a GET (they are nobody's until the base is served again).
+    let addr = format!("127.0.0.1:{}", free_tcp_port());
+    let mut server = reader.serve(
+        &dir.join("r.sock"),
+        &["c", "--metrics", &addr, "--read-cache-size", "256M"],
+    );
+    let warm = poll_until(SHORT, || {
+        let log = server.log();
+        let at = log.find("shared by 1 export; ")?;
+        log[at..].split(' ').nth(4)?.parse::<u64>().ok()
+    })
+    .unwrap_or_else(|| panic!("no read cache line\n{}", server.log()));
+    assert!(warm >= 336, "{warm} chunks warm");
+    assert!(wait_until(SHORT, || fetch_metrics(&addr).is_some()));
+    let before = counters(&addr, "c");
+    std::fs::remove_file(&readback).expect("rm readback");
+    nbdcopy(&server.uri("c"), readback.to_str().expect("path"));
+    assert_files_equal(&image, &readback);
+    assert_eq!(counters(&addr, "c"), before, "the clone after a restart");
     server.stop_clean();
 }

@@ -538,6 +538,19 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
     ));
     // Said once serving, so that a failed start stays one error line.
     eprintln!("{}", settings_line(&resolved.tuning));
+    if let Some(host) = &config.host_read_cache {
+        eprintln!(
+            "lsvd: read cache {} ({}), shared by {} export{}; {} chunks warm",
+            common
+                .data
+                .join(format!("{}.rcache", lsvd_engine::HOST_CACHE_STEM))
+                .display(),
+            format_size(host.slot_count() as u64 * lsvd_engine::READ_CACHE_CHUNK_BYTES),
+            volumes.len(),
+            if volumes.len() == 1 { "" } else { "s" },
+            host.entries()
+        );
+    }
     eprintln!("lsvd: press Ctrl-C to stop (writes are drained and uploaded first)");
 
     let all_failed = tokio::select! {
