@@ -187,10 +187,9 @@ fn forget_dead(shared: &Shared, checkpoint: u64, dead: &[(u64, ObjectKind)]) {
         }
     }
     if let Some(rc) = &shared.read_cache {
-        for &(victim, _) in dead {
-            // Its number is never used again: nothing to make durable.
-            let _ = rc.forget_object(victim, false);
-        }
+        // Their numbers are never used again: nothing to make durable.
+        let victims: Vec<u64> = dead.iter().map(|&(victim, _)| victim).collect();
+        let _ = rc.forget_objects(&victims, false);
     }
     let mut headers = shared.lock_ranked(&shared.headers, LockRank::Headers);
     for &(victim, _) in dead {

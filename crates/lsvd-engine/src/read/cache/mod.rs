@@ -398,15 +398,21 @@ impl ReadCache {
         }
     }
 
-    /// Drop every chunk of this volume's object `seq` (of any epoch: it was deleted).
-    /// With `durably`, their table entries are cleared and synced too.
-    pub fn forget_object(&self, seq: u64, durably: bool) -> io::Result<()> {
+    /// Drop every chunk of this volume's objects `seqs` (of any epoch: they were
+    /// deleted), in one pass over the index: the index is shared by every volume of the
+    /// server, so a checkpoint's dead objects must not hold it once per object. With
+    /// `durably`, their table entries are cleared and synced too.
+    pub fn forget_objects(&self, seqs: &[u64], durably: bool) -> io::Result<()> {
+        if seqs.is_empty() {
+            return Ok(());
+        }
+        let seqs: std::collections::HashSet<u64> = seqs.iter().copied().collect();
         let slots: Vec<u32> = {
             let mut idx = self.lock();
             let slots: Vec<u32> = idx
                 .map
                 .iter()
-                .filter(|(k, _)| k.0.seq == seq && k.0.volume == self.volume)
+                .filter(|(k, _)| k.0.volume == self.volume && seqs.contains(&k.0.seq))
                 .map(|(_, &s)| s)
                 .collect();
             for &s in &slots {

@@ -178,7 +178,7 @@ fn admission_fills_free_slots_past_half_and_read_misses_still_get_room() {
     }
     // Slots freed by a deleted object are taken by admission before anything is
     // replaced.
-    rc.forget_object(1, false).expect("forget");
+    rc.forget_objects(&[1], false).expect("forget");
     let kept: Vec<u64> = (4..20).filter(|&i| rc.contains(o(2), i)).collect();
     for i in 100..110 {
         rc.admit(o(2), i, &chunk((2, i)));
@@ -278,7 +278,7 @@ fn after_lost_writes_a_reopened_cache_returns_only_right_bytes() {
                         assert_eq!(got, chunk(key)[from as usize..to as usize], "seed {seed}");
                     }
                 }
-                90..=94 => rc.forget_object(key.0, false).expect("forget"),
+                90..=94 => rc.forget_objects(&[key.0], false).expect("forget"),
                 _ => {
                     reopened += 1;
                     rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
@@ -307,7 +307,7 @@ fn forgetting_durably_survives_a_reopen() {
     let rc = ReadCache::open(dev.clone(), table.clone(), vol).expect("open");
     rc.insert(o(5), 0, &chunk((5, 0)));
     rc.insert(o(6), 0, &chunk((6, 0)));
-    rc.forget_object(5, true).expect("forget");
+    rc.forget_objects(&[5], true).expect("forget");
     drop(rc);
     let rc = ReadCache::open(dev, table, vol).expect("open");
     assert!(
@@ -332,7 +332,7 @@ fn the_index_keeps_its_entries_consistent() {
             4 => {
                 rc.get(o(key.0), key.1, 0, 4096);
             }
-            _ => rc.forget_object(key.0, false).expect("forget"),
+            _ => rc.forget_objects(&[key.0], false).expect("forget"),
         }
         let idx = rc.lock();
         let mut names: HashMap<u32, Key> = HashMap::new();
@@ -428,9 +428,15 @@ fn volumes_sharing_a_cache_hit_each_others_chunks_by_owner() {
     assert_eq!(clone.get(its_own, 0, 0, CHUNK), Some(chunk((9, 0))));
     assert_eq!((base.entries(), clone.entries(), host.entries()), (2, 1, 3));
     // Forgetting a deleted object drops only the forgetter's own.
-    clone.forget_object(1, false).expect("forget");
+    clone.forget_objects(&[1], false).expect("forget");
     assert!(!clone.contains(its_own, 0));
     assert!(clone.contains(o(1), 0), "the base's object 1 stays");
+    // Several objects in one call (a checkpoint's dead victims).
+    base.insert(o(2), 0, &chunk((2, 0)));
+    base.insert(o(3), 4, &chunk((3, 4)));
+    base.forget_objects(&[2, 3, 7], false).expect("forget");
+    assert!(!base.contains(o(2), 0) && !base.contains(o(3), 4));
+    assert!(base.contains(o(1), 1), "an object not named stays");
 }
 
 #[test]
@@ -513,7 +519,7 @@ fn a_shared_index_keeps_its_charges_consistent_as_volumes_come_and_go() {
                     assert_eq!(got, data);
                 }
             }
-            90..=95 => rcs[who].forget_object(obj.seq, false).expect("forget"),
+            90..=95 => rcs[who].forget_objects(&[obj.seq], false).expect("forget"),
             _ => {
                 let v = VolumeId([1 + who as u8; 16]);
                 rcs[who] = ReadCache::for_volume(host.clone(), v);
