@@ -518,8 +518,8 @@ pub struct EngineArgs {
     /// for all the volumes it serves (`@host.rcache` in the data directory), fair
     /// between them: a volume holding no more than its share (size / volumes served)
     /// keeps it whatever the others read. A clone reading its base's data, or a
-    /// snapshot export, hits what the base cached. With `--encrypt-local`, or for an
-    /// encrypted volume, each such volume has a cache this size of its own.
+    /// snapshot export, hits what the base cached. With `--encrypt-local` each volume
+    /// has an encrypted cache this size of its own instead.
     #[arg(long, default_value = "1G")]
     pub read_cache_size: String,
     /// Copy each uploaded object's data into the read cache, so reading recently
