@@ -390,3 +390,62 @@ async fn a_stalled_log_answers_enospc_for_a_full_store_and_eio_for_a_denied_one(
         vol.shutdown().await.expect("shutdown");
     }
 }
+
+/// An upload refused once (a quota), then stored by the store but its reply lost (the
+/// store died, or the connection was cut, after writing it): the retry finds the object
+/// there, which is the store answering again. The soak test found the outage said
+/// ("store unavailable") with no line saying it was over, because only a PUT that
+/// succeeded said so; and the store-full gauge stayed up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_landed_with_its_reply_lost_ends_the_outage() {
+    use lsvd_store::faulty::{Fault, Ops};
+    let log = lsvd_store::log::capture::Capture::start();
+    let dir = TempDir::new("engine-lost-reply");
+    let mem: DynStore = Arc::new(MemStore::new());
+    crate::create_volume(&mem, "lostreply", 8 << 20)
+        .await
+        .expect("create");
+    let faulty = Arc::new(FaultyStore::new(
+        mem.clone(),
+        lsvd_store::faulty::FaultPlan::default(),
+        1,
+    ));
+    let (vol, _) = crate::open_volume(faulty.clone(), "lostreply", dir.path(), config(32 << 20))
+        .await
+        .expect("open");
+    faulty.faults().fail_next(Ops::PUT, Fault::QuotaExceeded, 1);
+    faulty.faults().lose_next_replies(1);
+    vol.write(0, vec![9; 256 << 10], false)
+        .await
+        .expect("write");
+    vol.flush().await.expect("flush");
+    let stats = vol.stats();
+    poll_until(Duration::from_secs(30), async || {
+        stats.objects_written.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    assert!(stats.objects_written.load(Ordering::Relaxed) >= 1);
+    assert_eq!(faulty.stats().lost_replies, 1, "the reply was lost");
+    assert_eq!(stats.store_put_retries.load(Ordering::Relaxed), 2);
+    assert_eq!(
+        log.lines_with("volume lostreply: the store refuses uploads")
+            .len(),
+        1,
+        "{:?}",
+        log.lines_with("lostreply")
+    );
+    assert_eq!(
+        log.lines_with("store reachable again: lostreply/obj/")
+            .len(),
+        1,
+        "the end of the outage is said: {:?}",
+        log.lines_with("lostreply")
+    );
+    assert!(
+        !stats.store_full.load(Ordering::SeqCst),
+        "the store answered: it is not full any more"
+    );
+    let got = vol.read(0, 256 << 10).await.expect("read");
+    assert!(got.iter().all(|b| *b == 9));
+    vol.shutdown().await.expect("shutdown");
+}

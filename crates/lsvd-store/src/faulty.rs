@@ -18,7 +18,8 @@
 //! * *Switched faults* ([`Faults`], shared as an `Arc` so a test flips them while the
 //!   engine runs): for any of PUT, GET, ranged GET, LIST and DELETE ([`Ops`]), fail
 //!   every call, or the next N, with a [`Fault`] (transient, 403 denied, quota, full
-//!   disk); slow every call by N ms (on the injected clock); or take the whole store
+//!   disk); slow every call by N ms (on the injected clock); lose the replies of the
+//!   next N PUTs (they land, and report a transient failure); or take the whole store
 //!   away (every call fails transient until it is back).
 //!
 //! Each failure is an error of the class the real store gives for it
@@ -181,6 +182,8 @@ struct Slot {
 pub struct Faults {
     slots: [Slot; OP_COUNT],
     away: AtomicBool,
+    /// PUTs still to land but report a lost reply ([`Faults::lose_next_replies`]).
+    replies_to_lose: AtomicU64,
 }
 
 impl Faults {
@@ -228,8 +231,22 @@ impl Faults {
         self.away.load(Ordering::SeqCst)
     }
 
+    /// The next `puts` PUTs land but their reply is lost: each reports a transient
+    /// failure (a store that died, or a connection cut, after it stored the object).
+    pub fn lose_next_replies(&self, puts: u64) {
+        self.replies_to_lose.store(puts, Ordering::SeqCst);
+    }
+
+    /// Takes one lost reply, if any are left to lose.
+    fn take_lost_reply(&self) -> bool {
+        self.replies_to_lose
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
+            .is_ok()
+    }
+
     /// Every fault and delay off, the store back.
     pub fn clear(&self) {
+        self.replies_to_lose.store(0, Ordering::SeqCst);
         self.heal(Ops::ALL);
         self.slow(Ops::ALL, 0);
         self.set_away(false);
@@ -494,7 +511,7 @@ impl Faulty {
             }
             let answer = next().await?;
             self.counters.landed.fetch_add(1, Ordering::Relaxed);
-            if land_then_fail {
+            if land_then_fail || self.faults.take_lost_reply() {
                 self.counters.lost_replies.fetch_add(1, Ordering::Relaxed);
                 return Err(Error::new(
                     ErrorKind::Transient,

@@ -86,12 +86,7 @@ pub(crate) async fn upload_object(
             .await
         {
             Ok(()) => {
-                if attempt > 1 {
-                    lsvd_store::log::info(&format!(
-                        "store reachable again: {key} uploaded after {attempt} attempts"
-                    ));
-                }
-                shared.stats.note_store_healthy();
+                note_landed(shared, &key, attempt);
                 break;
             }
             // An earlier attempt landed but its answer was lost: the name is this
@@ -99,7 +94,10 @@ pub(crate) async fn upload_object(
             Err(e) if e.kind == ErrorKind::AlreadyExists => {
                 let header_len = header.header_bytes as u64;
                 match shared.store.get_range(&key, 0..header_len).await {
-                    Ok(found) if found[..] == bytes[..header_len as usize] => break,
+                    Ok(found) if found[..] == bytes[..header_len as usize] => {
+                        note_landed(shared, &key, attempt);
+                        break;
+                    }
                     Ok(_) => {
                         shared.fail(&format!(
                             "{key} already exists with other contents (this process's epoch must be its alone: is another process using the same session?)"
@@ -225,6 +223,17 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
 /// first attempt and every 20th after it: one line per outage and object, not one per
 /// retry. A full store or refused credentials are said at once, once per episode
 /// (`Stats::note_store_refusal`).
+/// The store has the object (this attempt's PUT, or an earlier one whose reply was
+/// lost): an outage or refusal this upload saw is over, and is said to be.
+fn note_landed(shared: &Shared, key: &str, attempt: u32) {
+    if attempt > 1 {
+        lsvd_store::log::info(&format!(
+            "store reachable again: {key} uploaded after {attempt} attempts"
+        ));
+    }
+    shared.stats.note_store_healthy();
+}
+
 fn note_store_error(shared: &Shared, attempt: u32, what: &str, e: &lsvd_core::error::Error) {
     shared
         .stats
