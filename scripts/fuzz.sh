@@ -6,6 +6,7 @@
 #   scripts/fuzz.sh --long --seconds N   every target for N s
 #   scripts/fuzz.sh --targets a,b        only these targets (any mode)
 #   scripts/fuzz.sh --list               the targets
+#   scripts/fuzz.sh --build-only         install the tools and build, fuzz nothing
 #
 # Installs cargo-afl (pinned) and builds AFL++ for this toolchain if they are missing,
 # builds the instrumented targets of fuzz/ into target/fuzz, replays every seed of
@@ -24,6 +25,7 @@ TARGETS=(format_record format_object format_checkpoint format_log_index format_s
     nbd_proto nbd_session nbd_volume trace_parse)
 seconds=8
 long=0
+build_only=0
 selected=()
 
 while [ $# -gt 0 ]; do
@@ -32,7 +34,8 @@ while [ $# -gt 0 ]; do
     --seconds) seconds="$2"; shift ;;
     --targets) IFS=, read -r -a selected <<<"$2"; shift ;;
     --list) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build-only) build_only=1 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fuzz: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -65,6 +68,7 @@ bins=()
 for t in "${selected[@]}"; do bins+=(--bin "$t"); done
 (cd fuzz && cargo afl build --release --locked --target-dir "$target_dir" "${bins[@]}")
 echo "fuzz: tools and instrumented build took $((SECONDS - start)) s" >&2
+[ "$build_only" -eq 0 ] || exit 0
 
 # This is a shared machine: no CPU pinning, no frequency checks, no core dumps wanted.
 export AFL_SKIP_CPUFREQ=1 AFL_NO_AFFINITY=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1
