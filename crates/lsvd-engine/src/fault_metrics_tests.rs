@@ -449,3 +449,134 @@ async fn an_upload_that_landed_with_its_reply_lost_ends_the_outage() {
     assert!(got.iter().all(|b| *b == 9));
     vol.shutdown().await.expect("shutdown");
 }
+
+/// An upload waiting out its retry backoff tries again as soon as another upload
+/// lands. Objects are applied in sequence order, so one whose PUT keeps failing holds
+/// up every later one, and the write-log space they take: in the crash oracle's
+/// `store_faults` (seed 0x50cc446c11b6df0d under CI load, 20% of PUTs failing plus
+/// short outages) writes once waited 30 s on a full log behind one object that failed
+/// 11 times in a row, asleep up to 5 s between tries, while the other upload slot
+/// kept landing objects. On a manual clock that never moves a backoff never ends by
+/// itself: only the landing can end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_landed_upload_ends_the_retry_backoff_of_the_others() {
+    use lsvd_store::clock::{ManualClock, SharedClock};
+    let clock = ManualClock::new();
+    let dir = TempDir::new("engine-retry-on-landing");
+    let config = EngineConfig {
+        clock: SharedClock(clock.clone()),
+        uploads_in_flight: 2,
+        // No checkpoint between the two objects, and no GC bound holding the second
+        // back while the first is on its way: they are all there is to upload.
+        checkpoint_every_objects: 100,
+        gc: crate::test_support::no_gc(),
+        ..config(16 << 20)
+    };
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
+    let stats = vol.stats();
+    // The first object (one full batch) fails its PUT and backs off...
+    faulty.set_outage(true);
+    vol.write(0, vec![1; 256 << 10], false)
+        .await
+        .expect("write");
+    wait_until("the first upload failed", async || {
+        stats.store_put_retries.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    // ...and the second, after the store is back, lands: the first tries again and
+    // both are applied, without the clock moving.
+    faulty.set_outage(false);
+    vol.write(256 << 10, vec![2; 256 << 10], false)
+        .await
+        .expect("write");
+    let applied = poll_until(Duration::from_secs(10), async || {
+        vol.status().uploads_pending == 0
+    })
+    .await;
+    assert!(
+        applied,
+        "the failed upload still waits out its backoff after another landed: {}",
+        vol.describe_pipeline()
+    );
+    assert_eq!(stats.objects_written.load(Ordering::Relaxed), 2);
+    assert_chunks(&vol, 0..2).await;
+    // Shutting down waits for tasks asleep on the manual clock: keep time moving.
+    let shutdown = tokio::spawn(async move { vol.shutdown().await });
+    for _ in 0..6000 {
+        if shutdown.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(50));
+        pause().await;
+    }
+    shutdown
+        .await
+        .expect("shutdown task")
+        .expect("shutdown within 300 s of clock time");
+}
+
+/// The object next to be applied, alone on its way and failing with a transient
+/// error, is tried again at least once a second (its backoff capped at 1 s, not 5 s):
+/// nothing else lands to end its backoff early, and everything behind it waits for it.
+/// On a manual clock that moves only in jumps of 1.1 s (the cap plus the most jitter
+/// adds, 50 ms), with the test waiting in real time for each try before the next jump:
+/// every jump brings exactly one more try. Backoffs go 50, 100, 200, 400, 800 ms, then
+/// 1 s; uncapped, the sixth would be 1.6 s and no try would come after its jump.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upload_everything_waits_for_retries_at_least_once_a_second() {
+    use lsvd_store::clock::{ManualClock, SharedClock};
+    let clock = ManualClock::new();
+    let dir = TempDir::new("engine-head-backoff");
+    let config = EngineConfig {
+        clock: SharedClock(clock.clone()),
+        checkpoint_every_objects: 100,
+        gc: crate::test_support::no_gc(),
+        ..config(16 << 20)
+    };
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
+    let stats = vol.stats();
+    faulty.set_outage(true);
+    vol.write(0, vec![1; 256 << 10], false)
+        .await
+        .expect("write");
+    // The batch closes on its timeout (20 ms of clock time) or when full; then its
+    // upload fails once.
+    clock.advance(Duration::from_millis(20));
+    wait_until("the first upload failed", async || {
+        stats.store_put_retries.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    let jump = Duration::from_millis(1100);
+    for tried in 1..10u64 {
+        assert_eq!(stats.store_put_retries.load(Ordering::Relaxed), tried);
+        clock.advance(jump);
+        let retried = poll_until(Duration::from_secs(20), async || {
+            stats.store_put_retries.load(Ordering::Relaxed) > tried
+        })
+        .await;
+        assert!(
+            retried,
+            "no new try within 1.1 s of clock time after failed try {tried}: its backoff is over 1 s; {}",
+            vol.describe_pipeline()
+        );
+        // The failed try sleeps again from the clock's present (it does not move
+        // until the next jump): no second try comes meanwhile.
+        pause().await;
+    }
+    assert_eq!(stats.store_put_retries.load(Ordering::Relaxed), 10);
+    faulty.set_outage(false);
+    let shutdown = tokio::spawn(async move { vol.shutdown().await });
+    for _ in 0..6000 {
+        if shutdown.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(50));
+        pause().await;
+    }
+    shutdown
+        .await
+        .expect("shutdown task")
+        .expect("shutdown within 300 s of clock time");
+}

@@ -493,6 +493,7 @@ async fn open_inner(
         injected_panic: Mutex::new(None),
         upload_wake: tokio::sync::Notify::new(),
         gc_wake: tokio::sync::Notify::new(),
+        put_landed: tokio::sync::Notify::new(),
         super_lock: Mutex::new(()),
         volume_super: Mutex::new(VolumeSuper {
             volume: meta.volume,

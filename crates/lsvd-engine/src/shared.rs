@@ -272,6 +272,9 @@ pub(crate) struct Shared {
     pub(crate) upload_wake: tokio::sync::Notify,
     /// Wakes the garbage collector.
     pub(crate) gc_wake: tokio::sync::Notify,
+    /// Signalled whenever an upload lands: uploads waiting out a retry backoff try
+    /// again at once (`crate::write::put`), since the store is taking PUTs.
+    pub(crate) put_landed: tokio::sync::Notify,
     /// Serializes cache superblock and write-log index writes (they share a sync).
     pub(crate) super_lock: Mutex<()>,
     /// The volume superblock generation this process wrote last (store side).

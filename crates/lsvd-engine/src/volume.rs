@@ -405,6 +405,26 @@ impl Volume {
         )
     }
 
+    /// A one-line account of the upload pipeline (what is held, queued, uploading,
+    /// waiting to be applied, and where GC is), for test failures and debugging: a
+    /// write that stalls on a full log names what the log waits for.
+    pub fn describe_pipeline(&self) -> String {
+        let st = self.shared.lock();
+        let store = st.pipeline.store();
+        format!(
+            "{}; store live {} stored {} utilization {:.3}; log used {} of {}, tail {:?}, freeable through {}, next record {}",
+            st.pipeline.describe(),
+            store.live_bytes(),
+            store.stored_bytes(),
+            lsvd_core::gc::utilization(store),
+            st.log.used_bytes(),
+            st.log.capacity_bytes(),
+            st.log.tail().map(|t| t.seq),
+            st.pipeline.freeable_through(),
+            st.next_record_seq,
+        )
+    }
+
     pub fn status(&self) -> VolumeStatus {
         let st = self.shared.lock();
         let stats = &self.shared.stats;

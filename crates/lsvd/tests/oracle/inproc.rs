@@ -394,7 +394,14 @@ async fn drive(
         },
         diag: {
             let (vol, store) = (inc.vol.clone(), inc.store.clone());
-            Box::new(move || format!("{:?}; store {:?}", vol.status(), store.stats()))
+            Box::new(move || {
+                format!(
+                    "{:?}; store {:?}; pipeline: {}",
+                    vol.status(),
+                    store.stats(),
+                    vol.describe_pipeline()
+                )
+            })
         },
     };
     let ctl = Arc::new(Control::default());

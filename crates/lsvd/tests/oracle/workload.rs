@@ -357,7 +357,10 @@ impl Shared {
 
     fn failed(&self, what: String) {
         if !self.crashed() {
-            self.hist.unexpected_error(what);
+            // What the disk was doing when it failed (for an in-process volume, its
+            // pipeline too): a stalled write then says what it waited for.
+            self.hist
+                .unexpected_error(format!("{what}; disk: {}", (self.hooks.diag)()));
         }
         self.ctl.stop.store(true, Ordering::SeqCst);
     }
