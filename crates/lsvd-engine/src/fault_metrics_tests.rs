@@ -320,6 +320,7 @@ async fn write_until_refused(vol: &crate::Volume) -> (u64, lsvd_core::error::Err
 /// back every acknowledged chunk reads back and writes are accepted again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
+    let log = lsvd_store::log::capture::Capture::start();
     let (vol, faulty, _dir) = stalled_volume("engine-log-stall", None).await;
     let stats = vol.stats();
     let started = std::time::Instant::now();
@@ -329,6 +330,13 @@ async fn a_write_log_full_past_the_stall_timeout_fails_writes_with_eio() {
     assert!(acked > 0, "no write was accepted before the log filled");
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(stats.log_stalled.load(Ordering::SeqCst));
+    // The stall is said once, with what the log waits for (every stalling test's line
+    // has this shape, whichever volume says it).
+    let said = log.lines_with("further writes fail at once until the log has room");
+    assert!(
+        said.iter().any(|l| l.contains("uploads: next seq")),
+        "the stall line names no uploads: {said:?}"
+    );
     // The next write that does not fit fails at once, and is counted.
     let at_once = std::time::Instant::now();
     vol.write(acked * (256 << 10), vec![9; 256 << 10], false)

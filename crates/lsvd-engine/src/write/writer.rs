@@ -352,8 +352,11 @@ fn place(
                         .log_full_failures
                         .fetch_add(1, Ordering::Relaxed);
                     let e = log_stall_error(shared, Some(waited));
+                    // Said once per stall: what the log waits for (an object that
+                    // keeps failing holds every landed one behind it).
                     lsvd_store::log::warn(&format!(
-                        "{e}; further writes fail at once until the log has room"
+                        "{e}; further writes fail at once until the log has room; uploads: {}",
+                        st.pipeline.describe()
                     ));
                     return Err(e);
                 }
