@@ -468,32 +468,11 @@ async fn an_upload_that_landed_with_its_reply_lost_ends_the_outage() {
 /// itself: only the landing can end it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_landed_upload_ends_the_retry_backoff_of_the_others() {
-    use lsvd_store::clock::{ManualClock, SharedClock};
-    let clock = ManualClock::new();
-    let dir = TempDir::new("engine-retry-on-landing");
-    let config = EngineConfig {
-        clock: SharedClock(clock.clone()),
-        uploads_in_flight: 2,
-        // No checkpoint between the two objects, and no GC bound holding the second
-        // back while the first is on its way: they are all there is to upload.
-        checkpoint_every_objects: 100,
-        gc: crate::test_support::no_gc(),
-        ..config(16 << 20)
-    };
-    let mem: DynStore = Arc::new(MemStore::new());
-    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
+    let clock = lsvd_store::clock::ManualClock::new();
+    let (vol, faulty, _dir) = first_upload_failing("engine-retry-on-landing", &clock, 2).await;
     let stats = vol.stats();
-    // The first object (one full batch) fails its PUT and backs off...
-    faulty.set_outage(true);
-    vol.write(0, vec![1; 256 << 10], false)
-        .await
-        .expect("write");
-    wait_until("the first upload failed", async || {
-        stats.store_put_retries.load(Ordering::Relaxed) > 0
-    })
-    .await;
-    // ...and the second, after the store is back, lands: the first tries again and
-    // both are applied, without the clock moving.
+    // The first object backs off; the second, written once the store is back, lands:
+    // the first tries again and both are applied, without the clock moving.
     faulty.set_outage(false);
     vol.write(256 << 10, vec![2; 256 << 10], false)
         .await
@@ -509,19 +488,7 @@ async fn a_landed_upload_ends_the_retry_backoff_of_the_others() {
     );
     assert_eq!(stats.objects_written.load(Ordering::Relaxed), 2);
     assert_chunks(&vol, 0..2).await;
-    // Shutting down waits for tasks asleep on the manual clock: keep time moving.
-    let shutdown = tokio::spawn(async move { vol.shutdown().await });
-    for _ in 0..6000 {
-        if shutdown.is_finished() {
-            break;
-        }
-        clock.advance(Duration::from_millis(50));
-        pause().await;
-    }
-    shutdown
-        .await
-        .expect("shutdown task")
-        .expect("shutdown within 300 s of clock time");
+    shutdown_on_manual_clock(vol, &clock).await;
 }
 
 /// The object next to be applied, alone on its way and failing with a transient
@@ -533,29 +500,9 @@ async fn a_landed_upload_ends_the_retry_backoff_of_the_others() {
 /// 1 s; uncapped, the sixth would be 1.6 s and no try would come after its jump.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upload_everything_waits_for_retries_at_least_once_a_second() {
-    use lsvd_store::clock::{ManualClock, SharedClock};
-    let clock = ManualClock::new();
-    let dir = TempDir::new("engine-head-backoff");
-    let config = EngineConfig {
-        clock: SharedClock(clock.clone()),
-        checkpoint_every_objects: 100,
-        gc: crate::test_support::no_gc(),
-        ..config(16 << 20)
-    };
-    let mem: DynStore = Arc::new(MemStore::new());
-    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
+    let clock = lsvd_store::clock::ManualClock::new();
+    let (vol, faulty, _dir) = first_upload_failing("engine-head-backoff", &clock, 4).await;
     let stats = vol.stats();
-    faulty.set_outage(true);
-    vol.write(0, vec![1; 256 << 10], false)
-        .await
-        .expect("write");
-    // The batch closes on its timeout (20 ms of clock time) or when full; then its
-    // upload fails once.
-    clock.advance(Duration::from_millis(20));
-    wait_until("the first upload failed", async || {
-        stats.store_put_retries.load(Ordering::Relaxed) > 0
-    })
-    .await;
     let jump = Duration::from_millis(1100);
     for tried in 1..10u64 {
         assert_eq!(stats.store_put_retries.load(Ordering::Relaxed), tried);
@@ -575,6 +522,43 @@ async fn the_upload_everything_waits_for_retries_at_least_once_a_second() {
     }
     assert_eq!(stats.store_put_retries.load(Ordering::Relaxed), 10);
     faulty.set_outage(false);
+    shutdown_on_manual_clock(vol, &clock).await;
+}
+
+/// Volume "v" on a manual `clock` behind a store that is away, with `uploads` in
+/// flight, its first object (one full 256 KiB batch) written and its PUT failed once.
+/// No checkpoint between objects and no GC bound: what the test writes is all there is
+/// to upload.
+async fn first_upload_failing(
+    name: &str,
+    clock: &Arc<lsvd_store::clock::ManualClock>,
+    uploads: usize,
+) -> (Arc<crate::Volume>, Arc<FaultyStore>, TempDir) {
+    let dir = TempDir::new(name);
+    let config = EngineConfig {
+        clock: lsvd_store::clock::SharedClock(clock.clone()),
+        uploads_in_flight: uploads,
+        checkpoint_every_objects: 100,
+        gc: crate::test_support::no_gc(),
+        ..config(16 << 20)
+    };
+    let mem: DynStore = Arc::new(MemStore::new());
+    let (vol, faulty) = open_behind_faults(mem, 64 << 20, &dir, config).await;
+    faulty.set_outage(true);
+    vol.write(0, vec![1; 256 << 10], false)
+        .await
+        .expect("write");
+    let stats = vol.stats();
+    wait_until("the first upload failed", async || {
+        stats.store_put_retries.load(Ordering::Relaxed) > 0
+    })
+    .await;
+    (vol, faulty, dir)
+}
+
+/// Shuts `vol` down, moving the manual `clock` on meanwhile: shutting down waits for
+/// tasks asleep on it.
+async fn shutdown_on_manual_clock(vol: Arc<crate::Volume>, clock: &lsvd_store::clock::ManualClock) {
     let shutdown = tokio::spawn(async move { vol.shutdown().await });
     for _ in 0..6000 {
         if shutdown.is_finished() {
