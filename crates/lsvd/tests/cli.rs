@@ -814,6 +814,38 @@ fn rename_moves_a_volume_with_its_snapshots() {
     server.stop_clean();
 }
 
+/// The control socket is there as soon as the NBD socket is: a script (or a test)
+/// that waits for the NBD socket and then runs `lsvd snapshot delete` reached no
+/// control socket yet, took the server for absent, and failed on the data directory's
+/// lock ("in use by another lsvd process"; the S3 pass of a CI run). Watched with a
+/// tight poll, five starts, with metrics on (another listener the control socket was
+/// opened after).
+#[test]
+fn the_control_socket_is_ready_when_the_nbd_socket_is() {
+    let dir = TempDir::new("cli_control_first");
+    let lsvd = Lsvd::new(dir.join("data"));
+    lsvd.create("vol", "16M");
+    let socket = dir.join("nbd.sock");
+    let control = dir.join("data").join("control.sock");
+    for round in 0..5 {
+        let mut server = lsvd.spawn_serve(&socket, &["vol", "--metrics", "127.0.0.1:0"]);
+        let started = std::time::Instant::now();
+        while !(socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_ok()) {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(90),
+                "round {round}: no NBD socket\n{}",
+                server.log()
+            );
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert!(
+            std::os::unix::net::UnixStream::connect(&control).is_ok(),
+            "round {round}: the NBD socket answers before the control socket does"
+        );
+        server.stop_clean();
+    }
+}
+
 /// `lsvd snapshot` on a served volume (through the control socket) and on one no
 /// server uses; `lsvd serve VOL@SNAP` serves the snapshot read-only next to the
 /// volume: READ_ONLY advertised, writes refused with EPERM by the server, the data as

@@ -450,6 +450,20 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
             })),
     );
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    // `lsvd sync`, snapshots, resize... reach this process here. Opened before the NBD
+    // listeners: a script that waits for the NBD socket and then runs a command must
+    // find the server's control socket too, or the command takes the server for
+    // absent and fails on the data directory's lock (a CI run did). Without it the
+    // volumes are still served: say why and go on.
+    let control = match crate::control::start(&common.data, volumes.clone(), shutdown_rx.clone()) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            lsvd_store::log::warn(&format!(
+                "no control socket (lsvd sync will not reach this server): {e}"
+            ));
+            None
+        }
+    };
     let mut tasks = Vec::new();
     if let Some(addr) = &listen {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -509,17 +523,6 @@ pub async fn serve(common: &Common, args: ServeArgs) -> Result<()> {
         ));
         eprintln!("lsvd: metrics on http://{local}/metrics");
     }
-    // `lsvd sync` (and later snapshots) reach this process here. Without it the
-    // volumes are still served: say why and go on.
-    let control = match crate::control::start(&common.data, volumes.clone(), shutdown_rx.clone()) {
-        Ok(path) => Some(path),
-        Err(e) => {
-            lsvd_store::log::warn(&format!(
-                "no control socket (lsvd sync will not reach this server): {e}"
-            ));
-            None
-        }
-    };
     // Said once serving, as the settings below.
     for t in throttles.iter().filter(|t| t.is_limited()) {
         eprintln!("lsvd: {}: QoS {}", t.export(), t.limits().describe());
