@@ -24,7 +24,11 @@ mkdir -p "$logs"
 # now at the lowest CPU priority: it takes the CPU the workspace's tests leave idle
 # while they wait on processes, leases and timers, instead of running after them. The
 # fuzz pass below finds it built (or waits for cargo's lock on target/fuzz).
-nice -n 19 bash scripts/fuzz.sh --build-only >"$logs/fuzz-build.log" 2>&1 &
+# In a process group of its own (setsid), so that a failure before the fuzz pass stops
+# the whole build (cargo, rustc) instead of leaving it running.
+setsid nice -n 19 bash scripts/fuzz.sh --build-only >"$logs/fuzz-build.log" 2>&1 &
+fuzz_build=$!
+trap 'kill -TERM -- "-$fuzz_build" 2>/dev/null || true' EXIT
 start=$SECONDS
 # The fault soak (crates/lsvd/tests/soak.rs, docs/soak.md) runs here, once, with its
 # own versitygw: required, not skipped, since install-test-deps.sh built it.

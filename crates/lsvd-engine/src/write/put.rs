@@ -281,10 +281,6 @@ fn admit(shared: &Arc<Shared>, header: Arc<ObjectHeader>, bytes: bytes::Bytes) {
     });
 }
 
-/// Count a failed PUT of an upload in `store_put_retries_total` and say so on the
-/// first attempt and every 20th after it: one line per outage and object, not one per
-/// retry. A full store or refused credentials are said at once, once per episode
-/// (`Stats::note_store_refusal`).
 /// The store has the object (this attempt's PUT, or an earlier one whose reply was
 /// lost): an outage or refusal this upload saw is over, and is said to be.
 fn note_landed(shared: &Shared, key: &str, attempt: u32) {
@@ -296,6 +292,10 @@ fn note_landed(shared: &Shared, key: &str, attempt: u32) {
     shared.stats.note_store_healthy();
 }
 
+/// Count a failed PUT of an upload in `store_put_retries_total` and say so on the
+/// first attempt and every 20th after it: one line per outage and object, not one per
+/// retry. A full store or refused credentials are said at once, once per episode
+/// (`Stats::note_store_refusal`).
 fn note_store_error(shared: &Shared, attempt: u32, what: &str, e: &lsvd_core::error::Error) {
     shared
         .stats
